@@ -1,0 +1,625 @@
+//! Layered configuration: built-in defaults, the user file, the workspace file, `AGENT_LS_*`
+//! environment variables, then the client's settings, with the source of every value kept.
+//! Secrets are taken only from the environment or the user file.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize, Serializer};
+
+/// The documented default file; the built-in defaults must equal what it says (a test pins it).
+pub const DEFAULT_FILE: &str = include_str!("../config/agent-ls.toml");
+
+/// Name of the per-workspace file, at the workspace root.
+pub const WORKSPACE_FILE: &str = ".agent-ls.toml";
+
+/// Environment variables `AGENT_LS_<SECTION>__<KEY>` set configuration keys.
+const ENV_PREFIX: &str = "AGENT_LS_";
+
+/// Keys that hold secrets; they are refused from every layer but the user file and environment.
+const SECRET_KEYS: &[&str] = &["api_key"];
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub log: LogConfig,
+    pub model: ModelConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub level: LogLevel,
+    pub file: Option<PathBuf>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: LogLevel::Info,
+            file: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    pub provider: Option<String>,
+    pub base_url: Option<String>,
+    pub name: Option<String>,
+    pub api_key: Option<Secret>,
+}
+
+/// A value that is never printed: `Debug` and serialisation both show `<redacted>`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for the one place that sends it (an HTTP header).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("<redacted>")
+    }
+}
+
+/// Where a layer, and so a value, came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    UserFile(PathBuf),
+    WorkspaceFile(PathBuf),
+    Env(String),
+    InitializationOptions,
+    ClientSettings,
+}
+
+impl Source {
+    fn may_hold_secrets(&self) -> bool {
+        matches!(self, Source::Default | Source::UserFile(_) | Source::Env(_))
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::UserFile(p) => write!(f, "user file {}", p.display()),
+            Source::WorkspaceFile(p) => write!(f, "workspace file {}", p.display()),
+            Source::Env(var) => write!(f, "environment variable {var}"),
+            Source::InitializationOptions => f.write_str("LSP initializationOptions"),
+            Source::ClientSettings => f.write_str("LSP workspace/didChangeConfiguration"),
+        }
+    }
+}
+
+/// A problem with one layer, naming where it is so the user can fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub source: Source,
+    pub line: Option<usize>,
+    pub key: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid configuration in {}", self.source)?;
+        if let Some(line) = self.line {
+            write!(f, " at line {line}")?;
+        }
+        if let Some(key) = &self.key {
+            write!(f, ", key `{key}`")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// One layer of settings, already validated on its own.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    pub source: Source,
+    table: toml::Table,
+}
+
+/// Everything configuration is read from, gathered by the caller so loading stays testable.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub user_file: Option<PathBuf>,
+    pub workspace_root: Option<PathBuf>,
+    pub env: Vec<(String, String)>,
+    pub initialization_options: Option<serde_json::Value>,
+    pub client_settings: Option<serde_json::Value>,
+}
+
+impl Inputs {
+    /// The user file under `$XDG_CONFIG_HOME` (or `~/.config`), and this process's environment.
+    pub fn from_process(workspace_root: Option<PathBuf>) -> Self {
+        Inputs {
+            user_file: user_config_path(),
+            workspace_root,
+            env: std::env::vars().collect(),
+            initialization_options: None,
+            client_settings: None,
+        }
+    }
+}
+
+pub fn user_config_path() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CONFIG_HOME") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(std::env::var_os("HOME")?).join(".config"),
+    };
+    Some(base.join("agent-ls").join("config.toml"))
+}
+
+/// The effective configuration and the problems found on the way.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    /// For every key set by a layer other than the defaults, the layer that set it last.
+    pub origins: BTreeMap<String, Source>,
+    /// Layers (or keys) that were refused; the rest still applies.
+    pub errors: Vec<ConfigError>,
+}
+
+impl Loaded {
+    pub fn origin(&self, key: &str) -> Source {
+        self.origins.get(key).cloned().unwrap_or(Source::Default)
+    }
+
+    /// Every key with its effective value (null when unset) and source, secrets redacted, in a
+    /// stable order.
+    pub fn entries(&self) -> Vec<(String, serde_json::Value, Source)> {
+        fn walk(
+            prefix: &str,
+            value: &serde_json::Value,
+            out: &mut Vec<(String, serde_json::Value)>,
+        ) {
+            match value {
+                serde_json::Value::Object(map) => {
+                    for (k, v) in map {
+                        walk(&join_key(prefix, k), v, out);
+                    }
+                }
+                _ => out.push((prefix.to_string(), value.clone())),
+            }
+        }
+        let mut flat = Vec::new();
+        if let Ok(value) = serde_json::to_value(&self.config) {
+            walk("", &value, &mut flat);
+        }
+        flat.into_iter()
+            .map(|(key, value)| {
+                let origin = self.origin(&key);
+                (key, value, origin)
+            })
+            .collect()
+    }
+}
+
+/// Reads every layer in order and merges the valid ones. A layer with an error is left out
+/// whole, so a typo never half-applies a file.
+pub fn load(inputs: &Inputs) -> Loaded {
+    let mut layers = Vec::new();
+    let mut errors = Vec::new();
+    let mut push = |result: Result<Option<Layer>, Vec<ConfigError>>| match result {
+        Ok(Some(layer)) => layers.push(layer),
+        Ok(None) => {}
+        Err(mut errs) => errors.append(&mut errs),
+    };
+    if let Some(path) = &inputs.user_file {
+        push(read_file_layer(Source::UserFile(path.clone()), path));
+    }
+    if let Some(root) = &inputs.workspace_root {
+        let path = root.join(WORKSPACE_FILE);
+        push(read_file_layer(Source::WorkspaceFile(path.clone()), &path));
+    }
+    for (name, value) in &inputs.env {
+        push(env_layer(name, value));
+    }
+    if let Some(value) = &inputs.initialization_options {
+        push(json_layer(Source::InitializationOptions, value).map(Some));
+    }
+    if let Some(value) = &inputs.client_settings {
+        push(json_layer(Source::ClientSettings, value).map(Some));
+    }
+    let (config, origins) = merge(&layers);
+    Loaded {
+        config,
+        origins,
+        errors,
+    }
+}
+
+fn read_file_layer(source: Source, path: &Path) -> Result<Option<Layer>, Vec<ConfigError>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse_toml_layer(source, &text).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(vec![ConfigError {
+            source,
+            line: None,
+            key: None,
+            message: format!("cannot read the file: {e}"),
+        }]),
+    }
+}
+
+/// Parses and validates one TOML file's text.
+pub fn parse_toml_layer(source: Source, text: &str) -> Result<Layer, Vec<ConfigError>> {
+    let error_at = |span: Option<std::ops::Range<usize>>, key: Option<String>, message: String| {
+        let line = span.map(|s| line_of(text, s.start));
+        ConfigError {
+            source: source.clone(),
+            line,
+            key: key.or_else(|| line.and_then(|l| key_on_line(text, l))),
+            message,
+        }
+    };
+    let table: toml::Table = toml::from_str(text)
+        .map_err(|e| vec![error_at(e.span(), None, e.message().to_string())])?;
+    let deserializer = toml::Deserializer::parse(text)
+        .map_err(|e| vec![error_at(e.span(), None, e.message().to_string())])?;
+    if let Err(e) = serde_path_to_error::deserialize::<_, Config>(deserializer) {
+        let key = Some(e.path().to_string()).filter(|k| k != ".");
+        let inner = e.into_inner();
+        return Err(vec![error_at(
+            inner.span(),
+            key,
+            inner.message().to_string(),
+        )]);
+    }
+    finish_layer(source, table, Some(text))
+}
+
+/// Refuses secrets where they may not come from; otherwise wraps the table as a layer.
+fn finish_layer(
+    source: Source,
+    mut table: toml::Table,
+    text: Option<&str>,
+) -> Result<Layer, Vec<ConfigError>> {
+    if !source.may_hold_secrets() {
+        let mut found = Vec::new();
+        strip_secrets("", &mut table, &mut found);
+        if !found.is_empty() {
+            // The whole layer is refused: a secret committed to a workspace is a mistake worth
+            // fixing, and silently using the rest could hide it.
+            return Err(found
+                .into_iter()
+                .map(|key| ConfigError {
+                    source: source.clone(),
+                    line: text.and_then(|t| line_of_key(t, &key)),
+                    message: format!(
+                        "secrets are read only from the environment or the user file ({}); remove it here",
+                        user_config_path()
+                            .map(|p| p.display().to_string())
+                            .unwrap_or_else(|| "$XDG_CONFIG_HOME/agent-ls/config.toml".into())
+                    ),
+                    key: Some(key),
+                })
+                .collect());
+        }
+    }
+    Ok(Layer { source, table })
+}
+
+fn strip_secrets(prefix: &str, table: &mut toml::Table, found: &mut Vec<String>) {
+    let keys: Vec<String> = table.keys().cloned().collect();
+    for key in keys {
+        let path = join_key(prefix, &key);
+        if SECRET_KEYS.contains(&key.as_str()) {
+            table.remove(&key);
+            found.push(path);
+        } else if let Some(toml::Value::Table(inner)) = table.get_mut(&key) {
+            strip_secrets(&path, inner, found);
+        }
+    }
+}
+
+/// One `AGENT_LS_SECTION__KEY=value` variable as a layer; other variables are not config.
+fn env_layer(name: &str, value: &str) -> Result<Option<Layer>, Vec<ConfigError>> {
+    let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+        return Ok(None);
+    };
+    if !rest.contains("__") {
+        return Ok(None);
+    }
+    let source = Source::Env(name.to_string());
+    let path: Vec<String> = rest.split("__").map(|p| p.to_ascii_lowercase()).collect();
+    // A value is read as TOML when it parses as one (numbers, booleans, arrays), else as a string.
+    let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+    let mut table = toml::Table::new();
+    insert_path(&mut table, &path, parsed);
+    validate_table(&source, &table)?;
+    finish_layer(source, table, None).map(Some)
+}
+
+/// The client's settings as a layer. Clients may wrap them in an `agent-ls` section.
+pub fn json_layer(source: Source, value: &serde_json::Value) -> Result<Layer, Vec<ConfigError>> {
+    let value = value
+        .get("agent-ls")
+        .or_else(|| value.get("agentLs"))
+        .unwrap_or(value);
+    let table = match json_to_toml(value) {
+        Some(toml::Value::Table(t)) => t,
+        None => toml::Table::new(),
+        Some(other) => {
+            return Err(vec![ConfigError {
+                source,
+                line: None,
+                key: None,
+                message: format!("expected an object of settings, got {}", other.type_str()),
+            }]);
+        }
+    };
+    validate_table(&source, &table)?;
+    finish_layer(source, table, None)
+}
+
+fn validate_table(source: &Source, table: &toml::Table) -> Result<(), Vec<ConfigError>> {
+    let value = toml::Value::Table(table.clone());
+    serde_path_to_error::deserialize::<_, Config>(value)
+        .map(|_| ())
+        .map_err(|e| {
+            vec![ConfigError {
+                source: source.clone(),
+                line: None,
+                key: Some(e.path().to_string()).filter(|k| k != "."),
+                message: e.into_inner().message().to_string(),
+            }]
+        })
+}
+
+/// JSON null means "not set", so it is dropped rather than turned into a value.
+fn json_to_toml(value: &serde_json::Value) -> Option<toml::Value> {
+    use serde_json::Value as J;
+    Some(match value {
+        J::Null => return None,
+        J::Bool(b) => toml::Value::Boolean(*b),
+        J::Number(n) => match n.as_i64() {
+            Some(i) => toml::Value::Integer(i),
+            None => toml::Value::Float(n.as_f64()?),
+        },
+        J::String(s) => toml::Value::String(s.clone()),
+        J::Array(items) => toml::Value::Array(items.iter().filter_map(json_to_toml).collect()),
+        J::Object(map) => toml::Value::Table(
+            map.iter()
+                .filter_map(|(k, v)| Some((k.clone(), json_to_toml(v)?)))
+                .collect(),
+        ),
+    })
+}
+
+fn merge(layers: &[Layer]) -> (Config, BTreeMap<String, Source>) {
+    let mut merged = toml::Table::new();
+    let mut origins = BTreeMap::new();
+    for layer in layers {
+        flatten("", &layer.table, &mut |key, _| {
+            origins.insert(key.to_string(), layer.source.clone());
+        });
+        deep_merge(&mut merged, &layer.table);
+    }
+    // Each layer was validated alone and keys only ever replace keys, so the union is valid too;
+    // should that ever fail, the defaults are the safe answer.
+    let config = Config::deserialize(toml::Value::Table(merged)).unwrap_or_default();
+    (config, origins)
+}
+
+fn deep_merge(into: &mut toml::Table, from: &toml::Table) {
+    for (key, value) in from {
+        match (into.get_mut(key), value) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => deep_merge(a, b),
+            _ => {
+                into.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+fn flatten(prefix: &str, table: &toml::Table, f: &mut dyn FnMut(&str, &toml::Value)) {
+    for (key, value) in table {
+        let path = join_key(prefix, key);
+        match value {
+            toml::Value::Table(inner) => flatten(&path, inner, f),
+            _ => f(&path, value),
+        }
+    }
+}
+
+fn join_key(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() {
+        key.to_string()
+    } else {
+        format!("{prefix}.{key}")
+    }
+}
+
+fn insert_path(table: &mut toml::Table, path: &[String], value: toml::Value) {
+    match path {
+        [] => {}
+        [last] => {
+            table.insert(last.clone(), value);
+        }
+        [first, rest @ ..] => {
+            let entry = table
+                .entry(first.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if let toml::Value::Table(inner) = entry {
+                insert_path(inner, rest, value);
+            }
+        }
+    }
+}
+
+/// 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The dotted key assigned on a 1-based line, with the table header above it.
+fn key_on_line(text: &str, line: usize) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let this = lines.get(line.checked_sub(1)?)?.trim();
+    let header = |l: &str| {
+        let l = l.trim();
+        (l.starts_with('[') && !l.starts_with("[["))
+            .then(|| l.trim_matches(|c| c == '[' || c == ']').trim().to_string())
+    };
+    if let Some(h) = header(this) {
+        return Some(h);
+    }
+    let key = this.split_once('=')?.0.trim().trim_matches('"').to_string();
+    let section = lines[..line - 1].iter().rev().find_map(|l| header(l));
+    Some(match section {
+        Some(s) => format!("{s}.{key}"),
+        None => key,
+    })
+}
+
+/// The 1-based line where a dotted key is assigned, found by scanning for its last segment.
+fn line_of_key(text: &str, key: &str) -> Option<usize> {
+    (1..=text.lines().count()).find(|&l| key_on_line(text, l).as_deref() == Some(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws_error(text: &str) -> ConfigError {
+        parse_toml_layer(Source::WorkspaceFile(".agent-ls.toml".into()), text)
+            .unwrap_err()
+            .remove(0)
+    }
+
+    #[test]
+    fn the_documented_default_file_is_the_built_in_default() {
+        let parsed: Config = toml::from_str(DEFAULT_FILE).expect("config/agent-ls.toml parses");
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn every_key_is_documented_in_the_default_file() {
+        let loaded = load(&Inputs::default());
+        for (key, _, _) in loaded.entries() {
+            let leaf = key.rsplit('.').next().unwrap();
+            assert!(
+                DEFAULT_FILE
+                    .lines()
+                    .any(|l| l.trim_start_matches('#').trim_start().starts_with(leaf)),
+                "{key} is not in config/agent-ls.toml"
+            );
+        }
+    }
+
+    #[test]
+    fn a_wrong_type_names_file_line_and_key() {
+        let err = ws_error("[log]\nlevel = \"loud\"\n");
+        assert_eq!(err.line, Some(2));
+        assert_eq!(err.key.as_deref(), Some("log.level"));
+        assert!(err.message.contains("loud"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_an_error() {
+        let err = ws_error("[log]\nlevel = \"info\"\nlevle = 3\n");
+        assert_eq!(err.line, Some(3));
+        assert!(err.message.contains("levle"), "{err}");
+    }
+
+    #[test]
+    fn a_syntax_error_names_the_line() {
+        let err = ws_error("[log]\nlevel = \n");
+        assert_eq!(err.line, Some(2));
+    }
+
+    #[test]
+    fn secrets_are_refused_from_workspace_files_and_client_settings() {
+        let err = ws_error("[model]\napi_key = \"sk-123\"\n");
+        assert_eq!(err.key.as_deref(), Some("model.api_key"));
+        assert_eq!(err.line, Some(2));
+        assert!(!err.to_string().contains("sk-123"));
+        let json = serde_json::json!({"model": {"api_key": "sk-123"}});
+        assert!(json_layer(Source::ClientSettings, &json).is_err());
+        assert!(
+            parse_toml_layer(Source::UserFile("u".into()), "[model]\napi_key = \"sk\"\n").is_ok()
+        );
+    }
+
+    #[test]
+    fn env_values_are_typed_and_strings_fall_back() {
+        let layer = env_layer("AGENT_LS_LOG__LEVEL", "debug").unwrap().unwrap();
+        assert_eq!(layer.table["log"]["level"].as_str(), Some("debug"));
+        assert!(env_layer("AGENT_LS_LOG__LEVEL", "loud").is_err());
+        assert!(env_layer("AGENT_LS_TEST_HOOKS", "1").unwrap().is_none());
+        assert!(env_layer("PATH", "/bin").unwrap().is_none());
+    }
+
+    #[test]
+    fn later_layers_win_and_origins_say_which() {
+        let inputs = Inputs {
+            env: vec![("AGENT_LS_LOG__LEVEL".into(), "warn".into())],
+            client_settings: Some(serde_json::json!({"agent-ls": {"log": {"level": "trace"}}})),
+            ..Inputs::default()
+        };
+        let loaded = load(&inputs);
+        assert_eq!(loaded.config.log.level, LogLevel::Trace);
+        assert_eq!(loaded.origin("log.level"), Source::ClientSettings);
+        assert_eq!(loaded.origin("model.name"), Source::Default);
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let mut c = Config::default();
+        c.model.api_key = Some(Secret::new("sk-live-abc"));
+        assert!(!format!("{c:?}").contains("sk-live-abc"));
+        assert!(!toml::to_string(&c).unwrap().contains("sk-live-abc"));
+    }
+}

@@ -1,0 +1,31 @@
+//! Our own LSP methods: names and payloads, documented in docs/lsp-extensions.md.
+
+use serde::{Deserialize, Serialize};
+use tower_lsp_server::ls_types::{TextDocumentIdentifier, Uri};
+
+/// Request `agent-ls/documentState`: the server's copy of an open document, so a client (or a
+/// test) can check that both sides agree.
+pub const DOCUMENT_STATE: &str = "agent-ls/documentState";
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DocumentStateParams {
+    pub text_document: TextDocumentIdentifier,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DocumentState {
+    pub uri: Uri,
+    pub version: i32,
+    pub text: String,
+    pub needs_resync: bool,
+    pub position_encoding: String,
+}
+
+/// Test hook, answered only when the server runs with `AGENT_LS_TEST_HOOKS=1`: panics inside
+/// a request handler so tests can check the server survives it.
+pub const DEBUG_PANIC_COMMAND: &str = "agent-ls.debug.panic";
+
+/// The environment variable that enables test hooks.
+pub const TEST_HOOKS_ENV: &str = "AGENT_LS_TEST_HOOKS";

@@ -1,0 +1,189 @@
+//! The language server: the only module that knows LSP types and JSON-RPC. It wires the
+//! transport to the session owner and answers requests from snapshots of the session.
+
+pub mod convert;
+pub mod ext;
+mod ordered;
+pub mod session;
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::FutureExt;
+use tokio::sync::oneshot;
+use tower_lsp_server::jsonrpc::{Error, ErrorCode, Result};
+use tower_lsp_server::ls_types::*;
+use tower_lsp_server::{Client, LanguageServer, LspService, Server};
+use tracing::{error, info};
+
+use crate::config;
+use crate::logging::LogHandle;
+use session::{Event, Session, SessionHandle};
+
+/// Runs the server on stdin/stdout until `exit`, returning the process exit code the
+/// specification asks for: 0 when `shutdown` came first, 1 otherwise.
+pub async fn serve_stdio(log: LogHandle) -> i32 {
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let hooks = std::env::var(ext::TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
+    let inputs = config::Inputs::from_process(None);
+    let (service, socket) = LspService::build(|client| {
+        let session = Session::new(client.clone(), log, inputs).spawn();
+        Backend {
+            client,
+            session,
+            shutdown: shutdown.clone(),
+            hooks,
+        }
+    })
+    .custom_method(ext::DOCUMENT_STATE, Backend::document_state)
+    .finish();
+    let session = service.inner().session.clone();
+    let service = ordered::Ordered::new(service, session);
+    Server::new(tokio::io::stdin(), tokio::io::stdout(), socket)
+        .serve(service)
+        .await;
+    if shutdown.load(Ordering::SeqCst) {
+        0
+    } else {
+        1
+    }
+}
+
+struct Backend {
+    #[allow(dead_code)]
+    client: Client,
+    session: SessionHandle,
+    shutdown: Arc<AtomicBool>,
+    hooks: bool,
+}
+
+impl Backend {
+    async fn document_state(&self, params: ext::DocumentStateParams) -> Result<ext::DocumentState> {
+        guarded(ext::DOCUMENT_STATE, async {
+            let uri = params.text_document.uri;
+            let found = self
+                .session
+                .query({
+                    let uri = uri.clone();
+                    move |s| s.document(&uri).map(|b| (b.clone(), s.encoding()))
+                })
+                .await
+                .map_err(internal)?;
+            let (buffer, encoding) = found
+                .ok_or_else(|| Error::invalid_params(format!("{} is not open", uri.as_str())))?;
+            Ok(ext::DocumentState {
+                uri,
+                version: buffer.version(),
+                text: buffer.text(),
+                needs_resync: buffer.needs_resync(),
+                position_encoding: encoding.as_str().to_string(),
+            })
+        })
+        .await
+    }
+
+    fn commands(&self) -> Vec<String> {
+        let mut commands = Vec::new();
+        if self.hooks {
+            commands.push(ext::DEBUG_PANIC_COMMAND.to_string());
+        }
+        commands
+    }
+}
+
+impl LanguageServer for Backend {
+    async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
+        guarded("initialize", async {
+            let (reply, answer) = oneshot::channel();
+            self.session.send(Event::Initialize {
+                params: Box::new(params),
+                reply,
+            });
+            let encoding = answer.await.map_err(internal)?;
+            Ok(InitializeResult {
+                capabilities: ServerCapabilities {
+                    position_encoding: Some(convert::encoding_to_lsp(encoding)),
+                    text_document_sync: Some(TextDocumentSyncCapability::Options(
+                        TextDocumentSyncOptions {
+                            open_close: Some(true),
+                            change: Some(TextDocumentSyncKind::INCREMENTAL),
+                            save: Some(TextDocumentSyncSaveOptions::SaveOptions(SaveOptions {
+                                include_text: Some(false),
+                            })),
+                            ..Default::default()
+                        },
+                    )),
+                    execute_command_provider: Some(ExecuteCommandOptions {
+                        commands: self.commands(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                server_info: Some(ServerInfo {
+                    name: "agent-ls".into(),
+                    version: Some(env!("CARGO_PKG_VERSION").into()),
+                }),
+                offset_encoding: None,
+            })
+        })
+        .await
+    }
+
+    async fn initialized(&self, _: InitializedParams) {
+        info!("client initialized");
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        self.shutdown.store(true, Ordering::SeqCst);
+        info!("shutdown requested");
+        Ok(())
+    }
+
+    async fn execute_command(&self, params: ExecuteCommandParams) -> Result<Option<LSPAny>> {
+        guarded("workspace/executeCommand", async {
+            match params.command.as_str() {
+                ext::DEBUG_PANIC_COMMAND if self.hooks => {
+                    panic!("deliberate panic from {}", ext::DEBUG_PANIC_COMMAND)
+                }
+                other => Err(Error::invalid_params(format!("unknown command `{other}`"))),
+            }
+        })
+        .await
+    }
+}
+
+/// Runs a request handler so that a panic inside it answers that request with an internal
+/// error instead of taking the server down.
+async fn guarded<T>(method: &str, handler: impl Future<Output = Result<T>>) -> Result<T> {
+    match AssertUnwindSafe(handler).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic_message(&panic);
+            error!("{method} panicked: {message}");
+            Err(Error {
+                code: ErrorCode::InternalError,
+                message: format!("agent-ls failed while handling {method}: {message}").into(),
+                data: None,
+            })
+        }
+    }
+}
+
+pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+fn internal(err: impl std::fmt::Display) -> Error {
+    Error {
+        code: ErrorCode::InternalError,
+        message: err.to_string().into(),
+        data: None,
+    }
+}

@@ -1,0 +1,250 @@
+//! The one owner of the server's mutable state. Everything that changes it arrives as an
+//! `Event` on one channel, in the order the transport read it; handlers never lock anything.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+
+use tokio::sync::{mpsc, oneshot};
+use tower_lsp_server::Client;
+use tower_lsp_server::ls_types::{
+    DidChangeConfigurationParams, DidChangeTextDocumentParams, DidCloseTextDocumentParams,
+    DidOpenTextDocumentParams, DidSaveTextDocumentParams, InitializeParams, MessageType, Uri,
+};
+use tracing::{debug, error, info, warn};
+
+use super::convert;
+use crate::config::{self, Loaded};
+use crate::logging::LogHandle;
+use crate::text::{Buffer, Encoding};
+
+/// A closure run on the owner task against the current state.
+type Query = Box<dyn FnOnce(&Session) + Send>;
+
+pub enum Event {
+    Initialize {
+        params: Box<InitializeParams>,
+        reply: oneshot::Sender<Encoding>,
+    },
+    Opened(DidOpenTextDocumentParams),
+    Changed(DidChangeTextDocumentParams),
+    Closed(DidCloseTextDocumentParams),
+    Saved(DidSaveTextDocumentParams),
+    ConfigurationChanged(DidChangeConfigurationParams),
+    Query(Query),
+}
+
+/// The sending side, cloned into every handler. Sending never blocks or awaits, so a handler
+/// can hand over its event before its first `.await` and keep the arrival order.
+#[derive(Clone)]
+pub struct SessionHandle {
+    tx: mpsc::UnboundedSender<Event>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the session has stopped")]
+pub struct SessionGone;
+
+impl SessionHandle {
+    pub fn send(&self, event: Event) {
+        if self.tx.send(event).is_err() {
+            warn!("event dropped: the session has stopped");
+        }
+    }
+
+    /// Runs `f` on the owner task after every event sent before it, and returns its answer.
+    pub async fn query<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Session) -> R + Send + 'static,
+    ) -> Result<R, SessionGone> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Event::Query(Box::new(move |s| {
+                let _ = reply.send(f(s));
+            })))
+            .map_err(|_| SessionGone)?;
+        answer.await.map_err(|_| SessionGone)
+    }
+}
+
+pub struct Session {
+    client: Client,
+    log: LogHandle,
+    initialized: bool,
+    encoding: Encoding,
+    workspace_root: Option<PathBuf>,
+    inputs: config::Inputs,
+    config: Loaded,
+    documents: HashMap<Uri, Buffer>,
+}
+
+impl Session {
+    pub fn new(client: Client, log: LogHandle, inputs: config::Inputs) -> Self {
+        let config = config::load(&inputs);
+        Session {
+            client,
+            log,
+            initialized: false,
+            encoding: Encoding::Utf16,
+            workspace_root: None,
+            inputs,
+            config,
+            documents: HashMap::new(),
+        }
+    }
+
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    pub fn document(&self, uri: &Uri) -> Option<&Buffer> {
+        self.documents.get(uri)
+    }
+
+    pub fn config(&self) -> &Loaded {
+        &self.config
+    }
+
+    pub fn workspace_root(&self) -> Option<&PathBuf> {
+        self.workspace_root.as_ref()
+    }
+
+    /// Starts the owner task and returns the handle every handler sends through.
+    pub fn spawn(self) -> SessionHandle {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(self.run(rx));
+        SessionHandle { tx }
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Event>) {
+        while let Some(event) = rx.recv().await {
+            // A bug in one event must not take every open document down with it.
+            if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| self.handle(event))) {
+                error!(
+                    "session event handler panicked: {}",
+                    super::panic_message(&panic)
+                );
+            }
+        }
+        debug!("session owner stopped");
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Initialize { params, reply } => self.initialize(*params, reply),
+            Event::Query(f) => f(self),
+            _ if !self.initialized => {
+                warn!("notification before initialize ignored");
+            }
+            Event::Opened(p) => {
+                let doc = p.text_document;
+                debug!(uri = doc.uri.as_str(), version = doc.version, "opened");
+                self.documents
+                    .insert(doc.uri, Buffer::new(&doc.text, doc.version));
+            }
+            Event::Changed(p) => self.change(p),
+            Event::Closed(p) => {
+                self.documents.remove(&p.text_document.uri);
+            }
+            Event::Saved(p) => {
+                let is_workspace_config = match (
+                    &self.workspace_root,
+                    convert::path_from_uri(&p.text_document.uri),
+                ) {
+                    (Some(root), Some(path)) => path == root.join(config::WORKSPACE_FILE),
+                    _ => false,
+                };
+                if is_workspace_config {
+                    self.reload_config(self.inputs.clone());
+                }
+            }
+            Event::ConfigurationChanged(p) => {
+                let mut inputs = self.inputs.clone();
+                inputs.client_settings = (!p.settings.is_null()).then_some(p.settings);
+                self.reload_config(inputs);
+            }
+        }
+    }
+
+    fn initialize(&mut self, params: InitializeParams, reply: oneshot::Sender<Encoding>) {
+        self.encoding = convert::negotiate_encoding(&params);
+        self.workspace_root = convert::workspace_root(&params);
+        let mut inputs = self.inputs.clone();
+        inputs.workspace_root = self.workspace_root.clone();
+        inputs.initialization_options = params.initialization_options;
+        self.inputs = inputs;
+        self.config = config::load(&self.inputs);
+        self.report_config_errors(&self.config.errors.clone());
+        self.log.set_level(self.config.config.log.level);
+        self.initialized = true;
+        info!(
+            encoding = self.encoding.as_str(),
+            root = ?self.workspace_root,
+            "initialized"
+        );
+        let _ = reply.send(self.encoding);
+    }
+
+    fn change(&mut self, p: DidChangeTextDocumentParams) {
+        let uri = p.text_document.uri;
+        let Some(buffer) = self.documents.get_mut(&uri) else {
+            warn!(
+                uri = uri.as_str(),
+                "change for a document that is not open; ignored"
+            );
+            return;
+        };
+        if p.text_document.version <= buffer.version() {
+            warn!(
+                uri = uri.as_str(),
+                have = buffer.version(),
+                got = p.text_document.version,
+                "document version did not increase"
+            );
+        }
+        let changes: Vec<_> = p
+            .content_changes
+            .into_iter()
+            .map(convert::change_from_lsp)
+            .collect();
+        if let Err(err) = buffer.apply_changes(&changes, p.text_document.version, self.encoding) {
+            error!(uri = uri.as_str(), "refused a change: {err}");
+            self.notify(
+                MessageType::WARNING,
+                format!(
+                    "agent-ls refused a change to {} that would corrupt its copy ({err}). \
+                     The agent will not edit this file until it is closed and reopened.",
+                    uri.as_str()
+                ),
+            );
+        }
+    }
+
+    /// Recomputes the configuration; when any layer is invalid, the previous configuration
+    /// stays in force and the user is told what to fix.
+    fn reload_config(&mut self, inputs: config::Inputs) {
+        let loaded = config::load(&inputs);
+        if !loaded.errors.is_empty() {
+            self.report_config_errors(&loaded.errors);
+            warn!("configuration not changed: the previous valid configuration stays in force");
+            return;
+        }
+        self.inputs = inputs;
+        self.config = loaded;
+        self.log.set_level(self.config.config.log.level);
+        info!("configuration reloaded");
+    }
+
+    fn report_config_errors(&self, errors: &[config::ConfigError]) {
+        for err in errors {
+            error!("{err}");
+            self.notify(MessageType::ERROR, format!("agent-ls: {err}"));
+        }
+    }
+
+    /// Sends `window/showMessage` from a task of its own so a slow client never stalls the owner.
+    fn notify(&self, typ: MessageType, message: String) {
+        let client = self.client.clone();
+        tokio::spawn(async move { client.show_message(typ, message).await });
+    }
+}
