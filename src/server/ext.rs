@@ -29,3 +29,20 @@ pub const DEBUG_PANIC_COMMAND: &str = "agent-ls.debug.panic";
 
 /// The environment variable that enables test hooks.
 pub const TEST_HOOKS_ENV: &str = "AGENT_LS_TEST_HOOKS";
+
+/// Request `agent-ls/configuration`: the effective configuration, one entry per key with the
+/// layer it came from (secrets redacted), and the errors that kept layers out.
+pub const CONFIGURATION: &str = "agent-ls/configuration";
+
+#[derive(Debug, Serialize)]
+pub struct ConfigurationEntry {
+    pub key: String,
+    pub value: serde_json::Value,
+    pub source: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Configuration {
+    pub entries: Vec<ConfigurationEntry>,
+    pub errors: Vec<String>,
+}

@@ -5,6 +5,7 @@ pub mod convert;
 pub mod ext;
 mod ordered;
 pub mod session;
+pub mod transport;
 
 use std::any::Any;
 use std::future::Future;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::FutureExt;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tower_lsp_server::jsonrpc::{Error, ErrorCode, Result};
 use tower_lsp_server::ls_types::*;
 use tower_lsp_server::{Client, LanguageServer, LspService, Server};
@@ -39,12 +40,27 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
         }
     })
     .custom_method(ext::DOCUMENT_STATE, Backend::document_state)
+    .custom_method(ext::CONFIGURATION, Backend::configuration)
     .finish();
     let session = service.inner().session.clone();
     let service = ordered::Ordered::new(service, session);
-    Server::new(tokio::io::stdin(), tokio::io::stdout(), socket)
+    let (server_in, client_in) = tokio::io::duplex(1 << 20);
+    let (server_out, client_out) = tokio::io::duplex(1 << 20);
+    let (replies, replies_rx) = mpsc::unbounded_channel();
+    tokio::spawn(transport::pump_input(
+        tokio::io::stdin(),
+        client_in,
+        replies,
+    ));
+    let output = tokio::spawn(transport::pump_output(
+        client_out,
+        replies_rx,
+        tokio::io::stdout(),
+    ));
+    Server::new(server_in, server_out, socket)
         .serve(service)
         .await;
+    let _ = output.await;
     if shutdown.load(Ordering::SeqCst) {
         0
     } else {
@@ -81,6 +97,30 @@ impl Backend {
                 needs_resync: buffer.needs_resync(),
                 position_encoding: encoding.as_str().to_string(),
             })
+        })
+        .await
+    }
+
+    async fn configuration(&self) -> Result<ext::Configuration> {
+        guarded(ext::CONFIGURATION, async {
+            self.session
+                .query(|s| {
+                    let loaded = s.config();
+                    ext::Configuration {
+                        entries: loaded
+                            .entries()
+                            .into_iter()
+                            .map(|(key, value, source)| ext::ConfigurationEntry {
+                                key,
+                                value,
+                                source: source.to_string(),
+                            })
+                            .collect(),
+                        errors: s.config_errors().iter().map(|e| e.to_string()).collect(),
+                    }
+                })
+                .await
+                .map_err(internal)
         })
         .await
     }

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 
 use futures::future::{BoxFuture, FutureExt};
 use serde::de::DeserializeOwned;
-use tower_lsp_server::jsonrpc::{Request, Response};
+use tower_lsp_server::jsonrpc::{Error, Request, Response};
 use tower_service::Service;
 use tracing::error;
 
@@ -58,6 +58,13 @@ where
                 self.session.send(event);
             }
             return futures::future::ready(Ok(None)).boxed();
+        }
+        // tower-lsp swallows the error for unknown `$/` methods, which is right for
+        // notifications but leaves a request unanswered; the specification says to answer it
+        // with MethodNotFound. Every `$/` method the protocol defines is a notification.
+        if let Some(id) = req.id().filter(|_| req.method().starts_with("$/")) {
+            let response = Response::from_error(id.clone(), Error::method_not_found());
+            return futures::future::ready(Ok(Some(response))).boxed();
         }
         self.inner.call(req).boxed()
     }

@@ -75,6 +75,8 @@ pub struct Session {
     workspace_root: Option<PathBuf>,
     inputs: config::Inputs,
     config: Loaded,
+    /// Problems found by the latest attempt to load the configuration, even a refused one.
+    config_errors: Vec<config::ConfigError>,
     documents: HashMap<Uri, Buffer>,
 }
 
@@ -88,6 +90,7 @@ impl Session {
             encoding: Encoding::Utf16,
             workspace_root: None,
             inputs,
+            config_errors: config.errors.clone(),
             config,
             documents: HashMap::new(),
         }
@@ -103,6 +106,10 @@ impl Session {
 
     pub fn config(&self) -> &Loaded {
         &self.config
+    }
+
+    pub fn config_errors(&self) -> &[config::ConfigError] {
+        &self.config_errors
     }
 
     pub fn workspace_root(&self) -> Option<&PathBuf> {
@@ -174,7 +181,8 @@ impl Session {
         inputs.initialization_options = params.initialization_options;
         self.inputs = inputs;
         self.config = config::load(&self.inputs);
-        self.report_config_errors(&self.config.errors.clone());
+        self.config_errors = self.config.errors.clone();
+        self.report_config_errors(&self.config_errors);
         self.log.set_level(self.config.config.log.level);
         self.initialized = true;
         info!(
@@ -224,6 +232,7 @@ impl Session {
     /// stays in force and the user is told what to fix.
     fn reload_config(&mut self, inputs: config::Inputs) {
         let loaded = config::load(&inputs);
+        self.config_errors = loaded.errors.clone();
         if !loaded.errors.is_empty() {
             self.report_config_errors(&loaded.errors);
             warn!("configuration not changed: the previous valid configuration stays in force");

@@ -1,0 +1,407 @@
+//! The test client: spawns the real `agent-ls` binary, frames JSON-RPC over its stdio, answers
+//! the server's own requests and collects its notifications. Every wait has a deadline.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// How long any single wait may take before the test fails with the server's log.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_agent-ls"))
+}
+
+type Responder = Box<dyn FnMut(&Value) -> Value + Send>;
+
+/// What the reader thread saw on the server's stdout.
+enum Incoming {
+    Message(Value),
+    /// Bytes that were not a well-formed frame: stdout must carry nothing but the protocol.
+    Garbage(String),
+}
+
+pub struct Client {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    incoming: Receiver<Incoming>,
+    next_id: i64,
+    /// Notifications from the server, in arrival order.
+    pub notifications: Vec<Value>,
+    /// Requests from the server, in arrival order, with the answers we gave.
+    pub server_requests: Vec<Value>,
+    responses: HashMap<String, Value>,
+    responders: HashMap<String, Responder>,
+    stderr: Arc<Mutex<String>>,
+    /// Set when stdout carried something that was not a frame.
+    pub protocol_violations: Vec<String>,
+    _home: tempfile::TempDir,
+}
+
+/// How to start the server: its working directory, extra environment, and a user config file.
+#[derive(Default)]
+pub struct Spawn {
+    pub cwd: Option<PathBuf>,
+    pub env: Vec<(String, String)>,
+    pub user_config: Option<String>,
+}
+
+impl Client {
+    pub fn spawn(opts: Spawn) -> Client {
+        // The server sees a clean environment so a developer's own config or keys never leak
+        // into a test, and every test gets its own XDG folders.
+        let home = tempfile::tempdir().expect("temp home");
+        let config_home = home.path().join("config");
+        if let Some(text) = &opts.user_config {
+            std::fs::create_dir_all(config_home.join("agent-ls")).unwrap();
+            std::fs::write(config_home.join("agent-ls/config.toml"), text).unwrap();
+        }
+        let mut cmd = Command::new(binary());
+        cmd.arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", &config_home)
+            .env("XDG_STATE_HOME", home.path().join("state"))
+            .env("AGENT_LS_LOG", "agent_ls=debug")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(cwd) = &opts.cwd {
+            cmd.current_dir(cwd);
+        }
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn agent-ls");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let stderr_pipe = child.stderr.take().unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        {
+            let stderr = stderr.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stderr_pipe);
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                    stderr.lock().unwrap().push_str(&line);
+                    line.clear();
+                }
+            });
+        }
+        let (tx, rx) = channel();
+        std::thread::spawn(move || read_frames(stdout, tx));
+        Client {
+            child,
+            stdin,
+            incoming: rx,
+            next_id: 1,
+            notifications: Vec::new(),
+            server_requests: Vec::new(),
+            responses: HashMap::new(),
+            responders: HashMap::new(),
+            stderr,
+            protocol_violations: Vec::new(),
+            _home: home,
+        }
+    }
+
+    /// Starts a server on `root` and initializes it with the given client capabilities.
+    pub fn start(root: &Path, capabilities: Value) -> Client {
+        let mut c = Client::spawn(Spawn::default());
+        c.initialize(root, capabilities, Value::Null);
+        c
+    }
+
+    pub fn initialize(&mut self, root: &Path, capabilities: Value, options: Value) -> Value {
+        let uri = file_uri(root);
+        let result = self
+            .request(
+                "initialize",
+                json!({
+                    "processId": null,
+                    "rootUri": uri,
+                    "workspaceFolders": [{"uri": uri, "name": "ws"}],
+                    "capabilities": capabilities,
+                    "initializationOptions": options,
+                }),
+            )
+            .unwrap_or_else(|e| panic!("initialize failed: {e}"));
+        self.notify("initialized", json!({}));
+        result
+    }
+
+    /// Answers the server's requests for `method` with `f(params)` instead of the default.
+    pub fn on_request(&mut self, method: &str, f: impl FnMut(&Value) -> Value + Send + 'static) {
+        self.responders.insert(method.to_string(), Box::new(f));
+    }
+
+    pub fn send(&mut self, message: &Value) {
+        let body = serde_json::to_vec(message).unwrap();
+        let mut frame = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+        frame.extend(body);
+        self.send_raw(&frame);
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).expect("write to server");
+        stdin.flush().expect("flush to server");
+    }
+
+    pub fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// Sends a request without waiting; returns its id.
+    pub fn send_request(&mut self, method: &str, params: Value) -> Value {
+        let id = json!(self.next_id);
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    /// Sends a request and waits for its answer: `Ok(result)` or `Err(error object)`.
+    pub fn request(&mut self, method: &str, params: Value) -> Result<Value, Value> {
+        let id = self.send_request(method, params);
+        self.wait_response(&id)
+    }
+
+    /// A response already received for `id`, taken out of the inbox.
+    pub fn take_response(&mut self, id: &Value) -> Option<Value> {
+        self.responses.remove(&id.to_string())
+    }
+
+    pub fn wait_response(&mut self, id: &Value) -> Result<Value, Value> {
+        let key = id.to_string();
+        let response = self.wait_until(|c| c.take_response(id), &format!("response {key}"));
+        match response.get("error") {
+            Some(err) => Err(err.clone()),
+            None => Ok(response.get("result").cloned().unwrap_or(Value::Null)),
+        }
+    }
+
+    /// Waits for a notification `method` whose params satisfy `pred`, searching those already
+    /// received first; returns its params and removes it from the list.
+    pub fn wait_notification(&mut self, method: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        self.wait_until(
+            |c| {
+                let pos = c
+                    .notifications
+                    .iter()
+                    .position(|n| n["method"] == method && pred(&n["params"]))?;
+                Some(c.notifications.remove(pos)["params"].clone())
+            },
+            &format!("notification {method}"),
+        )
+    }
+
+    /// Processes incoming messages until `check` returns something or the deadline passes.
+    pub fn wait_until<T>(
+        &mut self,
+        mut check: impl FnMut(&mut Self) -> Option<T>,
+        what: &str,
+    ) -> T {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(found) = check(self) {
+                return found;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.incoming.recv_timeout(left) {
+                Ok(msg) => self.dispatch(msg),
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "timed out waiting for {what}; server log:\n{}",
+                        self.stderr()
+                    )
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "server closed stdout while waiting for {what}; log:\n{}",
+                        self.stderr()
+                    )
+                }
+            }
+        }
+    }
+
+    /// Takes everything already received without waiting.
+    pub fn drain(&mut self) {
+        while let Ok(msg) = self.incoming.try_recv() {
+            self.dispatch(msg);
+        }
+    }
+
+    fn dispatch(&mut self, msg: Incoming) {
+        let msg = match msg {
+            Incoming::Message(m) => m,
+            Incoming::Garbage(g) => {
+                self.protocol_violations.push(g);
+                return;
+            }
+        };
+        let has_method = msg.get("method").is_some();
+        match (msg.get("id"), has_method) {
+            (Some(id), true) => {
+                let method = msg["method"].as_str().unwrap_or_default().to_string();
+                let params = msg.get("params").cloned().unwrap_or(Value::Null);
+                let result = match self.responders.get_mut(&method) {
+                    Some(f) => f(&params),
+                    None => default_answer(&method, &params),
+                };
+                let id = id.clone();
+                self.server_requests
+                    .push(json!({"method": method, "params": params, "answer": result}));
+                self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+            }
+            (None, true) => self.notifications.push(msg),
+            (Some(id), false) => {
+                self.responses.insert(id.to_string(), msg.clone());
+            }
+            (None, false) => self.protocol_violations.push(msg.to_string()),
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// `shutdown` then `exit`; returns the exit status.
+    pub fn shutdown(mut self) -> ExitStatus {
+        self.request("shutdown", Value::Null)
+            .expect("shutdown answered");
+        self.notify("exit", Value::Null);
+        self.wait_exit()
+    }
+
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("server did not exit; log:\n{}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// The server's copy of a document (`agent-ls/documentState`).
+    pub fn document_state(&mut self, uri: &str) -> Value {
+        self.request(
+            "agent-ls/documentState",
+            json!({"textDocument": {"uri": uri}}),
+        )
+        .unwrap_or_else(|e| panic!("documentState failed: {e}"))
+    }
+
+    pub fn open(&mut self, uri: &str, text: &str) {
+        self.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": "plaintext", "version": 1, "text": text}}),
+        );
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a plain client answers when a test did not say otherwise.
+fn default_answer(method: &str, params: &Value) -> Value {
+    match method {
+        "workspace/applyEdit" => json!({"applied": true}),
+        "window/showMessageRequest" => params
+            .get("actions")
+            .and_then(|a| a.get(0))
+            .cloned()
+            .unwrap_or(Value::Null),
+        "workspace/configuration" => {
+            let n = params["items"].as_array().map_or(0, |a| a.len());
+            Value::Array(vec![Value::Null; n])
+        }
+        _ => Value::Null,
+    }
+}
+
+fn read_frames(stdout: impl Read, tx: std::sync::mpsc::Sender<Incoming>) {
+    let mut reader = BufReader::new(stdout);
+    loop {
+        let mut content_length = None;
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            let trimmed = line.trim_end_matches(['\r', '\n']);
+            if trimmed.is_empty() {
+                break;
+            }
+            match trimmed.split_once(':') {
+                Some((name, value)) if name.eq_ignore_ascii_case("content-length") => {
+                    content_length = value.trim().parse::<usize>().ok();
+                }
+                Some((name, _)) if name.eq_ignore_ascii_case("content-type") => {}
+                _ => {
+                    let _ = tx.send(Incoming::Garbage(line));
+                }
+            }
+        }
+        let Some(len) = content_length else {
+            let _ = tx.send(Incoming::Garbage("frame without Content-Length".into()));
+            continue;
+        };
+        let mut body = vec![0; len];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let msg = match serde_json::from_slice(&body) {
+            Ok(v) => Incoming::Message(v),
+            Err(_) => Incoming::Garbage(String::from_utf8_lossy(&body).into_owned()),
+        };
+        if tx.send(msg).is_err() {
+            return;
+        }
+    }
+}
+
+pub fn file_uri(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// Client capabilities offering the given position encodings.
+pub fn capabilities_with_encodings(encodings: &[&str]) -> Value {
+    json!({"general": {"positionEncodings": encodings}})
+}
+
+/// A temporary workspace with the given files.
+pub fn workspace(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp workspace");
+    for (path, text) in files {
+        let full = dir.path().join(path);
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(full, text).unwrap();
+    }
+    dir
+}
