@@ -74,9 +74,18 @@ impl Buffer {
         version: i32,
         encoding: Encoding,
     ) -> Result<(), ChangeError> {
-        match apply_all(&self.rope, changes, self.needs_resync, encoding) {
-            Ok((rope, resynced)) => {
-                self.rope = rope;
+        // A single change is checked before anything is touched, so it can edit the rope in
+        // place; several changes each depend on the text the previous ones left, so they run on
+        // a copy (cheap to take, but every node it touches is copied) that replaces the rope
+        // only when all of them applied.
+        let result = if changes.len() == 1 {
+            apply_all(&mut self.rope, changes, self.needs_resync, encoding)
+        } else {
+            let mut copy = self.rope.clone();
+            apply_all(&mut copy, changes, self.needs_resync, encoding).inspect(|_| self.rope = copy)
+        };
+        match result {
+            Ok(resynced) => {
                 self.version = version;
                 if resynced {
                     self.needs_resync = false;
@@ -96,20 +105,19 @@ impl Buffer {
     }
 }
 
-/// Applies `changes` to a copy of `rope` (O(1) to clone), returning the new rope and whether a
-/// full-text change resynced it.
+/// Applies `changes` to `rope` in order, returning whether a full-text change resynced it.
+/// Each change is fully checked before it touches the rope.
 fn apply_all(
-    rope: &Rope,
+    rope: &mut Rope,
     changes: &[TextChange],
     needs_resync: bool,
     encoding: Encoding,
-) -> Result<(Rope, bool), ChangeError> {
+) -> Result<bool, ChangeError> {
     let count = changes.len();
-    let mut rope = rope.clone();
     let mut resynced = false;
     for (index, change) in changes.iter().enumerate() {
         let Some(range) = change.range else {
-            rope = Rope::from_str(&change.text);
+            *rope = Rope::from_str(&change.text);
             resynced = true;
             continue;
         };
@@ -117,7 +125,7 @@ fn apply_all(
             return Err(ChangeError::NeedsResync);
         }
         let at = |p| {
-            to_char_index(&rope, p, encoding).map_err(|source| ChangeError::Position {
+            to_char_index(rope, p, encoding).map_err(|source| ChangeError::Position {
                 index: index + 1,
                 count,
                 source,
@@ -134,7 +142,7 @@ fn apply_all(
         rope.remove(start..end);
         rope.insert(start, &change.text);
     }
-    Ok((rope, resynced))
+    Ok(resynced)
 }
 
 #[cfg(test)]

@@ -1,0 +1,40 @@
+//! Tidy checks: every LSP method and command we define is documented, and the documented
+//! default configuration file stays the one the binary embeds.
+
+use std::fs;
+
+/// The string constants declared in `src/server/ext.rs`: our method and command names.
+fn extension_names() -> Vec<String> {
+    let source = fs::read_to_string("src/server/ext.rs").expect("read ext.rs");
+    source
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub const "))
+        .filter(|l| l.contains(": &str = \""))
+        .filter_map(|l| l.split('"').nth(1).map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn every_extension_is_documented() {
+    let docs = fs::read_to_string("docs/lsp-extensions.md").expect("read docs/lsp-extensions.md");
+    let names = extension_names();
+    assert!(names.len() >= 3, "found {names:?}");
+    for name in names {
+        assert!(
+            docs.contains(&format!("`{name}`")),
+            "{name} is not documented in docs/lsp-extensions.md"
+        );
+    }
+}
+
+#[test]
+fn the_configuration_doc_names_every_section() {
+    let docs = fs::read_to_string("docs/configuration.md").expect("read docs/configuration.md");
+    let defaults = fs::read_to_string("config/agent-ls.toml").expect("read config/agent-ls.toml");
+    for section in defaults.lines().filter(|l| l.starts_with('[')) {
+        assert!(
+            docs.contains(section),
+            "{section} is not described in docs/configuration.md"
+        );
+    }
+}
