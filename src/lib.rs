@@ -2,6 +2,7 @@
 //! the pure core (`text`), configuration, and the LSP shell (`server`).
 
 pub mod config;
+pub mod edit;
 pub mod logging;
 pub mod server;
 pub mod text;

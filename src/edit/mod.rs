@@ -1,0 +1,410 @@
+//! The edit engine, pure: model output becomes an `EditPlan`, each edit is located in the file
+//! it names, and the located edits are applied with their inverses kept. No IO, no LSP types;
+//! the caller supplies file contents and decides what to do with the result.
+
+pub mod apply;
+pub mod locate;
+pub mod parse;
+pub mod plan;
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+
+use serde::Serialize;
+
+pub use apply::TextEdit;
+pub use locate::{Found, LocateError, LocateOptions, NumberedLine, Rule};
+pub use parse::{ParseError, parse_plan};
+pub use plan::{Edit, EditKind, EditPlan};
+
+/// Limits on what a model may change.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_edits_per_file: usize,
+    pub max_file_bytes: usize,
+    pub line_window: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_edits_per_file: 30,
+            max_file_bytes: 1024 * 1024,
+            line_window: 20,
+        }
+    }
+}
+
+/// What happened to one edit of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum EditStatus {
+    Applied {
+        rule: Rule,
+        /// 1-based first line of the original text the edit replaced.
+        line: usize,
+        chosen_by_line: bool,
+    },
+    AlreadyApplied,
+    Refused {
+        reason: String,
+        closest: Vec<NumberedLine>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EditReport {
+    /// 1-based position of the edit in the plan.
+    pub index: usize,
+    pub path: String,
+    #[serde(flatten)]
+    pub status: EditStatus,
+}
+
+/// The new state of one file: its text before (`None` when the plan creates it), after, the
+/// edits in the original's coordinates, and their inverse in the new text's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    pub path: String,
+    pub original: Option<String>,
+    pub new_text: String,
+    pub edits: Vec<TextEdit>,
+    pub inverse: Vec<TextEdit>,
+}
+
+impl FileChange {
+    pub fn creates(&self) -> bool {
+        self.original.is_none()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PlanOutcome {
+    pub reports: Vec<EditReport>,
+    /// Files whose text changes, with only the edits that applied.
+    pub changes: Vec<FileChange>,
+}
+
+impl PlanOutcome {
+    /// Every edit applied or was already there.
+    pub fn all_applied(&self) -> bool {
+        self.reports
+            .iter()
+            .all(|r| !matches!(r.status, EditStatus::Refused { .. }))
+    }
+
+    pub fn refused(&self) -> impl Iterator<Item = &EditReport> {
+        self.reports
+            .iter()
+            .filter(|r| matches!(r.status, EditStatus::Refused { .. }))
+    }
+
+    /// A unified diff of every changed file, for approval prompts and logs.
+    pub fn unified_diff(&self) -> String {
+        self.changes.iter().map(file_diff).collect()
+    }
+
+    /// What the model needs to hear about the edits that did not apply.
+    pub fn refusal_report(&self) -> String {
+        let mut out = String::new();
+        for r in &self.reports {
+            match &r.status {
+                EditStatus::Applied { rule, line, .. } => out.push_str(&format!(
+                    "edit {} to {}: applied at line {line} ({})\n",
+                    r.index,
+                    r.path,
+                    rule.as_str()
+                )),
+                EditStatus::AlreadyApplied => out.push_str(&format!(
+                    "edit {} to {}: already applied, nothing changed\n",
+                    r.index, r.path
+                )),
+                EditStatus::Refused { reason, .. } => out.push_str(&format!(
+                    "edit {} to {}: NOT applied: {reason}\n",
+                    r.index, r.path
+                )),
+            }
+        }
+        out
+    }
+}
+
+pub fn file_diff(change: &FileChange) -> String {
+    let old = change.original.as_deref().unwrap_or("");
+    let from = if change.creates() {
+        "/dev/null".to_string()
+    } else {
+        format!("a/{}", change.path)
+    };
+    similar::TextDiff::from_lines(old, &change.new_text)
+        .unified_diff()
+        .context_radius(3)
+        .header(&from, &format!("b/{}", change.path))
+        .to_string()
+}
+
+/// Why a path may not be edited.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("the path is empty")]
+    Empty,
+    #[error("`{0}` is outside the workspace")]
+    Outside(String),
+}
+
+/// A model's path as a clean path relative to the workspace root, refusing anything that
+/// leaves it: `..` past the root, or an absolute path elsewhere. Symlinks need the file
+/// system and are checked by the caller.
+pub fn normalize_path(root: &Path, raw: &str) -> Result<String, PathError> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Err(PathError::Empty);
+    }
+    let path = Path::new(raw);
+    let relative = if path.is_absolute() {
+        path.strip_prefix(root)
+            .map_err(|_| PathError::Outside(raw.to_string()))?
+    } else {
+        path
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for component in relative.components() {
+        match component {
+            Component::Normal(p) => parts.push(
+                p.to_str()
+                    .ok_or_else(|| PathError::Outside(raw.to_string()))?,
+            ),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if parts.pop().is_none() {
+                    return Err(PathError::Outside(raw.to_string()));
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(PathError::Outside(raw.to_string()));
+            }
+        }
+    }
+    if parts.is_empty() {
+        return Err(PathError::Empty);
+    }
+    Ok(parts.join("/"))
+}
+
+/// What the caller knows about a file the plan names.
+pub enum FileText {
+    /// The file's current text (from the editor's buffer or the disk).
+    Text(String),
+    /// No such file: a whole-file edit creates it.
+    Missing,
+    /// The file may not be edited (outside the workspace through a symlink, unreadable...).
+    Refused(String),
+}
+
+/// Locates and applies every edit of `plan`. `read` is asked once per distinct path, with the
+/// path already normalised relative to `root`.
+pub fn apply_plan(
+    plan: &EditPlan,
+    root: &Path,
+    limits: &Limits,
+    mut read: impl FnMut(&str) -> FileText,
+) -> PlanOutcome {
+    let opts = LocateOptions {
+        line_window: limits.line_window,
+    };
+    let mut reports: Vec<Option<EditReport>> = vec![None; plan.edits.len()];
+    let refuse = |reason: String| EditStatus::Refused {
+        reason,
+        closest: Vec::new(),
+    };
+
+    // Group edits by file, keeping plan order inside each file.
+    let mut by_file: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for (i, edit) in plan.edits.iter().enumerate() {
+        match normalize_path(root, &edit.path) {
+            Ok(path) => {
+                if !by_file.contains_key(&path) {
+                    order.push(path.clone());
+                }
+                by_file.entry(path).or_default().push(i);
+            }
+            Err(err) => {
+                reports[i] = Some(EditReport {
+                    index: i + 1,
+                    path: edit.path.clone(),
+                    status: refuse(err.to_string()),
+                })
+            }
+        }
+    }
+
+    let mut changes = Vec::new();
+    for path in order {
+        let indices = &by_file[&path];
+        let mut report = |i: usize, status: EditStatus| {
+            reports[i] = Some(EditReport {
+                index: i + 1,
+                path: path.clone(),
+                status,
+            })
+        };
+        let original = match read(&path) {
+            FileText::Text(t) => Some(t),
+            FileText::Missing => None,
+            FileText::Refused(reason) => {
+                for &i in indices {
+                    report(i, refuse(reason.clone()));
+                }
+                continue;
+            }
+        };
+        if indices.len() > limits.max_edits_per_file {
+            for &i in indices {
+                report(
+                    i,
+                    refuse(format!(
+                        "{} edits to one file is over the limit of {}; split the change into smaller steps",
+                        indices.len(),
+                        limits.max_edits_per_file
+                    )),
+                );
+            }
+            continue;
+        }
+        if let Some(text) = &original
+            && text.len() > limits.max_file_bytes
+        {
+            for &i in indices {
+                report(
+                    i,
+                    refuse(format!(
+                        "the file is {} bytes, over the {}-byte limit for model edits",
+                        text.len(),
+                        limits.max_file_bytes
+                    )),
+                );
+            }
+            continue;
+        }
+
+        // Locate every edit against the original text.
+        let mut located: Vec<(usize, TextEdit)> = Vec::new();
+        for &i in indices {
+            let edit = &plan.edits[i];
+            let status = match (&edit.kind, &original) {
+                (EditKind::WholeFile { content }, Some(text)) if text == content => {
+                    EditStatus::AlreadyApplied
+                }
+                (EditKind::WholeFile { content }, original) => {
+                    let len = original.as_ref().map_or(0, String::len);
+                    located.push((
+                        i,
+                        TextEdit {
+                            range: 0..len,
+                            text: content.clone(),
+                        },
+                    ));
+                    EditStatus::Applied {
+                        rule: Rule::WholeFile,
+                        line: 1,
+                        chosen_by_line: false,
+                    }
+                }
+                (_, None) => refuse(
+                    "the file does not exist; create it with a whole-file edit (path and content)"
+                        .into(),
+                ),
+                (_, Some(text)) => {
+                    let (search, replace, line) = edit.search_replace().unwrap_or(("", "", None));
+                    match locate::locate(text, search, replace, line, &opts) {
+                        Ok(Found::At(l)) => {
+                            located.push((
+                                i,
+                                TextEdit {
+                                    range: l.range,
+                                    text: l.replacement,
+                                },
+                            ));
+                            EditStatus::Applied {
+                                rule: l.rule,
+                                line: l.line,
+                                chosen_by_line: l.chosen_by_line,
+                            }
+                        }
+                        Ok(Found::AlreadyApplied) => EditStatus::AlreadyApplied,
+                        Err(err) => {
+                            let closest = match &err {
+                                LocateError::NotFound { closest } => closest.clone(),
+                                _ => Vec::new(),
+                            };
+                            EditStatus::Refused {
+                                reason: err.to_string(),
+                                closest,
+                            }
+                        }
+                    }
+                }
+            };
+            report(i, status);
+        }
+
+        // Refuse the later of any two edits that overlap, until none do.
+        loop {
+            let edits: Vec<TextEdit> = located.iter().map(|(_, e)| e.clone()).collect();
+            match apply::check_overlaps(&edits) {
+                Ok(_) => break,
+                Err(overlap) => {
+                    let (first, second) = (located[overlap.first].0, located[overlap.second].0);
+                    report(
+                        second,
+                        refuse(format!(
+                            "it overlaps edit {} to the same text; merge them into one edit",
+                            first + 1
+                        )),
+                    );
+                    located.remove(overlap.second);
+                }
+            }
+        }
+        if located.is_empty() {
+            continue;
+        }
+        let edits: Vec<TextEdit> = located.into_iter().map(|(_, e)| e).collect();
+        let base = original.clone().unwrap_or_default();
+        // Overlaps were removed above, so this cannot fail; an error would mean a bug, and
+        // dropping the file's change is the safe answer.
+        let Ok((new_text, inverse)) = apply::apply_to_string(&base, &edits) else {
+            continue;
+        };
+        changes.push(FileChange {
+            path,
+            original,
+            new_text,
+            edits,
+            inverse,
+        });
+    }
+
+    PlanOutcome {
+        reports: reports.into_iter().flatten().collect(),
+        changes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_outside_the_workspace_are_refused() {
+        let root = Path::new("/ws");
+        assert_eq!(normalize_path(root, "src/../lib.rs"), Ok("lib.rs".into()));
+        assert_eq!(normalize_path(root, "./a/b.rs"), Ok("a/b.rs".into()));
+        assert_eq!(normalize_path(root, "/ws/a.rs"), Ok("a.rs".into()));
+        assert!(normalize_path(root, "../etc/passwd").is_err());
+        assert!(normalize_path(root, "a/../../x").is_err());
+        assert!(normalize_path(root, "/etc/passwd").is_err());
+        assert!(normalize_path(root, "").is_err());
+    }
+}
