@@ -25,6 +25,36 @@ const SECRET_KEYS: &[&str] = &["api_key"];
 pub struct Config {
     pub log: LogConfig,
     pub model: ModelConfig,
+    pub edit: EditConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EditConfig {
+    pub max_edits_per_file: usize,
+    pub max_file_bytes: usize,
+    pub line_window: usize,
+}
+
+impl Default for EditConfig {
+    fn default() -> Self {
+        let limits = crate::edit::Limits::default();
+        EditConfig {
+            max_edits_per_file: limits.max_edits_per_file,
+            max_file_bytes: limits.max_file_bytes,
+            line_window: limits.line_window,
+        }
+    }
+}
+
+impl EditConfig {
+    pub fn limits(&self) -> crate::edit::Limits {
+        crate::edit::Limits {
+            max_edits_per_file: self.max_edits_per_file,
+            max_file_bytes: self.max_file_bytes,
+            line_window: self.line_window,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod edit;
+pub mod files;
 pub mod logging;
 pub mod server;
 pub mod text;

@@ -1,11 +1,11 @@
 //! The `agent-ls` command line: `serve` (the default) speaks LSP on stdio; `config` prints the
-//! effective configuration with the source of every value.
+//! effective configuration with the source of every value; `apply` applies an edit plan to files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use agent_ls::config::{self, Inputs};
-use agent_ls::{logging, server};
+use agent_ls::{edit, files, logging, server};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
@@ -33,20 +33,112 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Apply an edit plan (JSON, SEARCH/REPLACE blocks or a unified diff) to files on disk.
+    /// Without --write it prints the diff and changes nothing. Exit codes: 0 every edit
+    /// applied, 2 some did (nothing is written unless all did), 1 error.
+    Apply {
+        /// The plan file, or - for standard input.
+        plan: PathBuf,
+        /// The workspace the plan's paths are relative to (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Write the changed files (atomically) when every edit applies.
+        #[arg(long)]
+        write: bool,
+        /// Print a JSON report of each edit's outcome and the rule that located it.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve(),
-        Command::Config { workspace, json } => match print_config(workspace, json) {
-            Ok(code) => code,
-            Err(err) => {
-                eprintln!("agent-ls: {err:#}");
-                ExitCode::from(1)
-            }
-        },
+        Command::Config { workspace, json } => or_exit_1(print_config(workspace, json)),
+        Command::Apply {
+            plan,
+            workspace,
+            write,
+            json,
+        } => or_exit_1(apply_plan_file(&plan, workspace, write, json)),
     }
+}
+
+fn or_exit_1(result: anyhow::Result<ExitCode>) -> ExitCode {
+    result.unwrap_or_else(|err| {
+        eprintln!("agent-ls: {err:#}");
+        ExitCode::from(1)
+    })
+}
+
+fn workspace_or_cwd(workspace: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match workspace {
+        Some(dir) => Ok(dir),
+        None => std::env::current_dir().context("cannot read the current directory"),
+    }
+}
+
+fn apply_plan_file(
+    plan_path: &Path,
+    workspace: Option<PathBuf>,
+    write: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let root = workspace_or_cwd(workspace)?;
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("cannot open the workspace {}", root.display()))?;
+    let answer = if plan_path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("cannot read the plan from stdin")?
+    } else {
+        std::fs::read_to_string(plan_path)
+            .with_context(|| format!("cannot read the plan {}", plan_path.display()))?
+    };
+    let plan = edit::parse_plan(&answer)
+        .with_context(|| format!("cannot parse the plan {}", plan_path.display()))?;
+    let loaded = config::load(&Inputs::from_process(Some(root.clone())));
+    let outcome = files::plan_on_disk(&plan, &root, &loaded.config.edit.limits());
+    let all = outcome.all_applied();
+    let some = outcome
+        .reports
+        .iter()
+        .any(|r| !matches!(r.status, edit::EditStatus::Refused { .. }));
+    let written = if write && all && !outcome.changes.is_empty() {
+        files::write_changes(&root, &outcome.changes).map_err(anyhow::Error::msg)?;
+        true
+    } else {
+        false
+    };
+    if json {
+        let files: Vec<_> = outcome
+            .changes
+            .iter()
+            .map(|c| serde_json::json!({"path": c.path, "created": c.creates(), "diff": edit::file_diff(c)}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "all_applied": all,
+                "written": written,
+                "edits": outcome.reports,
+                "files": files,
+            }))?
+        );
+    } else {
+        print!("{}", outcome.unified_diff());
+        eprint!("{}", outcome.refusal_report());
+        if write && !written && !all {
+            eprintln!("agent-ls: nothing was written because not every edit applied");
+        }
+    }
+    Ok(if all {
+        ExitCode::SUCCESS
+    } else if some {
+        ExitCode::from(2)
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn serve() -> ExitCode {
@@ -74,10 +166,7 @@ fn serve() -> ExitCode {
 }
 
 fn print_config(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
-    let root = match workspace {
-        Some(dir) => dir,
-        None => std::env::current_dir().context("cannot read the current directory")?,
-    };
+    let root = workspace_or_cwd(workspace)?;
     let loaded = config::load(&Inputs::from_process(Some(root)));
     let entries = loaded.entries();
     if json {

@@ -179,35 +179,49 @@ pub fn locate(
         return Err(LocateError::EmptySearch);
     }
     let file = Lines::new(text);
-    match find(&file, search, replace, stated_line, opts, true)? {
-        Some(located) => Ok(Found::At(located)),
-        None => {
-            // Before refusing, see whether the change is already there: a retry after a
-            // partial application must not apply it twice.
-            if !replace.trim().is_empty()
-                && replace.trim() != search.trim()
-                && find(&file, replace, replace, stated_line, opts, false)
-                    .ok()
-                    .flatten()
-                    .is_some()
-            {
-                return Ok(Found::AlreadyApplied);
-            }
-            Err(LocateError::NotFound {
-                closest: closest_lines(&file, search),
-            })
-        }
+    if let Some(located) = find(&file, search, replace, stated_line, opts)? {
+        return Ok(Found::At(located));
     }
+    // Before anything fuzzy, see whether the change is already there: a retry after a
+    // partial application must not apply it twice, and the old text is often similar enough
+    // to the new one to match fuzzily.
+    let replace_found = || {
+        find(&file, replace, replace, stated_line, opts)
+            .ok()
+            .flatten()
+            .is_some()
+    };
+    if !replace.trim().is_empty() && replace.trim() != search.trim() && replace_found() {
+        return Ok(Found::AlreadyApplied);
+    }
+    let wanted = block_lines(search);
+    if let Some(s) = fuzzy(&file, &wanted, stated_line)? {
+        let located = line_match(
+            &file,
+            s,
+            &wanted,
+            &block_lines(replace),
+            replace.is_empty(),
+            Rule::Fuzzy,
+            false,
+        );
+        if text[located.range.clone()] == located.replacement {
+            return Ok(Found::AlreadyApplied);
+        }
+        return Ok(Found::At(located));
+    }
+    Err(LocateError::NotFound {
+        closest: closest_lines(&file, search),
+    })
 }
 
-/// Runs the cascade. `Ok(None)` when no rule matched anywhere.
+/// Runs the strict rules of the cascade (all but fuzzy). `Ok(None)` when none matched.
 fn find(
     file: &Lines<'_>,
     search: &str,
     replace: &str,
     stated_line: Option<usize>,
     opts: &LocateOptions,
-    allow_fuzzy: bool,
 ) -> Result<Option<Located>, LocateError> {
     // 1. Exact, as a substring, so a search for part of a line works too.
     let needle = adapt_eol(search.strip_suffix('\n').unwrap_or(search), file.eol);
@@ -293,18 +307,6 @@ fn find(
         }
     }
 
-    // 6. Fuzzy, line by line.
-    if allow_fuzzy && let Some(s) = fuzzy(file, &wanted, stated_line)? {
-        return Ok(Some(line_match(
-            file,
-            s,
-            &wanted,
-            &replacement_lines,
-            replace_is_empty,
-            Rule::Fuzzy,
-            false,
-        )));
-    }
     Ok(None)
 }
 
