@@ -42,10 +42,16 @@ pub fn check_overlaps(edits: &[TextEdit]) -> Result<Vec<usize>, Overlap> {
 /// turn it back into the original (in the new text's coordinates).
 pub fn apply_to_string(text: &str, edits: &[TextEdit]) -> Result<(String, Vec<TextEdit>), Overlap> {
     let order = check_overlaps(edits)?;
-    let mut out = text.to_string();
-    for &i in order.iter().rev() {
-        out.replace_range(edits[i].range.clone(), &edits[i].text);
+    // Built front to back in one pass: replacing in place would move the tail once per edit.
+    let grown: usize = edits.iter().map(|e| e.text.len()).sum();
+    let mut out = String::with_capacity(text.len() + grown);
+    let mut at = 0;
+    for &i in &order {
+        out.push_str(&text[at..edits[i].range.start]);
+        out.push_str(&edits[i].text);
+        at = edits[i].range.end;
     }
+    out.push_str(&text[at..]);
     Ok((out, invert(text, edits, &order)))
 }
 

@@ -112,6 +112,8 @@ struct Lines<'a> {
     text: &'a str,
     /// Line contents without terminators.
     lines: Vec<&'a str>,
+    /// Line contents trimmed at both ends, computed once for the line rules.
+    trimmed: Vec<&'a str>,
     /// Byte offset of each line's start, plus one past the end.
     starts: Vec<usize>,
     eol: &'static str,
@@ -144,6 +146,7 @@ impl<'a> Lines<'a> {
         }
         Lines {
             text,
+            trimmed: lines.iter().map(|l| l.trim()).collect(),
             lines,
             starts,
             eol: if crlf > lf { "\r\n" } else { "\n" },
@@ -175,44 +178,75 @@ pub fn locate(
     stated_line: Option<usize>,
     opts: &LocateOptions,
 ) -> Result<Found, LocateError> {
-    if search.trim().is_empty() {
-        return Err(LocateError::EmptySearch);
+    Locator::new(text).locate(search, replace, stated_line, opts)
+}
+
+/// One file prepared for locating many edits: its lines are split once, and the summaries
+/// the fuzzy rule needs are built the first time an edit gets that far.
+pub struct Locator<'a> {
+    file: Lines<'a>,
+    prepared: std::cell::OnceCell<Vec<Prepared>>,
+}
+
+impl<'a> Locator<'a> {
+    pub fn new(text: &'a str) -> Self {
+        Locator {
+            file: Lines::new(text),
+            prepared: std::cell::OnceCell::new(),
+        }
     }
-    let file = Lines::new(text);
-    if let Some(located) = find(&file, search, replace, stated_line, opts)? {
-        return Ok(Found::At(located));
+
+    fn prepared(&self) -> &[Prepared] {
+        self.prepared
+            .get_or_init(|| self.file.lines.iter().map(|l| Prepared::new(l)).collect())
     }
-    // Before anything fuzzy, see whether the change is already there: a retry after a
-    // partial application must not apply it twice, and the old text is often similar enough
-    // to the new one to match fuzzily.
-    let replace_found = || {
-        find(&file, replace, replace, stated_line, opts)
-            .ok()
-            .flatten()
-            .is_some()
-    };
-    if !replace.trim().is_empty() && replace.trim() != search.trim() && replace_found() {
-        return Ok(Found::AlreadyApplied);
-    }
-    let wanted = block_lines(search);
-    if let Some(s) = fuzzy(&file, &wanted, stated_line)? {
-        let located = line_match(
-            &file,
-            s,
-            &wanted,
-            &block_lines(replace),
-            replace.is_empty(),
-            Rule::Fuzzy,
-            false,
-        );
-        if text[located.range.clone()] == located.replacement {
+
+    pub fn locate(
+        &self,
+        search: &str,
+        replace: &str,
+        stated_line: Option<usize>,
+        opts: &LocateOptions,
+    ) -> Result<Found, LocateError> {
+        if search.trim().is_empty() {
+            return Err(LocateError::EmptySearch);
+        }
+        let file = &self.file;
+        if let Some(located) = find(file, search, replace, stated_line, opts)? {
+            return Ok(Found::At(located));
+        }
+        // Before anything fuzzy, see whether the change is already there: a retry after a
+        // partial application must not apply it twice, and the old text is often similar
+        // enough to the new one to match fuzzily.
+        let replace_found = || {
+            find(file, replace, replace, stated_line, opts)
+                .ok()
+                .flatten()
+                .is_some()
+        };
+        if !replace.trim().is_empty() && replace.trim() != search.trim() && replace_found() {
             return Ok(Found::AlreadyApplied);
         }
-        return Ok(Found::At(located));
+        let wanted = block_lines(search);
+        if let Some(s) = fuzzy(file, self.prepared(), &wanted, stated_line)? {
+            let located = line_match(
+                file,
+                s,
+                &wanted,
+                &block_lines(replace),
+                replace.is_empty(),
+                Rule::Fuzzy,
+                false,
+            );
+            if file.text[located.range.clone()] == located.replacement {
+                return Ok(Found::AlreadyApplied);
+            }
+            return Ok(Found::At(located));
+        }
+        Err(LocateError::NotFound {
+            closest: closest_lines(file, self.prepared(), search),
+        })
     }
-    Err(LocateError::NotFound {
-        closest: closest_lines(&file, search),
-    })
 }
 
 /// Runs the strict rules of the cascade (all but fuzzy). `Ok(None)` when none matched.
@@ -225,11 +259,8 @@ fn find(
 ) -> Result<Option<Located>, LocateError> {
     // 1. Exact, as a substring, so a search for part of a line works too.
     let needle = adapt_eol(search.strip_suffix('\n').unwrap_or(search), file.eol);
-    let hits: Vec<usize> = file
-        .text
-        .match_indices(needle.as_str())
-        .map(|(i, _)| i)
-        .collect();
+    let hits: Vec<usize> =
+        memchr::memmem::find_iter(file.text.as_bytes(), needle.as_bytes()).collect();
     let hit_lines: Vec<usize> = hits.iter().map(|&b| line_of(file, b)).collect();
     if let Some((index, by_line)) = pick(&hit_lines, stated_line, opts, Rule::Exact)? {
         let start = hits[index];
@@ -256,10 +287,26 @@ fn find(
             a.trim_end() == b.trim_end()
         }),
         (Rule::Indentation, |a, b| a.trim() == b.trim()),
-        (Rule::UnicodeFolded, |a, b| fold(a.trim()) == fold(b.trim())),
+        (Rule::UnicodeFolded, folded_eq),
     ];
+    // Every rule here is looser than the one before and none is looser than folding, so the
+    // windows that match folded are the only candidates any of them can find.
+    let wanted_trimmed: Vec<&str> = wanted.iter().map(|w| w.trim()).collect();
+    let candidates: Vec<usize> = if wanted.len() > file.lines.len() {
+        Vec::new()
+    } else {
+        (0..=file.lines.len() - wanted.len())
+            .filter(|&s| {
+                (0..wanted.len()).all(|j| trimmed_folded_eq(file.trimmed[s + j], wanted_trimmed[j]))
+            })
+            .collect()
+    };
     for (rule, same) in line_rules {
-        let starts = windows_matching(file, &wanted, same);
+        let starts: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&s| (0..wanted.len()).all(|j| same(file.lines[s + j], wanted[j])))
+            .collect();
         // The indentation rule also needs one offset shared by every line.
         let starts: Vec<usize> = match rule {
             Rule::Indentation => starts
@@ -340,20 +387,6 @@ fn pick(
             })
         }
     }
-}
-
-fn windows_matching(file: &Lines<'_>, wanted: &[&str], same: LineEq) -> Vec<usize> {
-    if wanted.len() > file.lines.len() {
-        return Vec::new();
-    }
-    (0..=file.lines.len() - wanted.len())
-        .filter(|&s| {
-            wanted
-                .iter()
-                .enumerate()
-                .all(|(j, w)| same(file.lines[s + j], w))
-        })
-        .collect()
 }
 
 /// Builds the located edit for a whole-line match at `s`, re-indenting the replacement by the
@@ -440,96 +473,223 @@ fn reindent(line: &str, delta: Option<&Indent>) -> String {
 
 /// Folds typographic punctuation to ASCII so "smart" quotes and dashes from a model match.
 pub fn fold(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{2032}' => out.push('\''),
-            '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{2033}' => out.push('"'),
+    fold_chars(s).collect()
+}
+
+/// The folded characters of `s`, without building a string. Only the ellipsis becomes more
+/// than one character ("..."), so each char maps to itself or a replacement plus repeats.
+fn fold_chars(s: &str) -> impl Iterator<Item = char> + '_ {
+    s.chars().flat_map(|c| {
+        let (first, extra) = match c {
+            '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{2032}' => ('\'', 0),
+            '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{2033}' => ('"', 0),
             '\u{2010}' | '\u{2011}' | '\u{2012}' | '\u{2013}' | '\u{2014}' | '\u{2015}'
-            | '\u{2212}' => out.push('-'),
-            '\u{00A0}' | '\u{2007}' | '\u{202F}' | '\u{2009}' | '\u{200A}' | '\u{3000}' => {
-                out.push(' ')
-            }
-            '\u{2026}' => out.push_str("..."),
-            _ => out.push(c),
-        }
-    }
-    out
+            | '\u{2212}' => ('-', 0),
+            '\u{00A0}' | '\u{2007}' | '\u{202F}' | '\u{2009}' | '\u{200A}' | '\u{3000}' => (' ', 0),
+            '\u{2026}' => ('.', 2),
+            _ => (c, 0),
+        };
+        std::iter::once(first).chain(std::iter::repeat_n('.', extra))
+    })
+}
+
+/// Whether two lines are equal once trimmed and folded.
+fn folded_eq(a: &str, b: &str) -> bool {
+    trimmed_folded_eq(a.trim(), b.trim())
+}
+
+/// The same for lines already trimmed; ASCII needs no folding, which is the common case.
+fn trimmed_folded_eq(a: &str, b: &str) -> bool {
+    a == b || (!(a.is_ascii() && b.is_ascii()) && fold_chars(a).eq(fold_chars(b)))
 }
 
 const FUZZY_LINE: f64 = 0.8;
 const FUZZY_SHARE: f64 = 0.8;
 
-/// Normalised similarity of two lines, ignoring surrounding whitespace and typography.
-fn similarity(a: &str, b: &str) -> f64 {
-    let (a, b) = (fold(a.trim()), fold(b.trim()));
-    if a == b {
+/// A line prepared for fuzzy comparison: trimmed, folded, and summarised so that most
+/// comparisons are settled without computing an edit distance.
+struct Prepared {
+    text: Vec<char>,
+    /// Character counts in 32 buckets; half the histogram difference bounds the edit
+    /// distance from below (bag distance), and hash collisions only weaken the bound.
+    histogram: [u16; 32],
+}
+
+impl Prepared {
+    fn new(line: &str) -> Self {
+        let trimmed = line.trim();
+        let text: Vec<char> = if trimmed.is_ascii() {
+            trimmed.bytes().map(char::from).collect()
+        } else {
+            fold_chars(trimmed).collect()
+        };
+        let mut histogram = [0u16; 32];
+        for c in &text {
+            let bucket = (*c as u32 as usize).wrapping_mul(2_654_435_761) >> 27 & 31;
+            histogram[bucket] = histogram[bucket].saturating_add(1);
+        }
+        Prepared { text, histogram }
+    }
+}
+
+/// A cheap upper bound on `similarity`: the edit distance is at least the difference in
+/// length, and at least the larger one-sided difference of the character bags.
+fn similarity_bound(a: &Prepared, b: &Prepared) -> f64 {
+    let longest = a.text.len().max(b.text.len());
+    if longest == 0 {
         return 1.0;
     }
-    // Levenshtein distance is at least the difference in length, so most lines are ruled
-    // out without computing it.
-    let (la, lb) = (a.chars().count(), b.chars().count());
-    let longest = la.max(lb);
-    if (la.abs_diff(lb) as f64) > (1.0 - FUZZY_LINE) * longest as f64 {
+    let by_length = 1.0 - a.text.len().abs_diff(b.text.len()) as f64 / longest as f64;
+    if by_length < FUZZY_LINE {
+        return by_length;
+    }
+    let (mut more, mut less) = (0u32, 0u32);
+    for (x, y) in a.histogram.iter().zip(&b.histogram) {
+        let (x, y) = (u32::from(*x), u32::from(*y));
+        more += x.saturating_sub(y);
+        less += y.saturating_sub(x);
+    }
+    let floor = (more.max(less) as usize).max(a.text.len().abs_diff(b.text.len()));
+    1.0 - floor as f64 / longest as f64
+}
+
+/// Normalised similarity of two prepared lines: 1 - Levenshtein distance / longer length.
+/// Pairs that cannot reach `FUZZY_LINE` return 0 without the distance being computed.
+fn similarity(a: &Prepared, b: &Prepared) -> f64 {
+    if a.text == b.text {
+        return 1.0;
+    }
+    if similarity_bound(a, b) < FUZZY_LINE {
         return 0.0;
     }
-    strsim::normalized_levenshtein(&a, &b)
+    let longest = a.text.len().max(b.text.len());
+    let budget = ((1.0 - FUZZY_LINE) * longest as f64).floor() as usize;
+    match bounded_levenshtein(&a.text, &b.text, budget) {
+        Some(d) => 1.0 - d as f64 / longest as f64,
+        None => 0.0,
+    }
+}
+
+/// Levenshtein distance when it is at most `max`, computed only within the diagonal band
+/// that can stay under it (Ukkonen); `None` when it is larger.
+fn bounded_levenshtein(a: &[char], b: &[char], max: usize) -> Option<usize> {
+    let (n, m) = (a.len(), b.len());
+    if n.abs_diff(m) > max {
+        return None;
+    }
+    let big = max + 1;
+    let mut prev: Vec<usize> = (0..=m).map(|j| if j <= max { j } else { big }).collect();
+    let mut cur = vec![big; m + 1];
+    for i in 1..=n {
+        let lo = i.saturating_sub(max).max(1);
+        let hi = (i + max).min(m);
+        cur.fill(big);
+        if i <= max {
+            cur[0] = i;
+        }
+        let mut row_min = cur[0];
+        for j in lo..=hi {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let v = (prev[j - 1] + cost)
+                .min(prev[j] + 1)
+                .min(cur[j - 1] + 1)
+                .min(big);
+            cur[j] = v;
+            row_min = row_min.min(v);
+        }
+        if row_min > max {
+            return None;
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    (prev[m] <= max).then_some(prev[m])
 }
 
 /// The start of the one window where the lines are similar enough; ties between equally good
 /// windows are broken by the stated line, else refused.
+///
 fn fuzzy(
     file: &Lines<'_>,
+    file_p: &[Prepared],
     wanted: &[&str],
     stated_line: Option<usize>,
 ) -> Result<Option<usize>, LocateError> {
     let m = wanted.len();
-    if m > file.lines.len() {
+    let n = file.lines.len();
+    if m == 0 || m > n {
         return Ok(None);
     }
     let need = (FUZZY_SHARE * m as f64).ceil() as usize;
     let allowed_misses = m - need;
-    let mut best: Vec<(usize, f64)> = Vec::new();
-    let mut best_score = 0.0;
-    for s in 0..=file.lines.len() - m {
+    let want_p: Vec<Prepared> = wanted.iter().map(|l| Prepared::new(l)).collect();
+
+    // Every window gets an upper bound on its score from the cheap per-line bounds; windows
+    // are then scored best bound first, and the search stops once no bound can beat the best
+    // score found.
+    let mut bounds: Vec<(usize, f64)> = Vec::with_capacity(n - m + 1);
+    for s in 0..=n - m {
+        let mut sum = 0.0;
         let mut misses = 0;
-        let mut total = 0.0;
-        for (j, w) in wanted.iter().enumerate() {
-            let sim = similarity(file.lines[s + j], w);
-            if sim < FUZZY_LINE {
+        for j in 0..m {
+            let b = similarity_bound(&file_p[s + j], &want_p[j]);
+            if b < FUZZY_LINE {
                 misses += 1;
                 if misses > allowed_misses {
                     break;
                 }
             }
-            total += sim;
+            sum += b;
         }
-        if misses > allowed_misses {
+        if misses <= allowed_misses {
+            bounds.push((s, sum / m as f64));
+        }
+    }
+    bounds.sort_by(|a, b| b.1.total_cmp(&a.1));
+
+    let eps = 1e-9;
+    let mut best: Vec<usize> = Vec::new();
+    let mut best_score = 0.0;
+    for (s, bound) in bounds {
+        if bound < best_score - eps {
+            break;
+        }
+        let mut misses = 0;
+        let mut total = 0.0;
+        let mut alive = true;
+        for j in 0..m {
+            let sim = similarity(&file_p[s + j], &want_p[j]);
+            if sim < FUZZY_LINE {
+                misses += 1;
+            }
+            total += sim;
+            if misses > allowed_misses {
+                alive = false;
+                break;
+            }
+        }
+        if !alive {
             continue;
         }
         let score = total / m as f64;
-        if score > best_score + 1e-9 {
+        if score > best_score + eps {
             best_score = score;
-            best = vec![(s, score)];
-        } else if (score - best_score).abs() <= 1e-9 {
-            best.push((s, score));
+            best = vec![s];
+        } else if (score - best_score).abs() <= eps {
+            best.push(s);
         }
     }
+    best.sort_unstable();
     match best.len() {
         0 => Ok(None),
-        1 => Ok(Some(best[0].0)),
+        1 => Ok(Some(best[0])),
         _ => {
             if let Some(stated) = stated_line {
                 let center = stated.saturating_sub(1);
-                let nearest = best
-                    .iter()
-                    .map(|(s, _)| s.abs_diff(center))
-                    .min()
-                    .unwrap_or(0);
+                let nearest = best.iter().map(|s| s.abs_diff(center)).min().unwrap_or(0);
                 let at: Vec<usize> = best
                     .iter()
-                    .filter(|(s, _)| s.abs_diff(center) == nearest)
-                    .map(|(s, _)| *s)
+                    .copied()
+                    .filter(|s| s.abs_diff(center) == nearest)
                     .collect();
                 if at.len() == 1 {
                     return Ok(Some(at[0]));
@@ -537,7 +697,7 @@ fn fuzzy(
             }
             Err(LocateError::Ambiguous {
                 rule: Rule::Fuzzy,
-                lines: best.iter().map(|(s, _)| s + 1).collect(),
+                lines: best.iter().map(|s| s + 1).collect(),
             })
         }
     }
@@ -545,7 +705,7 @@ fn fuzzy(
 
 /// The lines most like the search text, for a refusal the model can act on: the window
 /// starting at the line most similar to the first non-blank search line.
-fn closest_lines(file: &Lines<'_>, search: &str) -> Vec<NumberedLine> {
+fn closest_lines(file: &Lines<'_>, file_p: &[Prepared], search: &str) -> Vec<NumberedLine> {
     let wanted = block_lines(search);
     let Some((offset, first)) = wanted
         .iter()
@@ -554,12 +714,15 @@ fn closest_lines(file: &Lines<'_>, search: &str) -> Vec<NumberedLine> {
     else {
         return Vec::new();
     };
-    let first = fold(first.trim());
-    let best = file
-        .lines
+    let first = Prepared::new(first);
+    let best = file_p
         .iter()
         .enumerate()
-        .map(|(i, l)| (i, strsim::normalized_levenshtein(&fold(l.trim()), &first)))
+        .map(|(i, l)| {
+            let longest = l.text.len().max(first.text.len()).max(1);
+            let d = strsim::generic_levenshtein(&l.text, &first.text);
+            (i, 1.0 - d as f64 / longest as f64)
+        })
         .max_by(|a, b| a.1.total_cmp(&b.1));
     let Some((at, score)) = best else {
         return Vec::new();
@@ -690,6 +853,32 @@ mod tests {
         .unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("    2 | beta gamma"), "{msg}");
+    }
+
+    #[test]
+    fn bounded_levenshtein_agrees_with_the_full_distance_within_its_bound() {
+        let words = [
+            "",
+            "a",
+            "kitten",
+            "sitting",
+            "saturday",
+            "sunday",
+            "😀x",
+            "x😀",
+            "rosettacode",
+            "raisethysword",
+        ];
+        for a in words {
+            for b in words {
+                let (ac, bc): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+                let full = strsim::levenshtein(a, b);
+                for max in 0..8 {
+                    let want = (full <= max).then_some(full);
+                    assert_eq!(bounded_levenshtein(&ac, &bc, max), want, "{a} {b} {max}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -289,6 +289,8 @@ pub fn apply_plan(
         }
 
         // Locate every edit against the original text.
+        let base_text = original.clone().unwrap_or_default();
+        let locator = locate::Locator::new(&base_text);
         let mut located: Vec<(usize, TextEdit)> = Vec::new();
         for &i in indices {
             let edit = &plan.edits[i];
@@ -315,9 +317,9 @@ pub fn apply_plan(
                     "the file does not exist; create it with a whole-file edit (path and content)"
                         .into(),
                 ),
-                (_, Some(text)) => {
+                (_, Some(_)) => {
                     let (search, replace, line) = edit.search_replace().unwrap_or(("", "", None));
-                    match locate::locate(text, search, replace, line, &opts) {
+                    match locator.locate(search, replace, line, &opts) {
                         Ok(Found::At(l)) => {
                             located.push((
                                 i,

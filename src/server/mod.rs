@@ -6,6 +6,7 @@ pub mod ext;
 mod ordered;
 pub mod session;
 pub mod transport;
+pub mod workspace_edit;
 
 use std::any::Any;
 use std::future::Future;
