@@ -6,4 +6,5 @@ pub mod edit;
 pub mod files;
 pub mod logging;
 pub mod server;
+pub mod tests_run;
 pub mod text;

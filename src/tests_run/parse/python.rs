@@ -1,0 +1,231 @@
+//! pytest (default and `--tb=short` tracebacks, rewritten assertions, collection errors,
+//! `SyntaxError`) and unittest.
+
+use super::{Context, Failure, Location, Parsed, count_before, split_location};
+
+/// A `____ name ____` block header in pytest's FAILURES or ERRORS section.
+fn block_header(line: &str) -> Option<&str> {
+    let t = line.trim();
+    if t.len() > 6 && t.starts_with("___") && t.ends_with("___") {
+        Some(t.trim_matches('_').trim())
+    } else {
+        None
+    }
+}
+
+/// `File "path", line 12` (tracebacks, and SyntaxError details inside `E` lines).
+fn file_line(line: &str) -> Option<(&str, u32)> {
+    let rest = line
+        .trim()
+        .trim_start_matches('E')
+        .trim()
+        .strip_prefix("File \"")?;
+    let (path, after) = rest.split_once('"')?;
+    let num = after.trim_start_matches(',').trim().strip_prefix("line ")?;
+    let num: String = num.chars().take_while(char::is_ascii_digit).collect();
+    Some((path, num.parse().ok()?))
+}
+
+pub fn parse_pytest(output: &str, ctx: &Context<'_>) -> Parsed {
+    let lines: Vec<&str> = output.lines().collect();
+    let mut parsed = Parsed::default();
+    // Full test ids from the short summary: "FAILED tests/test_x.py::test_add - message".
+    let mut summary: Vec<(String, String)> = Vec::new();
+    let mut in_blocks = false;
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        if line.starts_with('=') && (line.contains(" FAILURES ") || line.contains(" ERRORS ")) {
+            in_blocks = true;
+        } else if line.starts_with('=') && line.contains("short test summary info") {
+            in_blocks = false;
+        } else if let Some(rest) = line
+            .strip_prefix("FAILED ")
+            .or_else(|| line.strip_prefix("ERROR "))
+        {
+            let (id, msg) = rest.split_once(" - ").unwrap_or((rest, ""));
+            summary.push((id.trim().to_string(), msg.trim().to_string()));
+        } else if line.starts_with('=') && line.trim_end().ends_with('=') {
+            in_blocks = false;
+            if line.contains(" in ") {
+                parsed.failed = sum(
+                    count_before(line, "failed"),
+                    count_before(line, "error").or(count_before(line, "errors")),
+                );
+                parsed.passed = count_before(line, "passed").or(Some(0));
+            }
+        } else if in_blocks && let Some(name) = block_header(line) {
+            let end = (i + 1..lines.len())
+                .find(|&j| block_header(lines[j]).is_some() || lines[j].starts_with('='))
+                .unwrap_or(lines.len());
+            parsed
+                .failures
+                .push(pytest_block(name, &lines[i + 1..end], ctx));
+            i = end;
+            continue;
+        }
+        i += 1;
+    }
+    // Give each block its full id from the summary, and add summary-only failures (as with
+    // `--tb=no`).
+    for (id, msg) in summary {
+        let name = id.rsplit("::").next().unwrap_or(&id).to_string();
+        let file = id.split("::").next().unwrap_or(&id).to_string();
+        match parsed
+            .failures
+            .iter_mut()
+            .find(|f| f.test_id == name || f.test_id == format!("ERROR collecting {file}"))
+        {
+            Some(f) => f.test_id = id,
+            None => parsed.failures.push(Failure {
+                test_id: id,
+                location: None,
+                message: msg,
+                frames: Vec::new(),
+            }),
+        }
+    }
+    parsed
+}
+
+fn sum(a: Option<u32>, b: Option<u32>) -> Option<u32> {
+    match (a, b) {
+        (None, None) => None,
+        _ => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    }
+}
+
+/// One failure block: its frames are the `path:line: ...` lines (both traceback styles), its
+/// message the `E` lines; a SyntaxError's own `File "...", line N` is the best location.
+fn pytest_block(name: &str, block: &[&str], ctx: &Context<'_>) -> Failure {
+    let mut frames: Vec<Location> = Vec::new();
+    let mut message: Vec<String> = Vec::new();
+    let mut syntax_location = None;
+    for line in block {
+        if let Some(e) = line.strip_prefix('E') {
+            let text = e.strip_prefix("   ").unwrap_or(e).trim_end();
+            if let Some((path, n)) = file_line(line)
+                && ctx.in_workspace(path)
+            {
+                syntax_location = Some(ctx.location(path, n, None));
+            } else if !text.trim().is_empty() {
+                message.push(text.trim_start().to_string());
+            }
+            continue;
+        }
+        if line.starts_with(' ') || line.starts_with('_') {
+            continue;
+        }
+        // "tests/test_calc.py:5: AssertionError", "calc.py:6: in divide", "x.py:13: "
+        let Some((loc, _)) = line
+            .split_once(": ")
+            .or_else(|| line.strip_suffix(':').map(|l| (l, "")))
+        else {
+            continue;
+        };
+        if let Some((path, n, _)) = split_location(loc)
+            && ctx.in_workspace(path)
+        {
+            let l = ctx.location(path, n, None);
+            if !frames.contains(&l) {
+                frames.push(l);
+            }
+        }
+    }
+    let location = syntax_location.or_else(|| frames.first().cloned());
+    if let Some(l) = &location {
+        frames.retain(|f| f != l);
+    }
+    Failure {
+        test_id: name.to_string(),
+        location,
+        message: if message.is_empty() {
+            "failed".into()
+        } else {
+            message.join("\n")
+        },
+        frames,
+    }
+}
+
+pub fn parse_unittest(output: &str, ctx: &Context<'_>) -> Parsed {
+    let lines: Vec<&str> = output.lines().collect();
+    let mut parsed = Parsed::default();
+    let mut ran = None;
+    let mut skipped = 0;
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let header = line
+            .strip_prefix("FAIL: ")
+            .or_else(|| line.strip_prefix("ERROR: "));
+        if let Some(rest) = header {
+            // "test_area (test_shapes.ShapeTests.test_area)"
+            let id = rest
+                .split_once(" (")
+                .map(|(_, q)| q.trim_end_matches(')').to_string())
+                .unwrap_or_else(|| rest.to_string());
+            let end = (i + 1..lines.len())
+                .find(|&j| {
+                    lines[j].starts_with("=====") || lines[j].starts_with("-----") && j > i + 2
+                })
+                .unwrap_or(lines.len());
+            let block = &lines[i + 1..end];
+            let mut frames: Vec<Location> = block
+                .iter()
+                .filter_map(|l| file_line(l))
+                .filter(|(p, _)| ctx.in_workspace(p))
+                .map(|(p, n)| ctx.location(p, n, None))
+                .collect();
+            frames.dedup();
+            let message = block
+                .iter()
+                .rev()
+                .map(|l| l.trim())
+                .find(|l| !l.is_empty() && !l.starts_with("-----"))
+                .unwrap_or("failed")
+                .to_string();
+            let location = if frames.is_empty() {
+                None
+            } else {
+                Some(frames.remove(0))
+            };
+            parsed.failures.push(Failure {
+                test_id: id,
+                location,
+                message,
+                frames,
+            });
+            i = end;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("Ran ") {
+            ran = rest
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u32>().ok());
+        }
+        if line.starts_with("FAILED (") || line.starts_with("OK") {
+            let n = |k: &str| {
+                line.split(['(', ')', ','])
+                    .filter_map(|p| {
+                        p.trim()
+                            .strip_prefix(k)?
+                            .strip_prefix('=')?
+                            .parse::<u32>()
+                            .ok()
+                    })
+                    .next()
+                    .unwrap_or(0)
+            };
+            parsed.failed = Some(n("failures") + n("errors"));
+            skipped = n("skipped") + n("expected failures");
+        }
+        i += 1;
+    }
+    if let (Some(ran), Some(failed)) = (ran, parsed.failed.or(Some(0))) {
+        parsed.failed = Some(failed);
+        parsed.passed = Some(ran.saturating_sub(failed + skipped));
+    }
+    parsed
+}
