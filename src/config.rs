@@ -26,6 +26,49 @@ pub struct Config {
     pub log: LogConfig,
     pub model: ModelConfig,
     pub edit: EditConfig,
+    pub test: TestConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TestConfig {
+    pub command: Vec<String>,
+    pub nextest: bool,
+    pub on_save: bool,
+    pub debounce_ms: u64,
+    pub timeout_secs: u64,
+    pub grace_ms: u64,
+    pub output_cap_bytes: usize,
+    pub allowlist: Vec<String>,
+    pub env_allow: Vec<String>,
+}
+
+impl Default for TestConfig {
+    fn default() -> Self {
+        TestConfig {
+            command: Vec::new(),
+            nextest: false,
+            on_save: false,
+            debounce_ms: 500,
+            timeout_secs: 300,
+            grace_ms: 2_000,
+            output_cap_bytes: 1024 * 1024,
+            allowlist: [
+                "cargo",
+                "python -m pytest",
+                "python3 -m pytest",
+                "pytest",
+                "npm",
+                "npx",
+                "node",
+                "go",
+                "make",
+            ]
+            .map(String::from)
+            .to_vec(),
+            env_allow: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

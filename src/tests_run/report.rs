@@ -1,0 +1,87 @@
+//! The text a model sees about a test run: the output with timings, process ids and temporary
+//! paths replaced so two runs of the same failure compare equal, cut to its head and tail.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// Characters kept from the start and from the end of the output.
+pub const HEAD_CHARS: usize = 2_500;
+pub const TAIL_CHARS: usize = 1_000;
+
+static VOLATILE: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
+    let r = |p: &str| Regex::new(p).expect("valid pattern");
+    vec![
+        (r(r"thread '([^']*)' \(\d+\)"), "thread '$1'"),
+        (r(r"(duration_ms:?\s*)\d+(\.\d+)?"), "${1}<time>"),
+        (
+            r(r"\b\d+(\.\d+)?\s?(ms|µs|us|ns|s|sec|secs|seconds)\b"),
+            "<time>",
+        ),
+        (r(r"\b\d{1,2}:\d{2}:\d{2}(\.\d+)?\b"), "<clock>"),
+        (
+            r(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
+            "<id>",
+        ),
+        (r(r"/tmp/[^\s:'\x22)]+"), "<tmp>"),
+        (r(r"0x[0-9a-f]{6,}"), "<addr>"),
+    ]
+});
+
+/// Replaces what changes between runs of the same failure; `root` becomes `.`.
+pub fn normalize(output: &str, root: &str) -> String {
+    let mut text = if root.len() > 1 {
+        output.replace(root, ".")
+    } else {
+        output.to_string()
+    };
+    for (pattern, with) in VOLATILE.iter() {
+        text = pattern.replace_all(&text, *with).into_owned();
+    }
+    text
+}
+
+/// The first `HEAD_CHARS` and last `TAIL_CHARS` characters, joined by "\n...\n" when the
+/// middle is dropped.
+pub fn truncate(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= HEAD_CHARS + TAIL_CHARS {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(HEAD_CHARS).collect();
+    let tail: String = text.chars().skip(count - TAIL_CHARS).collect();
+    format!("{head}\n...\n{tail}")
+}
+
+pub fn model_report(output: &str, root: &str) -> String {
+    truncate(&normalize(output, root))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_of_the_same_failure_compare_equal() {
+        let a = "thread 'tests::adds' (29794) panicked at src/lib.rs:15:9:\ntest result: FAILED. finished in 0.13s\n/tmp/.tmpAb12/x.rs failed [   0.109s]\nduration_ms: 2.758883\nStart at  01:47:31";
+        let b = "thread 'tests::adds' (31002) panicked at src/lib.rs:15:9:\ntest result: FAILED. finished in 0.02s\n/tmp/.tmpZZ99/x.rs failed [   1.5s]\nduration_ms: 9.1\nStart at  11:02:59";
+        assert_eq!(normalize(a, "/ws"), normalize(b, "/ws"));
+        assert!(
+            normalize(a, "/ws").contains("src/lib.rs:15:9"),
+            "line numbers stay"
+        );
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail() {
+        let text: String = (0..5000)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let cut = truncate(&text);
+        assert_eq!(cut.chars().count(), HEAD_CHARS + TAIL_CHARS + 5);
+        assert!(cut.starts_with(&text[..HEAD_CHARS]));
+        assert!(cut.ends_with(&text[text.len() - TAIL_CHARS..]));
+        assert!(cut.contains("\n...\n"));
+        assert_eq!(truncate("short"), "short");
+    }
+}
