@@ -46,3 +46,13 @@ pub struct Configuration {
     pub entries: Vec<ConfigurationEntry>,
     pub errors: Vec<String>,
 }
+
+/// Notification `agent-ls/testStatus` from the server: a test run started ("running") or ended
+/// ("passed", "failed", "timed_out", "cancelled", "error"), with counts and duration.
+pub const TEST_STATUS: &str = "agent-ls/testStatus";
+
+/// Command `agent-ls.rerunTests`: runs the workspace's tests now, cancelling a run in progress.
+pub const RERUN_TESTS_COMMAND: &str = "agent-ls.rerunTests";
+
+/// Command `agent-ls.cancel`: stops the test run in progress.
+pub const CANCEL_COMMAND: &str = "agent-ls.cancel";

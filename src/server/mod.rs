@@ -5,6 +5,7 @@ pub mod convert;
 pub mod ext;
 mod ordered;
 pub mod session;
+pub mod test_runs;
 pub mod transport;
 pub mod workspace_edit;
 
@@ -127,7 +128,10 @@ impl Backend {
     }
 
     fn commands(&self) -> Vec<String> {
-        let mut commands = Vec::new();
+        let mut commands = vec![
+            ext::RERUN_TESTS_COMMAND.to_string(),
+            ext::CANCEL_COMMAND.to_string(),
+        ];
         if self.hooks {
             commands.push(ext::DEBUG_PANIC_COMMAND.to_string());
         }
@@ -186,6 +190,17 @@ impl LanguageServer for Backend {
     async fn execute_command(&self, params: ExecuteCommandParams) -> Result<Option<LSPAny>> {
         guarded("workspace/executeCommand", async {
             match params.command.as_str() {
+                ext::RERUN_TESTS_COMMAND => {
+                    // The run goes on in the background; its end arrives as agent-ls/testStatus.
+                    self.session.send(Event::RunTests {
+                        reason: "command".into(),
+                    });
+                    Ok(Some(serde_json::json!({"started": true})))
+                }
+                ext::CANCEL_COMMAND => {
+                    self.session.send(Event::CancelTests);
+                    Ok(Some(serde_json::json!({"cancelled": true})))
+                }
                 ext::DEBUG_PANIC_COMMAND if self.hooks => {
                     panic!("deliberate panic from {}", ext::DEBUG_PANIC_COMMAND)
                 }

@@ -8,14 +8,17 @@ use std::path::PathBuf;
 use tokio::sync::{mpsc, oneshot};
 use tower_lsp_server::Client;
 use tower_lsp_server::ls_types::{
-    DidChangeConfigurationParams, DidChangeTextDocumentParams, DidCloseTextDocumentParams,
-    DidOpenTextDocumentParams, DidSaveTextDocumentParams, InitializeParams, MessageType, Uri,
+    ClientCapabilities, DidChangeConfigurationParams, DidChangeTextDocumentParams,
+    DidCloseTextDocumentParams, DidOpenTextDocumentParams, DidSaveTextDocumentParams,
+    InitializeParams, MessageType, Uri,
 };
 use tracing::{debug, error, info, warn};
 
 use super::convert;
+use super::test_runs::{self, TestRuns};
 use crate::config::{self, Loaded};
 use crate::logging::LogHandle;
+use crate::tests_run::{RunError, RunResult};
 use crate::text::{Buffer, Encoding};
 
 /// A closure run on the owner task against the current state.
@@ -32,6 +35,20 @@ pub enum Event {
     Saved(DidSaveTextDocumentParams),
     ConfigurationChanged(DidChangeConfigurationParams),
     Query(Query),
+    /// Run the workspace's tests now (a command, a debounced save, an applied agent edit).
+    RunTests {
+        reason: String,
+    },
+    CancelTests,
+    /// A test run ended; `generation` tells whether it is still the latest.
+    TestsFinished {
+        generation: u64,
+        result: Box<Result<RunResult, RunError>>,
+    },
+    /// The debounce delay after a save passed.
+    SaveSettled {
+        generation: u64,
+    },
 }
 
 /// The sending side, cloned into every handler. Sending never blocks or awaits, so a handler
@@ -78,6 +95,10 @@ pub struct Session {
     /// Problems found by the latest attempt to load the configuration, even a refused one.
     config_errors: Vec<config::ConfigError>,
     documents: HashMap<Uri, Buffer>,
+    capabilities: ClientCapabilities,
+    tests: TestRuns,
+    /// This session's own sender, for tasks that report back to it.
+    me: Option<SessionHandle>,
 }
 
 impl Session {
@@ -93,6 +114,9 @@ impl Session {
             config_errors: config.errors.clone(),
             config,
             documents: HashMap::new(),
+            capabilities: ClientCapabilities::default(),
+            tests: TestRuns::default(),
+            me: None,
         }
     }
 
@@ -117,10 +141,12 @@ impl Session {
     }
 
     /// Starts the owner task and returns the handle every handler sends through.
-    pub fn spawn(self) -> SessionHandle {
+    pub fn spawn(mut self) -> SessionHandle {
         let (tx, rx) = mpsc::unbounded_channel();
+        let handle = SessionHandle { tx };
+        self.me = Some(handle.clone());
         tokio::spawn(self.run(rx));
-        SessionHandle { tx }
+        handle
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Event>) {
@@ -163,7 +189,27 @@ impl Session {
                 };
                 if is_workspace_config {
                     self.reload_config(self.inputs.clone());
+                } else if self.config.config.test.on_save {
+                    self.debounce_save();
                 }
+            }
+            Event::RunTests { reason } => self.run_tests(&reason),
+            Event::CancelTests => self.tests.cancel(),
+            Event::SaveSettled { generation } => {
+                if self.tests.is_latest_save(generation) {
+                    self.run_tests("save");
+                }
+            }
+            Event::TestsFinished { generation, result } => {
+                let root = self.workspace_root.clone().unwrap_or_default();
+                self.tests.finished(
+                    generation,
+                    *result,
+                    &self.client,
+                    &root,
+                    &self.documents,
+                    self.encoding,
+                );
             }
             Event::ConfigurationChanged(p) => {
                 let mut inputs = self.inputs.clone();
@@ -173,8 +219,45 @@ impl Session {
         }
     }
 
+    fn run_tests(&mut self, reason: &str) {
+        let (Some(root), Some(me)) = (self.workspace_root.clone(), self.me.clone()) else {
+            self.notify(
+                MessageType::WARNING,
+                "agent-ls: no workspace folder, so no tests to run".into(),
+            );
+            return;
+        };
+        let progress = self
+            .capabilities
+            .window
+            .as_ref()
+            .and_then(|w| w.work_done_progress)
+            .unwrap_or(false);
+        self.tests.start(test_runs::Start {
+            client: &self.client,
+            session: &me,
+            root: &root,
+            config: &self.config.config.test,
+            progress,
+            reason,
+        });
+    }
+
+    /// Starts the debounce delay for a save; only the last save of a burst runs the tests.
+    fn debounce_save(&mut self) {
+        let generation = self.tests.saved();
+        let delay = std::time::Duration::from_millis(self.config.config.test.debounce_ms);
+        if let Some(me) = self.me.clone() {
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                me.send(Event::SaveSettled { generation });
+            });
+        }
+    }
+
     fn initialize(&mut self, params: InitializeParams, reply: oneshot::Sender<Encoding>) {
         self.encoding = convert::negotiate_encoding(&params);
+        self.capabilities = params.capabilities.clone();
         self.workspace_root = convert::workspace_root(&params);
         let mut inputs = self.inputs.clone();
         inputs.workspace_root = self.workspace_root.clone();

@@ -99,8 +99,19 @@ impl Context<'_> {
     }
 }
 
-/// Recognises the tool from the output.
+/// Recognises the tool from the output. Every tool announces itself near the start (headers)
+/// or the end (summaries), so only the first and last 64 KiB are looked at: a long run's
+/// output is not scanned a dozen times.
 pub fn detect_format(output: &str) -> Format {
+    const WINDOW: usize = 64 * 1024;
+    let sample = if output.len() > 2 * WINDOW {
+        let head_end = floor_char_boundary(output, WINDOW);
+        let tail_start = floor_char_boundary(output, output.len() - WINDOW);
+        format!("{}\n{}", &output[..head_end], &output[tail_start..])
+    } else {
+        output.to_string()
+    };
+    let output = sample.as_str();
     let has = |s: &str| output.contains(s);
     if has("Nextest run ID") || (has("        FAIL [") && has("Summary [")) {
         Format::Nextest
@@ -133,6 +144,13 @@ pub fn detect_format(output: &str) -> Format {
     } else {
         Format::Generic
     }
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
 }
 
 /// Parses a run's combined output (stdout, then stderr). Colour codes are removed first.

@@ -5,7 +5,10 @@ use super::{Context, Failure, Location, Parsed, count_before, split_location};
 
 /// A `____ name ____` block header in pytest's FAILURES or ERRORS section.
 fn block_header(line: &str) -> Option<&str> {
-    let t = line.trim();
+    if !line.starts_with("___") {
+        return None;
+    }
+    let t = line.trim_end();
     if t.len() > 6 && t.starts_with("___") && t.ends_with("___") {
         Some(t.trim_matches('_').trim())
     } else {
@@ -35,9 +38,10 @@ pub fn parse_pytest(output: &str, ctx: &Context<'_>) -> Parsed {
     let mut i = 0;
     while i < lines.len() {
         let line = lines[i];
-        if line.starts_with('=') && (line.contains(" FAILURES ") || line.contains(" ERRORS ")) {
+        let rule = line.starts_with('=');
+        if rule && (line.contains(" FAILURES ") || line.contains(" ERRORS ")) {
             in_blocks = true;
-        } else if line.starts_with('=') && line.contains("short test summary info") {
+        } else if rule && line.contains("short test summary info") {
             in_blocks = false;
         } else if let Some(rest) = line
             .strip_prefix("FAILED ")
@@ -45,7 +49,7 @@ pub fn parse_pytest(output: &str, ctx: &Context<'_>) -> Parsed {
         {
             let (id, msg) = rest.split_once(" - ").unwrap_or((rest, ""));
             summary.push((id.trim().to_string(), msg.trim().to_string()));
-        } else if line.starts_with('=') && line.trim_end().ends_with('=') {
+        } else if rule && line.trim_end().ends_with('=') {
             in_blocks = false;
             if line.contains(" in ") {
                 parsed.failed = sum(
@@ -66,17 +70,27 @@ pub fn parse_pytest(output: &str, ctx: &Context<'_>) -> Parsed {
         }
         i += 1;
     }
-    // Give each block its full id from the summary, and add summary-only failures (as with
-    // `--tb=no`).
+    // Give each block its full id from the summary, in order, and add summary-only failures
+    // (as with `--tb=no`). Blocks are looked up by their short name through an index, since
+    // a long run can have thousands of both.
+    let mut by_name: std::collections::HashMap<String, std::collections::VecDeque<usize>> =
+        std::collections::HashMap::new();
+    for (i, f) in parsed.failures.iter().enumerate() {
+        by_name.entry(f.test_id.clone()).or_default().push_back(i);
+    }
     for (id, msg) in summary {
         let name = id.rsplit("::").next().unwrap_or(&id).to_string();
         let file = id.split("::").next().unwrap_or(&id).to_string();
-        match parsed
-            .failures
-            .iter_mut()
-            .find(|f| f.test_id == name || f.test_id == format!("ERROR collecting {file}"))
-        {
-            Some(f) => f.test_id = id,
+        let block = by_name
+            .get_mut(&name)
+            .and_then(|q| q.pop_front())
+            .or_else(|| {
+                by_name
+                    .get_mut(&format!("ERROR collecting {file}"))
+                    .and_then(|q| q.pop_front())
+            });
+        match block {
+            Some(i) => parsed.failures[i].test_id = id,
             None => parsed.failures.push(Failure {
                 test_id: id,
                 location: None,

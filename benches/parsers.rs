@@ -1,0 +1,44 @@
+//! Parser figures: 10 MB of pytest output and 10 MB of cargo test output, built by repeating
+//! the recorded real outputs. Run with `cargo bench --bench parsers`.
+
+use std::path::Path;
+use std::time::Instant;
+
+use agent_ls::tests_run::parse::{Context, parse};
+
+fn grow(sample: &str, bytes: usize) -> String {
+    let mut out = String::with_capacity(bytes + sample.len());
+    while out.len() < bytes {
+        out.push_str(sample);
+    }
+    out
+}
+
+fn main() {
+    let ctx = Context {
+        root: Path::new("/work/main/tests/fixtures/projects/python"),
+        go_module: None,
+    };
+    for (name, file) in [
+        ("pytest", "pytest.txt"),
+        ("cargo test", "cargo.txt"),
+        ("node TAP", "node-tap.txt"),
+    ] {
+        let sample = std::fs::read_to_string(format!("tests/fixtures/outputs/{file}"))
+            .expect("recorded output");
+        let text = grow(&sample, 10 * 1024 * 1024);
+        let mut best = f64::MAX;
+        let mut failures = 0;
+        for _ in 0..5 {
+            let start = Instant::now();
+            let (_, parsed) = parse(&text, &ctx);
+            best = best.min(start.elapsed().as_secs_f64());
+            failures = parsed.failures.len();
+        }
+        println!(
+            "parse {:.1} MB of {name} output: {:.1} ms ({failures} failures after de-duplication)",
+            text.len() as f64 / 1e6,
+            best * 1e3
+        );
+    }
+}
