@@ -75,7 +75,11 @@ pub async fn run(
     cancel: &CancellationToken,
 ) -> Result<RunResult, RunError> {
     let command = prepare(root, config)?;
-    let env = command::filtered_env(std::env::vars(), &config.env_allow);
+    let mut env = command::filtered_env(std::env::vars(), &config.env_allow);
+    // Python caches compiled files keyed on the source's mtime (in whole seconds) and size,
+    // so an edit made within a second of the last run that keeps the size (a - b to a + b)
+    // would run the old code. Agent edits come that fast; no cache is written instead.
+    env.push(("PYTHONDONTWRITEBYTECODE".into(), "1".into()));
     let limits = process::Limits {
         timeout: Duration::from_secs(config.timeout_secs),
         grace: Duration::from_millis(config.grace_ms),
