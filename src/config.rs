@@ -20,13 +20,54 @@ const ENV_PREFIX: &str = "AGENT_LS_";
 /// Keys that hold secrets; they are refused from every layer but the user file and environment.
 const SECRET_KEYS: &[&str] = &["api_key"];
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub log: LogConfig,
     pub model: ModelConfig,
+    pub roles: RolesConfig,
+    pub prices: BTreeMap<String, Price>,
     pub edit: EditConfig,
     pub test: TestConfig,
+}
+
+/// One model to call: every key optional, so a role can override only what differs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct TargetConfig {
+    pub provider: Option<String>,
+    pub base_url: Option<String>,
+    pub name: Option<String>,
+    pub api_key: Option<Secret>,
+}
+
+/// Per-role overrides of `[model]`, with their own fallback sequence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoleConfig {
+    pub provider: Option<String>,
+    pub base_url: Option<String>,
+    pub name: Option<String>,
+    pub api_key: Option<Secret>,
+    pub fallback: Option<Vec<TargetConfig>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct RolesConfig {
+    pub planner: RoleConfig,
+    pub coder: RoleConfig,
+    pub reflector: RoleConfig,
+    pub evaluator: RoleConfig,
+    pub intent: RoleConfig,
+}
+
+/// Prices in US dollars per million tokens, keyed by model name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,13 +179,36 @@ impl LogLevel {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelConfig {
     pub provider: Option<String>,
     pub base_url: Option<String>,
     pub name: Option<String>,
     pub api_key: Option<Secret>,
+    pub fallback: Vec<TargetConfig>,
+    pub replay_file: Option<PathBuf>,
+    pub timeout_secs: u64,
+    pub stream_idle_secs: u64,
+    pub max_retries: u32,
+    pub max_tokens: u32,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            provider: None,
+            base_url: None,
+            name: None,
+            api_key: None,
+            fallback: Vec::new(),
+            replay_file: None,
+            timeout_secs: 120,
+            stream_idle_secs: 60,
+            max_retries: 3,
+            max_tokens: 2048,
+        }
+    }
 }
 
 /// A value that is never printed: `Debug` and serialisation both show `<redacted>`.
@@ -155,6 +219,10 @@ pub struct Secret(String);
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
         Secret(value.into())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// The secret itself, for the one place that sends it (an HTTP header).

@@ -5,6 +5,7 @@ pub mod config;
 pub mod edit;
 pub mod files;
 pub mod logging;
+pub mod model;
 pub mod server;
 pub mod tests_run;
 pub mod text;

@@ -11,6 +11,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod model_server;
+
 use serde_json::{Value, json};
 
 /// How long any single wait may take before the test fails with the server's log.

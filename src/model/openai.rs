@@ -1,0 +1,387 @@
+//! OpenAI-compatible chat completions (OpenAI, Ollama, llama.cpp's server, vLLM, LM Studio):
+//! streaming, tool calls, `response_format` with a JSON schema, and a fallback to
+//! instruction-only JSON when a server rejects `response_format` or tools.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::sse::{Events, SseError};
+use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
+
+/// Servers that rejected native JSON schemas or tools, so later calls go straight to the
+/// instruction-only form instead of failing first every time.
+static DOWNGRADED: Mutex<BTreeMap<String, Mode>> = Mutex::new(BTreeMap::new());
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mode {
+    native_schema: bool,
+    native_tools: bool,
+}
+
+pub async fn complete(
+    http: &reqwest::Client,
+    target: &Target,
+    request: &Request,
+    max_tokens: u32,
+    idle: Duration,
+    on_token: Option<OnToken<'_>>,
+) -> Result<Response, ModelError> {
+    let key = format!("{} {}", target.base_url, target.model);
+    let mut mode = DOWNGRADED
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&key).copied())
+        .unwrap_or(Mode {
+            native_schema: true,
+            native_tools: true,
+        });
+    loop {
+        let started = Instant::now();
+        let body = build_body(target, request, max_tokens, mode);
+        let mut builder = http
+            .post(format!("{}/chat/completions", target.base_url))
+            .json(&body);
+        if let Some(k) = target.api_key.as_ref().filter(|k| !k.is_empty()) {
+            builder = builder.bearer_auth(k.expose());
+        }
+        let response = builder
+            .send()
+            .await
+            .map_err(|e| super::connect_error(target, &e))?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            let retry_after = super::retry_after(response.headers());
+            let text = response.text().await.unwrap_or_default();
+            // A server that does not know response_format or tools says so with a 400 or
+            // 422; ask again in the instruction-only form.
+            if status == 400 || status == 422 {
+                let lower = text.to_lowercase();
+                let wants_schema = request.json_schema.is_some() && mode.native_schema;
+                let wants_tools = !request.tools.is_empty() && mode.native_tools;
+                let next = if wants_schema
+                    && (lower.contains("response_format") || lower.contains("json_schema"))
+                {
+                    Some(Mode {
+                        native_schema: false,
+                        ..mode
+                    })
+                } else if wants_tools && lower.contains("tool") {
+                    Some(Mode {
+                        native_tools: false,
+                        ..mode
+                    })
+                } else {
+                    None
+                };
+                if let Some(next) = next {
+                    tracing::warn!(model = %target.label(), "the server rejected a native feature; using instructions instead");
+                    if let Ok(mut m) = DOWNGRADED.lock() {
+                        m.insert(key.clone(), next);
+                    }
+                    mode = next;
+                    continue;
+                }
+            }
+            return Err(super::status_error(target, status, &text, retry_after));
+        }
+        let is_stream = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/event-stream"));
+        let mut answer = if is_stream {
+            read_stream(target, response, idle, on_token).await?
+        } else {
+            let text = response
+                .text()
+                .await
+                .map_err(|e| super::connect_error(target, &e))?;
+            read_whole(target, &text)?
+        };
+        if !mode.native_tools && !request.tools.is_empty() {
+            answer.tool_calls = tool_call_from_text(target, &answer.text)?;
+        }
+        let usage = answer
+            .usage
+            .unwrap_or_else(|| super::estimate_usage(request, &answer.text));
+        return Ok(Response {
+            text: answer.text,
+            tool_calls: answer.tool_calls,
+            usage,
+            provider: target.provider.clone(),
+            model: target.model.clone(),
+            duration_ms: started.elapsed().as_millis() as u64,
+            attempts: 1,
+            cost_usd: None,
+        });
+    }
+}
+
+fn build_body(target: &Target, request: &Request, max_tokens: u32, mode: Mode) -> Value {
+    let mut messages: Vec<Value> = request
+        .messages
+        .iter()
+        .map(|m| {
+            let role = match m.speaker {
+                Speaker::System => "system",
+                Speaker::User => "user",
+                Speaker::Assistant => "assistant",
+            };
+            json!({"role": role, "content": m.content})
+        })
+        .collect();
+    let mut body = json!({
+        "model": target.model,
+        "messages": [],
+        "max_tokens": max_tokens,
+        "temperature": 0.2,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if let Some((name, schema)) = &request.json_schema {
+        if mode.native_schema {
+            body["response_format"] =
+                json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}});
+        } else {
+            messages.push(json!({"role": "system", "content": format!(
+                "Answer with only one JSON object, no prose and no code fence, that matches this JSON schema:\n{schema}"
+            )}));
+        }
+    }
+    if !request.tools.is_empty() {
+        if mode.native_tools {
+            body["tools"] = Value::Array(
+                request
+                    .tools
+                    .iter()
+                    .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+                    .collect(),
+            );
+            if let Some(name) = &request.tool_choice {
+                body["tool_choice"] = json!({"type": "function", "function": {"name": name}});
+            }
+        } else {
+            let list: Vec<String> = request
+                .tools
+                .iter()
+                .map(|t| {
+                    format!(
+                        "- {}: {} Arguments schema: {}",
+                        t.name, t.description, t.parameters
+                    )
+                })
+                .collect();
+            messages.push(json!({"role": "system", "content": format!(
+                "To call a tool, answer with only one JSON object {{\"tool\": NAME, \"arguments\": {{...}}}} and nothing else. Tools:\n{}",
+                list.join("\n")
+            )}));
+        }
+    }
+    body["messages"] = Value::Array(messages);
+    body
+}
+
+struct Answer {
+    text: String,
+    tool_calls: Vec<ToolCall>,
+    usage: Option<Usage>,
+}
+
+/// Tool calls arrive in pieces keyed by index: the id and name once, the arguments as
+/// fragments of a JSON string.
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+async fn read_stream(
+    target: &Target,
+    response: reqwest::Response,
+    idle: Duration,
+    on_token: Option<OnToken<'_>>,
+) -> Result<Answer, ModelError> {
+    let mut events = Events::new(response, idle);
+    let mut text = String::new();
+    let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
+    let mut usage = None;
+    let mut finished = false;
+    let mut done = false;
+    loop {
+        let event = match events.next().await {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            Err(SseError::Stalled) => {
+                return Err(ModelError::Truncated {
+                    provider: target.label(),
+                    reason: format!("no data for {} s", idle.as_secs()),
+                });
+            }
+            Err(SseError::Read(reason)) => {
+                return Err(ModelError::Truncated {
+                    provider: target.label(),
+                    reason,
+                });
+            }
+        };
+        if event.data.trim() == "[DONE]" {
+            done = true;
+            break;
+        }
+        let chunk: Value =
+            serde_json::from_str(&event.data).map_err(|e| ModelError::BadAnswer {
+                provider: target.label(),
+                reason: format!("a stream event is not JSON ({e})"),
+            })?;
+        if let Some(err) = chunk.get("error") {
+            return Err(ModelError::BadAnswer {
+                provider: target.label(),
+                reason: err.to_string(),
+            });
+        }
+        if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
+            usage = Some(Usage {
+                input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+                output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+                estimated: false,
+            });
+        }
+        let Some(choice) = chunk["choices"].get(0) else {
+            continue;
+        };
+        if choice["finish_reason"].is_string() {
+            finished = true;
+        }
+        let delta = &choice["delta"];
+        if let Some(piece) = delta["content"].as_str().filter(|s| !s.is_empty()) {
+            text.push_str(piece);
+            if let Some(f) = on_token {
+                f(piece);
+            }
+        }
+        for call in delta["tool_calls"].as_array().into_iter().flatten() {
+            let index = call["index"].as_u64().unwrap_or(0);
+            let entry = calls.entry(index).or_default();
+            if let Some(id) = call["id"].as_str() {
+                entry.id = id.to_string();
+            }
+            if let Some(name) = call["function"]["name"].as_str() {
+                entry.name.push_str(name);
+            }
+            if let Some(args) = call["function"]["arguments"].as_str() {
+                entry.arguments.push_str(args);
+            }
+        }
+    }
+    if !done && !finished {
+        return Err(ModelError::Truncated {
+            provider: target.label(),
+            reason: "the stream ended without a finish reason or [DONE]".into(),
+        });
+    }
+    let tool_calls = calls
+        .into_values()
+        .map(|c| finish_call(target, c.id, c.name, &c.arguments))
+        .collect::<Result<_, _>>()?;
+    Ok(Answer {
+        text,
+        tool_calls,
+        usage,
+    })
+}
+
+fn read_whole(target: &Target, body: &str) -> Result<Answer, ModelError> {
+    let v: Value = serde_json::from_str(body).map_err(|e| ModelError::BadAnswer {
+        provider: target.label(),
+        reason: format!("the answer is not JSON ({e})"),
+    })?;
+    let message = &v["choices"][0]["message"];
+    if message.is_null() {
+        return Err(ModelError::BadAnswer {
+            provider: target.label(),
+            reason: "no choices[0].message".into(),
+        });
+    }
+    let tool_calls = message["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            finish_call(
+                target,
+                c["id"].as_str().unwrap_or_default().to_string(),
+                c["function"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                c["function"]["arguments"].as_str().unwrap_or("{}"),
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    let usage = v.get("usage").filter(|u| !u.is_null()).map(|u| Usage {
+        input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+        output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+        estimated: false,
+    });
+    Ok(Answer {
+        text: message["content"].as_str().unwrap_or_default().to_string(),
+        tool_calls,
+        usage,
+    })
+}
+
+fn finish_call(
+    target: &Target,
+    id: String,
+    name: String,
+    arguments: &str,
+) -> Result<ToolCall, ModelError> {
+    let args = if arguments.trim().is_empty() {
+        "{}"
+    } else {
+        arguments
+    };
+    let arguments = serde_json::from_str(args).map_err(|e| ModelError::InvalidToolCall {
+        provider: target.label(),
+        tool: name.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(ToolCall {
+        id,
+        name,
+        arguments,
+    })
+}
+
+/// The instruction-only form of a tool call: `{"tool": NAME, "arguments": {...}}` as text.
+fn tool_call_from_text(target: &Target, text: &str) -> Result<Vec<ToolCall>, ModelError> {
+    let trimmed = text
+        .trim()
+        .trim_start_matches("```json")
+        .trim_start_matches("```")
+        .trim_end_matches("```")
+        .trim();
+    let Ok(v) = serde_json::from_str::<Value>(trimmed) else {
+        return Ok(Vec::new());
+    };
+    let Some(name) = v["tool"].as_str().or(v["name"].as_str()) else {
+        return Ok(Vec::new());
+    };
+    let arguments = match &v["arguments"] {
+        Value::String(s) => serde_json::from_str(s).map_err(|e| ModelError::InvalidToolCall {
+            provider: target.label(),
+            tool: name.to_string(),
+            reason: e.to_string(),
+        })?,
+        other => other.clone(),
+    };
+    Ok(vec![ToolCall {
+        id: "call_0".into(),
+        name: name.to_string(),
+        arguments,
+    }])
+}

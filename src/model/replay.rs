@@ -1,0 +1,132 @@
+//! The replay provider: scripted answers from a JSONL file, one object a line,
+//! `{"role": "coder", "content": "...", "tool_calls": [{"name": ..., "arguments": {...}}]}`.
+//! Each call takes the next unused line for its role. The run journal records answers in the
+//! same form, so a recorded run can be replayed exactly.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{ModelError, Response, Role, ToolCall, Usage};
+
+#[derive(Debug, Deserialize)]
+struct Line {
+    role: Role,
+    #[serde(default)]
+    content: String,
+    #[serde(default)]
+    tool_calls: Vec<ReplayToolCall>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReplayToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    name: String,
+    #[serde(default)]
+    arguments: Value,
+}
+
+pub struct Replay {
+    file: String,
+    /// The script, or why it could not be read (reported at the first call).
+    lines: Result<Mutex<HashMap<Role, VecDeque<Line>>>, String>,
+}
+
+impl Replay {
+    pub fn open(path: &Path) -> Self {
+        let file = path.display().to_string();
+        let lines = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the replay file {file}: {e}"))
+            .and_then(|text| parse(&text).map_err(|e| format!("{file}: {e}")))
+            .map(Mutex::new);
+        Replay { file, lines }
+    }
+
+    pub fn from_text(name: &str, text: &str) -> Result<Self, String> {
+        Ok(Replay {
+            file: name.to_string(),
+            lines: Ok(Mutex::new(parse(text)?)),
+        })
+    }
+
+    pub fn next(&self, role: Role) -> Result<Response, ModelError> {
+        let lines = self
+            .lines
+            .as_ref()
+            .map_err(|e| ModelError::NotConfigured(e.clone()))?;
+        let mut lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+        let line = lines
+            .get_mut(&role)
+            .and_then(VecDeque::pop_front)
+            .ok_or_else(|| ModelError::ReplayExhausted {
+                role: role.as_str().into(),
+                file: self.file.clone(),
+            })?;
+        Ok(Response {
+            usage: Usage {
+                input_tokens: 0,
+                output_tokens: (line.content.len() / 4) as u64,
+                estimated: true,
+            },
+            text: line.content,
+            tool_calls: line
+                .tool_calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| ToolCall {
+                    id: t.id.unwrap_or_else(|| format!("replay_{i}")),
+                    name: t.name,
+                    arguments: t.arguments,
+                })
+                .collect(),
+            provider: "replay".into(),
+            model: "replay".into(),
+            duration_ms: 0,
+            attempts: 1,
+            cost_usd: None,
+        })
+    }
+}
+
+fn parse(text: &str) -> Result<HashMap<Role, VecDeque<Line>>, String> {
+    let mut by_role: HashMap<Role, VecDeque<Line>> = HashMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let line: Line = serde_json::from_str(raw).map_err(|e| format!("line {}: {e}", i + 1))?;
+        by_role.entry(line.role).or_default().push_back(line);
+    }
+    Ok(by_role)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_come_in_order_per_role_and_run_out_clearly() {
+        let r = Replay::from_text(
+            "script.jsonl",
+            "{\"role\": \"coder\", \"content\": \"one\"}\n{\"role\": \"planner\", \"content\": \"plan\"}\n{\"role\": \"coder\", \"content\": \"two\", \"tool_calls\": [{\"name\": \"edit\", \"arguments\": {\"x\": 1}}]}\n",
+        )
+        .unwrap();
+        assert_eq!(r.next(Role::Coder).unwrap().text, "one");
+        let two = r.next(Role::Coder).unwrap();
+        assert_eq!(
+            (two.text.as_str(), two.tool_calls[0].name.as_str()),
+            ("two", "edit")
+        );
+        assert_eq!(r.next(Role::Planner).unwrap().text, "plan");
+        let err = r.next(Role::Coder).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the replay script script.jsonl has no more answers for the coder role"
+        );
+        assert!(Replay::from_text("x", "{\"role\": \"wizard\"}").is_err());
+    }
+}
