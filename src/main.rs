@@ -33,6 +33,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check every configured model: key, server, model, and a one-token completion.
+    /// Exits 1 when a check fails.
+    Doctor {
+        /// The workspace whose `.agent-ls.toml` applies (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Print the checks as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Apply an edit plan (JSON, SEARCH/REPLACE blocks or a unified diff) to files on disk.
     /// Without --write it prints the diff and changes nothing. Exit codes: 0 every edit
     /// applied, 2 some did (nothing is written unless all did), 1 error.
@@ -56,6 +66,7 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve(),
         Command::Config { workspace, json } => or_exit_1(print_config(workspace, json)),
+        Command::Doctor { workspace, json } => or_exit_1(doctor(workspace, json)),
         Command::Apply {
             plan,
             workspace,
@@ -163,6 +174,46 @@ fn serve() -> ExitCode {
     // Background tasks may still hold the runtime; the protocol is finished, so leave now.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     ExitCode::from(code as u8)
+}
+
+fn doctor(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
+    let root = workspace_or_cwd(workspace)?;
+    let loaded = config::load(&Inputs::from_process(Some(root.clone())));
+    for err in &loaded.errors {
+        eprintln!("agent-ls: {err}");
+    }
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let models = agent_ls::model::Models::new(&loaded.config, Some(&root));
+    let checks = runtime.block_on(agent_ls::model::doctor::run(&models));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&checks)?);
+    } else {
+        for c in &checks {
+            println!(
+                "{} {} {}: {}",
+                if c.ok { "ok  " } else { "FAIL" },
+                c.target,
+                c.check,
+                c.detail
+            );
+        }
+    }
+    let failed = checks.iter().any(|c| !c.ok) || !loaded.errors.is_empty();
+    if !json {
+        println!(
+            "{}",
+            if failed {
+                "some checks failed"
+            } else {
+                "every check passed"
+            }
+        );
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn print_config(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {

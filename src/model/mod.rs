@@ -3,6 +3,7 @@
 //! and cost. The wire formats live in `openai.rs`, `anthropic.rs` and `replay.rs`.
 
 pub mod anthropic;
+pub mod doctor;
 pub mod openai;
 pub mod replay;
 mod sse;
