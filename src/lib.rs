@@ -1,6 +1,7 @@
 //! agent-ls: a language server that runs a coding agent inside the editor. The library holds
 //! the pure core (`text`), configuration, and the LSP shell (`server`).
 
+pub mod agent;
 pub mod config;
 pub mod edit;
 pub mod files;

@@ -3,10 +3,10 @@
 //! so these tests check structure (streamed tokens, a forced tool call, JSON that parses),
 //! not the quality of the answers.
 
-use std::sync::{Arc, Mutex};
 use agent_ls::config::Config;
 use agent_ls::model::{Message, Models, Request, Response, Role, ToolSpec};
 use serde_json::json;
+use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 /// The server's URL, or `None` to skip when it is not required (a plain `cargo test`);
@@ -37,7 +37,8 @@ fn models(url: &str) -> Models {
 
 fn call(m: &Models, req: &Request, on_token: Option<&(dyn Fn(&str) + Send + Sync)>) -> Response {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(m.call(Role::Coder, req, &CancellationToken::new(), on_token)).unwrap_or_else(|e| panic!("{e}"))
+    rt.block_on(m.call(Role::Coder, req, &CancellationToken::new(), on_token))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -46,7 +47,13 @@ fn streams_tokens_from_a_real_model() {
     let pieces = Arc::new(Mutex::new(0usize));
     let p = pieces.clone();
     let on_token = move |_: &str| *p.lock().unwrap() += 1;
-    let req = Request { messages: vec![Message::system("You are terse."), Message::user("Name a colour.")], ..Request::default() };
+    let req = Request {
+        messages: vec![
+            Message::system("You are terse."),
+            Message::user("Name a colour."),
+        ],
+        ..Request::default()
+    };
     let r = call(&models(&url), &req, Some(&on_token));
     assert!(!r.text.trim().is_empty());
     assert!(*pieces.lock().unwrap() >= 2, "the answer arrived in pieces");
@@ -62,7 +69,9 @@ fn a_forced_tool_call_comes_back_as_a_tool_call() {
         parameters: json!({"type": "object", "properties": {"path": {"type": "string", "maxLength": 30}}, "required": ["path"]}),
     };
     let req = Request {
-        messages: vec![Message::user("Which file holds the add function? It is calc.py.")],
+        messages: vec![Message::user(
+            "Which file holds the add function? It is calc.py.",
+        )],
         tools: vec![tool],
         tool_choice: Some("pick_file".into()),
         ..Request::default()
@@ -70,7 +79,11 @@ fn a_forced_tool_call_comes_back_as_a_tool_call() {
     let r = call(&models(&url), &req, None);
     assert_eq!(r.tool_calls.len(), 1, "{r:?}");
     assert_eq!(r.tool_calls[0].name, "pick_file");
-    assert!(r.tool_calls[0].arguments.is_object(), "{:?}", r.tool_calls[0].arguments);
+    assert!(
+        r.tool_calls[0].arguments.is_object(),
+        "{:?}",
+        r.tool_calls[0].arguments
+    );
 }
 
 #[test]
@@ -82,13 +95,16 @@ fn a_json_schema_answer_parses() {
         "required": ["score", "reason"]
     });
     let req = Request {
-        messages: vec![Message::user("Rate the code `def add(a, b): return a + b` from 1 to 5.")],
+        messages: vec![Message::user(
+            "Rate the code `def add(a, b): return a + b` from 1 to 5.",
+        )],
         json_schema: Some(("evaluation".into(), schema)),
         max_tokens: Some(64),
         ..Request::default()
     };
     let r = call(&models(&url), &req, None);
-    let v: serde_json::Value = serde_json::from_str(&r.text).unwrap_or_else(|e| panic!("{e}: {:?}", r.text));
+    let v: serde_json::Value =
+        serde_json::from_str(&r.text).unwrap_or_else(|e| panic!("{e}: {:?}", r.text));
     assert!(v["score"].is_i64(), "{v}");
     assert!(v["reason"].is_string(), "{v}");
 }

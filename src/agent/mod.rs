@@ -1,0 +1,448 @@
+//! The agent loop as a pure state machine: `step(&mut Run, Event) -> Vec<Effect>`. The shell
+//! (`drive.rs`) performs the effects (model calls, locating edits, approval, applying, test
+//! runs) and feeds their results back as events. No IO, no clocks, no LSP types.
+
+pub mod prompts;
+
+use serde::{Deserialize, Serialize};
+
+use crate::edit::{EditPlan, FileChange, PlanOutcome};
+use crate::model::Role;
+
+/// What the user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Intent {
+    /// Make the failing tests pass.
+    Fix,
+    /// Change the code as the goal says.
+    Edit,
+    /// Answer a question about the code; nothing is edited.
+    Explain,
+}
+
+/// Classifies a free-form goal by its obvious words.
+pub fn classify(goal: &str) -> Intent {
+    let g = goal.to_lowercase();
+    let has = |w: &str| g.contains(w);
+    if has("explain") || has("what does") || has("why does") || g.trim_end().ends_with('?') {
+        Intent::Explain
+    } else if has("fix") || has("failing") || has("make the tests pass") || has("make tests pass") {
+        Intent::Fix
+    } else {
+        Intent::Edit
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Running the tests before the first edit, to know what fails.
+    Baseline,
+    Explaining,
+    Coding,
+    Locating,
+    Approving,
+    Applying,
+    Testing,
+    Reflecting,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl Phase {
+    pub fn is_final(self) -> bool {
+        matches!(self, Phase::Done | Phase::Failed | Phase::Cancelled)
+    }
+}
+
+/// A test run's result as the loop sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestSummary {
+    pub passed: bool,
+    pub passed_count: u32,
+    pub failed_count: u32,
+    /// The normalised report, so the same failure gives the same text.
+    pub report: String,
+    /// Identifies the failure set: equal fingerprints mean the same failures came back.
+    pub fingerprint: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Start,
+    ModelAnswered {
+        role: Role,
+        text: String,
+    },
+    ModelFailed {
+        role: Role,
+        error: String,
+    },
+    /// The edit engine located the plan on the current text.
+    Located(PlanOutcome),
+    Approved,
+    Rejected,
+    Applied,
+    ApplyFailed(String),
+    TestsFinished(TestSummary),
+    TestsUnavailable(String),
+    Cancel,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    CallModel {
+        role: Role,
+        messages: Vec<crate::model::Message>,
+    },
+    Locate(EditPlan),
+    AskApproval {
+        changes: Vec<FileChange>,
+        diff: String,
+    },
+    Apply(Vec<FileChange>),
+    RunTests,
+    Progress(String),
+    Warn(String),
+    /// The run ended; `answer` is what the user reads.
+    Finish {
+        status: Phase,
+        answer: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    pub max_retries: u32,
+    pub max_iterations: u32,
+}
+
+/// Everything the loop knows. The shell keeps it and passes every event through `step`.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub goal: String,
+    pub intent: Intent,
+    pub phase: Phase,
+    pub budget: Budget,
+    /// Files and their text the prompt shows, gathered by the shell before the start.
+    pub context: String,
+    /// Coder attempts so far (each proposal counts).
+    pub iterations: u32,
+    /// Attempts for the current task since its last success.
+    pub retries: u32,
+    /// The last test result.
+    pub tests: Option<TestSummary>,
+    /// What the coder hears next: refusals, failures, the reflector's advice.
+    pub feedback: Vec<String>,
+    /// A reply that did not parse is sent back once; then the step fails.
+    pub parse_retry_used: bool,
+    /// Fingerprints of failures after each applied edit, and a hash of each applied diff.
+    pub failure_history: Vec<String>,
+    pub edit_history: Vec<u64>,
+    pub files_changed: Vec<String>,
+    pub warned_budget: bool,
+    pending: Vec<FileChange>,
+}
+
+impl Run {
+    pub fn new(goal: &str, intent: Intent, budget: Budget, context: String) -> Self {
+        Run {
+            goal: goal.to_string(),
+            intent,
+            phase: Phase::Baseline,
+            budget,
+            context,
+            iterations: 0,
+            retries: 0,
+            tests: None,
+            feedback: Vec::new(),
+            parse_retry_used: false,
+            failure_history: Vec::new(),
+            edit_history: Vec::new(),
+            files_changed: Vec::new(),
+            warned_budget: false,
+            pending: Vec::new(),
+        }
+    }
+}
+
+/// One transition. Every event is accepted in every phase: one that does not fit (a late
+/// answer after a cancel, say) changes nothing.
+pub fn step(run: &mut Run, event: Event) -> Vec<Effect> {
+    let before = run.phase;
+    let effects = transition(run, event);
+    if run.phase != before {
+        tracing::info!(from = ?before, to = ?run.phase, iteration = run.iterations, "agent step");
+    }
+    effects
+}
+
+fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
+    if run.phase.is_final() {
+        return Vec::new();
+    }
+    match (run.phase, event) {
+        (_, Event::Cancel) => finish(
+            run,
+            Phase::Cancelled,
+            "cancelled; edits already applied stay and can be undone".into(),
+        ),
+        (Phase::Baseline, Event::Start) => match run.intent {
+            Intent::Explain => {
+                run.phase = Phase::Explaining;
+                vec![Effect::CallModel {
+                    role: Role::Coder,
+                    messages: prompts::explain(run),
+                }]
+            }
+            Intent::Fix => vec![
+                Effect::Progress("running the tests to see what fails".into()),
+                Effect::RunTests,
+            ],
+            Intent::Edit => code(run),
+        },
+        (Phase::Baseline, Event::TestsFinished(t)) => {
+            let passed = t.passed;
+            run.tests = Some(t);
+            if passed {
+                finish(
+                    run,
+                    Phase::Done,
+                    "the tests already pass; nothing to fix".into(),
+                )
+            } else {
+                code(run)
+            }
+        }
+        (Phase::Baseline, Event::TestsUnavailable(why)) => finish(
+            run,
+            Phase::Failed,
+            format!("cannot run the tests to find the failures: {why}"),
+        ),
+        (Phase::Explaining, Event::ModelAnswered { text, .. }) => finish(run, Phase::Done, text),
+        (Phase::Coding, Event::ModelAnswered { text, .. }) => {
+            match crate::edit::parse_plan(&text) {
+                Ok(plan) => {
+                    run.parse_retry_used = false;
+                    run.phase = Phase::Locating;
+                    vec![Effect::Locate(plan)]
+                }
+                Err(e) if !run.parse_retry_used => {
+                    run.parse_retry_used = true;
+                    run.feedback.push(format!(
+                    "Your last answer could not be read as edits ({e}). Answer again with SEARCH/REPLACE blocks or JSON {{\"edits\": [...]}} only."
+                ));
+                    vec![
+                        Effect::Warn(format!(
+                            "the coder's answer did not parse ({e}); asking once more"
+                        )),
+                        call_coder(run),
+                    ]
+                }
+                Err(e) => finish(
+                    run,
+                    Phase::Failed,
+                    format!("the coder's answer could not be read as edits twice: {e}"),
+                ),
+            }
+        }
+        (
+            Phase::Explaining | Phase::Coding | Phase::Reflecting,
+            Event::ModelFailed { role, error },
+        ) => finish(
+            run,
+            Phase::Failed,
+            format!("the {} model failed: {error}", role.as_str()),
+        ),
+        (Phase::Locating, Event::Located(outcome)) => {
+            if !outcome.all_applied() || outcome.changes.is_empty() {
+                if outcome.all_applied() {
+                    // Everything was already there: nothing to change, so check the tests.
+                    run.phase = Phase::Testing;
+                    return vec![
+                        Effect::Progress(
+                            "the edits are already in place; running the tests".into(),
+                        ),
+                        Effect::RunTests,
+                    ];
+                }
+                run.feedback.push(format!(
+                    "Some edits could not be applied, so none were. Fix them and send the whole change again:\n{}",
+                    outcome.refusal_report()
+                ));
+                return retry_or_stop(run, "the proposed edits did not apply");
+            }
+            let diff = outcome.unified_diff();
+            run.pending = outcome.changes;
+            run.phase = Phase::Approving;
+            vec![Effect::AskApproval {
+                changes: run.pending.clone(),
+                diff,
+            }]
+        }
+        (Phase::Approving, Event::Approved) => {
+            run.phase = Phase::Applying;
+            vec![Effect::Apply(run.pending.clone())]
+        }
+        (Phase::Approving, Event::Rejected) => finish(
+            run,
+            Phase::Failed,
+            "the proposed change was rejected; nothing was applied".into(),
+        ),
+        (Phase::Applying, Event::Applied) => {
+            let hash = diff_hash(&run.pending);
+            run.edit_history.push(hash);
+            for c in &run.pending {
+                if !run.files_changed.contains(&c.path) {
+                    run.files_changed.push(c.path.clone());
+                }
+            }
+            run.pending.clear();
+            run.phase = Phase::Testing;
+            vec![
+                Effect::Progress("running the tests".into()),
+                Effect::RunTests,
+            ]
+        }
+        (Phase::Applying, Event::ApplyFailed(why)) => finish(
+            run,
+            Phase::Failed,
+            format!("the change could not be applied: {why}"),
+        ),
+        (Phase::Testing, Event::TestsFinished(t)) => {
+            let passed = t.passed;
+            let fingerprint = t.fingerprint.clone();
+            run.tests = Some(t);
+            if passed {
+                return finish(
+                    run,
+                    Phase::Done,
+                    format!("done: the tests pass after {} iteration(s)", run.iterations),
+                );
+            }
+            // The same failures after a different edit, twice: more of the same will not help.
+            let repeats = run
+                .failure_history
+                .iter()
+                .filter(|f| **f == fingerprint)
+                .count();
+            run.failure_history.push(fingerprint);
+            if repeats >= 2 {
+                return finish(
+                    run,
+                    Phase::Failed,
+                    "stopped: the same failure came back after different edits".into(),
+                );
+            }
+            if alternating(&run.edit_history) {
+                return finish(
+                    run,
+                    Phase::Failed,
+                    "stopped: the edits alternate between two versions".into(),
+                );
+            }
+            run.phase = Phase::Reflecting;
+            vec![Effect::CallModel {
+                role: Role::Reflector,
+                messages: prompts::reflect(run),
+            }]
+        }
+        (Phase::Testing, Event::TestsUnavailable(why)) => finish(
+            run,
+            Phase::Failed,
+            format!("the change was applied but the tests could not run: {why}"),
+        ),
+        (Phase::Reflecting, Event::ModelAnswered { text, .. }) => {
+            match prompts::parse_reflection(&text) {
+                Ok(r) => run.feedback.push(format!(
+                    "The tests still fail. Reflection: {}\nNext step: {}",
+                    r.report, r.next_step
+                )),
+                // The reflector only advises; an unreadable reflection is passed on as text.
+                Err(_) => run
+                    .feedback
+                    .push(format!("The tests still fail. Notes: {}", text.trim())),
+            }
+            retry_or_stop(run, "the tests still fail")
+        }
+        // Anything else in a phase that does not expect it is ignored (a late answer).
+        _ => Vec::new(),
+    }
+}
+
+fn code(run: &mut Run) -> Vec<Effect> {
+    vec![call_coder(run)]
+}
+
+fn call_coder(run: &mut Run) -> Effect {
+    run.phase = Phase::Coding;
+    run.iterations += 1;
+    Effect::CallModel {
+        role: Role::Coder,
+        messages: prompts::code(run),
+    }
+}
+
+fn retry_or_stop(run: &mut Run, why: &str) -> Vec<Effect> {
+    run.retries += 1;
+    if run.retries > run.budget.max_retries {
+        return finish(
+            run,
+            Phase::Failed,
+            format!(
+                "stopped after {} retries (agent.max_retries): {why}",
+                run.budget.max_retries
+            ),
+        );
+    }
+    if run.iterations >= run.budget.max_iterations {
+        return finish(
+            run,
+            Phase::Failed,
+            format!(
+                "stopped at the iteration budget ({} iterations, agent.max_iterations): {why}",
+                run.budget.max_iterations
+            ),
+        );
+    }
+    let mut effects = Vec::new();
+    if !run.warned_budget && (run.iterations + 1) * 5 >= run.budget.max_iterations * 4 {
+        run.warned_budget = true;
+        effects.push(Effect::Warn(format!(
+            "iteration {} of {}: 80% of the budget is used",
+            run.iterations + 1,
+            run.budget.max_iterations
+        )));
+    }
+    effects.push(Effect::Progress(format!(
+        "{why}; trying again (retry {} of {})",
+        run.retries, run.budget.max_retries
+    )));
+    effects.push(call_coder(run));
+    effects
+}
+
+fn finish(run: &mut Run, status: Phase, answer: String) -> Vec<Effect> {
+    run.phase = status;
+    vec![Effect::Finish { status, answer }]
+}
+
+/// A, B, A, B: the last four applied edits alternate between two different changes.
+fn alternating(history: &[u64]) -> bool {
+    matches!(history, [.., a, b, c, d] if a == c && b == d && a != b)
+}
+
+fn diff_hash(changes: &[FileChange]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for c in changes {
+        c.path.hash(&mut h);
+        c.new_text.hash(&mut h);
+    }
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,316 @@
+//! The state machine with plain values: each scenario feeds events and checks the effects.
+
+use super::*;
+use crate::edit::{self, FileText, Limits};
+
+fn budget(max_retries: u32, max_iterations: u32) -> Budget {
+    Budget {
+        max_retries,
+        max_iterations,
+    }
+}
+
+fn failing(fp: &str) -> TestSummary {
+    TestSummary {
+        passed: false,
+        passed_count: 1,
+        failed_count: 1,
+        report: format!("FAILED {fp}"),
+        fingerprint: fp.into(),
+    }
+}
+
+fn passing() -> TestSummary {
+    TestSummary {
+        passed: true,
+        passed_count: 2,
+        failed_count: 0,
+        report: String::new(),
+        fingerprint: String::new(),
+    }
+}
+
+const FILE: &str = "def add(a, b):\n    return a - b\n";
+
+fn edit_answer(new: &str) -> String {
+    format!(
+        "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return {new}\n>>>>>>> REPLACE\n"
+    )
+}
+
+fn locate(plan: &EditPlan) -> PlanOutcome {
+    edit::apply_plan(
+        plan,
+        std::path::Path::new("/ws"),
+        &Limits::default(),
+        |_| FileText::Text(FILE.into()),
+    )
+}
+
+/// Drives the run through one coder answer: parse, locate, approve, apply.
+fn propose(run: &mut Run, answer: &str) -> Vec<Effect> {
+    let effects = step(
+        run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: answer.into(),
+        },
+    );
+    let Some(Effect::Locate(plan)) = effects.last() else {
+        return effects;
+    };
+    let effects = step(run, Event::Located(locate(plan)));
+    if !matches!(effects.last(), Some(Effect::AskApproval { .. })) {
+        return effects;
+    }
+    assert!(matches!(
+        step(run, Event::Approved).as_slice(),
+        [Effect::Apply(_)]
+    ));
+    step(run, Event::Applied)
+}
+
+fn is_call(e: &Effect, role: Role) -> bool {
+    matches!(e, Effect::CallModel { role: r, .. } if *r == role)
+}
+
+#[test]
+fn a_fix_in_one_iteration() {
+    let mut run = Run::new(
+        "fix the failing tests",
+        Intent::Fix,
+        budget(3, 15),
+        "calc.py".into(),
+    );
+    assert!(matches!(
+        step(&mut run, Event::Start).as_slice(),
+        [Effect::Progress(_), Effect::RunTests]
+    ));
+    let e = step(&mut run, Event::TestsFinished(failing("a")));
+    assert!(is_call(&e[0], Role::Coder));
+    let Effect::CallModel { messages, .. } = &e[0] else {
+        unreachable!()
+    };
+    assert!(
+        messages[1].content.contains("FAILED a"),
+        "the coder sees the failures"
+    );
+    assert!(matches!(
+        propose(&mut run, &edit_answer("a + b")).last(),
+        Some(Effect::RunTests)
+    ));
+    let e = step(&mut run, Event::TestsFinished(passing()));
+    assert!(matches!(
+        &e[0],
+        Effect::Finish {
+            status: Phase::Done,
+            ..
+        }
+    ));
+    assert_eq!(
+        (run.iterations, run.files_changed.clone()),
+        (1, vec!["calc.py".to_string()])
+    );
+}
+
+#[test]
+fn a_failing_run_is_reflected_on_and_retried() {
+    let mut run = Run::new("fix", Intent::Fix, budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing("a")));
+    propose(&mut run, &edit_answer("a * b"));
+    let e = step(&mut run, Event::TestsFinished(failing("b")));
+    assert!(is_call(&e[0], Role::Reflector));
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Reflector,
+            text: r#"{"task_id":"T1","passed":false,"report":"multiplied","next_step":"add"}"#
+                .into(),
+        },
+    );
+    let Some(Effect::CallModel {
+        role: Role::Coder,
+        messages,
+    }) = e.last()
+    else {
+        panic!("{e:?}")
+    };
+    assert!(messages.last().unwrap().content.contains("Next step: add"));
+    propose(&mut run, &edit_answer("a + b"));
+    assert!(matches!(
+        step(&mut run, Event::TestsFinished(passing()))[0],
+        Effect::Finish {
+            status: Phase::Done,
+            ..
+        }
+    ));
+    assert_eq!(run.iterations, 2);
+}
+
+#[test]
+fn the_retry_budget_stops_the_run_with_a_message() {
+    let mut run = Run::new("fix", Intent::Fix, budget(2, 15), String::new());
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing("a")));
+    let mut last = Vec::new();
+    for (i, new) in ["a * b", "a / b", "a % b"].iter().enumerate() {
+        propose(&mut run, &edit_answer(new));
+        step(&mut run, Event::TestsFinished(failing(&format!("f{i}"))));
+        last = step(
+            &mut run,
+            Event::ModelAnswered {
+                role: Role::Reflector,
+                text: "not json".into(),
+            },
+        );
+    }
+    let Some(Effect::Finish {
+        status: Phase::Failed,
+        answer,
+    }) = last.last()
+    else {
+        panic!("{last:?}")
+    };
+    assert!(answer.contains("agent.max_retries"), "{answer}");
+}
+
+#[test]
+fn the_same_failure_after_different_edits_stops_early() {
+    let mut run = Run::new("fix", Intent::Fix, budget(9, 15), String::new());
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing("same")));
+    for new in ["a * b", "a / b"] {
+        propose(&mut run, &edit_answer(new));
+        step(&mut run, Event::TestsFinished(failing("same")));
+        step(
+            &mut run,
+            Event::ModelAnswered {
+                role: Role::Reflector,
+                text: "{}".into(),
+            },
+        );
+    }
+    propose(&mut run, &edit_answer("a % b"));
+    let e = step(&mut run, Event::TestsFinished(failing("same")));
+    assert!(
+        matches!(&e[0], Effect::Finish { status: Phase::Failed, answer } if answer.contains("same failure")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_rejected_plan_stops_the_run_and_applies_nothing() {
+    let mut run = Run::new("make add add", Intent::Edit, budget(3, 15), String::new());
+    let e = step(&mut run, Event::Start);
+    assert!(
+        is_call(&e[0], Role::Coder),
+        "an edit goal goes straight to the coder"
+    );
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: edit_answer("a + b"),
+        },
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!()
+    };
+    step(&mut run, Event::Located(locate(plan)));
+    let e = step(&mut run, Event::Rejected);
+    assert!(
+        matches!(&e[0], Effect::Finish { status: Phase::Failed, answer } if answer.contains("rejected"))
+    );
+    assert!(run.files_changed.is_empty());
+}
+
+#[test]
+fn an_answer_that_does_not_parse_is_sent_back_once() {
+    let mut run = Run::new("edit", Intent::Edit, budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: "I would change the sign.".into(),
+        },
+    );
+    assert!(matches!(&e[0], Effect::Warn(_)));
+    let Effect::CallModel { messages, .. } = &e[1] else {
+        panic!()
+    };
+    assert!(
+        messages
+            .last()
+            .unwrap()
+            .content
+            .contains("could not be read")
+    );
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: "still prose".into(),
+        },
+    );
+    assert!(matches!(
+        &e[0],
+        Effect::Finish {
+            status: Phase::Failed,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn refused_edits_go_back_to_the_coder_with_the_reason() {
+    let mut run = Run::new("edit", Intent::Edit, budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    let answer = "calc.py\n<<<<<<< SEARCH\nnothing like this exists\n=======\nx\n>>>>>>> REPLACE\n";
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: answer.into(),
+        },
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!()
+    };
+    let e = step(&mut run, Event::Located(locate(plan)));
+    let Some(Effect::CallModel { messages, .. }) = e.last() else {
+        panic!("{e:?}")
+    };
+    assert!(messages.last().unwrap().content.contains("NOT applied"));
+}
+
+#[test]
+fn cancel_ends_the_run_and_late_events_are_ignored() {
+    let mut run = Run::new("fix", Intent::Fix, budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    let e = step(&mut run, Event::Cancel);
+    assert!(matches!(
+        &e[0],
+        Effect::Finish {
+            status: Phase::Cancelled,
+            ..
+        }
+    ));
+    assert!(step(&mut run, Event::TestsFinished(failing("a"))).is_empty());
+}
+
+#[test]
+fn alternating_edits_stop_the_run() {
+    assert!(alternating(&[1, 2, 1, 2]));
+    assert!(!alternating(&[1, 2, 3, 2]));
+    assert!(!alternating(&[1, 1, 1, 1]));
+}
+
+#[test]
+fn goals_are_classified_by_their_obvious_words() {
+    assert_eq!(classify("fix the failing tests"), Intent::Fix);
+    assert_eq!(classify("explain this function"), Intent::Explain);
+    assert_eq!(classify("what does parse do?"), Intent::Explain);
+    assert_eq!(classify("add a --verbose flag"), Intent::Edit);
+}
