@@ -27,8 +27,41 @@ pub struct Config {
     pub model: ModelConfig,
     pub roles: RolesConfig,
     pub prices: BTreeMap<String, Price>,
+    pub agent: AgentConfig,
     pub edit: EditConfig,
     pub test: TestConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Approval {
+    /// Edits go to the editor with change annotations that need confirmation (VS Code's
+    /// preview); clients without annotation support are asked first.
+    Confirm,
+    /// Always ask with window/showMessageRequest (or on the terminal) before applying.
+    Prompt,
+    /// Apply without asking.
+    Auto,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    pub approval: Approval,
+    pub max_retries: u32,
+    pub max_iterations: u32,
+    pub context_bytes: usize,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            approval: Approval::Confirm,
+            max_retries: 3,
+            max_iterations: 15,
+            context_bytes: 60_000,
+        }
+    }
 }
 
 /// One model to call: every key optional, so a role can override only what differs.
@@ -168,6 +201,14 @@ pub enum LogLevel {
 }
 
 impl LogLevel {
+    /// For a terminal command: as quiet as warn unless asked for more detail.
+    pub fn min_warn(self) -> LogLevel {
+        match self {
+            LogLevel::Info => LogLevel::Warn,
+            other => other,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             LogLevel::Error => "error",

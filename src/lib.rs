@@ -3,8 +3,10 @@
 
 pub mod agent;
 pub mod config;
+pub mod drive;
 pub mod edit;
 pub mod files;
+pub mod headless;
 pub mod logging;
 pub mod model;
 pub mod server;

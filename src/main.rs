@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use agent_ls::config::{self, Inputs};
-use agent_ls::{edit, files, logging, server};
+use agent_ls::{edit, files, headless, logging, server};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
@@ -32,6 +32,25 @@ enum Command {
         /// Print JSON instead of annotated TOML.
         #[arg(long)]
         json: bool,
+    },
+    /// Run the agent on files on disk: "fix the failing tests", "add a --verbose flag",
+    /// "explain src/lib.rs". Exit codes: 0 done, 1 failed, 2 partial (files changed, goal not
+    /// reached), 3 configuration error, 4 authentication error, 5 timeout, 130 interrupted.
+    Run {
+        /// What to do.
+        goal: String,
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Print the runFinished object as JSON instead of the answer.
+        #[arg(long)]
+        json: bool,
+        /// Apply changes without asking.
+        #[arg(long, conflicts_with = "dry_run")]
+        yes: bool,
+        /// Show the proposed change and write nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Check every configured model: key, server, model, and a one-token completion.
     /// Exits 1 when a check fails.
@@ -66,6 +85,40 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve(),
         Command::Config { workspace, json } => or_exit_1(print_config(workspace, json)),
+        Command::Run {
+            goal,
+            workspace,
+            json,
+            yes,
+            dry_run,
+        } => {
+            let workspace = match workspace_or_cwd(workspace) {
+                Ok(w) => w,
+                Err(e) => {
+                    eprintln!("agent-ls: {e:#}");
+                    return ExitCode::from(headless::exit::CONFIG);
+                }
+            };
+            // Logs go to stderr like the server's, at warn unless configured otherwise.
+            let early = config::load(&Inputs::from_process(Some(workspace.clone())));
+            logging::init(
+                early.config.log.level.min_warn(),
+                early.config.log.file.as_deref(),
+            );
+            let mode = if yes {
+                headless::Mode::Yes
+            } else if dry_run {
+                headless::Mode::DryRun
+            } else {
+                headless::Mode::Ask
+            };
+            ExitCode::from(headless::run(headless::Options {
+                goal,
+                workspace,
+                json,
+                mode,
+            }))
+        }
         Command::Doctor { workspace, json } => or_exit_1(doctor(workspace, json)),
         Command::Apply {
             plan,

@@ -1,0 +1,313 @@
+//! Performs the agent's effects and feeds the results back into `agent::step`. Shared by the
+//! headless `agent-ls run` and the server: only the `Shell` (how approval, applying and
+//! progress reach the user) differs, so the two loops cannot drift apart.
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{self, Effect, Event, Phase, Run, TestSummary};
+use crate::config::Config;
+use crate::edit::{self, FileChange, FileText};
+use crate::model::{ModelError, Models, OnToken, Request, Totals};
+use crate::tests_run::{self, RunEnd};
+
+/// How the loop reaches the user and the files.
+#[allow(async_fn_in_trait)]
+pub trait Shell {
+    /// The current text of a workspace file (the editor's buffer when it has one).
+    fn read(&self, relative: &str) -> FileText;
+    /// Shows the change and answers whether to apply it.
+    async fn approve(&mut self, changes: &[FileChange], diff: &str) -> bool;
+    /// Applies an approved change; refuses when a file changed since it was read.
+    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), String>;
+    fn progress(&mut self, message: &str);
+    fn warn(&mut self, message: &str);
+}
+
+/// The outcome of a run, in the shape of `agent-ls/runFinished`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub run_id: String,
+    pub status: String,
+    pub answer: String,
+    pub iterations: u32,
+    pub files_changed: Vec<String>,
+    pub tests: TestCounts,
+    pub tokens: u64,
+    pub duration_ms: u64,
+    pub cost_usd: Option<f64>,
+    /// Why a failed run failed, when the cause has a kind of its own: "auth", "config",
+    /// "timeout".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct TestCounts {
+    pub passed: u32,
+    pub failed: u32,
+}
+
+pub struct Drive<'a> {
+    pub models: &'a Models,
+    pub config: &'a Config,
+    pub root: &'a Path,
+    pub cancel: &'a CancellationToken,
+    /// Receives streamed model text (the terminal's stderr for `agent-ls run`).
+    pub on_token: Option<OnToken<'a>>,
+}
+
+pub fn new_run_id() -> String {
+    format!("run_{:08x}", fastrand::u32(..))
+}
+
+impl Drive<'_> {
+    pub async fn run(&self, run: &mut Run, shell: &mut impl Shell, run_id: String) -> Outcome {
+        let started = Instant::now();
+        let mut totals = Totals::default();
+        let mut failure_kind = None;
+        let mut queue: std::collections::VecDeque<Effect> = Default::default();
+        self.refresh_context(run, shell);
+        queue.extend(agent::step(run, Event::Start));
+        let mut finished = None;
+        while let Some(effect) = queue.pop_front() {
+            let event = match effect {
+                Effect::Finish { status, answer } => {
+                    finished = Some((status, answer));
+                    break;
+                }
+                Effect::Progress(m) => {
+                    shell.progress(&m);
+                    continue;
+                }
+                Effect::Warn(m) => {
+                    shell.warn(&m);
+                    continue;
+                }
+                Effect::CallModel { role, messages } => {
+                    let request = Request {
+                        messages,
+                        ..Request::default()
+                    };
+                    match self
+                        .models
+                        .call(role, &request, self.cancel, self.on_token)
+                        .await
+                    {
+                        Ok(r) => {
+                            totals.add(&r);
+                            Event::ModelAnswered { role, text: r.text }
+                        }
+                        Err(ModelError::Cancelled) => Event::Cancel,
+                        Err(e) => {
+                            failure_kind = match &e {
+                                ModelError::Auth { .. } => Some("auth"),
+                                ModelError::NotConfigured(_) => Some("config"),
+                                ModelError::Timeout { .. } => Some("timeout"),
+                                _ => None,
+                            };
+                            Event::ModelFailed {
+                                role,
+                                error: e.to_string(),
+                            }
+                        }
+                    }
+                }
+                Effect::Locate(plan) => {
+                    let limits = self.config.edit.limits();
+                    Event::Located(edit::apply_plan(&plan, self.root, &limits, |rel| {
+                        shell.read(rel)
+                    }))
+                }
+                Effect::AskApproval { changes, diff } => {
+                    if self.cancel.is_cancelled() {
+                        Event::Cancel
+                    } else if shell.approve(&changes, &diff).await {
+                        Event::Approved
+                    } else {
+                        Event::Rejected
+                    }
+                }
+                Effect::Apply(changes) => match shell.apply(&changes).await {
+                    Ok(()) => Event::Applied,
+                    Err(e) => Event::ApplyFailed(e),
+                },
+                Effect::RunTests => {
+                    match tests_run::run(self.root, &self.config.test, self.cancel).await {
+                        Ok(r) if r.end == RunEnd::Cancelled => Event::Cancel,
+                        Ok(r) => {
+                            if r.end == RunEnd::TimedOut {
+                                failure_kind = Some("timeout");
+                            }
+                            Event::TestsFinished(summary(&r))
+                        }
+                        Err(e) => Event::TestsUnavailable(e.to_string()),
+                    }
+                }
+            };
+            self.refresh_context(run, shell);
+            queue.extend(agent::step(run, event));
+        }
+        let (status, answer) =
+            finished.unwrap_or((Phase::Failed, "the run ended without an answer".into()));
+        let tests = run
+            .tests
+            .as_ref()
+            .map_or(TestCounts::default(), |t| TestCounts {
+                passed: t.passed_count,
+                failed: t.failed_count,
+            });
+        Outcome {
+            run_id,
+            status: match status {
+                Phase::Done => "done".into(),
+                Phase::Cancelled => "cancelled".into(),
+                _ => "failed".into(),
+            },
+            answer,
+            iterations: run.iterations,
+            files_changed: run.files_changed.clone(),
+            tests,
+            tokens: totals.usage.input_tokens + totals.usage.output_tokens,
+            duration_ms: started.elapsed().as_millis() as u64,
+            cost_usd: totals.cost_usd,
+            failure_kind: if status == Phase::Failed {
+                failure_kind
+            } else {
+                None
+            },
+        }
+    }
+
+    /// The coder sees the files that matter now: those the goal names, those the failures
+    /// point at, then the rest of the project's small text files, within the byte budget.
+    fn refresh_context(&self, run: &mut Run, shell: &impl Shell) {
+        let mut wanted: Vec<String> = Vec::new();
+        for word in run
+            .goal
+            .split(|c: char| c.is_whitespace() || c == '`' || c == '\'' || c == '"')
+        {
+            let w = word.trim_matches(|c: char| c == ',' || c == '.' || c == ':' || c == ';');
+            if !w.is_empty() && self.root.join(w).is_file() {
+                wanted.push(w.to_string());
+            }
+        }
+        if let Some(t) = &run.tests {
+            for line in t.report.lines() {
+                for token in line.split(|c: char| {
+                    c.is_whitespace() || c == '"' || c == '(' || c == ')' || c == ','
+                }) {
+                    let path = token
+                        .split(':')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start_matches("./");
+                    if path.contains('.')
+                        && !path.contains("..")
+                        && self.root.join(path).is_file()
+                        && !wanted.iter().any(|w| w == path)
+                    {
+                        wanted.push(path.to_string());
+                    }
+                }
+            }
+        }
+        for path in workspace_files(self.root, 200) {
+            if !wanted.contains(&path) {
+                wanted.push(path);
+            }
+        }
+        let mut context = String::new();
+        let mut listed = Vec::new();
+        for path in &wanted {
+            let FileText::Text(text) = shell.read(path) else {
+                continue;
+            };
+            let block = format!("{path}\n```\n{text}```\n\n");
+            if context.len() + block.len() > self.config.agent.context_bytes {
+                listed.push(path.clone());
+                continue;
+            }
+            context.push_str(&block);
+        }
+        if !listed.is_empty() {
+            context.push_str(&format!("Other files (not shown): {}\n", listed.join(", ")));
+        }
+        run.context = context;
+    }
+}
+
+/// A test run as the loop sees it; the fingerprint is the sorted set of failing tests and
+/// places, so the same failures compare equal across runs.
+pub fn summary(r: &tests_run::RunResult) -> TestSummary {
+    let mut keys: Vec<String> = r
+        .failures
+        .iter()
+        .map(|f| {
+            format!(
+                "{}@{}",
+                f.test_id,
+                f.location
+                    .as_ref()
+                    .map(|l| format!("{}:{}", l.file, l.line))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    keys.sort();
+    let failed = r.failed.unwrap_or(r.failures.len() as u32);
+    TestSummary {
+        passed: r.passed_all(),
+        passed_count: r.passed.unwrap_or(0),
+        failed_count: if r.passed_all() { 0 } else { failed.max(1) },
+        report: r.report.clone(),
+        fingerprint: if keys.is_empty() {
+            r.report.clone()
+        } else {
+            keys.join("\n")
+        },
+    }
+}
+
+/// Text files of the project as git would see them (skipping build output, dependencies and
+/// hidden folders), smallest paths first, at most `limit`.
+pub fn workspace_files(root: &Path, limit: usize) -> Vec<String> {
+    const SKIP: &[&str] = &[
+        "target",
+        "node_modules",
+        "__pycache__",
+        "dist",
+        "build",
+        "venv",
+    ];
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || SKIP.contains(&name.as_str()) {
+                continue;
+            }
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if e.metadata().is_ok_and(|m| m.len() < 100_000)
+                && let Ok(rel) = path.strip_prefix(root)
+            {
+                out.push(rel.to_string_lossy().into_owned());
+                if out.len() >= limit {
+                    return out;
+                }
+            }
+        }
+    }
+    out
+}

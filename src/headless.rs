@@ -1,0 +1,234 @@
+//! `agent-ls run "<goal>"`: the agent loop on files on disk. Approval happens on the terminal
+//! (or with --yes); stdout carries only the final answer (or, with --json, the runFinished
+//! object); logs and streamed tokens go to stderr.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{self, Budget, Run};
+use crate::config::{self, Approval, Inputs};
+use crate::drive::{self, Drive, Outcome, Shell};
+use crate::edit::{FileChange, FileText};
+use crate::files;
+use crate::model::Models;
+
+/// How approval is given without an editor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Ask on the terminal.
+    Ask,
+    /// Apply without asking (--yes, or approval = "auto").
+    Yes,
+    /// Show the proposed change and apply nothing (--dry-run).
+    DryRun,
+}
+
+pub struct Options {
+    pub goal: String,
+    pub workspace: PathBuf,
+    pub json: bool,
+    pub mode: Mode,
+}
+
+/// Exit codes of `agent-ls run`.
+pub mod exit {
+    pub const DONE: u8 = 0;
+    pub const FAILED: u8 = 1;
+    pub const PARTIAL: u8 = 2;
+    pub const CONFIG: u8 = 3;
+    pub const AUTH: u8 = 4;
+    pub const TIMEOUT: u8 = 5;
+    pub const INTERRUPTED: u8 = 130;
+}
+
+struct CliShell<'a> {
+    root: &'a Path,
+    mode: Mode,
+    proposed: Option<String>,
+}
+
+impl Shell for CliShell<'_> {
+    fn read(&self, relative: &str) -> FileText {
+        files::read_for_plan(self.root, relative)
+    }
+
+    async fn approve(&mut self, _changes: &[FileChange], diff: &str) -> bool {
+        match self.mode {
+            Mode::Yes => {
+                eprintln!("{diff}");
+                true
+            }
+            Mode::DryRun => {
+                self.proposed = Some(diff.to_string());
+                false
+            }
+            Mode::Ask => {
+                eprintln!("{diff}");
+                if !std::io::stdin().is_terminal() {
+                    eprintln!(
+                        "agent-ls: no terminal to ask on, so the change is not applied; use --yes to apply without asking"
+                    );
+                    return false;
+                }
+                eprint!("Apply this change? [y/N] ");
+                let _ = std::io::stderr().flush();
+                let mut line = String::new();
+                let _ = std::io::stdin().lock().read_line(&mut line);
+                matches!(line.trim(), "y" | "Y" | "yes")
+            }
+        }
+    }
+
+    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), String> {
+        // Never overwrite what changed since the change was computed.
+        for c in changes {
+            let now = match files::read_for_plan(self.root, &c.path) {
+                FileText::Text(t) => Some(t),
+                FileText::Missing => None,
+                FileText::Refused(why) => return Err(why),
+            };
+            if now != c.original {
+                return Err(format!(
+                    "{} changed on disk since the change was computed; nothing was written",
+                    c.path
+                ));
+            }
+        }
+        files::write_changes(self.root, changes)
+    }
+
+    fn progress(&mut self, message: &str) {
+        eprintln!("agent-ls: {message}");
+    }
+
+    fn warn(&mut self, message: &str) {
+        eprintln!("agent-ls: warning: {message}");
+    }
+}
+
+/// Runs the goal and returns the process exit code.
+pub fn run(opts: Options) -> u8 {
+    let root = match opts.workspace.canonicalize() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "agent-ls: cannot open the workspace {}: {e}",
+                opts.workspace.display()
+            );
+            return exit::CONFIG;
+        }
+    };
+    let loaded = config::load(&Inputs::from_process(Some(root.clone())));
+    if !loaded.errors.is_empty() {
+        for e in &loaded.errors {
+            eprintln!("agent-ls: {e}");
+        }
+        return exit::CONFIG;
+    }
+    let cfg = loaded.config;
+    let mode = match (opts.mode, cfg.agent.approval) {
+        (Mode::Ask, Approval::Auto) => Mode::Yes,
+        (m, _) => m,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("agent-ls: cannot start the async runtime: {e}");
+            return exit::FAILED;
+        }
+    };
+    runtime.block_on(async move {
+        let cancel = CancellationToken::new();
+        watch_signals(cancel.clone());
+        let models = Models::new(&cfg, Some(&root));
+        let intent = agent::classify(&opts.goal);
+        let mut run = Run::new(
+            &opts.goal,
+            intent,
+            Budget {
+                max_retries: cfg.agent.max_retries,
+                max_iterations: cfg.agent.max_iterations,
+            },
+            String::new(),
+        );
+        let mut shell = CliShell {
+            root: &root,
+            mode,
+            proposed: None,
+        };
+        let on_token = |t: &str| {
+            let mut err = std::io::stderr();
+            let _ = err.write_all(t.as_bytes());
+            let _ = err.flush();
+        };
+        let driver = Drive {
+            models: &models,
+            config: &cfg,
+            root: &root,
+            cancel: &cancel,
+            on_token: Some(&on_token),
+        };
+        let mut outcome = driver.run(&mut run, &mut shell, drive::new_run_id()).await;
+        if let Some(diff) = shell.proposed.take() {
+            outcome.status = "proposed".into();
+            outcome.answer = diff;
+        }
+        report(&outcome, opts.json);
+        code_for(&outcome)
+    })
+}
+
+fn report(o: &Outcome, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(o).unwrap_or_default());
+    } else {
+        println!("{}", o.answer.trim_end());
+    }
+    eprintln!(
+        "agent-ls: {} after {} iteration(s), {} file(s) changed, tests {} passed / {} failed, {} tokens, {} ms",
+        o.status,
+        o.iterations,
+        o.files_changed.len(),
+        o.tests.passed,
+        o.tests.failed,
+        o.tokens,
+        o.duration_ms
+    );
+}
+
+pub fn code_for(o: &Outcome) -> u8 {
+    match o.status.as_str() {
+        "done" | "proposed" => exit::DONE,
+        "cancelled" => exit::INTERRUPTED,
+        _ => match o.failure_kind {
+            Some("auth") => exit::AUTH,
+            Some("config") => exit::CONFIG,
+            Some("timeout") => exit::TIMEOUT,
+            _ if !o.files_changed.is_empty() => exit::PARTIAL,
+            _ => exit::FAILED,
+        },
+    }
+}
+
+/// SIGINT and SIGTERM cancel the run: the model call and test run stop, and the loop ends
+/// between steps, so files are either written whole or not at all.
+fn watch_signals(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("agent-ls: interrupted; stopping");
+        cancel.cancel();
+    });
+}
