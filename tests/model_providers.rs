@@ -246,8 +246,11 @@ fn a_rejected_response_format_falls_back_to_instructions() {
     let r = call(&models(&c), Role::Evaluator, &req).unwrap();
     assert_eq!(r.text, "{\"score\": 4}");
     let reqs = server.requests();
-    assert!(reqs[0].body.get("response_format").is_some());
-    assert!(reqs[1].body.get("response_format").is_none());
+    assert_eq!(reqs[0].body["response_format"]["type"], "json_schema");
+    assert_eq!(
+        reqs[1].body["response_format"]["type"], "json_object",
+        "the next form keeps the schema"
+    );
     let last = reqs[1].body["messages"]
         .as_array()
         .unwrap()
@@ -439,4 +442,53 @@ fn replay_answers_per_role_through_the_same_entry_point() {
         .block_on(m.call(Role::Planner, &ask(), &CancellationToken::new(), None))
         .unwrap_err();
     assert!(matches!(err, ModelError::ReplayExhausted { .. }));
+}
+
+#[test]
+fn json_object_rejected_too_falls_back_to_instructions_only() {
+    // llama-cpp-python answers an unknown response_format with a 500 that names the field.
+    let server = ModelServer::start(vec![
+        Reply::status(
+            500,
+            "{\"error\": {\"message\": \"body.response_format.type: Input should be 'text'\"}}",
+        ),
+        Reply::status(400, "{\"error\": \"response_format is not supported\"}"),
+        openai_text(&["{}"]),
+    ]);
+    let mut c = openai_config(&server.url);
+    c.model.name = Some("plain-model".into());
+    let req = Request {
+        json_schema: Some(("x".into(), json!({"type": "object"}))),
+        ..ask()
+    };
+    call(&models(&c), Role::Evaluator, &req).unwrap();
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs[2].body.get("response_format").is_none());
+}
+
+#[test]
+fn a_tool_name_repeated_in_every_fragment_is_kept_once() {
+    let events = vec![
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "pick", "arguments": "{\"a\":"}}]}}]}).to_string(),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "pick", "arguments": " 1}"}}]}}]}).to_string(),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+        "[DONE]".to_string(),
+    ];
+    let server = ModelServer::start(vec![Reply::Sse {
+        events,
+        stall_after: None,
+    }]);
+    let req = Request {
+        tools: vec![edit_tool()],
+        ..ask()
+    };
+    let r = call(&models(&openai_config(&server.url)), Role::Coder, &req).unwrap();
+    assert_eq!(
+        (
+            r.tool_calls[0].name.as_str(),
+            r.tool_calls[0].arguments.clone()
+        ),
+        ("pick", json!({"a": 1}))
+    );
 }

@@ -35,7 +35,12 @@ fn models(url: &str) -> Models {
     Models::new(&c, None)
 }
 
+/// llama-cpp-python's server runs one generation at a time and answers a concurrent
+/// streaming request with an empty stream, so these tests take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn call(m: &Models, req: &Request, on_token: Option<&(dyn Fn(&str) + Send + Sync)>) -> Response {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(m.call(Role::Coder, req, &CancellationToken::new(), on_token))
         .unwrap_or_else(|e| panic!("{e}"))

@@ -17,8 +17,31 @@ static DOWNGRADED: Mutex<BTreeMap<String, Mode>> = Mutex::new(BTreeMap::new());
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Mode {
-    native_schema: bool,
+    schema: SchemaMode,
     native_tools: bool,
+}
+
+/// How a JSON schema is asked for, from the most to the least exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SchemaMode {
+    /// `response_format: {"type": "json_schema", ...}` (OpenAI, vLLM, LM Studio, Ollama).
+    JsonSchema,
+    /// `response_format: {"type": "json_object", "schema": ...}` with the schema also in a
+    /// system message (llama-cpp-python, which rejects "json_schema" but constrains
+    /// "json_object" output to the schema).
+    JsonObject,
+    /// Only the system message.
+    Instructions,
+}
+
+impl SchemaMode {
+    fn next(self) -> Option<SchemaMode> {
+        match self {
+            SchemaMode::JsonSchema => Some(SchemaMode::JsonObject),
+            SchemaMode::JsonObject => Some(SchemaMode::Instructions),
+            SchemaMode::Instructions => None,
+        }
+    }
 }
 
 pub async fn complete(
@@ -35,7 +58,7 @@ pub async fn complete(
         .ok()
         .and_then(|m| m.get(&key).copied())
         .unwrap_or(Mode {
-            native_schema: true,
+            schema: SchemaMode::JsonSchema,
             native_tools: true,
         });
     loop {
@@ -55,19 +78,16 @@ pub async fn complete(
         if !(200..300).contains(&status) {
             let retry_after = super::retry_after(response.headers());
             let text = response.text().await.unwrap_or_default();
-            // A server that does not know response_format or tools says so with a 400 or
-            // 422; ask again in the instruction-only form.
-            if status == 400 || status == 422 {
+            // A server that does not know response_format or tools says so, with a 400 or
+            // 422 (or, llama-cpp-python, a 500 naming the field); ask again in a simpler form.
+            if status == 400 || status == 422 || status == 500 {
                 let lower = text.to_lowercase();
-                let wants_schema = request.json_schema.is_some() && mode.native_schema;
+                let schema_next = mode.schema.next().filter(|_| request.json_schema.is_some());
                 let wants_tools = !request.tools.is_empty() && mode.native_tools;
-                let next = if wants_schema
-                    && (lower.contains("response_format") || lower.contains("json_schema"))
-                {
-                    Some(Mode {
-                        native_schema: false,
-                        ..mode
-                    })
+                let names_schema =
+                    lower.contains("response_format") || lower.contains("json_schema");
+                let next = if let Some(schema) = schema_next.filter(|_| names_schema) {
+                    Some(Mode { schema, ..mode })
                 } else if wants_tools && lower.contains("tool") {
                     Some(Mode {
                         native_tools: false,
@@ -142,13 +162,19 @@ fn build_body(target: &Target, request: &Request, max_tokens: u32, mode: Mode) -
         "stream_options": {"include_usage": true},
     });
     if let Some((name, schema)) = &request.json_schema {
-        if mode.native_schema {
-            body["response_format"] =
-                json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}});
-        } else {
-            messages.push(json!({"role": "system", "content": format!(
-                "Answer with only one JSON object, no prose and no code fence, that matches this JSON schema:\n{schema}"
-            )}));
+        match mode.schema {
+            SchemaMode::JsonSchema => {
+                body["response_format"] =
+                    json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}});
+            }
+            SchemaMode::JsonObject | SchemaMode::Instructions => {
+                if mode.schema == SchemaMode::JsonObject {
+                    body["response_format"] = json!({"type": "json_object", "schema": schema});
+                }
+                messages.push(json!({"role": "system", "content": format!(
+                    "Answer with only one JSON object, no prose and no code fence, that matches this JSON schema:\n{schema}"
+                )}));
+            }
         }
     }
     if !request.tools.is_empty() {
@@ -269,8 +295,12 @@ async fn read_stream(
             if let Some(id) = call["id"].as_str() {
                 entry.id = id.to_string();
             }
-            if let Some(name) = call["function"]["name"].as_str() {
-                entry.name.push_str(name);
+            // The name comes once (OpenAI) or again with every fragment (llama-cpp-python).
+            if let Some(name) = call["function"]["name"]
+                .as_str()
+                .filter(|_| entry.name.is_empty())
+            {
+                entry.name = name.to_string();
             }
             if let Some(args) = call["function"]["arguments"].as_str() {
                 entry.arguments.push_str(args);
