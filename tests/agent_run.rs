@@ -1,0 +1,303 @@
+//! The agent loop through `agent-ls run --json`, with the replay provider (or the scripted
+//! server) playing the model, on a copy of the bundled example: each scenario's outcome and
+//! exit code.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::model_server::{ModelServer, Reply};
+
+const FIX: &str = "def add(a, b):\n    return a + b\n";
+
+fn example() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    dir
+}
+
+fn coder(body_from: &str, body_to: &str) -> Value {
+    json!({"role": "coder", "content": format!("calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return {body_from}\n=======\ndef add(a, b):\n    return {body_to}\n>>>>>>> REPLACE\n")})
+}
+
+fn reflector() -> Value {
+    json!({"role": "reflector", "content": "{\"task_id\": \"T1\", \"passed\": false, \"report\": \"still wrong\", \"next_step\": \"add\"}"})
+}
+
+fn script(dir: &Path, lines: &[Value]) -> PathBuf {
+    let path = dir.join(".replay.jsonl");
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn agent(ws: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(support::binary());
+    cmd.arg("run")
+        .args(args)
+        .arg("--workspace")
+        .arg(ws)
+        .arg("--json")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn replay_env(file: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("AGENT_LS_MODEL__PROVIDER", "replay".into()),
+        ("AGENT_LS_MODEL__REPLAY_FILE", file.display().to_string()),
+    ]
+}
+
+fn outcome(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout {:?}\nstderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn calc(ws: &Path) -> String {
+    std::fs::read_to_string(ws.join("calc.py")).unwrap()
+}
+
+#[test]
+fn a_fix_in_one_iteration() {
+    let ws = example();
+    let file = script(ws.path(), &[coder("a - b", "a + b")]);
+    let out = agent(
+        ws.path(),
+        &["fix the failing tests", "--yes"],
+        &replay_env(&file),
+    );
+    let o = outcome(&out);
+    assert_eq!(out.status.code(), Some(0), "{o}");
+    assert_eq!(o["status"], "done");
+    assert_eq!(o["iterations"], 1);
+    assert_eq!(o["files_changed"], json!(["calc.py"]));
+    assert_eq!(o["tests"], json!({"passed": 3, "failed": 0}));
+    assert!(o["run_id"].as_str().unwrap().starts_with("run_"));
+    assert!(calc(ws.path()).contains(FIX));
+}
+
+#[test]
+fn a_fix_that_needs_a_retry_after_a_failing_run() {
+    let ws = example();
+    let file = script(
+        ws.path(),
+        &[
+            coder("a - b", "a * b"),
+            reflector(),
+            coder("a * b", "a + b"),
+        ],
+    );
+    let out = agent(
+        ws.path(),
+        &["fix the failing tests", "--yes"],
+        &replay_env(&file),
+    );
+    let o = outcome(&out);
+    assert_eq!(out.status.code(), Some(0), "{o}");
+    assert_eq!(o["iterations"], 2);
+    assert!(calc(ws.path()).contains(FIX));
+}
+
+#[test]
+fn failing_retries_stop_with_the_budget_message_and_exit_partial() {
+    let ws = example();
+    let file = script(
+        ws.path(),
+        &[
+            coder("a - b", "a * b"),
+            reflector(),
+            coder("a * b", "a + b if a > 0 else 99"),
+            reflector(),
+            coder("a + b if a > 0 else 99", "a ** b"),
+            reflector(),
+        ],
+    );
+    let mut env = replay_env(&file);
+    env.push(("AGENT_LS_AGENT__MAX_RETRIES", "2".into()));
+    let out = agent(ws.path(), &["fix the failing tests", "--yes"], &env);
+    let o = outcome(&out);
+    assert_eq!(out.status.code(), Some(2), "{o}");
+    assert_eq!(o["status"], "failed");
+    assert!(
+        o["answer"].as_str().unwrap().contains("agent.max_retries"),
+        "{o}"
+    );
+    assert_eq!(o["iterations"], 3);
+}
+
+#[test]
+fn a_rejected_plan_applies_nothing() {
+    let ws = example();
+    let file = script(ws.path(), &[coder("a - b", "a + b")]);
+    // No --yes and no terminal to ask on: the change is not applied.
+    let out = agent(ws.path(), &["fix the failing tests"], &replay_env(&file));
+    let o = outcome(&out);
+    assert_eq!(out.status.code(), Some(1), "{o}");
+    assert!(o["answer"].as_str().unwrap().contains("rejected"));
+    assert_eq!(o["files_changed"], json!([]));
+    assert!(calc(ws.path()).contains("return a - b"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use --yes"));
+}
+
+#[test]
+fn a_dry_run_shows_the_change_and_writes_nothing() {
+    let ws = example();
+    let file = script(ws.path(), &[coder("a - b", "a + b")]);
+    let out = agent(
+        ws.path(),
+        &["fix the failing tests", "--dry-run"],
+        &replay_env(&file),
+    );
+    let o = outcome(&out);
+    assert_eq!(out.status.code(), Some(0), "{o}");
+    assert_eq!(o["status"], "proposed");
+    assert!(
+        o["answer"].as_str().unwrap().contains("+    return a + b"),
+        "{o}"
+    );
+    assert!(calc(ws.path()).contains("return a - b"));
+}
+
+#[test]
+fn a_reply_that_does_not_parse_is_sent_back_once_then_the_run_fails() {
+    let ws = example();
+    let prose = json!({"role": "coder", "content": "I think the sign is wrong in add."});
+    let file = script(ws.path(), &[prose.clone(), prose]);
+    let out = agent(
+        ws.path(),
+        &["fix the failing tests", "--yes"],
+        &replay_env(&file),
+    );
+    let o = outcome(&out);
+    assert_eq!(out.status.code(), Some(1), "{o}");
+    assert!(
+        o["answer"]
+            .as_str()
+            .unwrap()
+            .contains("could not be read as edits twice"),
+        "{o}"
+    );
+    assert_eq!(o["iterations"], 2);
+}
+
+#[test]
+fn an_answer_writing_outside_the_workspace_is_refused() {
+    let parent = tempfile::tempdir().unwrap();
+    let ws = parent.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
+        std::fs::copy(entry.path(), ws.join(entry.file_name())).unwrap();
+    }
+    let escape = json!({"role": "coder", "content": "{\"edits\": [{\"path\": \"../escaped.txt\", \"content\": \"pwned\\n\"}]}"});
+    let file = script(&ws, &[escape]);
+    let out = agent(&ws, &["fix the failing tests", "--yes"], &replay_env(&file));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!parent.path().join("escaped.txt").exists());
+    assert!(calc(&ws).contains("return a - b"));
+}
+
+#[test]
+fn sigterm_during_a_test_run_ends_the_run_cleanly_with_130() {
+    let ws = example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[test]\ncommand = [\"sh\", \"-c\", \"sleep 30\"]\nallowlist = [\"sh\"]\n",
+    )
+    .unwrap();
+    let file = script(ws.path(), &[]);
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(support::binary())
+        .args([
+            "run",
+            "fix the failing tests",
+            "--yes",
+            "--json",
+            "--workspace",
+        ])
+        .arg(ws.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .envs(replay_env(&file))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the test run has started: the loop says so on stderr.
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("running the tests") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0,
+            "the run ended early"
+        );
+    }
+    let sent = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        sent.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(130));
+    assert_eq!(outcome(&out)["status"], "cancelled");
+}
+
+#[test]
+fn an_authentication_failure_exits_4_and_a_bad_config_exits_3() {
+    let ws = example();
+    let server = ModelServer::start(vec![Reply::status(401, "{}")]);
+    let env = vec![
+        ("AGENT_LS_MODEL__PROVIDER", "openai".to_string()),
+        ("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url)),
+    ];
+    let out = agent(ws.path(), &["add a subtract function", "--yes"], &env);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        outcome(&out)["answer"]
+            .as_str()
+            .unwrap()
+            .contains("OPENAI_API_KEY")
+    );
+
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nmax_retries = \"many\"\n",
+    )
+    .unwrap();
+    let out = agent(ws.path(), &["fix the failing tests", "--yes"], &[]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("agent.max_retries"));
+}
