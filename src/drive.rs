@@ -22,9 +22,21 @@ pub trait Shell {
     /// Shows the change and answers whether to apply it.
     async fn approve(&mut self, changes: &[FileChange], diff: &str) -> bool;
     /// Applies an approved change; refuses when a file changed since it was read.
-    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), String>;
+    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError>;
     fn progress(&mut self, message: &str);
     fn warn(&mut self, message: &str);
+    /// Called before each step, so `read` sees the latest text (the server takes a fresh
+    /// snapshot of the editor's buffers here).
+    async fn refresh(&mut self) {}
+    /// A test run of the loop ended (the server publishes its diagnostics).
+    fn tests_ran(&mut self, _result: &tests_run::RunResult) {}
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyError {
+    /// The files changed meanwhile and the change could not be re-located.
+    Stale(String),
+    Failed(String),
 }
 
 /// The outcome of a run, in the shape of `agent-ls/runFinished`.
@@ -73,6 +85,7 @@ impl Drive<'_> {
         self.refresh_context(run, shell);
         queue.extend(agent::step(run, Event::Start));
         let mut finished = None;
+        shell.refresh().await;
         while let Some(effect) = queue.pop_front() {
             let event = match effect {
                 Effect::Finish { status, answer } => {
@@ -117,6 +130,7 @@ impl Drive<'_> {
                     }
                 }
                 Effect::Locate(plan) => {
+                    shell.refresh().await;
                     let limits = self.config.edit.limits();
                     Event::Located(edit::apply_plan(&plan, self.root, &limits, |rel| {
                         shell.read(rel)
@@ -133,7 +147,8 @@ impl Drive<'_> {
                 }
                 Effect::Apply(changes) => match shell.apply(&changes).await {
                     Ok(()) => Event::Applied,
-                    Err(e) => Event::ApplyFailed(e),
+                    Err(ApplyError::Stale(e)) => Event::Stale(e),
+                    Err(ApplyError::Failed(e)) => Event::ApplyFailed(e),
                 },
                 Effect::RunTests => {
                     match tests_run::run(self.root, &self.config.test, self.cancel).await {
@@ -148,6 +163,7 @@ impl Drive<'_> {
                     }
                 }
             };
+            shell.refresh().await;
             self.refresh_context(run, shell);
             queue.extend(agent::step(run, event));
         }

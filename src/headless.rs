@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{self, Budget, Run};
 use crate::config::{self, Approval, Inputs};
-use crate::drive::{self, Drive, Outcome, Shell};
+use crate::drive::{self, ApplyError, Drive, Outcome, Shell};
 use crate::edit::{FileChange, FileText};
 use crate::files;
 use crate::model::Models;
@@ -81,22 +81,22 @@ impl Shell for CliShell<'_> {
         }
     }
 
-    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), String> {
+    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
         // Never overwrite what changed since the change was computed.
         for c in changes {
             let now = match files::read_for_plan(self.root, &c.path) {
                 FileText::Text(t) => Some(t),
                 FileText::Missing => None,
-                FileText::Refused(why) => return Err(why),
+                FileText::Refused(why) => return Err(ApplyError::Failed(why)),
             };
             if now != c.original {
-                return Err(format!(
-                    "{} changed on disk since the change was computed; nothing was written",
+                return Err(ApplyError::Stale(format!(
+                    "{} changed on disk while the change was prepared",
                     c.path
-                ));
+                )));
             }
         }
-        files::write_changes(self.root, changes)
+        files::write_changes(self.root, changes).map_err(ApplyError::Failed)
     }
 
     fn progress(&mut self, message: &str) {

@@ -86,6 +86,9 @@ pub enum Event {
     Rejected,
     Applied,
     ApplyFailed(String),
+    /// The files changed while the change was prepared and it could not be re-located on
+    /// the new text: the step is redone on fresh text.
+    Stale(String),
     TestsFinished(TestSummary),
     TestsUnavailable(String),
     Cancel,
@@ -311,6 +314,13 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
             Phase::Failed,
             format!("the change could not be applied: {why}"),
         ),
+        (Phase::Applying, Event::Stale(why)) => {
+            run.pending.clear();
+            run.feedback.push(format!(
+                "{why}. The files below are the current text; make the change again against it."
+            ));
+            retry_or_stop(run, "the file changed while the change was prepared")
+        }
         (Phase::Testing, Event::TestsFinished(t)) => {
             let passed = t.passed;
             let fingerprint = t.fingerprint.clone();

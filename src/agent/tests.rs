@@ -314,3 +314,34 @@ fn goals_are_classified_by_their_obvious_words() {
     assert_eq!(classify("what does parse do?"), Intent::Explain);
     assert_eq!(classify("add a --verbose flag"), Intent::Edit);
 }
+
+#[test]
+fn a_stale_buffer_redoes_the_step_on_fresh_text() {
+    let mut run = Run::new("edit", Intent::Edit, budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: edit_answer("a + b"),
+        },
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!()
+    };
+    step(&mut run, Event::Located(locate(plan)));
+    step(&mut run, Event::Approved);
+    let e = step(
+        &mut run,
+        Event::Stale("calc.py changed while the change was prepared".into()),
+    );
+    let Some(Effect::CallModel {
+        role: Role::Coder,
+        messages,
+    }) = e.last()
+    else {
+        panic!("{e:?}")
+    };
+    assert!(messages.last().unwrap().content.contains("current text"));
+    assert!(run.files_changed.is_empty());
+}
