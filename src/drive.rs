@@ -40,7 +40,7 @@ pub enum ApplyError {
 }
 
 /// The outcome of a run, in the shape of `agent-ls/runFinished`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Outcome {
     pub run_id: String,
     pub status: String,
@@ -53,11 +53,11 @@ pub struct Outcome {
     pub cost_usd: Option<f64>,
     /// Why a failed run failed, when the cause has a kind of its own: "auth", "config",
     /// "timeout".
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failure_kind: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub failure_kind: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
 pub struct TestCounts {
     pub passed: u32,
     pub failed: u32,
@@ -87,6 +87,12 @@ impl Drive<'_> {
         let mut finished = None;
         shell.refresh().await;
         while let Some(effect) = queue.pop_front() {
+            // A cancel between effects ends the run before anything else is done.
+            if self.cancel.is_cancelled() && !matches!(effect, Effect::Finish { .. }) {
+                queue.clear();
+                queue.extend(agent::step(run, Event::Cancel));
+                continue;
+            }
             let event = match effect {
                 Effect::Finish { status, answer } => {
                     finished = Some((status, answer));
@@ -139,10 +145,15 @@ impl Drive<'_> {
                 Effect::AskApproval { changes, diff } => {
                     if self.cancel.is_cancelled() {
                         Event::Cancel
-                    } else if shell.approve(&changes, &diff).await {
-                        Event::Approved
                     } else {
-                        Event::Rejected
+                        let yes = shell.approve(&changes, &diff).await;
+                        if self.cancel.is_cancelled() {
+                            Event::Cancel
+                        } else if yes {
+                            Event::Approved
+                        } else {
+                            Event::Rejected
+                        }
                     }
                 }
                 Effect::Apply(changes) => match shell.apply(&changes).await {
@@ -191,7 +202,7 @@ impl Drive<'_> {
             duration_ms: started.elapsed().as_millis() as u64,
             cost_usd: totals.cost_usd,
             failure_kind: if status == Phase::Failed {
-                failure_kind
+                failure_kind.map(String::from)
             } else {
                 None
             },

@@ -205,7 +205,7 @@ pub fn code_for(o: &Outcome) -> u8 {
     match o.status.as_str() {
         "done" | "proposed" => exit::DONE,
         "cancelled" => exit::INTERRUPTED,
-        _ => match o.failure_kind {
+        _ => match o.failure_kind.as_deref() {
             Some("auth") => exit::AUTH,
             Some("config") => exit::CONFIG,
             Some("timeout") => exit::TIMEOUT,

@@ -394,9 +394,72 @@ pub fn apply_plan(
     }
 }
 
+/// Moves a change computed against `change.original` onto `current`, the file's text now
+/// (the user typed meanwhile, or the disk lacks the editor's unsaved changes). Each edit is
+/// re-located by the cascade with its whole lines as the search text; `None` when one cannot
+/// be placed exactly once.
+pub fn relocate(change: &FileChange, current: &str, limits: &Limits) -> Option<FileChange> {
+    let original = change.original.as_deref()?;
+    if original == current {
+        return Some(change.clone());
+    }
+    let locator = locate::Locator::new(current);
+    let opts = LocateOptions {
+        line_window: limits.line_window,
+    };
+    let mut moved = Vec::new();
+    for e in &change.edits {
+        // Widen to whole lines so the search text carries its context.
+        let start = original[..e.range.start].rfind('\n').map_or(0, |i| i + 1);
+        let end = original[e.range.end..]
+            .find('\n')
+            .map_or(original.len(), |i| e.range.end + i);
+        let search = &original[start..end];
+        let replace = format!(
+            "{}{}{}",
+            &original[start..e.range.start],
+            e.text,
+            &original[e.range.end..end]
+        );
+        if search.trim().is_empty() {
+            return None;
+        }
+        match locator.locate(search, &replace, None, &opts) {
+            Ok(Found::At(l)) if l.rule == Rule::Exact => moved.push(TextEdit {
+                range: l.range,
+                text: l.replacement,
+            }),
+            _ => return None,
+        }
+    }
+    let (new_text, inverse) = apply::apply_to_string(current, &moved).ok()?;
+    Some(FileChange {
+        path: change.path.clone(),
+        original: Some(current.to_string()),
+        new_text,
+        edits: moved,
+        inverse,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_moves_onto_text_edited_elsewhere_but_not_onto_its_own_lines() {
+        let original = "a = 1\nb = 2\nc = 3\n";
+        let plan =
+            parse_plan(r#"{"path": "f.py", "search": "b = 2", "replace": "b = 20"}"#).unwrap();
+        let outcome = apply_plan(&plan, Path::new("/ws"), &Limits::default(), |_| {
+            FileText::Text(original.into())
+        });
+        let change = &outcome.changes[0];
+        let typed_above = "# new comment\na = 1\nb = 2\nc = 3\n";
+        let moved = relocate(change, typed_above, &Limits::default()).unwrap();
+        assert_eq!(moved.new_text, "# new comment\na = 1\nb = 20\nc = 3\n");
+        assert!(relocate(change, "a = 1\nb = 5\nc = 3\n", &Limits::default()).is_none());
+    }
 
     #[test]
     fn paths_outside_the_workspace_are_refused() {

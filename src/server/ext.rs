@@ -56,3 +56,21 @@ pub const RERUN_TESTS_COMMAND: &str = "agent-ls.rerunTests";
 
 /// Command `agent-ls.cancel`: stops the test run in progress.
 pub const CANCEL_COMMAND: &str = "agent-ls.cancel";
+
+/// Notification `agent-ls/runFinished`: an agent run ended, with its outcome.
+pub const RUN_FINISHED: &str = "agent-ls/runFinished";
+
+/// Command `agent-ls.run` `{goal, uri?, range?}`: starts an agent run; returns `{run_id}` at once.
+pub const RUN_COMMAND: &str = "agent-ls.run";
+
+/// Command `agent-ls.fixTests`: starts a run with the goal "fix the failing tests".
+pub const FIX_TESTS_COMMAND: &str = "agent-ls.fixTests";
+
+/// Command `agent-ls.accept`: accepts the proposal waiting for approval.
+pub const ACCEPT_COMMAND: &str = "agent-ls.accept";
+
+/// Command `agent-ls.reject`: rejects the proposal waiting for approval.
+pub const REJECT_COMMAND: &str = "agent-ls.reject";
+
+/// Command `agent-ls.status`: the run in progress and the last outcome.
+pub const STATUS_COMMAND: &str = "agent-ls.status";

@@ -1,6 +1,7 @@
 //! The language server: the only module that knows LSP types and JSON-RPC. It wires the
 //! transport to the session owner and answers requests from snapshots of the session.
 
+pub mod agent_runs;
 pub mod convert;
 pub mod ext;
 mod ordered;
@@ -161,6 +162,7 @@ impl LanguageServer for Backend {
                             ..Default::default()
                         },
                     )),
+                    code_action_provider: Some(CodeActionProviderCapability::Simple(true)),
                     execute_command_provider: Some(ExecuteCommandOptions {
                         commands: self.commands(),
                         ..Default::default()
@@ -187,9 +189,55 @@ impl LanguageServer for Backend {
         Ok(())
     }
 
+    async fn code_action(&self, params: CodeActionParams) -> Result<Option<CodeActionResponse>> {
+        guarded("textDocument/codeAction", async {
+            Ok(Some(code_actions(&params)))
+        })
+        .await
+    }
+
     async fn execute_command(&self, params: ExecuteCommandParams) -> Result<Option<LSPAny>> {
         guarded("workspace/executeCommand", async {
             match params.command.as_str() {
+                ext::RUN_COMMAND | ext::FIX_TESTS_COMMAND => {
+                    let args: agent_runs::RunArgs = if params.command == ext::FIX_TESTS_COMMAND {
+                        agent_runs::RunArgs {
+                            goal: "fix the failing tests".into(),
+                            ..Default::default()
+                        }
+                    } else {
+                        let first = params
+                            .arguments
+                            .first()
+                            .cloned()
+                            .unwrap_or(serde_json::Value::Null);
+                        serde_json::from_value(first).map_err(|e| {
+                            Error::invalid_params(format!(
+                                "agent-ls.run takes {{goal, uri?, range?}}: {e}"
+                            ))
+                        })?
+                    };
+                    // The run goes on in the background; the command answers at once.
+                    let (reply, answer) = oneshot::channel();
+                    self.session.send(Event::StartRun { args, reply });
+                    match answer.await.map_err(internal)? {
+                        Ok(run_id) => Ok(Some(serde_json::json!({"run_id": run_id}))),
+                        Err(why) => Err(Error::invalid_request().tap_message(why)),
+                    }
+                }
+                ext::ACCEPT_COMMAND | ext::REJECT_COMMAND => {
+                    self.session
+                        .send(Event::Decision(params.command == ext::ACCEPT_COMMAND));
+                    Ok(Some(serde_json::json!({"sent": true})))
+                }
+                ext::STATUS_COMMAND => {
+                    let status = self
+                        .session
+                        .query(|s| s.agent_status())
+                        .await
+                        .map_err(internal)?;
+                    Ok(Some(status))
+                }
                 ext::RERUN_TESTS_COMMAND => {
                     // The run goes on in the background; its end arrives as agent-ls/testStatus.
                     self.session.send(Event::RunTests {
@@ -209,6 +257,84 @@ impl LanguageServer for Backend {
         })
         .await
     }
+}
+
+/// The agent's code actions: fix a diagnostic; implement, refactor or explain a selection;
+/// and the source action that fixes the failing tests. Each runs `agent-ls.run`.
+fn code_actions(params: &CodeActionParams) -> CodeActionResponse {
+    let uri = &params.text_document.uri;
+    let action = |title: &str,
+                  kind: CodeActionKind,
+                  goal: String,
+                  range: Option<Range>,
+                  diagnostics: Option<Vec<Diagnostic>>| {
+        CodeActionOrCommand::CodeAction(CodeAction {
+            title: title.into(),
+            kind: Some(kind),
+            diagnostics,
+            command: Some(Command {
+                title: title.into(),
+                command: ext::RUN_COMMAND.into(),
+                arguments: Some(vec![
+                    serde_json::json!({"goal": goal, "uri": uri, "range": range}),
+                ]),
+            }),
+            ..CodeAction::default()
+        })
+    };
+    let mut out = Vec::new();
+    for d in &params.context.diagnostics {
+        if d.severity.is_some_and(|s| s != DiagnosticSeverity::ERROR) {
+            continue;
+        }
+        let what = match d.source.as_deref() {
+            Some(test_runs::SOURCE) => "test failure",
+            _ => "error",
+        };
+        out.push(action(
+            "Agent: fix this",
+            CodeActionKind::QUICKFIX,
+            format!(
+                "Fix this {what} at line {}: {}",
+                d.range.start.line + 1,
+                d.message
+            ),
+            Some(d.range),
+            Some(vec![d.clone()]),
+        ));
+    }
+    let r = params.range;
+    if r.start != r.end {
+        out.push(action(
+            "Agent: implement",
+            CodeActionKind::REFACTOR_REWRITE,
+            "Implement the selected code".into(),
+            Some(r),
+            None,
+        ));
+        out.push(action(
+            "Agent: refactor",
+            CodeActionKind::REFACTOR,
+            "Refactor the selected code, keeping its behaviour".into(),
+            Some(r),
+            None,
+        ));
+        out.push(action(
+            "Agent: explain",
+            CodeActionKind::EMPTY,
+            "Explain the selected code".into(),
+            Some(r),
+            None,
+        ));
+    }
+    out.push(action(
+        "Agent: fix failing tests",
+        CodeActionKind::new("source.agent-ls.fixTests"),
+        "fix the failing tests".into(),
+        None,
+        None,
+    ));
+    out
 }
 
 /// Runs a request handler so that a panic inside it answers that request with an internal
@@ -234,6 +360,17 @@ pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
+}
+
+trait WithMessage {
+    fn tap_message(self, message: String) -> Error;
+}
+
+impl WithMessage for Error {
+    fn tap_message(mut self, message: String) -> Error {
+        self.message = message.into();
+        self
+    }
 }
 
 fn internal(err: impl std::fmt::Display) -> Error {

@@ -14,6 +14,7 @@ use tower_lsp_server::ls_types::{
 };
 use tracing::{debug, error, info, warn};
 
+use super::agent_runs;
 use super::convert;
 use super::test_runs::{self, TestRuns};
 use crate::config::{self, Loaded};
@@ -49,6 +50,19 @@ pub enum Event {
     SaveSettled {
         generation: u64,
     },
+    /// Start an agent run; the reply is its id, or why it cannot start.
+    StartRun {
+        args: agent_runs::RunArgs,
+        reply: oneshot::Sender<Result<String, String>>,
+    },
+    /// agent-ls.accept (true) or agent-ls.reject (false) for the proposal waiting.
+    Decision(bool),
+    RunEnded {
+        id: String,
+        outcome: Box<crate::drive::Outcome>,
+    },
+    /// A test run of the agent loop ended: publish it like any other.
+    PublishTests(Box<RunResult>),
 }
 
 /// The sending side, cloned into every handler. Sending never blocks or awaits, so a handler
@@ -99,6 +113,8 @@ pub struct Session {
     tests: TestRuns,
     /// This session's own sender, for tasks that report back to it.
     me: Option<SessionHandle>,
+    agent: Option<agent_runs::Active>,
+    last_outcome: Option<crate::drive::Outcome>,
 }
 
 impl Session {
@@ -117,6 +133,8 @@ impl Session {
             capabilities: ClientCapabilities::default(),
             tests: TestRuns::default(),
             me: None,
+            agent: None,
+            last_outcome: None,
         }
     }
 
@@ -130,6 +148,18 @@ impl Session {
 
     pub fn config(&self) -> &Loaded {
         &self.config
+    }
+
+    pub fn documents(&self) -> impl Iterator<Item = (&Uri, &Buffer)> {
+        self.documents.iter()
+    }
+
+    /// The run in progress (id, goal) and the last outcome, for agent-ls.status.
+    pub fn agent_status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "active": self.agent.as_ref().map(|a| serde_json::json!({"run_id": a.id, "goal": a.goal})),
+            "last": self.last_outcome,
+        })
     }
 
     pub fn config_errors(&self) -> &[config::ConfigError] {
@@ -194,7 +224,32 @@ impl Session {
                 }
             }
             Event::RunTests { reason } => self.run_tests(&reason),
-            Event::CancelTests => self.tests.cancel(),
+            Event::CancelTests => {
+                self.tests.cancel();
+                if let Some(a) = &self.agent {
+                    a.cancel.cancel();
+                }
+            }
+            Event::StartRun { args, reply } => {
+                let _ = reply.send(self.start_run(args));
+            }
+            Event::Decision(yes) => match &self.agent {
+                Some(a) => {
+                    let _ = a.decisions.send(yes);
+                }
+                None => self.notify(MessageType::INFO, "agent-ls: no proposal is waiting".into()),
+            },
+            Event::RunEnded { id, outcome } => {
+                if self.agent.as_ref().is_some_and(|a| a.id == id) {
+                    self.agent = None;
+                }
+                self.last_outcome = Some(*outcome);
+            }
+            Event::PublishTests(result) => {
+                let root = self.workspace_root.clone().unwrap_or_default();
+                self.tests
+                    .publish(*result, &self.client, &root, &self.documents, self.encoding);
+            }
             Event::SaveSettled { generation } => {
                 if self.tests.is_latest_save(generation) {
                     self.run_tests("save");
@@ -217,6 +272,51 @@ impl Session {
                 self.reload_config(inputs);
             }
         }
+    }
+
+    fn start_run(&mut self, args: agent_runs::RunArgs) -> Result<String, String> {
+        if let Some(a) = &self.agent {
+            return Err(format!(
+                "a run is in progress ({}: {}); cancel it first with agent-ls.cancel",
+                a.id, a.goal
+            ));
+        }
+        let (Some(root), Some(me)) = (self.workspace_root.clone(), self.me.clone()) else {
+            return Err("agent-ls needs a workspace folder to run the agent".into());
+        };
+        if args.goal.trim().is_empty() {
+            return Err("the goal is empty".into());
+        }
+        let goal = agent_runs::goal_with_selection(&args, &self.documents, &root, self.encoding);
+        let id = agent_runs::new_id();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let (decisions_tx, decisions) = mpsc::unbounded_channel();
+        self.agent = Some(agent_runs::Active {
+            id: id.clone(),
+            goal: args.goal.clone(),
+            cancel: cancel.clone(),
+            decisions: decisions_tx,
+        });
+        let progress = self
+            .capabilities
+            .window
+            .as_ref()
+            .and_then(|w| w.work_done_progress)
+            .unwrap_or(false);
+        agent_runs::spawn(agent_runs::StartRun {
+            id: id.clone(),
+            goal,
+            config: self.config.config.clone(),
+            root,
+            encoding: self.encoding,
+            support: super::workspace_edit::EditSupport::from_capabilities(&self.capabilities),
+            progress,
+            client: self.client.clone(),
+            session: me,
+            cancel,
+            decisions,
+        });
+        Ok(id)
     }
 
     fn run_tests(&mut self, reason: &str) {

@@ -205,6 +205,20 @@ impl TestRuns {
                 return;
             }
         };
+        self.publish(result, &client, root, documents, encoding);
+    }
+
+    /// Publishes a run's failures as diagnostics, replacing the previous run's, and its
+    /// status. The agent loop's own runs come here too.
+    pub fn publish(
+        &mut self,
+        result: RunResult,
+        client: &Client,
+        root: &Path,
+        documents: &HashMap<Uri, Buffer>,
+        encoding: Encoding,
+    ) {
+        let client = client.clone();
         info!(
             state = result.state(),
             failures = result.failures.len(),

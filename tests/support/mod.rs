@@ -22,7 +22,17 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_agent-ls"))
 }
 
-type Responder = Box<dyn FnMut(&Value) -> Value + Send>;
+/// Answers a server request; the notifications it returns are sent after the answer, as a
+/// real client sends `didChange` after applying an edit.
+type Responder = Box<dyn FnMut(&Value) -> (Value, Vec<Value>) + Send>;
+
+/// Whether a responder's notifications go before its answer (the user typed while a question
+/// was open) or after it (an editor's didChange after applying an edit).
+#[derive(Clone, Copy, PartialEq)]
+enum Order {
+    Before,
+    After,
+}
 
 /// What the reader thread saw on the server's stdout.
 enum Incoming {
@@ -41,7 +51,9 @@ pub struct Client {
     /// Requests from the server, in arrival order, with the answers we gave.
     pub server_requests: Vec<Value>,
     responses: HashMap<String, Value>,
-    responders: HashMap<String, Responder>,
+    responders: HashMap<String, (Order, Responder)>,
+    /// Server requests left unanswered on purpose (see `DEFER`), by method.
+    deferred: Vec<(String, Value)>,
     stderr: Arc<Mutex<String>>,
     /// Set when stdout carried something that was not a frame.
     pub protocol_violations: Vec<String>,
@@ -110,6 +122,7 @@ impl Client {
             server_requests: Vec::new(),
             responses: HashMap::new(),
             responders: HashMap::new(),
+            deferred: Vec::new(),
             stderr,
             protocol_violations: Vec::new(),
             _home: home,
@@ -142,8 +155,35 @@ impl Client {
     }
 
     /// Answers the server's requests for `method` with `f(params)` instead of the default.
-    pub fn on_request(&mut self, method: &str, f: impl FnMut(&Value) -> Value + Send + 'static) {
-        self.responders.insert(method.to_string(), Box::new(f));
+    pub fn on_request(
+        &mut self,
+        method: &str,
+        mut f: impl FnMut(&Value) -> Value + Send + 'static,
+    ) {
+        self.responders.insert(
+            method.to_string(),
+            (Order::After, Box::new(move |p| (f(p), Vec::new()))),
+        );
+    }
+
+    /// Like `on_request_then`, but the notifications are sent before the answer.
+    pub fn on_request_before(
+        &mut self,
+        method: &str,
+        f: impl FnMut(&Value) -> (Value, Vec<Value>) + Send + 'static,
+    ) {
+        self.responders
+            .insert(method.to_string(), (Order::Before, Box::new(f)));
+    }
+
+    /// Like `on_request`, and the returned notifications are sent right after the answer.
+    pub fn on_request_then(
+        &mut self,
+        method: &str,
+        f: impl FnMut(&Value) -> (Value, Vec<Value>) + Send + 'static,
+    ) {
+        self.responders
+            .insert(method.to_string(), (Order::After, Box::new(f)));
     }
 
     pub fn send(&mut self, message: &Value) {
@@ -256,14 +296,28 @@ impl Client {
             (Some(id), true) => {
                 let method = msg["method"].as_str().unwrap_or_default().to_string();
                 let params = msg.get("params").cloned().unwrap_or(Value::Null);
-                let result = match self.responders.get_mut(&method) {
-                    Some(f) => f(&params),
-                    None => default_answer(&method, &params),
+                let (order, (result, then)) = match self.responders.get_mut(&method) {
+                    Some((order, f)) => (*order, f(&params)),
+                    None => (Order::After, (default_answer(&method, &params), Vec::new())),
                 };
+                if order == Order::Before {
+                    for n in &then {
+                        self.send(n);
+                    }
+                }
                 let id = id.clone();
                 self.server_requests
                     .push(json!({"method": method, "params": params, "answer": result}));
+                if result == DEFER {
+                    self.deferred.push((method, id));
+                    return;
+                }
                 self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+                if order == Order::After {
+                    for n in then {
+                        self.send(&n);
+                    }
+                }
             }
             (None, true) => self.notifications.push(msg),
             (Some(id), false) => {
@@ -324,6 +378,32 @@ impl Drop for Client {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A responder that returns this leaves the request open, as a user who has not answered
+/// yet; `answer_deferred` answers it later.
+pub const DEFER: &str = "__defer__";
+
+impl Client {
+    /// Waits for a deferred request of `method` and answers it now.
+    pub fn answer_deferred(&mut self, method: &str, result: Value) {
+        let id = self.wait_until(
+            |c| {
+                let at = c.deferred.iter().position(|(m, _)| m == method)?;
+                Some(c.deferred.remove(at).1)
+            },
+            &format!("a deferred {method}"),
+        );
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    }
+
+    /// Waits until a request of `method` is waiting unanswered.
+    pub fn wait_deferred(&mut self, method: &str) {
+        self.wait_until(
+            |c| c.deferred.iter().any(|(m, _)| m == method).then_some(()),
+            &format!("a deferred {method}"),
+        );
     }
 }
 
@@ -406,4 +486,45 @@ pub fn workspace(files: &[(&str, &str)]) -> tempfile::TempDir {
         std::fs::write(full, text).unwrap();
     }
     dir
+}
+
+/// Applies LSP text edits (UTF-16 positions) to `text`, as an editor would.
+pub fn apply_lsp_edits(text: &str, edits: &[Value]) -> String {
+    let offset = |pos: &Value| -> usize {
+        let (line, character) = (
+            pos["line"].as_u64().unwrap() as usize,
+            pos["character"].as_u64().unwrap() as usize,
+        );
+        let mut at = 0;
+        for (i, l) in text.split_inclusive('\n').enumerate() {
+            if i == line {
+                let mut units = 0;
+                for (b, c) in l.char_indices() {
+                    if units >= character || c == '\n' {
+                        return at + b;
+                    }
+                    units += c.len_utf16();
+                }
+                return at + l.trim_end_matches('\n').len();
+            }
+            at += l.len();
+        }
+        text.len()
+    };
+    let mut spans: Vec<(usize, usize, String)> = edits
+        .iter()
+        .map(|e| {
+            (
+                offset(&e["range"]["start"]),
+                offset(&e["range"]["end"]),
+                e["newText"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    spans.sort_by_key(|s| std::cmp::Reverse(s.0));
+    let mut out = text.to_string();
+    for (a, b, t) in spans {
+        out.replace_range(a..b, &t);
+    }
+    out
 }

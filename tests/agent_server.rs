@@ -1,0 +1,391 @@
+//! The agent loop through the language server: commands that return at once, approval by
+//! change annotations or by a question, applyEdit answered like real clients answer it
+//! (Neovim's `applied: true` for a declined edit included), the user typing between plan and
+//! apply, tests run on the disk, runFinished, code actions and status.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use support::{Client, apply_lsp_edits, file_uri};
+
+const BROKEN: &str = "\"\"\"A tiny calculator with a bug for the agent to fix.\"\"\"\n\n\ndef add(a, b):\n    return a - b\n\n\ndef multiply(a, b):\n    return a * b\n";
+
+struct Setup {
+    client: Client,
+    ws: tempfile::TempDir,
+    uri: String,
+    /// The editor's copy of calc.py.
+    editor: Arc<Mutex<(String, i64)>>,
+}
+
+fn example() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    dir
+}
+
+fn script(lines: &[Value]) -> String {
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+fn fix_line() -> Value {
+    json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"})
+}
+
+/// A server on a copy of the example with calc.py open, the model replayed from `lines`.
+fn setup(lines: &[Value], approval: &str, capabilities: Value) -> Setup {
+    let ws = example();
+    std::fs::write(ws.path().join(".replay.jsonl"), script(lines)).unwrap();
+    let mut client = Client::spawn(Default::default());
+    client.initialize(
+        ws.path(),
+        capabilities,
+        json!({"model": {"provider": "replay", "replay_file": ".replay.jsonl"}, "agent": {"approval": approval}}),
+    );
+    let uri = file_uri(&ws.path().join("calc.py"));
+    client.open(&uri, BROKEN);
+    let editor = Arc::new(Mutex::new((BROKEN.to_string(), 1)));
+    Setup {
+        client,
+        ws,
+        uri,
+        editor,
+    }
+}
+
+/// Answers applyEdit as Neovim does: an edit for an older version is skipped (and still
+/// answered `applied: true`); otherwise its copy changes and a didChange follows.
+fn applies(s: &mut Setup) {
+    let (editor, uri) = (s.editor.clone(), s.uri.clone());
+    s.client.on_request_then("workspace/applyEdit", move |p| {
+        let mut e = editor.lock().unwrap();
+        for op in p["edit"]["documentChanges"].as_array().unwrap() {
+            if op["textDocument"]["uri"] == uri.as_str() {
+                if op["textDocument"]["version"]
+                    .as_i64()
+                    .is_some_and(|v| v != e.1)
+                {
+                    return (json!({"applied": true}), vec![]);
+                }
+                e.0 = apply_lsp_edits(&e.0, op["edits"].as_array().unwrap());
+                e.1 += 1;
+            }
+        }
+        let change = json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": uri, "version": e.1}, "contentChanges": [{"text": e.0}]}});
+        (json!({"applied": true}), vec![change])
+    });
+}
+
+fn finished(c: &mut Client) -> Value {
+    c.wait_notification("agent-ls/runFinished", |_| true)
+}
+
+fn disk(s: &Setup) -> String {
+    std::fs::read_to_string(s.ws.path().join("calc.py")).unwrap()
+}
+
+#[test]
+fn fix_tests_applies_through_the_editor_writes_the_disk_and_tests_pass() {
+    let mut s = setup(
+        &[fix_line()],
+        "auto",
+        json!({"window": {"workDoneProgress": true}}),
+    );
+    applies(&mut s);
+    let r = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.fixTests"}),
+        )
+        .unwrap();
+    assert!(
+        r["run_id"].as_str().unwrap().starts_with("run_"),
+        "returns at once with the id"
+    );
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(done["iterations"], 1);
+    assert_eq!(done["files_changed"], json!(["calc.py"]));
+    assert_eq!(done["tests"], json!({"passed": 3, "failed": 0}));
+    assert!(
+        disk(&s).contains("return a + b"),
+        "the tests ran on the disk the agent wrote"
+    );
+    assert_eq!(
+        s.client.document_state(&s.uri)["text"],
+        s.editor.lock().unwrap().0
+    );
+    let apply = s
+        .client
+        .server_requests
+        .iter()
+        .find(|r| r["method"] == "workspace/applyEdit")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        apply["params"]["edit"]["documentChanges"][0]["textDocument"]["version"],
+        1
+    );
+    assert!(
+        s.client
+            .server_requests
+            .iter()
+            .any(|r| r["method"] == "window/workDoneProgress/create")
+    );
+}
+
+#[test]
+fn confirm_mode_sends_annotations_and_a_rejection_applies_nothing() {
+    let caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "changeAnnotationSupport": {"groupsOnLabel": true}}}});
+    let mut s = setup(&[fix_line()], "confirm", caps);
+    s.client
+        .on_request("workspace/applyEdit", |_| json!({"applied": false}));
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.fixTests"}),
+        )
+        .unwrap();
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "failed");
+    assert!(
+        done["answer"].as_str().unwrap().contains("rejected"),
+        "{done}"
+    );
+    assert_eq!(done["files_changed"], json!([]));
+    let apply = s
+        .client
+        .server_requests
+        .iter()
+        .find(|r| r["method"] == "workspace/applyEdit")
+        .unwrap()
+        .clone();
+    let annotations = &apply["params"]["edit"]["changeAnnotations"];
+    assert_eq!(
+        annotations["agent-ls:calc.py"]["needsConfirmation"], true,
+        "{apply}"
+    );
+    assert!(disk(&s).contains("return a - b"));
+}
+
+#[test]
+fn applied_true_without_the_change_is_treated_as_declined() {
+    // Neovim answers `applied: true` when the user says No; the buffer then never changes.
+    let mut s = setup(&[fix_line()], "auto", json!({}));
+    s.client
+        .on_request("workspace/applyEdit", |_| json!({"applied": true}));
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.fixTests"}),
+        )
+        .unwrap();
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "failed");
+    assert!(
+        done["answer"]
+            .as_str()
+            .unwrap()
+            .contains("does not hold it"),
+        "{done}"
+    );
+    assert!(
+        disk(&s).contains("return a - b"),
+        "nothing reaches the disk"
+    );
+}
+
+#[test]
+fn prompt_mode_asks_first_and_the_user_typing_meanwhile_is_kept() {
+    let mut s = setup(&[fix_line()], "prompt", json!({}));
+    applies(&mut s);
+    // While the question is open the user adds a line at the top, then accepts.
+    let (editor, uri) = (s.editor.clone(), s.uri.clone());
+    s.client.on_request_before("window/showMessageRequest", move |p| {
+        assert!(p["message"].as_str().unwrap().contains("calc.py"));
+        let mut e = editor.lock().unwrap();
+        e.0 = format!("# typed by the user\n{}", e.0);
+        e.1 += 1;
+        let change = json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": uri, "version": e.1},
+            "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "text": "# typed by the user\n"}]}});
+        (json!({"title": "Accept"}), vec![change])
+    });
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.fixTests"}),
+        )
+        .unwrap();
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "done", "{done}");
+    let editor = s.editor.lock().unwrap().0.clone();
+    assert!(
+        editor.starts_with("# typed by the user\n") && editor.contains("return a + b"),
+        "{editor}"
+    );
+    let apply = s
+        .client
+        .server_requests
+        .iter()
+        .find(|r| r["method"] == "workspace/applyEdit")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        apply["params"]["edit"]["documentChanges"][0]["textDocument"]["version"], 2,
+        "sent against the new version"
+    );
+    // The user's unsaved line stays out of the file on disk; the agent's change is in it.
+    let on_disk = disk(&s);
+    assert!(
+        !on_disk.contains("typed by the user") && on_disk.contains("return a + b"),
+        "{on_disk}"
+    );
+}
+
+#[test]
+fn the_reject_command_answers_a_pending_question_and_one_run_goes_at_a_time() {
+    let mut s = setup(&[fix_line()], "prompt", json!({}));
+    // The question stays open, as with a user who looks away; agent-ls.reject settles it.
+    s.client
+        .on_request("window/showMessageRequest", |_| json!(support::DEFER));
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.fixTests"}),
+        )
+        .unwrap();
+    s.client.wait_deferred("window/showMessageRequest");
+    let status = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.status"}),
+        )
+        .unwrap();
+    assert_eq!(status["active"]["goal"], "fix the failing tests");
+    let err = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.run", "arguments": [{"goal": "add docs"}]}),
+        )
+        .unwrap_err();
+    assert!(
+        err["message"].as_str().unwrap().contains("in progress"),
+        "{err}"
+    );
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.reject"}),
+        )
+        .unwrap();
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "failed");
+    assert!(
+        done["answer"].as_str().unwrap().contains("rejected"),
+        "{done}"
+    );
+    assert!(disk(&s).contains("return a - b"));
+    let status = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.status"}),
+        )
+        .unwrap();
+    assert_eq!(status["active"], Value::Null);
+    assert_eq!(status["last"]["status"], "failed");
+    s.client
+        .answer_deferred("window/showMessageRequest", Value::Null);
+}
+
+#[test]
+fn cancel_stops_a_run_waiting_for_approval() {
+    let mut s = setup(&[fix_line()], "prompt", json!({}));
+    s.client
+        .on_request("window/showMessageRequest", |_| json!(support::DEFER));
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.fixTests"}),
+        )
+        .unwrap();
+    s.client.wait_deferred("window/showMessageRequest");
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.cancel"}),
+        )
+        .unwrap();
+    s.client
+        .answer_deferred("window/showMessageRequest", json!({"title": "Accept"}));
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert!(disk(&s).contains("return a - b"));
+}
+
+#[test]
+fn code_actions_offer_the_agent() {
+    let mut s = setup(&[], "auto", json!({}));
+    let diag = json!({"range": {"start": {"line": 4, "character": 4}, "end": {"line": 4, "character": 16}}, "severity": 1,
+        "source": "agent-ls test", "message": "test_add: AssertionError: -1 != 5"});
+    let actions = s.client.request("textDocument/codeAction", json!({
+        "textDocument": {"uri": s.uri},
+        "range": {"start": {"line": 3, "character": 0}, "end": {"line": 4, "character": 16}},
+        "context": {"diagnostics": [diag]}
+    })).unwrap();
+    let titles: Vec<&str> = actions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        titles,
+        [
+            "Agent: fix this",
+            "Agent: implement",
+            "Agent: refactor",
+            "Agent: explain",
+            "Agent: fix failing tests"
+        ]
+    );
+    let fix = &actions[0];
+    assert_eq!(fix["kind"], "quickfix");
+    assert_eq!(fix["command"]["command"], "agent-ls.run");
+    assert!(
+        fix["command"]["arguments"][0]["goal"]
+            .as_str()
+            .unwrap()
+            .contains("test failure at line 5")
+    );
+}
+
+#[test]
+fn bad_run_arguments_are_refused() {
+    let mut s = setup(&[], "auto", json!({}));
+    let err = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.run", "arguments": [{"goal": "  "}]}),
+        )
+        .unwrap_err();
+    assert!(err["message"].as_str().unwrap().contains("empty"), "{err}");
+    let err = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.run", "arguments": ["not an object"]}),
+        )
+        .unwrap_err();
+    assert_eq!(err["code"], -32602);
+}
