@@ -99,7 +99,12 @@ impl Drive<'_> {
                     break;
                 }
                 Effect::Progress(m) => {
-                    shell.progress(&m);
+                    let step = format!(
+                        "{m} (iteration {} of {})",
+                        run.iterations.max(1),
+                        run.budget.max_iterations
+                    );
+                    shell.progress(&step);
                     continue;
                 }
                 Effect::Warn(m) => {

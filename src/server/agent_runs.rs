@@ -79,7 +79,6 @@ pub fn spawn(s: StartRun) {
             intent,
             Budget {
                 max_retries: s.config.agent.max_retries,
-                max_iterations: s.config.agent.max_iterations,
             },
             String::new(),
         );
@@ -115,7 +114,6 @@ pub fn spawn(s: StartRun) {
             decisions: s.decisions,
             cancel: s.cancel.clone(),
             progress,
-            max_iterations: s.config.agent.max_iterations,
             limits: s.config.edit.limits(),
         };
         let driver = Drive {
@@ -168,7 +166,6 @@ struct ServerShell {
     cancel: CancellationToken,
     /// The run's `$/progress` token, when the client takes progress.
     progress: Option<ProgressToken>,
-    max_iterations: u32,
     limits: edit::Limits,
 }
 
