@@ -79,6 +79,7 @@ pub fn spawn(s: StartRun) {
             intent,
             Budget {
                 max_retries: s.config.agent.max_retries,
+                max_iterations: s.config.agent.max_iterations,
             },
             String::new(),
         );
@@ -413,10 +414,7 @@ impl Shell for ServerShell {
                 &self.client,
                 token,
                 WorkDoneProgress::Report(WorkDoneProgressReport {
-                    message: Some(format!(
-                        "{message} (at most {} iterations)",
-                        self.max_iterations
-                    )),
+                    message: Some(message.to_string()),
                     ..Default::default()
                 }),
             );
