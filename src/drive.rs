@@ -173,6 +173,7 @@ impl Drive<'_> {
                             if r.end == RunEnd::TimedOut {
                                 failure_kind = Some("timeout");
                             }
+                            shell.tests_ran(&r);
                             Event::TestsFinished(summary(&r))
                         }
                         Err(e) => Event::TestsUnavailable(e.to_string()),

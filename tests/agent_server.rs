@@ -389,3 +389,24 @@ fn bad_run_arguments_are_refused() {
         .unwrap_err();
     assert_eq!(err["code"], -32602);
 }
+
+#[test]
+fn the_loops_test_runs_are_published_as_diagnostics() {
+    let mut s = setup(&[fix_line()], "prompt", json!({}));
+    s.client
+        .on_request("window/showMessageRequest", |_| json!({"title": "Reject"}));
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.fixTests"}),
+        )
+        .unwrap();
+    finished(&mut s.client);
+    let test_uri = file_uri(&s.ws.path().join("test_calc.py"));
+    let diags = s
+        .client
+        .wait_notification("textDocument/publishDiagnostics", |p| {
+            p["uri"] == test_uri.as_str()
+        });
+    assert_eq!(diags["diagnostics"].as_array().unwrap().len(), 2, "{diags}");
+}

@@ -38,3 +38,31 @@ fn the_configuration_doc_names_every_section() {
         );
     }
 }
+
+#[test]
+fn every_command_is_declared_in_the_capabilities() {
+    // Clients such as Neovim refuse to send a command the server did not declare.
+    let source = fs::read_to_string("src/server/mod.rs").expect("read mod.rs");
+    let body = source
+        .split("fn commands(&self)")
+        .nth(1)
+        .expect("commands()");
+    let body = &body[..body.find("\n    }\n").unwrap_or(body.len())];
+    let ext = fs::read_to_string("src/server/ext.rs").unwrap();
+    for line in ext.lines().filter(|l| l.contains("_COMMAND: &str")) {
+        let name = line
+            .trim()
+            .strip_prefix("pub const ")
+            .unwrap()
+            .split(':')
+            .next()
+            .unwrap();
+        if name == "DEBUG_PANIC_COMMAND" {
+            continue;
+        }
+        assert!(
+            body.contains(&format!("ext::{name}")),
+            "{name} is not in the executeCommandProvider list"
+        );
+    }
+}

@@ -129,10 +129,17 @@ impl Backend {
     }
 
     fn commands(&self) -> Vec<String> {
-        let mut commands = vec![
-            ext::RERUN_TESTS_COMMAND.to_string(),
-            ext::CANCEL_COMMAND.to_string(),
-        ];
+        let mut commands: Vec<String> = [
+            ext::RUN_COMMAND,
+            ext::FIX_TESTS_COMMAND,
+            ext::ACCEPT_COMMAND,
+            ext::REJECT_COMMAND,
+            ext::STATUS_COMMAND,
+            ext::RERUN_TESTS_COMMAND,
+            ext::CANCEL_COMMAND,
+        ]
+        .map(String::from)
+        .to_vec();
         if self.hooks {
             commands.push(ext::DEBUG_PANIC_COMMAND.to_string());
         }

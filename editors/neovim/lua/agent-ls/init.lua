@@ -1,0 +1,193 @@
+--- agent-ls for Neovim: starts the server, adds the :Agent* commands, shows run and test
+--- status, and lets a proposal be reviewed (question, diff in a split) before it is applied.
+local M = {}
+
+M.config = {
+  -- How to start the server.
+  cmd = { 'agent-ls', 'serve' },
+  -- Files whose nearest folder holding one of these is the workspace.
+  root_markers = { '.agent-ls.toml', '.git', 'Cargo.toml', 'pyproject.toml', 'package.json', 'go.mod' },
+  -- Sent as initializationOptions: any key of the server's configuration.
+  -- Neovim's own confirmation of annotated edits is a blocking prompt per file, so the plugin
+  -- asks the server to ask first (window/showMessageRequest), answered with vim.ui.select.
+  settings = { agent = { approval = 'prompt' } },
+}
+
+--- What the statusline shows.
+M.state = { run = nil, tests = nil, last_run = nil, last_tests = nil }
+
+local function notify(msg, level)
+  vim.notify('agent-ls: ' .. msg, level or vim.log.levels.INFO)
+end
+
+local function client()
+  return vim.lsp.get_clients({ name = 'agent-ls' })[1]
+end
+
+local function show_in_split(text, filetype)
+  vim.cmd('botright new')
+  local buf = vim.api.nvim_get_current_buf()
+  vim.bo[buf].buftype = 'nofile'
+  vim.bo[buf].bufhidden = 'wipe'
+  vim.bo[buf].filetype = filetype or 'diff'
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, vim.split(text, '\n'))
+  vim.bo[buf].modifiable = false
+  vim.keymap.set('n', 'q', '<cmd>close<cr>', { buffer = buf })
+  vim.keymap.set('n', 'a', function() M.accept(); vim.cmd('close') end, { buffer = buf, desc = 'accept the proposal' })
+  vim.keymap.set('n', 'r', function() M.reject(); vim.cmd('close') end, { buffer = buf, desc = 'reject the proposal' })
+  return buf
+end
+
+local handlers = {
+  ['agent-ls/testStatus'] = function(_, result)
+    M.state.tests = result
+    if result.state ~= 'running' then
+      M.state.last_tests = result
+    end
+    vim.cmd('redrawstatus')
+  end,
+  ['agent-ls/runFinished'] = function(_, result)
+    M.state.run = nil
+    M.state.last_run = result
+    vim.cmd('redrawstatus')
+    vim.api.nvim_exec_autocmds('User', { pattern = 'AgentRunFinished', data = result })
+  end,
+  -- The question before a change is applied: Accept, Reject, or Show diff (the server then
+  -- sends the diff as a message, shown in a split where `a` accepts and `r` rejects).
+  ['window/showMessageRequest'] = function(_, params, ctx)
+    local titles = vim.tbl_map(function(a) return a.title end, params.actions or {})
+    local co = coroutine.running()
+    local answer
+    vim.ui.select(titles, { prompt = params.message }, function(choice)
+      answer = choice
+      if co then coroutine.resume(co) end
+    end)
+    if answer == nil and co then coroutine.yield() end
+    if answer == nil then return vim.NIL end
+    return { title = answer }
+  end,
+  ['window/showMessage'] = function(_, params, ctx)
+    -- A diff sent in answer to "Show diff" goes to a split; other messages to vim.notify.
+    if params.message:match('^%-%-%- ') or params.message:match('\n@@ ') then
+      show_in_split(params.message, 'diff')
+      return
+    end
+    local levels = { vim.log.levels.ERROR, vim.log.levels.WARN, vim.log.levels.INFO, vim.log.levels.DEBUG }
+    notify(params.message, levels[params.type] or vim.log.levels.INFO)
+  end,
+}
+
+--- Starts (or reuses) the server for a buffer.
+function M.start(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  if vim.bo[bufnr].buftype ~= '' then return end
+  local root = vim.fs.root(bufnr, M.config.root_markers) or vim.fn.getcwd()
+  return vim.lsp.start({
+    name = 'agent-ls',
+    cmd = M.config.cmd,
+    root_dir = root,
+    init_options = M.config.settings,
+    settings = { ['agent-ls'] = M.config.settings },
+    handlers = handlers,
+  }, { bufnr = bufnr })
+end
+
+local function exec(command, args, on_result)
+  local c = client()
+  if not c then
+    notify('the server is not running in this buffer', vim.log.levels.WARN)
+    return
+  end
+  c:request('workspace/executeCommand', { command = command, arguments = args }, function(err, result)
+    if err then
+      notify(err.message, vim.log.levels.ERROR)
+    elseif on_result then
+      on_result(result)
+    end
+  end, vim.api.nvim_get_current_buf())
+end
+
+--- Starts a run; with a visual range the goal carries the selected text.
+function M.run(goal, range)
+  local args = { goal = goal, uri = vim.uri_from_bufnr(0) }
+  if range then
+    args.range = {
+      start = { line = range[1] - 1, character = 0 },
+      ['end'] = { line = range[2], character = 0 },
+    }
+  end
+  exec('agent-ls.run', { args }, function(result)
+    M.state.run = { id = result.run_id, goal = goal }
+    vim.cmd('redrawstatus')
+  end)
+end
+
+function M.fix() M.run('fix the failing tests') end
+function M.accept() exec('agent-ls.accept', {}) end
+function M.reject() exec('agent-ls.reject', {}) end
+function M.rerun() exec('agent-ls.rerunTests', {}) end
+function M.cancel() exec('agent-ls.cancel', {}) end
+function M.status()
+  exec('agent-ls.status', {}, function(result)
+    local lines = {}
+    if result.active ~= vim.NIL and result.active then
+      table.insert(lines, ('running %s: %s'):format(result.active.run_id, result.active.goal))
+    else
+      table.insert(lines, 'no run in progress')
+    end
+    if result.last ~= vim.NIL and result.last then
+      table.insert(lines, ('last run %s: %s, %d iteration(s), %s'):format(
+        result.last.run_id, result.last.status, result.last.iterations, result.last.answer))
+    end
+    notify(table.concat(lines, '\n'))
+  end)
+end
+
+--- For 'statusline': "agent: running", "tests: 3 passed, 0 failed", or "".
+function M.statusline()
+  if M.state.run then return 'agent: running' end
+  local t = M.state.tests
+  if t and t.state == 'running' then return 'tests: running' end
+  if t then
+    return ('tests: %s (%s passed, %s failed)'):format(t.state, t.passed or '?', t.failed or '?')
+  end
+  return ''
+end
+
+function M.setup(opts)
+  M.config = vim.tbl_deep_extend('force', M.config, opts or {})
+  local group = vim.api.nvim_create_augroup('agent-ls', { clear = true })
+  vim.api.nvim_create_autocmd({ 'BufReadPost', 'BufNewFile' }, {
+    group = group,
+    callback = function(ev) M.start(ev.buf) end,
+  })
+  local cmd = vim.api.nvim_create_user_command
+  cmd('AgentRun', function(o)
+    M.run(o.args, o.range > 0 and { o.line1, o.line2 } or nil)
+  end, { nargs = '+', range = true, desc = 'agent-ls: run the agent with a goal' })
+  cmd('AgentFix', M.fix, { desc = 'agent-ls: fix the failing tests' })
+  cmd('AgentAccept', M.accept, { desc = 'agent-ls: accept the proposal' })
+  cmd('AgentReject', M.reject, { desc = 'agent-ls: reject the proposal' })
+  cmd('AgentRerun', M.rerun, { desc = 'agent-ls: run the tests again' })
+  cmd('AgentCancel', M.cancel, { desc = 'agent-ls: cancel the run and the tests' })
+  cmd('AgentStatus', M.status, { desc = 'agent-ls: the run in progress and the last outcome' })
+  -- Progress arrives as LspProgress events; show it like any server's.
+  vim.api.nvim_create_autocmd('LspProgress', {
+    group = group,
+    pattern = '*',
+    callback = function(ev)
+      local c = vim.lsp.get_client_by_id(ev.data.client_id)
+      local value = ev.data.params and ev.data.params.value
+      if c and c.name == 'agent-ls' and value and value.message then
+        vim.api.nvim_echo({ { 'agent-ls: ' .. value.message } }, false, {})
+      end
+    end,
+  })
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(buf) and vim.api.nvim_buf_get_name(buf) ~= '' then
+      M.start(buf)
+    end
+  end
+end
+
+return M

@@ -1,0 +1,84 @@
+-- End-to-end in a real headless Neovim: the plugin starts the real agent-ls, the user picks
+-- "Agent: fix failing tests" from the code actions, accepts (or rejects) the proposal, and the
+-- file, the tests and the diagnostics follow. Results go to $RESULT as JSON lines.
+local result_file = os.getenv('RESULT')
+local scenario = os.getenv('SCENARIO')
+local ws = os.getenv('WORKSPACE')
+local results = {}
+
+local function record(name, ok, detail)
+  table.insert(results, vim.json.encode({ name = name, ok = ok, detail = detail or '' }))
+end
+
+local function finish()
+  local f = assert(io.open(result_file, 'w'))
+  f:write(table.concat(results, '\n') .. '\n')
+  f:close()
+  vim.cmd('qall!')
+end
+
+local ok, err = pcall(function()
+  vim.opt.rtp:prepend(os.getenv('PLUGIN'))
+  local agent = require('agent-ls')
+  agent.setup({
+    cmd = { os.getenv('AGENT_LS'), 'serve' },
+    settings = {
+      model = { provider = 'replay', replay_file = ws .. '/.replay.jsonl' },
+      agent = { approval = 'prompt' },
+    },
+  })
+  -- The user's answer to the question before the change is applied.
+  vim.ui.select = function(items, opts, on_choice)
+    record('question names the file', opts.prompt:find('calc.py', 1, true) ~= nil, opts.prompt)
+    on_choice(scenario == 'reject' and 'Reject' or 'Accept')
+  end
+
+  vim.cmd('edit ' .. ws .. '/calc.py')
+  local buf = vim.api.nvim_get_current_buf()
+  local attached = vim.wait(10000, function()
+    local c = vim.lsp.get_clients({ name = 'agent-ls', bufnr = buf })[1]
+    return c ~= nil and c.initialized == true
+  end, 20)
+  record('attached', attached)
+  local client = vim.lsp.get_clients({ name = 'agent-ls', bufnr = buf })[1]
+  record('position encoding negotiated', client.offset_encoding == 'utf-8', client.offset_encoding)
+
+  -- The source action, as the code-action menu would offer it.
+  local params = vim.lsp.util.make_range_params(0, client.offset_encoding)
+  params.context = { diagnostics = {}, only = { 'source.agent-ls.fixTests' } }
+  local responses = vim.lsp.buf_request_sync(buf, 'textDocument/codeAction', params, 5000)
+  local action
+  for _, r in pairs(responses or {}) do
+    for _, a in ipairs(r.result or {}) do
+      if a.title == 'Agent: fix failing tests' then action = a end
+    end
+  end
+  record('code action offered', action ~= nil)
+  local finished
+  vim.api.nvim_create_autocmd('User', {
+    pattern = 'AgentRunFinished',
+    callback = function(ev) finished = ev.data end,
+  })
+  client:exec_cmd(action.command, { bufnr = buf })
+  local done = vim.wait(30000, function() return finished ~= nil end, 20)
+  record('run finished', done)
+  local disk = table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n')
+  local lines = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+  local test_buf = vim.fn.bufadd(ws .. '/test_calc.py')
+  if scenario == 'reject' then
+    record('status failed', finished.status == 'failed', finished.answer)
+    record('buffer unchanged', lines:find('return a - b', 1, true) ~= nil, lines)
+    record('disk unchanged', disk:find('return a - b', 1, true) ~= nil, disk)
+    -- The baseline run's failures are still shown.
+    record('failures shown', #vim.diagnostic.get(test_buf) > 0, vim.inspect(vim.tbl_map(function(d) return { vim.api.nvim_buf_get_name(d.bufnr), d.lnum, d.message } end, vim.diagnostic.get())))
+  else
+    record('status done', finished.status == 'done', finished.answer)
+    record('buffer fixed', lines:find('return a + b', 1, true) ~= nil, lines)
+    record('disk fixed', disk:find('return a + b', 1, true) ~= nil, disk)
+    record('tests passed', finished.tests.failed == 0 and finished.tests.passed == 3, vim.inspect(finished.tests))
+    record('diagnostics cleared', vim.wait(5000, function() return #vim.diagnostic.get(test_buf) == 0 end, 20))
+    record('statusline', agent.statusline():find('passed', 1, true) ~= nil, agent.statusline())
+  end
+end)
+if not ok then record('script error', false, tostring(err)) end
+finish()

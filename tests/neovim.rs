@@ -1,0 +1,95 @@
+//! The Neovim plugin with the real binary in a real headless Neovim (0.12), through the
+//! user's path: the code action, the question before applying, the file, the tests and the
+//! diagnostics. scripts/test installs Neovim and sets AGENT_LS_TEST_NVIM.
+
+use std::path::Path;
+use std::process::Command;
+
+fn nvim() -> Option<String> {
+    match std::env::var("AGENT_LS_TEST_NVIM") {
+        Ok(p) => Some(p),
+        Err(_) if std::env::var("AGENT_LS_REQUIRE_REAL_MODEL").is_ok() => {
+            panic!("AGENT_LS_TEST_NVIM is not set; scripts/test installs Neovim")
+        }
+        Err(_) => {
+            eprintln!("skipped: no Neovim (scripts/test installs one)");
+            None
+        }
+    }
+}
+
+fn scenario(name: &str, replay: &str) -> Vec<serde_json::Value> {
+    let Some(nvim) = nvim() else {
+        return Vec::new();
+    };
+    let ws = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
+        std::fs::copy(entry.path(), ws.path().join(entry.file_name())).unwrap();
+    }
+    std::fs::write(ws.path().join(".replay.jsonl"), replay).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let result = state.path().join("result.jsonl");
+    let out = Command::new(nvim)
+        .args([
+            "--headless",
+            "-u",
+            "NONE",
+            "-i",
+            "NONE",
+            "-n",
+            "-c",
+            "luafile tests/e2e/neovim_fix.lua",
+        ])
+        .env("XDG_CONFIG_HOME", state.path().join("config"))
+        .env("XDG_STATE_HOME", state.path().join("state"))
+        .env("XDG_DATA_HOME", state.path().join("data"))
+        .env("RESULT", &result)
+        .env("SCENARIO", name)
+        .env("WORKSPACE", ws.path().canonicalize().unwrap())
+        .env(
+            "PLUGIN",
+            Path::new("editors/neovim").canonicalize().unwrap(),
+        )
+        .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(&result).unwrap_or_else(|e| {
+        panic!(
+            "no results ({e}); nvim said: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn assert_all(results: &[serde_json::Value]) {
+    let failed: Vec<_> = results.iter().filter(|r| r["ok"] != true).collect();
+    assert!(
+        failed.is_empty(),
+        "failed checks: {failed:#?}\nall: {results:#?}"
+    );
+}
+
+const FIX: &str = "{\"role\": \"coder\", \"content\": \"calc.py\\n<<<<<<< SEARCH\\n    return a - b\\n=======\\n    return a + b\\n>>>>>>> REPLACE\\n\"}\n";
+
+#[test]
+fn the_fix_flow_in_neovim_accepted() {
+    let results = scenario("accept", FIX);
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 10, "{results:#?}");
+    assert_all(&results);
+}
+
+#[test]
+fn the_fix_flow_in_neovim_rejected() {
+    let results = scenario("reject", FIX);
+    if results.is_empty() {
+        return;
+    }
+    assert_all(&results);
+}
