@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::sse::{Events, SseError};
+use super::sse::Events;
 use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
 
 const VERSION: &str = "2023-06-01";
@@ -152,27 +152,14 @@ async fn read_stream(
     idle: Duration,
     on_token: Option<OnToken<'_>>,
 ) -> Result<Answer, ModelError> {
-    let mut events = Events::new(response, idle);
+    let mut events = Events::new(response, idle, target.label());
     let mut text = String::new();
     let mut blocks: BTreeMap<u64, Block> = BTreeMap::new();
     let mut usage = Usage::default();
     let mut stopped = false;
     loop {
-        let event = match events.next().await {
-            Ok(Some(e)) => e,
-            Ok(None) => break,
-            Err(SseError::Stalled) => {
-                return Err(ModelError::Truncated {
-                    provider: target.label(),
-                    reason: format!("no data for {} s", idle.as_secs()),
-                });
-            }
-            Err(SseError::Read(reason)) => {
-                return Err(ModelError::Truncated {
-                    provider: target.label(),
-                    reason,
-                });
-            }
+        let Some(event) = events.next().await? else {
+            break;
         };
         let data: Value = match serde_json::from_str(&event.data) {
             Ok(v) => v,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::sse::{Events, SseError};
+use super::sse::Events;
 use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
 
 /// Servers that rejected native JSON schemas or tools, so later calls go straight to the
@@ -231,28 +231,15 @@ async fn read_stream(
     idle: Duration,
     on_token: Option<OnToken<'_>>,
 ) -> Result<Answer, ModelError> {
-    let mut events = Events::new(response, idle);
+    let mut events = Events::new(response, idle, target.label());
     let mut text = String::new();
     let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
     let mut usage = None;
     let mut finished = false;
     let mut done = false;
     loop {
-        let event = match events.next().await {
-            Ok(Some(e)) => e,
-            Ok(None) => break,
-            Err(SseError::Stalled) => {
-                return Err(ModelError::Truncated {
-                    provider: target.label(),
-                    reason: format!("no data for {} s", idle.as_secs()),
-                });
-            }
-            Err(SseError::Read(reason)) => {
-                return Err(ModelError::Truncated {
-                    provider: target.label(),
-                    reason,
-                });
-            }
+        let Some(event) = events.next().await? else {
+            break;
         };
         if event.data.trim() == "[DONE]" {
             done = true;

@@ -274,6 +274,14 @@ impl Session {
         }
     }
 
+    fn progress_supported(&self) -> bool {
+        self.capabilities
+            .window
+            .as_ref()
+            .and_then(|w| w.work_done_progress)
+            .unwrap_or(false)
+    }
+
     fn start_run(&mut self, args: agent_runs::RunArgs) -> Result<String, String> {
         if let Some(a) = &self.agent {
             return Err(format!(
@@ -297,12 +305,7 @@ impl Session {
             cancel: cancel.clone(),
             decisions: decisions_tx,
         });
-        let progress = self
-            .capabilities
-            .window
-            .as_ref()
-            .and_then(|w| w.work_done_progress)
-            .unwrap_or(false);
+        let progress = self.progress_supported();
         agent_runs::spawn(agent_runs::StartRun {
             id: id.clone(),
             goal,
@@ -327,12 +330,7 @@ impl Session {
             );
             return;
         };
-        let progress = self
-            .capabilities
-            .window
-            .as_ref()
-            .and_then(|w| w.work_done_progress)
-            .unwrap_or(false);
+        let progress = self.progress_supported();
         self.tests.start(test_runs::Start {
             client: &self.client,
             session: &me,
