@@ -51,6 +51,7 @@ pub struct AgentConfig {
     pub max_retries: u32,
     pub max_iterations: u32,
     pub context_bytes: usize,
+    pub evaluate: bool,
 }
 
 impl Default for AgentConfig {
@@ -60,6 +61,7 @@ impl Default for AgentConfig {
             max_retries: 3,
             max_iterations: 15,
             context_bytes: 60_000,
+            evaluate: true,
         }
     }
 }

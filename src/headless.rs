@@ -156,6 +156,7 @@ pub fn run(opts: Options) -> u8 {
             },
             String::new(),
         );
+        run.evaluate = cfg.agent.evaluate;
         let mut shell = CliShell {
             root: &root,
             mode,

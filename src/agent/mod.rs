@@ -19,19 +19,76 @@ pub enum Intent {
     Edit,
     /// Answer a question about the code; nothing is edited.
     Explain,
+    /// Run the tests and report.
+    Test,
 }
 
-/// Classifies a free-form goal by its obvious words.
-pub fn classify(goal: &str) -> Intent {
+/// One task of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: String,
+    pub title: String,
+    #[serde(default)]
+    pub rationale: String,
+    #[serde(default)]
+    pub acceptance: String,
+    #[serde(default)]
+    pub artifacts: Vec<String>,
+}
+
+/// Classifies a goal by its obvious words; `None` when they do not tell, and the intent
+/// model decides.
+pub fn classify(goal: &str) -> Option<Intent> {
     let g = goal.to_lowercase();
     let has = |w: &str| g.contains(w);
-    if has("explain") || has("what does") || has("why does") || g.trim_end().ends_with('?') {
-        Intent::Explain
-    } else if has("fix") || has("failing") || has("make the tests pass") || has("make tests pass") {
-        Intent::Fix
+    let word = |w: &str| g.split(|c: char| !c.is_alphanumeric()).any(|x| x == w);
+    if has("explain")
+        || has("what does")
+        || has("why does")
+        || has("how does")
+        || g.trim_end().ends_with('?')
+    {
+        Some(Intent::Explain)
+    } else if has("run the tests") || has("run tests") || word("rerun") {
+        Some(Intent::Test)
+    } else if word("fix") || has("failing") || has("make the tests pass") || has("make tests pass")
+    {
+        Some(Intent::Fix)
+    } else if [
+        "add",
+        "implement",
+        "create",
+        "write",
+        "change",
+        "rename",
+        "refactor",
+        "remove",
+        "delete",
+        "update",
+        "replace",
+        "move",
+        "extract",
+        "convert",
+        "make",
+        "use",
+        "support",
+        "handle",
+        "document",
+    ]
+    .iter()
+    .any(|w| word(w))
+    {
+        Some(Intent::Edit)
     } else {
-        Intent::Edit
+        None
     }
+}
+
+/// A goal long enough to be several tasks is planned first; a small one is one task.
+pub fn needs_plan(goal: &str) -> bool {
+    goal.split_whitespace().count() > 30
+        || goal.matches(". ").count() >= 2
+        || goal.to_lowercase().contains(" then ")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +96,10 @@ pub fn classify(goal: &str) -> Intent {
 pub enum Phase {
     /// Running the tests before the first edit, to know what fails.
     Baseline,
+    /// The intent model decides what an unclear goal asks for.
+    Classifying,
+    Planning,
+    Evaluating,
     Explaining,
     Coding,
     Locating,
@@ -126,7 +187,16 @@ pub struct Budget {
 #[derive(Debug, Clone)]
 pub struct Run {
     pub goal: String,
-    pub intent: Intent,
+    /// `None` until the intent model has classified an unclear goal.
+    pub intent: Option<Intent>,
+    /// The plan's tasks in order (one, the goal itself, when there is no plan) and the
+    /// current one.
+    pub tasks: Vec<Task>,
+    pub task: usize,
+    /// Ask the evaluator for a score at the end (logged, never blocking).
+    pub evaluate: bool,
+    /// What the run will answer once the evaluator has spoken.
+    done_answer: String,
     pub phase: Phase,
     pub budget: Budget,
     /// Files and their text the prompt shows, gathered by the shell before the start.
@@ -150,10 +220,20 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn new(goal: &str, intent: Intent, budget: Budget, context: String) -> Self {
+    pub fn new(goal: &str, intent: Option<Intent>, budget: Budget, context: String) -> Self {
         Run {
             goal: goal.to_string(),
             intent,
+            tasks: vec![Task {
+                id: "T1".into(),
+                title: goal.to_string(),
+                rationale: String::new(),
+                acceptance: String::new(),
+                artifacts: Vec::new(),
+            }],
+            task: 0,
+            evaluate: false,
+            done_answer: String::new(),
             phase: Phase::Baseline,
             budget,
             context,
@@ -190,22 +270,78 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
         (_, Event::Cancel) => finish(
             run,
             Phase::Cancelled,
-            "cancelled; edits already applied stay and can be undone".into(),
+            "cancelled; edits already applied stay (the editor's undo reverts them)".into(),
         ),
-        (Phase::Baseline, Event::Start) => match run.intent {
-            Intent::Explain => {
-                run.phase = Phase::Explaining;
+        (Phase::Baseline, Event::Start) => start(run),
+        (Phase::Classifying, Event::ModelAnswered { text, .. }) => {
+            run.intent = Some(prompts::parse_intent(&text));
+            start(run)
+        }
+        (Phase::Classifying, Event::ModelFailed { error, .. }) => {
+            // Classification only routes the goal; without it, the goal is taken as an edit.
+            run.intent = Some(Intent::Edit);
+            let mut effects = vec![Effect::Warn(format!(
+                "the intent model failed ({error}); treating the goal as an edit"
+            ))];
+            effects.extend(start(run));
+            effects
+        }
+        (Phase::Planning, Event::ModelAnswered { text, .. }) => match prompts::parse_plan(&text) {
+            Ok(tasks) => {
+                run.parse_retry_used = false;
+                let titles: Vec<String> = tasks
+                    .iter()
+                    .map(|t| format!("{} {}", t.id, t.title))
+                    .collect();
+                run.tasks = tasks;
+                let mut effects = vec![Effect::Progress(format!("plan: {}", titles.join("; ")))];
+                effects.extend(code(run));
+                effects
+            }
+            Err(e) if !run.parse_retry_used => {
+                run.parse_retry_used = true;
                 vec![Effect::CallModel {
-                    role: Role::Coder,
-                    messages: prompts::explain(run),
+                    role: Role::Planner,
+                    messages: prompts::plan(run, Some(&e)),
                 }]
             }
-            Intent::Fix => vec![
-                Effect::Progress("running the tests to see what fails".into()),
-                Effect::RunTests,
-            ],
-            Intent::Edit => code(run),
+            Err(e) => finish(
+                run,
+                Phase::Failed,
+                format!("the plan could not be read twice: {e}"),
+            ),
         },
+        (Phase::Planning, Event::ModelFailed { error, .. }) => finish(
+            run,
+            Phase::Failed,
+            format!("the planner model failed: {error}"),
+        ),
+        (Phase::Evaluating, Event::ModelAnswered { text, .. }) => {
+            let answer = match prompts::parse_evaluation(&text) {
+                Ok((score, reason)) => {
+                    tracing::info!(score, reason = %reason, "evaluation");
+                    format!("{} (evaluation: {score}/5, {reason})", run.done_answer)
+                }
+                Err(_) => run.done_answer.clone(),
+            };
+            finish(run, Phase::Done, answer)
+        }
+        (Phase::Evaluating, Event::ModelFailed { .. }) => {
+            let answer = run.done_answer.clone();
+            finish(run, Phase::Done, answer)
+        }
+        (Phase::Baseline, Event::TestsFinished(t)) if run.intent == Some(Intent::Test) => {
+            let answer = if t.passed {
+                format!("the tests pass ({} passed)", t.passed_count)
+            } else {
+                format!(
+                    "{} test(s) fail, {} pass:\n{}",
+                    t.failed_count, t.passed_count, t.report
+                )
+            };
+            run.tests = Some(t);
+            finish(run, Phase::Done, answer)
+        }
         (Phase::Baseline, Event::TestsFinished(t)) => {
             let passed = t.passed;
             run.tests = Some(t);
@@ -326,11 +462,8 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
             let fingerprint = t.fingerprint.clone();
             run.tests = Some(t);
             if passed {
-                return finish(
-                    run,
-                    Phase::Done,
-                    format!("done: the tests pass after {} iteration(s)", run.iterations),
-                );
+                let answer = format!("done: the tests pass after {} iteration(s)", run.iterations);
+                return task_done(run, answer);
             }
             // The same failures after a different edit, twice: more of the same will not help.
             let repeats = run
@@ -359,6 +492,11 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
                 messages: prompts::reflect(run),
             }]
         }
+        // An edit in a project without tests is done once applied; a fix needs its tests.
+        (Phase::Testing, Event::TestsUnavailable(why)) if run.intent == Some(Intent::Edit) => {
+            let answer = format!("done: the change is applied; no tests ran ({why})");
+            task_done(run, answer)
+        }
         (Phase::Testing, Event::TestsUnavailable(why)) => finish(
             run,
             Phase::Failed,
@@ -380,6 +518,72 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
         // Anything else in a phase that does not expect it is ignored (a late answer).
         _ => Vec::new(),
     }
+}
+
+/// The first step once the intent is known: classify an unclear goal, run the tests first for
+/// a fix, plan a large edit, or go straight to the coder.
+fn start(run: &mut Run) -> Vec<Effect> {
+    let Some(intent) = run.intent else {
+        run.phase = Phase::Classifying;
+        return vec![Effect::CallModel {
+            role: Role::Intent,
+            messages: prompts::intent(run),
+        }];
+    };
+    run.phase = Phase::Baseline;
+    match intent {
+        Intent::Test => vec![
+            Effect::Progress("running the tests".into()),
+            Effect::RunTests,
+        ],
+        Intent::Explain => {
+            run.phase = Phase::Explaining;
+            vec![Effect::CallModel {
+                role: Role::Coder,
+                messages: prompts::explain(run),
+            }]
+        }
+        Intent::Fix => vec![
+            Effect::Progress("running the tests to see what fails".into()),
+            Effect::RunTests,
+        ],
+        Intent::Edit if needs_plan(&run.goal) => {
+            run.phase = Phase::Planning;
+            vec![Effect::CallModel {
+                role: Role::Planner,
+                messages: prompts::plan(run, None),
+            }]
+        }
+        Intent::Edit => code(run),
+    }
+}
+
+/// The current task passed its tests: the next task, or the end (with the evaluator's score
+/// when asked for).
+fn task_done(run: &mut Run, answer: String) -> Vec<Effect> {
+    if run.task + 1 < run.tasks.len() {
+        run.task += 1;
+        run.retries = 0;
+        run.feedback.clear();
+        let t = &run.tasks[run.task];
+        let mut effects = vec![Effect::Progress(format!(
+            "task {} of {}: {}",
+            run.task + 1,
+            run.tasks.len(),
+            t.title
+        ))];
+        effects.extend(code(run));
+        return effects;
+    }
+    if run.evaluate {
+        run.done_answer = answer;
+        run.phase = Phase::Evaluating;
+        return vec![Effect::CallModel {
+            role: Role::Evaluator,
+            messages: prompts::evaluate(run),
+        }];
+    }
+    finish(run, Phase::Done, answer)
 }
 
 fn code(run: &mut Run) -> Vec<Effect> {

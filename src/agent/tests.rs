@@ -78,7 +78,7 @@ fn is_call(e: &Effect, role: Role) -> bool {
 fn a_fix_in_one_iteration() {
     let mut run = Run::new(
         "fix the failing tests",
-        Intent::Fix,
+        Some(Intent::Fix),
         budget(3, 15),
         "calc.py".into(),
     );
@@ -115,7 +115,7 @@ fn a_fix_in_one_iteration() {
 
 #[test]
 fn a_failing_run_is_reflected_on_and_retried() {
-    let mut run = Run::new("fix", Intent::Fix, budget(3, 15), String::new());
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
     step(&mut run, Event::Start);
     step(&mut run, Event::TestsFinished(failing("a")));
     propose(&mut run, &edit_answer("a * b"));
@@ -150,7 +150,7 @@ fn a_failing_run_is_reflected_on_and_retried() {
 
 #[test]
 fn the_retry_budget_stops_the_run_with_a_message() {
-    let mut run = Run::new("fix", Intent::Fix, budget(2, 15), String::new());
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(2, 15), String::new());
     step(&mut run, Event::Start);
     step(&mut run, Event::TestsFinished(failing("a")));
     let mut last = Vec::new();
@@ -177,7 +177,7 @@ fn the_retry_budget_stops_the_run_with_a_message() {
 
 #[test]
 fn the_same_failure_after_different_edits_stops_early() {
-    let mut run = Run::new("fix", Intent::Fix, budget(9, 15), String::new());
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(9, 15), String::new());
     step(&mut run, Event::Start);
     step(&mut run, Event::TestsFinished(failing("same")));
     for new in ["a * b", "a / b"] {
@@ -201,7 +201,12 @@ fn the_same_failure_after_different_edits_stops_early() {
 
 #[test]
 fn a_rejected_plan_stops_the_run_and_applies_nothing() {
-    let mut run = Run::new("make add add", Intent::Edit, budget(3, 15), String::new());
+    let mut run = Run::new(
+        "make add add",
+        Some(Intent::Edit),
+        budget(3, 15),
+        String::new(),
+    );
     let e = step(&mut run, Event::Start);
     assert!(
         is_call(&e[0], Role::Coder),
@@ -227,7 +232,7 @@ fn a_rejected_plan_stops_the_run_and_applies_nothing() {
 
 #[test]
 fn an_answer_that_does_not_parse_is_sent_back_once() {
-    let mut run = Run::new("edit", Intent::Edit, budget(3, 15), String::new());
+    let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
     step(&mut run, Event::Start);
     let e = step(
         &mut run,
@@ -265,7 +270,7 @@ fn an_answer_that_does_not_parse_is_sent_back_once() {
 
 #[test]
 fn refused_edits_go_back_to_the_coder_with_the_reason() {
-    let mut run = Run::new("edit", Intent::Edit, budget(3, 15), String::new());
+    let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
     step(&mut run, Event::Start);
     let answer = "calc.py\n<<<<<<< SEARCH\nnothing like this exists\n=======\nx\n>>>>>>> REPLACE\n";
     let e = step(
@@ -287,7 +292,7 @@ fn refused_edits_go_back_to_the_coder_with_the_reason() {
 
 #[test]
 fn cancel_ends_the_run_and_late_events_are_ignored() {
-    let mut run = Run::new("fix", Intent::Fix, budget(3, 15), String::new());
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
     step(&mut run, Event::Start);
     let e = step(&mut run, Event::Cancel);
     assert!(matches!(
@@ -309,15 +314,21 @@ fn alternating_edits_stop_the_run() {
 
 #[test]
 fn goals_are_classified_by_their_obvious_words() {
-    assert_eq!(classify("fix the failing tests"), Intent::Fix);
-    assert_eq!(classify("explain this function"), Intent::Explain);
-    assert_eq!(classify("what does parse do?"), Intent::Explain);
-    assert_eq!(classify("add a --verbose flag"), Intent::Edit);
+    assert_eq!(classify("fix the failing tests"), Some(Intent::Fix));
+    assert_eq!(classify("explain this function"), Some(Intent::Explain));
+    assert_eq!(classify("what does parse do?"), Some(Intent::Explain));
+    assert_eq!(classify("add a --verbose flag"), Some(Intent::Edit));
+    assert_eq!(classify("run the tests"), Some(Intent::Test));
+    assert_eq!(
+        classify("the prefix thing, but for suffixes"),
+        None,
+        "not obvious: the intent model decides"
+    );
 }
 
 #[test]
 fn a_stale_buffer_redoes_the_step_on_fresh_text() {
-    let mut run = Run::new("edit", Intent::Edit, budget(3, 15), String::new());
+    let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
     step(&mut run, Event::Start);
     let e = step(
         &mut run,
@@ -344,4 +355,149 @@ fn a_stale_buffer_redoes_the_step_on_fresh_text() {
     };
     assert!(messages.last().unwrap().content.contains("current text"));
     assert!(run.files_changed.is_empty());
+}
+
+#[test]
+fn an_unclear_goal_is_classified_by_the_intent_model() {
+    let mut run = Run::new(
+        "the prefix thing, but for suffixes",
+        None,
+        budget(3, 15),
+        String::new(),
+    );
+    let e = step(&mut run, Event::Start);
+    assert!(is_call(&e[0], Role::Intent));
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Intent,
+            text: r#"{"intent": "edit"}"#.into(),
+        },
+    );
+    assert!(is_call(e.last().unwrap(), Role::Coder));
+    assert_eq!(run.intent, Some(Intent::Edit));
+}
+
+#[test]
+fn a_large_goal_is_planned_and_its_tasks_run_in_order_then_evaluated() {
+    let goal = "Add a subtract function. Then add a divide function that refuses zero. Then document both in the README.";
+    let mut run = Run::new(goal, Some(Intent::Edit), budget(3, 15), String::new());
+    run.evaluate = true;
+    let e = step(&mut run, Event::Start);
+    assert!(is_call(&e[0], Role::Planner));
+    let plan = r#"{"plan_id": "plan_0001", "tasks": [{"id": "T1", "title": "fix add", "acceptance": "add adds"}, {"id": "T2", "title": "fix add again", "acceptance": "still adds"}]}"#;
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Planner,
+            text: plan.into(),
+        },
+    );
+    let Some(Effect::CallModel {
+        role: Role::Coder,
+        messages,
+    }) = e.last()
+    else {
+        panic!("{e:?}")
+    };
+    assert!(messages[1].content.contains("task 1 of 2 now: T1 fix add"));
+    propose(&mut run, &edit_answer("a + b"));
+    let e = step(&mut run, Event::TestsFinished(passing()));
+    let Some(Effect::CallModel {
+        role: Role::Coder,
+        messages,
+    }) = e.last()
+    else {
+        panic!("{e:?}")
+    };
+    assert!(
+        messages[1].content.contains("task 2 of 2"),
+        "the next task starts"
+    );
+    propose(&mut run, &edit_answer("b + a"));
+    let e = step(&mut run, Event::TestsFinished(passing()));
+    assert!(is_call(&e[0], Role::Evaluator));
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Evaluator,
+            text: r#"{"score": 4, "reason": "small and tested"}"#.into(),
+        },
+    );
+    assert!(
+        matches!(&e[0], Effect::Finish { status: Phase::Done, answer } if answer.contains("evaluation: 4/5")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn the_evaluator_never_blocks() {
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    run.evaluate = true;
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing("a")));
+    propose(&mut run, &edit_answer("a + b"));
+    step(&mut run, Event::TestsFinished(passing()));
+    let e = step(
+        &mut run,
+        Event::ModelFailed {
+            role: Role::Evaluator,
+            error: "down".into(),
+        },
+    );
+    assert!(matches!(
+        &e[0],
+        Effect::Finish {
+            status: Phase::Done,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_plan_that_does_not_parse_is_asked_for_once_more() {
+    let goal = "Do one thing. Then another thing. Then a third thing.";
+    let mut run = Run::new(goal, Some(Intent::Edit), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Planner,
+            text: "first I will...".into(),
+        },
+    );
+    assert!(is_call(&e[0], Role::Planner));
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Planner,
+            text: "still prose".into(),
+        },
+    );
+    assert!(matches!(
+        &e[0],
+        Effect::Finish {
+            status: Phase::Failed,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_test_goal_runs_the_tests_and_reports() {
+    let mut run = Run::new(
+        "run the tests",
+        Some(Intent::Test),
+        budget(3, 15),
+        String::new(),
+    );
+    assert!(
+        step(&mut run, Event::Start)
+            .iter()
+            .any(|e| matches!(e, Effect::RunTests))
+    );
+    let e = step(&mut run, Event::TestsFinished(failing("x")));
+    assert!(
+        matches!(&e[0], Effect::Finish { status: Phase::Done, answer } if answer.contains("1 test(s) fail"))
+    );
 }

@@ -83,6 +83,7 @@ pub fn spawn(s: StartRun) {
             },
             String::new(),
         );
+        run.evaluate = s.config.agent.evaluate;
         let token = ProgressToken::String(format!("agent-ls/run/{}", s.id));
         let progress = if s.progress
             && s.client
