@@ -301,3 +301,35 @@ fn an_authentication_failure_exits_4_and_a_bad_config_exits_3() {
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("agent.max_retries"));
 }
+
+#[test]
+fn with_no_model_configured_the_first_run_says_what_to_configure() {
+    let ws = example();
+    // No key and no provider: the default is Ollama on 127.0.0.1:11434, which is not running
+    // here (a closed port stands in for it).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = agent(
+        ws.path(),
+        &["add a subtract function", "--yes"],
+        &[
+            (
+                "AGENT_LS_MODEL__BASE_URL",
+                format!("http://127.0.0.1:{port}/v1"),
+            ),
+            ("AGENT_LS_MODEL__MAX_RETRIES", "0".into()),
+        ],
+    );
+    let o = outcome(&out);
+    assert_eq!(out.status.code(), Some(1), "{o}");
+    let answer = o["answer"].as_str().unwrap();
+    assert!(
+        answer.contains("ollama serve")
+            && answer.contains("OPENAI_API_KEY")
+            && answer.contains("agent-ls doctor"),
+        "{answer}"
+    );
+}

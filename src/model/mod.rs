@@ -587,7 +587,15 @@ pub(crate) fn status_error(
 
 pub(crate) fn connect_error(target: &Target, e: &reqwest::Error) -> ModelError {
     let secrets: Vec<&Secret> = target.api_key.iter().collect();
-    let reason = redact(&format!("{e}{}", e.source_chain()), &secrets);
+    let mut reason = redact(&format!("{e}{}", e.source_chain()), &secrets);
+    // The default for a new user with no key set: say what to configure, not only what failed.
+    if target.provider == "ollama" {
+        reason.push_str(
+            "; start Ollama (`ollama serve`, then `ollama pull` the model), or set OPENAI_API_KEY or \
+             ANTHROPIC_API_KEY, or choose a model with model.provider and model.base_url; \
+             `agent-ls doctor` checks the setup",
+        );
+    }
     if e.is_timeout() {
         return ModelError::Timeout {
             provider: target.label(),
