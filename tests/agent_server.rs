@@ -410,3 +410,113 @@ fn the_loops_test_runs_are_published_as_diagnostics() {
         });
     assert_eq!(diags["diagnostics"].as_array().unwrap().len(), 2, "{diags}");
 }
+
+#[test]
+fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
+    let mut s = setup(&[fix_line()], "auto", json!({}));
+    applies(&mut s);
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.fixTests"}),
+        )
+        .unwrap();
+    assert_eq!(finished(&mut s.client)["status"], "done");
+    let status = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.status"}),
+        )
+        .unwrap();
+    assert_eq!(status["steps"][0]["files"], json!(["calc.py"]), "{status}");
+    assert_eq!(status["steps"][0]["goal"], "fix the failing tests");
+
+    let r = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.undo"}),
+        )
+        .unwrap();
+    let step = r["step"].as_u64().unwrap();
+    s.client.wait_notification("window/showMessage", |p| {
+        p["message"].as_str().unwrap_or("").contains("undid step")
+    });
+    assert!(
+        s.editor.lock().unwrap().0.contains("return a - b"),
+        "the editor's buffer is back"
+    );
+    assert!(disk(&s).contains("return a - b"), "and the disk");
+
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.redo"}),
+        )
+        .unwrap();
+    s.client.wait_notification("window/showMessage", |p| {
+        p["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("redid step {step}"))
+    });
+    assert!(s.editor.lock().unwrap().0.contains("return a + b"));
+    assert!(disk(&s).contains("return a + b"));
+
+    // The user edits the very line the step changed: undo refuses and names it.
+    let version = {
+        let mut e = s.editor.lock().unwrap();
+        e.0 = e.0.replace("return a + b", "return b + a");
+        e.1 += 1;
+        e.1
+    };
+    let text = s.editor.lock().unwrap().0.clone();
+    s.client.notify("textDocument/didChange", json!({"textDocument": {"uri": s.uri, "version": version}, "contentChanges": [{"text": text}]}));
+    let err = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.undo"}),
+        )
+        .unwrap_err();
+    let msg = err["message"].as_str().unwrap();
+    assert!(
+        msg.contains("calc.py") && msg.contains("line 5") && msg.contains("never overwrites"),
+        "{msg}"
+    );
+
+    // An edit elsewhere in the file does not block it.
+    let version = {
+        let mut e = s.editor.lock().unwrap();
+        e.0 =
+            e.0.replace("return b + a", "return a + b")
+                .replace("def multiply", "# product\ndef multiply");
+        e.1 += 1;
+        e.1
+    };
+    let text = s.editor.lock().unwrap().0.clone();
+    s.client.notify("textDocument/didChange", json!({"textDocument": {"uri": s.uri, "version": version}, "contentChanges": [{"text": text}]}));
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.undo"}),
+        )
+        .unwrap();
+    s.client.wait_notification("window/showMessage", |p| {
+        p["message"].as_str().unwrap_or("").contains("undid step")
+    });
+    let editor = s.editor.lock().unwrap().0.clone();
+    assert!(
+        editor.contains("return a - b") && editor.contains("# product"),
+        "{editor}"
+    );
+    let err = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.undo"}),
+        )
+        .unwrap_err();
+    assert!(err["message"].as_str().unwrap().contains("nothing to undo"));
+}

@@ -3,6 +3,7 @@
 //! the caller supplies file contents and decides what to do with the result.
 
 pub mod apply;
+pub mod history;
 pub mod locate;
 pub mod parse;
 pub mod plan;

@@ -117,6 +117,7 @@ pub fn spawn(s: StartRun) {
             cancel: s.cancel.clone(),
             progress,
             limits: s.config.edit.limits(),
+            record: Some((s.id.clone(), s.goal.clone())),
         };
         let driver = Drive {
             models: &models,
@@ -169,6 +170,76 @@ struct ServerShell {
     /// The run's `$/progress` token, when the client takes progress.
     progress: Option<ProgressToken>,
     limits: edit::Limits,
+    /// The run and goal an applied change is recorded under in the history; `None` for an
+    /// undo or redo, which moves an existing step instead.
+    record: Option<(String, String)>,
+}
+
+/// What an undo or redo needs to reach the editor.
+pub struct UndoStart {
+    pub step: u64,
+    pub redo: bool,
+    pub goal: String,
+    pub changes: Vec<FileChange>,
+    pub client: Client,
+    pub session: SessionHandle,
+    pub root: PathBuf,
+    pub encoding: Encoding,
+    pub support: EditSupport,
+    pub limits: edit::Limits,
+}
+
+/// Applies an undo or redo through workspace/applyEdit like any agent edit (so the editor's
+/// own undo sees it), on a task of its own, and reports back to the session.
+pub fn spawn_undo(u: UndoStart) {
+    tokio::spawn(async move {
+        let what = if u.redo { "redid" } else { "undid" };
+        let mut shell = ServerShell {
+            client: u.client.clone(),
+            session: u.session.clone(),
+            root: u.root,
+            encoding: u.encoding,
+            support: u.support,
+            approval: Approval::Auto,
+            label: format!(
+                "agent-ls: {} step {}",
+                if u.redo { "redo" } else { "undo" },
+                u.step
+            ),
+            snapshot: HashMap::new(),
+            decisions: mpsc::unbounded_channel().1,
+            cancel: CancellationToken::new(),
+            progress: None,
+            limits: u.limits,
+            record: None,
+        };
+        match shell.apply(&u.changes).await {
+            Ok(()) => {
+                u.session.send(Event::UndoApplied {
+                    step: u.step,
+                    redo: u.redo,
+                });
+                u.client
+                    .show_message(
+                        MessageType::INFO,
+                        format!("agent-ls: {what} step {} ({})", u.step, u.goal),
+                    )
+                    .await;
+            }
+            Err(ApplyError::Stale(e) | ApplyError::Failed(e)) => {
+                u.client
+                    .show_message(
+                        MessageType::ERROR,
+                        format!(
+                            "agent-ls: could not {} step {}: {e}",
+                            if u.redo { "redo" } else { "undo" },
+                            u.step
+                        ),
+                    )
+                    .await;
+            }
+        }
+    });
 }
 
 impl ServerShell {
@@ -405,7 +476,15 @@ impl Shell for ServerShell {
                 ApplyError::Failed(why)
             });
         }
-        self.sync_disk(&current).map_err(ApplyError::Failed)
+        self.sync_disk(&current).map_err(ApplyError::Failed)?;
+        if let Some((run_id, goal)) = &self.record {
+            self.session.send(Event::StepApplied {
+                run_id: run_id.clone(),
+                goal: goal.clone(),
+                changes: current,
+            });
+        }
+        Ok(())
     }
 
     fn progress(&mut self, message: &str) {

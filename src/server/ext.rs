@@ -74,3 +74,10 @@ pub const REJECT_COMMAND: &str = "agent-ls.reject";
 
 /// Command `agent-ls.status`: the run in progress and the last outcome.
 pub const STATUS_COMMAND: &str = "agent-ls.status";
+
+/// Command `agent-ls.undo`: reverts the latest agent step through workspace/applyEdit, unless
+/// the user changed the lines it touched. Returns `{"step": id}` at once.
+pub const UNDO_COMMAND: &str = "agent-ls.undo";
+
+/// Command `agent-ls.redo`: applies the latest undone step again.
+pub const REDO_COMMAND: &str = "agent-ls.redo";

@@ -135,6 +135,8 @@ impl Backend {
             ext::ACCEPT_COMMAND,
             ext::REJECT_COMMAND,
             ext::STATUS_COMMAND,
+            ext::UNDO_COMMAND,
+            ext::REDO_COMMAND,
             ext::RERUN_TESTS_COMMAND,
             ext::CANCEL_COMMAND,
         ]
@@ -236,6 +238,17 @@ impl LanguageServer for Backend {
                     self.session
                         .send(Event::Decision(params.command == ext::ACCEPT_COMMAND));
                     Ok(Some(serde_json::json!({"sent": true})))
+                }
+                ext::UNDO_COMMAND | ext::REDO_COMMAND => {
+                    let (reply, answer) = oneshot::channel();
+                    self.session.send(Event::Undo {
+                        redo: params.command == ext::REDO_COMMAND,
+                        reply,
+                    });
+                    match answer.await.map_err(internal)? {
+                        Ok(step) => Ok(Some(serde_json::json!({"step": step}))),
+                        Err(why) => Err(Error::invalid_request().tap_message(why)),
+                    }
                 }
                 ext::STATUS_COMMAND => {
                     let status = self

@@ -63,6 +63,21 @@ pub enum Event {
     },
     /// A test run of the agent loop ended: publish it like any other.
     PublishTests(Box<RunResult>),
+    /// An agent step was applied and confirmed: record it in the history.
+    StepApplied {
+        run_id: String,
+        goal: String,
+        changes: Vec<crate::edit::FileChange>,
+    },
+    /// agent-ls.undo (or redo): the reply says which step, or why not.
+    Undo {
+        redo: bool,
+        reply: oneshot::Sender<Result<u64, String>>,
+    },
+    UndoApplied {
+        step: u64,
+        redo: bool,
+    },
 }
 
 /// The sending side, cloned into every handler. Sending never blocks or awaits, so a handler
@@ -115,6 +130,7 @@ pub struct Session {
     me: Option<SessionHandle>,
     agent: Option<agent_runs::Active>,
     last_outcome: Option<crate::drive::Outcome>,
+    history: crate::edit::history::History,
 }
 
 impl Session {
@@ -135,6 +151,7 @@ impl Session {
             me: None,
             agent: None,
             last_outcome: None,
+            history: Default::default(),
         }
     }
 
@@ -159,6 +176,7 @@ impl Session {
         serde_json::json!({
             "active": self.agent.as_ref().map(|a| serde_json::json!({"run_id": a.id, "goal": a.goal})),
             "last": self.last_outcome,
+            "steps": self.history.summaries(10),
         })
     }
 
@@ -245,6 +263,23 @@ impl Session {
                 }
                 self.last_outcome = Some(*outcome);
             }
+            Event::StepApplied {
+                run_id,
+                goal,
+                changes,
+            } => {
+                self.history.record(&run_id, &goal, changes);
+            }
+            Event::Undo { redo, reply } => {
+                let _ = reply.send(self.undo(redo));
+            }
+            Event::UndoApplied { step, redo } => {
+                if redo {
+                    self.history.mark_redone(step);
+                } else {
+                    self.history.mark_undone(step);
+                }
+            }
             Event::PublishTests(result) => {
                 let root = self.workspace_root.clone().unwrap_or_default();
                 self.tests
@@ -272,6 +307,55 @@ impl Session {
                 self.reload_config(inputs);
             }
         }
+    }
+
+    /// Starts undoing (or redoing) the latest step; refuses while a run goes on, when there is
+    /// nothing to undo, or when the user changed the lines the step touched.
+    fn undo(&mut self, redo: bool) -> Result<u64, String> {
+        if let Some(a) = &self.agent {
+            return Err(format!(
+                "a run is in progress ({}); cancel it or let it finish first",
+                a.id
+            ));
+        }
+        let (Some(root), Some(me)) = (self.workspace_root.clone(), self.me.clone()) else {
+            return Err("no workspace folder".into());
+        };
+        let step = if redo {
+            self.history.last_undone()
+        } else {
+            self.history.last_done()
+        };
+        let Some(step) = step.cloned() else {
+            return Err(format!("nothing to {}", if redo { "redo" } else { "undo" }));
+        };
+        let current = |rel: &str| {
+            let path = root.join(rel);
+            let uri = Uri::from_file_path(&path)?;
+            match self.documents.get(&uri) {
+                Some(b) => Some(b.text()),
+                None => std::fs::read_to_string(&path).ok(),
+            }
+        };
+        let limits = self.config.config.edit.limits();
+        let changes = if redo {
+            crate::edit::history::reapply(&step, current, &limits)?
+        } else {
+            crate::edit::history::revert(&step, current, &limits)?
+        };
+        agent_runs::spawn_undo(agent_runs::UndoStart {
+            step: step.id,
+            redo,
+            goal: step.goal.clone(),
+            changes,
+            client: self.client.clone(),
+            session: me,
+            root,
+            encoding: self.encoding,
+            support: super::workspace_edit::EditSupport::from_capabilities(&self.capabilities),
+            limits,
+        });
+        Ok(step.id)
     }
 
     fn progress_supported(&self) -> bool {

@@ -1,0 +1,224 @@
+//! The history of applied agent steps, and the changes that undo or redo one on the files as
+//! they are now: refused when the user changed the lines the step touched, allowed when the
+//! user's edits are elsewhere. Pure; the caller supplies the current texts.
+
+use serde::Serialize;
+
+use super::{FileChange, Limits, relocate};
+
+/// One applied step: its changes as applied (`original` before, `new_text` after).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub id: u64,
+    pub run_id: String,
+    pub goal: String,
+    pub changes: Vec<FileChange>,
+}
+
+/// What `agent-ls.status` lists of a step.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepSummary {
+    pub id: u64,
+    pub run_id: String,
+    pub goal: String,
+    pub files: Vec<String>,
+    pub undone: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct History {
+    done: Vec<Step>,
+    undone: Vec<Step>,
+    next_id: u64,
+}
+
+impl History {
+    /// Records an applied step; a new step clears what could be redone.
+    pub fn record(&mut self, run_id: &str, goal: &str, changes: Vec<FileChange>) -> u64 {
+        self.next_id += 1;
+        self.undone.clear();
+        self.done.push(Step {
+            id: self.next_id,
+            run_id: run_id.into(),
+            goal: goal.into(),
+            changes,
+        });
+        self.next_id
+    }
+
+    pub fn last_done(&self) -> Option<&Step> {
+        self.done.last()
+    }
+
+    pub fn last_undone(&self) -> Option<&Step> {
+        self.undone.last()
+    }
+
+    /// The latest step was undone: it moves to the redo stack.
+    pub fn mark_undone(&mut self, id: u64) {
+        if self.done.last().is_some_and(|s| s.id == id)
+            && let Some(s) = self.done.pop()
+        {
+            self.undone.push(s);
+        }
+    }
+
+    /// The latest undone step was redone.
+    pub fn mark_redone(&mut self, id: u64) {
+        if self.undone.last().is_some_and(|s| s.id == id)
+            && let Some(s) = self.undone.pop()
+        {
+            self.done.push(s);
+        }
+    }
+
+    /// Recent steps, newest first.
+    pub fn summaries(&self, limit: usize) -> Vec<StepSummary> {
+        let summary = |s: &Step, undone| StepSummary {
+            id: s.id,
+            run_id: s.run_id.clone(),
+            goal: s.goal.clone(),
+            files: s.changes.iter().map(|c| c.path.clone()).collect(),
+            undone,
+        };
+        let mut out: Vec<StepSummary> = self.undone.iter().map(|s| summary(s, true)).collect();
+        out.extend(self.done.iter().rev().map(|s| summary(s, false)));
+        out.truncate(limit);
+        out
+    }
+}
+
+/// The changes that revert `step` on the current texts (`current(path)`).
+pub fn revert(
+    step: &Step,
+    current: impl Fn(&str) -> Option<String>,
+    limits: &Limits,
+) -> Result<Vec<FileChange>, String> {
+    step.changes
+        .iter()
+        .map(|c| {
+            let Some(before) = &c.original else {
+                return Err(format!(
+                    "step {} created {}; undoing a created file is not supported yet",
+                    step.id, c.path
+                ));
+            };
+            let inverse = FileChange {
+                path: c.path.clone(),
+                original: Some(c.new_text.clone()),
+                new_text: before.clone(),
+                edits: c.inverse.clone(),
+                inverse: c.edits.clone(),
+            };
+            place(step.id, "undo", &inverse, current(&c.path), limits)
+        })
+        .collect()
+}
+
+/// The changes that apply `step` again on the current texts.
+pub fn reapply(
+    step: &Step,
+    current: impl Fn(&str) -> Option<String>,
+    limits: &Limits,
+) -> Result<Vec<FileChange>, String> {
+    step.changes
+        .iter()
+        .map(|c| place(step.id, "redo", c, current(&c.path), limits))
+        .collect()
+}
+
+/// Moves `change` onto the file's current text, or explains which lines block it.
+fn place(
+    id: u64,
+    what: &str,
+    change: &FileChange,
+    now: Option<String>,
+    limits: &Limits,
+) -> Result<FileChange, String> {
+    let Some(now) = now else {
+        return Err(format!(
+            "cannot {what} step {id}: {} no longer exists",
+            change.path
+        ));
+    };
+    relocate(change, &now, limits).ok_or_else(|| {
+        let from = change.original.as_deref().unwrap_or("");
+        let lines: Vec<String> = change
+            .edits
+            .iter()
+            .map(|e| {
+                let first = from[..e.range.start].matches('\n').count() + 1;
+                let last = first + from[e.range.clone()].matches('\n').count();
+                if first == last { format!("{first}") } else { format!("{first}-{last}") }
+            })
+            .collect();
+        format!(
+            "cannot {what} step {id}: {} was changed at the lines the step touched (line {}); undo never overwrites your typing",
+            change.path,
+            lines.join(", ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::edit::{FileText, apply_plan, parse_plan};
+    use std::path::Path;
+
+    const BEFORE: &str = "a = 1\nb = 2\nc = 3\n";
+
+    fn step() -> Step {
+        let plan =
+            parse_plan(r#"{"path": "f.py", "search": "b = 2", "replace": "b = 20"}"#).unwrap();
+        let outcome = apply_plan(&plan, Path::new("/ws"), &Limits::default(), |_| {
+            FileText::Text(BEFORE.into())
+        });
+        Step {
+            id: 1,
+            run_id: "run_1".into(),
+            goal: "g".into(),
+            changes: outcome.changes,
+        }
+    }
+
+    #[test]
+    fn undo_restores_and_redo_reapplies() {
+        let s = step();
+        let after = &s.changes[0].new_text;
+        let undo = revert(&s, |_| Some(after.clone()), &Limits::default()).unwrap();
+        assert_eq!(undo[0].new_text, BEFORE);
+        let redo = reapply(&s, |_| Some(BEFORE.into()), &Limits::default()).unwrap();
+        assert_eq!(&redo[0].new_text, after);
+    }
+
+    #[test]
+    fn undo_keeps_the_users_edits_elsewhere_and_refuses_on_the_same_lines() {
+        let s = step();
+        let undo = revert(
+            &s,
+            |_| Some("a = 1\nb = 20\nc = 3\nd = 4\n".into()),
+            &Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(undo[0].new_text, "a = 1\nb = 2\nc = 3\nd = 4\n");
+        let err = revert(
+            &s,
+            |_| Some("a = 1\nb = 21\nc = 3\n".into()),
+            &Limits::default(),
+        )
+        .unwrap_err();
+        assert!(err.contains("f.py") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn a_new_step_clears_redo_and_status_lists_newest_first() {
+        let mut h = History::default();
+        let id = h.record("run_1", "first", step().changes);
+        h.mark_undone(id);
+        assert!(h.last_undone().is_some());
+        h.record("run_2", "second", step().changes);
+        assert!(h.last_undone().is_none());
+        assert_eq!(h.summaries(10)[0].goal, "second");
+    }
+}
