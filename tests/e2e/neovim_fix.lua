@@ -78,6 +78,24 @@ local ok, err = pcall(function()
     record('tests passed', finished.tests.failed == 0 and finished.tests.passed == 3, vim.inspect(finished.tests))
     record('diagnostics cleared', vim.wait(5000, function() return #vim.diagnostic.get(test_buf) == 0 end, 20))
     record('statusline', agent.statusline():find('passed', 1, true) ~= nil, agent.statusline())
+    -- :AgentUndo puts the buffer back through an edit Neovim applies.
+    vim.cmd('AgentUndo')
+    local undone = vim.wait(5000, function()
+      return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n'):find('return a - b', 1, true) ~= nil
+    end, 20)
+    record('undo', undone)
+    -- The undo is done once the server has moved the step to the redo list.
+    local settled = vim.wait(5000, function()
+      local r = client:request_sync('workspace/executeCommand', { command = 'agent-ls.status', arguments = {} }, 2000, buf)
+      local steps = r and r.result and r.result.steps
+      return steps ~= nil and steps[1] ~= nil and steps[1].undone == true
+    end, 50)
+    record('undo recorded', settled)
+    vim.cmd('AgentRedo')
+    local redone = vim.wait(5000, function()
+      return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n'):find('return a + b', 1, true) ~= nil
+    end, 20)
+    record('redo', redone)
   end
 end)
 if not ok then record('script error', false, tostring(err)) end

@@ -125,6 +125,8 @@ end
 function M.fix() M.run('fix the failing tests') end
 function M.accept() exec('agent-ls.accept', {}) end
 function M.reject() exec('agent-ls.reject', {}) end
+function M.undo() exec('agent-ls.undo', {}) end
+function M.redo() exec('agent-ls.redo', {}) end
 function M.rerun() exec('agent-ls.rerunTests', {}) end
 function M.cancel() exec('agent-ls.cancel', {}) end
 function M.status()
@@ -168,6 +170,8 @@ function M.setup(opts)
   cmd('AgentFix', M.fix, { desc = 'agent-ls: fix the failing tests' })
   cmd('AgentAccept', M.accept, { desc = 'agent-ls: accept the proposal' })
   cmd('AgentReject', M.reject, { desc = 'agent-ls: reject the proposal' })
+  cmd('AgentUndo', M.undo, { desc = 'agent-ls: undo the latest agent step' })
+  cmd('AgentRedo', M.redo, { desc = 'agent-ls: redo the latest undone agent step' })
   cmd('AgentRerun', M.rerun, { desc = 'agent-ls: run the tests again' })
   cmd('AgentCancel', M.cancel, { desc = 'agent-ls: cancel the run and the tests' })
   cmd('AgentStatus', M.status, { desc = 'agent-ls: the run in progress and the last outcome' })
