@@ -11,8 +11,10 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{self, Effect, Event, Phase, Run, TestSummary};
 use crate::config::Config;
 use crate::edit::{self, FileChange, FileText};
+use crate::journal::Journal;
 use crate::model::{ModelError, Models, OnToken, Request, Totals};
 use crate::tests_run::{self, RunEnd};
+use serde_json::json;
 
 /// How the loop reaches the user and the files.
 #[allow(async_fn_in_trait)]
@@ -70,6 +72,8 @@ pub struct Drive<'a> {
     pub cancel: &'a CancellationToken,
     /// Receives streamed model text (the terminal's stderr for `agent-ls run`).
     pub on_token: Option<OnToken<'a>>,
+    /// Record the run in `.agent-ls/runs/` (see `journal.rs`).
+    pub journal: bool,
 }
 
 pub fn new_run_id() -> String {
@@ -85,6 +89,16 @@ impl Drive<'_> {
         self.refresh_context(run, shell);
         queue.extend(agent::step(run, Event::Start));
         let mut finished = None;
+        let mut journal = if self.journal {
+            Journal::create(self.root, &run_id)
+        } else {
+            Journal::disabled(&run_id)
+        };
+        journal.write(
+            "agent",
+            "intent",
+            json!({"goal": run.goal, "intent": run.intent}),
+        );
         shell.refresh().await;
         while let Some(effect) = queue.pop_front() {
             // A cancel between effects ends the run before anything else is done.
@@ -123,6 +137,7 @@ impl Drive<'_> {
                     {
                         Ok(r) => {
                             totals.add(&r);
+                            journal.model_call(role, &r);
                             Event::ModelAnswered { role, text: r.text }
                         }
                         Err(ModelError::Cancelled) => Event::Cancel,
@@ -151,7 +166,9 @@ impl Drive<'_> {
                     if self.cancel.is_cancelled() {
                         Event::Cancel
                     } else {
+                        journal.write("agent", "patch", json!({"files": changes.iter().map(|c| &c.path).collect::<Vec<_>>(), "diff": diff}));
                         let yes = shell.approve(&changes, &diff).await;
+                        journal.write("user", "approval", json!({"accepted": yes}));
                         if self.cancel.is_cancelled() {
                             Event::Cancel
                         } else if yes {
@@ -174,6 +191,7 @@ impl Drive<'_> {
                                 failure_kind = Some("timeout");
                             }
                             shell.tests_ran(&r);
+                            journal.write("tests", "test_result", json!({"state": r.state(), "passed": r.passed, "failed": r.failed, "failures": r.failures.len()}));
                             Event::TestsFinished(summary(&r))
                         }
                         Err(e) => Event::TestsUnavailable(e.to_string()),
@@ -183,6 +201,9 @@ impl Drive<'_> {
             shell.refresh().await;
             self.refresh_context(run, shell);
             queue.extend(agent::step(run, event));
+        }
+        if let Some((status, answer)) = &finished {
+            journal.write("agent", "finished", json!({"status": format!("{status:?}").to_lowercase(), "answer": answer, "iterations": run.iterations, "files_changed": run.files_changed}));
         }
         let (status, answer) =
             finished.unwrap_or((Phase::Failed, "the run ended without an answer".into()));

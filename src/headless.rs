@@ -30,6 +30,8 @@ pub struct Options {
     pub workspace: PathBuf,
     pub json: bool,
     pub mode: Mode,
+    /// Answer every model call from this file (a replay script or a run journal).
+    pub replay: Option<PathBuf>,
 }
 
 /// Exit codes of `agent-ls run`.
@@ -127,7 +129,13 @@ pub fn run(opts: Options) -> u8 {
         }
         return exit::CONFIG;
     }
-    let cfg = loaded.config;
+    let mut cfg = loaded.config;
+    if let Some(file) = &opts.replay {
+        cfg.model.provider = Some("replay".into());
+        cfg.model.replay_file = Some(file.clone());
+        cfg.model.fallback.clear();
+        cfg.roles = Default::default();
+    }
     let mode = match (opts.mode, cfg.agent.approval) {
         (Mode::Ask, Approval::Auto) => Mode::Yes,
         (m, _) => m,
@@ -173,6 +181,7 @@ pub fn run(opts: Options) -> u8 {
             root: &root,
             cancel: &cancel,
             on_token: Some(&on_token),
+            journal: true,
         };
         let mut outcome = driver.run(&mut run, &mut shell, drive::new_run_id()).await;
         if let Some(diff) = shell.proposed.take() {

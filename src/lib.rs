@@ -7,6 +7,7 @@ pub mod drive;
 pub mod edit;
 pub mod files;
 pub mod headless;
+pub mod journal;
 pub mod logging;
 pub mod model;
 pub mod server;

@@ -52,6 +52,30 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Re-run a recorded run (a journal in .agent-ls/runs/) against the current files, with
+    /// every model answer taken from the journal.
+    Replay {
+        /// The journal file.
+        journal: PathBuf,
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Print the runFinished object as JSON instead of the answer.
+        #[arg(long)]
+        json: bool,
+        /// Apply changes without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// List the recorded runs of a workspace, newest first.
+    Runs {
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check every configured model: key, server, model, and a one-token completion.
     /// Exits 1 when a check fails.
     Doctor {
@@ -117,8 +141,49 @@ fn main() -> ExitCode {
                 workspace,
                 json,
                 mode,
+                replay: None,
             }))
         }
+        Command::Replay {
+            journal,
+            workspace,
+            json,
+            yes,
+        } => {
+            let workspace = match workspace_or_cwd(workspace) {
+                Ok(w) => w,
+                Err(e) => {
+                    eprintln!("agent-ls: {e:#}");
+                    return ExitCode::from(headless::exit::CONFIG);
+                }
+            };
+            let journal = journal.canonicalize().unwrap_or(journal);
+            let Some(summary) = agent_ls::journal::summary(&journal) else {
+                eprintln!(
+                    "agent-ls: {} is not a run journal (no intent line)",
+                    journal.display()
+                );
+                return ExitCode::from(headless::exit::CONFIG);
+            };
+            let early = config::load(&Inputs::from_process(Some(workspace.clone())));
+            logging::init(
+                early.config.log.level.min_warn(),
+                early.config.log.file.as_deref(),
+            );
+            let mode = if yes {
+                headless::Mode::Yes
+            } else {
+                headless::Mode::Ask
+            };
+            ExitCode::from(headless::run(headless::Options {
+                goal: summary.goal,
+                workspace,
+                json,
+                mode,
+                replay: Some(journal),
+            }))
+        }
+        Command::Runs { workspace, json } => or_exit_1(list_runs(workspace, json)),
         Command::Doctor { workspace, json } => or_exit_1(doctor(workspace, json)),
         Command::Apply {
             plan,
@@ -227,6 +292,24 @@ fn serve() -> ExitCode {
     // Background tasks may still hold the runtime; the protocol is finished, so leave now.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     ExitCode::from(code as u8)
+}
+
+fn list_runs(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
+    let root = workspace_or_cwd(workspace)?;
+    let runs = agent_ls::journal::list(&root);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&runs)?);
+    } else if runs.is_empty() {
+        println!(
+            "no recorded runs in {}",
+            root.join(agent_ls::journal::DIR).display()
+        );
+    } else {
+        for r in &runs {
+            println!("{}  {:<11}  {}  ({})", r.run_id, r.status, r.goal, r.path);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn doctor(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {

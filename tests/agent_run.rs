@@ -333,3 +333,74 @@ fn with_no_model_configured_the_first_run_says_what_to_configure() {
         "{answer}"
     );
 }
+
+#[test]
+fn a_run_is_journaled_listed_and_replays_to_the_same_files() {
+    let ws = example();
+    let file = script(
+        ws.path(),
+        &[
+            coder("a - b", "a * b"),
+            reflector(),
+            coder("a * b", "a + b"),
+        ],
+    );
+    let out = agent(
+        ws.path(),
+        &["fix the failing tests", "--yes"],
+        &replay_env(&file),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let first = outcome(&out);
+
+    let home = tempfile::tempdir().unwrap();
+    let list = Command::new(support::binary())
+        .args(["runs", "--json", "--workspace"])
+        .arg(ws.path())
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    let runs: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(runs[0]["run_id"], first["run_id"]);
+    assert_eq!(runs[0]["status"], "done");
+    assert_eq!(runs[0]["goal"], "fix the failing tests");
+    let journal = runs[0]["path"].as_str().unwrap().to_string();
+    let lines: Vec<Value> = std::fs::read_to_string(&journal)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    for kind in [
+        "intent",
+        "model_call",
+        "patch",
+        "approval",
+        "test_result",
+        "finished",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["ts"].is_u64() && l["run_id"] == first["run_id"])
+    );
+
+    // Replayed on a fresh copy of the example, with no model at all: the same change.
+    let again = example();
+    let out = Command::new(support::binary())
+        .args(["replay", &journal, "--yes", "--json", "--workspace"])
+        .arg(again.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let second = outcome(&out);
+    assert_eq!(out.status.code(), Some(0), "{second}");
+    assert_eq!(second["iterations"], 2);
+    assert_eq!(calc(again.path()), calc(ws.path()));
+}

@@ -98,7 +98,14 @@ fn parse(text: &str) -> Result<HashMap<Role, VecDeque<Line>>, String> {
         if raw.trim().is_empty() {
             continue;
         }
-        let line: Line = serde_json::from_str(raw).map_err(|e| format!("line {}: {e}", i + 1))?;
+        // A run journal replays as is: its lines other than model answers are skipped.
+        let value: serde_json::Value =
+            serde_json::from_str(raw).map_err(|e| format!("line {}: {e}", i + 1))?;
+        if value.get("type").is_some_and(|t| t != "model_call") {
+            continue;
+        }
+        let line: Line =
+            serde_json::from_value(value).map_err(|e| format!("line {}: {e}", i + 1))?;
         by_role.entry(line.role).or_default().push_back(line);
     }
     Ok(by_role)

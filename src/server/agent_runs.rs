@@ -125,6 +125,7 @@ pub fn spawn(s: StartRun) {
             root: &s.root,
             cancel: &s.cancel,
             on_token: None,
+            journal: true,
         };
         let outcome = driver.run(&mut run, &mut shell, s.id.clone()).await;
         if let Some(token) = shell.progress.take() {

@@ -1,0 +1,133 @@
+//! The run journal: each run appends one JSON object a line to
+//! `.agent-ls/runs/<unix-ms>-<run_id>.jsonl`, never rewritten:
+//! `{"ts", "run_id", "role", "type", "data"}`. Model answers also carry `content` and
+//! `tool_calls` at the top level, the replay provider's format, so a journal replays as is.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::model::{Response, Role};
+
+pub const DIR: &str = ".agent-ls/runs";
+
+pub struct Journal {
+    file: Option<File>,
+    run_id: String,
+    pub path: Option<PathBuf>,
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+impl Journal {
+    /// Opens a new journal for the run; when the folder cannot be written, the run goes on
+    /// without one and says so in the log.
+    pub fn create(root: &Path, run_id: &str) -> Journal {
+        let dir = root.join(DIR);
+        let path = dir.join(format!("{}-{run_id}.jsonl", now_ms()));
+        let file = std::fs::create_dir_all(&dir)
+            .and_then(|_| OpenOptions::new().create_new(true).append(true).open(&path));
+        match file {
+            Ok(f) => Journal {
+                file: Some(f),
+                run_id: run_id.into(),
+                path: Some(path),
+            },
+            Err(e) => {
+                tracing::warn!("no run journal: cannot write {}: {e}", path.display());
+                Journal::disabled(run_id)
+            }
+        }
+    }
+
+    pub fn disabled(run_id: &str) -> Journal {
+        Journal {
+            file: None,
+            run_id: run_id.into(),
+            path: None,
+        }
+    }
+
+    /// Appends one event; a write error stops the journal, never the run.
+    pub fn write(&mut self, role: &str, kind: &str, data: Value) {
+        self.line(json!({"ts": now_ms() as u64, "run_id": self.run_id, "role": role, "type": kind, "data": data}));
+    }
+
+    pub fn model_call(&mut self, role: Role, r: &Response) {
+        self.line(json!({
+            "ts": now_ms() as u64,
+            "run_id": self.run_id,
+            "role": role.as_str(),
+            "type": "model_call",
+            "content": r.text,
+            "tool_calls": r.tool_calls,
+            "data": {"provider": r.provider, "model": r.model, "usage": r.usage, "duration_ms": r.duration_ms, "attempts": r.attempts},
+        }));
+    }
+
+    fn line(&mut self, value: Value) {
+        if let Some(f) = &mut self.file
+            && writeln!(f, "{value}").and_then(|_| f.flush()).is_err()
+        {
+            tracing::warn!("the run journal stopped: cannot write");
+            self.file = None;
+        }
+    }
+}
+
+/// A journal's summary for `agent-ls runs`.
+#[derive(Debug, serde::Serialize)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub started_ms: u64,
+    pub goal: String,
+    pub status: String,
+    pub path: String,
+}
+
+/// The runs recorded under `root`, newest first.
+pub fn list(root: &Path) -> Vec<RunSummary> {
+    let Ok(entries) = std::fs::read_dir(root.join(DIR)) else {
+        return Vec::new();
+    };
+    let mut out: Vec<RunSummary> = entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .filter_map(|e| summary(&e.path()))
+        .collect();
+    out.sort_by(|a, b| b.started_ms.cmp(&a.started_ms));
+    out
+}
+
+pub fn summary(path: &Path) -> Option<RunSummary> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let lines: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let first = lines.first()?;
+    let goal = lines
+        .iter()
+        .find(|l| l["type"] == "intent")
+        .map(|l| l["data"]["goal"].as_str().unwrap_or("").to_string())?;
+    let status = lines
+        .iter()
+        .rev()
+        .find(|l| l["type"] == "finished")
+        .map(|l| l["data"]["status"].as_str().unwrap_or("").to_string())
+        .unwrap_or_else(|| "interrupted".into());
+    Some(RunSummary {
+        run_id: first["run_id"].as_str().unwrap_or("").into(),
+        started_ms: first["ts"].as_u64().unwrap_or(0),
+        goal,
+        status,
+        path: path.display().to_string(),
+    })
+}
