@@ -102,7 +102,7 @@ pub fn list(root: &Path) -> Vec<RunSummary> {
         .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
         .filter_map(|e| summary(&e.path()))
         .collect();
-    out.sort_by(|a, b| b.started_ms.cmp(&a.started_ms));
+    out.sort_by_key(|r| std::cmp::Reverse(r.started_ms));
     out
 }
 
