@@ -11,5 +11,6 @@ pub mod journal;
 pub mod logging;
 pub mod model;
 pub mod server;
+pub mod store;
 pub mod tests_run;
 pub mod text;

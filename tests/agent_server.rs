@@ -520,3 +520,94 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
         .unwrap_err();
     assert!(err["message"].as_str().unwrap().contains("nothing to undo"));
 }
+
+#[test]
+fn undo_survives_a_restart_of_the_server() {
+    let mut s = setup(&[fix_line()], "auto", json!({}));
+    applies(&mut s);
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.fixTests"}),
+        )
+        .unwrap();
+    assert_eq!(finished(&mut s.client)["status"], "done");
+    let Setup {
+        client,
+        ws,
+        uri,
+        editor,
+    } = s;
+    assert!(client.shutdown().success());
+
+    // A new server on the same workspace; the editor still has the fixed buffer open.
+    let mut client = Client::spawn(Default::default());
+    client.initialize(ws.path(), json!({}), json!({"agent": {"approval": "auto"}}));
+    let fixed = editor.lock().unwrap().0.clone();
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 7, "text": fixed}}),
+    );
+    *editor.lock().unwrap() = (fixed, 7);
+    let mut s = Setup {
+        client,
+        ws,
+        uri,
+        editor,
+    };
+    applies(&mut s);
+    let status = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.status"}),
+        )
+        .unwrap();
+    assert_eq!(
+        status["steps"][0]["goal"], "fix the failing tests",
+        "{status}"
+    );
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.undo"}),
+        )
+        .unwrap();
+    s.client.wait_notification("window/showMessage", |p| {
+        p["message"].as_str().unwrap_or("").contains("undid step")
+    });
+    assert!(s.editor.lock().unwrap().0.contains("return a - b"));
+    assert!(disk(&s).contains("return a - b"));
+}
+
+#[test]
+fn a_corrupt_or_newer_store_is_moved_aside_and_reported() {
+    for (content, word) in [(None, "corrupt"), (Some(99), "newer")] {
+        let ws = example();
+        let store = ws.path().join(".agent-ls/store.sqlite");
+        std::fs::create_dir_all(store.parent().unwrap()).unwrap();
+        match content {
+            None => std::fs::write(&store, b"this is not a database at all, just text").unwrap(),
+            Some(version) => {
+                let conn = rusqlite::Connection::open(&store).unwrap();
+                conn.pragma_update(None, "user_version", version).unwrap();
+                conn.execute_batch("CREATE TABLE future (x INTEGER);")
+                    .unwrap();
+            }
+        }
+        let mut c = Client::spawn(Default::default());
+        c.initialize(ws.path(), json!({}), Value::Null);
+        let shown = c.wait_notification("window/showMessage", |p| {
+            p["message"].as_str().unwrap_or("").contains("moved to")
+        });
+        assert!(shown["message"].as_str().unwrap().contains(word), "{shown}");
+        let aside: Vec<String> = std::fs::read_dir(ws.path().join(".agent-ls"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("store.sqlite.{word}")))
+            .collect();
+        assert_eq!(aside.len(), 1, "the old store is kept, not discarded");
+        assert!(store.exists(), "a fresh store is started");
+    }
+}

@@ -7,7 +7,7 @@ use ropey::Rope;
 use serde::Serialize;
 
 /// Replace the bytes `range` of a text with `text`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct TextEdit {
     pub range: Range<usize>,
     pub text: String,

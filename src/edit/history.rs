@@ -72,6 +72,21 @@ impl History {
         }
     }
 
+    /// Rebuilds the history from stored steps and whether each is undone.
+    pub fn restore(mut steps: Vec<(Step, bool)>) -> History {
+        steps.sort_by_key(|(s, _)| s.id);
+        let next_id = steps.last().map_or(0, |(s, _)| s.id);
+        let (undone, done): (Vec<_>, Vec<_>) = steps.into_iter().partition(|(_, u)| *u);
+        let mut undone: Vec<Step> = undone.into_iter().map(|(s, _)| s).collect();
+        // The redo stack's top is the step undone last, which is the oldest undone one.
+        undone.reverse();
+        History {
+            done: done.into_iter().map(|(s, _)| s).collect(),
+            undone,
+            next_id,
+        }
+    }
+
     /// Recent steps, newest first.
     pub fn summaries(&self, limit: usize) -> Vec<StepSummary> {
         let summary = |s: &Step, undone| StepSummary {

@@ -64,7 +64,7 @@ pub struct EditReport {
 
 /// The new state of one file: its text before (`None` when the plan creates it), after, the
 /// edits in the original's coordinates, and their inverse in the new text's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct FileChange {
     pub path: String,
     pub original: Option<String>,

@@ -131,6 +131,8 @@ pub struct Session {
     agent: Option<agent_runs::Active>,
     last_outcome: Option<crate::drive::Outcome>,
     history: crate::edit::history::History,
+    /// Where the history is kept across restarts; `None` when it could not be opened.
+    store: Option<crate::store::Store>,
 }
 
 impl Session {
@@ -152,6 +154,7 @@ impl Session {
             agent: None,
             last_outcome: None,
             history: Default::default(),
+            store: None,
         }
     }
 
@@ -269,6 +272,11 @@ impl Session {
                 changes,
             } => {
                 self.history.record(&run_id, &goal, changes);
+                if let (Some(store), Some(step)) = (&mut self.store, self.history.last_done())
+                    && let Err(e) = store.record_step(step)
+                {
+                    error!("{e}");
+                }
             }
             Event::Undo { redo, reply } => {
                 let _ = reply.send(self.undo(redo));
@@ -278,6 +286,11 @@ impl Session {
                     self.history.mark_redone(step);
                 } else {
                     self.history.mark_undone(step);
+                }
+                if let Some(store) = &self.store
+                    && let Err(e) = store.set_undone(step, !redo)
+                {
+                    error!("{e}");
                 }
             }
             Event::PublishTests(result) => {
@@ -356,6 +369,33 @@ impl Session {
             limits,
         });
         Ok(step.id)
+    }
+
+    /// Opens the workspace's store and restores the undo history from it.
+    fn open_store(&mut self) {
+        let Some(root) = self.workspace_root.clone() else {
+            return;
+        };
+        match crate::store::Store::open(&root) {
+            Ok((store, notice)) => {
+                if let Some(n) = notice {
+                    warn!("{n}");
+                    self.notify(MessageType::WARNING, format!("agent-ls: {n}"));
+                }
+                match store.load_steps() {
+                    Ok(steps) => self.history = crate::edit::history::History::restore(steps),
+                    Err(e) => error!("{e}"),
+                }
+                self.store = Some(store);
+            }
+            Err(e) => {
+                error!("{e}");
+                self.notify(
+                    MessageType::WARNING,
+                    format!("agent-ls: {e}; undo history will not survive a restart"),
+                );
+            }
+        }
     }
 
     fn progress_supported(&self) -> bool {
@@ -449,6 +489,7 @@ impl Session {
         self.config_errors = self.config.errors.clone();
         self.report_config_errors(&self.config_errors);
         self.log.set_level(self.config.config.log.level);
+        self.open_store();
         self.initialized = true;
         info!(
             encoding = self.encoding.as_str(),
