@@ -40,6 +40,18 @@ fn final_status(c: &mut Client) -> Value {
 
 #[test]
 fn saving_publishes_failures_on_their_lines_and_fixing_clears_them() {
+    let have_pytest = std::process::Command::new(python())
+        .args(["-m", "pytest", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_pytest {
+        assert!(
+            std::env::var("AGENT_LS_REQUIRE_REAL_MODEL").is_err(),
+            "pytest is missing; scripts/test installs it"
+        );
+        eprintln!("skipped: pytest is not installed (scripts/test installs it)");
+        return;
+    }
     let ws = workspace(&[
         ("calc.py", CALC_BROKEN),
         ("tests/test_calc.py", TEST_FILE),
