@@ -276,12 +276,19 @@ impl Drive<'_> {
         }
         let mut context = String::new();
         let mut listed = Vec::new();
+        let budget = self.config.agent.context_bytes;
         for path in &wanted {
+            // Once the budget is spent the rest are only named, not read: this runs before
+            // every step, and a project can have hundreds of files.
+            if context.len() >= budget {
+                listed.push(path.clone());
+                continue;
+            }
             let FileText::Text(text) = shell.read(path) else {
                 continue;
             };
             let block = format!("{path}\n```\n{text}```\n\n");
-            if context.len() + block.len() > self.config.agent.context_bytes {
+            if context.len() + block.len() > budget {
                 listed.push(path.clone());
                 continue;
             }

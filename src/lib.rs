@@ -1,5 +1,7 @@
 //! agent-ls: a language server that runs a coding agent inside the editor. The library holds
-//! the pure core (`text`), configuration, and the LSP shell (`server`).
+//! the pure core (`text`, `edit`, `agent`, `tests_run::parse`), the IO edges (`model`,
+//! `tests_run`, `files`, `store`, `journal`), the effect driver shared by the server and the
+//! command line (`drive`, `headless`), and the LSP shell (`server`).
 
 pub mod agent;
 pub mod config;

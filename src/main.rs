@@ -1,5 +1,6 @@
-//! The `agent-ls` command line: `serve` (the default) speaks LSP on stdio; `config` prints the
-//! effective configuration with the source of every value; `apply` applies an edit plan to files.
+//! The `agent-ls` command line: `serve` (the default) speaks LSP on stdio; `run` drives the
+//! agent on files on disk; `replay` and `runs` use the run journal; `config`, `doctor` and
+//! `apply` inspect the configuration, the models, and an edit plan.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
