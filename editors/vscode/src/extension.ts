@@ -1,0 +1,425 @@
+//! agent-ls for VS Code: starts the server, maps settings to its configuration, adds the
+//! "Agent:" palette commands and a status-bar item fed by the server's progress and status
+//! notifications. Agent edits arrive from the server as workspace/applyEdit with change
+//! annotations, so VS Code's refactor preview shows them; nothing here applies edits itself.
+
+import * as fs from 'fs';
+import * as path from 'path';
+import * as vscode from 'vscode';
+import {
+  DidChangeConfigurationNotification,
+  ExecuteCommandRequest,
+  LanguageClient,
+  LanguageClientOptions,
+  ProgressToken,
+  ServerOptions,
+  StaticFeature,
+  WorkDoneProgress,
+  WorkDoneProgressBegin,
+  WorkDoneProgressCreateParams,
+  WorkDoneProgressCreateRequest,
+  WorkDoneProgressReport,
+} from 'vscode-languageclient/node';
+
+/** The payload of `agent-ls/testStatus` (docs/lsp-extensions.md). */
+interface TestStatus {
+  state: 'running' | 'passed' | 'failed' | 'timed_out' | 'cancelled' | 'error';
+  passed: number | null;
+  failed: number | null;
+  duration_ms: number | null;
+  command: string | null;
+  message: string | null;
+}
+
+/** The payload of `agent-ls/runFinished`. */
+interface RunFinished {
+  run_id: string;
+  status: string;
+  answer: string;
+  iterations: number;
+  files_changed: string[];
+  tests: { passed: number; failed: number } | null;
+  tokens: number;
+  duration_ms: number;
+}
+
+/** The answer of `agent-ls.status`. */
+interface Status {
+  active: { run_id: string; goal: string } | null;
+  last: RunFinished | null;
+  interrupted?: { run_id: string; goal: string; iterations: number }[];
+  steps: { id: number; run_id: string; goal: string; files: string[]; undone: boolean }[];
+}
+
+let client: LanguageClient | undefined;
+let output: vscode.LogOutputChannel;
+let bar: vscode.StatusBarItem;
+
+/** What the status bar shows: a run's step wins over the tests' state. */
+const shown: { run?: string; tests?: TestStatus; last?: RunFinished } = {};
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  output = vscode.window.createOutputChannel('agent-ls', { log: true });
+  bar = vscode.window.createStatusBarItem('agentLs.status', vscode.StatusBarAlignment.Left, 10);
+  bar.name = 'agent-ls';
+  bar.command = 'agentLs.status';
+  context.subscriptions.push(output, bar);
+  render();
+  bar.show();
+
+  const server = (id: string, args?: unknown) => () => execute(id, args);
+  const commands: [string, (...args: unknown[]) => unknown][] = [
+    ['agentLs.run', runCommand],
+    ['agentLs.fixTests', server('agent-ls.fixTests')],
+    ['agentLs.accept', server('agent-ls.accept')],
+    ['agentLs.reject', server('agent-ls.reject')],
+    ['agentLs.undo', (step?: unknown) => execute('agent-ls.undo', typeof step === 'number' ? { step } : undefined)],
+    ['agentLs.redo', server('agent-ls.redo')],
+    ['agentLs.rerunTests', server('agent-ls.rerunTests')],
+    ['agentLs.cancel', server('agent-ls.cancel')],
+    ['agentLs.resume', (runId?: unknown) => execute('agent-ls.resume', typeof runId === 'string' ? { run_id: runId } : undefined)],
+    ['agentLs.status', statusCommand],
+    ['agentLs.showRunLog', showRunLog],
+    ['agentLs.restart', restart],
+  ];
+  for (const [id, fn] of commands) {
+    context.subscriptions.push(vscode.commands.registerCommand(id, fn));
+  }
+  context.subscriptions.push(
+    vscode.workspace.onDidChangeConfiguration(async (e) => {
+      if (e.affectsConfiguration('agentLs.server.path')) {
+        await restart();
+      } else if (e.affectsConfiguration('agentLs') && client?.isRunning()) {
+        await client.sendNotification(DidChangeConfigurationNotification.type, {
+          settings: { 'agent-ls': serverSettings() },
+        });
+      }
+    }),
+  );
+  await start();
+}
+
+export async function deactivate(): Promise<void> {
+  await client?.stop();
+  client = undefined;
+}
+
+async function start(): Promise<void> {
+  const command = serverPath();
+  if (!command) {
+    const open = 'Open Settings';
+    const pick = await vscode.window.showErrorMessage(
+      'agent-ls: the agent-ls binary was not found on PATH. Install it (cargo install --path .) or set agentLs.server.path.',
+      open,
+    );
+    if (pick === open) {
+      await vscode.commands.executeCommand('workbench.action.openSettings', 'agentLs.server.path');
+    }
+    return;
+  }
+  const serverOptions: ServerOptions = { command, args: ['serve'] };
+  const clientOptions: LanguageClientOptions = {
+    documentSelector: [{ scheme: 'file' }],
+    outputChannel: output,
+    traceOutputChannel: output,
+    initializationOptions: { 'agent-ls': serverSettings() },
+  };
+  client = new LanguageClient('agentLs', 'agent-ls', serverOptions, clientOptions);
+  client.registerFeature(new ProgressWatcher());
+  client.onNotification('agent-ls/testStatus', (s: TestStatus) => {
+    shown.tests = s;
+    render();
+  });
+  client.onNotification('agent-ls/runFinished', (r: RunFinished) => {
+    shown.run = undefined;
+    shown.last = r;
+    render();
+  });
+  try {
+    await client.start();
+    output.info(`started ${command}`);
+  } catch (e) {
+    vscode.window.showErrorMessage(`agent-ls: the server did not start: ${message(e)}`);
+  }
+}
+
+async function restart(): Promise<void> {
+  const old = client;
+  client = undefined;
+  await old?.stop().catch(() => undefined);
+  await start();
+}
+
+/** The binary: the setting when given, else `agent-ls` found on PATH. */
+function serverPath(): string | undefined {
+  const configured = vscode.workspace.getConfiguration('agentLs').get<string>('server.path', '').trim();
+  if (configured) {
+    return configured;
+  }
+  const exe = process.platform === 'win32' ? 'agent-ls.exe' : 'agent-ls';
+  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
+    const candidate = path.join(dir, exe);
+    try {
+      fs.accessSync(candidate, fs.constants.X_OK);
+      return candidate;
+    } catch {
+      // Not in this folder; the next one may have it.
+    }
+  }
+  return undefined;
+}
+
+/**
+ * The server configuration the user's settings ask for. Only values the user set are sent:
+ * the editor's layer outranks the workspace's .agent-ls.toml, so sending VS Code's defaults
+ * would silently override the project's own choices.
+ */
+export function serverSettings(): Record<string, unknown> {
+  const c = vscode.workspace.getConfiguration('agentLs');
+  const out: Record<string, unknown> = {};
+  const mapping: [string, string][] = [
+    ['approval', 'agent.approval'],
+    ['maxRetries', 'agent.max_retries'],
+    ['model.provider', 'model.provider'],
+    ['model.name', 'model.name'],
+    ['model.baseUrl', 'model.base_url'],
+    ['test.command', 'test.command'],
+    ['test.onSave', 'test.on_save'],
+    ['log.level', 'log.level'],
+  ];
+  for (const [setting, key] of mapping) {
+    const value = explicit(c, setting);
+    if (value === undefined || value === '' || (Array.isArray(value) && value.length === 0)) {
+      continue;
+    }
+    setPath(out, key.split('.'), value);
+  }
+  const extra = explicit(c, 'settings');
+  if (extra && typeof extra === 'object') {
+    merge(out, extra as Record<string, unknown>);
+  }
+  return out;
+}
+
+function explicit(c: vscode.WorkspaceConfiguration, key: string): unknown {
+  const i = c.inspect(key);
+  return i?.workspaceFolderValue ?? i?.workspaceValue ?? i?.globalValue;
+}
+
+function setPath(target: Record<string, unknown>, keys: string[], value: unknown): void {
+  let node = target;
+  for (const k of keys.slice(0, -1)) {
+    if (typeof node[k] !== 'object' || node[k] === null) {
+      node[k] = {};
+    }
+    node = node[k] as Record<string, unknown>;
+  }
+  node[keys[keys.length - 1]] = value;
+}
+
+function merge(target: Record<string, unknown>, extra: Record<string, unknown>): void {
+  for (const [k, v] of Object.entries(extra)) {
+    const t = target[k];
+    if (v && typeof v === 'object' && !Array.isArray(v) && t && typeof t === 'object' && !Array.isArray(t)) {
+      merge(t as Record<string, unknown>, v as Record<string, unknown>);
+    } else {
+      target[k] = v;
+    }
+  }
+}
+
+/** Runs one of the server's commands, showing its error (a refusal says why) to the user. */
+async function execute(command: string, args?: unknown): Promise<unknown> {
+  if (!client?.isRunning()) {
+    vscode.window.showErrorMessage('agent-ls: the server is not running (Agent: Restart Server).');
+    return undefined;
+  }
+  try {
+    return await client.sendRequest(ExecuteCommandRequest.type, {
+      command,
+      arguments: args === undefined ? [] : [args],
+    });
+  } catch (e) {
+    vscode.window.showErrorMessage(`agent-ls: ${message(e)}`);
+    return undefined;
+  }
+}
+
+async function runCommand(): Promise<void> {
+  const goal = await vscode.window.showInputBox({
+    title: 'Agent: Run',
+    prompt: 'What should the agent do? ("fix the failing tests", "implement this", "explain this")',
+    ignoreFocusOut: true,
+  });
+  if (!goal?.trim()) {
+    return;
+  }
+  const args: Record<string, unknown> = { goal: goal.trim() };
+  const editor = vscode.window.activeTextEditor;
+  if (editor && client && !editor.selection.isEmpty) {
+    args.uri = client.code2ProtocolConverter.asUri(editor.document.uri);
+    args.range = client.code2ProtocolConverter.asRange(editor.selection);
+  }
+  await execute('agent-ls.run', args);
+}
+
+async function statusCommand(): Promise<void> {
+  const status = (await execute('agent-ls.status')) as Status | undefined;
+  if (!status) {
+    return;
+  }
+  type Item = vscode.QuickPickItem & { action?: () => unknown };
+  const items: Item[] = [];
+  if (status.active) {
+    items.push({
+      label: `$(sync~spin) ${status.active.goal}`,
+      description: status.active.run_id,
+      detail: 'running: pick to cancel',
+      action: () => execute('agent-ls.cancel'),
+    });
+  }
+  for (const run of status.interrupted ?? []) {
+    items.push({
+      label: `$(debug-pause) ${run.goal}`,
+      description: run.run_id,
+      detail: `interrupted after ${run.iterations} iteration(s): pick to resume`,
+      action: () => execute('agent-ls.resume', { run_id: run.run_id }),
+    });
+  }
+  if (status.last) {
+    const l = status.last;
+    const tests = l.tests ? `, tests ${l.tests.passed} passed / ${l.tests.failed} failed` : '';
+    items.push({
+      label: `$(history) last run: ${l.status}`,
+      description: l.run_id,
+      detail: `${l.iterations} iteration(s), ${l.files_changed.length} file(s) changed${tests}: pick to show its log`,
+      action: () => showRunLog(),
+    });
+  }
+  for (const step of status.steps) {
+    items.push({
+      label: `${step.undone ? '$(redo)' : '$(discard)'} step ${step.id}: ${step.goal}`,
+      description: step.files.join(', '),
+      detail: step.undone ? 'undone: pick to redo' : 'pick to undo this step',
+      action: () => (step.undone ? execute('agent-ls.redo') : execute('agent-ls.undo', { step: step.id })),
+    });
+  }
+  if (items.length === 0) {
+    vscode.window.showInformationMessage('agent-ls: idle, no runs yet.');
+    return;
+  }
+  const pick = await vscode.window.showQuickPick(items, { title: 'agent-ls status' });
+  await pick?.action?.();
+}
+
+/** Opens the journal of the last run (.agent-ls/runs/<time>-<run_id>.jsonl). */
+async function showRunLog(): Promise<void> {
+  const status = (await execute('agent-ls.status')) as Status | undefined;
+  const runId = status?.active?.run_id ?? status?.last?.run_id;
+  for (const folder of vscode.workspace.workspaceFolders ?? []) {
+    const dir = path.join(folder.uri.fsPath, '.agent-ls', 'runs');
+    let names: string[];
+    try {
+      names = fs.readdirSync(dir).filter((n) => n.endsWith('.jsonl')).sort();
+    } catch {
+      continue;
+    }
+    const name = runId ? names.find((n) => n.endsWith(`-${runId}.jsonl`)) : names[names.length - 1];
+    if (name) {
+      const doc = await vscode.workspace.openTextDocument(path.join(dir, name));
+      await vscode.window.showTextDocument(doc, { preview: true });
+      return;
+    }
+  }
+  output.show(true);
+  vscode.window.showInformationMessage('agent-ls: no run journal yet; the server log is in the output channel.');
+}
+
+/**
+ * Watches the server's work-done progress so the status bar can show a run's step, and shows
+ * a run's progress as a notification with a Cancel button that cancels the run on the server.
+ * It replaces the client's default progress handler, registered before it.
+ */
+class ProgressWatcher implements StaticFeature {
+  getState() {
+    return { kind: 'static' as const };
+  }
+  fillClientCapabilities(capabilities: { window?: { workDoneProgress?: boolean } }): void {
+    capabilities.window = { ...capabilities.window, workDoneProgress: true };
+  }
+  initialize(): void {
+    const c = client;
+    if (!c) {
+      return;
+    }
+    c.onRequest(WorkDoneProgressCreateRequest.type, (params: WorkDoneProgressCreateParams) => watch(c, params.token));
+  }
+  clear(): void {
+    shown.run = undefined;
+    render();
+  }
+}
+
+function watch(c: LanguageClient, token: ProgressToken): void {
+  const isRun = String(token).startsWith('agent-ls/run/');
+  let report: ((m: string) => void) | undefined;
+  let finish: (() => void) | undefined;
+  const done = new Promise<void>((resolve) => (finish = resolve));
+  const sub = c.onProgress(WorkDoneProgress.type, token, (value) => {
+    const msg = (value as WorkDoneProgressBegin | WorkDoneProgressReport).message;
+    if (value.kind === 'end') {
+      if (isRun) {
+        shown.run = undefined;
+      }
+      sub.dispose();
+      finish?.();
+    } else if (isRun && msg) {
+      shown.run = msg;
+      report?.(msg);
+    }
+    render();
+  });
+  vscode.window.withProgress(
+    {
+      location: isRun ? vscode.ProgressLocation.Notification : vscode.ProgressLocation.Window,
+      title: isRun ? 'agent-ls' : 'agent-ls tests',
+      cancellable: true,
+    },
+    (progress, cancel) => {
+      report = (m) => progress.report({ message: m });
+      cancel.onCancellationRequested(() => execute('agent-ls.cancel'));
+      return done;
+    },
+  );
+}
+
+function render(): void {
+  if (shown.run) {
+    bar.text = `$(sync~spin) agent: ${shown.run}`;
+    bar.tooltip = 'agent-ls: a run is going on (click for status, Agent: Cancel to stop it)';
+    return;
+  }
+  const t = shown.tests;
+  if (t) {
+    const counts = [t.passed !== null ? `${t.passed} passed` : '', t.failed ? `${t.failed} failed` : '']
+      .filter(Boolean)
+      .join(', ');
+    const icon: Record<TestStatus['state'], string> = {
+      running: '$(sync~spin)',
+      passed: '$(pass)',
+      failed: '$(error)',
+      timed_out: '$(watch)',
+      cancelled: '$(circle-slash)',
+      error: '$(warning)',
+    };
+    bar.text = `${icon[t.state]} tests ${t.state.replace('_', ' ')}${counts ? `: ${counts}` : ''}`;
+    bar.tooltip = t.message ?? t.command ?? undefined;
+    return;
+  }
+  bar.text = '$(hubot) agent-ls';
+  bar.tooltip = shown.last ? `agent-ls: last run ${shown.last.status}` : 'agent-ls: idle';
+}
+
+function message(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

@@ -1,0 +1,77 @@
+//! The VS Code extension in real VS Code: code-server in headless Chromium, driven by
+//! playwright-core (editors/vscode/test/e2e.mjs), with the real binary and the replay model.
+//! scripts/test builds the .vsix, installs code-server, Node 24 and Chromium, and sets the
+//! AGENT_LS_TEST_* variables this test reads.
+
+use std::path::Path;
+use std::process::Command;
+
+/// The variables the test needs; `None` (skipped, saying so) under a plain `cargo test`.
+fn tools() -> Option<[(String, String); 4]> {
+    let names = [
+        ("CODE_SERVER", "AGENT_LS_TEST_CODE_SERVER"),
+        ("NODE24", "AGENT_LS_TEST_NODE24"),
+        ("CHROMIUM", "AGENT_LS_TEST_CHROMIUM"),
+        ("VSIX", "AGENT_LS_TEST_VSIX"),
+    ];
+    let mut out = Vec::new();
+    for (key, var) in names {
+        match std::env::var(var) {
+            Ok(v) => out.push((key.to_string(), v)),
+            Err(_) if std::env::var("AGENT_LS_REQUIRE_REAL_MODEL").is_ok() => {
+                panic!("{var} is not set; scripts/test installs code-server and builds the .vsix")
+            }
+            Err(_) => {
+                eprintln!("skipped: {var} is not set (scripts/test sets it)");
+                return None;
+            }
+        }
+    }
+    out.try_into().ok()
+}
+
+const FIX: &str = "{\"role\": \"coder\", \"content\": \"calc.py\\n<<<<<<< SEARCH\\n    return a - b\\n=======\\n    return a + b\\n>>>>>>> REPLACE\\n\"}\n";
+
+#[test]
+fn fix_failing_tests_from_the_palette_in_real_vs_code() {
+    let Some(tools) = tools() else {
+        return;
+    };
+    let ws = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
+        std::fs::copy(entry.path(), ws.path().join(entry.file_name())).unwrap();
+    }
+    std::fs::write(ws.path().join(".replay.jsonl"), FIX).unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    let result = out_dir.path().join("result.jsonl");
+    let artifacts = Path::new("target/vscode-e2e");
+    std::fs::create_dir_all(artifacts).unwrap();
+    let out = Command::new("node")
+        .arg("editors/vscode/test/e2e.mjs")
+        .envs(tools)
+        .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
+        .env("WORKSPACE", ws.path().canonicalize().unwrap())
+        .env("RESULT", &result)
+        .env("ARTIFACTS", artifacts.canonicalize().unwrap())
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&result)
+        .unwrap_or_else(|e| panic!("no results ({e}); the script said: {said}"));
+    let checks: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let failed: Vec<_> = checks.iter().filter(|c| c["ok"] != true).collect();
+    assert!(
+        failed.is_empty() && out.status.success(),
+        "failed checks (screenshot and logs in target/vscode-e2e/): {failed:#?}\n{said}"
+    );
+    // Every step of the flow reported: install, status bar, problem, preview, disk, cleared,
+    // passed, editor, undo, redo.
+    assert!(checks.len() >= 10, "{checks:#?}");
+}
