@@ -12,7 +12,8 @@ use crate::agent::{self, Effect, Event, Phase, Run, TestSummary};
 use crate::config::Config;
 use crate::edit::{self, FileChange, FileText};
 use crate::journal::Journal;
-use crate::model::{ModelError, Models, OnToken, Request, Totals};
+use crate::model::{ModelError, Models, OnToken, Request, Role, Totals};
+use crate::store::{Iteration, Store};
 use crate::tests_run::{self, RunEnd};
 use serde_json::json;
 
@@ -82,23 +83,44 @@ pub fn new_run_id() -> String {
 
 impl Drive<'_> {
     pub async fn run(&self, run: &mut Run, shell: &mut impl Shell, run_id: String) -> Outcome {
+        self.drive(run, shell, run_id, false).await
+    }
+
+    /// Goes on with a run from its checkpoint (see `agent::resume`), under the same id: its
+    /// journal is appended to and its store row updated.
+    pub async fn resume(&self, run: &mut Run, shell: &mut impl Shell, run_id: String) -> Outcome {
+        self.drive(run, shell, run_id, true).await
+    }
+
+    async fn drive(
+        &self,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        run_id: String,
+        resumed: bool,
+    ) -> Outcome {
         let started = Instant::now();
         let mut totals = Totals::default();
         let mut failure_kind = None;
         let mut queue: std::collections::VecDeque<Effect> = Default::default();
         self.refresh_context(run, shell);
-        queue.extend(agent::step(run, Event::Start));
-        let mut finished = None;
-        let mut journal = if self.journal {
-            Journal::create(self.root, &run_id)
+        queue.extend(if resumed {
+            agent::resume(run)
         } else {
-            Journal::disabled(&run_id)
+            agent::step(run, Event::Start)
+        });
+        let mut finished = None;
+        let mut journal = match (self.journal, resumed) {
+            (true, true) => Journal::append(self.root, &run_id),
+            (true, false) => Journal::create(self.root, &run_id),
+            (false, _) => Journal::disabled(&run_id),
         };
         journal.write(
             "agent",
-            "intent",
-            json!({"goal": run.goal, "intent": run.intent}),
+            if resumed { "resumed" } else { "intent" },
+            json!({"goal": run.goal, "intent": run.intent, "iterations": run.iterations}),
         );
+        let mut record = Recorder::open(self.journal, self.root, &run_id, run);
         shell.refresh().await;
         while let Some(effect) = queue.pop_front() {
             // A cancel between effects ends the run before anything else is done.
@@ -126,6 +148,9 @@ impl Drive<'_> {
                     continue;
                 }
                 Effect::CallModel { role, messages } => {
+                    if role == Role::Coder {
+                        record.checkpoint(run);
+                    }
                     let request = Request {
                         messages,
                         ..Request::default()
@@ -138,6 +163,7 @@ impl Drive<'_> {
                         Ok(r) => {
                             totals.add(&r);
                             journal.model_call(role, &r);
+                            record.model_call(role, &r);
                             Event::ModelAnswered { role, text: r.text }
                         }
                         Err(ModelError::Cancelled) => Event::Cancel,
@@ -169,6 +195,7 @@ impl Drive<'_> {
                         journal.write("agent", "patch", json!({"files": changes.iter().map(|c| &c.path).collect::<Vec<_>>(), "diff": diff}));
                         let yes = shell.approve(&changes, &diff).await;
                         journal.write("user", "approval", json!({"accepted": yes}));
+                        record.approval(run.iterations, yes, &changes);
                         if self.cancel.is_cancelled() {
                             Event::Cancel
                         } else if yes {
@@ -184,7 +211,10 @@ impl Drive<'_> {
                     Err(ApplyError::Failed(e)) => Event::ApplyFailed(e),
                 },
                 Effect::RunTests => {
-                    match tests_run::run(self.root, &self.config.test, self.cancel).await {
+                    let tests_started = Instant::now();
+                    let result = tests_run::run(self.root, &self.config.test, self.cancel).await;
+                    record.test_time(tests_started.elapsed());
+                    match result {
                         Ok(r) if r.end == RunEnd::Cancelled => Event::Cancel,
                         Ok(r) => {
                             if r.end == RunEnd::TimedOut {
@@ -192,7 +222,9 @@ impl Drive<'_> {
                             }
                             shell.tests_ran(&r);
                             journal.write("tests", "test_result", json!({"state": r.state(), "passed": r.passed, "failed": r.failed, "failures": r.failures.len()}));
-                            Event::TestsFinished(summary(&r))
+                            let summary = summary(&r);
+                            record.tests(&summary);
+                            Event::TestsFinished(summary)
                         }
                         Err(e) => Event::TestsUnavailable(e.to_string()),
                     }
@@ -201,6 +233,7 @@ impl Drive<'_> {
             shell.refresh().await;
             self.refresh_context(run, shell);
             queue.extend(agent::step(run, event));
+            record.phase(run);
         }
         if let Some((status, answer)) = &finished {
             journal.write("agent", "finished", json!({"status": format!("{status:?}").to_lowercase(), "answer": answer, "iterations": run.iterations, "files_changed": run.files_changed}));
@@ -214,13 +247,15 @@ impl Drive<'_> {
                 passed: t.passed_count,
                 failed: t.failed_count,
             });
+        let status = match status {
+            Phase::Done => "done",
+            Phase::Cancelled => "cancelled",
+            _ => "failed",
+        };
+        record.finished(status, run, &answer);
         Outcome {
             run_id,
-            status: match status {
-                Phase::Done => "done".into(),
-                Phase::Cancelled => "cancelled".into(),
-                _ => "failed".into(),
-            },
+            status: status.into(),
             answer,
             iterations: run.iterations,
             files_changed: run.files_changed.clone(),
@@ -228,7 +263,7 @@ impl Drive<'_> {
             tokens: totals.usage.input_tokens + totals.usage.output_tokens,
             duration_ms: started.elapsed().as_millis() as u64,
             cost_usd: totals.cost_usd,
-            failure_kind: if status == Phase::Failed {
+            failure_kind: if status == "failed" {
                 failure_kind.map(String::from)
             } else {
                 None
@@ -298,6 +333,129 @@ impl Drive<'_> {
             context.push_str(&format!("Other files (not shown): {}\n", listed.join(", ")));
         }
         run.context = context;
+    }
+}
+
+/// Writes a run's figures, approvals, evaluations and checkpoints to the workspace's store
+/// as they happen. A store that cannot be opened or written costs the figures, never the run.
+struct Recorder {
+    store: Option<Store>,
+    run_id: String,
+    current: Iteration,
+}
+
+impl Recorder {
+    fn open(enabled: bool, root: &Path, run_id: &str, run: &Run) -> Recorder {
+        let store = if enabled {
+            match Store::open(root) {
+                Ok((store, notice)) => {
+                    if let Some(n) = notice {
+                        tracing::warn!("{n}");
+                    }
+                    Some(store)
+                }
+                Err(e) => {
+                    tracing::warn!("the run's figures will not be kept: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let mut r = Recorder {
+            store,
+            run_id: run_id.into(),
+            current: Iteration {
+                n: run.iterations,
+                ..Iteration::default()
+            },
+        };
+        let intent = run
+            .intent
+            .and_then(|i| serde_json::to_value(i).ok())
+            .and_then(|v| v.as_str().map(String::from));
+        r.with(|s, id| s.run_started(id, &run.goal, intent.as_deref()));
+        r
+    }
+
+    fn with(&mut self, f: impl FnOnce(&Store, &str) -> Result<(), crate::store::StoreError>) {
+        if let Some(store) = &self.store
+            && let Err(e) = f(store, &self.run_id)
+        {
+            tracing::warn!("the run's figures stopped being kept: {e}");
+            self.store = None;
+        }
+    }
+
+    /// Before a coder call: the state to resume from, and a new iteration's row.
+    fn checkpoint(&mut self, run: &Run) {
+        if run.iterations != self.current.n {
+            self.flush();
+            self.current = Iteration {
+                n: run.iterations,
+                ..Iteration::default()
+            };
+        }
+        match serde_json::to_string(run) {
+            Ok(state) => self.with(|s, id| s.checkpoint(id, run.iterations, &state)),
+            Err(e) => tracing::warn!("no checkpoint: {e}"),
+        }
+    }
+
+    fn model_call(&mut self, role: Role, r: &crate::model::Response) {
+        self.current.tokens += r.usage.input_tokens + r.usage.output_tokens;
+        self.current.model_ms += r.duration_ms;
+        if role == Role::Coder || self.current.model.is_none() {
+            self.current.model = Some(format!("{}/{}", r.provider, r.model));
+        }
+        match role {
+            Role::Reflector => {
+                self.current.reflection = Some(r.text.chars().take(4000).collect());
+            }
+            Role::Evaluator => {
+                if let Ok((score, reason)) = agent::prompts::parse_evaluation(&r.text) {
+                    self.with(|s, id| s.evaluation(id, score, &reason));
+                }
+            }
+            _ => {}
+        }
+        self.flush();
+    }
+
+    fn approval(&mut self, iteration: u32, accepted: bool, changes: &[FileChange]) {
+        let files: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
+        self.with(|s, id| s.approval(id, iteration, accepted, &files));
+    }
+
+    fn test_time(&mut self, took: std::time::Duration) {
+        self.current.test_ms += took.as_millis() as u64;
+    }
+
+    fn tests(&mut self, t: &TestSummary) {
+        self.current.tests_passed = Some(t.passed_count);
+        self.current.tests_failed = Some(t.failed_count);
+        self.current.fingerprint = (!t.passed).then(|| t.fingerprint.clone());
+        self.flush();
+    }
+
+    fn phase(&mut self, run: &Run) {
+        let phase = format!("{:?}", run.phase).to_lowercase();
+        // A step that starts the next iteration belongs to it, recorded at its checkpoint.
+        if run.iterations == self.current.n && phase != self.current.phase {
+            self.current.phase = phase;
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        let it = self.current.clone();
+        self.with(|s, id| s.iteration(id, &it));
+    }
+
+    fn finished(&mut self, status: &str, run: &Run, answer: &str) {
+        self.flush();
+        let tests = run.tests.as_ref().map(|t| (t.passed_count, t.failed_count));
+        self.with(|s, id| s.run_finished(id, status, run.iterations, tests, answer));
     }
 }
 

@@ -47,6 +47,27 @@ impl Journal {
         }
     }
 
+    /// Opens a run's existing journal to go on with it (a resumed run); a new one when it is
+    /// gone.
+    pub fn append(root: &Path, run_id: &str) -> Journal {
+        let dir = root.join(DIR);
+        let suffix = format!("-{run_id}.jsonl");
+        let existing = std::fs::read_dir(&dir).ok().and_then(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.to_string_lossy().ends_with(&suffix))
+        });
+        match existing.map(|p| (OpenOptions::new().append(true).open(&p), p)) {
+            Some((Ok(f), path)) => Journal {
+                file: Some(f),
+                run_id: run_id.into(),
+                path: Some(path),
+            },
+            _ => Journal::create(root, run_id),
+        }
+    }
+
     pub fn disabled(run_id: &str) -> Journal {
         Journal {
             file: None,

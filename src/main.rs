@@ -77,6 +77,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Figures per run and over all runs: tokens, model time, test time, iterations, pass
+    /// rate, acceptance rate of proposed changes.
+    Stats {
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// How many recent runs to list.
+        #[arg(long, default_value_t = 10)]
+        last: usize,
+    },
     /// Check every configured model: key, server, model, and a one-token completion.
     /// Exits 1 when a check fails.
     Doctor {
@@ -186,6 +199,11 @@ fn main() -> ExitCode {
         }
         Command::Runs { workspace, json } => or_exit_1(list_runs(workspace, json)),
         Command::Doctor { workspace, json } => or_exit_1(doctor(workspace, json)),
+        Command::Stats {
+            workspace,
+            json,
+            last,
+        } => or_exit_1(stats(workspace, json, last)),
         Command::Apply {
             plan,
             workspace,
@@ -309,6 +327,79 @@ fn list_runs(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode>
         for r in &runs {
             println!("{}  {:<11}  {}  ({})", r.run_id, r.status, r.goal, r.path);
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn stats(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Result<ExitCode> {
+    let root = workspace_or_cwd(workspace)?;
+    if !root.join(agent_ls::store::FILE).exists() {
+        if json {
+            println!("{}", serde_json::json!({"total": null, "runs": []}));
+        } else {
+            println!(
+                "no runs recorded in {}",
+                root.join(agent_ls::store::FILE).display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (store, notice) = agent_ls::store::Store::open(&root)?;
+    if let Some(n) = notice {
+        eprintln!("agent-ls: {n}");
+    }
+    let stats = store.stats(last)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let t = &stats.total;
+    let pct = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0));
+    let secs = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    println!(
+        "{} runs: {} done, {} failed, {} cancelled; pass rate {}",
+        t.runs,
+        t.done,
+        t.failed,
+        t.cancelled,
+        pct(t.pass_rate)
+    );
+    println!(
+        "{} iterations, {} tokens, model time {}, test time {}",
+        t.iterations,
+        t.tokens,
+        secs(t.model_ms),
+        secs(t.test_ms)
+    );
+    println!(
+        "{} of {} proposed changes accepted ({})",
+        t.accepted,
+        t.proposals,
+        pct(t.acceptance_rate)
+    );
+    if !stats.runs.is_empty() {
+        println!();
+        println!(
+            "{:<12}  {:<9}  {:>4}  {:>7}  {:>8}  {:>8}  {:>7}  goal",
+            "run", "status", "iter", "tokens", "model", "tests", "passed"
+        );
+    }
+    for r in &stats.runs {
+        let tests = match (r.tests_passed, r.tests_failed) {
+            (Some(p), Some(f)) => format!("{p}/{}", p + f),
+            _ => "-".into(),
+        };
+        let goal: String = r.goal.chars().take(60).collect();
+        println!(
+            "{:<12}  {:<9}  {:>4}  {:>7}  {:>8}  {:>8}  {:>7}  {goal}",
+            r.run_id,
+            r.status,
+            r.iterations,
+            r.tokens,
+            secs(r.model_ms),
+            secs(r.test_ms),
+            tests
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -611,3 +611,152 @@ fn a_corrupt_or_newer_store_is_moved_aside_and_reported() {
         assert!(store.exists(), "a fresh store is started");
     }
 }
+
+#[test]
+fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
+    let caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create", "delete"]}}});
+    // Step 1 fixes add and creates helpers.py.
+    let first = json!({"role": "coder", "content": serde_json::to_string(&json!({"edits": [
+        {"path": "calc.py", "search": "    return a - b", "replace": "    return a + b"},
+        {"path": "helpers.py", "content": "def double(x):\n    return 2 * x\n"}
+    ]})).unwrap()});
+    let mut s = setup(&[first], "auto", caps);
+    applies(&mut s);
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.fixTests"}),
+        )
+        .unwrap();
+    assert_eq!(finished(&mut s.client)["status"], "done");
+    let helpers = s.ws.path().join("helpers.py");
+    assert!(helpers.exists());
+
+    // Step 2, a later run, documents multiply (the replay script is read afresh per run).
+    let second = json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\ndef multiply(a, b):\n=======\ndef multiply(a, b):\n    \"\"\"The product.\"\"\"\n>>>>>>> REPLACE\n"});
+    std::fs::write(s.ws.path().join(".replay.jsonl"), script(&[second])).unwrap();
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.run", "arguments": [{"goal": "document multiply"}]}),
+        )
+        .unwrap();
+    assert_eq!(finished(&mut s.client)["status"], "done");
+    let status = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.status"}),
+        )
+        .unwrap();
+    let steps = status["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{status}");
+    let (newest, older) = (
+        steps[0]["id"].as_u64().unwrap(),
+        steps[1]["id"].as_u64().unwrap(),
+    );
+    assert_eq!(steps[1]["files"], json!(["calc.py", "helpers.py"]));
+
+    // Undo the older step by name: add is broken again and helpers.py goes, while the newer
+    // step's docstring stays.
+    let r = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.undo", "arguments": [{"step": older}]}),
+        )
+        .unwrap();
+    assert_eq!(r["step"], older);
+    s.client.wait_notification("window/showMessage", |p| {
+        p["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("undid step {older}"))
+    });
+    assert!(!helpers.exists(), "the created file is deleted");
+    assert!(
+        s.client
+            .server_requests
+            .iter()
+            .any(|r| r["params"]["edit"]["documentChanges"]
+                .as_array()
+                .is_some_and(|ops| ops.iter().any(|o| o["kind"] == "delete"))),
+        "the deletion went through the editor"
+    );
+    let disk = disk(&s);
+    assert!(
+        disk.contains("return a - b") && disk.contains("The product."),
+        "{disk}"
+    );
+    let status = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.status"}),
+        )
+        .unwrap();
+    let undone: Vec<u64> = status["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["undone"] == true)
+        .map(|s| s["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(undone, vec![older], "{status}");
+
+    // Redo brings the file back; a step id that is not applied is refused.
+    s.client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.redo"}),
+        )
+        .unwrap();
+    s.client.wait_notification("window/showMessage", |p| {
+        p["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("redid step {older}"))
+    });
+    assert_eq!(
+        std::fs::read_to_string(&helpers).unwrap(),
+        "def double(x):\n    return 2 * x\n"
+    );
+    let err = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.undo", "arguments": [{"step": 999}]}),
+        )
+        .unwrap_err();
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("no applied step 999"),
+        "{err}"
+    );
+    let err = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.undo", "arguments": [{"stp": newest}]}),
+        )
+        .unwrap_err();
+    assert_eq!(err["code"], -32602);
+
+    // A created file the user has since changed is not deleted.
+    std::fs::write(&helpers, "def double(x):\n    return x + x\n").unwrap();
+    let err = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.undo", "arguments": [{"step": older}]}),
+        )
+        .unwrap_err();
+    let msg = err["message"].as_str().unwrap();
+    assert!(
+        msg.contains("helpers.py") && msg.contains("changed"),
+        "{msg}"
+    );
+    assert!(helpers.exists());
+}

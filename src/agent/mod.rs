@@ -177,14 +177,15 @@ pub enum Effect {
     },
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Budget {
     pub max_retries: u32,
     pub max_iterations: u32,
 }
 
 /// Everything the loop knows. The shell keeps it and passes every event through `step`.
-#[derive(Debug, Clone)]
+/// It serializes as the checkpoint taken before every coder call, from which `resume` goes on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Run {
     pub goal: String,
     /// `None` until the intent model has classified an unclear goal.
@@ -199,7 +200,9 @@ pub struct Run {
     done_answer: String,
     pub phase: Phase,
     pub budget: Budget,
-    /// Files and their text the prompt shows, gathered by the shell before the start.
+    /// Files and their text the prompt shows, gathered by the shell before every step
+    /// (so a checkpoint leaves it out: it is gathered afresh on resume).
+    #[serde(skip)]
     pub context: String,
     /// Coder attempts so far (each proposal counts).
     pub iterations: u32,
@@ -216,6 +219,8 @@ pub struct Run {
     pub edit_history: Vec<u64>,
     pub files_changed: Vec<String>,
     pub warned_budget: bool,
+    /// Checkpoints are taken before a coder call, when nothing is pending.
+    #[serde(skip)]
     pending: Vec<FileChange>,
 }
 
@@ -518,6 +523,27 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
         // Anything else in a phase that does not expect it is ignored (a late answer).
         _ => Vec::new(),
     }
+}
+
+/// Goes on from a checkpoint (a `Run` saved as the coder was about to be called): the same
+/// iteration's coder call again, on the files as they are now. A run that is not at such a
+/// point starts over.
+pub fn resume(run: &mut Run) -> Vec<Effect> {
+    if run.phase != Phase::Coding {
+        run.phase = Phase::Baseline;
+        return step(run, Event::Start);
+    }
+    run.pending.clear();
+    vec![
+        Effect::Progress(format!(
+            "resumed at iteration {} of {}",
+            run.iterations, run.budget.max_iterations
+        )),
+        Effect::CallModel {
+            role: Role::Coder,
+            messages: prompts::code(run),
+        },
+    ]
 }
 
 /// The first step once the intent is known: classify an unclear goal, run the tests first for

@@ -501,3 +501,48 @@ fn a_test_goal_runs_the_tests_and_reports() {
         matches!(&e[0], Effect::Finish { status: Phase::Done, answer } if answer.contains("1 test(s) fail"))
     );
 }
+
+#[test]
+fn a_checkpoint_round_trips_and_resume_calls_the_coder_with_what_was_learned() {
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing("a")));
+    propose(&mut run, &edit_answer("a * b"));
+    step(&mut run, Event::TestsFinished(failing("b")));
+    step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Reflector,
+            text: r#"{"task_id":"T1","passed":false,"report":"multiplied","next_step":"add"}"#
+                .into(),
+        },
+    );
+    // The shell checkpoints here, as the second coder call goes out.
+    assert_eq!((run.phase, run.iterations), (Phase::Coding, 2));
+    let saved = serde_json::to_string(&run).unwrap();
+    let mut back: Run = serde_json::from_str(&saved).unwrap();
+    let e = resume(&mut back);
+    let Some(Effect::CallModel {
+        role: Role::Coder,
+        messages,
+    }) = e.last()
+    else {
+        panic!("{e:?}")
+    };
+    assert!(messages.last().unwrap().content.contains("Next step: add"));
+    assert_eq!(back.iterations, 2, "the same iteration, not a new one");
+    propose(&mut back, &edit_answer("a + b"));
+    assert!(matches!(
+        step(&mut back, Event::TestsFinished(passing()))[0],
+        Effect::Finish {
+            status: Phase::Done,
+            ..
+        }
+    ));
+    assert_eq!(back.failure_history, run.failure_history);
+
+    // A run saved anywhere else starts over.
+    let mut fresh = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    let e = resume(&mut fresh);
+    assert!(e.iter().any(|e| matches!(e, Effect::RunTests)), "{e:?}");
+}

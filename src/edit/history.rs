@@ -54,11 +54,15 @@ impl History {
         self.undone.last()
     }
 
-    /// The latest step was undone: it moves to the redo stack.
+    /// An applied step by its id (for undo of a named step).
+    pub fn find_done(&self, id: u64) -> Option<&Step> {
+        self.done.iter().find(|s| s.id == id)
+    }
+
+    /// A step was undone (the latest, or a named older one): it moves to the redo stack.
     pub fn mark_undone(&mut self, id: u64) {
-        if self.done.last().is_some_and(|s| s.id == id)
-            && let Some(s) = self.done.pop()
-        {
+        if let Some(i) = self.done.iter().position(|s| s.id == id) {
+            let s = self.done.remove(i);
             self.undone.push(s);
         }
     }
@@ -103,31 +107,47 @@ impl History {
     }
 }
 
-/// The changes that revert `step` on the current texts (`current(path)`).
+/// What reverts a step: changes to files it edited, and files it created, to delete.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reversal {
+    pub changes: Vec<FileChange>,
+    pub deletes: Vec<String>,
+}
+
+/// What reverts `step` on the current texts (`current(path)`). A file the step created is
+/// deleted, but only while it holds exactly what the step wrote.
 pub fn revert(
     step: &Step,
     current: impl Fn(&str) -> Option<String>,
     limits: &Limits,
-) -> Result<Vec<FileChange>, String> {
-    step.changes
-        .iter()
-        .map(|c| {
-            let Some(before) = &c.original else {
-                return Err(format!(
-                    "step {} created {}; undoing a created file is not supported yet",
-                    step.id, c.path
-                ));
-            };
-            let inverse = FileChange {
-                path: c.path.clone(),
-                original: Some(c.new_text.clone()),
-                new_text: before.clone(),
-                edits: c.inverse.clone(),
-                inverse: c.edits.clone(),
-            };
-            place(step.id, "undo", &inverse, current(&c.path), limits)
-        })
-        .collect()
+) -> Result<Reversal, String> {
+    let mut out = Reversal::default();
+    for c in &step.changes {
+        let Some(before) = &c.original else {
+            match current(&c.path) {
+                Some(now) if now == c.new_text => out.deletes.push(c.path.clone()),
+                Some(_) => {
+                    return Err(format!(
+                        "cannot undo step {}: {} was created by it and has changed since; undo never deletes your typing",
+                        step.id, c.path
+                    ));
+                }
+                // Already gone: nothing to delete.
+                None => {}
+            }
+            continue;
+        };
+        let inverse = FileChange {
+            path: c.path.clone(),
+            original: Some(c.new_text.clone()),
+            new_text: before.clone(),
+            edits: c.inverse.clone(),
+            inverse: c.edits.clone(),
+        };
+        out.changes
+            .push(place(step.id, "undo", &inverse, current(&c.path), limits)?);
+    }
+    Ok(out)
 }
 
 /// The changes that apply `step` again on the current texts.
@@ -138,7 +158,15 @@ pub fn reapply(
 ) -> Result<Vec<FileChange>, String> {
     step.changes
         .iter()
-        .map(|c| place(step.id, "redo", c, current(&c.path), limits))
+        .map(|c| match (c.creates(), current(&c.path)) {
+            // A created file comes back only where nothing is in its way.
+            (true, None) => Ok(c.clone()),
+            (true, Some(_)) => Err(format!(
+                "cannot redo step {}: {} exists again",
+                step.id, c.path
+            )),
+            (false, now) => place(step.id, "redo", c, now, limits),
+        })
         .collect()
 }
 
@@ -202,7 +230,7 @@ mod tests {
         let s = step();
         let after = &s.changes[0].new_text;
         let undo = revert(&s, |_| Some(after.clone()), &Limits::default()).unwrap();
-        assert_eq!(undo[0].new_text, BEFORE);
+        assert_eq!(undo.changes[0].new_text, BEFORE);
         let redo = reapply(&s, |_| Some(BEFORE.into()), &Limits::default()).unwrap();
         assert_eq!(&redo[0].new_text, after);
     }
@@ -216,7 +244,7 @@ mod tests {
             &Limits::default(),
         )
         .unwrap();
-        assert_eq!(undo[0].new_text, "a = 1\nb = 2\nc = 3\nd = 4\n");
+        assert_eq!(undo.changes[0].new_text, "a = 1\nb = 2\nc = 3\nd = 4\n");
         let err = revert(
             &s,
             |_| Some("a = 1\nb = 21\nc = 3\n".into()),
@@ -224,6 +252,44 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("f.py") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn a_created_file_is_deleted_on_undo_only_while_unchanged_and_comes_back_on_redo() {
+        let created = FileChange {
+            path: "new.py".into(),
+            original: None,
+            new_text: "x = 1\n".into(),
+            edits: Vec::new(),
+            inverse: Vec::new(),
+        };
+        let s = Step {
+            id: 4,
+            run_id: "run_1".into(),
+            goal: "g".into(),
+            changes: vec![created],
+        };
+        let limits = Limits::default();
+        let undo = revert(&s, |_| Some("x = 1\n".into()), &limits).unwrap();
+        assert_eq!(undo.deletes, vec!["new.py".to_string()]);
+        assert!(undo.changes.is_empty());
+        let err = revert(&s, |_| Some("x = 2\n".into()), &limits).unwrap_err();
+        assert!(err.contains("new.py") && err.contains("changed"), "{err}");
+        let redo = reapply(&s, |_| None, &limits).unwrap();
+        assert!(redo[0].creates());
+        assert!(reapply(&s, |_| Some(String::new()), &limits).is_err());
+    }
+
+    #[test]
+    fn a_named_older_step_can_be_undone_and_goes_to_the_redo_stack() {
+        let mut h = History::default();
+        let first = h.record("run_1", "first", step().changes);
+        let second = h.record("run_2", "second", step().changes);
+        assert!(h.find_done(first).is_some());
+        h.mark_undone(first);
+        assert_eq!(h.last_done().map(|s| s.id), Some(second));
+        assert_eq!(h.last_undone().map(|s| s.id), Some(first));
+        assert!(h.find_done(first).is_none());
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub struct StartRun {
     pub session: SessionHandle,
     pub cancel: CancellationToken,
     pub decisions: mpsc::UnboundedReceiver<bool>,
+    /// An interrupted run's checkpoint to go on from (agent-ls.resume).
+    pub resume: Option<Run>,
 }
 
 /// Runs the loop to its end on a task of its own; the outcome goes back to the session.
@@ -84,6 +86,10 @@ pub fn spawn(s: StartRun) {
             String::new(),
         );
         run.evaluate = s.config.agent.evaluate;
+        let resumed = s.resume.is_some();
+        if let Some(checkpoint) = s.resume {
+            run = checkpoint;
+        }
         let token = ProgressToken::String(format!("agent-ls/run/{}", s.id));
         let progress = if s.progress
             && s.client
@@ -127,7 +133,11 @@ pub fn spawn(s: StartRun) {
             on_token: None,
             journal: true,
         };
-        let outcome = driver.run(&mut run, &mut shell, s.id.clone()).await;
+        let outcome = if resumed {
+            driver.resume(&mut run, &mut shell, s.id.clone()).await
+        } else {
+            driver.run(&mut run, &mut shell, s.id.clone()).await
+        };
         if let Some(token) = shell.progress.take() {
             send_progress(
                 &s.client,
@@ -182,6 +192,8 @@ pub struct UndoStart {
     pub redo: bool,
     pub goal: String,
     pub changes: Vec<FileChange>,
+    /// Files the step created, to delete (checked unchanged by `history::revert`).
+    pub deletes: Vec<String>,
     pub client: Client,
     pub session: SessionHandle,
     pub root: PathBuf,
@@ -198,7 +210,7 @@ pub fn spawn_undo(u: UndoStart) {
         let mut shell = ServerShell {
             client: u.client.clone(),
             session: u.session.clone(),
-            root: u.root,
+            root: u.root.clone(),
             encoding: u.encoding,
             support: u.support,
             approval: Approval::Auto,
@@ -214,7 +226,16 @@ pub fn spawn_undo(u: UndoStart) {
             limits: u.limits,
             record: None,
         };
-        match shell.apply(&u.changes).await {
+        let applied = if u.changes.is_empty() {
+            Ok(())
+        } else {
+            shell.apply(&u.changes).await
+        };
+        let applied = match applied {
+            Ok(()) => delete_files(&u.client, &u.root, &u.deletes, u.support).await,
+            Err(e) => Err(e),
+        };
+        match applied {
             Ok(()) => {
                 u.session.send(Event::UndoApplied {
                     step: u.step,
@@ -241,6 +262,65 @@ pub fn spawn_undo(u: UndoStart) {
             }
         }
     });
+}
+
+/// Deletes files an undone step created: through workspace/applyEdit when the client can
+/// delete (so an open editor closes), then on disk if the file is still there.
+async fn delete_files(
+    client: &Client,
+    root: &std::path::Path,
+    paths: &[String],
+    support: EditSupport,
+) -> Result<(), ApplyError> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    if support.delete_files {
+        let ops = paths
+            .iter()
+            .filter_map(|p| Uri::from_file_path(root.join(p)))
+            .map(|uri| {
+                tower_lsp_server::ls_types::DocumentChangeOperation::Op(
+                    tower_lsp_server::ls_types::ResourceOp::Delete(
+                        tower_lsp_server::ls_types::DeleteFile {
+                            uri,
+                            options: Some(tower_lsp_server::ls_types::DeleteFileOptions {
+                                recursive: Some(false),
+                                ignore_if_not_exists: Some(true),
+                            }),
+                            annotation_id: None,
+                        },
+                    ),
+                )
+            })
+            .collect();
+        let edit = tower_lsp_server::ls_types::WorkspaceEdit {
+            document_changes: Some(tower_lsp_server::ls_types::DocumentChanges::Operations(ops)),
+            ..Default::default()
+        };
+        match client.apply_edit(edit).await {
+            Ok(r) if r.applied => {}
+            Ok(r) => {
+                return Err(ApplyError::Failed(
+                    r.failure_reason
+                        .unwrap_or_else(|| "the editor refused to delete the file".into()),
+                ));
+            }
+            Err(e) => {
+                return Err(ApplyError::Failed(format!(
+                    "the editor did not answer workspace/applyEdit: {e}"
+                )));
+            }
+        }
+    }
+    for p in paths {
+        let path = root.join(p);
+        if path.exists() {
+            std::fs::remove_file(&path)
+                .map_err(|e| ApplyError::Failed(format!("cannot delete {p}: {e}")))?;
+        }
+    }
+    Ok(())
 }
 
 impl ServerShell {

@@ -75,9 +75,14 @@ pub const REJECT_COMMAND: &str = "agent-ls.reject";
 /// Command `agent-ls.status`: the run in progress and the last outcome.
 pub const STATUS_COMMAND: &str = "agent-ls.status";
 
-/// Command `agent-ls.undo`: reverts the latest agent step through workspace/applyEdit, unless
-/// the user changed the lines it touched. Returns `{"step": id}` at once.
+/// Command `agent-ls.undo` `[{"step": id}?]`: reverts the latest agent step (or the named one)
+/// through workspace/applyEdit, unless the user changed the lines it touched. Returns
+/// `{"step": id}` at once.
 pub const UNDO_COMMAND: &str = "agent-ls.undo";
 
 /// Command `agent-ls.redo`: applies the latest undone step again.
 pub const REDO_COMMAND: &str = "agent-ls.redo";
+
+/// Command `agent-ls.resume` `{run_id}`: goes on with a run a crash or restart interrupted,
+/// from its last checkpoint. Returns `{"run_id"}` at once.
+pub const RESUME_COMMAND: &str = "agent-ls.resume";

@@ -137,6 +137,7 @@ impl Backend {
             ext::STATUS_COMMAND,
             ext::UNDO_COMMAND,
             ext::REDO_COMMAND,
+            ext::RESUME_COMMAND,
             ext::RERUN_TESTS_COMMAND,
             ext::CANCEL_COMMAND,
         ]
@@ -240,13 +241,49 @@ impl LanguageServer for Backend {
                     Ok(Some(serde_json::json!({"sent": true})))
                 }
                 ext::UNDO_COMMAND | ext::REDO_COMMAND => {
+                    let step = match params.arguments.first() {
+                        None | Some(serde_json::Value::Null) => None,
+                        Some(v) => Some(v.get("step").and_then(|s| s.as_u64()).ok_or_else(
+                            || {
+                                Error::invalid_params(format!(
+                                    "{} takes no argument or {{\"step\": id}}",
+                                    params.command
+                                ))
+                            },
+                        )?),
+                    };
+                    if step.is_some() && params.command == ext::REDO_COMMAND {
+                        return Err(Error::invalid_params(
+                            "agent-ls.redo re-applies the latest undone step; it takes no step",
+                        ));
+                    }
                     let (reply, answer) = oneshot::channel();
                     self.session.send(Event::Undo {
                         redo: params.command == ext::REDO_COMMAND,
+                        step,
                         reply,
                     });
                     match answer.await.map_err(internal)? {
                         Ok(step) => Ok(Some(serde_json::json!({"step": step}))),
+                        Err(why) => Err(Error::invalid_request().tap_message(why)),
+                    }
+                }
+                ext::RESUME_COMMAND => {
+                    let run_id = params
+                        .arguments
+                        .first()
+                        .and_then(|v| v.get("run_id"))
+                        .and_then(|v| v.as_str())
+                        .map(String::from)
+                        .ok_or_else(|| {
+                            Error::invalid_params(
+                                "agent-ls.resume takes {\"run_id\": id} (agent-ls.status lists interrupted runs)",
+                            )
+                        })?;
+                    let (reply, answer) = oneshot::channel();
+                    self.session.send(Event::Resume { run_id, reply });
+                    match answer.await.map_err(internal)? {
+                        Ok(run_id) => Ok(Some(serde_json::json!({"run_id": run_id}))),
                         Err(why) => Err(Error::invalid_request().tap_message(why)),
                     }
                 }

@@ -72,7 +72,14 @@ pub enum Event {
     /// agent-ls.undo (or redo): the reply says which step, or why not.
     Undo {
         redo: bool,
+        /// Undo this step rather than the latest.
+        step: Option<u64>,
         reply: oneshot::Sender<Result<u64, String>>,
+    },
+    /// agent-ls.resume: go on with an interrupted run from its last checkpoint.
+    Resume {
+        run_id: String,
+        reply: oneshot::Sender<Result<String, String>>,
     },
     UndoApplied {
         step: u64,
@@ -179,8 +186,21 @@ impl Session {
         serde_json::json!({
             "active": self.agent.as_ref().map(|a| serde_json::json!({"run_id": a.id, "goal": a.goal})),
             "last": self.last_outcome,
+            "interrupted": self.interrupted(),
             "steps": self.history.summaries(10),
         })
+    }
+
+    /// Runs a crash or restart interrupted, for agent-ls.status and agent-ls.resume.
+    fn interrupted(&self) -> Vec<crate::store::Interrupted> {
+        let active = self.agent.as_ref().map(|a| a.id.as_str());
+        match &self.store {
+            Some(store) => store.interrupted_runs(active).unwrap_or_else(|e| {
+                error!("{e}");
+                Vec::new()
+            }),
+            None => Vec::new(),
+        }
     }
 
     pub fn config_errors(&self) -> &[config::ConfigError] {
@@ -278,8 +298,11 @@ impl Session {
                     error!("{e}");
                 }
             }
-            Event::Undo { redo, reply } => {
-                let _ = reply.send(self.undo(redo));
+            Event::Undo { redo, step, reply } => {
+                let _ = reply.send(self.undo(redo, step));
+            }
+            Event::Resume { run_id, reply } => {
+                let _ = reply.send(self.resume_run(&run_id));
             }
             Event::UndoApplied { step, redo } => {
                 if redo {
@@ -324,7 +347,7 @@ impl Session {
 
     /// Starts undoing (or redoing) the latest step; refuses while a run goes on, when there is
     /// nothing to undo, or when the user changed the lines the step touched.
-    fn undo(&mut self, redo: bool) -> Result<u64, String> {
+    fn undo(&mut self, redo: bool, target: Option<u64>) -> Result<u64, String> {
         if let Some(a) = &self.agent {
             return Err(format!(
                 "a run is in progress ({}); cancel it or let it finish first",
@@ -334,10 +357,12 @@ impl Session {
         let (Some(root), Some(me)) = (self.workspace_root.clone(), self.me.clone()) else {
             return Err("no workspace folder".into());
         };
-        let step = if redo {
-            self.history.last_undone()
-        } else {
-            self.history.last_done()
+        let step = match (redo, target) {
+            (true, _) => self.history.last_undone(),
+            (false, None) => self.history.last_done(),
+            (false, Some(id)) => Some(self.history.find_done(id).ok_or_else(|| {
+                format!("no applied step {id} to undo (agent-ls.status lists the steps)")
+            })?),
         };
         let Some(step) = step.cloned() else {
             return Err(format!("nothing to {}", if redo { "redo" } else { "undo" }));
@@ -351,8 +376,11 @@ impl Session {
             }
         };
         let limits = self.config.config.edit.limits();
-        let changes = if redo {
-            crate::edit::history::reapply(&step, current, &limits)?
+        let reversal = if redo {
+            crate::edit::history::Reversal {
+                changes: crate::edit::history::reapply(&step, current, &limits)?,
+                deletes: Vec::new(),
+            }
         } else {
             crate::edit::history::revert(&step, current, &limits)?
         };
@@ -360,7 +388,8 @@ impl Session {
             step: step.id,
             redo,
             goal: step.goal.clone(),
-            changes,
+            changes: reversal.changes,
+            deletes: reversal.deletes,
             client: self.client.clone(),
             session: me,
             root,
@@ -413,14 +442,64 @@ impl Session {
                 a.id, a.goal
             ));
         }
-        let (Some(root), Some(me)) = (self.workspace_root.clone(), self.me.clone()) else {
+        let Some(root) = self.workspace_root.clone() else {
             return Err("agent-ls needs a workspace folder to run the agent".into());
         };
         if args.goal.trim().is_empty() {
             return Err("the goal is empty".into());
         }
         let goal = agent_runs::goal_with_selection(&args, &self.documents, &root, self.encoding);
-        let id = agent_runs::new_id();
+        self.launch(agent_runs::new_id(), args.goal, goal, None)
+    }
+
+    /// Goes on with an interrupted run: from its last checkpoint (the coder's call of the
+    /// iteration it was in), or from the start when it was interrupted before the first.
+    fn resume_run(&mut self, run_id: &str) -> Result<String, String> {
+        if let Some(a) = &self.agent {
+            return Err(format!(
+                "a run is in progress ({}: {}); cancel it first with agent-ls.cancel",
+                a.id, a.goal
+            ));
+        }
+        let Some(store) = &self.store else {
+            return Err("no store in this workspace, so no run to resume".into());
+        };
+        let (goal, checkpoint, status) = store
+            .resume_point(run_id)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no run {run_id} in this workspace"))?;
+        if status != "running" {
+            return Err(format!("run {run_id} already ended ({status})"));
+        }
+        if !self.interrupted().iter().any(|r| r.run_id == run_id) {
+            return Err(format!(
+                "run {run_id} is still going in another agent-ls process"
+            ));
+        }
+        let state = match checkpoint {
+            Some(json) => Some(
+                serde_json::from_str::<crate::agent::Run>(&json)
+                    .map_err(|e| format!("the checkpoint of {run_id} cannot be read: {e}"))?,
+            ),
+            None => None,
+        };
+        self.launch(run_id.to_string(), goal.clone(), goal, state)
+    }
+
+    fn launch(
+        &mut self,
+        id: String,
+        title: String,
+        goal: String,
+        resume: Option<crate::agent::Run>,
+    ) -> Result<String, String> {
+        let (Some(root), Some(me)) = (self.workspace_root.clone(), self.me.clone()) else {
+            return Err("agent-ls needs a workspace folder to run the agent".into());
+        };
+        let args = agent_runs::RunArgs {
+            goal: title,
+            ..Default::default()
+        };
         let cancel = tokio_util::sync::CancellationToken::new();
         let (decisions_tx, decisions) = mpsc::unbounded_channel();
         self.agent = Some(agent_runs::Active {
@@ -442,6 +521,7 @@ impl Session {
             session: me,
             cancel,
             decisions,
+            resume,
         });
         Ok(id)
     }

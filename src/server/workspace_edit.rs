@@ -21,6 +21,7 @@ use crate::text::{Encoding, to_position};
 pub struct EditSupport {
     pub change_annotations: bool,
     pub create_files: bool,
+    pub delete_files: bool,
 }
 
 impl EditSupport {
@@ -35,6 +36,11 @@ impl EditSupport {
                 .and_then(|w| w.resource_operations.as_ref())
                 .is_some_and(|ops| {
                     ops.contains(&tower_lsp_server::ls_types::ResourceOperationKind::Create)
+                }),
+            delete_files: ws
+                .and_then(|w| w.resource_operations.as_ref())
+                .is_some_and(|ops| {
+                    ops.contains(&tower_lsp_server::ls_types::ResourceOperationKind::Delete)
                 }),
         }
     }
@@ -202,6 +208,7 @@ mod tests {
         let support = EditSupport {
             change_annotations: true,
             create_files: true,
+            delete_files: false,
         };
         let edit = to_workspace_edit(
             &c,

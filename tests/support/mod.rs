@@ -276,6 +276,17 @@ impl Client {
         }
     }
 
+    /// Handles what the server sends (answering its requests) for `d`.
+    pub fn pump(&mut self, d: Duration) {
+        let until = Instant::now() + d;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match self.incoming.recv_timeout(left) {
+                Ok(msg) => self.dispatch(msg),
+                Err(_) => return,
+            }
+        }
+    }
+
     /// Takes everything already received without waiting.
     pub fn drain(&mut self) {
         while let Ok(msg) = self.incoming.try_recv() {
@@ -351,6 +362,12 @@ impl Client {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Kills the server with SIGKILL, as a crash would, and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn close_stdin(&mut self) {
