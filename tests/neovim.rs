@@ -93,3 +93,13 @@ fn the_fix_flow_in_neovim_rejected() {
     }
     assert_all(&results);
 }
+
+#[test]
+fn rerun_and_cancel_in_neovim() {
+    let results = scenario("rerun_cancel", FIX);
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 10, "{results:#?}");
+    assert_all(&results);
+}

@@ -153,16 +153,16 @@ pub fn spawn(s: StartRun) {
         } else {
             MessageType::WARNING
         };
+        // The session hears of the end first, so a client that reacts to runFinished (an
+        // undo, a new run) never finds this run still in progress.
+        s.session.send(Event::RunEnded {
+            id: s.id,
+            outcome: Box::new(outcome.clone()),
+        });
         s.client
             .show_message(kind, format!("agent-ls: {}", outcome.answer))
             .await;
-        s.client
-            .send_notification::<RunFinished>(outcome.clone())
-            .await;
-        s.session.send(Event::RunEnded {
-            id: s.id,
-            outcome: Box::new(outcome),
-        });
+        s.client.send_notification::<RunFinished>(outcome).await;
     });
 }
 

@@ -28,9 +28,14 @@ local ok, err = pcall(function()
     },
   })
   -- The user's answer to the question before the change is applied.
+  local asked = false
   vim.ui.select = function(items, opts, on_choice)
+    asked = true
     record('question names the file', opts.prompt:find('calc.py', 1, true) ~= nil, opts.prompt)
-    on_choice(scenario == 'reject' and 'Reject' or 'Accept')
+    -- In the cancel scenario the user walks away from the question.
+    if scenario ~= 'rerun_cancel' then
+      on_choice(scenario == 'reject' and 'Reject' or 'Accept')
+    end
   end
 
   vim.cmd('edit ' .. ws .. '/calc.py')
@@ -42,6 +47,34 @@ local ok, err = pcall(function()
   record('attached', attached)
   local client = vim.lsp.get_clients({ name = 'agent-ls', bufnr = buf })[1]
   record('position encoding negotiated', client.offset_encoding == 'utf-8', client.offset_encoding)
+
+  if scenario == 'rerun_cancel' then
+    -- :AgentRerun runs the tests: add is broken, so its failures show and the statusline says so.
+    local test_buf = vim.fn.bufadd(ws .. '/test_calc.py')
+    vim.cmd('AgentRerun')
+    record('rerun publishes the failures', vim.wait(15000, function() return #vim.diagnostic.get(test_buf) > 0 end, 20))
+    record('statusline says the tests failed', vim.wait(5000, function()
+      return agent.statusline():find('failed', 1, true) ~= nil
+    end, 20), agent.statusline())
+    -- A run waits at the question before its change; :AgentCancel ends it, nothing changes.
+    local finished
+    vim.api.nvim_create_autocmd('User', {
+      pattern = 'AgentRunFinished',
+      callback = function(ev) finished = ev.data end,
+    })
+    vim.cmd('AgentFix')
+    record('the run asks before changing', vim.wait(15000, function() return asked end, 20))
+    record('statusline shows the run', agent.statusline():find('agent:', 1, true) ~= nil, agent.statusline())
+    vim.cmd('AgentCancel')
+    record('cancel ends the run', vim.wait(10000, function() return finished ~= nil end, 20))
+    record('status cancelled', finished ~= nil and finished.status == 'cancelled', finished and finished.answer)
+    local lines = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+    local disk = table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n')
+    record('buffer unchanged', lines:find('return a - b', 1, true) ~= nil, lines)
+    record('disk unchanged', disk:find('return a - b', 1, true) ~= nil, disk)
+    record('statusline idle again', agent.statusline():find('agent:', 1, true) == nil, agent.statusline())
+    return
+  end
 
   -- The source action, as the code-action menu would offer it.
   local params = vim.lsp.util.make_range_params(0, client.offset_encoding)

@@ -14,7 +14,7 @@ M.config = {
 }
 
 --- What the statusline shows.
-M.state = { run = nil, tests = nil, last_run = nil, last_tests = nil }
+M.state = { run = nil, step = nil, tests = nil, last_run = nil, last_tests = nil }
 
 local function notify(msg, level)
   vim.notify('agent-ls: ' .. msg, level or vim.log.levels.INFO)
@@ -48,6 +48,7 @@ local handlers = {
   end,
   ['agent-ls/runFinished'] = function(_, result)
     M.state.run = nil
+    M.state.step = nil
     M.state.last_run = result
     vim.cmd('redrawstatus')
     vim.api.nvim_exec_autocmds('User', { pattern = 'AgentRunFinished', data = result })
@@ -92,13 +93,21 @@ function M.start(bufnr)
   }, { bufnr = bufnr })
 end
 
+-- Neovim 0.11 made client methods take `self` (`client:request`); 0.10 has plain functions.
+local function request(c, method, params, handler, bufnr)
+  if vim.fn.has('nvim-0.11') == 1 then
+    return c:request(method, params, handler, bufnr)
+  end
+  return c.request(method, params, handler, bufnr)
+end
+
 local function exec(command, args, on_result)
   local c = client()
   if not c then
     notify('the server is not running in this buffer', vim.log.levels.WARN)
     return
   end
-  c:request('workspace/executeCommand', { command = command, arguments = args }, function(err, result)
+  request(c, 'workspace/executeCommand', { command = command, arguments = args }, function(err, result)
     if err then
       notify(err.message, vim.log.levels.ERROR)
     elseif on_result then
@@ -125,10 +134,32 @@ end
 function M.fix() M.run('fix the failing tests') end
 function M.accept() exec('agent-ls.accept', {}) end
 function M.reject() exec('agent-ls.reject', {}) end
-function M.undo() exec('agent-ls.undo', {}) end
+--- Undoes the latest agent step, or the step with this id (from :AgentStatus).
+function M.undo(step)
+  exec('agent-ls.undo', step and { { step = step } } or {})
+end
 function M.redo() exec('agent-ls.redo', {}) end
 function M.rerun() exec('agent-ls.rerunTests', {}) end
 function M.cancel() exec('agent-ls.cancel', {}) end
+--- Goes on with a run a crash or restart interrupted: this one, or the newest.
+function M.resume(run_id)
+  if run_id then
+    exec('agent-ls.resume', { { run_id = run_id } }, function(result)
+      M.state.run = { id = result.run_id, goal = 'resumed' }
+      vim.cmd('redrawstatus')
+    end)
+    return
+  end
+  exec('agent-ls.status', {}, function(result)
+    local newest = (result.interrupted or {})[1]
+    if not newest then
+      notify('no interrupted run to resume')
+      return
+    end
+    M.resume(newest.run_id)
+  end)
+end
+
 function M.status()
   exec('agent-ls.status', {}, function(result)
     local lines = {}
@@ -141,13 +172,21 @@ function M.status()
       table.insert(lines, ('last run %s: %s, %d iteration(s), %s'):format(
         result.last.run_id, result.last.status, result.last.iterations, result.last.answer))
     end
+    for _, r in ipairs(result.interrupted or {}) do
+      table.insert(lines, ('interrupted %s after %d iteration(s): %s (:AgentResume %s)'):format(
+        r.run_id, r.iterations, r.goal, r.run_id))
+    end
+    for _, st in ipairs(result.steps or {}) do
+      table.insert(lines, ('step %d%s: %s [%s]'):format(
+        st.id, st.undone and ' (undone)' or '', st.goal, table.concat(st.files, ', ')))
+    end
     notify(table.concat(lines, '\n'))
   end)
 end
 
 --- For 'statusline': "agent: running", "tests: 3 passed, 0 failed", or "".
 function M.statusline()
-  if M.state.run then return 'agent: running' end
+  if M.state.run then return 'agent: ' .. (M.state.step or 'running') end
   local t = M.state.tests
   if t and t.state == 'running' then return 'tests: running' end
   if t then
@@ -170,7 +209,10 @@ function M.setup(opts)
   cmd('AgentFix', M.fix, { desc = 'agent-ls: fix the failing tests' })
   cmd('AgentAccept', M.accept, { desc = 'agent-ls: accept the proposal' })
   cmd('AgentReject', M.reject, { desc = 'agent-ls: reject the proposal' })
-  cmd('AgentUndo', M.undo, { desc = 'agent-ls: undo the latest agent step' })
+  cmd('AgentUndo', function(o) M.undo(tonumber(o.args)) end,
+    { nargs = '?', desc = 'agent-ls: undo the latest agent step, or step N' })
+  cmd('AgentResume', function(o) M.resume(o.args ~= '' and o.args or nil) end,
+    { nargs = '?', desc = 'agent-ls: resume an interrupted run (the newest by default)' })
   cmd('AgentRedo', M.redo, { desc = 'agent-ls: redo the latest undone agent step' })
   cmd('AgentRerun', M.rerun, { desc = 'agent-ls: run the tests again' })
   cmd('AgentCancel', M.cancel, { desc = 'agent-ls: cancel the run and the tests' })
@@ -183,6 +225,13 @@ function M.setup(opts)
       local c = vim.lsp.get_client_by_id(ev.data.client_id)
       local value = ev.data.params and ev.data.params.value
       if c and c.name == 'agent-ls' and value and value.message then
+        -- A run's steps also go to the statusline ("running the tests (iteration 1 of 15)").
+        local token = tostring(ev.data.params.token or '')
+        if token:find('^agent%-ls/run/') and value.kind ~= 'end' then
+          M.state.run = M.state.run or { id = token:sub(#'agent-ls/run/' + 1) }
+          M.state.step = value.message
+          vim.cmd('redrawstatus')
+        end
         vim.api.nvim_echo({ { 'agent-ls: ' .. value.message } }, false, {})
       end
     end,
