@@ -33,6 +33,8 @@ pub trait Shell {
     async fn refresh(&mut self) {}
     /// A test run of the loop ended (the server publishes its diagnostics).
     fn tests_ran(&mut self, _result: &tests_run::RunResult) {}
+    /// The plan's task the next change works on ("T1 fix the failing tests"), for the history.
+    fn task(&mut self, _task: &str) {}
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +165,7 @@ impl Drive<'_> {
                         Ok(r) => {
                             totals.add(&r);
                             journal.model_call(role, &r);
+                            journal_reading(&mut journal, role, &r.text);
                             record.model_call(role, &r);
                             Event::ModelAnswered { role, text: r.text }
                         }
@@ -205,11 +208,16 @@ impl Drive<'_> {
                         }
                     }
                 }
-                Effect::Apply(changes) => match shell.apply(&changes).await {
-                    Ok(()) => Event::Applied,
-                    Err(ApplyError::Stale(e)) => Event::Stale(e),
-                    Err(ApplyError::Failed(e)) => Event::ApplyFailed(e),
-                },
+                Effect::Apply(changes) => {
+                    if let Some(t) = run.tasks.get(run.task) {
+                        shell.task(&format!("{} {}", t.id, t.title));
+                    }
+                    match shell.apply(&changes).await {
+                        Ok(()) => Event::Applied,
+                        Err(ApplyError::Stale(e)) => Event::Stale(e),
+                        Err(ApplyError::Failed(e)) => Event::ApplyFailed(e),
+                    }
+                }
                 Effect::RunTests => {
                     let tests_started = Instant::now();
                     let result = tests_run::run(self.root, &self.config.test, self.cancel).await;
@@ -333,6 +341,37 @@ impl Drive<'_> {
             context.push_str(&format!("Other files (not shown): {}\n", listed.join(", ")));
         }
         run.context = context;
+    }
+}
+
+/// Journals what the loop makes of a planner's, reflector's or evaluator's answer, beside the
+/// raw model_call, so a reader sees the plan, reflection and score as data.
+fn journal_reading(journal: &mut Journal, role: Role, text: &str) {
+    match role {
+        Role::Planner => {
+            if let Ok(tasks) = agent::prompts::parse_plan(text) {
+                journal.write("planner", "plan", json!({"tasks": tasks}));
+            }
+        }
+        Role::Reflector => {
+            let data = match agent::prompts::parse_reflection(text) {
+                Ok(r) => {
+                    json!({"task_id": r.task_id, "passed": r.passed, "report": r.report, "next_step": r.next_step})
+                }
+                Err(_) => json!({"text": text}),
+            };
+            journal.write("reflector", "reflection", data);
+        }
+        Role::Evaluator => {
+            if let Ok((score, reason)) = agent::prompts::parse_evaluation(text) {
+                journal.write(
+                    "evaluator",
+                    "evaluation",
+                    json!({"score": score, "reason": reason}),
+                );
+            }
+        }
+        _ => {}
     }
 }
 

@@ -13,7 +13,7 @@ use rusqlite::{Connection, params};
 
 use crate::edit::history::Step;
 
-const SCHEMA: i64 = 2;
+const SCHEMA: i64 = 3;
 pub const FILE: &str = ".agent-ls/store.sqlite";
 
 pub struct Store {
@@ -131,6 +131,15 @@ impl Store {
                      created_ms INTEGER NOT NULL
                  );
                  PRAGMA user_version = 2;
+                 COMMIT;",
+            )?;
+        }
+        if version < 3 {
+            self.conn.execute_batch(
+                "BEGIN;
+                 ALTER TABLE steps ADD COLUMN task TEXT NOT NULL DEFAULT '';
+                 ALTER TABLE steps ADD COLUMN files TEXT NOT NULL DEFAULT '[]';
+                 PRAGMA user_version = 3;
                  COMMIT;",
             )?;
         }
@@ -347,9 +356,9 @@ impl Store {
     }
 
     pub fn load_steps(&self) -> Result<Vec<(Step, bool)>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT id, run_id, goal, changes, undone FROM steps ORDER BY id")?;
+        let mut stmt = self.conn.prepare(
+            "SELECT id, run_id, goal, changes, undone, task, files FROM steps ORDER BY id",
+        )?;
         let rows = stmt.query_map([], |r| {
             Ok((
                 r.get::<_, i64>(0)?,
@@ -357,11 +366,13 @@ impl Store {
                 r.get::<_, String>(2)?,
                 r.get::<_, String>(3)?,
                 r.get::<_, i64>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, String>(6)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, run_id, goal, changes, undone) = row?;
+            let (id, run_id, goal, changes, undone, task, files) = row?;
             // A row whose changes cannot be read is skipped rather than failing the history.
             let Ok(changes) = serde_json::from_str(&changes) else {
                 tracing::warn!(id, "a stored step could not be read; skipped");
@@ -372,7 +383,10 @@ impl Store {
                     id: id as u64,
                     run_id,
                     goal,
+                    task,
                     changes,
+                    // The files' record is informative; one that does not read is left empty.
+                    files: serde_json::from_str(&files).unwrap_or_default(),
                 },
                 undone != 0,
             ));
@@ -384,14 +398,16 @@ impl Store {
     pub fn record_step(&mut self, step: &Step) -> Result<(), StoreError> {
         let changes = serde_json::to_string(&step.changes)
             .map_err(|e| StoreError::Open(PathBuf::from(FILE), e.to_string()))?;
+        let files = serde_json::to_string(&step.files)
+            .map_err(|e| StoreError::Open(PathBuf::from(FILE), e.to_string()))?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         let tx = self.conn.transaction()?;
         tx.execute("DELETE FROM steps WHERE undone = 1", [])?;
         tx.execute(
-            "INSERT INTO steps (id, run_id, goal, changes, undone, created_ms) VALUES (?1, ?2, ?3, ?4, 0, ?5)",
-            params![step.id as i64, step.run_id, step.goal, changes, now],
+            "INSERT INTO steps (id, run_id, goal, changes, undone, created_ms, task, files) VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7)",
+            params![step.id as i64, step.run_id, step.goal, changes, now, step.task, files],
         )?;
         tx.commit()?;
         Ok(())

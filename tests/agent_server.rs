@@ -431,6 +431,19 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
         .unwrap();
     assert_eq!(status["steps"][0]["files"], json!(["calc.py"]), "{status}");
     assert_eq!(status["steps"][0]["goal"], "fix the failing tests");
+    assert_eq!(status["steps"][0]["task"], "T1 fix the failing tests");
+    // The store keeps each file's hash and the buffer version the step left it at.
+    let conn = rusqlite::Connection::open(s.ws.path().join(".agent-ls/store.sqlite")).unwrap();
+    let files: String = conn
+        .query_row("SELECT files FROM steps", [], |r| r.get(0))
+        .unwrap();
+    let files: Value = serde_json::from_str(&files).unwrap();
+    assert_eq!(files[0]["path"], "calc.py");
+    assert_eq!(files[0]["version"], 2, "{files}");
+    assert_eq!(
+        files[0]["hash"].as_str().unwrap(),
+        agent_ls::edit::history::text_hash(&s.editor.lock().unwrap().0)
+    );
 
     let r = s
         .client

@@ -245,14 +245,26 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
             "round {round}: every step row reads"
         );
         // Every recorded step carries its inverse, and the inverse undoes it exactly.
-        let mut stmt = conn.prepare("SELECT changes FROM steps").unwrap();
-        let all: Vec<String> = stmt
-            .query_map([], |r| r.get(0))
+        let mut stmt = conn.prepare("SELECT changes, files FROM steps").unwrap();
+        let all: Vec<(String, String)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()
             .map(Result::unwrap)
             .collect();
-        for changes in all {
+        for (changes, files) in all {
             let changes: Value = serde_json::from_str(&changes).unwrap();
+            let files: Value = serde_json::from_str(&files).unwrap();
+            for (ch, file) in changes
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(files.as_array().unwrap())
+            {
+                assert_eq!(
+                    file["hash"].as_str().unwrap(),
+                    agent_ls::edit::history::text_hash(ch["new_text"].as_str().unwrap())
+                );
+            }
             for ch in changes.as_array().unwrap() {
                 let original = ch["original"].as_str().unwrap();
                 let new_text = ch["new_text"].as_str().unwrap();
@@ -365,6 +377,34 @@ fn stats_report_tokens_times_iterations_and_rates() {
         .unwrap();
     assert!(failed > 0);
     assert!(!reflection.is_empty());
+
+    // The journal carries the loop's readings beside the raw model answers.
+    let journal = std::fs::read_dir(ws.path().join(".agent-ls/runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect::<String>();
+    let types: Vec<String> = journal
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for kind in [
+        "intent",
+        "model_call",
+        "patch",
+        "approval",
+        "test_result",
+        "reflection",
+        "evaluation",
+        "finished",
+    ] {
+        assert!(types.iter().any(|t| t == kind), "no {kind} in {types:?}");
+    }
 
     let out = run(&["stats"]);
     let text = String::from_utf8_lossy(&out.stdout);

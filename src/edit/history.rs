@@ -6,13 +6,55 @@ use serde::Serialize;
 
 use super::{FileChange, Limits, relocate};
 
-/// One applied step: its changes as applied (`original` before, `new_text` after).
+/// One applied step: its changes as applied (`original` before, `new_text` after), the run
+/// and task it belongs to, and each file's state after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     pub id: u64,
     pub run_id: String,
     pub goal: String,
+    /// The plan's task the step worked on ("T1 add a subtract function").
+    pub task: String,
     pub changes: Vec<FileChange>,
+    pub files: Vec<StepFile>,
+}
+
+/// A file as the step left it: a hash of its text and the editor's buffer version, when the
+/// file was open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct StepFile {
+    pub path: String,
+    /// FNV-1a 64 of the text, in hex: stable across builds, so stored hashes stay comparable.
+    pub hash: String,
+    pub version: Option<i32>,
+}
+
+/// The text hash a `StepFile` records.
+pub fn text_hash(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+impl Step {
+    /// The files' records for changes as applied, with the buffer versions the editor
+    /// reported after them.
+    pub fn files_after(
+        changes: &[FileChange],
+        version: impl Fn(&str) -> Option<i32>,
+    ) -> Vec<StepFile> {
+        changes
+            .iter()
+            .map(|c| StepFile {
+                path: c.path.clone(),
+                hash: text_hash(&c.new_text),
+                version: version(&c.path),
+            })
+            .collect()
+    }
 }
 
 /// What `agent-ls.status` lists of a step.
@@ -21,6 +63,7 @@ pub struct StepSummary {
     pub id: u64,
     pub run_id: String,
     pub goal: String,
+    pub task: String,
     pub files: Vec<String>,
     pub undone: bool,
 }
@@ -34,14 +77,23 @@ pub struct History {
 
 impl History {
     /// Records an applied step; a new step clears what could be redone.
-    pub fn record(&mut self, run_id: &str, goal: &str, changes: Vec<FileChange>) -> u64 {
+    pub fn record(
+        &mut self,
+        run_id: &str,
+        goal: &str,
+        task: &str,
+        changes: Vec<FileChange>,
+        files: Vec<StepFile>,
+    ) -> u64 {
         self.next_id += 1;
         self.undone.clear();
         self.done.push(Step {
             id: self.next_id,
             run_id: run_id.into(),
             goal: goal.into(),
+            task: task.into(),
             changes,
+            files,
         });
         self.next_id
     }
@@ -97,6 +149,7 @@ impl History {
             id: s.id,
             run_id: s.run_id.clone(),
             goal: s.goal.clone(),
+            task: s.task.clone(),
             files: s.changes.iter().map(|c| c.path.clone()).collect(),
             undone,
         };
@@ -221,6 +274,8 @@ mod tests {
             id: 1,
             run_id: "run_1".into(),
             goal: "g".into(),
+            task: "T1 g".into(),
+            files: Step::files_after(&outcome.changes, |_| Some(2)),
             changes: outcome.changes,
         }
     }
@@ -255,6 +310,17 @@ mod tests {
     }
 
     #[test]
+    fn a_step_records_each_files_hash_and_version() {
+        let s = step();
+        assert_eq!(s.files[0].path, "f.py");
+        assert_eq!(s.files[0].version, Some(2));
+        assert_eq!(s.files[0].hash, text_hash("a = 1\nb = 20\nc = 3\n"));
+        // FNV-1a of the empty text is its offset basis: the hash does not depend on the build.
+        assert_eq!(text_hash(""), "cbf29ce484222325");
+        assert_ne!(text_hash("a"), text_hash("b"));
+    }
+
+    #[test]
     fn a_created_file_is_deleted_on_undo_only_while_unchanged_and_comes_back_on_redo() {
         let created = FileChange {
             path: "new.py".into(),
@@ -267,6 +333,8 @@ mod tests {
             id: 4,
             run_id: "run_1".into(),
             goal: "g".into(),
+            task: "T1 g".into(),
+            files: Vec::new(),
             changes: vec![created],
         };
         let limits = Limits::default();
@@ -283,8 +351,8 @@ mod tests {
     #[test]
     fn a_named_older_step_can_be_undone_and_goes_to_the_redo_stack() {
         let mut h = History::default();
-        let first = h.record("run_1", "first", step().changes);
-        let second = h.record("run_2", "second", step().changes);
+        let first = h.record("run_1", "first", "T1", step().changes, Vec::new());
+        let second = h.record("run_2", "second", "T1", step().changes, Vec::new());
         assert!(h.find_done(first).is_some());
         h.mark_undone(first);
         assert_eq!(h.last_done().map(|s| s.id), Some(second));
@@ -295,10 +363,10 @@ mod tests {
     #[test]
     fn a_new_step_clears_redo_and_status_lists_newest_first() {
         let mut h = History::default();
-        let id = h.record("run_1", "first", step().changes);
+        let id = h.record("run_1", "first", "T1", step().changes, Vec::new());
         h.mark_undone(id);
         assert!(h.last_undone().is_some());
-        h.record("run_2", "second", step().changes);
+        h.record("run_2", "second", "T1", step().changes, Vec::new());
         assert!(h.last_undone().is_none());
         assert_eq!(h.summaries(10)[0].goal, "second");
     }

@@ -124,6 +124,7 @@ pub fn spawn(s: StartRun) {
             progress,
             limits: s.config.edit.limits(),
             record: Some((s.id.clone(), s.goal.clone())),
+            task: String::new(),
         };
         let driver = Drive {
             models: &models,
@@ -181,6 +182,8 @@ struct ServerShell {
     /// The run's `$/progress` token, when the client takes progress.
     progress: Option<ProgressToken>,
     limits: edit::Limits,
+    /// The plan's task the change being applied works on, for the history.
+    task: String,
     /// The run and goal an applied change is recorded under in the history; `None` for an
     /// undo or redo, which moves an existing step instead.
     record: Option<(String, String)>,
@@ -225,6 +228,7 @@ pub fn spawn_undo(u: UndoStart) {
             progress: None,
             limits: u.limits,
             record: None,
+            task: String::new(),
         };
         let applied = if u.changes.is_empty() {
             Ok(())
@@ -559,10 +563,15 @@ impl Shell for ServerShell {
         }
         self.sync_disk(&current).map_err(ApplyError::Failed)?;
         if let Some((run_id, goal)) = &self.record {
+            let files = crate::edit::history::Step::files_after(&current, |path| {
+                self.snapshot.get(path).map(|(_, b)| b.version())
+            });
             self.session.send(Event::StepApplied {
                 run_id: run_id.clone(),
                 goal: goal.clone(),
+                task: self.task.clone(),
                 changes: current,
+                files,
             });
         }
         Ok(())
@@ -587,6 +596,10 @@ impl Shell for ServerShell {
         let client = self.client.clone();
         let msg = format!("agent-ls: {message}");
         tokio::spawn(async move { client.show_message(MessageType::WARNING, msg).await });
+    }
+
+    fn task(&mut self, task: &str) {
+        self.task = task.to_string();
     }
 
     fn tests_ran(&mut self, result: &RunResult) {

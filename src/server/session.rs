@@ -67,7 +67,9 @@ pub enum Event {
     StepApplied {
         run_id: String,
         goal: String,
+        task: String,
         changes: Vec<crate::edit::FileChange>,
+        files: Vec<crate::edit::history::StepFile>,
     },
     /// agent-ls.undo (or redo): the reply says which step, or why not.
     Undo {
@@ -289,9 +291,11 @@ impl Session {
             Event::StepApplied {
                 run_id,
                 goal,
+                task,
                 changes,
+                files,
             } => {
-                self.history.record(&run_id, &goal, changes);
+                self.history.record(&run_id, &goal, &task, changes, files);
                 if let (Some(store), Some(step)) = (&mut self.store, self.history.last_done())
                     && let Err(e) = store.record_step(step)
                 {
