@@ -20,6 +20,7 @@ import {
   WorkDoneProgressCreateRequest,
   WorkDoneProgressReport,
 } from 'vscode-languageclient/node';
+import { serverSettings } from './settings';
 
 /** The payload of `agent-ls/testStatus` (docs/lsp-extensions.md). */
 interface TestStatus {
@@ -91,7 +92,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         await restart();
       } else if (e.affectsConfiguration('agentLs') && client?.isRunning()) {
         await client.sendNotification(DidChangeConfigurationNotification.type, {
-          settings: { 'agent-ls': serverSettings() },
+          settings: { 'agent-ls': currentSettings() },
         });
       }
     }),
@@ -122,7 +123,7 @@ async function start(): Promise<void> {
     documentSelector: [{ scheme: 'file' }],
     outputChannel: output,
     traceOutputChannel: output,
-    initializationOptions: { 'agent-ls': serverSettings() },
+    initializationOptions: { 'agent-ls': currentSettings() },
   };
   client = new LanguageClient('agentLs', 'agent-ls', serverOptions, clientOptions);
   client.registerFeature(new ProgressWatcher());
@@ -169,63 +170,10 @@ function serverPath(): string | undefined {
   return undefined;
 }
 
-/**
- * The server configuration the user's settings ask for. Only values the user set are sent:
- * the editor's layer outranks the workspace's .agent-ls.toml, so sending VS Code's defaults
- * would silently override the project's own choices.
- */
-export function serverSettings(): Record<string, unknown> {
+/** The server configuration from the user's `agentLs.*` settings (see settings.ts). */
+function currentSettings(): Record<string, unknown> {
   const c = vscode.workspace.getConfiguration('agentLs');
-  const out: Record<string, unknown> = {};
-  const mapping: [string, string][] = [
-    ['approval', 'agent.approval'],
-    ['maxRetries', 'agent.max_retries'],
-    ['model.provider', 'model.provider'],
-    ['model.name', 'model.name'],
-    ['model.baseUrl', 'model.base_url'],
-    ['test.command', 'test.command'],
-    ['test.onSave', 'test.on_save'],
-    ['log.level', 'log.level'],
-  ];
-  for (const [setting, key] of mapping) {
-    const value = explicit(c, setting);
-    if (value === undefined || value === '' || (Array.isArray(value) && value.length === 0)) {
-      continue;
-    }
-    setPath(out, key.split('.'), value);
-  }
-  const extra = explicit(c, 'settings');
-  if (extra && typeof extra === 'object') {
-    merge(out, extra as Record<string, unknown>);
-  }
-  return out;
-}
-
-function explicit(c: vscode.WorkspaceConfiguration, key: string): unknown {
-  const i = c.inspect(key);
-  return i?.workspaceFolderValue ?? i?.workspaceValue ?? i?.globalValue;
-}
-
-function setPath(target: Record<string, unknown>, keys: string[], value: unknown): void {
-  let node = target;
-  for (const k of keys.slice(0, -1)) {
-    if (typeof node[k] !== 'object' || node[k] === null) {
-      node[k] = {};
-    }
-    node = node[k] as Record<string, unknown>;
-  }
-  node[keys[keys.length - 1]] = value;
-}
-
-function merge(target: Record<string, unknown>, extra: Record<string, unknown>): void {
-  for (const [k, v] of Object.entries(extra)) {
-    const t = target[k];
-    if (v && typeof v === 'object' && !Array.isArray(v) && t && typeof t === 'object' && !Array.isArray(t)) {
-      merge(t as Record<string, unknown>, v as Record<string, unknown>);
-    } else {
-      target[k] = v;
-    }
-  }
+  return serverSettings((key) => c.inspect(key));
 }
 
 /** Runs one of the server's commands, showing its error (a refusal says why) to the user. */

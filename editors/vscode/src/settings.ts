@@ -1,0 +1,69 @@
+//! How the extension's `agentLs.*` settings become the server's configuration. Pure (no
+//! `vscode` import), so it is unit-tested with Node's own test runner.
+
+/** What VS Code's `WorkspaceConfiguration.inspect` tells of one setting. */
+export interface Inspected {
+  globalValue?: unknown;
+  workspaceValue?: unknown;
+  workspaceFolderValue?: unknown;
+}
+
+/** The settings that map to a server key one to one. */
+export const MAPPING: [string, string][] = [
+  ['approval', 'agent.approval'],
+  ['maxRetries', 'agent.max_retries'],
+  ['model.provider', 'model.provider'],
+  ['model.name', 'model.name'],
+  ['model.baseUrl', 'model.base_url'],
+  ['test.command', 'test.command'],
+  ['test.onSave', 'test.on_save'],
+  ['log.level', 'log.level'],
+];
+
+/**
+ * The server configuration the user's settings ask for. Only values the user set are sent:
+ * the editor's layer outranks the workspace's .agent-ls.toml, so sending VS Code's defaults
+ * would silently override the project's own choices. `agentLs.settings` (any server key, in
+ * the shape of .agent-ls.toml) is merged over the mapped ones.
+ */
+export function serverSettings(inspect: (key: string) => Inspected | undefined): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [setting, key] of MAPPING) {
+    const value = explicit(inspect(setting));
+    if (value === undefined || value === '' || (Array.isArray(value) && value.length === 0)) {
+      continue;
+    }
+    setPath(out, key.split('.'), value);
+  }
+  const extra = explicit(inspect('settings'));
+  if (extra && typeof extra === 'object' && !Array.isArray(extra)) {
+    merge(out, extra as Record<string, unknown>);
+  }
+  return out;
+}
+
+function explicit(i: Inspected | undefined): unknown {
+  return i?.workspaceFolderValue ?? i?.workspaceValue ?? i?.globalValue;
+}
+
+function setPath(target: Record<string, unknown>, keys: string[], value: unknown): void {
+  let node = target;
+  for (const k of keys.slice(0, -1)) {
+    if (typeof node[k] !== 'object' || node[k] === null) {
+      node[k] = {};
+    }
+    node = node[k] as Record<string, unknown>;
+  }
+  node[keys[keys.length - 1]] = value;
+}
+
+function merge(target: Record<string, unknown>, extra: Record<string, unknown>): void {
+  for (const [k, v] of Object.entries(extra)) {
+    const t = target[k];
+    if (v && typeof v === 'object' && !Array.isArray(v) && t && typeof t === 'object' && !Array.isArray(t)) {
+      merge(t as Record<string, unknown>, v as Record<string, unknown>);
+    } else {
+      target[k] = v;
+    }
+  }
+}
