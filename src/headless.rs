@@ -150,6 +150,25 @@ pub fn run(opts: Options) -> u8 {
             return exit::FAILED;
         }
     };
+    match agent::route(&opts.goal) {
+        agent::Route::Agent => {}
+        agent::Route::Undo(_) | agent::Route::Redo => {
+            eprintln!(
+                "agent-ls: undo and redo act on the editor's buffers and the server's step history: \
+                 use agent-ls.undo / agent-ls.redo (VS Code: Agent: Undo, Neovim: :AgentUndo)"
+            );
+            return exit::FAILED;
+        }
+        agent::Route::Status => {
+            for r in crate::journal::list(&root).iter().take(10) {
+                println!("{}  {:<11}  {}", r.run_id, r.status, r.goal);
+            }
+            return exit::DONE;
+        }
+        agent::Route::Command(argv) => {
+            return runtime.block_on(run_command(&root, &cfg, argv, opts.json));
+        }
+    }
     runtime.block_on(async move {
         let cancel = CancellationToken::new();
         watch_signals(cancel.clone());
@@ -191,6 +210,44 @@ pub fn run(opts: Options) -> u8 {
         report(&outcome, opts.json);
         code_for(&outcome)
     })
+}
+
+/// A goal that names a command ("run `make lint`"): run it like the tests (allowlist,
+/// timeout, output cap) and report what it found. Exit 0 when it passed, 1 when not.
+async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json: bool) -> u8 {
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let mut test = cfg.test.clone();
+    test.command = argv;
+    test.nextest = false;
+    match crate::tests_run::run(root, &test, &cancel).await {
+        Ok(r) => {
+            if json {
+                let failures: Vec<_> = r
+                    .failures
+                    .iter()
+                    .map(|f| serde_json::json!({"test_id": f.test_id, "message": f.message, "location": f.location.as_ref().map(|l| serde_json::json!({"file": l.file, "line": l.line}))}))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({"command": r.command.argv.join(" "), "state": r.state(), "passed": r.passed, "failed": r.failed, "duration_ms": r.duration_ms, "failures": failures})
+                );
+            } else {
+                println!("{}", r.report.trim_end());
+                println!("{}: {}", r.command.argv.join(" "), r.state());
+            }
+            match r.state() {
+                "passed" => exit::DONE,
+                "cancelled" => exit::INTERRUPTED,
+                "timed_out" => exit::TIMEOUT,
+                _ => exit::FAILED,
+            }
+        }
+        Err(e) => {
+            eprintln!("agent-ls: {e}");
+            exit::CONFIG
+        }
+    }
 }
 
 fn report(o: &Outcome, json: bool) {

@@ -404,3 +404,32 @@ fn a_run_is_journaled_listed_and_replays_to_the_same_files() {
     assert_eq!(second["iterations"], 2);
     assert_eq!(calc(again.path()), calc(ws.path()));
 }
+
+#[test]
+fn goals_that_name_a_command_are_routed_without_a_model() {
+    let ws = example();
+    // No model is configured: a routed goal never needs one.
+    let out = agent(ws.path(), &["run `python3 -m unittest`"], &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the command ran and found failures"
+    );
+    let v = outcome(&out);
+    assert_eq!(v["command"], "python3 -m unittest");
+    assert_eq!(v["state"], "failed");
+    assert!(!v["failures"].as_array().unwrap().is_empty(), "{v}");
+    assert!(
+        calc(ws.path()).contains("return a - b"),
+        "nothing was edited"
+    );
+
+    let out = agent(ws.path(), &["run `rm -rf .`"], &[]);
+    assert_eq!(out.status.code(), Some(3), "off the allowlist: refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("allowlist"));
+    assert!(ws.path().join("calc.py").exists());
+
+    let out = agent(ws.path(), &["undo"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("agent-ls.undo"));
+}

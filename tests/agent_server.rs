@@ -773,3 +773,47 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
     );
     assert!(helpers.exists());
 }
+
+#[test]
+fn free_form_goals_naming_commands_are_routed() {
+    let mut s = setup(&[], "auto", json!({}));
+    applies(&mut s);
+    let r = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.run", "arguments": [{"goal": "status"}]}),
+        )
+        .unwrap();
+    assert_eq!(r["routed"], "agent-ls.status");
+    assert!(r["status"]["steps"].is_array(), "{r}");
+    let err = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.run", "arguments": [{"goal": "undo the last change"}]}),
+        )
+        .unwrap_err();
+    assert!(
+        err["message"].as_str().unwrap().contains("nothing to undo"),
+        "{err}"
+    );
+    let r = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.run", "arguments": [{"goal": "run `python3 -m unittest`"}]}),
+        )
+        .unwrap();
+    assert_eq!(r["routed"], "command");
+    let status = s
+        .client
+        .wait_notification("agent-ls/testStatus", |p| p["state"] != "running");
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(status["command"], "python3 -m unittest");
+    let test_uri = file_uri(&s.ws.path().join("test_calc.py"));
+    s.client
+        .wait_notification("textDocument/publishDiagnostics", |p| {
+            p["uri"] == test_uri.as_str() && !p["diagnostics"].as_array().unwrap().is_empty()
+        });
+}

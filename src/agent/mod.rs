@@ -84,6 +84,78 @@ pub fn classify(goal: &str) -> Option<Intent> {
     }
 }
 
+/// What a free-form goal asks for: the agent loop, or one of the commands the palette also
+/// has, recognised by their obvious words so no model call is spent on them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Agent,
+    /// "undo", "undo step 3", "revert the last change".
+    Undo(Option<u64>),
+    Redo,
+    Status,
+    /// "run `make lint`", "run cargo clippy": a command, run like the tests (allowlist,
+    /// timeout, output cap) with its failures published as diagnostics.
+    Command(Vec<String>),
+}
+
+pub fn route(goal: &str) -> Route {
+    let g = goal.trim().trim_end_matches(['.', '!', '?']).trim();
+    let lower = g.to_lowercase();
+    let words: Vec<&str> = lower.split_whitespace().collect();
+    let short = words.len() <= 6;
+    match words.as_slice() {
+        ["undo", rest @ ..] if short => {
+            let step = rest
+                .windows(2)
+                .find(|w| w[0] == "step")
+                .and_then(|w| w[1].trim_start_matches('#').parse().ok());
+            return Route::Undo(step);
+        }
+        ["revert", "the", "last", "change" | "step" | "edit"] => return Route::Undo(None),
+        ["redo", ..] if words.len() <= 4 => return Route::Redo,
+        ["status"] | ["show", "status"] | ["agent", "status"] | ["show", "the", "status"] => {
+            return Route::Status;
+        }
+        ["what", "is", "the", "agent", "doing"] => return Route::Status,
+        _ => {}
+    }
+    // "run `cmd`" always names a command; "run cmd" does unless it is about the tests
+    // ("run the tests" is the loop's test intent).
+    let rest = g
+        .strip_prefix("run ")
+        .or_else(|| g.strip_prefix("Run "))
+        .or_else(|| g.strip_prefix("execute "))
+        .map(str::trim);
+    if let Some(rest) = rest {
+        let quoted = rest.len() >= 2
+            && ((rest.starts_with('`') && rest.ends_with('`'))
+                || (rest.starts_with('"') && rest.ends_with('"'))
+                || (rest.starts_with('\'') && rest.ends_with('\'')));
+        let inner = if quoted {
+            rest[1..rest.len() - 1].trim()
+        } else {
+            rest.strip_prefix(':').unwrap_or(rest).trim()
+        };
+        let argv: Vec<String> = inner.split_whitespace().map(String::from).collect();
+        // Unquoted, it must read like a command line, not a sentence ("run the linter").
+        let prose = [
+            "the", "a", "an", "all", "every", "each", "my", "our", "this", "these",
+        ]
+        .contains(
+            &argv
+                .first()
+                .map(|w| w.to_lowercase())
+                .unwrap_or_default()
+                .as_str(),
+        );
+        let about_tests = inner.to_lowercase().contains("test");
+        if !argv.is_empty() && (quoted || (!about_tests && !prose && argv.len() <= 8)) {
+            return Route::Command(argv);
+        }
+    }
+    Route::Agent
+}
+
 /// A goal long enough to be several tasks is planned first; a small one is one task.
 pub fn needs_plan(goal: &str) -> bool {
     goal.split_whitespace().count() > 30

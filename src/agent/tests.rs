@@ -546,3 +546,49 @@ fn a_checkpoint_round_trips_and_resume_calls_the_coder_with_what_was_learned() {
     let e = resume(&mut fresh);
     assert!(e.iter().any(|e| matches!(e, Effect::RunTests)), "{e:?}");
 }
+
+#[test]
+fn commands_in_free_form_goals_are_routed_without_a_model() {
+    assert_eq!(route("undo"), Route::Undo(None));
+    assert_eq!(route("Undo the last change."), Route::Undo(None));
+    assert_eq!(route("undo step 3"), Route::Undo(Some(3)));
+    assert_eq!(route("revert the last change"), Route::Undo(None));
+    assert_eq!(route("redo"), Route::Redo);
+    assert_eq!(route("status"), Route::Status);
+    assert_eq!(route("what is the agent doing?"), Route::Status);
+    assert_eq!(
+        route("run `cargo clippy --all-targets`"),
+        Route::Command(vec![
+            "cargo".into(),
+            "clippy".into(),
+            "--all-targets".into()
+        ])
+    );
+    assert_eq!(
+        route("run make lint"),
+        Route::Command(vec!["make".into(), "lint".into()])
+    );
+    assert_eq!(
+        route("run `cargo test -p core`"),
+        Route::Command(vec![
+            "cargo".into(),
+            "test".into(),
+            "-p".into(),
+            "core".into()
+        ])
+    );
+    // The loop's own goals stay with the loop.
+    for goal in [
+        "run the tests",
+        "run tests",
+        "fix the failing tests",
+        "undo the rename in parser.rs and call the function parse_all instead everywhere",
+        "add an undo command to the editor",
+        "explain the status field",
+        "run",
+        "run the linter",
+        "run all the benchmarks and tell me which got slower",
+    ] {
+        assert_eq!(route(goal), Route::Agent, "{goal}");
+    }
+}

@@ -231,7 +231,7 @@ impl LanguageServer for Backend {
                     let (reply, answer) = oneshot::channel();
                     self.session.send(Event::StartRun { args, reply });
                     match answer.await.map_err(internal)? {
-                        Ok(run_id) => Ok(Some(serde_json::json!({"run_id": run_id}))),
+                        Ok(answer) => Ok(Some(answer)),
                         Err(why) => Err(Error::invalid_request().tap_message(why)),
                     }
                 }

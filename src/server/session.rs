@@ -53,7 +53,7 @@ pub enum Event {
     /// Start an agent run; the reply is its id, or why it cannot start.
     StartRun {
         args: agent_runs::RunArgs,
-        reply: oneshot::Sender<Result<String, String>>,
+        reply: oneshot::Sender<Result<serde_json::Value, String>>,
     },
     /// agent-ls.accept (true) or agent-ls.reject (false) for the proposal waiting.
     Decision(bool),
@@ -439,7 +439,45 @@ impl Session {
             .unwrap_or(false)
     }
 
-    fn start_run(&mut self, args: agent_runs::RunArgs) -> Result<String, String> {
+    /// Starts an agent run for a goal, answering `{"run_id"}`; a goal that names one of the
+    /// commands ("undo", "status", "run `make lint`") does that instead, answering
+    /// `{"routed": ...}`.
+    fn start_run(&mut self, args: agent_runs::RunArgs) -> Result<serde_json::Value, String> {
+        use crate::agent::Route;
+        // A goal about a selection is always for the agent.
+        let route = if args.range.is_some() {
+            Route::Agent
+        } else {
+            crate::agent::route(&args.goal)
+        };
+        match route {
+            Route::Undo(step) => {
+                return self
+                    .undo(false, step)
+                    .map(|id| serde_json::json!({"routed": "agent-ls.undo", "step": id}));
+            }
+            Route::Redo => {
+                return self
+                    .undo(true, None)
+                    .map(|id| serde_json::json!({"routed": "agent-ls.redo", "step": id}));
+            }
+            Route::Status => {
+                return Ok(
+                    serde_json::json!({"routed": "agent-ls.status", "status": self.agent_status()}),
+                );
+            }
+            Route::Command(argv) => {
+                let line = argv.join(" ");
+                self.run_tests_with("command", Some(argv));
+                return Ok(serde_json::json!({"routed": "command", "command": line}));
+            }
+            Route::Agent => {}
+        }
+        self.start_agent(args)
+            .map(|id| serde_json::json!({"run_id": id}))
+    }
+
+    fn start_agent(&mut self, args: agent_runs::RunArgs) -> Result<String, String> {
         if let Some(a) = &self.agent {
             return Err(format!(
                 "a run is in progress ({}: {}); cancel it first with agent-ls.cancel",
@@ -531,6 +569,12 @@ impl Session {
     }
 
     fn run_tests(&mut self, reason: &str) {
+        self.run_tests_with(reason, None);
+    }
+
+    /// Runs the tests, or `command` in their place (a routed "run `make lint`"), under the
+    /// same allowlist, timeout and output cap, its failures published the same way.
+    fn run_tests_with(&mut self, reason: &str, command: Option<Vec<String>>) {
         let (Some(root), Some(me)) = (self.workspace_root.clone(), self.me.clone()) else {
             self.notify(
                 MessageType::WARNING,
@@ -539,11 +583,17 @@ impl Session {
             return;
         };
         let progress = self.progress_supported();
+        let mut config = self.config.config.test.clone();
+        if let Some(argv) = command {
+            config.command = argv;
+            // Our own test-runner flags belong to the test command, not to this one.
+            config.nextest = false;
+        }
         self.tests.start(test_runs::Start {
             client: &self.client,
             session: &me,
             root: &root,
-            config: &self.config.config.test,
+            config: &config,
             progress,
             reason,
         });

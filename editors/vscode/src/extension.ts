@@ -208,7 +208,18 @@ async function runCommand(): Promise<void> {
     args.uri = client.code2ProtocolConverter.asUri(editor.document.uri);
     args.range = client.code2ProtocolConverter.asRange(editor.selection);
   }
-  await execute('agent-ls.run', args);
+  // A goal that names a command ("undo", "status", "run `make lint`") is done by the server
+  // at once and answered with `routed`.
+  const answer = (await execute('agent-ls.run', args)) as { routed?: string; command?: string } | undefined;
+  if (answer?.routed === 'agent-ls.status') {
+    await statusCommand();
+  } else if (answer?.routed === 'command') {
+    info(`running ${answer.command}; its failures arrive as problems`);
+  }
+}
+
+function info(text: string): void {
+  vscode.window.showInformationMessage(`agent-ls: ${text}`);
 }
 
 async function statusCommand(): Promise<void> {

@@ -126,8 +126,14 @@ function M.run(goal, range)
     }
   end
   exec('agent-ls.run', { args }, function(result)
-    M.state.run = { id = result.run_id, goal = goal }
-    vim.cmd('redrawstatus')
+    if result.run_id and result.run_id ~= vim.NIL then
+      M.state.run = { id = result.run_id, goal = goal }
+      vim.cmd('redrawstatus')
+    elseif result.routed == 'agent-ls.status' then
+      M.status()
+    elseif result.routed == 'command' then
+      notify('running ' .. result.command .. '; its failures arrive as diagnostics')
+    end
   end)
 end
 
