@@ -817,3 +817,49 @@ fn free_form_goals_naming_commands_are_routed() {
             p["uri"] == test_uri.as_str() && !p["diagnostics"].as_array().unwrap().is_empty()
         });
 }
+
+#[test]
+fn the_progress_cancel_button_cancels_the_run() {
+    let mut s = setup(
+        &[fix_line()],
+        "prompt",
+        json!({"window": {"workDoneProgress": true}}),
+    );
+    s.client
+        .on_request("window/showMessageRequest", |_| json!(support::DEFER));
+    let run_id = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.fixTests"}),
+        )
+        .unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let begin = s.client.wait_notification("$/progress", |p| {
+        p["token"] == format!("agent-ls/run/{run_id}").as_str() && p["value"]["kind"] == "begin"
+    });
+    assert_eq!(begin["value"]["cancellable"], true, "{begin}");
+    s.client.wait_deferred("window/showMessageRequest");
+    // A stale button (another run's token) changes nothing; this run's button cancels it.
+    s.client.notify(
+        "window/workDoneProgress/cancel",
+        json!({"token": "agent-ls/run/run_00000000"}),
+    );
+    let status = s
+        .client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.status"}),
+        )
+        .unwrap();
+    assert_eq!(status["active"]["run_id"], run_id.as_str(), "{status}");
+    s.client.notify(
+        "window/workDoneProgress/cancel",
+        json!({"token": format!("agent-ls/run/{run_id}")}),
+    );
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert!(disk(&s).contains("return a - b"));
+}

@@ -103,6 +103,8 @@ pub fn spawn(s: StartRun) {
                 WorkDoneProgress::Begin(WorkDoneProgressBegin {
                     title: "agent-ls".into(),
                     message: Some(s.goal.clone()),
+                    // The client's cancel button sends window/workDoneProgress/cancel.
+                    cancellable: Some(true),
                     ..Default::default()
                 }),
             );

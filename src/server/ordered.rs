@@ -51,6 +51,11 @@ where
                 "textDocument/didClose" => parse(&req).map(Event::Closed),
                 "textDocument/didSave" => parse(&req).map(Event::Saved),
                 "workspace/didChangeConfiguration" => parse(&req).map(Event::ConfigurationChanged),
+                // tower-lsp 0.23 has no handler for it; a cancel button on our progress.
+                "window/workDoneProgress/cancel" => {
+                    parse::<tower_lsp_server::ls_types::WorkDoneProgressCancelParams>(&req)
+                        .map(|p| Event::ProgressCancelled(p.token))
+                }
                 _ => return self.inner.call(req).boxed(),
             };
             // A notification cannot be answered, so a malformed one is logged and dropped.

@@ -87,6 +87,8 @@ pub enum Event {
         step: u64,
         redo: bool,
     },
+    /// window/workDoneProgress/cancel: the cancel button of a run's or a test run's progress.
+    ProgressCancelled(tower_lsp_server::ls_types::ProgressToken),
 }
 
 /// The sending side, cloned into every handler. Sending never blocks or awaits, so a handler
@@ -267,6 +269,23 @@ impl Session {
                 }
             }
             Event::RunTests { reason } => self.run_tests(&reason),
+            Event::ProgressCancelled(token) => {
+                let token = match token {
+                    tower_lsp_server::ls_types::NumberOrString::String(s) => s,
+                    tower_lsp_server::ls_types::NumberOrString::Number(n) => n.to_string(),
+                };
+                if let Some(id) = token.strip_prefix("agent-ls/run/") {
+                    match &self.agent {
+                        Some(a) if a.id == id => a.cancel.cancel(),
+                        _ => debug!("a cancel for run {id}, which is not running"),
+                    }
+                } else if let Some(generation) = token
+                    .strip_prefix("agent-ls/tests/")
+                    .and_then(|g| g.parse().ok())
+                {
+                    self.tests.cancel_generation(generation);
+                }
+            }
             Event::CancelTests => {
                 self.tests.cancel();
                 if let Some(a) = &self.agent {

@@ -111,6 +111,7 @@ impl TestRuns {
                             client
                                 .progress(token, "agent-ls tests")
                                 .with_message(format!("running {cmd}…"))
+                                .with_cancel_button()
                                 .begin()
                                 .await,
                         ),
@@ -147,6 +148,14 @@ impl TestRuns {
     pub fn cancel(&mut self) {
         if let Some(token) = self.cancel.take() {
             token.cancel();
+        }
+    }
+
+    /// Cancels run `generation` if it is the one in progress (a late cancel button of an
+    /// older run must not stop a newer one).
+    pub fn cancel_generation(&mut self, generation: u64) {
+        if generation == self.generation {
+            self.cancel();
         }
     }
 

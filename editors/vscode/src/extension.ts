@@ -16,6 +16,7 @@ import {
   StaticFeature,
   WorkDoneProgress,
   WorkDoneProgressBegin,
+  WorkDoneProgressCancelNotification,
   WorkDoneProgressCreateParams,
   WorkDoneProgressCreateRequest,
   WorkDoneProgressReport,
@@ -296,7 +297,7 @@ async function showRunLog(): Promise<void> {
 
 /**
  * Watches the server's work-done progress so the status bar can show a run's step, and shows
- * a run's progress as a notification with a Cancel button that cancels the run on the server.
+ * a run's progress as a notification with a Cancel button (window/workDoneProgress/cancel).
  * It replaces the client's default progress handler, registered before it.
  */
 class ProgressWatcher implements StaticFeature {
@@ -346,7 +347,10 @@ function watch(c: LanguageClient, token: ProgressToken): void {
     },
     (progress, cancel) => {
       report = (m) => progress.report({ message: m });
-      cancel.onCancellationRequested(() => execute('agent-ls.cancel'));
+      // The server cancels exactly this run (or test run) on the progress's own token.
+      cancel.onCancellationRequested(() => {
+        c.sendNotification(WorkDoneProgressCancelNotification.type, { token }).catch(() => undefined);
+      });
       return done;
     },
   );
