@@ -7,6 +7,13 @@ export default tseslint.config(
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
+    // The end-to-end script runs under Node, outside VS Code.
+    files: ['test/**/*.mjs'],
+    languageOptions: {
+      globals: { process: 'readonly', console: 'readonly', setTimeout: 'readonly', fetch: 'readonly' },
+    },
+  },
+  {
     rules: {
       // Every promise is either awaited or deliberately left to VS Code (withProgress).
       eqeqeq: 'error',

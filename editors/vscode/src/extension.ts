@@ -11,8 +11,10 @@ import {
   ExecuteCommandRequest,
   LanguageClient,
   LanguageClientOptions,
+  MessageType,
   ProgressToken,
   ServerOptions,
+  ShowMessageNotification,
   StaticFeature,
   WorkDoneProgress,
   WorkDoneProgressBegin,
@@ -21,6 +23,7 @@ import {
   WorkDoneProgressCreateRequest,
   WorkDoneProgressReport,
 } from 'vscode-languageclient/node';
+import { isDiff } from './messages';
 import { serverSettings } from './settings';
 
 /** The payload of `agent-ls/testStatus` (docs/lsp-extensions.md). */
@@ -128,6 +131,22 @@ async function start(): Promise<void> {
   };
   client = new LanguageClient('agentLs', 'agent-ls', serverOptions, clientOptions);
   client.registerFeature(new ProgressWatcher());
+  // A diff (the answer to "Show diff" when agentLs.approval is "prompt") opens as a document
+  // beside the editor; other messages show as VS Code's notifications, as by default.
+  client.onNotification(ShowMessageNotification.type, async (m) => {
+    if (isDiff(m.message)) {
+      const doc = await vscode.workspace.openTextDocument({ content: m.message, language: 'diff' });
+      await vscode.window.showTextDocument(doc, { viewColumn: vscode.ViewColumn.Beside, preview: true });
+      return;
+    }
+    const show =
+      m.type === MessageType.Error
+        ? vscode.window.showErrorMessage
+        : m.type === MessageType.Warning
+          ? vscode.window.showWarningMessage
+          : vscode.window.showInformationMessage;
+    show(m.message);
+  });
   client.onNotification('agent-ls/testStatus', (s: TestStatus) => {
     shown.tests = s;
     render();

@@ -1,0 +1,11 @@
+// Unit tests of the diff detection, run with Node's test runner after an esbuild bundle.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { isDiff } from '../src/messages';
+
+test('a unified diff is recognised, a plain message is not', () => {
+  assert.ok(isDiff('--- a/calc.py\n+++ b/calc.py\n@@ -4,2 +4,2 @@\n-    return a - b\n+    return a + b\n'));
+  assert.ok(isDiff('calc.py\n@@ -1 +1 @@\n-x\n+y\n'));
+  assert.ok(!isDiff('agent-ls: done: the tests pass after 1 iteration(s)'));
+  assert.ok(!isDiff('agent-ls: could not undo step 3: calc.py was changed at line 5 --- sorry'));
+});
