@@ -32,11 +32,13 @@ fn tools() -> Option<[(String, String); 4]> {
 
 const FIX: &str = "{\"role\": \"coder\", \"content\": \"calc.py\\n<<<<<<< SEARCH\\n    return a - b\\n=======\\n    return a + b\\n>>>>>>> REPLACE\\n\"}\n";
 
-#[test]
-fn fix_failing_tests_from_the_palette_in_real_vs_code() {
-    let Some(tools) = tools() else {
-        return;
-    };
+/// One code-server and Chromium at a time: two at once on a 2-core machine starve each other.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs one scenario of the script and returns its checks.
+fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
+    let tools = tools()?;
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ws = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
         std::fs::copy(entry.path(), ws.path().join(entry.file_name())).unwrap();
@@ -53,6 +55,7 @@ fn fix_failing_tests_from_the_palette_in_real_vs_code() {
         .env("WORKSPACE", ws.path().canonicalize().unwrap())
         .env("RESULT", &result)
         .env("ARTIFACTS", artifacts.canonicalize().unwrap())
+        .env("SCENARIO", name)
         .output()
         .unwrap();
     let said = format!(
@@ -71,7 +74,28 @@ fn fix_failing_tests_from_the_palette_in_real_vs_code() {
         failed.is_empty() && out.status.success(),
         "failed checks (screenshot and logs in target/vscode-e2e/): {failed:#?}\n{said}"
     );
+    Some(checks)
+}
+
+#[test]
+fn fix_failing_tests_from_the_palette_in_real_vs_code() {
+    let Some(checks) = scenario("accept") else {
+        return;
+    };
     // Every step of the flow reported: install, status bar, problem, preview, disk, cleared,
     // passed, editor, undo, redo.
     assert!(checks.len() >= 10, "{checks:#?}");
+}
+
+#[test]
+fn discarding_the_preview_in_real_vs_code_changes_nothing() {
+    let Some(checks) = scenario("reject") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "calc.py is unchanged on disk"),
+        "{checks:#?}"
+    );
 }

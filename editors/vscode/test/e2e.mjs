@@ -20,6 +20,9 @@ const env = (name) => {
   return v;
 };
 const ws = env('WORKSPACE');
+// "accept" (the default): apply the preview, then undo and redo; "reject": discard it.
+const scenario = process.env.SCENARIO ?? 'accept';
+class Done extends Error {}
 const result = env('RESULT');
 const artifacts = process.env.ARTIFACTS ?? os.tmpdir();
 
@@ -185,6 +188,22 @@ try {
   await panel.waitFor({ timeout: 60000 });
   check('the proposal opens the refactor preview', true);
   await page.waitForSelector('.bulk-edit-panel .monaco-list-row', { timeout: 20000 });
+  const file = path.join(ws, 'calc.py');
+  if (scenario === 'reject') {
+    // Discard: the editor answers applied: false; nothing changes and the run says why.
+    await page.locator('.bulk-edit-panel .buttons .monaco-button', { hasText: 'Discard' }).first().click();
+    const said = await until('the rejection message', async () => {
+      const texts = await page.locator('.notification-list-item-message').allInnerTexts();
+      return texts.find((t) => t.includes('rejected')) ?? false;
+    }, 30000);
+    check('the run reports the rejection', true, said);
+    check('calc.py is unchanged on disk', fs.readFileSync(file, 'utf8').includes('return a - b'));
+    const editorText = (await page.locator('.monaco-editor .view-lines').first().innerText()).replace(/\u00a0/g, ' ');
+    check('the editor is unchanged', editorText.includes('a - b'), editorText.replace(/\s+/g, ' ').slice(0, 200));
+    const p = await problemCount();
+    check('the failing test still shows as a problem', p.errors > 0, p.label);
+    throw new Done();
+  }
   const boxes = page.locator('.bulk-edit-panel .monaco-list-row .edit-checkbox');
   const n = await boxes.count();
   // Ticking the file (the first row) ticks its edits.
@@ -197,7 +216,6 @@ try {
   await page.locator('.bulk-edit-panel .buttons .monaco-button', { hasText: 'Apply' }).first().click();
 
   // The server writes the accepted change to disk, reruns the tests and clears the problem.
-  const file = path.join(ws, 'calc.py');
   await until('calc.py fixed on disk', () => fs.readFileSync(file, 'utf8').includes('return a + b'), 60000);
   check('calc.py holds the fix on disk', true);
   const cleared = await until('the problems cleared', async () => {
@@ -226,13 +244,17 @@ try {
   await until('the redo on disk', () => fs.readFileSync(file, 'utf8').includes('return a + b'), 30000);
   check('Agent: Redo applies it again', true);
 } catch (e) {
-  failed = true;
-  check('the scripted flow', false, String(e && e.stack ? e.stack : e).slice(0, 2000));
-  if (page) {
-    await page.screenshot({ path: path.join(artifacts, 'vscode-e2e.png') }).catch(() => undefined);
-    fs.writeFileSync(path.join(artifacts, 'vscode-e2e.html'), await page.content().catch(() => ''));
+  if (e instanceof Done) {
+    // The scenario ended early, as planned.
+  } else {
+    failed = true;
+    check('the scripted flow', false, String(e && e.stack ? e.stack : e).slice(0, 2000));
+    if (page) {
+      await page.screenshot({ path: path.join(artifacts, `vscode-e2e-${scenario}.png`) }).catch(() => undefined);
+      fs.writeFileSync(path.join(artifacts, `vscode-e2e-${scenario}.html`), await page.content().catch(() => ''));
+    }
+    fs.writeFileSync(path.join(artifacts, `code-server-${scenario}.log`), serverLog);
   }
-  fs.writeFileSync(path.join(artifacts, 'code-server.log'), serverLog);
 } finally {
   await browser?.close().catch(() => undefined);
   try {
