@@ -214,6 +214,7 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
     let mut rng = fastrand::Rng::with_seed(7);
     let rounds = 24;
     let mut killed_running = 0;
+    let mut mid_run = 0;
     for round in 0..rounds {
         std::fs::write(ws.path().join("calc.py"), BROKEN).unwrap();
         let editor = Arc::new(Mutex::new((BROKEN.to_string(), 1)));
@@ -304,8 +305,18 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
             running,
             "a killed run shows as interrupted"
         );
+        if running > killed_running {
+            mid_run += 1;
+        }
         killed_running = killed_running.max(running);
     }
+    let steps = Store::open(ws.path())
+        .unwrap()
+        .0
+        .load_steps()
+        .unwrap()
+        .len();
+    eprintln!("{rounds} kills: {mid_run} inside a run, {steps} steps recorded");
     assert!(killed_running > 0, "some kills landed inside a run");
 
     // After all that, a server starts on the store and undoes the latest step.
