@@ -103,3 +103,14 @@ fn rerun_and_cancel_in_neovim() {
     assert!(results.len() >= 10, "{results:#?}");
     assert_all(&results);
 }
+
+#[test]
+fn an_explanation_opens_in_a_split_in_neovim() {
+    let explain = "{\"role\": \"coder\", \"content\": \"`add` is meant to sum its arguments.\\n\\nIt subtracts instead:\\n\\n- `add(2, 3)` gives -1\\n- the tests expect 5\\n\"}\n";
+    let results = scenario("explain", explain);
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 5, "{results:#?}");
+    assert_all(&results);
+}

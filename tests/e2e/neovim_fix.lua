@@ -48,6 +48,31 @@ local ok, err = pcall(function()
   local client = vim.lsp.get_clients({ name = 'agent-ls', bufnr = buf })[1]
   record('position encoding negotiated', client.offset_encoding == 'utf-8', client.offset_encoding)
 
+  if scenario == 'explain' then
+    -- :AgentRun with a question answers without editing; the long answer opens in a split.
+    local finished
+    vim.api.nvim_create_autocmd('User', {
+      pattern = 'AgentRunFinished',
+      callback = function(ev) finished = ev.data end,
+    })
+    vim.cmd('AgentRun explain what add does')
+    record('the run answers', vim.wait(15000, function() return finished ~= nil end, 20))
+    record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
+    local shown = vim.wait(5000, function()
+      for _, win in ipairs(vim.api.nvim_list_wins()) do
+        local b = vim.api.nvim_win_get_buf(win)
+        if vim.bo[b].filetype == 'markdown' then
+          return table.concat(vim.api.nvim_buf_get_lines(b, 0, -1, false), '\n'):find('subtracts', 1, true) ~= nil
+        end
+      end
+      return false
+    end, 20)
+    record('the explanation opens in a markdown split', shown)
+    local disk = table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n')
+    record('nothing edited', disk:find('return a - b', 1, true) ~= nil, disk)
+    return
+  end
+
   if scenario == 'rerun_cancel' then
     -- :AgentRerun runs the tests: add is broken, so its failures show and the statusline says so.
     local test_buf = vim.fn.bufadd(ws .. '/test_calc.py')

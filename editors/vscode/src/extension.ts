@@ -23,7 +23,7 @@ import {
   WorkDoneProgressCreateRequest,
   WorkDoneProgressReport,
 } from 'vscode-languageclient/node';
-import { isDiff } from './messages';
+import { isDiff, isLong } from './messages';
 import { serverSettings } from './settings';
 
 /** The payload of `agent-ls/testStatus` (docs/lsp-extensions.md). */
@@ -131,11 +131,15 @@ async function start(): Promise<void> {
   };
   client = new LanguageClient('agentLs', 'agent-ls', serverOptions, clientOptions);
   client.registerFeature(new ProgressWatcher());
-  // A diff (the answer to "Show diff" when agentLs.approval is "prompt") opens as a document
-  // beside the editor; other messages show as VS Code's notifications, as by default.
+  // A diff (the answer to "Show diff" when agentLs.approval is "prompt") or a long answer (an
+  // explanation) opens as a document beside the editor; other messages show as VS Code's
+  // notifications, as by default.
   client.onNotification(ShowMessageNotification.type, async (m) => {
-    if (isDiff(m.message)) {
-      const doc = await vscode.workspace.openTextDocument({ content: m.message, language: 'diff' });
+    if (isDiff(m.message) || (m.type !== MessageType.Error && isLong(m.message))) {
+      // An explanation reads best as Markdown; a diff as a diff.
+      const language = isDiff(m.message) ? 'diff' : 'markdown';
+      const content = m.message.replace(/^agent-ls: /, '');
+      const doc = await vscode.workspace.openTextDocument({ content, language });
       await vscode.window.showTextDocument(doc, { viewColumn: vscode.ViewColumn.Beside, preview: true });
       return;
     }

@@ -1,11 +1,17 @@
 // Unit tests of the diff detection, run with Node's test runner after an esbuild bundle.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { isDiff } from '../src/messages';
+import { isDiff, isLong } from '../src/messages';
 
 test('a unified diff is recognised, a plain message is not', () => {
   assert.ok(isDiff('--- a/calc.py\n+++ b/calc.py\n@@ -4,2 +4,2 @@\n-    return a - b\n+    return a + b\n'));
   assert.ok(isDiff('calc.py\n@@ -1 +1 @@\n-x\n+y\n'));
   assert.ok(!isDiff('agent-ls: done: the tests pass after 1 iteration(s)'));
   assert.ok(!isDiff('agent-ls: could not undo step 3: calc.py was changed at line 5 --- sorry'));
+});
+
+test('an explanation of several lines is long, a one-line outcome is not', () => {
+  assert.ok(isLong('agent-ls: add returns a - b.\n\nIt subtracts:\n- a\n- b\n'));
+  assert.ok(isLong('x'.repeat(401)));
+  assert.ok(!isLong('agent-ls: done: the tests pass after 1 iteration(s)'));
 });

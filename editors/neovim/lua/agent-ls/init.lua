@@ -24,7 +24,8 @@ local function client()
   return vim.lsp.get_clients({ name = 'agent-ls' })[1]
 end
 
-local function show_in_split(text, filetype)
+-- A split holding `text`; for a proposal's diff, `a` accepts and `r` rejects there.
+local function show_in_split(text, filetype, review)
   vim.cmd('botright new')
   local buf = vim.api.nvim_get_current_buf()
   vim.bo[buf].buftype = 'nofile'
@@ -33,8 +34,10 @@ local function show_in_split(text, filetype)
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, vim.split(text, '\n'))
   vim.bo[buf].modifiable = false
   vim.keymap.set('n', 'q', '<cmd>close<cr>', { buffer = buf })
-  vim.keymap.set('n', 'a', function() M.accept(); vim.cmd('close') end, { buffer = buf, desc = 'accept the proposal' })
-  vim.keymap.set('n', 'r', function() M.reject(); vim.cmd('close') end, { buffer = buf, desc = 'reject the proposal' })
+  if review then
+    vim.keymap.set('n', 'a', function() M.accept(); vim.cmd('close') end, { buffer = buf, desc = 'accept the proposal' })
+    vim.keymap.set('n', 'r', function() M.reject(); vim.cmd('close') end, { buffer = buf, desc = 'reject the proposal' })
+  end
   return buf
 end
 
@@ -70,7 +73,14 @@ local handlers = {
   ['window/showMessage'] = function(_, params, ctx)
     -- A diff sent in answer to "Show diff" goes to a split; other messages to vim.notify.
     if params.message:match('^%-%-%- ') or params.message:match('\n@@ ') then
-      show_in_split(params.message, 'diff')
+      show_in_split(params.message, 'diff', true)
+      return
+    end
+    -- A long answer (an explanation, a failure report) reads better in a split than in the
+    -- message area.
+    local _, newlines = params.message:gsub('\n', '')
+    if params.type ~= 1 and (newlines >= 4 or #params.message > 400) then
+      show_in_split((params.message:gsub('^agent%-ls: ', '')), 'markdown', false)
       return
     end
     local levels = { vim.log.levels.ERROR, vim.log.levels.WARN, vim.log.levels.INFO, vim.log.levels.DEBUG }
