@@ -43,7 +43,8 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
     for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
         std::fs::copy(entry.path(), ws.path().join(entry.file_name())).unwrap();
     }
-    std::fs::write(ws.path().join(".replay.jsonl"), FIX).unwrap();
+    let script = if name == "explain" { EXPLAIN } else { FIX };
+    std::fs::write(ws.path().join(".replay.jsonl"), script).unwrap();
     let out_dir = tempfile::tempdir().unwrap();
     let result = out_dir.path().join("result.jsonl");
     let artifacts = Path::new("target/vscode-e2e");
@@ -77,6 +78,8 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
     Some(checks)
 }
 
+const EXPLAIN: &str = "{\"role\": \"coder\", \"content\": \"`add` is meant to sum its arguments.\\n\\nIt subtracts instead:\\n\\n- `add(2, 3)` gives -1\\n- the tests expect 5\\n\"}\n";
+
 #[test]
 fn fix_failing_tests_from_the_palette_in_real_vs_code() {
     let Some(checks) = scenario("accept") else {
@@ -96,6 +99,19 @@ fn discarding_the_preview_in_real_vs_code_changes_nothing() {
         checks
             .iter()
             .any(|c| c["name"] == "calc.py is unchanged on disk"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn a_question_from_agent_run_opens_its_answer_as_a_document_in_real_vs_code() {
+    let Some(checks) = scenario("explain") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the explanation opens as a document"),
         "{checks:#?}"
     );
 }

@@ -20,7 +20,8 @@ const env = (name) => {
   return v;
 };
 const ws = env('WORKSPACE');
-// "accept" (the default): apply the preview, then undo and redo; "reject": discard it.
+// "accept" (the default): apply the preview, then undo and redo; "reject": discard it;
+// "explain": ask a question through Agent: Run….
 const scenario = process.env.SCENARIO ?? 'accept';
 class Done extends Error {}
 const result = env('RESULT');
@@ -157,6 +158,24 @@ try {
     await row.waitFor({ timeout: 10000 });
     await page.keyboard.press('Enter');
   };
+
+  if (scenario === 'explain') {
+    // Agent: Run… asks for the goal; a question is answered without editing, and the long
+    // answer opens as a Markdown document beside the code.
+    await palette('Agent: Run…');
+    await page.waitForSelector('.quick-input-widget input', { state: 'visible', timeout: 10000 });
+    await page.keyboard.type('explain what add does');
+    await page.keyboard.press('Enter');
+    const shown = await until('the explanation as a document', async () => {
+      const texts = await page.locator('.monaco-editor .view-lines').allInnerTexts();
+      return texts.map((t) => t.replace(/\u00a0/g, ' ')).find((t) => t.includes('It subtracts instead')) ?? false;
+    }, 30000);
+    check('the explanation opens as a document', true, shown.replace(/\s+/g, ' ').slice(0, 120));
+    const tabs = await page.locator('.tabs-container .tab').allInnerTexts();
+    check('beside the code, which stays open', tabs.some((t) => t.replace(/\s+/g, '').includes('calc.py')), JSON.stringify(tabs));
+    check('nothing was edited', fs.readFileSync(path.join(ws, 'calc.py'), 'utf8').includes('return a - b'));
+    throw new Done();
+  }
 
   await palette('Agent: Fix Failing Tests');
 
