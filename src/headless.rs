@@ -32,6 +32,8 @@ pub struct Options {
     pub mode: Mode,
     /// Answer every model call from this file (a replay script or a run journal).
     pub replay: Option<PathBuf>,
+    /// Go on with this interrupted run instead of starting one.
+    pub resume: Option<String>,
 }
 
 /// Exit codes of `agent-ls run`.
@@ -150,7 +152,23 @@ pub fn run(opts: Options) -> u8 {
             return exit::FAILED;
         }
     };
-    match agent::route(&opts.goal) {
+    // What to go on from, for --resume: the run's id, goal and checkpoint.
+    let resume = match &opts.resume {
+        None => None,
+        Some(id) => match resume_point(&root, id) {
+            Ok(point) => Some(point),
+            Err(why) => {
+                eprintln!("agent-ls: {why}");
+                return exit::FAILED;
+            }
+        },
+    };
+    let route = if resume.is_some() {
+        agent::Route::Agent
+    } else {
+        agent::route(&opts.goal)
+    };
+    match route {
         agent::Route::Agent => {}
         agent::Route::Undo(_) | agent::Route::Redo => {
             eprintln!(
@@ -173,9 +191,12 @@ pub fn run(opts: Options) -> u8 {
         let cancel = CancellationToken::new();
         watch_signals(cancel.clone());
         let models = Models::new(&cfg, Some(&root));
-        let intent = agent::classify(&opts.goal);
+        let goal = resume
+            .as_ref()
+            .map_or(opts.goal.clone(), |(_, g, _)| g.clone());
+        let intent = agent::classify(&goal);
         let mut run = Run::new(
-            &opts.goal,
+            &goal,
             intent,
             Budget {
                 max_retries: cfg.agent.max_retries,
@@ -202,7 +223,15 @@ pub fn run(opts: Options) -> u8 {
             on_token: Some(&on_token),
             journal: true,
         };
-        let mut outcome = driver.run(&mut run, &mut shell, drive::new_run_id()).await;
+        let mut outcome = match resume {
+            Some((id, _, Some(checkpoint))) => {
+                run = checkpoint;
+                driver.resume(&mut run, &mut shell, id).await
+            }
+            // Interrupted before its first checkpoint: it starts over under its own id.
+            Some((id, _, None)) => driver.run(&mut run, &mut shell, id).await,
+            None => driver.run(&mut run, &mut shell, drive::new_run_id()).await,
+        };
         if let Some(diff) = shell.proposed.take() {
             outcome.status = "proposed".into();
             outcome.answer = diff;
@@ -210,6 +239,35 @@ pub fn run(opts: Options) -> u8 {
         report(&outcome, opts.json);
         code_for(&outcome)
     })
+}
+
+/// The id, goal and checkpoint of an interrupted run, or why it cannot be resumed.
+fn resume_point(root: &Path, id: &str) -> Result<(String, String, Option<Run>), String> {
+    if !root.join(crate::store::FILE).exists() {
+        return Err(format!("no runs are recorded in {}", root.display()));
+    }
+    let (store, _) = crate::store::Store::open(root).map_err(|e| e.to_string())?;
+    let (goal, checkpoint, status) = store
+        .resume_point(id)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no run {id} in {}", root.display()))?;
+    if status != "running" {
+        return Err(format!("run {id} already ended ({status})"));
+    }
+    let interrupted = store.interrupted_runs(None).map_err(|e| e.to_string())?;
+    if !interrupted.iter().any(|r| r.run_id == id) {
+        return Err(format!(
+            "run {id} is still going in another agent-ls process"
+        ));
+    }
+    let checkpoint = match checkpoint {
+        Some(json) => Some(
+            serde_json::from_str(&json)
+                .map_err(|e| format!("the checkpoint of {id} cannot be read: {e}"))?,
+        ),
+        None => None,
+    };
+    Ok((id.to_string(), goal, checkpoint))
 }
 
 /// A goal that names a command ("run `make lint`"): run it like the tests (allowlist,

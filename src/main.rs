@@ -39,7 +39,12 @@ enum Command {
     /// reached), 3 configuration error, 4 authentication error, 5 timeout, 130 interrupted.
     Run {
         /// What to do.
-        goal: String,
+        #[arg(required_unless_present = "resume")]
+        goal: Option<String>,
+        /// Go on with a run a crash or a kill interrupted (see `agent-ls stats` or the
+        /// editor's status), from its last checkpoint, instead of starting one.
+        #[arg(long, value_name = "RUN_ID", conflicts_with = "goal")]
+        resume: Option<String>,
         /// The project (default: the current directory).
         #[arg(long)]
         workspace: Option<PathBuf>,
@@ -125,6 +130,7 @@ fn main() -> ExitCode {
         Command::Config { workspace, json } => or_exit_1(print_config(workspace, json)),
         Command::Run {
             goal,
+            resume,
             workspace,
             json,
             yes,
@@ -151,11 +157,12 @@ fn main() -> ExitCode {
                 headless::Mode::Ask
             };
             ExitCode::from(headless::run(headless::Options {
-                goal,
+                goal: goal.unwrap_or_default(),
                 workspace,
                 json,
                 mode,
                 replay: None,
+                resume,
             }))
         }
         Command::Replay {
@@ -195,6 +202,7 @@ fn main() -> ExitCode {
                 json,
                 mode,
                 replay: Some(journal),
+                resume: None,
             }))
         }
         Command::Runs { workspace, json } => or_exit_1(list_runs(workspace, json)),

@@ -426,3 +426,75 @@ fn stats_report_tokens_times_iterations_and_rates() {
         "{text}"
     );
 }
+
+#[test]
+fn a_killed_headless_run_resumes_with_run_resume() {
+    let ws = example();
+    let first = ModelServer::start(vec![
+        openai_text(&[WRONG]),
+        openai_text(&[REFLECTION]),
+        Reply::Sse {
+            events: vec![],
+            stall_after: Some(0),
+        },
+    ]);
+    let agent = |url: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent-ls"));
+        cmd.arg("run")
+            .arg("--workspace")
+            .arg(ws.path())
+            .args(["--yes", "--json"])
+            .env("XDG_CONFIG_HOME", ws.path().join(".xdg"))
+            .env("AGENT_LS_MODEL__PROVIDER", "openai")
+            .env("AGENT_LS_MODEL__BASE_URL", format!("{url}/v1"))
+            .env("AGENT_LS_MODEL__NAME", "m")
+            .env("AGENT_LS_AGENT__EVALUATE", "false")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        cmd
+    };
+    let mut child = agent(&first.url)
+        .arg("fix the failing tests")
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while first.count() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the run never reached its second coder call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let interrupted = Store::open(ws.path())
+        .unwrap()
+        .0
+        .interrupted_runs(None)
+        .unwrap();
+    assert_eq!(interrupted.len(), 1);
+    let id = interrupted[0].run_id.clone();
+
+    let second = ModelServer::start(vec![openai_text(&[RIGHT])]);
+    let out = agent(&second.url).args(["--resume", &id]).output().unwrap();
+    let outcome: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{outcome}");
+    assert_eq!(outcome["run_id"], id.as_str());
+    assert_eq!(outcome["iterations"], 2);
+    assert!(
+        second.requests()[0]
+            .body
+            .to_string()
+            .contains("make add return the sum")
+    );
+    assert!(
+        std::fs::read_to_string(ws.path().join("calc.py"))
+            .unwrap()
+            .contains("return a + b")
+    );
+    // Once it ended, it is not resumed again.
+    let out = agent(&second.url).args(["--resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already ended"));
+}
