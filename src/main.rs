@@ -356,7 +356,19 @@ fn stats(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Result<
     if let Some(n) = notice {
         eprintln!("agent-ls: {n}");
     }
-    let stats = store.stats(last)?;
+    let mut stats = store.stats(last)?;
+    // A run still marked running whose process is gone was interrupted: say so, since
+    // `agent-ls run --resume` takes it up.
+    let interrupted: Vec<String> = store
+        .interrupted_runs(None)?
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    for r in &mut stats.runs {
+        if interrupted.contains(&r.run_id) {
+            r.status = "interrupted".into();
+        }
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&stats)?);
         return Ok(ExitCode::SUCCESS);

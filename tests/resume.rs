@@ -474,6 +474,13 @@ fn a_killed_headless_run_resumes_with_run_resume() {
         .unwrap();
     assert_eq!(interrupted.len(), 1);
     let id = interrupted[0].run_id.clone();
+    let stats = Command::new(env!("CARGO_BIN_EXE_agent-ls"))
+        .args(["stats", "--json", "--workspace"])
+        .arg(ws.path())
+        .output()
+        .unwrap();
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(stats["runs"][0]["status"], "interrupted", "{stats}");
 
     let second = ModelServer::start(vec![openai_text(&[RIGHT])]);
     let out = agent(&second.url).args(["--resume", &id]).output().unwrap();
