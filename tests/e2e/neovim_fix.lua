@@ -27,6 +27,10 @@ local ok, err = pcall(function()
       agent = { approval = 'prompt' },
     },
   })
+  if scenario == 'explain' then
+    -- A user's own vim.lsp.config on top of setup's (Neovim 0.11+).
+    vim.lsp.config('agent-ls', { init_options = { agent = { max_iterations = 7 } } })
+  end
   -- The user's answer to the question before the change is applied.
   local asked = false
   vim.ui.select = function(items, opts, on_choice)
@@ -55,6 +59,13 @@ local ok, err = pcall(function()
       pattern = 'AgentRunFinished',
       callback = function(ev) finished = ev.data end,
     })
+    local conf = client:request_sync('agent-ls/configuration', vim.NIL, 5000, buf)
+    local entry
+    for _, e in ipairs(conf and conf.result and conf.result.entries or {}) do
+      if e.key == 'agent.max_iterations' then entry = e end
+    end
+    record('vim.lsp.config overrides reach the server', entry ~= nil and entry.value == 7
+      and entry.source:find('initializationOptions', 1, true) ~= nil, vim.inspect(entry))
     vim.cmd('AgentRun explain what add does')
     record('the run answers', vim.wait(15000, function() return finished ~= nil end, 20))
     record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)

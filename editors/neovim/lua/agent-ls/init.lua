@@ -93,14 +93,23 @@ function M.start(bufnr)
   bufnr = bufnr or vim.api.nvim_get_current_buf()
   if vim.bo[bufnr].buftype ~= '' then return end
   local root = vim.fs.root(bufnr, M.config.root_markers) or vim.fn.getcwd()
-  return vim.lsp.start({
+  local cfg = {
     name = 'agent-ls',
     cmd = M.config.cmd,
     root_dir = root,
     init_options = M.config.settings,
     settings = { ['agent-ls'] = M.config.settings },
     handlers = handlers,
-  }, { bufnr = bufnr })
+  }
+  -- On 0.11+ the configuration is also registered with vim.lsp.config, so a user's own
+  -- vim.lsp.config('agent-ls', {...}) (and the '*' defaults) apply on top of setup's.
+  if type(vim.lsp.config) == 'table' or type(vim.lsp.config) == 'function' then
+    local ok, registered = pcall(function() return vim.lsp.config['agent-ls'] end)
+    if ok and type(registered) == 'table' then
+      cfg = vim.tbl_deep_extend('force', cfg, registered, { root_dir = root, name = 'agent-ls' })
+    end
+  end
+  return vim.lsp.start(cfg, { bufnr = bufnr })
 end
 
 -- Neovim 0.11 made client methods take `self` (`client:request`); 0.10 has plain functions.
@@ -213,6 +222,15 @@ end
 
 function M.setup(opts)
   M.config = vim.tbl_deep_extend('force', M.config, opts or {})
+  if vim.fn.has('nvim-0.11') == 1 and vim.lsp.config then
+    -- Registered, not enabled: the plugin starts the server itself, on every version.
+    vim.lsp.config('agent-ls', {
+      cmd = M.config.cmd,
+      root_markers = M.config.root_markers,
+      init_options = M.config.settings,
+      settings = { ['agent-ls'] = M.config.settings },
+    })
+  end
   local group = vim.api.nvim_create_augroup('agent-ls', { clear = true })
   vim.api.nvim_create_autocmd({ 'BufReadPost', 'BufNewFile' }, {
     group = group,
