@@ -13,7 +13,7 @@ use rusqlite::{Connection, params};
 
 use crate::edit::history::Step;
 
-const SCHEMA: i64 = 3;
+const SCHEMA: i64 = 4;
 pub const FILE: &str = ".agent-ls/store.sqlite";
 
 pub struct Store {
@@ -143,6 +143,14 @@ impl Store {
                  COMMIT;",
             )?;
         }
+        if version < 4 {
+            self.conn.execute_batch(
+                "BEGIN;
+                 ALTER TABLE runs ADD COLUMN proc_start INTEGER;
+                 PRAGMA user_version = 4;
+                 COMMIT;",
+            )?;
+        }
         Ok(())
     }
 
@@ -154,9 +162,16 @@ impl Store {
         intent: Option<&str>,
     ) -> Result<(), StoreError> {
         self.conn.execute(
-            "INSERT INTO runs (run_id, goal, intent, status, pid, started_ms) VALUES (?1, ?2, ?3, 'running', ?4, ?5)
-             ON CONFLICT(run_id) DO UPDATE SET status = 'running', pid = ?4, finished_ms = NULL",
-            params![run_id, goal, intent, std::process::id() as i64, now_ms()],
+            "INSERT INTO runs (run_id, goal, intent, status, pid, started_ms, proc_start) VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6)
+             ON CONFLICT(run_id) DO UPDATE SET status = 'running', pid = ?4, proc_start = ?6, finished_ms = NULL",
+            params![
+                run_id,
+                goal,
+                intent,
+                std::process::id() as i64,
+                now_ms(),
+                process_start(std::process::id() as i64)
+            ],
         )?;
         Ok(())
     }
@@ -244,7 +259,7 @@ impl Store {
     /// them any more, `active` being the one it runs): a crash or a restart interrupted them.
     pub fn interrupted_runs(&self, active: Option<&str>) -> Result<Vec<Interrupted>, StoreError> {
         let mut stmt = self.conn.prepare(
-            "SELECT run_id, goal, pid, iterations, started_ms, checkpoint IS NOT NULL FROM runs
+            "SELECT run_id, goal, pid, iterations, started_ms, checkpoint IS NOT NULL, proc_start FROM runs
              WHERE status = 'running' ORDER BY started_ms DESC",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -255,16 +270,19 @@ impl Store {
                 r.get::<_, i64>(3)?,
                 r.get::<_, i64>(4)?,
                 r.get::<_, bool>(5)?,
+                r.get::<_, Option<i64>>(6)?,
             ))
         })?;
         let me = std::process::id() as i64;
         let mut out = Vec::new();
         for row in rows {
-            let (run_id, goal, pid, iterations, started_ms, has_checkpoint) = row?;
-            let alive = if pid == me {
+            let (run_id, goal, pid, iterations, started_ms, has_checkpoint, proc_start) = row?;
+            let alive = if pid == me && proc_start == process_start(me) {
                 active == Some(run_id.as_str())
             } else {
-                process_alive(pid)
+                // A live process with this pid is the run's only if it started when the run's
+                // did: pids are reused, after a reboot especially.
+                process_alive(pid) && (proc_start.is_none() || proc_start == process_start(pid))
             };
             if !alive {
                 out.push(Interrupted {
@@ -496,6 +514,15 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// When a process started, in clock ticks since boot (field 22 of /proc/PID/stat); `None`
+/// where /proc is not there. With the pid it names one process across pid reuse.
+fn process_start(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
 fn process_alive(pid: i64) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return false;
@@ -575,6 +602,22 @@ mod tests {
             )
             .unwrap();
         assert_eq!(store.interrupted_runs(Some("run_a")).unwrap().len(), 1);
+        // A live pid that is another process now (it started at another time) is not the run.
+        store
+            .conn
+            .execute(
+                "INSERT INTO runs (run_id, goal, status, pid, started_ms, proc_start) VALUES ('run_c', 'g', 'running', 1, 1, -5)",
+                [],
+            )
+            .unwrap();
+        let ids: Vec<String> = store
+            .interrupted_runs(Some("run_a"))
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        assert!(ids.contains(&"run_c".to_string()), "{ids:?}");
+        assert!(process_start(std::process::id() as i64).is_some());
 
         let it = Iteration {
             n: 1,
