@@ -97,13 +97,7 @@ fn fix_tests_applies_through_the_editor_writes_the_disk_and_tests_pass() {
         json!({"window": {"workDoneProgress": true}}),
     );
     applies(&mut s);
-    let r = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.fixTests"}),
-        )
-        .unwrap();
+    let r = s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     assert!(
         r["run_id"].as_str().unwrap().starts_with("run_"),
         "returns at once with the id"
@@ -146,12 +140,7 @@ fn confirm_mode_sends_annotations_and_a_rejection_applies_nothing() {
     let mut s = setup(&[fix_line()], "confirm", caps);
     s.client
         .on_request("workspace/applyEdit", |_| json!({"applied": false}));
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.fixTests"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     let done = finished(&mut s.client);
     assert_eq!(done["status"], "failed");
     assert!(
@@ -180,12 +169,7 @@ fn applied_true_without_the_change_is_treated_as_declined() {
     let mut s = setup(&[fix_line()], "auto", json!({}));
     s.client
         .on_request("workspace/applyEdit", |_| json!({"applied": true}));
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.fixTests"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     let done = finished(&mut s.client);
     assert_eq!(done["status"], "failed");
     assert!(
@@ -217,12 +201,7 @@ fn prompt_mode_asks_first_and_the_user_typing_meanwhile_is_kept() {
             "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "text": "# typed by the user\n"}]}});
         (json!({"title": "Accept"}), vec![change])
     });
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.fixTests"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     let done = finished(&mut s.client);
     assert_eq!(done["status"], "done", "{done}");
     let editor = s.editor.lock().unwrap().0.clone();
@@ -255,38 +234,19 @@ fn the_reject_command_answers_a_pending_question_and_one_run_goes_at_a_time() {
     // The question stays open, as with a user who looks away; agent-ls.reject settles it.
     s.client
         .on_request("window/showMessageRequest", |_| json!(support::DEFER));
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.fixTests"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     s.client.wait_deferred("window/showMessageRequest");
-    let status = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.status"}),
-        )
-        .unwrap();
+    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
     assert_eq!(status["active"]["goal"], "fix the failing tests");
     let err = s
         .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.run", "arguments": [{"goal": "add docs"}]}),
-        )
+        .command("agent-ls.run", json!({"goal": "add docs"}))
         .unwrap_err();
     assert!(
         err["message"].as_str().unwrap().contains("in progress"),
         "{err}"
     );
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.reject"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.reject", Value::Null).unwrap();
     let done = finished(&mut s.client);
     assert_eq!(done["status"], "failed");
     assert!(
@@ -294,13 +254,7 @@ fn the_reject_command_answers_a_pending_question_and_one_run_goes_at_a_time() {
         "{done}"
     );
     assert!(disk(&s).contains("return a - b"));
-    let status = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.status"}),
-        )
-        .unwrap();
+    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
     assert_eq!(status["active"], Value::Null);
     assert_eq!(status["last"]["status"], "failed");
     s.client
@@ -312,19 +266,9 @@ fn cancel_stops_a_run_waiting_for_approval() {
     let mut s = setup(&[fix_line()], "prompt", json!({}));
     s.client
         .on_request("window/showMessageRequest", |_| json!(support::DEFER));
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.fixTests"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     s.client.wait_deferred("window/showMessageRequest");
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.cancel"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.cancel", Value::Null).unwrap();
     s.client
         .answer_deferred("window/showMessageRequest", json!({"title": "Accept"}));
     let done = finished(&mut s.client);
@@ -374,10 +318,7 @@ fn bad_run_arguments_are_refused() {
     let mut s = setup(&[], "auto", json!({}));
     let err = s
         .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.run", "arguments": [{"goal": "  "}]}),
-        )
+        .command("agent-ls.run", json!({"goal": "  "}))
         .unwrap_err();
     assert!(err["message"].as_str().unwrap().contains("empty"), "{err}");
     let err = s
@@ -395,12 +336,7 @@ fn the_loops_test_runs_are_published_as_diagnostics() {
     let mut s = setup(&[fix_line()], "prompt", json!({}));
     s.client
         .on_request("window/showMessageRequest", |_| json!({"title": "Reject"}));
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.fixTests"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     finished(&mut s.client);
     let test_uri = file_uri(&s.ws.path().join("test_calc.py"));
     let diags = s
@@ -415,20 +351,9 @@ fn the_loops_test_runs_are_published_as_diagnostics() {
 fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
     let mut s = setup(&[fix_line()], "auto", json!({}));
     applies(&mut s);
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.fixTests"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     assert_eq!(finished(&mut s.client)["status"], "done");
-    let status = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.status"}),
-        )
-        .unwrap();
+    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
     assert_eq!(status["steps"][0]["files"], json!(["calc.py"]), "{status}");
     assert_eq!(status["steps"][0]["goal"], "fix the failing tests");
     assert_eq!(status["steps"][0]["task"], "T1 fix the failing tests");
@@ -445,13 +370,7 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
         agent_ls::edit::history::text_hash(&s.editor.lock().unwrap().0)
     );
 
-    let r = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.undo"}),
-        )
-        .unwrap();
+    let r = s.client.command("agent-ls.undo", Value::Null).unwrap();
     let step = r["step"].as_u64().unwrap();
     s.client.wait_notification("window/showMessage", |p| {
         p["message"].as_str().unwrap_or("").contains("undid step")
@@ -462,12 +381,7 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
     );
     assert!(disk(&s).contains("return a - b"), "and the disk");
 
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.redo"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.redo", Value::Null).unwrap();
     s.client.wait_notification("window/showMessage", |p| {
         p["message"]
             .as_str()
@@ -486,13 +400,7 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
     };
     let text = s.editor.lock().unwrap().0.clone();
     s.client.notify("textDocument/didChange", json!({"textDocument": {"uri": s.uri, "version": version}, "contentChanges": [{"text": text}]}));
-    let err = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.undo"}),
-        )
-        .unwrap_err();
+    let err = s.client.command("agent-ls.undo", Value::Null).unwrap_err();
     let msg = err["message"].as_str().unwrap();
     assert!(
         msg.contains("calc.py") && msg.contains("line 5") && msg.contains("never overwrites"),
@@ -510,12 +418,7 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
     };
     let text = s.editor.lock().unwrap().0.clone();
     s.client.notify("textDocument/didChange", json!({"textDocument": {"uri": s.uri, "version": version}, "contentChanges": [{"text": text}]}));
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.undo"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.undo", Value::Null).unwrap();
     s.client.wait_notification("window/showMessage", |p| {
         p["message"].as_str().unwrap_or("").contains("undid step")
     });
@@ -524,13 +427,7 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
         editor.contains("return a - b") && editor.contains("# product"),
         "{editor}"
     );
-    let err = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.undo"}),
-        )
-        .unwrap_err();
+    let err = s.client.command("agent-ls.undo", Value::Null).unwrap_err();
     assert!(err["message"].as_str().unwrap().contains("nothing to undo"));
 }
 
@@ -538,12 +435,7 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
 fn undo_survives_a_restart_of_the_server() {
     let mut s = setup(&[fix_line()], "auto", json!({}));
     applies(&mut s);
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.fixTests"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     assert_eq!(finished(&mut s.client)["status"], "done");
     let Setup {
         client,
@@ -569,23 +461,12 @@ fn undo_survives_a_restart_of_the_server() {
         editor,
     };
     applies(&mut s);
-    let status = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.status"}),
-        )
-        .unwrap();
+    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
     assert_eq!(
         status["steps"][0]["goal"], "fix the failing tests",
         "{status}"
     );
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.undo"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.undo", Value::Null).unwrap();
     s.client.wait_notification("window/showMessage", |p| {
         p["message"].as_str().unwrap_or("").contains("undid step")
     });
@@ -635,12 +516,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
     ]})).unwrap()});
     let mut s = setup(&[first], "auto", caps);
     applies(&mut s);
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.fixTests"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     assert_eq!(finished(&mut s.client)["status"], "done");
     let helpers = s.ws.path().join("helpers.py");
     assert!(helpers.exists());
@@ -649,19 +525,10 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
     let second = json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\ndef multiply(a, b):\n=======\ndef multiply(a, b):\n    \"\"\"The product.\"\"\"\n>>>>>>> REPLACE\n"});
     std::fs::write(s.ws.path().join(".replay.jsonl"), script(&[second])).unwrap();
     s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.run", "arguments": [{"goal": "document multiply"}]}),
-        )
+        .command("agent-ls.run", json!({"goal": "document multiply"}))
         .unwrap();
     assert_eq!(finished(&mut s.client)["status"], "done");
-    let status = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.status"}),
-        )
-        .unwrap();
+    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
     let steps = status["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2, "{status}");
     let (newest, older) = (
@@ -674,10 +541,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
     // step's docstring stays.
     let r = s
         .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.undo", "arguments": [{"step": older}]}),
-        )
+        .command("agent-ls.undo", json!({"step": older}))
         .unwrap();
     assert_eq!(r["step"], older);
     s.client.wait_notification("window/showMessage", |p| {
@@ -701,13 +565,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
         disk.contains("return a - b") && disk.contains("The product."),
         "{disk}"
     );
-    let status = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.status"}),
-        )
-        .unwrap();
+    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
     let undone: Vec<u64> = status["steps"]
         .as_array()
         .unwrap()
@@ -718,12 +576,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
     assert_eq!(undone, vec![older], "{status}");
 
     // Redo brings the file back; a step id that is not applied is refused.
-    s.client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.redo"}),
-        )
-        .unwrap();
+    s.client.command("agent-ls.redo", Value::Null).unwrap();
     s.client.wait_notification("window/showMessage", |p| {
         p["message"]
             .as_str()
@@ -736,10 +589,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
     );
     let err = s
         .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.undo", "arguments": [{"step": 999}]}),
-        )
+        .command("agent-ls.undo", json!({"step": 999}))
         .unwrap_err();
     assert!(
         err["message"]
@@ -750,10 +600,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
     );
     let err = s
         .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.undo", "arguments": [{"stp": newest}]}),
-        )
+        .command("agent-ls.undo", json!({"stp": newest}))
         .unwrap_err();
     assert_eq!(err["code"], -32602);
 
@@ -761,10 +608,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
     std::fs::write(&helpers, "def double(x):\n    return x + x\n").unwrap();
     let err = s
         .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.undo", "arguments": [{"step": older}]}),
-        )
+        .command("agent-ls.undo", json!({"step": older}))
         .unwrap_err();
     let msg = err["message"].as_str().unwrap();
     assert!(
@@ -780,19 +624,13 @@ fn free_form_goals_naming_commands_are_routed() {
     applies(&mut s);
     let r = s
         .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.run", "arguments": [{"goal": "status"}]}),
-        )
+        .command("agent-ls.run", json!({"goal": "status"}))
         .unwrap();
     assert_eq!(r["routed"], "agent-ls.status");
     assert!(r["status"]["steps"].is_array(), "{r}");
     let err = s
         .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.run", "arguments": [{"goal": "undo the last change"}]}),
-        )
+        .command("agent-ls.run", json!({"goal": "undo the last change"}))
         .unwrap_err();
     assert!(
         err["message"].as_str().unwrap().contains("nothing to undo"),
@@ -800,10 +638,7 @@ fn free_form_goals_naming_commands_are_routed() {
     );
     let r = s
         .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.run", "arguments": [{"goal": "run `python3 -m unittest`"}]}),
-        )
+        .command("agent-ls.run", json!({"goal": "run `python3 -m unittest`"}))
         .unwrap();
     assert_eq!(r["routed"], "command");
     let status = s
@@ -827,13 +662,7 @@ fn the_progress_cancel_button_cancels_the_run() {
     );
     s.client
         .on_request("window/showMessageRequest", |_| json!(support::DEFER));
-    let run_id = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.fixTests"}),
-        )
-        .unwrap()["run_id"]
+    let run_id = s.client.command("agent-ls.fixTests", Value::Null).unwrap()["run_id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -847,13 +676,7 @@ fn the_progress_cancel_button_cancels_the_run() {
         "window/workDoneProgress/cancel",
         json!({"token": "agent-ls/run/run_00000000"}),
     );
-    let status = s
-        .client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": "agent-ls.status"}),
-        )
-        .unwrap();
+    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
     assert_eq!(status["active"]["run_id"], run_id.as_str(), "{status}");
     s.client.notify(
         "window/workDoneProgress/cancel",

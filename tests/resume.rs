@@ -59,32 +59,25 @@ fn applies(client: &mut Client, uri: &str, editor: Arc<Mutex<(String, i64)>>) {
     });
 }
 
-fn command(c: &mut Client, name: &str, args: Value) -> Result<Value, Value> {
-    let arguments = if args.is_null() {
-        json!([])
-    } else {
-        json!([args])
-    };
-    c.request(
-        "workspace/executeCommand",
-        json!({"command": name, "arguments": arguments}),
-    )
-}
-
-#[test]
-fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
-    let ws = example();
-    let uri = file_uri(&ws.path().join("calc.py"));
-    // The first server's model: a wrong fix, a reflection, then it hangs in the second
-    // iteration's coder call, where the server is killed.
-    let first = ModelServer::start(vec![
+/// A model that proposes a wrong fix, reflects on the failure, then hangs in the second
+/// iteration's coder call: the moment the tests kill the agent.
+fn stalls_in_the_second_iteration() -> ModelServer {
+    ModelServer::start(vec![
         openai_text(&[WRONG]),
         openai_text(&[REFLECTION]),
         Reply::Sse {
             events: vec![],
             stall_after: Some(0),
         },
-    ]);
+    ])
+}
+
+#[test]
+fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
+    let ws = example();
+    let uri = file_uri(&ws.path().join("calc.py"));
+    // The server is killed while its model hangs in the second iteration's coder call.
+    let first = stalls_in_the_second_iteration();
     let settings = |url: &str| {
         json!({"model": {"provider": "openai", "base_url": format!("{url}/v1"), "name": "m"},
                "agent": {"approval": "auto", "evaluate": false}})
@@ -94,7 +87,7 @@ fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
     c.initialize(ws.path(), json!({}), settings(&first.url));
     c.open(&uri, BROKEN);
     applies(&mut c, &uri, editor.clone());
-    let run_id = command(&mut c, "agent-ls.fixTests", Value::Null).unwrap()["run_id"]
+    let run_id = c.command("agent-ls.fixTests", Value::Null).unwrap()["run_id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -126,18 +119,22 @@ fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
     );
     *editor.lock().unwrap() = (text, 5);
     applies(&mut c, &uri, editor.clone());
-    let status = command(&mut c, "agent-ls.status", Value::Null).unwrap();
+    let status = c.command("agent-ls.status", Value::Null).unwrap();
     let interrupted = status["interrupted"].as_array().unwrap();
     assert_eq!(interrupted.len(), 1, "{status}");
     assert_eq!(interrupted[0]["run_id"], run_id.as_str());
     assert_eq!(interrupted[0]["iterations"], 2);
 
-    let err = command(&mut c, "agent-ls.resume", json!({"run_id": "run_nope"})).unwrap_err();
+    let err = c
+        .command("agent-ls.resume", json!({"run_id": "run_nope"}))
+        .unwrap_err();
     assert!(
         err["message"].as_str().unwrap().contains("no run run_nope"),
         "{err}"
     );
-    let resumed = command(&mut c, "agent-ls.resume", json!({"run_id": run_id})).unwrap();
+    let resumed = c
+        .command("agent-ls.resume", json!({"run_id": run_id}))
+        .unwrap();
     assert_eq!(resumed["run_id"], run_id.as_str());
     let done = c.wait_notification("agent-ls/runFinished", |_| true);
     assert_eq!(done["status"], "done", "{done}");
@@ -162,9 +159,11 @@ fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
             .unwrap()
             .contains("return a + b")
     );
-    let status = command(&mut c, "agent-ls.status", Value::Null).unwrap();
+    let status = c.command("agent-ls.status", Value::Null).unwrap();
     assert_eq!(status["interrupted"], json!([]), "{status}");
-    let err = command(&mut c, "agent-ls.resume", json!({"run_id": run_id})).unwrap_err();
+    let err = c
+        .command("agent-ls.resume", json!({"run_id": run_id}))
+        .unwrap_err();
     assert!(
         err["message"].as_str().unwrap().contains("already ended"),
         "{err}"
@@ -226,7 +225,7 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
         );
         c.open(&uri, BROKEN);
         applies(&mut c, &uri, editor);
-        command(&mut c, "agent-ls.fixTests", Value::Null).unwrap();
+        c.command("agent-ls.fixTests", Value::Null).unwrap();
         // A whole run takes about 1.5 s here; kill anywhere in it (and sometimes after it).
         let wait = Duration::from_millis(rng.u64(0..2000));
         c.pump(wait);
@@ -322,7 +321,7 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
     // After all that, a server starts on the store and undoes the latest step.
     let mut c = Client::spawn(Default::default());
     c.initialize(ws.path(), json!({}), json!({"agent": {"approval": "auto"}}));
-    let status = command(&mut c, "agent-ls.status", Value::Null).unwrap();
+    let status = c.command("agent-ls.status", Value::Null).unwrap();
     assert!(status["steps"].as_array().is_some(), "{status}");
 }
 
@@ -430,14 +429,7 @@ fn stats_report_tokens_times_iterations_and_rates() {
 #[test]
 fn a_killed_headless_run_resumes_with_run_resume() {
     let ws = example();
-    let first = ModelServer::start(vec![
-        openai_text(&[WRONG]),
-        openai_text(&[REFLECTION]),
-        Reply::Sse {
-            events: vec![],
-            stall_after: Some(0),
-        },
-    ]);
+    let first = stalls_in_the_second_iteration();
     let agent = |url: &str| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent-ls"));
         cmd.arg("run")

@@ -70,6 +70,17 @@ fn propose(run: &mut Run, answer: &str) -> Vec<Effect> {
     step(run, Event::Applied)
 }
 
+/// The messages of the coder call the effects end with.
+fn coder_call(e: &[Effect]) -> &[crate::model::Message] {
+    match e.last() {
+        Some(Effect::CallModel {
+            role: Role::Coder,
+            messages,
+        }) => messages,
+        _ => panic!("no coder call last: {e:?}"),
+    }
+}
+
 fn is_call(e: &Effect, role: Role) -> bool {
     matches!(e, Effect::CallModel { role: r, .. } if *r == role)
 }
@@ -129,13 +140,7 @@ fn a_failing_run_is_reflected_on_and_retried() {
                 .into(),
         },
     );
-    let Some(Effect::CallModel {
-        role: Role::Coder,
-        messages,
-    }) = e.last()
-    else {
-        panic!("{e:?}")
-    };
+    let messages = coder_call(&e);
     assert!(messages.last().unwrap().content.contains("Next step: add"));
     propose(&mut run, &edit_answer("a + b"));
     assert!(matches!(
@@ -346,13 +351,7 @@ fn a_stale_buffer_redoes_the_step_on_fresh_text() {
         &mut run,
         Event::Stale("calc.py changed while the change was prepared".into()),
     );
-    let Some(Effect::CallModel {
-        role: Role::Coder,
-        messages,
-    }) = e.last()
-    else {
-        panic!("{e:?}")
-    };
+    let messages = coder_call(&e);
     assert!(messages.last().unwrap().content.contains("current text"));
     assert!(run.files_changed.is_empty());
 }
@@ -393,23 +392,11 @@ fn a_large_goal_is_planned_and_its_tasks_run_in_order_then_evaluated() {
             text: plan.into(),
         },
     );
-    let Some(Effect::CallModel {
-        role: Role::Coder,
-        messages,
-    }) = e.last()
-    else {
-        panic!("{e:?}")
-    };
+    let messages = coder_call(&e);
     assert!(messages[1].content.contains("task 1 of 2 now: T1 fix add"));
     propose(&mut run, &edit_answer("a + b"));
     let e = step(&mut run, Event::TestsFinished(passing()));
-    let Some(Effect::CallModel {
-        role: Role::Coder,
-        messages,
-    }) = e.last()
-    else {
-        panic!("{e:?}")
-    };
+    let messages = coder_call(&e);
     assert!(
         messages[1].content.contains("task 2 of 2"),
         "the next task starts"
@@ -522,13 +509,7 @@ fn a_checkpoint_round_trips_and_resume_calls_the_coder_with_what_was_learned() {
     let saved = serde_json::to_string(&run).unwrap();
     let mut back: Run = serde_json::from_str(&saved).unwrap();
     let e = resume(&mut back);
-    let Some(Effect::CallModel {
-        role: Role::Coder,
-        messages,
-    }) = e.last()
-    else {
-        panic!("{e:?}")
-    };
+    let messages = coder_call(&e);
     assert!(messages.last().unwrap().content.contains("Next step: add"));
     assert_eq!(back.iterations, 2, "the same iteration, not a new one");
     propose(&mut back, &edit_answer("a + b"));

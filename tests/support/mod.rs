@@ -364,6 +364,20 @@ impl Client {
         }
     }
 
+    /// `workspace/executeCommand` of one of our commands, with its one argument object (or
+    /// none for `Value::Null`).
+    pub fn command(&mut self, name: &str, arg: Value) -> Result<Value, Value> {
+        let arguments = if arg.is_null() {
+            json!([])
+        } else {
+            json!([arg])
+        };
+        self.request(
+            "workspace/executeCommand",
+            json!({"command": name, "arguments": arguments}),
+        )
+    }
+
     /// Kills the server with SIGKILL, as a crash would, and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
