@@ -112,14 +112,18 @@ export async function deactivate(): Promise<void> {
 async function start(): Promise<void> {
   const command = serverPath();
   if (!command) {
+    // Not awaited: activation must not wait for the user to dismiss the message.
     const open = 'Open Settings';
-    const pick = await vscode.window.showErrorMessage(
-      'agent-ls: the agent-ls binary was not found on PATH. Install it (cargo install --path .) or set agentLs.server.path.',
-      open,
-    );
-    if (pick === open) {
-      await vscode.commands.executeCommand('workbench.action.openSettings', 'agentLs.server.path');
-    }
+    void vscode.window
+      .showErrorMessage(
+        'agent-ls: the agent-ls binary was not found on PATH. Install it (cargo install --path .) or set agentLs.server.path.',
+        open,
+      )
+      .then((pick) => {
+        if (pick === open) {
+          void vscode.commands.executeCommand('workbench.action.openSettings', 'agentLs.server.path');
+        }
+      });
     return;
   }
   const serverOptions: ServerOptions = { command, args: ['serve'] };
