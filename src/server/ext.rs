@@ -61,6 +61,8 @@ pub const CANCEL_COMMAND: &str = "agent-ls.cancel";
 pub const RUN_FINISHED: &str = "agent-ls/runFinished";
 
 /// Command `agent-ls.run` `{goal, uri?, range?}`: starts an agent run; returns `{run_id}` at once.
+/// A goal that names a command ("undo", "status", "run `make lint`") is done instead and
+/// answered with `{routed, ...}`.
 pub const RUN_COMMAND: &str = "agent-ls.run";
 
 /// Command `agent-ls.fixTests`: starts a run with the goal "fix the failing tests".
