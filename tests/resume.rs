@@ -318,11 +318,30 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
     eprintln!("{rounds} kills: {mid_run} inside a run, {steps} steps recorded");
     assert!(killed_running > 0, "some kills landed inside a run");
 
-    // After all that, a server starts on the store and undoes the latest step.
+    // After all that, a server starts on the store and undoes the latest step, with the
+    // file as that step left it (each round began by putting calc.py back).
+    let (latest, _) = Store::open(ws.path())
+        .unwrap()
+        .0
+        .load_steps()
+        .unwrap()
+        .pop()
+        .expect("some step was recorded");
+    let change = &latest.changes[0];
+    std::fs::write(ws.path().join(&change.path), &change.new_text).unwrap();
     let mut c = Client::spawn(Default::default());
     c.initialize(ws.path(), json!({}), json!({"agent": {"approval": "auto"}}));
     let status = c.command("agent-ls.status", Value::Null).unwrap();
-    assert!(status["steps"].as_array().is_some(), "{status}");
+    assert_eq!(status["steps"][0]["id"], latest.id, "{status}");
+    let r = c.command("agent-ls.undo", Value::Null).unwrap();
+    assert_eq!(r["step"], latest.id);
+    c.wait_notification("window/showMessage", |p| {
+        p["message"].as_str().unwrap_or("").contains("undid step")
+    });
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join(&change.path)).unwrap(),
+        change.original.clone().unwrap()
+    );
 }
 
 #[test]
