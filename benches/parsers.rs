@@ -15,8 +15,10 @@ fn grow(sample: &str, bytes: usize) -> String {
 }
 
 fn main() {
+    let projects = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/projects");
+    let root = projects.join("python");
     let ctx = Context {
-        root: Path::new("/work/main/tests/fixtures/projects/python"),
+        root: &root,
         go_module: None,
     };
     for (name, file) in [
@@ -24,8 +26,12 @@ fn main() {
         ("cargo test", "cargo.txt"),
         ("node TAP", "node-tap.txt"),
     ] {
-        let sample = std::fs::read_to_string(format!("tests/fixtures/outputs/{file}"))
-            .expect("recorded output");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/outputs")
+            .join(file);
+        let sample = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .replace("@PROJECTS@", &projects.to_string_lossy());
         let text = grow(&sample, 10 * 1024 * 1024);
         let mut best = f64::MAX;
         let mut failures = 0;

@@ -13,14 +13,6 @@ use support::model_server::{ModelServer, Reply};
 
 const FIX: &str = "def add(a, b):\n    return a + b\n";
 
-fn example() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
-        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
-    }
-    dir
-}
-
 fn coder(body_from: &str, body_to: &str) -> Value {
     json!({"role": "coder", "content": format!("calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return {body_from}\n=======\ndef add(a, b):\n    return {body_to}\n>>>>>>> REPLACE\n")})
 }
@@ -78,7 +70,7 @@ fn calc(ws: &Path) -> String {
 
 #[test]
 fn a_fix_in_one_iteration() {
-    let ws = example();
+    let ws = support::example();
     let file = script(ws.path(), &[coder("a - b", "a + b")]);
     let out = agent(
         ws.path(),
@@ -97,7 +89,7 @@ fn a_fix_in_one_iteration() {
 
 #[test]
 fn a_fix_that_needs_a_retry_after_a_failing_run() {
-    let ws = example();
+    let ws = support::example();
     let file = script(
         ws.path(),
         &[
@@ -119,7 +111,7 @@ fn a_fix_that_needs_a_retry_after_a_failing_run() {
 
 #[test]
 fn failing_retries_stop_with_the_budget_message_and_exit_partial() {
-    let ws = example();
+    let ws = support::example();
     let file = script(
         ws.path(),
         &[
@@ -146,7 +138,7 @@ fn failing_retries_stop_with_the_budget_message_and_exit_partial() {
 
 #[test]
 fn a_rejected_plan_applies_nothing() {
-    let ws = example();
+    let ws = support::example();
     let file = script(ws.path(), &[coder("a - b", "a + b")]);
     // No --yes and no terminal to ask on: the change is not applied.
     let out = agent(ws.path(), &["fix the failing tests"], &replay_env(&file));
@@ -160,7 +152,7 @@ fn a_rejected_plan_applies_nothing() {
 
 #[test]
 fn a_dry_run_shows_the_change_and_writes_nothing() {
-    let ws = example();
+    let ws = support::example();
     let file = script(ws.path(), &[coder("a - b", "a + b")]);
     let out = agent(
         ws.path(),
@@ -179,7 +171,7 @@ fn a_dry_run_shows_the_change_and_writes_nothing() {
 
 #[test]
 fn a_reply_that_does_not_parse_is_sent_back_once_then_the_run_fails() {
-    let ws = example();
+    let ws = support::example();
     let prose = json!({"role": "coder", "content": "I think the sign is wrong in add."});
     let file = script(ws.path(), &[prose.clone(), prose]);
     let out = agent(
@@ -204,9 +196,7 @@ fn an_answer_writing_outside_the_workspace_is_refused() {
     let parent = tempfile::tempdir().unwrap();
     let ws = parent.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
-    for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
-        std::fs::copy(entry.path(), ws.join(entry.file_name())).unwrap();
-    }
+    support::copy_example(&ws);
     let escape = json!({"role": "coder", "content": "{\"edits\": [{\"path\": \"../escaped.txt\", \"content\": \"pwned\\n\"}]}"});
     let file = script(&ws, &[escape]);
     let out = agent(&ws, &["fix the failing tests", "--yes"], &replay_env(&file));
@@ -217,7 +207,7 @@ fn an_answer_writing_outside_the_workspace_is_refused() {
 
 #[test]
 fn sigterm_during_a_test_run_ends_the_run_cleanly_with_130() {
-    let ws = example();
+    let ws = support::example();
     std::fs::write(
         ws.path().join(".agent-ls.toml"),
         "[test]\ncommand = [\"sh\", \"-c\", \"sleep 30\"]\nallowlist = [\"sh\"]\n",
@@ -272,7 +262,7 @@ fn sigterm_during_a_test_run_ends_the_run_cleanly_with_130() {
 
 #[test]
 fn an_authentication_failure_exits_4_and_a_bad_config_exits_3() {
-    let ws = example();
+    let ws = support::example();
     let server = ModelServer::start(vec![Reply::status(401, "{}")]);
     let env = vec![
         ("AGENT_LS_MODEL__PROVIDER", "openai".to_string()),
@@ -304,7 +294,7 @@ fn an_authentication_failure_exits_4_and_a_bad_config_exits_3() {
 
 #[test]
 fn with_no_model_configured_the_first_run_says_what_to_configure() {
-    let ws = example();
+    let ws = support::example();
     // No key and no provider: the default is Ollama on 127.0.0.1:11434, which is not running
     // here (a closed port stands in for it).
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -336,7 +326,7 @@ fn with_no_model_configured_the_first_run_says_what_to_configure() {
 
 #[test]
 fn a_run_is_journaled_listed_and_replays_to_the_same_files() {
-    let ws = example();
+    let ws = support::example();
     let file = script(
         ws.path(),
         &[
@@ -388,7 +378,7 @@ fn a_run_is_journaled_listed_and_replays_to_the_same_files() {
     );
 
     // Replayed on a fresh copy of the example, with no model at all: the same change.
-    let again = example();
+    let again = support::example();
     let out = Command::new(support::binary())
         .args(["replay", &journal, "--yes", "--json", "--workspace"])
         .arg(again.path())
@@ -407,7 +397,7 @@ fn a_run_is_journaled_listed_and_replays_to_the_same_files() {
 
 #[test]
 fn goals_that_name_a_command_are_routed_without_a_model() {
-    let ws = example();
+    let ws = support::example();
     // No model is configured: a routed goal never needs one.
     let out = agent(ws.path(), &["run `python3 -m unittest`"], &[]);
     assert_eq!(

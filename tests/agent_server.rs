@@ -20,14 +20,6 @@ struct Setup {
     editor: Arc<Mutex<(String, i64)>>,
 }
 
-fn example() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
-        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
-    }
-    dir
-}
-
 fn script(lines: &[Value]) -> String {
     lines.iter().map(|l| format!("{l}\n")).collect()
 }
@@ -38,7 +30,7 @@ fn fix_line() -> Value {
 
 /// A server on a copy of the example with calc.py open, the model replayed from `lines`.
 fn setup(lines: &[Value], approval: &str, capabilities: Value) -> Setup {
-    let ws = example();
+    let ws = support::example();
     std::fs::write(ws.path().join(".replay.jsonl"), script(lines)).unwrap();
     let mut client = Client::spawn(Default::default());
     client.initialize(
@@ -477,7 +469,7 @@ fn undo_survives_a_restart_of_the_server() {
 #[test]
 fn a_corrupt_or_newer_store_is_moved_aside_and_reported() {
     for (content, word) in [(None, "corrupt"), (Some(99), "newer")] {
-        let ws = example();
+        let ws = support::example();
         let store = ws.path().join(".agent-ls/store.sqlite");
         std::fs::create_dir_all(store.parent().unwrap()).unwrap();
         match content {

@@ -2,10 +2,16 @@
 //! default configuration file stays the one the binary embeds.
 
 use std::fs;
+use std::path::PathBuf;
+
+/// A file of this checkout, wherever it sits.
+fn repo(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
 
 /// The string constants declared in `src/server/ext.rs`: our method and command names.
 fn extension_names() -> Vec<String> {
-    let source = fs::read_to_string("src/server/ext.rs").expect("read ext.rs");
+    let source = fs::read_to_string(repo("src/server/ext.rs")).expect("read ext.rs");
     source
         .lines()
         .filter_map(|l| l.trim().strip_prefix("pub const "))
@@ -16,7 +22,8 @@ fn extension_names() -> Vec<String> {
 
 #[test]
 fn every_extension_is_documented() {
-    let docs = fs::read_to_string("docs/lsp-extensions.md").expect("read docs/lsp-extensions.md");
+    let docs =
+        fs::read_to_string(repo("docs/lsp-extensions.md")).expect("read docs/lsp-extensions.md");
     let names = extension_names();
     assert!(names.len() >= 3, "found {names:?}");
     for name in names {
@@ -29,8 +36,10 @@ fn every_extension_is_documented() {
 
 #[test]
 fn the_configuration_doc_names_every_section() {
-    let docs = fs::read_to_string("docs/configuration.md").expect("read docs/configuration.md");
-    let defaults = fs::read_to_string("config/agent-ls.toml").expect("read config/agent-ls.toml");
+    let docs =
+        fs::read_to_string(repo("docs/configuration.md")).expect("read docs/configuration.md");
+    let defaults =
+        fs::read_to_string(repo("config/agent-ls.toml")).expect("read config/agent-ls.toml");
     for section in defaults.lines().filter(|l| l.starts_with('[')) {
         assert!(
             docs.contains(section),
@@ -42,13 +51,13 @@ fn the_configuration_doc_names_every_section() {
 #[test]
 fn every_command_is_declared_in_the_capabilities() {
     // Clients such as Neovim refuse to send a command the server did not declare.
-    let source = fs::read_to_string("src/server/mod.rs").expect("read mod.rs");
+    let source = fs::read_to_string(repo("src/server/mod.rs")).expect("read mod.rs");
     let body = source
         .split("fn commands(&self)")
         .nth(1)
         .expect("commands()");
     let body = &body[..body.find("\n    }\n").unwrap_or(body.len())];
-    let ext = fs::read_to_string("src/server/ext.rs").unwrap();
+    let ext = fs::read_to_string(repo("src/server/ext.rs")).unwrap();
     for line in ext.lines().filter(|l| l.contains("_COMMAND: &str")) {
         let name = line
             .trim()

@@ -211,10 +211,11 @@ fn check(case: &Case) -> Result<(), String> {
 fn every_fixture_case_holds() {
     let mut count = 0;
     let mut failures = Vec::new();
-    let mut dir: Vec<_> = std::fs::read_dir("tests/fixtures/edits")
-        .unwrap()
-        .flatten()
-        .collect();
+    let mut dir: Vec<_> =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/edits"))
+            .unwrap()
+            .flatten()
+            .collect();
     dir.sort_by_key(|e| e.path());
     for entry in dir {
         let source = std::fs::read_to_string(entry.path()).unwrap();

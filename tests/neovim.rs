@@ -2,8 +2,9 @@
 //! user's path: the code action, the question before applying, the file, the tests and the
 //! diagnostics. scripts/test installs Neovim and sets AGENT_LS_TEST_NVIM.
 
-use std::path::Path;
 use std::process::Command;
+
+mod support;
 
 fn nvim() -> Option<String> {
     match std::env::var("AGENT_LS_TEST_NVIM") {
@@ -23,9 +24,7 @@ fn scenario(name: &str, replay: &str) -> Vec<serde_json::Value> {
         return Vec::new();
     };
     let ws = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
-        std::fs::copy(entry.path(), ws.path().join(entry.file_name())).unwrap();
-    }
+    support::copy_example(ws.path());
     std::fs::write(ws.path().join(".replay.jsonl"), replay).unwrap();
     let state = tempfile::tempdir().unwrap();
     let result = state.path().join("result.jsonl");
@@ -46,10 +45,7 @@ fn scenario(name: &str, replay: &str) -> Vec<serde_json::Value> {
         .env("RESULT", &result)
         .env("SCENARIO", name)
         .env("WORKSPACE", ws.path().canonicalize().unwrap())
-        .env(
-            "PLUGIN",
-            Path::new("editors/neovim").canonicalize().unwrap(),
-        )
+        .env("PLUGIN", support::repo("editors/neovim"))
         .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
         .output()
         .unwrap();

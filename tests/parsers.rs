@@ -6,11 +6,26 @@ use std::path::Path;
 
 use agent_ls::tests_run::parse::{Context, Format, Location, Parsed, parse};
 
-const PROJECTS: &str = "/work/main/tests/fixtures/projects";
+/// The fixture projects of this checkout, wherever it sits.
+fn projects() -> String {
+    format!("{}/tests/fixtures/projects", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A recorded output, with the folder it was recorded in (written `@PROJECTS@` in the file)
+/// made this checkout's fixture projects, as the tool would print it here.
+fn recorded(name: &str) -> String {
+    let path = format!(
+        "{}/tests/fixtures/outputs/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .replace("@PROJECTS@", &projects())
+}
 
 fn parsed(name: &str, project: &str) -> (Format, Parsed) {
-    let text = std::fs::read_to_string(format!("tests/fixtures/outputs/{name}")).unwrap();
-    let root = format!("{PROJECTS}/{project}");
+    let text = recorded(name);
+    let root = format!("{}/{project}", projects());
     parse(
         &text,
         &Context {
@@ -246,7 +261,7 @@ fn node_test_runner_tap() {
 #[test]
 fn jest() {
     let (f, p) = parse(
-        &std::fs::read_to_string("tests/fixtures/outputs/jest.txt").unwrap(),
+        &recorded("jest.txt"),
         &Context {
             root: Path::new("/tmp/jsx"),
             go_module: None,
@@ -266,7 +281,7 @@ fn jest() {
 #[test]
 fn vitest() {
     let (f, p) = parse(
-        &std::fs::read_to_string("tests/fixtures/outputs/vitest.txt").unwrap(),
+        &recorded("vitest.txt"),
         &Context {
             root: Path::new("/tmp/jsx"),
             go_module: None,

@@ -22,14 +22,6 @@ const RIGHT: &str =
     "calc.py\n<<<<<<< SEARCH\n    return b - a\n=======\n    return a + b\n>>>>>>> REPLACE\n";
 const REFLECTION: &str = r#"{"task_id": "T1", "passed": false, "report": "add subtracts the wrong way round", "next_step": "make add return the sum a + b"}"#;
 
-fn example() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
-        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
-    }
-    dir
-}
-
 /// Answers applyEdit as an editor that applies it, with the didChange that follows.
 fn applies(client: &mut Client, uri: &str, editor: Arc<Mutex<(String, i64)>>) {
     let uri = uri.to_string();
@@ -74,7 +66,7 @@ fn stalls_in_the_second_iteration() -> ModelServer {
 
 #[test]
 fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
-    let ws = example();
+    let ws = support::example();
     let uri = file_uri(&ws.path().join("calc.py"));
     // The server is killed while its model hangs in the second iteration's coder call.
     let first = stalls_in_the_second_iteration();
@@ -197,7 +189,7 @@ fn apply_edits(from: &str, edits: &Value) -> String {
 
 #[test]
 fn sigkill_at_random_moments_leaves_a_consistent_store() {
-    let ws = example();
+    let ws = support::example();
     let uri = file_uri(&ws.path().join("calc.py"));
     let replay = [
         json!({"role": "coder", "content": WRONG}),
@@ -346,7 +338,7 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
 
 #[test]
 fn stats_report_tokens_times_iterations_and_rates() {
-    let ws = example();
+    let ws = support::example();
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_agent-ls"))
             .args(args)
@@ -355,9 +347,7 @@ fn stats_report_tokens_times_iterations_and_rates() {
             .env("AGENT_LS_MODEL__PROVIDER", "replay")
             .env(
                 "AGENT_LS_MODEL__REPLAY_FILE",
-                std::path::Path::new("examples/replay/fix-calc.jsonl")
-                    .canonicalize()
-                    .unwrap(),
+                support::repo("examples/replay/fix-calc.jsonl"),
             )
             .env("XDG_CONFIG_HOME", ws.path().join(".xdg"))
             .output()
@@ -447,7 +437,7 @@ fn stats_report_tokens_times_iterations_and_rates() {
 
 #[test]
 fn a_killed_headless_run_resumes_with_run_resume() {
-    let ws = example();
+    let ws = support::example();
     let first = stalls_in_the_second_iteration();
     let agent = |url: &str| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent-ls"));

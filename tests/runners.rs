@@ -144,7 +144,9 @@ fn secrets_do_not_reach_the_test_process() {
 /// A fresh copy of a fixture project, so runs leave nothing in the repository.
 fn project(name: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let src = Path::new("tests/fixtures/projects").join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/projects")
+        .join(name);
     copy_dir(&src, dir.path());
     let root = dir.path().canonicalize().unwrap();
     (dir, root)

@@ -3,8 +3,9 @@
 //! scripts/test builds the .vsix, installs code-server, Node 24 and Chromium, and sets the
 //! AGENT_LS_TEST_* variables this test reads.
 
-use std::path::Path;
 use std::process::Command;
+
+mod support;
 
 /// The variables the test needs; `None` (skipped, saying so) under a plain `cargo test`.
 fn tools() -> Option<[(String, String); 4]> {
@@ -40,22 +41,20 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
     let tools = tools()?;
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ws = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir("examples/calc").unwrap().flatten() {
-        std::fs::copy(entry.path(), ws.path().join(entry.file_name())).unwrap();
-    }
+    support::copy_example(ws.path());
     let script = if name == "explain" { EXPLAIN } else { FIX };
     std::fs::write(ws.path().join(".replay.jsonl"), script).unwrap();
     let out_dir = tempfile::tempdir().unwrap();
     let result = out_dir.path().join("result.jsonl");
-    let artifacts = Path::new("target/vscode-e2e");
-    std::fs::create_dir_all(artifacts).unwrap();
+    let artifacts = support::repo("target/vscode-e2e");
+    std::fs::create_dir_all(&artifacts).unwrap();
     let out = Command::new("node")
-        .arg("editors/vscode/test/e2e.mjs")
+        .arg(support::repo("editors/vscode/test/e2e.mjs"))
         .envs(tools)
         .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
         .env("WORKSPACE", ws.path().canonicalize().unwrap())
         .env("RESULT", &result)
-        .env("ARTIFACTS", artifacts.canonicalize().unwrap())
+        .env("ARTIFACTS", &artifacts)
         .env("SCENARIO", name)
         .output()
         .unwrap();

@@ -497,6 +497,26 @@ fn read_frames(stdout: impl Read, tx: std::sync::mpsc::Sender<Incoming>) {
     }
 }
 
+/// A path inside this checkout, wherever it sits (tests never depend on the working directory
+/// or on an absolute checkout path).
+pub fn repo(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// Copies the files of `examples/calc` (a Python project whose `add` subtracts) into `dest`.
+pub fn copy_example(dest: &Path) {
+    for entry in std::fs::read_dir(repo("examples/calc")).unwrap().flatten() {
+        std::fs::copy(entry.path(), dest.join(entry.file_name())).unwrap();
+    }
+}
+
+/// A scratch copy of `examples/calc`.
+pub fn example() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp workspace");
+    copy_example(dir.path());
+    dir
+}
+
 pub fn file_uri(path: &Path) -> String {
     format!("file://{}", path.display())
 }
