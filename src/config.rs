@@ -379,7 +379,7 @@ pub fn user_config_path() -> Option<PathBuf> {
 }
 
 /// The effective configuration and the problems found on the way.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Loaded {
     pub config: Config,
     /// For every key set by a layer other than the defaults, the layer that set it last.

@@ -1,6 +1,8 @@
 //! Performs the agent's effects and feeds the results back into `agent::step`. Shared by the
-//! headless `agent-ls run` and the server: only the `Shell` (how approval, applying and
-//! progress reach the user) differs, so the two loops cannot drift apart.
+//! headless `agent-ls run` and the server (and any other surface): only the `Shell` (how
+//! approval, applying, tests and progress reach the user) differs, so the loops cannot drift
+//! apart. Each effect is performed by one method that returns the event it produced; the
+//! journal and the store watch the run from one `Observer`.
 
 use std::path::Path;
 use std::time::Instant;
@@ -8,13 +10,13 @@ use std::time::Instant;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{self, Effect, Event, Phase, Run, TestSummary};
+use crate::agent::{self, Budget, Effect, Event, FailureKind, Run, RunStatus, TestSummary};
 use crate::config::Config;
 use crate::edit::{self, FileChange, FileText};
 use crate::journal::Journal;
-use crate::model::{ModelError, Models, OnToken, Request, Role, Totals};
-use crate::store::{Iteration, Store};
-use crate::tests_run::{self, RunEnd};
+use crate::model::{Message, ModelError, Models, OnToken, Request, Role, Totals};
+use crate::store::{Iteration, Store, StoreThread};
+use crate::tests_run::{self, RunEnd, RunError, RunResult};
 use serde_json::json;
 
 /// How the loop reaches the user and the files.
@@ -24,15 +26,17 @@ pub trait Shell {
     fn read(&self, relative: &str) -> FileText;
     /// Shows the change and answers whether to apply it.
     async fn approve(&mut self, changes: &[FileChange], diff: &str) -> bool;
-    /// Applies an approved change; refuses when a file changed since it was read.
+    /// Applies an approved change. A file that changed since the change was computed gets the
+    /// change re-located onto its new text (`edit::rebase`); where that is impossible the
+    /// answer is `Stale`, and the step is redone.
     async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError>;
+    /// Runs the workspace's tests (the server's through its one owner of test runs).
+    async fn run_tests(&mut self, cancel: &CancellationToken) -> Result<RunResult, RunError>;
     fn progress(&mut self, message: &str);
     fn warn(&mut self, message: &str);
     /// Called before each step, so `read` sees the latest text (the server takes a fresh
     /// snapshot of the editor's buffers here).
     async fn refresh(&mut self) {}
-    /// A test run of the loop ended (the server publishes its diagnostics).
-    fn tests_ran(&mut self, _result: &tests_run::RunResult) {}
     /// The plan's task the next change works on ("T1 fix the failing tests"), for the history.
     fn task(&mut self, _task: &str) {}
 }
@@ -48,7 +52,7 @@ pub enum ApplyError {
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Outcome {
     pub run_id: String,
-    pub status: String,
+    pub status: RunStatus,
     pub answer: String,
     pub iterations: u32,
     pub files_changed: Vec<String>,
@@ -56,10 +60,9 @@ pub struct Outcome {
     pub tokens: u64,
     pub duration_ms: u64,
     pub cost_usd: Option<f64>,
-    /// Why a failed run failed, when the cause has a kind of its own: "auth", "config",
-    /// "timeout".
+    /// Why a failed run failed, when the cause has a kind of its own.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub failure_kind: Option<String>,
+    pub failure_kind: Option<FailureKind>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
@@ -75,12 +78,66 @@ pub struct Drive<'a> {
     pub cancel: &'a CancellationToken,
     /// Receives streamed model text (the terminal's stderr for `agent-ls run`).
     pub on_token: Option<OnToken<'a>>,
-    /// Record the run in `.agent-ls/runs/` (see `journal.rs`).
-    pub journal: bool,
+    /// Record the run: its journal in `.agent-ls/runs/` and its figures in the store.
+    pub record: Option<&'a StoreThread>,
 }
 
 pub fn new_run_id() -> String {
     format!("run_{:08x}", fastrand::u32(..))
+}
+
+/// A new run of `goal` under the configuration's budgets: the one way every surface builds one.
+pub fn new_run(config: &Config, goal: &str) -> Run {
+    let mut run = Run::new(
+        goal,
+        agent::classify(goal),
+        Budget {
+            max_retries: config.agent.max_retries,
+            max_iterations: config.agent.max_iterations,
+        },
+        String::new(),
+    );
+    run.evaluate = config.agent.evaluate;
+    run
+}
+
+/// Where an interrupted run goes on from: its goal and last checkpoint (`None` when it was
+/// interrupted before its first coder call, and starts over). `active` is the run this
+/// process is running now, which is not interrupted. The one check every surface makes.
+pub fn resume_point(
+    store: &Store,
+    run_id: &str,
+    active: Option<&str>,
+) -> Result<(String, Option<Run>), String> {
+    let (goal, checkpoint, status) = store
+        .resume_point(run_id)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no run {run_id} in this workspace"))?;
+    if status != RunStatus::Running {
+        return Err(format!("run {run_id} already ended ({})", status.as_str()));
+    }
+    let interrupted = store.interrupted_runs(active).map_err(|e| e.to_string())?;
+    if !interrupted.iter().any(|r| r.run_id == run_id) {
+        return Err(format!(
+            "run {run_id} is still going in another agent-ls process"
+        ));
+    }
+    let run = match checkpoint {
+        Some(json) => Some(
+            serde_json::from_str::<Run>(&json)
+                .map_err(|e| format!("the checkpoint of {run_id} cannot be read: {e}"))?,
+        ),
+        None => None,
+    };
+    Ok((goal, run))
+}
+
+/// What a performed effect produced.
+enum Next {
+    Event(Event),
+    /// Nothing to feed back (progress, a warning).
+    Continue,
+    Finish(agent::Phase, String),
 }
 
 impl Drive<'_> {
@@ -104,26 +161,16 @@ impl Drive<'_> {
         let started = Instant::now();
         let mut totals = Totals::default();
         let mut failure_kind = None;
-        let mut queue: std::collections::VecDeque<Effect> = Default::default();
+        let mut observer = Observer::open(self.record, self.root, &run_id, run, resumed);
         self.refresh_context(run, shell);
-        queue.extend(if resumed {
+        let mut queue: std::collections::VecDeque<Effect> = if resumed {
             agent::resume(run)
         } else {
             agent::step(run, Event::Start)
-        });
-        let mut finished = None;
-        let mut journal = match (self.journal, resumed) {
-            (true, true) => Journal::append(self.root, &run_id),
-            (true, false) => Journal::create(self.root, &run_id),
-            (false, _) => Journal::disabled(&run_id),
-        };
-        journal.write(
-            "agent",
-            if resumed { "resumed" } else { "intent" },
-            json!({"goal": run.goal, "intent": run.intent, "iterations": run.iterations}),
-        );
-        let mut record = Recorder::open(self.journal, self.root, &run_id, run);
+        }
+        .into();
         shell.refresh().await;
+        let mut finished = None;
         while let Some(effect) = queue.pop_front() {
             // A cancel between effects ends the run before anything else is done.
             if self.cancel.is_cancelled() && !matches!(effect, Effect::Finish { .. }) {
@@ -131,11 +178,8 @@ impl Drive<'_> {
                 queue.extend(agent::step(run, Event::Cancel));
                 continue;
             }
-            let event = match effect {
-                Effect::Finish { status, answer } => {
-                    finished = Some((status, answer));
-                    break;
-                }
+            let next = match effect {
+                Effect::Finish { status, answer } => Next::Finish(status, answer),
                 Effect::Progress(m) => {
                     let step = format!(
                         "{m} (iteration {} of {})",
@@ -143,111 +187,53 @@ impl Drive<'_> {
                         run.budget.max_iterations
                     );
                     shell.progress(&step);
-                    continue;
+                    Next::Continue
                 }
                 Effect::Warn(m) => {
                     shell.warn(&m);
-                    continue;
+                    Next::Continue
                 }
-                Effect::CallModel { role, messages } => {
-                    if role == Role::Coder {
-                        record.checkpoint(run);
-                    }
-                    let request = Request {
+                Effect::CallModel { role, messages } => Next::Event(
+                    self.call_model(
+                        run,
+                        role,
                         messages,
-                        ..Request::default()
-                    };
-                    match self
-                        .models
-                        .call(role, &request, self.cancel, self.on_token)
-                        .await
-                    {
-                        Ok(r) => {
-                            totals.add(&r);
-                            journal.model_call(role, &r);
-                            journal_reading(&mut journal, role, &r.text);
-                            record.model_call(role, &r);
-                            Event::ModelAnswered { role, text: r.text }
-                        }
-                        Err(ModelError::Cancelled) => Event::Cancel,
-                        Err(e) => {
-                            failure_kind = match &e {
-                                ModelError::Auth { .. } => Some("auth"),
-                                ModelError::NotConfigured(_) => Some("config"),
-                                ModelError::Timeout { .. } => Some("timeout"),
-                                _ => None,
-                            };
-                            Event::ModelFailed {
-                                role,
-                                error: e.to_string(),
-                            }
-                        }
-                    }
+                        &mut observer,
+                        &mut totals,
+                        &mut failure_kind,
+                    )
+                    .await,
+                ),
+                Effect::Locate(plan) => Next::Event(self.locate(&plan, shell).await),
+                Effect::AskApproval { changes, diff } => Next::Event(
+                    self.approve(run, &changes, &diff, shell, &mut observer)
+                        .await,
+                ),
+                Effect::Apply(changes) => Next::Event(self.apply(run, &changes, shell).await),
+                Effect::RunTests => Next::Event(
+                    self.run_tests(shell, &mut observer, &mut failure_kind)
+                        .await,
+                ),
+            };
+            let event = match next {
+                Next::Finish(status, answer) => {
+                    finished = Some((status, answer));
+                    break;
                 }
-                Effect::Locate(plan) => {
-                    shell.refresh().await;
-                    let limits = self.config.edit.limits();
-                    Event::Located(edit::apply_plan(&plan, self.root, &limits, |rel| {
-                        shell.read(rel)
-                    }))
-                }
-                Effect::AskApproval { changes, diff } => {
-                    if self.cancel.is_cancelled() {
-                        Event::Cancel
-                    } else {
-                        journal.write("agent", "patch", json!({"files": changes.iter().map(|c| &c.path).collect::<Vec<_>>(), "diff": diff}));
-                        let yes = shell.approve(&changes, &diff).await;
-                        journal.write("user", "approval", json!({"accepted": yes}));
-                        record.approval(run.iterations, yes, &changes);
-                        if self.cancel.is_cancelled() {
-                            Event::Cancel
-                        } else if yes {
-                            Event::Approved
-                        } else {
-                            Event::Rejected
-                        }
-                    }
-                }
-                Effect::Apply(changes) => {
-                    if let Some(t) = run.tasks.get(run.task) {
-                        shell.task(&format!("{} {}", t.id, t.title));
-                    }
-                    match shell.apply(&changes).await {
-                        Ok(()) => Event::Applied,
-                        Err(ApplyError::Stale(e)) => Event::Stale(e),
-                        Err(ApplyError::Failed(e)) => Event::ApplyFailed(e),
-                    }
-                }
-                Effect::RunTests => {
-                    let tests_started = Instant::now();
-                    let result = tests_run::run(self.root, &self.config.test, self.cancel).await;
-                    record.test_time(tests_started.elapsed());
-                    match result {
-                        Ok(r) if r.end == RunEnd::Cancelled => Event::Cancel,
-                        Ok(r) => {
-                            if r.end == RunEnd::TimedOut {
-                                failure_kind = Some("timeout");
-                            }
-                            shell.tests_ran(&r);
-                            journal.write("tests", "test_result", json!({"state": r.state(), "passed": r.passed, "failed": r.failed, "failures": r.failures.len()}));
-                            let summary = summary(&r);
-                            record.tests(&summary);
-                            Event::TestsFinished(summary)
-                        }
-                        Err(e) => Event::TestsUnavailable(e.to_string()),
-                    }
-                }
+                Next::Continue => continue,
+                Next::Event(e) => e,
             };
             shell.refresh().await;
             self.refresh_context(run, shell);
             queue.extend(agent::step(run, event));
-            record.phase(run);
+            observer.phase(run);
         }
-        if let Some((status, answer)) = &finished {
-            journal.write("agent", "finished", json!({"status": format!("{status:?}").to_lowercase(), "answer": answer, "iterations": run.iterations, "files_changed": run.files_changed}));
-        }
-        let (status, answer) =
-            finished.unwrap_or((Phase::Failed, "the run ended without an answer".into()));
+        let (phase, answer) = finished.unwrap_or((
+            agent::Phase::Failed,
+            "the run ended without an answer".into(),
+        ));
+        let status = RunStatus::from_phase(phase);
+        observer.finished(status, run, &answer);
         let tests = run
             .tests
             .as_ref()
@@ -255,15 +241,9 @@ impl Drive<'_> {
                 passed: t.passed_count,
                 failed: t.failed_count,
             });
-        let status = match status {
-            Phase::Done => "done",
-            Phase::Cancelled => "cancelled",
-            _ => "failed",
-        };
-        record.finished(status, run, &answer);
         Outcome {
             run_id,
-            status: status.into(),
+            status,
             answer,
             iterations: run.iterations,
             files_changed: run.files_changed.clone(),
@@ -271,14 +251,121 @@ impl Drive<'_> {
             tokens: totals.usage.input_tokens + totals.usage.output_tokens,
             duration_ms: started.elapsed().as_millis() as u64,
             cost_usd: totals.cost_usd,
-            failure_kind: if status == "failed" {
-                failure_kind.map(String::from)
+            failure_kind: if status == RunStatus::Failed {
+                failure_kind
             } else {
                 None
             },
         }
     }
 
+    async fn call_model(
+        &self,
+        run: &Run,
+        role: Role,
+        messages: Vec<Message>,
+        observer: &mut Observer,
+        totals: &mut Totals,
+        failure_kind: &mut Option<FailureKind>,
+    ) -> Event {
+        if role == Role::Coder {
+            observer.checkpoint(run);
+        }
+        let request = Request {
+            messages,
+            ..Request::default()
+        };
+        match self
+            .models
+            .call(role, &request, self.cancel, self.on_token)
+            .await
+        {
+            Ok(r) => {
+                totals.add(&r);
+                observer.model_answered(role, &r);
+                Event::ModelAnswered { role, text: r.text }
+            }
+            Err(ModelError::Cancelled) => Event::Cancel,
+            Err(e) => {
+                *failure_kind = match &e {
+                    ModelError::Auth { .. } => Some(FailureKind::Auth),
+                    ModelError::NotConfigured(_) => Some(FailureKind::Config),
+                    ModelError::Timeout { .. } => Some(FailureKind::Timeout),
+                    _ => None,
+                };
+                Event::ModelFailed {
+                    role,
+                    error: e.to_string(),
+                }
+            }
+        }
+    }
+
+    async fn locate(&self, plan: &edit::EditPlan, shell: &mut impl Shell) -> Event {
+        shell.refresh().await;
+        let limits = self.config.edit.limits();
+        Event::Located(edit::apply_plan(plan, self.root, &limits, |rel| {
+            shell.read(rel)
+        }))
+    }
+
+    async fn approve(
+        &self,
+        run: &Run,
+        changes: &[FileChange],
+        diff: &str,
+        shell: &mut impl Shell,
+        observer: &mut Observer,
+    ) -> Event {
+        if self.cancel.is_cancelled() {
+            return Event::Cancel;
+        }
+        observer.patch(changes, diff);
+        let yes = shell.approve(changes, diff).await;
+        observer.approval(run.iterations, yes, changes);
+        if self.cancel.is_cancelled() {
+            Event::Cancel
+        } else if yes {
+            Event::Approved
+        } else {
+            Event::Rejected
+        }
+    }
+
+    async fn apply(&self, run: &Run, changes: &[FileChange], shell: &mut impl Shell) -> Event {
+        if let Some(t) = run.tasks.get(run.task) {
+            shell.task(&format!("{} {}", t.id, t.title));
+        }
+        match shell.apply(changes).await {
+            Ok(()) => Event::Applied,
+            Err(ApplyError::Stale(e)) => Event::Stale(e),
+            Err(ApplyError::Failed(e)) => Event::ApplyFailed(e),
+        }
+    }
+
+    async fn run_tests(
+        &self,
+        shell: &mut impl Shell,
+        observer: &mut Observer,
+        failure_kind: &mut Option<FailureKind>,
+    ) -> Event {
+        let started = Instant::now();
+        let result = shell.run_tests(self.cancel).await;
+        observer.test_time(started.elapsed());
+        match result {
+            Ok(r) if r.end == RunEnd::Cancelled => Event::Cancel,
+            Err(RunError::Superseded) => Event::Cancel,
+            Ok(r) => {
+                if r.end == RunEnd::TimedOut {
+                    *failure_kind = Some(FailureKind::Timeout);
+                }
+                let summary = summary(&r);
+                observer.tests(&r, &summary);
+                Event::TestsFinished(summary)
+            }
+            Err(e) => Event::TestsUnavailable(e.to_string()),
+        }
+    }
     /// The coder sees the files that matter now: those the goal names, those the failures
     /// point at, then the rest of the project's small text files, within the byte budget.
     fn refresh_context(&self, run: &mut Run, shell: &impl Shell) {
@@ -344,65 +431,37 @@ impl Drive<'_> {
     }
 }
 
-/// Journals what the loop makes of a planner's, reflector's or evaluator's answer, beside the
-/// raw model_call, so a reader sees the plan, reflection and score as data.
-fn journal_reading(journal: &mut Journal, role: Role, text: &str) {
-    match role {
-        Role::Planner => {
-            if let Ok(tasks) = agent::prompts::parse_plan(text) {
-                journal.write("planner", "plan", json!({"tasks": tasks}));
-            }
-        }
-        Role::Reflector => {
-            let data = match agent::prompts::parse_reflection(text) {
-                Ok(r) => {
-                    json!({"task_id": r.task_id, "passed": r.passed, "report": r.report, "next_step": r.next_step})
-                }
-                Err(_) => json!({"text": text}),
-            };
-            journal.write("reflector", "reflection", data);
-        }
-        Role::Evaluator => {
-            if let Ok((score, reason)) = agent::prompts::parse_evaluation(text) {
-                journal.write(
-                    "evaluator",
-                    "evaluation",
-                    json!({"score": score, "reason": reason}),
-                );
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Writes a run's figures, approvals, evaluations and checkpoints to the workspace's store
-/// as they happen. A store that cannot be opened or written costs the figures, never the run.
-struct Recorder {
-    store: Option<Store>,
+/// Watches a run for the record: its journal (`.agent-ls/runs/`) and its figures, approvals,
+/// evaluations and checkpoints in the store, written on the store's own thread. A record that
+/// cannot be written costs the record, never the run.
+struct Observer {
+    journal: Journal,
+    store: Option<StoreThread>,
     run_id: String,
     current: Iteration,
 }
 
-impl Recorder {
-    fn open(enabled: bool, root: &Path, run_id: &str, run: &Run) -> Recorder {
-        let store = if enabled {
-            match Store::open(root) {
-                Ok((store, notice)) => {
-                    if let Some(n) = notice {
-                        tracing::warn!("{n}");
-                    }
-                    Some(store)
-                }
-                Err(e) => {
-                    tracing::warn!("the run's figures will not be kept: {e}");
-                    None
-                }
-            }
-        } else {
-            None
+impl Observer {
+    fn open(
+        record: Option<&StoreThread>,
+        root: &Path,
+        run_id: &str,
+        run: &Run,
+        resumed: bool,
+    ) -> Observer {
+        let mut journal = match (record.is_some(), resumed) {
+            (true, true) => Journal::append(root, run_id),
+            (true, false) => Journal::create(root, run_id),
+            (false, _) => Journal::disabled(run_id),
         };
-        let mut r = Recorder {
-            store,
+        journal.write(
+            "agent",
+            if resumed { "resumed" } else { "intent" },
+            json!({"goal": run.goal, "intent": run.intent, "iterations": run.iterations}),
+        );
+        let o = Observer {
+            journal,
+            store: record.cloned(),
             run_id: run_id.into(),
             current: Iteration {
                 n: run.iterations,
@@ -413,16 +472,21 @@ impl Recorder {
             .intent
             .and_then(|i| serde_json::to_value(i).ok())
             .and_then(|v| v.as_str().map(String::from));
-        r.with(|s, id| s.run_started(id, &run.goal, intent.as_deref()));
-        r
+        let goal = run.goal.clone();
+        o.store("the run's start", move |s, id| {
+            s.run_started(id, &goal, intent.as_deref())
+        });
+        o
     }
 
-    fn with(&mut self, f: impl FnOnce(&Store, &str) -> Result<(), crate::store::StoreError>) {
-        if let Some(store) = &self.store
-            && let Err(e) = f(store, &self.run_id)
-        {
-            tracing::warn!("the run's figures stopped being kept: {e}");
-            self.store = None;
+    fn store(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&Store, &str) -> Result<(), crate::store::StoreError> + Send + 'static,
+    ) {
+        if let Some(store) = &self.store {
+            let id = self.run_id.clone();
+            store.send(what, move |s| f(s, &id));
         }
     }
 
@@ -436,41 +500,85 @@ impl Recorder {
             };
         }
         match serde_json::to_string(run) {
-            Ok(state) => self.with(|s, id| s.checkpoint(id, run.iterations, &state)),
+            Ok(state) => {
+                let n = run.iterations;
+                self.store("a checkpoint", move |s, id| s.checkpoint(id, n, &state));
+            }
             Err(e) => tracing::warn!("no checkpoint: {e}"),
         }
     }
 
-    fn model_call(&mut self, role: Role, r: &crate::model::Response) {
+    /// A model's answer: the journal gets the call and what the loop makes of a planner's,
+    /// reflector's or evaluator's answer (plan, reflection, score as data); the store gets
+    /// the figures.
+    fn model_answered(&mut self, role: Role, r: &crate::model::Response) {
+        self.journal.model_call(role, r);
+        match role {
+            Role::Planner => {
+                if let Ok(tasks) = agent::prompts::parse_plan(&r.text) {
+                    self.journal
+                        .write("planner", "plan", json!({"tasks": tasks}));
+                }
+            }
+            Role::Reflector => {
+                let data = match agent::prompts::parse_reflection(&r.text) {
+                    Ok(x) => {
+                        json!({"task_id": x.task_id, "passed": x.passed, "report": x.report, "next_step": x.next_step})
+                    }
+                    Err(_) => json!({"text": r.text}),
+                };
+                self.journal.write("reflector", "reflection", data);
+                self.current.reflection = Some(r.text.chars().take(4000).collect());
+            }
+            Role::Evaluator => {
+                if let Ok((score, reason)) = agent::prompts::parse_evaluation(&r.text) {
+                    self.journal.write(
+                        "evaluator",
+                        "evaluation",
+                        json!({"score": score, "reason": reason}),
+                    );
+                    self.store("an evaluation", move |s, id| {
+                        s.evaluation(id, score, &reason)
+                    });
+                }
+            }
+            _ => {}
+        }
         self.current.tokens += r.usage.input_tokens + r.usage.output_tokens;
         self.current.model_ms += r.duration_ms;
         if role == Role::Coder || self.current.model.is_none() {
             self.current.model = Some(format!("{}/{}", r.provider, r.model));
         }
-        match role {
-            Role::Reflector => {
-                self.current.reflection = Some(r.text.chars().take(4000).collect());
-            }
-            Role::Evaluator => {
-                if let Ok((score, reason)) = agent::prompts::parse_evaluation(&r.text) {
-                    self.with(|s, id| s.evaluation(id, score, &reason));
-                }
-            }
-            _ => {}
-        }
         self.flush();
     }
 
+    fn patch(&mut self, changes: &[FileChange], diff: &str) {
+        self.journal.write(
+            "agent",
+            "patch",
+            json!({"files": changes.iter().map(|c| &c.path).collect::<Vec<_>>(), "diff": diff}),
+        );
+    }
+
     fn approval(&mut self, iteration: u32, accepted: bool, changes: &[FileChange]) {
+        self.journal
+            .write("user", "approval", json!({"accepted": accepted}));
         let files: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
-        self.with(|s, id| s.approval(id, iteration, accepted, &files));
+        self.store("an approval", move |s, id| {
+            s.approval(id, iteration, accepted, &files)
+        });
     }
 
     fn test_time(&mut self, took: std::time::Duration) {
         self.current.test_ms += took.as_millis() as u64;
     }
 
-    fn tests(&mut self, t: &TestSummary) {
+    fn tests(&mut self, r: &RunResult, t: &TestSummary) {
+        self.journal.write(
+            "tests",
+            "test_result",
+            json!({"state": r.state(), "passed": r.passed, "failed": r.failed, "failures": r.failures.len()}),
+        );
         self.current.tests_passed = Some(t.passed_count);
         self.current.tests_failed = Some(t.failed_count);
         self.current.fingerprint = (!t.passed).then(|| t.fingerprint.clone());
@@ -488,13 +596,21 @@ impl Recorder {
 
     fn flush(&mut self) {
         let it = self.current.clone();
-        self.with(|s, id| s.iteration(id, &it));
+        self.store("an iteration", move |s, id| s.iteration(id, &it));
     }
 
-    fn finished(&mut self, status: &str, run: &Run, answer: &str) {
+    fn finished(&mut self, status: RunStatus, run: &Run, answer: &str) {
+        self.journal.write(
+            "agent",
+            "finished",
+            json!({"status": status, "answer": answer, "iterations": run.iterations, "files_changed": run.files_changed}),
+        );
         self.flush();
         let tests = run.tests.as_ref().map(|t| (t.passed_count, t.failed_count));
-        self.with(|s, id| s.run_finished(id, status, run.iterations, tests, answer));
+        let (iterations, answer) = (run.iterations, answer.to_string());
+        self.store("the run's end", move |s, id| {
+            s.run_finished(id, status, iterations, tests, &answer)
+        });
     }
 }
 

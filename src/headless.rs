@@ -7,12 +7,15 @@ use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{self, Budget, Run};
+use crate::agent::{self, FailureKind, Run, RunStatus};
 use crate::config::{self, Approval, Inputs};
 use crate::drive::{self, ApplyError, Drive, Outcome, Shell};
 use crate::edit::{FileChange, FileText};
 use crate::files;
+use crate::lock::RunLock;
 use crate::model::Models;
+use crate::store::StoreThread;
+use crate::tests_run::{RunError, RunResult, TestState};
 
 /// How approval is given without an editor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +54,7 @@ struct CliShell<'a> {
     root: &'a Path,
     mode: Mode,
     proposed: Option<String>,
+    config: &'a config::Config,
 }
 
 impl Shell for CliShell<'_> {
@@ -86,21 +90,19 @@ impl Shell for CliShell<'_> {
     }
 
     async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
-        // Never overwrite what changed since the change was computed.
-        for c in changes {
-            let now = match files::read_for_plan(self.root, &c.path) {
-                FileText::Text(t) => Some(t),
-                FileText::Missing => None,
-                FileText::Refused(why) => return Err(ApplyError::Failed(why)),
-            };
-            if now != c.original {
-                return Err(ApplyError::Stale(format!(
-                    "{} changed on disk while the change was prepared",
-                    c.path
-                )));
-            }
+        // Never overwrite what changed since the change was computed: move the change onto
+        // the new text, or redo the step.
+        let mut refused = None;
+        let current = edit_rebase(changes, self.root, &self.config.edit.limits(), &mut refused);
+        if let Some(why) = refused {
+            return Err(ApplyError::Failed(why));
         }
-        files::write_changes(self.root, changes).map_err(ApplyError::Failed)
+        let changes = current.map_err(ApplyError::Stale)?;
+        files::write_changes(self.root, &changes).map_err(ApplyError::Failed)
+    }
+
+    async fn run_tests(&mut self, cancel: &CancellationToken) -> Result<RunResult, RunError> {
+        crate::tests_run::run(self.root, &self.config.test, cancel).await
     }
 
     fn progress(&mut self, message: &str) {
@@ -110,6 +112,27 @@ impl Shell for CliShell<'_> {
     fn warn(&mut self, message: &str) {
         eprintln!("agent-ls: warning: {message}");
     }
+}
+
+/// `edit::rebase` against the disk; a file that may not be read sets `refused`.
+fn edit_rebase(
+    changes: &[FileChange],
+    root: &Path,
+    limits: &crate::edit::Limits,
+    refused: &mut Option<String>,
+) -> Result<Vec<FileChange>, String> {
+    crate::edit::rebase(
+        changes,
+        |path| match files::read_for_plan(root, path) {
+            FileText::Text(t) => Some(t),
+            FileText::Missing => None,
+            FileText::Refused(why) => {
+                refused.get_or_insert(why);
+                None
+            }
+        },
+        limits,
+    )
 }
 
 /// Runs the goal and returns the process exit code.
@@ -156,7 +179,7 @@ pub fn run(opts: Options) -> u8 {
     let resume = match &opts.resume {
         None => None,
         Some(id) => match resume_point(&root, id) {
-            Ok(point) => Some(point),
+            Ok((goal, checkpoint)) => Some((id.clone(), goal, checkpoint)),
             Err(why) => {
                 eprintln!("agent-ls: {why}");
                 return exit::FAILED;
@@ -187,28 +210,32 @@ pub fn run(opts: Options) -> u8 {
             return runtime.block_on(run_command(&root, &cfg, argv, opts.json));
         }
     }
-    runtime.block_on(async move {
+    let goal = resume
+        .as_ref()
+        .map_or(opts.goal.clone(), |(_, g, _)| g.clone());
+    // One run per workspace, whoever runs it: the lock is held until this process ends.
+    let _lock = match RunLock::acquire(&root, &goal) {
+        Ok(lock) => lock,
+        Err(e) => {
+            eprintln!("agent-ls: {e}");
+            return exit::CONFIG;
+        }
+    };
+    let store = StoreThread::open(root.clone(), |opened| match opened {
+        Ok(Some(notice)) => eprintln!("agent-ls: {notice}"),
+        Ok(None) => {}
+        Err(e) => eprintln!("agent-ls: the run's figures will not be kept: {e}"),
+    });
+    let code = runtime.block_on(async {
         let cancel = CancellationToken::new();
         watch_signals(cancel.clone());
         let models = Models::new(&cfg, Some(&root));
-        let goal = resume
-            .as_ref()
-            .map_or(opts.goal.clone(), |(_, g, _)| g.clone());
-        let intent = agent::classify(&goal);
-        let mut run = Run::new(
-            &goal,
-            intent,
-            Budget {
-                max_retries: cfg.agent.max_retries,
-                max_iterations: cfg.agent.max_iterations,
-            },
-            String::new(),
-        );
-        run.evaluate = cfg.agent.evaluate;
+        let mut run = drive::new_run(&cfg, &goal);
         let mut shell = CliShell {
             root: &root,
             mode,
             proposed: None,
+            config: &cfg,
         };
         let on_token = |t: &str| {
             let mut err = std::io::stderr();
@@ -221,7 +248,7 @@ pub fn run(opts: Options) -> u8 {
             root: &root,
             cancel: &cancel,
             on_token: Some(&on_token),
-            journal: true,
+            record: Some(&store),
         };
         let mut outcome = match resume {
             Some((id, _, Some(checkpoint))) => {
@@ -233,41 +260,24 @@ pub fn run(opts: Options) -> u8 {
             None => driver.run(&mut run, &mut shell, drive::new_run_id()).await,
         };
         if let Some(diff) = shell.proposed.take() {
-            outcome.status = "proposed".into();
+            outcome.status = RunStatus::Proposed;
             outcome.answer = diff;
         }
         report(&outcome, opts.json);
         code_for(&outcome)
-    })
+    });
+    // The record is written before the process says it is done.
+    store.flush_blocking();
+    code
 }
 
-/// The id, goal and checkpoint of an interrupted run, or why it cannot be resumed.
-fn resume_point(root: &Path, id: &str) -> Result<(String, String, Option<Run>), String> {
+/// The goal and checkpoint of an interrupted run, or why it cannot be resumed.
+fn resume_point(root: &Path, id: &str) -> Result<(String, Option<Run>), String> {
     if !root.join(crate::store::FILE).exists() {
         return Err(format!("no runs are recorded in {}", root.display()));
     }
     let (store, _) = crate::store::Store::open(root).map_err(|e| e.to_string())?;
-    let (goal, checkpoint, status) = store
-        .resume_point(id)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no run {id} in {}", root.display()))?;
-    if status != "running" {
-        return Err(format!("run {id} already ended ({status})"));
-    }
-    let interrupted = store.interrupted_runs(None).map_err(|e| e.to_string())?;
-    if !interrupted.iter().any(|r| r.run_id == id) {
-        return Err(format!(
-            "run {id} is still going in another agent-ls process"
-        ));
-    }
-    let checkpoint = match checkpoint {
-        Some(json) => Some(
-            serde_json::from_str(&json)
-                .map_err(|e| format!("the checkpoint of {id} cannot be read: {e}"))?,
-        ),
-        None => None,
-    };
-    Ok((id.to_string(), goal, checkpoint))
+    drive::resume_point(&store, id, None)
 }
 
 /// A goal that names a command ("run `make lint`"): run it like the tests (allowlist,
@@ -275,9 +285,7 @@ fn resume_point(root: &Path, id: &str) -> Result<(String, String, Option<Run>), 
 async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json: bool) -> u8 {
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let mut test = cfg.test.clone();
-    test.command = argv;
-    test.nextest = false;
+    let test = crate::tests_run::with_command(&cfg.test, argv);
     match crate::tests_run::run(root, &test, &cancel).await {
         Ok(r) => {
             if json {
@@ -292,12 +300,12 @@ async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json:
                 );
             } else {
                 println!("{}", r.report.trim_end());
-                println!("{}: {}", r.command.argv.join(" "), r.state());
+                println!("{}: {}", r.command.argv.join(" "), r.state().as_str());
             }
             match r.state() {
-                "passed" => exit::DONE,
-                "cancelled" => exit::INTERRUPTED,
-                "timed_out" => exit::TIMEOUT,
+                TestState::Passed => exit::DONE,
+                TestState::Cancelled => exit::INTERRUPTED,
+                TestState::TimedOut => exit::TIMEOUT,
                 _ => exit::FAILED,
             }
         }
@@ -316,7 +324,7 @@ fn report(o: &Outcome, json: bool) {
     }
     eprintln!(
         "agent-ls: {} after {} iteration(s), {} file(s) changed, tests {} passed / {} failed, {} tokens, {} ms",
-        o.status,
+        o.status.as_str(),
         o.iterations,
         o.files_changed.len(),
         o.tests.passed,
@@ -327,13 +335,13 @@ fn report(o: &Outcome, json: bool) {
 }
 
 pub fn code_for(o: &Outcome) -> u8 {
-    match o.status.as_str() {
-        "done" | "proposed" => exit::DONE,
-        "cancelled" => exit::INTERRUPTED,
-        _ => match o.failure_kind.as_deref() {
-            Some("auth") => exit::AUTH,
-            Some("config") => exit::CONFIG,
-            Some("timeout") => exit::TIMEOUT,
+    match o.status {
+        RunStatus::Done | RunStatus::Proposed => exit::DONE,
+        RunStatus::Cancelled => exit::INTERRUPTED,
+        _ => match o.failure_kind {
+            Some(FailureKind::Auth) => exit::AUTH,
+            Some(FailureKind::Config) => exit::CONFIG,
+            Some(FailureKind::Timeout) => exit::TIMEOUT,
             _ if !o.files_changed.is_empty() => exit::PARTIAL,
             _ => exit::FAILED,
         },

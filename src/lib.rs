@@ -10,6 +10,7 @@ pub mod edit;
 pub mod files;
 pub mod headless;
 pub mod journal;
+pub mod lock;
 pub mod logging;
 pub mod model;
 pub mod server;

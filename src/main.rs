@@ -366,7 +366,7 @@ fn stats(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Result<
         .collect();
     for r in &mut stats.runs {
         if interrupted.contains(&r.run_id) {
-            r.status = "interrupted".into();
+            r.status = agent_ls::agent::RunStatus::Interrupted;
         }
     }
     if json {
@@ -413,7 +413,7 @@ fn stats(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Result<
         println!(
             "{:<12}  {:<9}  {:>4}  {:>7}  {:>8}  {:>8}  {:>7}  {goal}",
             r.run_id,
-            r.status,
+            r.status.as_str(),
             r.iterations,
             r.tokens,
             secs(r.model_ms),

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, params};
 
+use crate::agent::RunStatus;
 use crate::edit::history::Step;
 
 const SCHEMA: i64 = 4;
@@ -229,12 +230,12 @@ impl Store {
         Ok(())
     }
 
-    /// The run ended: its status ("done", "failed", "cancelled"), tests and answer. The
-    /// checkpoint goes, since a finished run is not resumed.
+    /// The run ended: its status, tests and answer. The checkpoint goes, since a finished run
+    /// is not resumed.
     pub fn run_finished(
         &self,
         run_id: &str,
-        status: &str,
+        status: RunStatus,
         iterations: u32,
         tests: Option<(u32, u32)>,
         answer: &str,
@@ -244,7 +245,7 @@ impl Store {
              WHERE run_id = ?1",
             params![
                 run_id,
-                status,
+                status.as_str(),
                 now_ms(),
                 iterations as i64,
                 tests.map(|t| t.0 as i64),
@@ -297,17 +298,24 @@ impl Store {
         Ok(out)
     }
 
-    /// The goal and last checkpoint (the loop's state as JSON) of a run.
+    /// The goal, last checkpoint (the loop's state as JSON) and status of a run.
     pub fn resume_point(
         &self,
         run_id: &str,
-    ) -> Result<Option<(String, Option<String>, String)>, StoreError> {
+    ) -> Result<Option<(String, Option<String>, RunStatus)>, StoreError> {
         let mut stmt = self
             .conn
             .prepare("SELECT goal, checkpoint, status FROM runs WHERE run_id = ?1")?;
         let mut rows = stmt.query(params![run_id])?;
         match rows.next()? {
-            Some(r) => Ok(Some((r.get(0)?, r.get(1)?, r.get(2)?))),
+            Some(r) => {
+                let status: String = r.get(2)?;
+                Ok(Some((
+                    r.get(0)?,
+                    r.get(1)?,
+                    RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
+                )))
+            }
             None => Ok(None),
         }
     }
@@ -327,7 +335,7 @@ impl Store {
             Ok(RunStats {
                 run_id: r.get(0)?,
                 goal: r.get(1)?,
-                status: r.get(2)?,
+                status: RunStatus::parse(&r.get::<_, String>(2)?).unwrap_or(RunStatus::Failed),
                 started_ms: r.get(3)?,
                 duration_ms: r
                     .get::<_, Option<i64>>(4)?
@@ -346,21 +354,30 @@ impl Store {
         let runs: Vec<RunStats> = rows.collect::<Result<_, _>>()?;
         let finished: Vec<&RunStats> = runs
             .iter()
-            .filter(|r| matches!(r.status.as_str(), "done" | "failed"))
+            .filter(|r| matches!(r.status, RunStatus::Done | RunStatus::Failed))
             .collect();
         let proposals: u32 = runs.iter().map(|r| r.proposals).sum();
         let accepted: u32 = runs.iter().map(|r| r.accepted).sum();
         let total = Totals {
             runs: runs.len() as u32,
-            done: runs.iter().filter(|r| r.status == "done").count() as u32,
-            failed: runs.iter().filter(|r| r.status == "failed").count() as u32,
-            cancelled: runs.iter().filter(|r| r.status == "cancelled").count() as u32,
+            done: runs.iter().filter(|r| r.status == RunStatus::Done).count() as u32,
+            failed: runs
+                .iter()
+                .filter(|r| r.status == RunStatus::Failed)
+                .count() as u32,
+            cancelled: runs
+                .iter()
+                .filter(|r| r.status == RunStatus::Cancelled)
+                .count() as u32,
             tokens: runs.iter().map(|r| r.tokens).sum(),
             model_ms: runs.iter().map(|r| r.model_ms).sum(),
             test_ms: runs.iter().map(|r| r.test_ms).sum(),
             iterations: runs.iter().map(|r| r.iterations).sum(),
             pass_rate: (!finished.is_empty()).then(|| {
-                finished.iter().filter(|r| r.status == "done").count() as f64
+                finished
+                    .iter()
+                    .filter(|r| r.status == RunStatus::Done)
+                    .count() as f64
                     / finished.len() as f64
             }),
             proposals,
@@ -470,7 +487,7 @@ pub struct Interrupted {
 pub struct RunStats {
     pub run_id: String,
     pub goal: String,
-    pub status: String,
+    pub status: RunStatus,
     pub started_ms: i64,
     pub duration_ms: Option<i64>,
     pub iterations: u32,
@@ -548,6 +565,89 @@ fn check(path: &Path) -> Option<&'static str> {
         Ok(v) if v > SCHEMA => Some("newer"),
         Ok(_) => None,
         Err(_) => Some("corrupt"),
+    }
+}
+
+/// The store on a thread of its own. rusqlite is synchronous and SQLite may wait up to its
+/// busy timeout for another process's transaction, so no async task (and never the
+/// session's) calls it directly: work is sent here as closures and runs in the order sent.
+#[derive(Clone)]
+pub struct StoreThread {
+    tx: std::sync::mpsc::Sender<Job>,
+}
+
+type Job = Box<dyn FnOnce(Option<&mut Store>) + Send>;
+
+impl StoreThread {
+    /// Starts the thread, which opens the workspace's store. `opened` hears how that went:
+    /// what was moved aside, or why there is no store (every call then gets `None`).
+    pub fn open(
+        root: PathBuf,
+        opened: impl FnOnce(Result<Option<String>, StoreError>) + Send + 'static,
+    ) -> StoreThread {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name("agent-ls store".into())
+            .spawn(move || {
+                let mut store = match Store::open(&root) {
+                    Ok((store, notice)) => {
+                        opened(Ok(notice));
+                        Some(store)
+                    }
+                    Err(e) => {
+                        opened(Err(e));
+                        None
+                    }
+                };
+                while let Ok(job) = rx.recv() {
+                    job(store.as_mut());
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start the store's thread: {e}");
+        }
+        StoreThread { tx }
+    }
+
+    /// Runs `f` on the store, without waiting; a failure is logged (a store that cannot be
+    /// written costs figures or history, never the run).
+    pub fn send(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&mut Store) -> Result<(), StoreError> + Send + 'static,
+    ) {
+        let job: Job = Box::new(move |store| {
+            if let Some(store) = store
+                && let Err(e) = f(store)
+            {
+                tracing::warn!("the store could not record {what}: {e}");
+            }
+        });
+        let _ = self.tx.send(job);
+    }
+
+    /// Runs `f` on the store and returns its answer; `None` when there is no store.
+    pub async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Store) -> T + Send + 'static,
+    ) -> Option<T> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |store| {
+            let _ = reply.send(store.map(f));
+        });
+        self.tx.send(job).ok()?;
+        answer.await.ok().flatten()
+    }
+
+    /// Waits until everything sent before has been written (for a process about to exit).
+    pub fn flush_blocking(&self) {
+        let (reply, answer) = std::sync::mpsc::channel();
+        let job: Job = Box::new(move |_| {
+            let _ = reply.send(());
+        });
+        if self.tx.send(job).is_ok() {
+            let _ = answer.recv_timeout(std::time::Duration::from_secs(10));
+        }
     }
 }
 
@@ -635,7 +735,7 @@ mod tests {
         store.approval("run_a", 2, false, &["a.py".into()]).unwrap();
         store.evaluation("run_a", 4, "ok").unwrap();
         store
-            .run_finished("run_a", "done", 2, Some((3, 0)), "done")
+            .run_finished("run_a", RunStatus::Done, 2, Some((3, 0)), "done")
             .unwrap();
         let stats = store.stats(10).unwrap();
         let a = stats.runs.iter().find(|r| r.run_id == "run_a").unwrap();

@@ -190,6 +190,67 @@ impl Phase {
     }
 }
 
+/// Where a run stands, as the store, the journal and `agent-ls/runFinished` name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+    /// `agent-ls run --dry-run`: the change was shown and nothing applied.
+    Proposed,
+    /// Marked `running` by a process that is gone (shown by `agent-ls stats`, never stored).
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Done => "done",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Proposed => "proposed",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        [
+            RunStatus::Running,
+            RunStatus::Done,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+            RunStatus::Proposed,
+            RunStatus::Interrupted,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+
+    /// The status a run ends with, from the phase the loop stopped in.
+    pub fn from_phase(phase: Phase) -> RunStatus {
+        match phase {
+            Phase::Done => RunStatus::Done,
+            Phase::Cancelled => RunStatus::Cancelled,
+            _ => RunStatus::Failed,
+        }
+    }
+}
+
+/// Why a failed run failed, when the cause has a kind of its own (and its own exit code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The model service refused the key.
+    Auth,
+    /// Something to fix in the configuration (no model configured).
+    Config,
+    /// A model call or the tests ran out of time.
+    Timeout,
+}
+
 /// A test run's result as the loop sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TestSummary {

@@ -443,6 +443,31 @@ pub fn relocate(change: &FileChange, current: &str, limits: &Limits) -> Option<F
     })
 }
 
+/// Moves a change onto the files as they are now, the one policy for text that moved on while
+/// a change was prepared (the user typed, the disk changed): a file that still holds the text
+/// the change was computed for keeps it as is; one that changed elsewhere gets it re-located
+/// (`relocate`); otherwise the answer names the file, and the step is to be redone on fresh
+/// text. `current` gives a file's text now, `None` when it does not exist.
+pub fn rebase(
+    changes: &[FileChange],
+    mut current: impl FnMut(&str) -> Option<String>,
+    limits: &Limits,
+) -> Result<Vec<FileChange>, String> {
+    let mut out = Vec::with_capacity(changes.len());
+    for c in changes {
+        let now = current(&c.path);
+        if now == c.original {
+            out.push(c.clone());
+            continue;
+        }
+        match now.as_deref().and_then(|t| relocate(c, t, limits)) {
+            Some(moved) => out.push(moved),
+            None => return Err(format!("{} changed while the change was prepared", c.path)),
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,32 +1,43 @@
-//! Agent runs inside the server: the `Shell` that reaches the editor (approval through change
-//! annotations or `window/showMessageRequest`, edits through `workspace/applyEdit` with
-//! version checks before and after, the disk kept in step for the tests), progress, and the
-//! `agent-ls/runFinished` notification.
+//! Agent runs (and undo/redo) inside the server: the `Shell` that reaches the editor
+//! (approval through change annotations or `window/showMessageRequest`, edits through
+//! `workspace/applyEdit` with version checks before and after, the disk kept in step for the
+//! tests) and progress.
+//!
+//! A run is a task of its own. It reports to the session only through `AgentMessage` (it
+//! never sees the session), asks the session's one owner of test runs for its tests, and
+//! sends everything for the client through the outbox.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tower_lsp_server::Client;
 use tower_lsp_server::ls_types::notification::Notification;
+use tower_lsp_server::ls_types::request::{
+    ApplyWorkspaceEdit, ShowMessageRequest, WorkDoneProgressCreate,
+};
 use tower_lsp_server::ls_types::{
-    MessageActionItem, MessageType, ProgressParams, ProgressParamsValue, ProgressToken, Uri,
-    WorkDoneProgress, WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport,
+    ApplyWorkspaceEditParams, MessageActionItem, MessageType, ProgressToken,
+    ShowMessageRequestParams, Uri, WorkDoneProgress, WorkDoneProgressBegin,
+    WorkDoneProgressCreateParams, WorkDoneProgressEnd, WorkDoneProgressReport, WorkspaceEdit,
 };
 use tracing::{info, warn};
 
-use super::session::{Event, SessionHandle};
+use super::Report;
+use super::outbox::Outbox;
 use super::workspace_edit::{self, EditSupport, Target};
-use crate::agent::{self, Budget, Run};
+use crate::agent::Run;
 use crate::config::{Approval, Config};
 use crate::drive::{self, ApplyError, Drive, Outcome, Shell};
+use crate::edit::history::{Reversal, Step, StepFile};
 use crate::edit::{self, FileChange, FileText};
 use crate::files;
+use crate::lock::RunLock;
 use crate::model::Models;
-use crate::tests_run::RunResult;
+use crate::store::StoreThread;
+use crate::tests_run::{RunError, RunResult};
 use crate::text::{Buffer, Encoding};
 
 /// Notification `agent-ls/runFinished`.
@@ -45,12 +56,51 @@ pub struct RunArgs {
     pub range: Option<tower_lsp_server::ls_types::Range>,
 }
 
-/// What the session keeps of the run in progress.
-pub struct Active {
-    pub id: String,
-    pub goal: String,
-    pub cancel: CancellationToken,
-    pub decisions: mpsc::UnboundedSender<bool>,
+/// The open documents of the workspace, by path relative to its root.
+pub type Snapshot = HashMap<String, (Uri, Buffer)>;
+
+/// What a run (or an undo) tells the session, or asks of it.
+pub enum AgentMessage {
+    /// The open documents as they are now.
+    Snapshot { reply: oneshot::Sender<Snapshot> },
+    /// Answer once every document named holds its text (the `didChange` that follows an
+    /// applied edit); the asker gives up after its own deadline.
+    AwaitTexts {
+        want: Vec<(Uri, String)>,
+        reply: oneshot::Sender<()>,
+    },
+    /// Run the tests through the session's one owner of test runs.
+    RunTests {
+        reply: oneshot::Sender<Result<RunResult, RunError>>,
+    },
+    /// An agent step was applied and confirmed: record it in the history.
+    StepApplied {
+        run_id: String,
+        goal: String,
+        task: String,
+        changes: Vec<FileChange>,
+        files: Vec<StepFile>,
+    },
+    /// The run ended.
+    Finished { id: String, outcome: Box<Outcome> },
+    /// An undo (or redo) ended.
+    UndoFinished {
+        step: u64,
+        redo: bool,
+        goal: String,
+        result: Result<(), String>,
+    },
+}
+
+/// What a run needs from the client connection, the same for every run of a session.
+#[derive(Clone)]
+pub struct Connection {
+    pub outbox: Outbox,
+    pub report: Report<AgentMessage>,
+    pub root: PathBuf,
+    pub encoding: Encoding,
+    pub support: EditSupport,
+    pub progress: bool,
 }
 
 /// Everything a run needs, taken from the session when it starts.
@@ -58,48 +108,38 @@ pub struct StartRun {
     pub id: String,
     pub goal: String,
     pub config: Config,
-    pub root: PathBuf,
-    pub encoding: Encoding,
-    pub support: EditSupport,
-    pub progress: bool,
-    pub client: Client,
-    pub session: SessionHandle,
+    pub connection: Connection,
+    pub store: Option<StoreThread>,
     pub cancel: CancellationToken,
     pub decisions: mpsc::UnboundedReceiver<bool>,
     /// An interrupted run's checkpoint to go on from (agent-ls.resume).
     pub resume: Option<Run>,
+    /// Held until the run ends: one run per workspace.
+    pub lock: RunLock,
 }
 
 /// Runs the loop to its end on a task of its own; the outcome goes back to the session.
 pub fn spawn(s: StartRun) {
     tokio::spawn(async move {
         let started = Instant::now();
-        let models = Models::new(&s.config, Some(&s.root));
-        let intent = agent::classify(&s.goal);
-        let mut run = Run::new(
-            &s.goal,
-            intent,
-            Budget {
-                max_retries: s.config.agent.max_retries,
-                max_iterations: s.config.agent.max_iterations,
-            },
-            String::new(),
-        );
-        run.evaluate = s.config.agent.evaluate;
+        let c = &s.connection;
+        let models = Models::new(&s.config, Some(&c.root));
+        let mut run = drive::new_run(&s.config, &s.goal);
         let resumed = s.resume.is_some();
         if let Some(checkpoint) = s.resume {
             run = checkpoint;
         }
         let token = ProgressToken::String(format!("agent-ls/run/{}", s.id));
-        let progress = if s.progress
-            && s.client
-                .create_work_done_progress(token.clone())
+        let progress = if c.progress
+            && c.outbox
+                .request::<WorkDoneProgressCreate>(WorkDoneProgressCreateParams {
+                    token: token.clone(),
+                })
                 .await
                 .is_ok()
         {
-            send_progress(
-                &s.client,
-                &token,
+            c.outbox.progress(
+                token.clone(),
                 WorkDoneProgress::Begin(WorkDoneProgressBegin {
                     title: "agent-ls".into(),
                     message: Some(s.goal.clone()),
@@ -113,11 +153,7 @@ pub fn spawn(s: StartRun) {
             None
         };
         let mut shell = ServerShell {
-            client: s.client.clone(),
-            session: s.session.clone(),
-            root: s.root.clone(),
-            encoding: s.encoding,
-            support: s.support,
+            c: c.clone(),
             approval: s.config.agent.approval,
             label: format!("agent-ls: {}", s.goal),
             snapshot: HashMap::new(),
@@ -131,10 +167,10 @@ pub fn spawn(s: StartRun) {
         let driver = Drive {
             models: &models,
             config: &s.config,
-            root: &s.root,
+            root: &c.root,
             cancel: &s.cancel,
             on_token: None,
-            journal: true,
+            record: s.store.as_ref(),
         };
         let outcome = if resumed {
             driver.resume(&mut run, &mut shell, s.id.clone()).await
@@ -142,43 +178,170 @@ pub fn spawn(s: StartRun) {
             driver.run(&mut run, &mut shell, s.id.clone()).await
         };
         if let Some(token) = shell.progress.take() {
-            send_progress(
-                &s.client,
-                &token,
+            c.outbox.progress(
+                token,
                 WorkDoneProgress::End(WorkDoneProgressEnd {
-                    message: Some(outcome.status.clone()),
+                    message: Some(outcome.status.as_str().into()),
                 }),
             );
         }
-        info!(run = %s.id, status = %outcome.status, ms = started.elapsed().as_millis() as u64, "agent run finished");
-        let kind = if outcome.status == "done" {
-            MessageType::INFO
-        } else {
-            MessageType::WARNING
-        };
-        // The session hears of the end first, so a client that reacts to runFinished (an
-        // undo, a new run) never finds this run still in progress.
-        s.session.send(Event::RunEnded {
+        info!(run = %s.id, status = outcome.status.as_str(), ms = started.elapsed().as_millis() as u64, "agent run finished");
+        (c.report)(AgentMessage::Finished {
             id: s.id,
-            outcome: Box::new(outcome.clone()),
+            outcome: Box::new(outcome),
         });
-        s.client
-            .show_message(kind, format!("agent-ls: {}", outcome.answer))
-            .await;
-        s.client.send_notification::<RunFinished>(outcome).await;
+        drop(s.lock);
     });
 }
 
+/// What an undo or redo needs: the step, which way, and the documents as the session had them.
+pub struct UndoStart {
+    pub step: Step,
+    pub redo: bool,
+    pub snapshot: Snapshot,
+    pub connection: Connection,
+    pub limits: edit::Limits,
+    /// The command's answer: the step's id once its reversal is computed, or why not.
+    pub reply: oneshot::Sender<Result<u64, String>>,
+    pub lock: RunLock,
+}
+
+/// Computes and applies an undo or redo through workspace/applyEdit like any agent edit (so
+/// the editor's own undo sees it), on a task of its own: the files not open in the editor
+/// are read here, never on the session's task.
+pub fn spawn_undo(u: UndoStart) {
+    tokio::spawn(async move {
+        let c = u.connection;
+        let step_id = u.step.id;
+        let current = |rel: &str| match u.snapshot.get(rel) {
+            Some((_, b)) => Some(b.text()),
+            None => std::fs::read_to_string(c.root.join(rel)).ok(),
+        };
+        let reversal = if u.redo {
+            edit::history::reapply(&u.step, current, &u.limits).map(|changes| Reversal {
+                changes,
+                deletes: Vec::new(),
+            })
+        } else {
+            edit::history::revert(&u.step, current, &u.limits)
+        };
+        let reversal = match reversal {
+            Ok(r) => {
+                let _ = u.reply.send(Ok(step_id));
+                r
+            }
+            Err(why) => {
+                let _ = u.reply.send(Err(why.clone()));
+                (c.report)(AgentMessage::UndoFinished {
+                    step: step_id,
+                    redo: u.redo,
+                    goal: u.step.goal.clone(),
+                    result: Err(why),
+                });
+                return;
+            }
+        };
+        let mut shell = ServerShell {
+            c: c.clone(),
+            approval: Approval::Auto,
+            label: format!(
+                "agent-ls: {} step {step_id}",
+                if u.redo { "redo" } else { "undo" }
+            ),
+            snapshot: u.snapshot,
+            decisions: mpsc::unbounded_channel().1,
+            cancel: CancellationToken::new(),
+            progress: None,
+            limits: u.limits,
+            record: None,
+            task: String::new(),
+        };
+        let mut result = if reversal.changes.is_empty() {
+            Ok(())
+        } else {
+            shell.apply(&reversal.changes).await
+        };
+        if result.is_ok() {
+            result = delete_files(&c, &reversal.deletes).await;
+        }
+        (c.report)(AgentMessage::UndoFinished {
+            step: step_id,
+            redo: u.redo,
+            goal: u.step.goal,
+            result: result.map_err(|(ApplyError::Stale(e) | ApplyError::Failed(e))| e),
+        });
+        drop(u.lock);
+    });
+}
+
+/// Deletes files an undone step created: through workspace/applyEdit when the client can
+/// delete (so an open editor closes), then on disk if the file is still there.
+async fn delete_files(c: &Connection, paths: &[String]) -> Result<(), ApplyError> {
+    use tower_lsp_server::ls_types::{
+        DeleteFile, DeleteFileOptions, DocumentChangeOperation, DocumentChanges, ResourceOp,
+    };
+    if paths.is_empty() {
+        return Ok(());
+    }
+    if c.support.delete_files {
+        let ops = paths
+            .iter()
+            .filter_map(|p| Uri::from_file_path(c.root.join(p)))
+            .map(|uri| {
+                DocumentChangeOperation::Op(ResourceOp::Delete(DeleteFile {
+                    uri,
+                    options: Some(DeleteFileOptions {
+                        recursive: Some(false),
+                        ignore_if_not_exists: Some(true),
+                    }),
+                    annotation_id: None,
+                }))
+            })
+            .collect();
+        let edit = WorkspaceEdit {
+            document_changes: Some(DocumentChanges::Operations(ops)),
+            ..Default::default()
+        };
+        send_edit(&c.outbox, edit, None).await?;
+    }
+    for p in paths {
+        let path = c.root.join(p);
+        if path.exists() {
+            std::fs::remove_file(&path)
+                .map_err(|e| ApplyError::Failed(format!("cannot delete {p}: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// Sends `workspace/applyEdit` and reads the client's answer; `applied: false` is a refusal.
+async fn send_edit(
+    outbox: &Outbox,
+    edit: WorkspaceEdit,
+    label: Option<String>,
+) -> Result<(), ApplyError> {
+    match outbox
+        .request::<ApplyWorkspaceEdit>(ApplyWorkspaceEditParams { label, edit })
+        .await
+    {
+        Ok(r) if r.applied => Ok(()),
+        Ok(r) => {
+            Err(ApplyError::Failed(r.failure_reason.unwrap_or_else(|| {
+                "the change was rejected in the editor".into()
+            })))
+        }
+        Err(e) => Err(ApplyError::Failed(format!(
+            "the editor did not answer workspace/applyEdit: {e}"
+        ))),
+    }
+}
+
 struct ServerShell {
-    client: Client,
-    session: SessionHandle,
-    root: PathBuf,
-    encoding: Encoding,
-    support: EditSupport,
+    c: Connection,
     approval: Approval,
     label: String,
-    /// The open documents of the workspace, by relative path, as of the last refresh.
-    snapshot: HashMap<String, (Uri, Buffer)>,
+    /// The open documents of the workspace, as of the last refresh.
+    snapshot: Snapshot,
     decisions: mpsc::UnboundedReceiver<bool>,
     cancel: CancellationToken,
     /// The run's `$/progress` token, when the client takes progress.
@@ -191,163 +354,11 @@ struct ServerShell {
     record: Option<(String, String)>,
 }
 
-/// What an undo or redo needs to reach the editor.
-pub struct UndoStart {
-    pub step: u64,
-    pub redo: bool,
-    pub goal: String,
-    pub changes: Vec<FileChange>,
-    /// Files the step created, to delete (checked unchanged by `history::revert`).
-    pub deletes: Vec<String>,
-    pub client: Client,
-    pub session: SessionHandle,
-    pub root: PathBuf,
-    pub encoding: Encoding,
-    pub support: EditSupport,
-    pub limits: edit::Limits,
-}
-
-/// Applies an undo or redo through workspace/applyEdit like any agent edit (so the editor's
-/// own undo sees it), on a task of its own, and reports back to the session.
-pub fn spawn_undo(u: UndoStart) {
-    tokio::spawn(async move {
-        let what = if u.redo { "redid" } else { "undid" };
-        let mut shell = ServerShell {
-            client: u.client.clone(),
-            session: u.session.clone(),
-            root: u.root.clone(),
-            encoding: u.encoding,
-            support: u.support,
-            approval: Approval::Auto,
-            label: format!(
-                "agent-ls: {} step {}",
-                if u.redo { "redo" } else { "undo" },
-                u.step
-            ),
-            snapshot: HashMap::new(),
-            decisions: mpsc::unbounded_channel().1,
-            cancel: CancellationToken::new(),
-            progress: None,
-            limits: u.limits,
-            record: None,
-            task: String::new(),
-        };
-        let applied = if u.changes.is_empty() {
-            Ok(())
-        } else {
-            shell.apply(&u.changes).await
-        };
-        let applied = match applied {
-            Ok(()) => delete_files(&u.client, &u.root, &u.deletes, u.support).await,
-            Err(e) => Err(e),
-        };
-        match applied {
-            Ok(()) => {
-                u.session.send(Event::UndoApplied {
-                    step: u.step,
-                    redo: u.redo,
-                });
-                u.client
-                    .show_message(
-                        MessageType::INFO,
-                        format!("agent-ls: {what} step {} ({})", u.step, u.goal),
-                    )
-                    .await;
-            }
-            Err(ApplyError::Stale(e) | ApplyError::Failed(e)) => {
-                u.client
-                    .show_message(
-                        MessageType::ERROR,
-                        format!(
-                            "agent-ls: could not {} step {}: {e}",
-                            if u.redo { "redo" } else { "undo" },
-                            u.step
-                        ),
-                    )
-                    .await;
-            }
-        }
-    });
-}
-
-/// Deletes files an undone step created: through workspace/applyEdit when the client can
-/// delete (so an open editor closes), then on disk if the file is still there.
-async fn delete_files(
-    client: &Client,
-    root: &std::path::Path,
-    paths: &[String],
-    support: EditSupport,
-) -> Result<(), ApplyError> {
-    if paths.is_empty() {
-        return Ok(());
-    }
-    if support.delete_files {
-        let ops = paths
-            .iter()
-            .filter_map(|p| Uri::from_file_path(root.join(p)))
-            .map(|uri| {
-                tower_lsp_server::ls_types::DocumentChangeOperation::Op(
-                    tower_lsp_server::ls_types::ResourceOp::Delete(
-                        tower_lsp_server::ls_types::DeleteFile {
-                            uri,
-                            options: Some(tower_lsp_server::ls_types::DeleteFileOptions {
-                                recursive: Some(false),
-                                ignore_if_not_exists: Some(true),
-                            }),
-                            annotation_id: None,
-                        },
-                    ),
-                )
-            })
-            .collect();
-        let edit = tower_lsp_server::ls_types::WorkspaceEdit {
-            document_changes: Some(tower_lsp_server::ls_types::DocumentChanges::Operations(ops)),
-            ..Default::default()
-        };
-        match client.apply_edit(edit).await {
-            Ok(r) if r.applied => {}
-            Ok(r) => {
-                return Err(ApplyError::Failed(
-                    r.failure_reason
-                        .unwrap_or_else(|| "the editor refused to delete the file".into()),
-                ));
-            }
-            Err(e) => {
-                return Err(ApplyError::Failed(format!(
-                    "the editor did not answer workspace/applyEdit: {e}"
-                )));
-            }
-        }
-    }
-    for p in paths {
-        let path = root.join(p);
-        if path.exists() {
-            std::fs::remove_file(&path)
-                .map_err(|e| ApplyError::Failed(format!("cannot delete {p}: {e}")))?;
-        }
-    }
-    Ok(())
-}
-
 impl ServerShell {
-    async fn take_snapshot(&self) -> HashMap<String, (Uri, Buffer)> {
-        let root = self.root.clone();
-        self.session
-            .query(move |s| {
-                s.documents()
-                    .filter_map(|(uri, buffer)| {
-                        let path = super::convert::path_from_uri(uri)?;
-                        let rel = path
-                            .strip_prefix(&root)
-                            .ok()?
-                            .to_string_lossy()
-                            .into_owned();
-                        Some((rel, (uri.clone(), buffer.clone())))
-                    })
-                    .collect()
-            })
-            .await
-            .unwrap_or_default()
+    async fn take_snapshot(&self) -> Snapshot {
+        let (reply, answer) = oneshot::channel();
+        (self.c.report)(AgentMessage::Snapshot { reply });
+        answer.await.unwrap_or_default()
     }
 
     fn current_text(&self, rel: &str) -> Option<String> {
@@ -366,16 +377,18 @@ impl ServerShell {
                 title: t.into(),
                 properties: Default::default(),
             });
-            let question = format!(
-                "{}: apply the proposed change to {}?",
-                self.label,
-                files.join(", ")
-            );
-            let request = self.client.show_message_request(
-                MessageType::INFO,
-                question,
-                Some(actions.to_vec()),
-            );
+            let request = self
+                .c
+                .outbox
+                .request::<ShowMessageRequest>(ShowMessageRequestParams {
+                    typ: MessageType::INFO,
+                    message: format!(
+                        "{}: apply the proposed change to {}?",
+                        self.label,
+                        files.join(", ")
+                    ),
+                    actions: Some(actions.to_vec()),
+                });
             let answer = tokio::select! {
                 r = request => r.ok().flatten().map(|a| a.title),
                 d = self.decisions.recv() => d.map(|yes| if yes { "Accept".to_string() } else { "Reject".to_string() }),
@@ -383,43 +396,46 @@ impl ServerShell {
             };
             match answer.as_deref() {
                 Some("Accept") => return true,
-                Some("Show diff") => {
-                    self.client
-                        .show_message(MessageType::INFO, diff.to_string())
-                        .await
-                }
+                Some("Show diff") => self.c.outbox.show_message(MessageType::INFO, diff),
                 _ => return false,
             }
         }
     }
 
     /// Waits until the editor's buffers hold the new text (the `didChange` after an applied
-    /// edit can come after the reply).
+    /// edit can come after the reply), for at most 5 seconds.
     async fn confirm_applied(&mut self, changes: &[FileChange]) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
+        let want: Vec<(Uri, String)> = changes
+            .iter()
+            .filter_map(|c| {
+                // A file not open in the editor: it applied the edit to a buffer it did not
+                // report to us, or to the file; the disk check settles it.
+                let (uri, _) = self.snapshot.get(&c.path)?;
+                Some((uri.clone(), c.new_text.clone()))
+            })
+            .collect();
+        if !want.is_empty() {
+            let (reply, answer) = oneshot::channel();
+            (self.c.report)(AgentMessage::AwaitTexts { want, reply });
+            let landed = tokio::time::timeout(Duration::from_secs(5), answer).await;
             self.snapshot = self.take_snapshot().await;
-            let pending: Vec<&str> = changes
-                .iter()
-                .filter(|c| match self.snapshot.get(&c.path) {
-                    Some((_, b)) => b.text() != c.new_text,
-                    // Not open in the editor: it applied the edit to a buffer it did not report
-                    // to us, or to the file; the disk check below settles it.
-                    None => false,
-                })
-                .map(|c| c.path.as_str())
-                .collect();
-            if pending.is_empty() {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
+            if !matches!(landed, Ok(Ok(()))) {
+                let pending: Vec<&str> = changes
+                    .iter()
+                    .filter(|c| {
+                        self.snapshot
+                            .get(&c.path)
+                            .is_some_and(|(_, b)| b.text() != c.new_text)
+                    })
+                    .map(|c| c.path.as_str())
+                    .collect();
                 return Err(format!(
                     "the editor reported the change as applied, but {} does not hold it (was it declined?)",
                     pending.join(", ")
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
         }
+        Ok(())
     }
 
     /// Tests run on the disk, which holds neither the editor's edit (editors do not save) nor,
@@ -429,7 +445,7 @@ impl ServerShell {
     fn sync_disk(&self, changes: &[FileChange]) -> Result<(), String> {
         let mut writes = Vec::new();
         for c in changes {
-            let disk = match files::read_for_plan(&self.root, &c.path) {
+            let disk = match files::read_for_plan(&self.c.root, &c.path) {
                 FileText::Text(t) => Some(t),
                 FileText::Missing => None,
                 FileText::Refused(why) => return Err(why),
@@ -455,7 +471,7 @@ impl ServerShell {
                 }
             }
         }
-        files::write_changes(&self.root, &writes)
+        files::write_changes(&self.c.root, &writes)
     }
 }
 
@@ -466,7 +482,7 @@ impl Shell for ServerShell {
                 "{relative} is out of sync with the editor; close and reopen it"
             )),
             Some((_, b)) => FileText::Text(b.text()),
-            None => files::read_for_plan(&self.root, relative),
+            None => files::read_for_plan(&self.c.root, relative),
         }
     }
 
@@ -478,7 +494,7 @@ impl Shell for ServerShell {
         match self.approval {
             Approval::Auto => true,
             // The editor asks when it applies the annotated edit (VS Code's preview).
-            Approval::Confirm if self.support.change_annotations => true,
+            Approval::Confirm if self.c.support.change_annotations => true,
             _ => self.ask(changes, diff).await,
         }
     }
@@ -487,26 +503,8 @@ impl Shell for ServerShell {
         // Never send an edit against a buffer older than the one it was computed for: if the
         // user typed meanwhile, move the change onto the new text, or redo the step.
         self.snapshot = self.take_snapshot().await;
-        let mut current = Vec::new();
-        for c in changes {
-            let now = self.current_text(&c.path);
-            if now == c.original {
-                current.push(c.clone());
-                continue;
-            }
-            match now
-                .as_deref()
-                .and_then(|t| edit::relocate(c, t, &self.limits))
-            {
-                Some(moved) => current.push(moved),
-                None => {
-                    return Err(ApplyError::Stale(format!(
-                        "{} changed while the change was prepared",
-                        c.path
-                    )));
-                }
-            }
-        }
+        let current = edit::rebase(changes, |p| self.current_text(p), &self.limits)
+            .map_err(ApplyError::Stale)?;
         let targets: HashMap<String, Target> = current
             .iter()
             .filter_map(|c| {
@@ -521,33 +519,20 @@ impl Shell for ServerShell {
             })
             .collect();
         let support = EditSupport {
-            change_annotations: self.support.change_annotations
+            change_annotations: self.c.support.change_annotations
                 && self.approval == Approval::Confirm,
-            ..self.support
+            ..self.c.support
         };
         let edit = workspace_edit::to_workspace_edit(
             &current,
             &targets,
-            &self.root,
-            self.encoding,
+            &self.c.root,
+            self.c.encoding,
             support,
             &self.label,
         )
         .map_err(|e| ApplyError::Failed(e.to_string()))?;
-        match self.client.apply_edit(edit).await {
-            Ok(r) if r.applied => {}
-            Ok(r) => {
-                let why = r
-                    .failure_reason
-                    .unwrap_or_else(|| "the change was rejected in the editor".into());
-                return Err(ApplyError::Failed(why));
-            }
-            Err(e) => {
-                return Err(ApplyError::Failed(format!(
-                    "the editor did not answer workspace/applyEdit: {e}"
-                )));
-            }
-        }
+        send_edit(&self.c.outbox, edit, Some(self.label.clone())).await?;
         if let Err(why) = self.confirm_applied(&current).await {
             // A buffer that moved past the version the edit was sent for means the user typed
             // while the edit was in flight, and the editor refused the stale edit: redo the
@@ -558,17 +543,17 @@ impl Shell for ServerShell {
                 matches!((sent, now), (Some(s), Some(n)) if n > s)
             });
             return Err(if typed {
-                ApplyError::Stale(format!("{} while the edit was sent", why))
+                ApplyError::Stale(format!("{why} while the edit was sent"))
             } else {
                 ApplyError::Failed(why)
             });
         }
         self.sync_disk(&current).map_err(ApplyError::Failed)?;
         if let Some((run_id, goal)) = &self.record {
-            let files = crate::edit::history::Step::files_after(&current, |path| {
+            let files = Step::files_after(&current, |path| {
                 self.snapshot.get(path).map(|(_, b)| b.version())
             });
-            self.session.send(Event::StepApplied {
+            (self.c.report)(AgentMessage::StepApplied {
                 run_id: run_id.clone(),
                 goal: goal.clone(),
                 task: self.task.clone(),
@@ -579,12 +564,22 @@ impl Shell for ServerShell {
         Ok(())
     }
 
+    async fn run_tests(&mut self, cancel: &CancellationToken) -> Result<RunResult, RunError> {
+        let (reply, answer) = oneshot::channel();
+        (self.c.report)(AgentMessage::RunTests { reply });
+        // The run's own cancel reaches the test run through agent-ls.cancel, which cancels
+        // both; a cancel that only ends the run stops waiting here.
+        tokio::select! {
+            r = answer => r.unwrap_or(Err(RunError::Superseded)),
+            _ = cancel.cancelled() => Err(RunError::Superseded),
+        }
+    }
+
     fn progress(&mut self, message: &str) {
         info!("agent: {message}");
         if let Some(token) = &self.progress {
-            send_progress(
-                &self.client,
-                token,
+            self.c.outbox.progress(
+                token.clone(),
                 WorkDoneProgress::Report(WorkDoneProgressReport {
                     message: Some(message.to_string()),
                     ..Default::default()
@@ -595,18 +590,13 @@ impl Shell for ServerShell {
 
     fn warn(&mut self, message: &str) {
         warn!("agent: {message}");
-        let client = self.client.clone();
-        let msg = format!("agent-ls: {message}");
-        tokio::spawn(async move { client.show_message(MessageType::WARNING, msg).await });
+        self.c
+            .outbox
+            .show_message(MessageType::WARNING, format!("agent-ls: {message}"));
     }
 
     fn task(&mut self, task: &str) {
         self.task = task.to_string();
-    }
-
-    fn tests_ran(&mut self, result: &RunResult) {
-        self.session
-            .send(Event::PublishTests(Box::new(result.clone())));
     }
 }
 
@@ -644,22 +634,4 @@ pub fn goal_with_selection(
         range.start.line + 1,
         range.end.line + 1
     )
-}
-
-pub fn new_id() -> String {
-    drive::new_run_id()
-}
-
-/// Sends one `$/progress` notification from a task of its own (the shell's hooks are sync).
-fn send_progress(client: &Client, token: &ProgressToken, value: WorkDoneProgress) {
-    let client = client.clone();
-    let params = ProgressParams {
-        token: token.clone(),
-        value: ProgressParamsValue::WorkDone(value),
-    };
-    tokio::spawn(async move {
-        client
-            .send_notification::<tower_lsp_server::ls_types::notification::Progress>(params)
-            .await
-    });
 }

@@ -1,10 +1,13 @@
-//! The language server: the only module that knows LSP types and JSON-RPC. It wires the
-//! transport to the session owner and answers requests from snapshots of the session.
+//! The language server: the only module that knows LSP types and JSON-RPC. Data flows one
+//! way: stdin → `transport` (frames, parses once) → the `session` (document notifications,
+//! in wire order) or tower-lsp (requests, answered from the session's state) → subsystems
+//! (`test_runs`, `agent_runs`, the store) whose reports come back to the session → the
+//! `outbox` → stdout.
 
 pub mod agent_runs;
 pub mod convert;
 pub mod ext;
-mod ordered;
+pub mod outbox;
 pub mod session;
 pub mod test_runs;
 pub mod transport;
@@ -20,50 +23,88 @@ use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tower_lsp_server::jsonrpc::{Error, ErrorCode, Result};
 use tower_lsp_server::ls_types::*;
-use tower_lsp_server::{Client, LanguageServer, LspService, Server};
+use tower_lsp_server::{LanguageServer, LspService, Server};
 use tracing::{error, info};
 
+use crate::agent::Route;
 use crate::config;
+use crate::lock::RunLock;
 use crate::logging::LogHandle;
+use outbox::Outbox;
 use session::{Event, Session, SessionHandle};
+
+/// How a subsystem reports to the session: a function that takes its own message type (the
+/// session wraps it into its `Event`), so the subsystem never sees the session.
+pub type Report<T> = Arc<dyn Fn(T) + Send + Sync>;
 
 /// Runs the server on stdin/stdout until `exit`, returning the process exit code the
 /// specification asks for: 0 when `shutdown` came first, 1 otherwise.
 pub async fn serve_stdio(log: LogHandle) -> i32 {
     let shutdown = Arc::new(AtomicBool::new(false));
     let hooks = std::env::var(ext::TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
-    let inputs = config::Inputs::from_process(None);
-    let (service, socket) = LspService::build(|client| {
-        let session = Session::new(client.clone(), log, inputs).spawn();
-        Backend {
-            client,
-            session,
-            shutdown: shutdown.clone(),
-            hooks,
-        }
+    let (outbox, writer) = Outbox::new();
+    // stdout is written by one thread, in the outbox's order.
+    let output = std::thread::Builder::new()
+        .name("agent-ls stdout".into())
+        .spawn(move || writer.write_blocking(std::io::stdout().lock()));
+    let session = Session::spawn(outbox.clone(), log);
+    let (service, socket) = LspService::build(|_client| Backend {
+        session: session.clone(),
+        shutdown: shutdown.clone(),
+        hooks,
     })
     .custom_method(ext::DOCUMENT_STATE, Backend::document_state)
     .custom_method(ext::CONFIGURATION, Backend::configuration)
     .finish();
-    let session = service.inner().session.clone();
-    let service = ordered::Ordered::new(service, session);
-    let (server_in, client_in) = tokio::io::duplex(1 << 20);
-    let (server_out, client_out) = tokio::io::duplex(1 << 20);
-    let (replies, replies_rx) = mpsc::unbounded_channel();
-    tokio::spawn(transport::pump_input(
-        tokio::io::stdin(),
-        client_in,
-        replies,
-    ));
-    let output = tokio::spawn(transport::pump_output(
-        client_out,
-        replies_rx,
-        tokio::io::stdout(),
-    ));
+
+    let (server_in, mut tower_in) = tokio::io::duplex(1 << 20);
+    let (server_out, tower_out) = tokio::io::duplex(1 << 20);
+    let (to_tower, mut for_tower) = mpsc::unbounded_channel::<bytes::Bytes>();
+    // stdin is read by one thread too: each message is parsed once there, and only what is
+    // not a document notification goes on to tower-lsp.
+    transport::widen_stdin_pipe();
+    let input = {
+        let (session, outbox) = (session.clone(), outbox.clone());
+        std::thread::Builder::new()
+            .name("agent-ls stdin".into())
+            .spawn(move || {
+                transport::pump_input(
+                    std::io::stdin().lock(),
+                    |n| session.send(Event::Notice(n)),
+                    &outbox,
+                    to_tower,
+                )
+            })
+    };
+    if let Err(e) = &input {
+        error!("cannot start the stdin thread: {e}");
+    }
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Some(body) = for_tower.recv().await {
+            if tower_in
+                .write_all(&transport::frame_bytes(&body))
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        let _ = tower_in.shutdown().await;
+    });
+    let tower_output = tokio::spawn(transport::pump_tower_output(tower_out, outbox.clone()));
     Server::new(server_in, server_out, socket)
         .serve(service)
         .await;
-    let _ = output.await;
+    // Everything tower-lsp and the session enqueued before `exit` is written, then we stop.
+    let _ = tower_output.await;
+    if let Ok(Some(store)) = session.query(|s| s.store()).await {
+        let _ = tokio::task::spawn_blocking(move || store.flush_blocking()).await;
+    }
+    outbox.close();
+    if let Ok(output) = output {
+        let _ = tokio::task::spawn_blocking(move || output.join()).await;
+    }
     if shutdown.load(Ordering::SeqCst) {
         0
     } else {
@@ -72,8 +113,6 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
 }
 
 struct Backend {
-    #[allow(dead_code)]
-    client: Client,
     session: SessionHandle,
     shutdown: Arc<AtomicBool>,
     hooks: bool,
@@ -106,8 +145,9 @@ impl Backend {
 
     async fn configuration(&self) -> Result<ext::Configuration> {
         guarded(ext::CONFIGURATION, async {
+            // After a reload that is still reading files, the answer is the reloaded state.
             self.session
-                .query(|s| {
+                .query_ready(|s| {
                     let loaded = s.config();
                     ext::Configuration {
                         entries: loaded
@@ -148,14 +188,154 @@ impl Backend {
         }
         commands
     }
+
+    /// Takes the workspace's run lock off the async threads (it opens a file); refused at
+    /// once, naming who holds it, when another run has it.
+    async fn lock(&self, goal: &str) -> Result<RunLock> {
+        let root = self
+            .session
+            .query(|s| s.workspace_root().cloned())
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| {
+                Error::invalid_request().tap_message("agent-ls needs a workspace folder".into())
+            })?;
+        let goal = goal.to_string();
+        tokio::task::spawn_blocking(move || RunLock::acquire(&root, &goal))
+            .await
+            .map_err(internal)?
+            .map_err(|e| Error::invalid_request().tap_message(e.to_string()))
+    }
+
+    /// agent-ls.status: the session's view and the interrupted runs, which the store knows.
+    async fn status(&self) -> Result<serde_json::Value> {
+        let (mut status, store, active) = self
+            .session
+            .query_ready(|s| (s.agent_status(), s.store(), s.active_run()))
+            .await
+            .map_err(internal)?;
+        let interrupted = match store {
+            Some(store) => store
+                .call(move |s| s.interrupted_runs(active.as_deref()))
+                .await
+                .and_then(|r| r.map_err(|e| error!("{e}")).ok())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        status["interrupted"] = serde_json::to_value(interrupted).map_err(internal)?;
+        Ok(status)
+    }
+
+    async fn undo(&self, redo: bool, step: Option<u64>) -> Result<u64> {
+        let what = if redo { "redo" } else { "undo" };
+        let lock = self.lock(&format!("{what} an agent step")).await?;
+        let (reply, answer) = oneshot::channel();
+        self.session.send(Event::Undo {
+            redo,
+            step,
+            lock,
+            reply,
+        });
+        answer
+            .await
+            .map_err(internal)?
+            .map_err(|why| Error::invalid_request().tap_message(why))
+    }
+
+    async fn start_run(&self, args: agent_runs::RunArgs) -> Result<serde_json::Value> {
+        // A goal that names one of the commands is done without a model. A goal about a
+        // selection is always for the agent.
+        let route = if args.range.is_some() {
+            Route::Agent
+        } else {
+            crate::agent::route(&args.goal)
+        };
+        match route {
+            Route::Undo(step) => {
+                let id = self.undo(false, step).await?;
+                return Ok(serde_json::json!({"routed": "agent-ls.undo", "step": id}));
+            }
+            Route::Redo => {
+                let id = self.undo(true, None).await?;
+                return Ok(serde_json::json!({"routed": "agent-ls.redo", "step": id}));
+            }
+            Route::Status => {
+                return Ok(
+                    serde_json::json!({"routed": "agent-ls.status", "status": self.status().await?}),
+                );
+            }
+            Route::Command(argv) => {
+                let line = argv.join(" ");
+                self.session.send(Event::RunTests {
+                    reason: "command".into(),
+                    command: Some(argv),
+                });
+                return Ok(serde_json::json!({"routed": "command", "command": line}));
+            }
+            Route::Agent => {}
+        }
+        let lock = self.lock(&args.goal).await?;
+        // The run goes on in the background; the command answers at once.
+        let (reply, answer) = oneshot::channel();
+        self.session.send(Event::StartRun { args, lock, reply });
+        answer
+            .await
+            .map_err(internal)?
+            .map_err(|why| Error::invalid_request().tap_message(why))
+    }
+
+    async fn resume(&self, run_id: String) -> Result<serde_json::Value> {
+        let (store, active) = self
+            .session
+            .query(|s| (s.store(), s.active_run()))
+            .await
+            .map_err(internal)?;
+        let store = store.ok_or_else(|| {
+            Error::invalid_request()
+                .tap_message("no store in this workspace, so no run to resume".into())
+        })?;
+        let (goal, checkpoint) = {
+            let run_id = run_id.clone();
+            store
+                .call(move |s| crate::drive::resume_point(s, &run_id, active.as_deref()))
+                .await
+                .unwrap_or_else(|| Err("the store could not be opened".into()))
+                .map_err(|why| Error::invalid_request().tap_message(why))?
+        };
+        let lock = self.lock(&goal).await?;
+        let (reply, answer) = oneshot::channel();
+        self.session.send(Event::Resume {
+            run_id,
+            goal,
+            checkpoint: checkpoint.map(Box::new),
+            lock,
+            reply,
+        });
+        let id = answer
+            .await
+            .map_err(internal)?
+            .map_err(|why| Error::invalid_request().tap_message(why))?;
+        Ok(serde_json::json!({"run_id": id}))
+    }
 }
 
 impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
         guarded("initialize", async {
+            // The configuration is read here, off the session's task: it reads files.
+            let mut inputs = config::Inputs::from_process(convert::workspace_root(&params));
+            inputs.initialization_options = params.initialization_options.clone();
+            let (inputs, loaded) = tokio::task::spawn_blocking(move || {
+                let loaded = config::load(&inputs);
+                (inputs, loaded)
+            })
+            .await
+            .map_err(internal)?;
             let (reply, answer) = oneshot::channel();
             self.session.send(Event::Initialize {
                 params: Box::new(params),
+                inputs: Box::new(inputs),
+                loaded: Box::new(loaded),
                 reply,
             });
             let encoding = answer.await.map_err(internal)?;
@@ -196,6 +376,10 @@ impl LanguageServer for Backend {
     async fn shutdown(&self) -> Result<()> {
         self.shutdown.store(true, Ordering::SeqCst);
         info!("shutdown requested");
+        // What the store was sent is written before the client is told it may stop us.
+        if let Ok(Some(store)) = self.session.query(|s| s.store()).await {
+            let _ = tokio::task::spawn_blocking(move || store.flush_blocking()).await;
+        }
         Ok(())
     }
 
@@ -227,13 +411,7 @@ impl LanguageServer for Backend {
                             ))
                         })?
                     };
-                    // The run goes on in the background; the command answers at once.
-                    let (reply, answer) = oneshot::channel();
-                    self.session.send(Event::StartRun { args, reply });
-                    match answer.await.map_err(internal)? {
-                        Ok(answer) => Ok(Some(answer)),
-                        Err(why) => Err(Error::invalid_request().tap_message(why)),
-                    }
+                    self.start_run(args).await.map(Some)
                 }
                 ext::ACCEPT_COMMAND | ext::REJECT_COMMAND => {
                     self.session
@@ -257,16 +435,10 @@ impl LanguageServer for Backend {
                             "agent-ls.redo re-applies the latest undone step; it takes no step",
                         ));
                     }
-                    let (reply, answer) = oneshot::channel();
-                    self.session.send(Event::Undo {
-                        redo: params.command == ext::REDO_COMMAND,
-                        step,
-                        reply,
-                    });
-                    match answer.await.map_err(internal)? {
-                        Ok(step) => Ok(Some(serde_json::json!({"step": step}))),
-                        Err(why) => Err(Error::invalid_request().tap_message(why)),
-                    }
+                    let id = self
+                        .undo(params.command == ext::REDO_COMMAND, step)
+                        .await?;
+                    Ok(Some(serde_json::json!({"step": id})))
                 }
                 ext::RESUME_COMMAND => {
                     let run_id = params
@@ -280,30 +452,19 @@ impl LanguageServer for Backend {
                                 "agent-ls.resume takes {\"run_id\": id} (agent-ls.status lists interrupted runs)",
                             )
                         })?;
-                    let (reply, answer) = oneshot::channel();
-                    self.session.send(Event::Resume { run_id, reply });
-                    match answer.await.map_err(internal)? {
-                        Ok(run_id) => Ok(Some(serde_json::json!({"run_id": run_id}))),
-                        Err(why) => Err(Error::invalid_request().tap_message(why)),
-                    }
+                    self.resume(run_id).await.map(Some)
                 }
-                ext::STATUS_COMMAND => {
-                    let status = self
-                        .session
-                        .query(|s| s.agent_status())
-                        .await
-                        .map_err(internal)?;
-                    Ok(Some(status))
-                }
+                ext::STATUS_COMMAND => self.status().await.map(Some),
                 ext::RERUN_TESTS_COMMAND => {
                     // The run goes on in the background; its end arrives as agent-ls/testStatus.
                     self.session.send(Event::RunTests {
                         reason: "command".into(),
+                        command: None,
                     });
                     Ok(Some(serde_json::json!({"started": true})))
                 }
                 ext::CANCEL_COMMAND => {
-                    self.session.send(Event::CancelTests);
+                    self.session.send(Event::CancelAll);
                     Ok(Some(serde_json::json!({"cancelled": true})))
                 }
                 ext::DEBUG_PANIC_COMMAND if self.hooks => {

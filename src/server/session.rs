@@ -1,25 +1,39 @@
 //! The one owner of the server's mutable state. Everything that changes it arrives as an
-//! `Event` on one channel, in the order the transport read it; handlers never lock anything.
+//! `Event` on one channel: document notifications straight from the transport in wire
+//! order, commands from the request handlers, and the reports of the subsystems (test runs,
+//! agent runs, the store), each in a message type of their own.
+//!
+//! It does no IO: no file, process or database is touched on its task. What needs IO is
+//! started here as a job (a test run, an agent run, an undo, a configuration load, a store
+//! call) whose result comes back as an event, and everything for the client leaves through
+//! the outbox.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use tower_lsp_server::Client;
+use tokio_util::sync::CancellationToken;
 use tower_lsp_server::ls_types::{
-    ClientCapabilities, DidChangeConfigurationParams, DidChangeTextDocumentParams,
-    DidCloseTextDocumentParams, DidOpenTextDocumentParams, DidSaveTextDocumentParams,
-    InitializeParams, MessageType, Uri,
+    ClientCapabilities, DidChangeTextDocumentParams, InitializeParams, MessageType, NumberOrString,
+    Uri,
 };
 use tracing::{debug, error, info, warn};
 
-use super::agent_runs;
-use super::convert;
-use super::test_runs::{self, TestRuns};
+use super::agent_runs::{self, AgentMessage, Connection, RunArgs, RunFinished, Snapshot};
+use super::outbox::Outbox;
+use super::test_runs::{self, TestMessage, TestRuns, Trigger};
+use super::transport::Notice;
+use super::workspace_edit::EditSupport;
+use super::{Report, convert};
+use crate::agent::{Run, RunStatus};
 use crate::config::{self, Loaded};
+use crate::drive::Outcome;
+use crate::edit::history::{History, Step};
+use crate::lock::RunLock;
 use crate::logging::LogHandle;
-use crate::tests_run::{RunError, RunResult};
+use crate::store::StoreThread;
 use crate::text::{Buffer, Encoding};
 
 /// A closure run on the owner task against the current state.
@@ -28,67 +42,62 @@ type Query = Box<dyn FnOnce(&Session) + Send>;
 pub enum Event {
     Initialize {
         params: Box<InitializeParams>,
+        /// The configuration, loaded off this task by the handler.
+        inputs: Box<config::Inputs>,
+        loaded: Box<Loaded>,
         reply: oneshot::Sender<Encoding>,
     },
-    Opened(DidOpenTextDocumentParams),
-    Changed(DidChangeTextDocumentParams),
-    Closed(DidCloseTextDocumentParams),
-    Saved(DidSaveTextDocumentParams),
-    ConfigurationChanged(DidChangeConfigurationParams),
+    /// A document or workspace notification, in wire order.
+    Notice(Notice),
     Query(Query),
-    /// Run the workspace's tests now (a command, a debounced save, an applied agent edit).
+    /// A query that needs the undo history, answered once it is read from the store.
+    QueryReady(Query),
+    /// A configuration reload finished (started by a save of `.agent-ls.toml` or by
+    /// `didChangeConfiguration`); only the latest one applies.
+    ConfigLoaded {
+        generation: u64,
+        inputs: Box<config::Inputs>,
+        loaded: Box<Loaded>,
+    },
+    Tests(TestMessage),
+    Agent(AgentMessage),
+    /// The store opened (with what it had to move aside), or could not be.
+    StoreOpened(Result<Option<String>, String>),
+    /// The stored undo history, read once the store opened.
+    HistoryLoaded(Vec<(Step, bool)>),
+    /// Run the workspace's tests now (the rerun command), or `command` in their place (a
+    /// routed "run `make lint`").
     RunTests {
         reason: String,
+        command: Option<Vec<String>>,
     },
-    CancelTests,
-    /// A test run ended; `generation` tells whether it is still the latest.
-    TestsFinished {
-        generation: u64,
-        result: Box<Result<RunResult, RunError>>,
-    },
-    /// The debounce delay after a save passed.
-    SaveSettled {
-        generation: u64,
-    },
-    /// Start an agent run; the reply is its id, or why it cannot start.
+    /// agent-ls.cancel: the test run and the agent run in progress.
+    CancelAll,
+    /// Start an agent run; the reply is its id, or why not.
     StartRun {
-        args: agent_runs::RunArgs,
+        args: RunArgs,
+        lock: RunLock,
         reply: oneshot::Sender<Result<serde_json::Value, String>>,
     },
     /// agent-ls.accept (true) or agent-ls.reject (false) for the proposal waiting.
     Decision(bool),
-    RunEnded {
-        id: String,
-        outcome: Box<crate::drive::Outcome>,
-    },
-    /// A test run of the agent loop ended: publish it like any other.
-    PublishTests(Box<RunResult>),
-    /// An agent step was applied and confirmed: record it in the history.
-    StepApplied {
-        run_id: String,
-        goal: String,
-        task: String,
-        changes: Vec<crate::edit::FileChange>,
-        files: Vec<crate::edit::history::StepFile>,
-    },
     /// agent-ls.undo (or redo): the reply says which step, or why not.
     Undo {
         redo: bool,
         /// Undo this step rather than the latest.
         step: Option<u64>,
+        lock: RunLock,
         reply: oneshot::Sender<Result<u64, String>>,
     },
-    /// agent-ls.resume: go on with an interrupted run from its last checkpoint.
+    /// agent-ls.resume: go on with an interrupted run from its checkpoint, which the handler
+    /// read from the store.
     Resume {
         run_id: String,
+        goal: String,
+        checkpoint: Option<Box<Run>>,
+        lock: RunLock,
         reply: oneshot::Sender<Result<String, String>>,
     },
-    UndoApplied {
-        step: u64,
-        redo: bool,
-    },
-    /// window/workDoneProgress/cancel: the cancel button of a run's or a test run's progress.
-    ProgressCancelled(tower_lsp_server::ls_types::ProgressToken),
 }
 
 /// The sending side, cloned into every handler. Sending never blocks or awaits, so a handler
@@ -122,10 +131,50 @@ impl SessionHandle {
             .map_err(|_| SessionGone)?;
         answer.await.map_err(|_| SessionGone)
     }
+
+    /// Like `query`, once the undo history has been read from the store.
+    pub async fn query_ready<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Session) -> R + Send + 'static,
+    ) -> Result<R, SessionGone> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Event::QueryReady(Box::new(move |s| {
+                let _ = reply.send(f(s));
+            })))
+            .map_err(|_| SessionGone)?;
+        answer.await.map_err(|_| SessionGone)
+    }
+
+    /// A report function for a subsystem: its messages arrive here wrapped in `wrap`.
+    fn report<T: 'static>(&self, wrap: fn(T) -> Event) -> Report<T> {
+        let me = self.clone();
+        Arc::new(move |m| me.send(wrap(m)))
+    }
+}
+
+/// The job in progress: one at a time per workspace.
+enum Active {
+    Run {
+        id: String,
+        goal: String,
+        cancel: CancellationToken,
+        decisions: mpsc::UnboundedSender<bool>,
+    },
+    Undo {
+        step: u64,
+    },
+}
+
+/// A run waiting for documents to hold given texts.
+struct TextWaiter {
+    want: Vec<(Uri, String)>,
+    reply: oneshot::Sender<()>,
 }
 
 pub struct Session {
-    client: Client,
+    outbox: Outbox,
+    me: SessionHandle,
     log: LogHandle,
     initialized: bool,
     encoding: Encoding,
@@ -134,39 +183,54 @@ pub struct Session {
     config: Loaded,
     /// Problems found by the latest attempt to load the configuration, even a refused one.
     config_errors: Vec<config::ConfigError>,
+    config_generation: u64,
+    /// A configuration reload is under way (reading files off this task).
+    reloading: bool,
     documents: HashMap<Uri, Buffer>,
     capabilities: ClientCapabilities,
     tests: TestRuns,
-    /// This session's own sender, for tasks that report back to it.
-    me: Option<SessionHandle>,
-    agent: Option<agent_runs::Active>,
-    last_outcome: Option<crate::drive::Outcome>,
-    history: crate::edit::history::History,
-    /// Where the history is kept across restarts; `None` when it could not be opened.
-    store: Option<crate::store::Store>,
+    test_report: Report<TestMessage>,
+    agent_report: Report<AgentMessage>,
+    active: Option<Active>,
+    last_outcome: Option<Outcome>,
+    /// `None` until the store's history is read; runs and undos asked for before then wait.
+    history: Option<History>,
+    deferred: Vec<Event>,
+    store: Option<StoreThread>,
+    waiters: Vec<TextWaiter>,
 }
 
 impl Session {
-    pub fn new(client: Client, log: LogHandle, inputs: config::Inputs) -> Self {
-        let config = config::load(&inputs);
-        Session {
-            client,
+    /// Starts the owner task and returns the handle every handler sends through.
+    pub fn spawn(outbox: Outbox, log: LogHandle) -> SessionHandle {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let me = SessionHandle { tx };
+        let session = Session {
+            outbox,
+            test_report: me.report(Event::Tests),
+            agent_report: me.report(Event::Agent),
+            me: me.clone(),
             log,
             initialized: false,
             encoding: Encoding::Utf16,
             workspace_root: None,
-            inputs,
-            config_errors: config.errors.clone(),
-            config,
+            inputs: config::Inputs::default(),
+            config: Loaded::default(),
+            config_errors: Vec::new(),
+            config_generation: 0,
+            reloading: false,
             documents: HashMap::new(),
             capabilities: ClientCapabilities::default(),
             tests: TestRuns::default(),
-            me: None,
-            agent: None,
+            active: None,
             last_outcome: None,
-            history: Default::default(),
+            history: None,
+            deferred: Vec::new(),
             store: None,
-        }
+            waiters: Vec::new(),
+        };
+        tokio::spawn(session.run(rx));
+        me
     }
 
     pub fn encoding(&self) -> Encoding {
@@ -181,32 +245,6 @@ impl Session {
         &self.config
     }
 
-    pub fn documents(&self) -> impl Iterator<Item = (&Uri, &Buffer)> {
-        self.documents.iter()
-    }
-
-    /// The run in progress (id, goal) and the last outcome, for agent-ls.status.
-    pub fn agent_status(&self) -> serde_json::Value {
-        serde_json::json!({
-            "active": self.agent.as_ref().map(|a| serde_json::json!({"run_id": a.id, "goal": a.goal})),
-            "last": self.last_outcome,
-            "interrupted": self.interrupted(),
-            "steps": self.history.summaries(10),
-        })
-    }
-
-    /// Runs a crash or restart interrupted, for agent-ls.status and agent-ls.resume.
-    fn interrupted(&self) -> Vec<crate::store::Interrupted> {
-        let active = self.agent.as_ref().map(|a| a.id.as_str());
-        match &self.store {
-            Some(store) => store.interrupted_runs(active).unwrap_or_else(|e| {
-                error!("{e}");
-                Vec::new()
-            }),
-            None => Vec::new(),
-        }
-    }
-
     pub fn config_errors(&self) -> &[config::ConfigError] {
         &self.config_errors
     }
@@ -215,13 +253,33 @@ impl Session {
         self.workspace_root.as_ref()
     }
 
-    /// Starts the owner task and returns the handle every handler sends through.
-    pub fn spawn(mut self) -> SessionHandle {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let handle = SessionHandle { tx };
-        self.me = Some(handle.clone());
-        tokio::spawn(self.run(rx));
-        handle
+    pub fn store(&self) -> Option<StoreThread> {
+        self.store.clone()
+    }
+
+    /// The run in progress, the last outcome and the recent steps, for agent-ls.status (the
+    /// handler adds the interrupted runs, which it asks the store for).
+    pub fn agent_status(&self) -> serde_json::Value {
+        let active = match &self.active {
+            Some(Active::Run { id, goal, .. }) => {
+                Some(serde_json::json!({"run_id": id, "goal": goal}))
+            }
+            Some(Active::Undo { step }) => Some(serde_json::json!({"undo": step})),
+            None => None,
+        };
+        serde_json::json!({
+            "active": active,
+            "last": self.last_outcome,
+            "steps": self.history.as_ref().map(|h| h.summaries(10)).unwrap_or_default(),
+        })
+    }
+
+    /// The id of the run in progress, which is not interrupted though the store says running.
+    pub fn active_run(&self) -> Option<String> {
+        match &self.active {
+            Some(Active::Run { id, .. }) => Some(id.clone()),
+            _ => None,
+        }
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Event>) {
@@ -239,22 +297,127 @@ impl Session {
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Initialize { params, reply } => self.initialize(*params, reply),
+            Event::Initialize {
+                params,
+                inputs,
+                loaded,
+                reply,
+            } => self.initialize(*params, *inputs, *loaded, reply),
             Event::Query(f) => f(self),
             _ if !self.initialized => {
                 warn!("notification before initialize ignored");
             }
-            Event::Opened(p) => {
-                let doc = p.text_document;
-                debug!(uri = doc.uri.as_str(), version = doc.version, "opened");
-                self.documents
-                    .insert(doc.uri, Buffer::new(&doc.text, doc.version));
+            e @ (Event::StartRun { .. }
+            | Event::Undo { .. }
+            | Event::Resume { .. }
+            | Event::RunTests { .. }
+            | Event::QueryReady(_)
+            | Event::Tests(TestMessage::SaveSettled { .. })
+            | Event::Notice(Notice::Saved(_) | Notice::Configuration(_)))
+                if !self.ready() =>
+            {
+                // These depend on the undo history or on the configuration: while the store
+                // is still being read or a reload is under way, they wait, in order.
+                self.deferred.push(e);
             }
-            Event::Changed(p) => self.change(p),
-            Event::Closed(p) => {
+            Event::QueryReady(f) => f(self),
+            Event::Notice(n) => self.notice(n),
+            Event::ConfigLoaded {
+                generation,
+                inputs,
+                loaded,
+            } => self.config_loaded(generation, *inputs, *loaded),
+            Event::Tests(m) => self.test_message(m),
+            Event::Agent(m) => self.agent_message(m),
+            Event::StoreOpened(result) => match result {
+                Ok(Some(notice)) => {
+                    warn!("{notice}");
+                    self.outbox
+                        .show_message(MessageType::WARNING, format!("agent-ls: {notice}"));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    error!("{e}");
+                    self.outbox.show_message(
+                        MessageType::WARNING,
+                        format!("agent-ls: {e}; undo history will not survive a restart"),
+                    );
+                }
+            },
+            Event::HistoryLoaded(steps) => {
+                self.history = Some(History::restore(steps));
+                self.replay_deferred();
+            }
+            Event::RunTests { reason, command } => {
+                self.start_tests(Trigger::User { reason, command })
+            }
+            Event::CancelAll => {
+                self.tests.cancel();
+                if let Some(Active::Run { cancel, .. }) = &self.active {
+                    cancel.cancel();
+                }
+            }
+            Event::StartRun { args, lock, reply } => {
+                let _ = reply.send(self.start_run(args, lock));
+            }
+            Event::Decision(yes) => match &self.active {
+                Some(Active::Run { decisions, .. }) => {
+                    let _ = decisions.send(yes);
+                }
+                _ => self
+                    .outbox
+                    .show_message(MessageType::INFO, "agent-ls: no proposal is waiting"),
+            },
+            Event::Undo {
+                redo,
+                step,
+                lock,
+                reply,
+            } => self.undo(redo, step, lock, reply),
+            Event::Resume {
+                run_id,
+                goal,
+                checkpoint,
+                lock,
+                reply,
+            } => {
+                let answer = match self.busy() {
+                    Some(why) => Err(why),
+                    None => self.launch(run_id, goal.clone(), goal, checkpoint.map(|c| *c), lock),
+                };
+                let _ = reply.send(answer);
+            }
+        }
+    }
+
+    /// The history is read and no configuration reload is under way.
+    fn ready(&self) -> bool {
+        self.history.is_some() && !self.reloading
+    }
+
+    /// Handles the events that waited, in their order; one may start another wait.
+    fn replay_deferred(&mut self) {
+        for e in std::mem::take(&mut self.deferred) {
+            self.handle(e);
+        }
+    }
+
+    fn notice(&mut self, notice: Notice) {
+        match notice {
+            Notice::Opened(o) => {
+                debug!(uri = o.uri.as_str(), version = o.version, "opened");
+                self.documents
+                    .insert(o.uri, Buffer::from_rope(o.text, o.version));
+                self.check_waiters();
+            }
+            Notice::Changed(p) => {
+                self.change(p);
+                self.check_waiters();
+            }
+            Notice::Closed(p) => {
                 self.documents.remove(&p.text_document.uri);
             }
-            Event::Saved(p) => {
+            Notice::Saved(p) => {
                 let is_workspace_config = match (
                     &self.workspace_root,
                     convert::path_from_uri(&p.text_document.uri),
@@ -265,18 +428,29 @@ impl Session {
                 if is_workspace_config {
                     self.reload_config(self.inputs.clone());
                 } else if self.config.config.test.on_save {
-                    self.debounce_save();
+                    let delay =
+                        std::time::Duration::from_millis(self.config.config.test.debounce_ms);
+                    self.tests.saved(&self.test_report, delay);
                 }
             }
-            Event::RunTests { reason } => self.run_tests(&reason),
-            Event::ProgressCancelled(token) => {
-                let token = match token {
-                    tower_lsp_server::ls_types::NumberOrString::String(s) => s,
-                    tower_lsp_server::ls_types::NumberOrString::Number(n) => n.to_string(),
+            Notice::Configuration(p) => {
+                let mut inputs = self.inputs.clone();
+                inputs.client_settings = (!p.settings.is_null()).then_some(p.settings);
+                self.reload_config(inputs);
+            }
+            Notice::ProgressCancel(p) => {
+                let token = match p.token {
+                    NumberOrString::String(s) => s,
+                    NumberOrString::Number(n) => n.to_string(),
                 };
                 if let Some(id) = token.strip_prefix("agent-ls/run/") {
-                    match &self.agent {
-                        Some(a) if a.id == id => a.cancel.cancel(),
+                    match &self.active {
+                        Some(Active::Run {
+                            id: active, cancel, ..
+                        }) if active == id => {
+                            cancel.cancel();
+                            self.tests.cancel_agent();
+                        }
                         _ => debug!("a cancel for run {id}, which is not running"),
                     }
                 } else if let Some(generation) = token
@@ -286,222 +460,237 @@ impl Session {
                     self.tests.cancel_generation(generation);
                 }
             }
-            Event::CancelTests => {
-                self.tests.cancel();
-                if let Some(a) = &self.agent {
-                    a.cancel.cancel();
+        }
+    }
+
+    fn test_message(&mut self, m: TestMessage) {
+        match m {
+            TestMessage::Finished {
+                generation,
+                result,
+                disk,
+            } => {
+                let root = self.workspace_root.clone().unwrap_or_default();
+                let cx = test_runs::Context {
+                    outbox: &self.outbox,
+                    report: &self.test_report,
+                    root: &root,
+                    config: &self.config.config.test,
+                    progress: progress_supported(&self.capabilities),
+                    documents: &self.documents,
+                    encoding: self.encoding,
+                };
+                self.tests.finished(&cx, generation, *result, &disk);
+            }
+            TestMessage::SaveSettled { generation } => {
+                if self.tests.is_latest_save(generation) {
+                    self.start_tests(Trigger::User {
+                        reason: "save".into(),
+                        command: None,
+                    });
                 }
             }
-            Event::StartRun { args, reply } => {
-                let _ = reply.send(self.start_run(args));
+        }
+    }
+
+    fn agent_message(&mut self, m: AgentMessage) {
+        match m {
+            AgentMessage::Snapshot { reply } => {
+                let _ = reply.send(self.snapshot());
             }
-            Event::Decision(yes) => match &self.agent {
-                Some(a) => {
-                    let _ = a.decisions.send(yes);
-                }
-                None => self.notify(MessageType::INFO, "agent-ls: no proposal is waiting".into()),
-            },
-            Event::RunEnded { id, outcome } => {
-                if self.agent.as_ref().is_some_and(|a| a.id == id) {
-                    self.agent = None;
-                }
-                self.last_outcome = Some(*outcome);
+            AgentMessage::AwaitTexts { want, reply } => {
+                self.waiters.push(TextWaiter { want, reply });
+                self.check_waiters();
             }
-            Event::StepApplied {
+            AgentMessage::RunTests { reply } => self.start_tests(Trigger::Agent { reply }),
+            AgentMessage::StepApplied {
                 run_id,
                 goal,
                 task,
                 changes,
                 files,
             } => {
-                self.history.record(&run_id, &goal, &task, changes, files);
-                if let (Some(store), Some(step)) = (&mut self.store, self.history.last_done())
-                    && let Err(e) = store.record_step(step)
-                {
-                    error!("{e}");
+                let Some(history) = &mut self.history else {
+                    return;
+                };
+                history.record(&run_id, &goal, &task, changes, files);
+                if let (Some(store), Some(step)) = (&self.store, history.last_done()) {
+                    let step = step.clone();
+                    store.send("an agent step", move |s| s.record_step(&step));
                 }
             }
-            Event::Undo { redo, step, reply } => {
-                let _ = reply.send(self.undo(redo, step));
-            }
-            Event::Resume { run_id, reply } => {
-                let _ = reply.send(self.resume_run(&run_id));
-            }
-            Event::UndoApplied { step, redo } => {
-                if redo {
-                    self.history.mark_redone(step);
+            AgentMessage::Finished { id, outcome } => {
+                if matches!(&self.active, Some(Active::Run { id: a, .. }) if *a == id) {
+                    self.active = None;
+                }
+                // The session knows the run ended before the client does, so a client that
+                // reacts to runFinished (an undo, a new run) never finds it still in progress.
+                let kind = if outcome.status == RunStatus::Done {
+                    MessageType::INFO
                 } else {
-                    self.history.mark_undone(step);
+                    MessageType::WARNING
+                };
+                self.outbox
+                    .show_message(kind, format!("agent-ls: {}", outcome.answer));
+                self.outbox.notify::<RunFinished>((*outcome).clone());
+                self.last_outcome = Some(*outcome);
+            }
+            AgentMessage::UndoFinished {
+                step,
+                redo,
+                goal,
+                result,
+            } => {
+                if matches!(self.active, Some(Active::Undo { step: s }) if s == step) {
+                    self.active = None;
                 }
-                if let Some(store) = &self.store
-                    && let Err(e) = store.set_undone(step, !redo)
-                {
-                    error!("{e}");
+                let what = if redo { "redo" } else { "undo" };
+                match result {
+                    Ok(()) => {
+                        if let Some(history) = &mut self.history {
+                            if redo {
+                                history.mark_redone(step);
+                            } else {
+                                history.mark_undone(step);
+                            }
+                        }
+                        if let Some(store) = &self.store {
+                            store.send("an undo", move |s| s.set_undone(step, !redo));
+                        }
+                        let did = if redo { "redid" } else { "undid" };
+                        self.outbox.show_message(
+                            MessageType::INFO,
+                            format!("agent-ls: {did} step {step} ({goal})"),
+                        );
+                    }
+                    Err(e) => self.outbox.show_message(
+                        MessageType::ERROR,
+                        format!("agent-ls: could not {what} step {step}: {e}"),
+                    ),
                 }
-            }
-            Event::PublishTests(result) => {
-                let root = self.workspace_root.clone().unwrap_or_default();
-                self.tests
-                    .publish(*result, &self.client, &root, &self.documents, self.encoding);
-            }
-            Event::SaveSettled { generation } => {
-                if self.tests.is_latest_save(generation) {
-                    self.run_tests("save");
-                }
-            }
-            Event::TestsFinished { generation, result } => {
-                let root = self.workspace_root.clone().unwrap_or_default();
-                self.tests.finished(
-                    generation,
-                    *result,
-                    &self.client,
-                    &root,
-                    &self.documents,
-                    self.encoding,
-                );
-            }
-            Event::ConfigurationChanged(p) => {
-                let mut inputs = self.inputs.clone();
-                inputs.client_settings = (!p.settings.is_null()).then_some(p.settings);
-                self.reload_config(inputs);
             }
         }
     }
 
-    /// Starts undoing (or redoing) the latest step; refuses while a run goes on, when there is
-    /// nothing to undo, or when the user changed the lines the step touched.
-    fn undo(&mut self, redo: bool, target: Option<u64>) -> Result<u64, String> {
-        if let Some(a) = &self.agent {
-            return Err(format!(
-                "a run is in progress ({}); cancel it or let it finish first",
-                a.id
-            ));
+    /// The open documents of the workspace by relative path (rope clones are O(1)).
+    fn snapshot(&self) -> Snapshot {
+        let Some(root) = &self.workspace_root else {
+            return Snapshot::new();
+        };
+        self.documents
+            .iter()
+            .filter_map(|(uri, buffer)| {
+                let path = convert::path_from_uri(uri)?;
+                let rel = path.strip_prefix(root).ok()?.to_string_lossy().into_owned();
+                Some((rel, (uri.clone(), buffer.clone())))
+            })
+            .collect()
+    }
+
+    /// Answers the runs waiting for documents to hold their texts, and forgets those that
+    /// stopped waiting.
+    fn check_waiters(&mut self) {
+        if self.waiters.is_empty() {
+            return;
         }
-        let (Some(root), Some(me)) = (self.workspace_root.clone(), self.me.clone()) else {
-            return Err("no workspace folder".into());
+        let documents = &self.documents;
+        let done = |w: &TextWaiter| {
+            w.want.iter().all(|(uri, text)| {
+                documents
+                    .get(uri)
+                    .is_some_and(|b| b.len_bytes() == text.len() && b.text() == *text)
+            })
+        };
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiters)
+            .into_iter()
+            .filter(|w| !w.reply.is_closed())
+            .partition(done);
+        self.waiters = waiting;
+        for w in ready {
+            let _ = w.reply.send(());
+        }
+    }
+
+    /// Why no job can start now, if one is in progress.
+    fn busy(&self) -> Option<String> {
+        match &self.active {
+            Some(Active::Run { id, goal, .. }) => Some(format!(
+                "a run is in progress ({id}: {goal}); cancel it first with agent-ls.cancel"
+            )),
+            Some(Active::Undo { step }) => Some(format!("an undo of step {step} is in progress")),
+            None => None,
+        }
+    }
+
+    fn connection(&self) -> Option<Connection> {
+        Some(Connection {
+            outbox: self.outbox.clone(),
+            report: self.agent_report.clone(),
+            root: self.workspace_root.clone()?,
+            encoding: self.encoding,
+            support: EditSupport::from_capabilities(&self.capabilities),
+            progress: progress_supported(&self.capabilities),
+        })
+    }
+
+    /// Starts undoing (or redoing) a step; refuses while a run goes on or when there is
+    /// nothing to undo. Whether the user changed the lines the step touched is settled by the
+    /// undo's own task, which reads the files.
+    fn undo(
+        &mut self,
+        redo: bool,
+        target: Option<u64>,
+        lock: RunLock,
+        reply: oneshot::Sender<Result<u64, String>>,
+    ) {
+        let refuse = |reply: oneshot::Sender<Result<u64, String>>, why: String| {
+            let _ = reply.send(Err(why));
+        };
+        if let Some(why) = self.busy() {
+            return refuse(reply, why);
+        }
+        let Some(connection) = self.connection() else {
+            return refuse(reply, "no workspace folder".into());
+        };
+        let Some(history) = &self.history else {
+            return refuse(reply, "the undo history is not loaded yet".into());
         };
         let step = match (redo, target) {
-            (true, _) => self.history.last_undone(),
-            (false, None) => self.history.last_done(),
-            (false, Some(id)) => Some(self.history.find_done(id).ok_or_else(|| {
-                format!("no applied step {id} to undo (agent-ls.status lists the steps)")
-            })?),
+            (true, _) => history.last_undone(),
+            (false, None) => history.last_done(),
+            (false, Some(id)) => match history.find_done(id) {
+                Some(s) => Some(s),
+                None => {
+                    return refuse(
+                        reply,
+                        format!("no applied step {id} to undo (agent-ls.status lists the steps)"),
+                    );
+                }
+            },
         };
         let Some(step) = step.cloned() else {
-            return Err(format!("nothing to {}", if redo { "redo" } else { "undo" }));
+            return refuse(
+                reply,
+                format!("nothing to {}", if redo { "redo" } else { "undo" }),
+            );
         };
-        let current = |rel: &str| {
-            let path = root.join(rel);
-            let uri = Uri::from_file_path(&path)?;
-            match self.documents.get(&uri) {
-                Some(b) => Some(b.text()),
-                None => std::fs::read_to_string(&path).ok(),
-            }
-        };
-        let limits = self.config.config.edit.limits();
-        let reversal = if redo {
-            crate::edit::history::Reversal {
-                changes: crate::edit::history::reapply(&step, current, &limits)?,
-                deletes: Vec::new(),
-            }
-        } else {
-            crate::edit::history::revert(&step, current, &limits)?
-        };
+        self.active = Some(Active::Undo { step: step.id });
         agent_runs::spawn_undo(agent_runs::UndoStart {
-            step: step.id,
+            step,
             redo,
-            goal: step.goal.clone(),
-            changes: reversal.changes,
-            deletes: reversal.deletes,
-            client: self.client.clone(),
-            session: me,
-            root,
-            encoding: self.encoding,
-            support: super::workspace_edit::EditSupport::from_capabilities(&self.capabilities),
-            limits,
+            snapshot: self.snapshot(),
+            connection,
+            limits: self.config.config.edit.limits(),
+            reply,
+            lock,
         });
-        Ok(step.id)
     }
 
-    /// Opens the workspace's store and restores the undo history from it.
-    fn open_store(&mut self) {
-        let Some(root) = self.workspace_root.clone() else {
-            return;
-        };
-        match crate::store::Store::open(&root) {
-            Ok((store, notice)) => {
-                if let Some(n) = notice {
-                    warn!("{n}");
-                    self.notify(MessageType::WARNING, format!("agent-ls: {n}"));
-                }
-                match store.load_steps() {
-                    Ok(steps) => self.history = crate::edit::history::History::restore(steps),
-                    Err(e) => error!("{e}"),
-                }
-                self.store = Some(store);
-            }
-            Err(e) => {
-                error!("{e}");
-                self.notify(
-                    MessageType::WARNING,
-                    format!("agent-ls: {e}; undo history will not survive a restart"),
-                );
-            }
-        }
-    }
-
-    fn progress_supported(&self) -> bool {
-        self.capabilities
-            .window
-            .as_ref()
-            .and_then(|w| w.work_done_progress)
-            .unwrap_or(false)
-    }
-
-    /// Starts an agent run for a goal, answering `{"run_id"}`; a goal that names one of the
-    /// commands ("undo", "status", "run `make lint`") does that instead, answering
-    /// `{"routed": ...}`.
-    fn start_run(&mut self, args: agent_runs::RunArgs) -> Result<serde_json::Value, String> {
-        use crate::agent::Route;
-        // A goal about a selection is always for the agent.
-        let route = if args.range.is_some() {
-            Route::Agent
-        } else {
-            crate::agent::route(&args.goal)
-        };
-        match route {
-            Route::Undo(step) => {
-                return self
-                    .undo(false, step)
-                    .map(|id| serde_json::json!({"routed": "agent-ls.undo", "step": id}));
-            }
-            Route::Redo => {
-                return self
-                    .undo(true, None)
-                    .map(|id| serde_json::json!({"routed": "agent-ls.redo", "step": id}));
-            }
-            Route::Status => {
-                return Ok(
-                    serde_json::json!({"routed": "agent-ls.status", "status": self.agent_status()}),
-                );
-            }
-            Route::Command(argv) => {
-                let line = argv.join(" ");
-                self.run_tests_with("command", Some(argv));
-                return Ok(serde_json::json!({"routed": "command", "command": line}));
-            }
-            Route::Agent => {}
-        }
-        self.start_agent(args)
-            .map(|id| serde_json::json!({"run_id": id}))
-    }
-
-    fn start_agent(&mut self, args: agent_runs::RunArgs) -> Result<String, String> {
-        if let Some(a) = &self.agent {
-            return Err(format!(
-                "a run is in progress ({}: {}); cancel it first with agent-ls.cancel",
-                a.id, a.goal
-            ));
+    /// Starts an agent run for a goal, answering `{"run_id"}`. (A goal that names one of the
+    /// commands was routed by the handler before it came here.)
+    fn start_run(&mut self, args: RunArgs, lock: RunLock) -> Result<serde_json::Value, String> {
+        if let Some(why) = self.busy() {
+            return Err(why);
         }
         let Some(root) = self.workspace_root.clone() else {
             return Err("agent-ls needs a workspace folder to run the agent".into());
@@ -510,41 +699,8 @@ impl Session {
             return Err("the goal is empty".into());
         }
         let goal = agent_runs::goal_with_selection(&args, &self.documents, &root, self.encoding);
-        self.launch(agent_runs::new_id(), args.goal, goal, None)
-    }
-
-    /// Goes on with an interrupted run: from its last checkpoint (the coder's call of the
-    /// iteration it was in), or from the start when it was interrupted before the first.
-    fn resume_run(&mut self, run_id: &str) -> Result<String, String> {
-        if let Some(a) = &self.agent {
-            return Err(format!(
-                "a run is in progress ({}: {}); cancel it first with agent-ls.cancel",
-                a.id, a.goal
-            ));
-        }
-        let Some(store) = &self.store else {
-            return Err("no store in this workspace, so no run to resume".into());
-        };
-        let (goal, checkpoint, status) = store
-            .resume_point(run_id)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no run {run_id} in this workspace"))?;
-        if status != "running" {
-            return Err(format!("run {run_id} already ended ({status})"));
-        }
-        if !self.interrupted().iter().any(|r| r.run_id == run_id) {
-            return Err(format!(
-                "run {run_id} is still going in another agent-ls process"
-            ));
-        }
-        let state = match checkpoint {
-            Some(json) => Some(
-                serde_json::from_str::<crate::agent::Run>(&json)
-                    .map_err(|e| format!("the checkpoint of {run_id} cannot be read: {e}"))?,
-            ),
-            None => None,
-        };
-        self.launch(run_id.to_string(), goal.clone(), goal, state)
+        self.launch(crate::drive::new_run_id(), args.goal, goal, None, lock)
+            .map(|id| serde_json::json!({"run_id": id}))
     }
 
     fn launch(
@@ -552,95 +708,71 @@ impl Session {
         id: String,
         title: String,
         goal: String,
-        resume: Option<crate::agent::Run>,
+        resume: Option<Run>,
+        lock: RunLock,
     ) -> Result<String, String> {
-        let (Some(root), Some(me)) = (self.workspace_root.clone(), self.me.clone()) else {
+        let Some(connection) = self.connection() else {
             return Err("agent-ls needs a workspace folder to run the agent".into());
         };
-        let args = agent_runs::RunArgs {
-            goal: title,
-            ..Default::default()
-        };
-        let cancel = tokio_util::sync::CancellationToken::new();
+        let cancel = CancellationToken::new();
         let (decisions_tx, decisions) = mpsc::unbounded_channel();
-        self.agent = Some(agent_runs::Active {
+        self.active = Some(Active::Run {
             id: id.clone(),
-            goal: args.goal.clone(),
+            goal: title,
             cancel: cancel.clone(),
             decisions: decisions_tx,
         });
-        let progress = self.progress_supported();
         agent_runs::spawn(agent_runs::StartRun {
             id: id.clone(),
             goal,
             config: self.config.config.clone(),
-            root,
-            encoding: self.encoding,
-            support: super::workspace_edit::EditSupport::from_capabilities(&self.capabilities),
-            progress,
-            client: self.client.clone(),
-            session: me,
+            connection,
+            store: self.store.clone(),
             cancel,
             decisions,
             resume,
+            lock,
         });
         Ok(id)
     }
 
-    fn run_tests(&mut self, reason: &str) {
-        self.run_tests_with(reason, None);
-    }
-
-    /// Runs the tests, or `command` in their place (a routed "run `make lint`"), under the
-    /// same allowlist, timeout and output cap, its failures published the same way.
-    fn run_tests_with(&mut self, reason: &str, command: Option<Vec<String>>) {
-        let (Some(root), Some(me)) = (self.workspace_root.clone(), self.me.clone()) else {
-            self.notify(
+    fn start_tests(&mut self, trigger: Trigger) {
+        let Some(root) = self.workspace_root.clone() else {
+            self.outbox.show_message(
                 MessageType::WARNING,
-                "agent-ls: no workspace folder, so no tests to run".into(),
+                "agent-ls: no workspace folder, so no tests to run",
             );
+            if let Trigger::Agent { reply } = trigger {
+                let _ = reply.send(Err(crate::tests_run::RunError::NoCommand));
+            }
             return;
         };
-        let progress = self.progress_supported();
-        let mut config = self.config.config.test.clone();
-        if let Some(argv) = command {
-            config.command = argv;
-            // Our own test-runner flags belong to the test command, not to this one.
-            config.nextest = false;
-        }
-        self.tests.start(test_runs::Start {
-            client: &self.client,
-            session: &me,
+        let cx = test_runs::Context {
+            outbox: &self.outbox,
+            report: &self.test_report,
             root: &root,
-            config: &config,
-            progress,
-            reason,
-        });
+            config: &self.config.config.test,
+            progress: progress_supported(&self.capabilities),
+            documents: &self.documents,
+            encoding: self.encoding,
+        };
+        self.tests.start(&cx, trigger);
     }
 
-    /// Starts the debounce delay for a save; only the last save of a burst runs the tests.
-    fn debounce_save(&mut self) {
-        let generation = self.tests.saved();
-        let delay = std::time::Duration::from_millis(self.config.config.test.debounce_ms);
-        if let Some(me) = self.me.clone() {
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                me.send(Event::SaveSettled { generation });
-            });
-        }
-    }
-
-    fn initialize(&mut self, params: InitializeParams, reply: oneshot::Sender<Encoding>) {
+    fn initialize(
+        &mut self,
+        params: InitializeParams,
+        inputs: config::Inputs,
+        loaded: Loaded,
+        reply: oneshot::Sender<Encoding>,
+    ) {
         self.encoding = convert::negotiate_encoding(&params);
         self.capabilities = params.capabilities.clone();
-        self.workspace_root = convert::workspace_root(&params);
-        let mut inputs = self.inputs.clone();
-        inputs.workspace_root = self.workspace_root.clone();
-        inputs.initialization_options = params.initialization_options;
+        self.workspace_root = inputs.workspace_root.clone();
         self.inputs = inputs;
-        self.config = config::load(&self.inputs);
+        self.config = loaded;
         self.config_errors = self.config.errors.clone();
-        self.report_config_errors(&self.config_errors);
+        self.report_config_errors(&self.config_errors.clone());
         self.log.set_level(self.config.config.log.level);
         self.open_store();
         self.initialized = true;
@@ -650,6 +782,32 @@ impl Session {
             "initialized"
         );
         let _ = reply.send(self.encoding);
+    }
+
+    /// Starts the store's thread, which opens the workspace's store and then reads the undo
+    /// history back; both arrive as events.
+    fn open_store(&mut self) {
+        let Some(root) = self.workspace_root.clone() else {
+            self.history = Some(History::default());
+            return;
+        };
+        let me = self.me.clone();
+        let store = StoreThread::open(root, move |r| {
+            me.send(Event::StoreOpened(r.map_err(|e| e.to_string())));
+        });
+        let (reader, me) = (store.clone(), self.me.clone());
+        tokio::spawn(async move {
+            let steps = match reader.call(|s| s.load_steps()).await {
+                Some(Ok(steps)) => steps,
+                Some(Err(e)) => {
+                    error!("cannot read the undo history: {e}");
+                    Vec::new()
+                }
+                None => Vec::new(),
+            };
+            me.send(Event::HistoryLoaded(steps));
+        });
+        self.store = Some(store);
     }
 
     fn change(&mut self, p: DidChangeTextDocumentParams) {
@@ -676,7 +834,7 @@ impl Session {
             .collect();
         if let Err(err) = buffer.apply_changes(&changes, p.text_document.version, self.encoding) {
             error!(uri = uri.as_str(), "refused a change: {err}");
-            self.notify(
+            self.outbox.show_message(
                 MessageType::WARNING,
                 format!(
                     "agent-ls refused a change to {} that would corrupt its copy ({err}). \
@@ -687,32 +845,57 @@ impl Session {
         }
     }
 
-    /// Recomputes the configuration; when any layer is invalid, the previous configuration
-    /// stays in force and the user is told what to fix.
+    /// Loads the configuration again off this task (it reads files); the answer comes back as
+    /// `ConfigLoaded`, and only the latest load applies.
     fn reload_config(&mut self, inputs: config::Inputs) {
-        let loaded = config::load(&inputs);
-        self.config_errors = loaded.errors.clone();
-        if !loaded.errors.is_empty() {
-            self.report_config_errors(&loaded.errors);
-            warn!("configuration not changed: the previous valid configuration stays in force");
+        self.reloading = true;
+        self.config_generation += 1;
+        let generation = self.config_generation;
+        let me = self.me.clone();
+        tokio::task::spawn_blocking(move || {
+            let loaded = config::load(&inputs);
+            me.send(Event::ConfigLoaded {
+                generation,
+                inputs: Box::new(inputs),
+                loaded: Box::new(loaded),
+            });
+        });
+    }
+
+    /// When any layer is invalid, the previous configuration stays in force and the user is
+    /// told what to fix.
+    fn config_loaded(&mut self, generation: u64, inputs: config::Inputs, loaded: Loaded) {
+        if generation != self.config_generation {
+            debug!(generation, "dropped a superseded configuration load");
             return;
         }
-        self.inputs = inputs;
-        self.config = loaded;
-        self.log.set_level(self.config.config.log.level);
-        info!("configuration reloaded");
+        self.reloading = false;
+        self.config_errors = loaded.errors.clone();
+        if loaded.errors.is_empty() {
+            self.inputs = inputs;
+            self.config = loaded;
+            self.log.set_level(self.config.config.log.level);
+            info!("configuration reloaded");
+        } else {
+            self.report_config_errors(&loaded.errors);
+            warn!("configuration not changed: the previous valid configuration stays in force");
+        }
+        self.replay_deferred();
     }
 
     fn report_config_errors(&self, errors: &[config::ConfigError]) {
         for err in errors {
             error!("{err}");
-            self.notify(MessageType::ERROR, format!("agent-ls: {err}"));
+            self.outbox
+                .show_message(MessageType::ERROR, format!("agent-ls: {err}"));
         }
     }
+}
 
-    /// Sends `window/showMessage` from a task of its own so a slow client never stalls the owner.
-    fn notify(&self, typ: MessageType, message: String) {
-        let client = self.client.clone();
-        tokio::spawn(async move { client.show_message(typ, message).await });
-    }
+fn progress_supported(capabilities: &ClientCapabilities) -> bool {
+    capabilities
+        .window
+        .as_ref()
+        .and_then(|w| w.work_done_progress)
+        .unwrap_or(false)
 }

@@ -1,39 +1,120 @@
-//! The stdio transport in front of tower-lsp: it frames and checks every incoming message and
-//! answers malformed ones itself, because tower-lsp's reader stops for good at the first
+//! The stdio transport: it frames the client's bytes, parses each message once, and routes
+//! it. Document notifications (`didOpen`, `didChange`, `didClose`, `didSave`, configuration
+//! changes and progress cancels) go straight to the session in wire order; answers to our own
+//! requests go to the outbox that sent them; every other message goes on to tower-lsp.
+//! Malformed input is answered here, because tower-lsp's reader stops for good at the first
 //! message it cannot decode (tokio-util's `FramedRead` ends the stream after an error).
 //!
-//! Well-formed messages are passed on unchanged through an in-memory pipe; tower-lsp's output
-//! comes back through another pipe and is written to stdout whole frame by whole frame, merged
-//! with our own error responses, so stdout never carries a torn or foreign byte.
+//! It must not hold state of its own beyond the bytes of the message being read, and it
+//! never waits on the session.
 
+use std::borrow::Cow;
+use std::io::Read;
+
+use bytes::{Buf, Bytes, BytesMut};
+use ropey::Rope;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, de::IgnoredAny};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+use tower_lsp_server::ls_types::{
+    DidChangeConfigurationParams, DidChangeTextDocumentParams, DidCloseTextDocumentParams,
+    DidSaveTextDocumentParams, Uri, WorkDoneProgressCancelParams,
+};
 use tracing::{error, warn};
+
+use super::outbox::Outbox;
 
 /// Larger messages are refused rather than buffered; no editor sends documents this big.
 const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+/// A header block longer than this without its blank line is an error, not a reason to wait.
+const MAX_HEADER_BYTES: usize = 8 * 1024;
+/// Bytes read from stdin at a time.
+const READ_CHUNK: usize = 1024 * 1024;
+
+/// A document or workspace notification, parsed, on its way to the session.
+#[derive(Debug)]
+pub enum Notice {
+    Opened(Opened),
+    Changed(DidChangeTextDocumentParams),
+    Closed(DidCloseTextDocumentParams),
+    Saved(DidSaveTextDocumentParams),
+    Configuration(DidChangeConfigurationParams),
+    ProgressCancel(WorkDoneProgressCancelParams),
+}
+
+/// `textDocument/didOpen`, with the text read straight into a rope (no intermediate string).
+#[derive(Debug)]
+pub struct Opened {
+    pub uri: Uri,
+    pub version: i32,
+    pub text: Rope,
+}
+
+/// The notifications the transport hands to the session itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoticeKind {
+    Open,
+    Change,
+    Close,
+    Save,
+    Configuration,
+    ProgressCancel,
+}
+
+impl NoticeKind {
+    fn of(method: &str) -> Option<NoticeKind> {
+        Some(match method {
+            "textDocument/didOpen" => NoticeKind::Open,
+            "textDocument/didChange" => NoticeKind::Change,
+            "textDocument/didClose" => NoticeKind::Close,
+            "textDocument/didSave" => NoticeKind::Save,
+            "workspace/didChangeConfiguration" => NoticeKind::Configuration,
+            // tower-lsp 0.23 has no handler for it; it is the cancel button of our progress.
+            "window/workDoneProgress/cancel" => NoticeKind::ProgressCancel,
+            _ => return None,
+        })
+    }
+}
 
 /// What the framer made of the next message in the input.
 #[derive(Debug, PartialEq)]
 pub enum Frame {
-    /// A well-formed JSON-RPC message, as its body bytes.
-    Message(Vec<u8>),
-    /// A message that cannot be processed, with the error response it deserves (or `None`
-    /// when it needs no answer, such as a malformed response from the client).
-    Malformed {
-        reason: String,
-        response: Option<Value>,
+    /// A complete message body, not yet checked.
+    Message(Bytes),
+    /// Input that is not a message, with the error response it deserves.
+    Malformed { reason: String, response: Value },
+}
+
+/// Where the framer is in the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Header,
+    Body {
+        length: usize,
     },
+    /// A message too large to take is skipped without being buffered.
+    Skip {
+        left: usize,
+    },
+    /// After a header error the body length is unknown: skip to the next `Content-Length`.
+    Resync,
 }
 
 /// Splits a byte stream into `Content-Length` frames. Pure: the caller feeds bytes in.
-#[derive(Default)]
 pub struct Framer {
-    buf: Vec<u8>,
-    /// After a header error the byte count of the body is unknown, so input is skipped up to
-    /// the next `Content-Length` header.
-    resync: bool,
+    buf: BytesMut,
+    state: State,
+}
+
+impl Default for Framer {
+    fn default() -> Self {
+        Framer {
+            buf: BytesMut::with_capacity(64 * 1024),
+            state: State::Header,
+        }
+    }
 }
 
 impl Framer {
@@ -43,64 +124,88 @@ impl Framer {
 
     /// The next complete frame, or `None` until more bytes arrive.
     pub fn next_frame(&mut self) -> Option<Frame> {
-        if self.resync {
-            match find(&self.buf, b"Content-Length") {
-                Some(at) => {
-                    self.buf.drain(..at);
-                    self.resync = false;
+        loop {
+            match self.state {
+                State::Skip { left } => {
+                    let n = left.min(self.buf.len());
+                    self.buf.advance(n);
+                    if left > n {
+                        self.state = State::Skip { left: left - n };
+                        return None;
+                    }
+                    self.state = State::Header;
                 }
-                None => {
-                    // Keep a tail in case the header name is split across reads.
-                    let keep = self.buf.len().min(13);
-                    self.buf.drain(..self.buf.len() - keep);
-                    return None;
+                State::Resync => match find(&self.buf, b"Content-Length") {
+                    Some(at) => {
+                        self.buf.advance(at);
+                        self.state = State::Header;
+                    }
+                    None => {
+                        // Keep a tail in case the header name is split across reads.
+                        let keep = self.buf.len().min(13);
+                        self.buf.advance(self.buf.len() - keep);
+                        return None;
+                    }
+                },
+                State::Body { length } => {
+                    if self.buf.len() < length {
+                        self.buf.reserve(length - self.buf.len());
+                        return None;
+                    }
+                    let body = self.buf.split_to(length).freeze();
+                    self.state = State::Header;
+                    return Some(Frame::Message(body));
+                }
+                State::Header => {
+                    let window = &self.buf[..self.buf.len().min(MAX_HEADER_BYTES + 4)];
+                    let Some(header_end) = find(window, b"\r\n\r\n") else {
+                        if self.buf.len() > MAX_HEADER_BYTES + 3 {
+                            // Nothing past the limit is kept: the rest is skipped up to the
+                            // next header.
+                            self.buf.clear();
+                            self.state = State::Resync;
+                            return Some(parse_error(format!(
+                                "a header block of more than {MAX_HEADER_BYTES} bytes without a blank line"
+                            )));
+                        }
+                        return None;
+                    };
+                    let header = String::from_utf8_lossy(&self.buf[..header_end]).into_owned();
+                    self.buf.advance(header_end + 4);
+                    match content_length(&header) {
+                        Err(reason) => {
+                            self.state = State::Resync;
+                            return Some(parse_error(reason));
+                        }
+                        Ok(length) if length > MAX_MESSAGE_BYTES => {
+                            self.state = State::Skip { left: length };
+                            return Some(Frame::Malformed {
+                                reason: format!(
+                                    "message of {length} bytes is over the {MAX_MESSAGE_BYTES}-byte limit"
+                                ),
+                                response: error_response(
+                                    Value::Null,
+                                    -32600,
+                                    "Invalid Request: message too large",
+                                ),
+                            });
+                        }
+                        Ok(length) => self.state = State::Body { length },
+                    }
                 }
             }
         }
-        let header_end = find(&self.buf, b"\r\n\r\n")?;
-        let header = String::from_utf8_lossy(&self.buf[..header_end]).into_owned();
-        let body_start = header_end + 4;
-        let length = match content_length(&header) {
-            Ok(length) => length,
-            Err(reason) => {
-                self.buf.drain(..body_start);
-                self.resync = true;
-                return Some(Frame::Malformed {
-                    reason,
-                    response: Some(error_response(
-                        Value::Null,
-                        -32700,
-                        "Parse error: bad message header",
-                    )),
-                });
-            }
-        };
-        if length > MAX_MESSAGE_BYTES {
-            self.buf.drain(..body_start);
-            self.resync = true;
-            return Some(Frame::Malformed {
-                reason: format!(
-                    "message of {length} bytes is over the {MAX_MESSAGE_BYTES}-byte limit"
-                ),
-                response: Some(error_response(
-                    Value::Null,
-                    -32600,
-                    "Invalid Request: message too large",
-                )),
-            });
-        }
-        if self.buf.len() < body_start + length {
-            return None;
-        }
-        let body: Vec<u8> = self
-            .buf
-            .drain(..body_start + length)
-            .skip(body_start)
-            .collect();
-        Some(check_message(body))
     }
 }
 
+fn parse_error(reason: String) -> Frame {
+    Frame::Malformed {
+        reason,
+        response: error_response(Value::Null, -32700, "Parse error: bad message header"),
+    }
+}
+
+/// The `Content-Length` of a header block; exactly one is required.
 fn content_length(header: &str) -> Result<usize, String> {
     let mut length = None;
     for line in header.split("\r\n") {
@@ -108,6 +213,9 @@ fn content_length(header: &str) -> Result<usize, String> {
             return Err(format!("header line without a colon: {line:?}"));
         };
         if name.trim().eq_ignore_ascii_case("content-length") {
+            if length.is_some() {
+                return Err("two Content-Length headers".into());
+            }
             length = Some(
                 value
                     .trim()
@@ -119,67 +227,312 @@ fn content_length(header: &str) -> Result<usize, String> {
     length.ok_or_else(|| "no Content-Length header".to_string())
 }
 
-/// Checks that a body is a JSON-RPC 2.0 message tower-lsp can decode.
-fn check_message(body: Vec<u8>) -> Frame {
-    let value: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            return Frame::Malformed {
-                reason: format!("invalid JSON: {e}"),
-                response: Some(error_response(Value::Null, -32700, "Parse error")),
-            };
+/// What to do with one message body.
+#[derive(Debug)]
+pub enum Route {
+    /// A document notification for the session.
+    Notice(Notice),
+    /// For tower-lsp, unchanged.
+    Forward,
+    /// The client's answer to one of our requests.
+    Answer {
+        id: Value,
+        answer: Result<Value, Value>,
+    },
+    /// Answer the client with this and go on.
+    Reply(Value),
+    /// Nothing to answer (a malformed notification or response); log why.
+    Drop(String),
+}
+
+/// Parses a body once and decides where it goes. A well-formed message takes one pass; only
+/// a malformed one is looked at again, to say precisely what is wrong with it.
+pub fn route(body: &[u8]) -> Route {
+    match serde_json::from_slice::<Envelope<'_>>(body) {
+        Ok(envelope) => envelope.route(),
+        Err(fast) => explain(body, &fast.to_string()),
+    }
+}
+
+/// The parts of a JSON-RPC message the transport looks at; `params` of a document
+/// notification are parsed into their type in the same pass when `method` comes first, as
+/// clients write it.
+#[derive(Default)]
+struct Envelope<'a> {
+    version_ok: bool,
+    id: Option<&'a RawValue>,
+    method: Option<Cow<'a, str>>,
+    params: Option<&'a RawValue>,
+    notice: Option<Notice>,
+    result: Option<&'a RawValue>,
+    error: Option<&'a RawValue>,
+}
+
+impl<'a> Envelope<'a> {
+    fn route(self) -> Route {
+        let invalid = |id: Value, why: &str| {
+            Route::Reply(error_response(
+                id,
+                -32600,
+                &format!("Invalid Request: {why}"),
+            ))
+        };
+        let id = match self.id.map(id_value) {
+            None => None,
+            Some(Ok(id)) => Some(id),
+            Some(Err(())) => {
+                return invalid(Value::Null, "\"id\" must be a number or a string");
+            }
+        };
+        if !self.version_ok {
+            return invalid(id.unwrap_or(Value::Null), "\"jsonrpc\" must be \"2.0\"");
         }
-    };
-    let id = value.get("id").cloned().unwrap_or(Value::Null);
-    let invalid = |reason: &str| Frame::Malformed {
-        reason: reason.to_string(),
-        response: Some(error_response(
-            id.clone(),
-            -32600,
-            &format!("Invalid Request: {reason}"),
-        )),
-    };
-    let Some(obj) = value.as_object() else {
-        return invalid("a message must be a JSON object (batches are not part of LSP)");
-    };
-    if obj.get("jsonrpc") != Some(&json!("2.0")) {
-        return invalid("\"jsonrpc\" must be \"2.0\"");
-    }
-    if !matches!(
-        obj.get("id"),
-        None | Some(Value::Number(_) | Value::String(_) | Value::Null)
-    ) {
-        return invalid("\"id\" must be a number or a string");
-    }
-    match obj.get("method") {
-        // Parameter types are checked per method by tower-lsp, which answers InvalidParams.
-        Some(Value::String(_)) => Frame::Message(body),
-        Some(_) => invalid("\"method\" must be a string"),
-        None => {
-            // A response from the client to one of our requests.
-            let well_formed = obj.contains_key("id")
-                && (obj.contains_key("result")
-                    ^ obj
-                        .get("error")
-                        .is_some_and(|e| e["code"].is_i64() && e["message"].is_string()));
-            if well_formed {
-                Frame::Message(body)
-            } else if obj.contains_key("id")
-                && !obj.contains_key("result")
-                && !obj.contains_key("error")
-            {
-                invalid(
+        match (self.method, id) {
+            (Some(method), None) => match NoticeKind::of(&method) {
+                Some(kind) => match self.notice {
+                    Some(notice) => Route::Notice(notice),
+                    None => {
+                        let raw = self.params.map_or("null", RawValue::get);
+                        match notice_from_str(kind, raw) {
+                            Ok(n) => Route::Notice(n),
+                            Err(e) => Route::Drop(format!("ignored malformed {method}: {e}")),
+                        }
+                    }
+                },
+                None => Route::Forward,
+            },
+            // tower-lsp swallows the error for unknown `$/` methods, which is right for
+            // notifications but leaves a request unanswered; the specification says to answer
+            // it with MethodNotFound. Every `$/` method the protocol defines is a notification.
+            (Some(method), Some(id)) if method.starts_with("$/") => Route::Reply(error_response(
+                id,
+                -32601,
+                &format!("Method not found: {method}"),
+            )),
+            (Some(_), Some(_)) => Route::Forward,
+            (None, Some(id)) => match (self.result, self.error) {
+                (Some(result), None) => Route::Answer {
+                    id,
+                    answer: Ok(serde_json::from_str(result.get()).unwrap_or(Value::Null)),
+                },
+                (None, Some(error)) => {
+                    let error: Value = serde_json::from_str(error.get()).unwrap_or(Value::Null);
+                    if error["code"].is_i64() && error["message"].is_string() {
+                        Route::Answer {
+                            id,
+                            answer: Err(error),
+                        }
+                    } else {
+                        Route::Drop("malformed error response from the client".into())
+                    }
+                }
+                (None, None) => invalid(
+                    id,
                     "a message needs a \"method\" (request) or a \"result\"/\"error\" (response)",
-                )
-            } else {
+                ),
                 // Nothing to answer: answering a response would start a loop.
-                Frame::Malformed {
-                    reason: "malformed response from the client".into(),
-                    response: None,
+                (Some(_), Some(_)) => {
+                    Route::Drop("a response with both result and error from the client".into())
+                }
+            },
+            (None, None) => Route::Drop("a message with neither method nor id".into()),
+        }
+    }
+}
+
+/// An id as JSON-RPC allows it here: an integer or a string (or null, which the specification
+/// discourages but tower-lsp accepts).
+fn id_value(raw: &RawValue) -> Result<Value, ()> {
+    match serde_json::from_str::<Value>(raw.get()) {
+        Ok(Value::String(s)) => Ok(Value::String(s)),
+        Ok(Value::Number(n)) if n.is_i64() => Ok(Value::Number(n)),
+        Ok(Value::Null) => Ok(Value::Null),
+        _ => Err(()),
+    }
+}
+
+impl<'de> Deserialize<'de> for Envelope<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(EnvelopeVisitor)
+    }
+}
+
+struct EnvelopeVisitor;
+
+impl<'de> Visitor<'de> for EnvelopeVisitor {
+    type Value = Envelope<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON-RPC message object")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Envelope<'de>, M::Error> {
+        let mut e = Envelope::default();
+        while let Some(key) = map.next_key::<Str<'de>>()? {
+            match key.0.as_ref() {
+                "jsonrpc" => e.version_ok = map.next_value::<Str<'de>>()?.0 == "2.0",
+                "id" => e.id = Some(map.next_value()?),
+                "method" => e.method = Some(map.next_value::<Str<'de>>()?.0),
+                "params" => match e.method.as_deref().and_then(NoticeKind::of) {
+                    Some(kind) => e.notice = Some(map.next_value_seed(NoticeSeed(kind))?),
+                    None => e.params = Some(map.next_value()?),
+                },
+                "result" => e.result = Some(map.next_value()?),
+                "error" => e.error = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
                 }
             }
         }
+        Ok(e)
     }
+}
+
+/// A string that borrows from the input when it has no escapes.
+struct Str<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Str<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Parses a document notification's params into its type.
+struct NoticeSeed(NoticeKind);
+
+impl<'de> DeserializeSeed<'de> for NoticeSeed {
+    type Value = Notice;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Notice, D::Error> {
+        Ok(match self.0 {
+            NoticeKind::Open => {
+                let p = OpenParams::deserialize(d)?;
+                Notice::Opened(Opened {
+                    uri: p.text_document.uri,
+                    version: p.text_document.version,
+                    text: p.text_document.text.0,
+                })
+            }
+            NoticeKind::Change => Notice::Changed(Deserialize::deserialize(d)?),
+            NoticeKind::Close => Notice::Closed(Deserialize::deserialize(d)?),
+            NoticeKind::Save => Notice::Saved(Deserialize::deserialize(d)?),
+            NoticeKind::Configuration => Notice::Configuration(Deserialize::deserialize(d)?),
+            NoticeKind::ProgressCancel => Notice::ProgressCancel(Deserialize::deserialize(d)?),
+        })
+    }
+}
+
+fn notice_from_str(kind: NoticeKind, raw: &str) -> Result<Notice, serde_json::Error> {
+    let mut d = serde_json::Deserializer::from_str(raw);
+    let notice = NoticeSeed(kind).deserialize(&mut d)?;
+    d.end()?;
+    Ok(notice)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OpenParams {
+    text_document: OpenItem,
+}
+
+#[derive(Deserialize)]
+struct OpenItem {
+    uri: Uri,
+    version: i32,
+    text: RopeText,
+}
+
+/// A JSON string read into a rope as it is parsed.
+struct RopeText(Rope);
+
+impl<'de> Deserialize<'de> for RopeText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RopeText;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("the document's text")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RopeText, E> {
+                Ok(RopeText(Rope::from_str(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Says what is wrong with a body the fast parse refused: not JSON (-32700), not a JSON-RPC
+/// 2.0 message (-32600, with its id when that is a string or an integer, else null), or a
+/// notification whose params do not fit its method (logged and dropped, since a notification
+/// gets no answer).
+fn explain(body: &[u8], fast_error: &str) -> Route {
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return Route::Reply(with_reason(
+                error_response(Value::Null, -32700, "Parse error"),
+                &format!("invalid JSON: {e}"),
+            ));
+        }
+    };
+    let invalid = |id: Value, reason: &str| {
+        Route::Reply(error_response(
+            id,
+            -32600,
+            &format!("Invalid Request: {reason}"),
+        ))
+    };
+    let Some(obj) = value.as_object() else {
+        return invalid(
+            Value::Null,
+            "a message must be a JSON object (batches are not part of LSP)",
+        );
+    };
+    let id = match obj.get("id") {
+        None | Some(Value::Null) => Value::Null,
+        Some(v @ Value::String(_)) => v.clone(),
+        Some(Value::Number(n)) if n.is_i64() => Value::Number(n.clone()),
+        Some(_) => return invalid(Value::Null, "\"id\" must be a number or a string"),
+    };
+    if obj.get("jsonrpc") != Some(&json!("2.0")) {
+        return invalid(id, "\"jsonrpc\" must be \"2.0\"");
+    }
+    match obj.get("method") {
+        Some(Value::String(m)) if !obj.contains_key("id") => {
+            Route::Drop(format!("ignored malformed {m} notification: {fast_error}"))
+        }
+        Some(Value::String(_)) => invalid(id, fast_error),
+        Some(_) => invalid(id, "\"method\" must be a string"),
+        None if obj.contains_key("id")
+            && !obj.contains_key("result")
+            && !obj.contains_key("error") =>
+        {
+            invalid(
+                id,
+                "a message needs a \"method\" (request) or a \"result\"/\"error\" (response)",
+            )
+        }
+        None => Route::Drop(format!("malformed message from the client: {fast_error}")),
+    }
+}
+
+/// Logs the reason beside the reply; the reply itself stays as the specification words it.
+fn with_reason(response: Value, reason: &str) -> Value {
+    warn!("malformed message from the client: {reason}");
+    response
 }
 
 fn error_response(id: Value, code: i64, message: &str) -> Value {
@@ -187,28 +540,32 @@ fn error_response(id: Value, code: i64, message: &str) -> Value {
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(haystack, needle)
 }
 
-fn frame_bytes(body: &[u8]) -> Vec<u8> {
+pub fn frame_bytes(body: &[u8]) -> Vec<u8> {
     let mut out = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
     out.extend_from_slice(body);
     out
 }
 
-/// Reads the client's bytes, forwards well-formed frames to `to_server`, and sends error
-/// responses for the rest to `replies`. Ends at end of input, which closes `to_server`.
-pub async fn pump_input(
-    mut input: impl AsyncRead + Unpin,
-    mut to_server: impl AsyncWrite + Unpin,
-    replies: mpsc::UnboundedSender<Vec<u8>>,
+/// Reads the client's bytes on the calling thread (a blocking loop, so a large message costs
+/// no hop through the async runtime per read) and routes each message as `route` says:
+/// notices to `notices`, answers to the outbox, replies out through the outbox, and the rest
+/// to `to_tower`. Returns at the end of input, which closes `to_tower` and so ends tower-lsp.
+pub fn pump_input(
+    mut input: impl Read,
+    notices: impl Fn(Notice),
+    outbox: &Outbox,
+    to_tower: mpsc::UnboundedSender<Bytes>,
 ) {
     let mut framer = Framer::default();
-    let mut chunk = vec![0u8; 64 * 1024];
+    let mut chunk = vec![0u8; READ_CHUNK];
     loop {
-        let n = match input.read(&mut chunk).await {
+        let n = match input.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 error!("reading stdin failed: {e}");
                 break;
@@ -217,64 +574,69 @@ pub async fn pump_input(
         framer.push(&chunk[..n]);
         while let Some(frame) = framer.next_frame() {
             match frame {
-                Frame::Message(body) => {
-                    if let Err(e) = to_server.write_all(&frame_bytes(&body)).await {
-                        error!("the server stopped reading: {e}");
-                        return;
-                    }
-                }
                 Frame::Malformed { reason, response } => {
                     warn!("malformed message from the client: {reason}");
-                    if let Some(response) = response {
-                        let _ = replies.send(frame_bytes(response.to_string().as_bytes()));
-                    }
+                    outbox.frame(response.to_string().into_bytes());
                 }
-            }
-        }
-    }
-    let _ = to_server.shutdown().await;
-}
-
-/// Copies tower-lsp's output frames and our own replies to `output`, one whole frame at a time.
-/// Ends when tower-lsp closes its side: the server is done, and the input task may sit in a
-/// blocking read of stdin that never returns.
-pub async fn pump_output(
-    mut from_server: impl AsyncRead + Unpin,
-    mut replies: mpsc::UnboundedReceiver<Vec<u8>>,
-    mut output: impl AsyncWrite + Unpin,
-) {
-    let mut framer = Framer::default();
-    let mut chunk = vec![0u8; 64 * 1024];
-    let mut server_open = true;
-    let mut replies_open = true;
-    while server_open {
-        tokio::select! {
-            read = from_server.read(&mut chunk), if server_open => match read {
-                Ok(0) | Err(_) => server_open = false,
-                Ok(n) => {
-                    framer.push(&chunk[..n]);
-                    while let Some(frame) = framer.next_frame() {
-                        if let Frame::Message(body) = frame
-                            && output.write_all(&frame_bytes(&body)).await.is_err()
-                        {
+                Frame::Message(body) => match route(&body) {
+                    Route::Notice(n) => notices(n),
+                    Route::Forward => {
+                        if to_tower.send(body).is_err() {
                             return;
                         }
                     }
-                    let _ = output.flush().await;
-                }
-            },
-            reply = replies.recv(), if replies_open => match reply {
-                Some(bytes) => {
-                    if output.write_all(&bytes).await.is_err() {
-                        return;
+                    Route::Answer { id, answer } => {
+                        if !outbox.answer(&id, answer) {
+                            warn!("an answer from the client to no request of ours (id {id})");
+                        }
                     }
-                    let _ = output.flush().await;
-                }
-                None => replies_open = false,
-            },
+                    Route::Reply(response) => outbox.frame(response.to_string().into_bytes()),
+                    Route::Drop(why) => warn!("{why}"),
+                },
+            }
         }
     }
-    let _ = output.flush().await;
+}
+
+/// Lets the client write up to 1 MiB into stdin before it waits on us (Linux pipes hold
+/// 64 KiB by default), so a large document crosses in a few reads.
+pub fn widen_stdin_pipe() {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsFd;
+        let stdin = std::io::stdin();
+        let _ = nix::fcntl::fcntl(
+            stdin.as_fd(),
+            nix::fcntl::FcntlArg::F_SETPIPE_SZ(READ_CHUNK as nix::libc::c_int),
+        );
+    }
+}
+
+/// Splits tower-lsp's own output into whole frames and puts each on the outbox, so its
+/// responses take their place in the one ordered stream to the client.
+pub async fn pump_tower_output(mut from_tower: impl tokio::io::AsyncRead + Unpin, outbox: Outbox) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    loop {
+        match from_tower.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        // tower-lsp writes well-formed frames, so a light split is enough.
+        while let Some(end) = find(&buf, b"\r\n\r\n") {
+            let header = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let Ok(length) = content_length(&header) else {
+                error!("tower-lsp wrote a frame without a valid header: {header:?}");
+                return;
+            };
+            if buf.len() < end + 4 + length {
+                buf.reserve(end + 4 + length - buf.len());
+                break;
+            }
+            buf.advance(end + 4);
+            outbox.frame(buf.split_to(length).to_vec());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -289,6 +651,13 @@ mod tests {
 
     fn msg(body: &str) -> Vec<u8> {
         frame_bytes(body.as_bytes())
+    }
+
+    fn reply_code(r: &Route) -> Option<(i64, Value)> {
+        match r {
+            Route::Reply(v) => Some((v["error"]["code"].as_i64()?, v["id"].clone())),
+            _ => None,
+        }
     }
 
     #[test]
@@ -317,41 +686,145 @@ mod tests {
         .concat();
         let out = frames(&input);
         assert!(
-            matches!(&out[0], Frame::Malformed { response: Some(r), .. } if r["error"]["code"] == -32700)
+            matches!(&out[0], Frame::Malformed { response: r, .. } if r["error"]["code"] == -32700)
         );
         assert!(matches!(&out[1], Frame::Message(_)));
     }
 
     #[test]
-    fn invalid_json_is_a_parse_error() {
-        let out = frames(&msg("{not json"));
+    fn two_content_lengths_are_a_parse_error() {
+        let mut input = b"Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}".to_vec();
+        input.extend(msg(r#"{"jsonrpc":"2.0","id":7,"method":"b"}"#));
+        let out = frames(&input);
         assert!(
-            matches!(&out[0], Frame::Malformed { response: Some(r), .. } if r["error"]["code"] == -32700 && r["id"].is_null())
+            matches!(&out[0], Frame::Malformed { response: r, .. } if r["error"]["code"] == -32700),
+            "{out:?}"
+        );
+        assert!(
+            matches!(&out[1], Frame::Message(b) if b.as_ref() == br#"{"jsonrpc":"2.0","id":7,"method":"b"}"#),
+            "{out:?}"
         );
     }
 
     #[test]
-    fn wrong_envelopes_are_invalid_requests_with_their_id() {
+    fn a_header_without_its_blank_line_is_refused_after_8_kib_and_not_buffered() {
+        let mut f = Framer::default();
+        f.push(b"Content-Length: 10\r\nX-Junk: ");
+        let mut refused = 0;
+        for _ in 0..64 {
+            f.push(&[b'a'; 1024]);
+            while let Some(frame) = f.next_frame() {
+                assert!(
+                    matches!(&frame, Frame::Malformed { response: r, .. } if r["error"]["code"] == -32700)
+                );
+                refused += 1;
+            }
+            assert!(f.buf.len() <= MAX_HEADER_BYTES + 4, "{}", f.buf.len());
+        }
+        assert_eq!(refused, 1);
+        f.push(&msg(r#"{"jsonrpc":"2.0","method":"a"}"#));
+        assert!(matches!(f.next_frame(), Some(Frame::Message(_))));
+    }
+
+    #[test]
+    fn a_message_over_the_limit_is_skipped_without_being_kept() {
+        let mut f = Framer::default();
+        let length = MAX_MESSAGE_BYTES + 10;
+        f.push(format!("Content-Length: {length}\r\n\r\n").as_bytes());
+        assert!(matches!(f.next_frame(), Some(Frame::Malformed { .. })));
+        let chunk = vec![b'x'; 1 << 20];
+        let mut left = length;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            f.push(&chunk[..n]);
+            left -= n;
+            assert!(f.next_frame().is_none());
+            assert!(f.buf.len() <= chunk.len());
+        }
+        f.push(&msg(r#"{"jsonrpc":"2.0","method":"a"}"#));
+        assert!(matches!(f.next_frame(), Some(Frame::Message(_))));
+    }
+
+    #[test]
+    fn invalid_json_is_a_parse_error() {
+        assert_eq!(
+            reply_code(&route(b"{not json")),
+            Some((-32700, Value::Null))
+        );
+    }
+
+    #[test]
+    fn wrong_envelopes_are_invalid_requests_with_their_id_or_null() {
         for body in [
             r#"{"jsonrpc":"2.0","id":4,"method":7}"#,
             r#"{"jsonrpc":"1.0","id":4,"method":"x"}"#,
             r#"{"id":4}"#,
         ] {
-            let out = frames(&msg(body));
-            assert!(
-                matches!(&out[0], Frame::Malformed { response: Some(r), .. } if r["error"]["code"] == -32600 && r["id"] == 4),
-                "{body}: {out:?}"
+            assert_eq!(
+                reply_code(&route(body.as_bytes())),
+                Some((-32600, json!(4))),
+                "{body}"
             );
         }
-        let out = frames(&msg("[1,2]"));
-        assert!(
-            matches!(&out[0], Frame::Malformed { response: Some(r), .. } if r["error"]["code"] == -32600)
-        );
+        for body in [
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":[1],"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#,
+            "[1,2]",
+        ] {
+            assert_eq!(
+                reply_code(&route(body.as_bytes())),
+                Some((-32600, Value::Null)),
+                "{body}"
+            );
+        }
     }
 
     #[test]
     fn a_malformed_response_from_the_client_is_dropped_without_an_answer() {
-        let out = frames(&msg(r#"{"jsonrpc":"2.0","id":4,"error":"oops"}"#));
-        assert!(matches!(&out[0], Frame::Malformed { response: None, .. }));
+        assert!(matches!(
+            route(br#"{"jsonrpc":"2.0","id":4,"error":"oops"}"#),
+            Route::Drop(_)
+        ));
+    }
+
+    #[test]
+    fn document_notifications_are_parsed_in_one_pass_whatever_the_key_order() {
+        let open = r#"{"jsonrpc":"2.0","method":"textDocument/didOpen","params":{"textDocument":{"uri":"file:///a.rs","languageId":"rust","version":3,"text":"a\n\u00e9b"}}}"#;
+        let reordered = r#"{"params":{"textDocument":{"uri":"file:///a.rs","languageId":"rust","version":3,"text":"a\n\u00e9b"}},"method":"textDocument/didOpen","jsonrpc":"2.0"}"#;
+        for body in [open, reordered] {
+            match route(body.as_bytes()) {
+                Route::Notice(Notice::Opened(o)) => {
+                    assert_eq!(o.version, 3);
+                    assert_eq!(o.text.to_string(), "a\néb");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let bad =
+            r#"{"jsonrpc":"2.0","method":"textDocument/didChange","params":{"textDocument":{}}}"#;
+        assert!(matches!(route(bad.as_bytes()), Route::Drop(_)));
+    }
+
+    #[test]
+    fn answers_requests_and_other_notifications_are_told_apart() {
+        assert!(matches!(
+            route(br#"{"jsonrpc":"2.0","id":3,"result":{"applied":true}}"#),
+            Route::Answer { answer: Ok(_), .. }
+        ));
+        assert!(matches!(
+            route(br#"{"jsonrpc":"2.0","id":3,"method":"initialize","params":{}}"#),
+            Route::Forward
+        ));
+        assert!(matches!(
+            route(br#"{"jsonrpc":"2.0","method":"initialized","params":{}}"#),
+            Route::Forward
+        ));
+        assert_eq!(
+            reply_code(&route(
+                br#"{"jsonrpc":"2.0","id":"x","method":"$/unknown"}"#
+            )),
+            Some((-32601, json!("x")))
+        );
     }
 }

@@ -32,18 +32,44 @@ pub struct RunResult {
     pub report: String,
 }
 
+/// What a test run came to, as `agent-ls/testStatus` and the journal name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TestState {
+    Running,
+    Passed,
+    Failed,
+    TimedOut,
+    Cancelled,
+    /// The run could not happen (no command, refused, would not start).
+    Error,
+}
+
+impl TestState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TestState::Running => "running",
+            TestState::Passed => "passed",
+            TestState::Failed => "failed",
+            TestState::TimedOut => "timed_out",
+            TestState::Cancelled => "cancelled",
+            TestState::Error => "error",
+        }
+    }
+}
+
 impl RunResult {
     /// Passed means the command exited 0 and no failure was found.
     pub fn passed_all(&self) -> bool {
         self.end == RunEnd::Exited { code: 0 } && self.failures.is_empty()
     }
 
-    pub fn state(&self) -> &'static str {
+    pub fn state(&self) -> TestState {
         match self.end {
-            _ if self.passed_all() => "passed",
-            RunEnd::TimedOut => "timed_out",
-            RunEnd::Cancelled => "cancelled",
-            _ => "failed",
+            _ if self.passed_all() => TestState::Passed,
+            RunEnd::TimedOut => TestState::TimedOut,
+            RunEnd::Cancelled => TestState::Cancelled,
+            _ => TestState::Failed,
         }
     }
 }
@@ -58,6 +84,20 @@ pub enum RunError {
     Refused(String),
     #[error("cannot start `{command}`: {reason}")]
     Spawn { command: String, reason: String },
+    /// A newer run took this one's place before it ended.
+    #[error("the test run was superseded by a newer one")]
+    Superseded,
+}
+
+/// The test configuration with `argv` run in place of the tests (a routed "run `make lint`"),
+/// under the same allowlist, timeout and output cap. Our own test-runner flags belong to the
+/// test command, not to this one.
+pub fn with_command(config: &TestConfig, argv: Vec<String>) -> TestConfig {
+    TestConfig {
+        command: argv,
+        nextest: false,
+        ..config.clone()
+    }
 }
 
 /// Chooses the command for `root` and checks it against the allowlist, without running it.

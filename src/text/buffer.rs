@@ -47,6 +47,20 @@ impl Buffer {
         }
     }
 
+    /// A buffer over a rope built elsewhere (the transport reads `didOpen` text straight into
+    /// one).
+    pub fn from_rope(rope: Rope, version: i32) -> Self {
+        Buffer {
+            rope,
+            version,
+            needs_resync: false,
+        }
+    }
+
+    pub fn len_bytes(&self) -> usize {
+        self.rope.len_bytes()
+    }
+
     pub fn rope(&self) -> &Rope {
         &self.rope
     }
