@@ -615,7 +615,7 @@ pub fn goal_with_selection(
     };
     let rope = buffer.rope();
     let at = |p: tower_lsp_server::ls_types::Position| {
-        crate::text::to_char_index(rope, super::convert::position_from_lsp(p), encoding).ok()
+        crate::text::to_char_index(&rope, super::convert::position_from_lsp(p), encoding).ok()
     };
     let (Some(start), Some(end)) = (at(range.start), at(range.end)) else {
         return args.goal.clone();

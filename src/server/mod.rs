@@ -15,15 +15,16 @@ pub mod workspace_edit;
 
 use std::any::Any;
 use std::future::Future;
+use std::os::fd::AsFd;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::FutureExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tower_lsp_server::jsonrpc::{Error, ErrorCode, Result};
 use tower_lsp_server::ls_types::*;
-use tower_lsp_server::{LanguageServer, LspService, Server};
+use tower_lsp_server::{LanguageServer, LspService};
 use tracing::{error, info};
 
 use crate::agent::Route;
@@ -44,11 +45,22 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
     let hooks = std::env::var(ext::TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
     let (outbox, writer) = Outbox::new();
     // stdout is written by one thread, in the outbox's order.
+    // Straight to fd 1, not through std's line-buffered stdout, which would split every
+    // frame into two writes at its header's line break.
+    let stdout = match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => Box::new(std::io::BufWriter::with_capacity(
+            1 << 16,
+            std::fs::File::from(fd),
+        )) as Box<dyn std::io::Write + Send>,
+        Err(_) => Box::new(std::io::stdout()),
+    };
     let output = std::thread::Builder::new()
         .name("agent-ls stdout".into())
-        .spawn(move || writer.write_blocking(std::io::stdout().lock()));
+        .spawn(move || writer.write_blocking(stdout));
     let session = Session::spawn(outbox.clone(), log);
-    let (service, socket) = LspService::build(|_client| Backend {
+    // tower-lsp is used as a router: its service is called directly, without its own stdio
+    // loop, so a request costs no pipe and no second read.
+    let (service, _client_socket) = LspService::build(|_client| Backend {
         session: session.clone(),
         shutdown: shutdown.clone(),
         hooks,
@@ -57,50 +69,40 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
     .custom_method(ext::CONFIGURATION, Backend::configuration)
     .finish();
 
-    let (server_in, mut tower_in) = tokio::io::duplex(1 << 20);
-    let (server_out, tower_out) = tokio::io::duplex(1 << 20);
-    let (to_tower, mut for_tower) = mpsc::unbounded_channel::<bytes::Bytes>();
-    // stdin is read by one thread too: each message is parsed once there, and only what is
-    // not a document notification goes on to tower-lsp.
+    // stdin is read by one thread: each message is parsed once there, document
+    // notifications go to the session, and the rest to tower-lsp's router.
     transport::widen_stdin_pipe();
+    let (done, ended) = oneshot::channel();
     let input = {
         let (session, outbox) = (session.clone(), outbox.clone());
+        let runtime = tokio::runtime::Handle::current();
         std::thread::Builder::new()
             .name("agent-ls stdin".into())
             .spawn(move || {
+                let mut router = Router {
+                    service,
+                    outbox: outbox.clone(),
+                    runtime,
+                };
                 transport::pump_input(
                     std::io::stdin().lock(),
-                    |n| session.send(Event::Notice(n)),
+                    |batch| session.send(Event::Notices(batch)),
                     &outbox,
-                    to_tower,
-                )
+                    |request| router.call(request),
+                );
+                let _ = done.send(());
             })
     };
-    if let Err(e) = &input {
-        error!("cannot start the stdin thread: {e}");
-    }
-    tokio::spawn(async move {
-        use tokio::io::AsyncWriteExt;
-        while let Some(body) = for_tower.recv().await {
-            if tower_in
-                .write_all(&transport::frame_bytes(&body))
-                .await
-                .is_err()
-            {
-                break;
-            }
+    match input {
+        Ok(_) => {
+            let _ = ended.await;
         }
-        let _ = tower_in.shutdown().await;
-    });
-    let tower_output = tokio::spawn(transport::pump_tower_output(tower_out, outbox.clone()));
-    Server::new(server_in, server_out, socket)
-        .serve(service)
-        .await;
-    // Everything tower-lsp and the session enqueued before `exit` is written, then we stop.
-    let _ = tower_output.await;
+        Err(e) => error!("cannot start the stdin thread: {e}"),
+    }
     if let Ok(Some(store)) = session.query(|s| s.store()).await {
         let _ = tokio::task::spawn_blocking(move || store.flush_blocking()).await;
     }
+    // Everything enqueued before `exit` is written, then we stop.
     outbox.close();
     if let Ok(output) = output {
         let _ = tokio::task::spawn_blocking(move || output.join()).await;
@@ -109,6 +111,47 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
         0
     } else {
         1
+    }
+}
+
+/// Calls tower-lsp's service for each forwarded message and puts its answer on the outbox.
+struct Router {
+    service: LspService<Backend>,
+    outbox: Outbox,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Router {
+    /// Handles one request or notification; `false` after `exit`.
+    fn call(&mut self, request: tower_lsp_server::jsonrpc::Request) -> bool {
+        use tower_service::Service;
+        let method = request.method().to_string();
+        let (initialize, exit) = (method == "initialize", method == "exit");
+        // The service is ready at once, except after `exit`; `initialize` is awaited below
+        // before anything else is read, as the protocol asks.
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        if let std::task::Poll::Ready(Err(_)) = self.service.poll_ready(&mut cx) {
+            return false;
+        }
+        let answer = self.service.call(request);
+        let outbox = self.outbox.clone();
+        let reply = async move {
+            match answer.await {
+                Ok(Some(response)) => match serde_json::to_vec(&response) {
+                    Ok(body) => outbox.frame(body),
+                    Err(e) => error!("a response could not be serialised: {e}"),
+                },
+                Ok(None) => {}
+                Err(e) => error!("{method}: {e}"),
+            }
+        };
+        if initialize {
+            self.runtime.block_on(reply);
+        } else {
+            self.runtime.spawn(reply);
+        }
+        !exit
     }
 }
 
@@ -385,7 +428,15 @@ impl LanguageServer for Backend {
 
     async fn code_action(&self, params: CodeActionParams) -> Result<Option<CodeActionResponse>> {
         guarded("textDocument/codeAction", async {
-            Ok(Some(code_actions(&params)))
+            // Asked of the session, so the answer follows every change sent before it: a
+            // document out of sync with the editor gets no action that would read it.
+            let uri = params.text_document.uri.clone();
+            let out_of_sync = self
+                .session
+                .query(move |s| s.document(&uri).is_some_and(|b| b.needs_resync()))
+                .await
+                .map_err(internal)?;
+            Ok(Some(code_actions(&params, out_of_sync)))
         })
         .await
     }
@@ -479,7 +530,7 @@ impl LanguageServer for Backend {
 
 /// The agent's code actions: fix a diagnostic; implement, refactor or explain a selection;
 /// and the source action that fixes the failing tests. Each runs `agent-ls.run`.
-fn code_actions(params: &CodeActionParams) -> CodeActionResponse {
+fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionResponse {
     let uri = &params.text_document.uri;
     let action = |title: &str,
                   kind: CodeActionKind,
@@ -501,7 +552,7 @@ fn code_actions(params: &CodeActionParams) -> CodeActionResponse {
         })
     };
     let mut out = Vec::new();
-    for d in &params.context.diagnostics {
+    for d in params.context.diagnostics.iter().filter(|_| !out_of_sync) {
         if d.severity.is_some_and(|s| s != DiagnosticSeverity::ERROR) {
             continue;
         }
@@ -522,7 +573,7 @@ fn code_actions(params: &CodeActionParams) -> CodeActionResponse {
         ));
     }
     let r = params.range;
-    if r.start != r.end {
+    if r.start != r.end && !out_of_sync {
         out.push(action(
             "Agent: implement",
             CodeActionKind::REFACTOR_REWRITE,

@@ -49,6 +49,8 @@ pub enum Event {
     },
     /// A document or workspace notification, in wire order.
     Notice(Notice),
+    /// Several, in wire order (a burst of typing read at once).
+    Notices(Vec<Notice>),
     Query(Query),
     /// A query that needs the undo history, answered once it is read from the store.
     QueryReady(Query),
@@ -322,6 +324,12 @@ impl Session {
             }
             Event::QueryReady(f) => f(self),
             Event::Notice(n) => self.notice(n),
+            Event::Notices(batch) => {
+                for n in batch {
+                    // One that depends on the configuration may have to wait behind a reload.
+                    self.handle(Event::Notice(n));
+                }
+            }
             Event::ConfigLoaded {
                 generation,
                 inputs,
@@ -407,7 +415,7 @@ impl Session {
             Notice::Opened(o) => {
                 debug!(uri = o.uri.as_str(), version = o.version, "opened");
                 self.documents
-                    .insert(o.uri, Buffer::from_rope(o.text, o.version));
+                    .insert(o.uri, Buffer::from_text(o.text, o.version));
                 self.check_waiters();
             }
             Notice::Changed(p) => {
@@ -595,11 +603,9 @@ impl Session {
         }
         let documents = &self.documents;
         let done = |w: &TextWaiter| {
-            w.want.iter().all(|(uri, text)| {
-                documents
-                    .get(uri)
-                    .is_some_and(|b| b.len_bytes() == text.len() && b.text() == *text)
-            })
+            w.want
+                .iter()
+                .all(|(uri, text)| documents.get(uri).is_some_and(|b| b.holds(text)))
         };
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiters)
             .into_iter()

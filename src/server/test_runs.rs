@@ -406,11 +406,34 @@ fn diagnostics(
     cx: &Context<'_>,
     disk: &HashMap<PathBuf, Rope>,
 ) -> HashMap<Uri, (Vec<Diagnostic>, Option<i32>)> {
+    // Every file the failures name, as a rope once: an open document's own (built now if it
+    // was never edited), else the disk's text read by the run.
+    let mut ropes: HashMap<PathBuf, (Rope, Option<i32>)> = HashMap::new();
+    for loc in result
+        .failures
+        .iter()
+        .flat_map(|f| f.location.iter().chain(f.frames.iter()))
+    {
+        let path = cx.root.join(&loc.file);
+        if ropes.contains_key(&path) {
+            continue;
+        }
+        let open = Uri::from_file_path(&path).and_then(|uri| cx.documents.get(&uri));
+        match open {
+            Some(buffer) => {
+                ropes.insert(path, (buffer.rope().into_owned(), Some(buffer.version())));
+            }
+            None => {
+                if let Some(rope) = disk.get(&path) {
+                    ropes.insert(path, (rope.clone(), None));
+                }
+            }
+        }
+    }
     let lines = LineSource {
         root: cx.root,
-        documents: cx.documents,
         encoding: cx.encoding,
-        disk,
+        ropes: &ropes,
     };
     let mut out: HashMap<Uri, (Vec<Diagnostic>, Option<i32>)> = HashMap::new();
     for failure in &result.failures {
@@ -450,9 +473,8 @@ fn diagnostics(
 /// editor's buffer when the file is open and from the disk's text otherwise. Pure.
 struct LineSource<'a> {
     root: &'a Path,
-    documents: &'a HashMap<Uri, Buffer>,
     encoding: Encoding,
-    disk: &'a HashMap<PathBuf, Rope>,
+    ropes: &'a HashMap<PathBuf, (Rope, Option<i32>)>,
 }
 
 impl LineSource<'_> {
@@ -460,9 +482,9 @@ impl LineSource<'_> {
         let path = self.root.join(&loc.file);
         let uri = Uri::from_file_path(&path)?;
         let line = loc.line.saturating_sub(1) as usize;
-        let (rope, version) = match self.documents.get(&uri) {
-            Some(buffer) => (Some(buffer.rope()), Some(buffer.version())),
-            None => (self.disk.get(&path), None),
+        let (rope, version) = match self.ropes.get(&path) {
+            Some((rope, version)) => (Some(rope), *version),
+            None => (None, None),
         };
         let range = match rope.filter(|r| line < r.len_lines()) {
             Some(rope) => {

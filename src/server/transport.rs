@@ -12,12 +12,11 @@ use std::borrow::Cow;
 use std::io::Read;
 
 use bytes::{Buf, Bytes, BytesMut};
-use ropey::Rope;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, de::IgnoredAny};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tower_lsp_server::jsonrpc::{Id, Request};
 use tower_lsp_server::ls_types::{
     DidChangeConfigurationParams, DidChangeTextDocumentParams, DidCloseTextDocumentParams,
     DidSaveTextDocumentParams, Uri, WorkDoneProgressCancelParams,
@@ -44,12 +43,12 @@ pub enum Notice {
     ProgressCancel(WorkDoneProgressCancelParams),
 }
 
-/// `textDocument/didOpen`, with the text read straight into a rope (no intermediate string).
+/// `textDocument/didOpen`.
 #[derive(Debug)]
 pub struct Opened {
     pub uri: Uri,
     pub version: i32,
-    pub text: Rope,
+    pub text: String,
 }
 
 /// The notifications the transport hands to the session itself.
@@ -135,7 +134,7 @@ impl Framer {
                     }
                     self.state = State::Header;
                 }
-                State::Resync => match find(&self.buf, b"Content-Length") {
+                State::Resync => match CONTENT_LENGTH.find(&self.buf) {
                     Some(at) => {
                         self.buf.advance(at);
                         self.state = State::Header;
@@ -158,7 +157,7 @@ impl Framer {
                 }
                 State::Header => {
                     let window = &self.buf[..self.buf.len().min(MAX_HEADER_BYTES + 4)];
-                    let Some(header_end) = find(window, b"\r\n\r\n") else {
+                    let Some(header_end) = HEADER_END.find(window) else {
                         if self.buf.len() > MAX_HEADER_BYTES + 3 {
                             // Nothing past the limit is kept: the rest is skipped up to the
                             // next header.
@@ -170,9 +169,9 @@ impl Framer {
                         }
                         return None;
                     };
-                    let header = String::from_utf8_lossy(&self.buf[..header_end]).into_owned();
+                    let length = content_length(&self.buf[..header_end]);
                     self.buf.advance(header_end + 4);
-                    match content_length(&header) {
+                    match length {
                         Err(reason) => {
                             self.state = State::Resync;
                             return Some(parse_error(reason));
@@ -206,22 +205,31 @@ fn parse_error(reason: String) -> Frame {
 }
 
 /// The `Content-Length` of a header block; exactly one is required.
-fn content_length(header: &str) -> Result<usize, String> {
+fn content_length(header: &[u8]) -> Result<usize, String> {
     let mut length = None;
-    for line in header.split("\r\n") {
-        let Some((name, value)) = line.split_once(':') else {
-            return Err(format!("header line without a colon: {line:?}"));
+    for line in header.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = memchr::memchr(b':', line) else {
+            return Err(format!(
+                "header line without a colon: {:?}",
+                String::from_utf8_lossy(line)
+            ));
         };
-        if name.trim().eq_ignore_ascii_case("content-length") {
+        let (name, value) = (line[..colon].trim_ascii(), line[colon + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"content-length") {
             if length.is_some() {
                 return Err("two Content-Length headers".into());
             }
-            length = Some(
-                value
-                    .trim()
-                    .parse::<usize>()
-                    .map_err(|_| format!("Content-Length is not a number: {:?}", value.trim()))?,
-            );
+            let parsed = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .ok_or_else(|| {
+                    format!(
+                        "Content-Length is not a number: {:?}",
+                        String::from_utf8_lossy(value)
+                    )
+                })?;
+            length = Some(parsed);
         }
     }
     length.ok_or_else(|| "no Content-Length header".to_string())
@@ -232,8 +240,8 @@ fn content_length(header: &str) -> Result<usize, String> {
 pub enum Route {
     /// A document notification for the session.
     Notice(Notice),
-    /// For tower-lsp, unchanged.
-    Forward,
+    /// A request or another notification, for tower-lsp's router.
+    Forward(Request),
     /// The client's answer to one of our requests.
     Answer {
         id: Value,
@@ -248,7 +256,11 @@ pub enum Route {
 /// Parses a body once and decides where it goes. A well-formed message takes one pass; only
 /// a malformed one is looked at again, to say precisely what is wrong with it.
 pub fn route(body: &[u8]) -> Route {
-    match serde_json::from_slice::<Envelope<'_>>(body) {
+    // One SIMD pass proves the body is UTF-8, so the parser need not check each string.
+    let Ok(text) = simdutf8::basic::from_utf8(body) else {
+        return explain(body, "the message is not UTF-8");
+    };
+    match serde_json::from_str::<Envelope<'_>>(text) {
         Ok(envelope) => envelope.route(),
         Err(fast) => explain(body, &fast.to_string()),
     }
@@ -299,7 +311,7 @@ impl<'a> Envelope<'a> {
                         }
                     }
                 },
-                None => Route::Forward,
+                None => forward(method, None, self.params),
             },
             // tower-lsp swallows the error for unknown `$/` methods, which is right for
             // notifications but leaves a request unanswered; the specification says to answer
@@ -309,7 +321,7 @@ impl<'a> Envelope<'a> {
                 -32601,
                 &format!("Method not found: {method}"),
             )),
-            (Some(_), Some(_)) => Route::Forward,
+            (Some(method), Some(id)) => forward(method, Some(id), self.params),
             (None, Some(id)) => match (self.result, self.error) {
                 (Some(result), None) => Route::Answer {
                     id,
@@ -338,6 +350,25 @@ impl<'a> Envelope<'a> {
             (None, None) => Route::Drop("a message with neither method nor id".into()),
         }
     }
+}
+
+/// A message for tower-lsp: its params are parsed here, once, into the value its router
+/// takes.
+fn forward(method: Cow<'_, str>, id: Option<Value>, params: Option<&RawValue>) -> Route {
+    let mut request = Request::build(method.into_owned());
+    if let Some(id) = id {
+        match serde_json::from_value::<Id>(id) {
+            Ok(id) => request = request.id(id),
+            Err(e) => return Route::Drop(format!("an id tower-lsp cannot take: {e}")),
+        }
+    }
+    if let Some(raw) = params {
+        match serde_json::from_str::<Value>(raw.get()) {
+            Ok(v) => request = request.params(v),
+            Err(e) => return Route::Drop(format!("params that do not parse: {e}")),
+        }
+    }
+    Route::Forward(request.finish())
 }
 
 /// An id as JSON-RPC allows it here: an integer or a string (or null, which the specification
@@ -423,7 +454,7 @@ impl<'de> DeserializeSeed<'de> for NoticeSeed {
                 Notice::Opened(Opened {
                     uri: p.text_document.uri,
                     version: p.text_document.version,
-                    text: p.text_document.text.0,
+                    text: p.text_document.text,
                 })
             }
             NoticeKind::Change => Notice::Changed(Deserialize::deserialize(d)?),
@@ -452,26 +483,7 @@ struct OpenParams {
 struct OpenItem {
     uri: Uri,
     version: i32,
-    text: RopeText,
-}
-
-/// A JSON string read into a rope as it is parsed.
-struct RopeText(Rope);
-
-impl<'de> Deserialize<'de> for RopeText {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = RopeText;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("the document's text")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RopeText, E> {
-                Ok(RopeText(Rope::from_str(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
+    text: String,
 }
 
 /// Says what is wrong with a body the fast parse refused: not JSON (-32700), not a JSON-RPC
@@ -539,9 +551,11 @@ fn error_response(id: Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    memchr::memmem::find(haystack, needle)
-}
+/// The searchers the framer uses on every read, built once.
+static HEADER_END: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\r\n\r\n"));
+static CONTENT_LENGTH: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"Content-Length"));
 
 pub fn frame_bytes(body: &[u8]) -> Vec<u8> {
     let mut out = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
@@ -551,16 +565,25 @@ pub fn frame_bytes(body: &[u8]) -> Vec<u8> {
 
 /// Reads the client's bytes on the calling thread (a blocking loop, so a large message costs
 /// no hop through the async runtime per read) and routes each message as `route` says:
-/// notices to `notices`, answers to the outbox, replies out through the outbox, and the rest
-/// to `to_tower`. Returns at the end of input, which closes `to_tower` and so ends tower-lsp.
+/// document notices to `notices`, in batches (all those of one read, handed over before any
+/// message that follows them goes elsewhere, so the order holds and a burst of typing wakes
+/// the session once), answers to the outbox, replies out through the outbox, and the rest to
+/// `forward`, which says whether to go on (not after `exit`). Returns then, or at the end of
+/// the input.
 pub fn pump_input(
     mut input: impl Read,
-    notices: impl Fn(Notice),
+    notices: impl Fn(Vec<Notice>),
     outbox: &Outbox,
-    to_tower: mpsc::UnboundedSender<Bytes>,
+    mut forward: impl FnMut(Request) -> bool,
 ) {
     let mut framer = Framer::default();
     let mut chunk = vec![0u8; READ_CHUNK];
+    let mut batch: Vec<Notice> = Vec::new();
+    let flush = |batch: &mut Vec<Notice>| {
+        if !batch.is_empty() {
+            notices(std::mem::take(batch));
+        }
+    };
     loop {
         let n = match input.read(&mut chunk) {
             Ok(0) => break,
@@ -579,13 +602,15 @@ pub fn pump_input(
                     outbox.frame(response.to_string().into_bytes());
                 }
                 Frame::Message(body) => match route(&body) {
-                    Route::Notice(n) => notices(n),
-                    Route::Forward => {
-                        if to_tower.send(body).is_err() {
+                    Route::Notice(n) => batch.push(n),
+                    Route::Forward(request) => {
+                        flush(&mut batch);
+                        if !forward(request) {
                             return;
                         }
                     }
                     Route::Answer { id, answer } => {
+                        flush(&mut batch);
                         if !outbox.answer(&id, answer) {
                             warn!("an answer from the client to no request of ours (id {id})");
                         }
@@ -595,7 +620,9 @@ pub fn pump_input(
                 },
             }
         }
+        flush(&mut batch);
     }
+    flush(&mut batch);
 }
 
 /// Lets the client write up to 1 MiB into stdin before it waits on us (Linux pipes hold
@@ -609,33 +636,6 @@ pub fn widen_stdin_pipe() {
             stdin.as_fd(),
             nix::fcntl::FcntlArg::F_SETPIPE_SZ(READ_CHUNK as nix::libc::c_int),
         );
-    }
-}
-
-/// Splits tower-lsp's own output into whole frames and puts each on the outbox, so its
-/// responses take their place in the one ordered stream to the client.
-pub async fn pump_tower_output(mut from_tower: impl tokio::io::AsyncRead + Unpin, outbox: Outbox) {
-    use tokio::io::AsyncReadExt;
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    loop {
-        match from_tower.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        // tower-lsp writes well-formed frames, so a light split is enough.
-        while let Some(end) = find(&buf, b"\r\n\r\n") {
-            let header = String::from_utf8_lossy(&buf[..end]).into_owned();
-            let Ok(length) = content_length(&header) else {
-                error!("tower-lsp wrote a frame without a valid header: {header:?}");
-                return;
-            };
-            if buf.len() < end + 4 + length {
-                buf.reserve(end + 4 + length - buf.len());
-                break;
-            }
-            buf.advance(end + 4);
-            outbox.frame(buf.split_to(length).to_vec());
-        }
     }
 }
 
@@ -796,7 +796,7 @@ mod tests {
             match route(body.as_bytes()) {
                 Route::Notice(Notice::Opened(o)) => {
                     assert_eq!(o.version, 3);
-                    assert_eq!(o.text.to_string(), "a\néb");
+                    assert_eq!(o.text, "a\néb");
                 }
                 other => panic!("{other:?}"),
             }
@@ -813,12 +813,12 @@ mod tests {
             Route::Answer { answer: Ok(_), .. }
         ));
         assert!(matches!(
-            route(br#"{"jsonrpc":"2.0","id":3,"method":"initialize","params":{}}"#),
-            Route::Forward
+            route(br#"{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"a":1}}"#),
+            Route::Forward(r) if r.method() == "initialize" && r.id().is_some() && r.params().is_some()
         ));
         assert!(matches!(
             route(br#"{"jsonrpc":"2.0","method":"initialized","params":{}}"#),
-            Route::Forward
+            Route::Forward(r) if r.id().is_none()
         ));
         assert_eq!(
             reply_code(&route(

@@ -1,6 +1,9 @@
 //! An open document: a rope, the version the client gave it, and whether it must be resynced.
 //! Changes apply all-or-nothing so a bad change never leaves half-applied text behind.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use ropey::Rope;
 use thiserror::Error;
 
@@ -33,40 +36,63 @@ pub enum ChangeError {
 /// The server's copy of an open document.
 #[derive(Debug, Clone)]
 pub struct Buffer {
-    rope: Rope,
+    content: Content,
     version: i32,
     needs_resync: bool,
 }
 
+/// A document is held as the exact text it was opened with until its first edit, and as a
+/// rope from then on. Most open documents are never edited (an editor opens files to show
+/// them), and their text costs no rope overhead, no time to build one on open, and nothing to
+/// clone (`Arc`); the rope is built once, on the first change.
+#[derive(Debug, Clone)]
+enum Content {
+    Text(Arc<String>),
+    Rope(Rope),
+}
+
 impl Buffer {
     pub fn new(text: &str, version: i32) -> Self {
+        Buffer::from_text(text.to_string(), version)
+    }
+
+    /// A buffer over text read elsewhere (the transport reads `didOpen` text itself).
+    pub fn from_text(text: String, version: i32) -> Self {
         Buffer {
-            rope: Rope::from_str(text),
+            content: Content::Text(Arc::new(text)),
             version,
             needs_resync: false,
         }
     }
 
-    /// A buffer over a rope built elsewhere (the transport reads `didOpen` text straight into
-    /// one).
-    pub fn from_rope(rope: Rope, version: i32) -> Self {
-        Buffer {
-            rope,
-            version,
-            needs_resync: false,
+    /// The text as a rope: the buffer's own once it was edited, else one built now.
+    pub fn rope(&self) -> Cow<'_, Rope> {
+        match &self.content {
+            Content::Rope(r) => Cow::Borrowed(r),
+            Content::Text(t) => Cow::Owned(Rope::from_str(t)),
+        }
+    }
+
+    pub fn text(&self) -> String {
+        match &self.content {
+            Content::Rope(r) => r.to_string(),
+            Content::Text(t) => t.as_ref().clone(),
+        }
+    }
+
+    /// Whether the buffer holds exactly `text`, without copying it.
+    pub fn holds(&self, text: &str) -> bool {
+        match &self.content {
+            Content::Rope(r) => r.len_bytes() == text.len() && *r == text,
+            Content::Text(t) => t.as_str() == text,
         }
     }
 
     pub fn len_bytes(&self) -> usize {
-        self.rope.len_bytes()
-    }
-
-    pub fn rope(&self) -> &Rope {
-        &self.rope
-    }
-
-    pub fn text(&self) -> String {
-        self.rope.to_string()
+        match &self.content {
+            Content::Rope(r) => r.len_bytes(),
+            Content::Text(t) => t.len(),
+        }
     }
 
     pub fn version(&self) -> i32 {
@@ -77,6 +103,17 @@ impl Buffer {
     /// client's, so nothing may be computed from it until a full-text change arrives.
     pub fn needs_resync(&self) -> bool {
         self.needs_resync
+    }
+
+    /// The rope to edit, built from the opened text on the first edit.
+    fn rope_mut(&mut self) -> &mut Rope {
+        if let Content::Text(t) = &self.content {
+            self.content = Content::Rope(Rope::from_str(t));
+        }
+        match &mut self.content {
+            Content::Rope(r) => r,
+            Content::Text(_) => unreachable!("the text was just made a rope"),
+        }
     }
 
     /// Applies the changes of one `didChange` in order, each against the text left by the one
@@ -92,11 +129,13 @@ impl Buffer {
         // place; several changes each depend on the text the previous ones left, so they run on
         // a copy (cheap to take, but every node it touches is copied) that replaces the rope
         // only when all of them applied.
+        let needs_resync = self.needs_resync;
+        let rope = self.rope_mut();
         let result = if changes.len() == 1 {
-            apply_all(&mut self.rope, changes, self.needs_resync, encoding)
+            apply_all(rope, changes, needs_resync, encoding)
         } else {
-            let mut copy = self.rope.clone();
-            apply_all(&mut copy, changes, self.needs_resync, encoding).inspect(|_| self.rope = copy)
+            let mut copy = rope.clone();
+            apply_all(&mut copy, changes, needs_resync, encoding).inspect(|_| *rope = copy)
         };
         match result {
             Ok(resynced) => {
@@ -146,15 +185,24 @@ fn apply_all(
             })
         };
         let start = at(range.start)?;
-        let end = at(range.end)?;
+        // Typing inserts at a point: one position to map, not two.
+        let end = if range.end == range.start {
+            start
+        } else {
+            at(range.end)?
+        };
         if end < start {
             return Err(ChangeError::InvertedRange {
                 index: index + 1,
                 count,
             });
         }
-        rope.remove(start..end);
-        rope.insert(start, &change.text);
+        if end > start {
+            rope.remove(start..end);
+        }
+        if !change.text.is_empty() {
+            rope.insert(start, &change.text);
+        }
     }
     Ok(resynced)
 }

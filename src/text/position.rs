@@ -107,22 +107,26 @@ pub fn to_char_index(
     if line_idx >= rope.len_lines() {
         return Ok(rope.len_chars());
     }
+    // One walk down the tree to the line's start, then the line's chars in order: this runs
+    // for every keystroke, so it reads no more of the line than the position needs.
     let line_start = rope.line_to_char(line_idx);
-    let line = rope.line(line_idx);
-    let line_len = line.len_chars();
-    let content_len = line_len - terminator_len(&line);
-
     let mut units: u32 = 0;
-    for (i, c) in line.chars().enumerate() {
-        if units == pos.character {
-            return if i <= content_len {
-                Ok(line_start + i)
-            } else {
-                Err(PositionError::SplitsCrlf {
+    let mut chars = rope.chars_at(line_start).enumerate().peekable();
+    while let Some((i, c)) = chars.next() {
+        if c == '\n' || c == '\r' {
+            // The end of the line's content. One unit past a CR that a LF follows falls
+            // between the two; anything else past the end means the end of the line.
+            let crlf = c == '\r' && chars.peek().is_some_and(|(_, n)| *n == '\n');
+            if crlf && pos.character == units + 1 {
+                return Err(PositionError::SplitsCrlf {
                     line: pos.line,
                     character: pos.character,
-                })
-            };
+                });
+            }
+            return Ok(line_start + i);
+        }
+        if units == pos.character {
+            return Ok(line_start + i);
         }
         units += encoding.width(c);
         if units > pos.character {
@@ -133,7 +137,8 @@ pub fn to_char_index(
             });
         }
     }
-    Ok(line_start + content_len)
+    // The last line, which has no terminator.
+    Ok(rope.len_chars())
 }
 
 /// Maps a char index (clamped to the document) back to a position in `encoding`.
@@ -147,19 +152,6 @@ pub fn to_position(rope: &Rope, char_idx: usize, encoding: Encoding) -> Position
         Encoding::Utf32 => char_idx - line_start,
     };
     Position::new(line as u32, character as u32)
-}
-
-/// The number of chars that end this line: 2 for CRLF, 1 for LF or CR, 0 on the last line.
-fn terminator_len(line: &ropey::RopeSlice<'_>) -> usize {
-    let len = line.len_chars();
-    if len == 0 {
-        return 0;
-    }
-    match line.char(len - 1) {
-        '\n' if len >= 2 && line.char(len - 2) == '\r' => 2,
-        '\n' | '\r' => 1,
-        _ => 0,
-    }
 }
 
 #[cfg(test)]
