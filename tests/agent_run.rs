@@ -23,8 +23,7 @@ fn reflector() -> Value {
 
 fn script(dir: &Path, lines: &[Value]) -> PathBuf {
     let path = dir.join(".replay.jsonl");
-    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, support::replay_script(lines)).unwrap();
     path
 }
 

@@ -20,10 +20,6 @@ struct Setup {
     editor: Arc<Mutex<(String, i64)>>,
 }
 
-fn script(lines: &[Value]) -> String {
-    lines.iter().map(|l| format!("{l}\n")).collect()
-}
-
 fn fix_line() -> Value {
     json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"})
 }
@@ -31,7 +27,11 @@ fn fix_line() -> Value {
 /// A server on a copy of the example with calc.py open, the model replayed from `lines`.
 fn setup(lines: &[Value], approval: &str, capabilities: Value) -> Setup {
     let ws = support::example();
-    std::fs::write(ws.path().join(".replay.jsonl"), script(lines)).unwrap();
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(lines),
+    )
+    .unwrap();
     let mut client = Client::spawn(Default::default());
     client.initialize(
         ws.path(),
@@ -515,7 +515,11 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
 
     // Step 2, a later run, documents multiply (the replay script is read afresh per run).
     let second = json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\ndef multiply(a, b):\n=======\ndef multiply(a, b):\n    \"\"\"The product.\"\"\"\n>>>>>>> REPLACE\n"});
-    std::fs::write(s.ws.path().join(".replay.jsonl"), script(&[second])).unwrap();
+    std::fs::write(
+        s.ws.path().join(".replay.jsonl"),
+        support::replay_script(&[second]),
+    )
+    .unwrap();
     s.client
         .command("agent-ls.run", json!({"goal": "document multiply"}))
         .unwrap();

@@ -69,26 +69,8 @@ fn non_ascii_edits_land_in_the_right_place_in_utf16_and_utf8() {
         let (mut c, _ws) = started(&[encoding]);
         c.open(URI, "a😀b\n漢字x\n");
         // Insert after the emoji, and replace the two CJK characters.
-        c.notify(
-            "textDocument/didChange",
-            change(
-                URI,
-                2,
-                json!({"line": 0, "character": emoji_end}),
-                json!({"line": 0, "character": emoji_end}),
-                "Ü",
-            ),
-        );
-        c.notify(
-            "textDocument/didChange",
-            change(
-                URI,
-                3,
-                json!({"line": 1, "character": 0}),
-                json!({"line": 1, "character": cjk_end}),
-                "中文🎉",
-            ),
-        );
+        c.edit(URI, 2, (0, emoji_end), (0, emoji_end), "Ü");
+        c.edit(URI, 3, (1, 0), (1, cjk_end), "中文🎉");
         let state = c.document_state(URI);
         assert_eq!(state["text"], "a😀Üb\n中文🎉x\n", "{encoding}");
         assert_eq!(state["version"], 3);
@@ -101,26 +83,8 @@ fn non_ascii_edits_land_in_the_right_place_in_utf16_and_utf8() {
 fn out_of_range_positions_clamp_to_line_end_and_document_end() {
     let (mut c, _ws) = started(&[]);
     c.open(URI, "ab\r\ncd");
-    c.notify(
-        "textDocument/didChange",
-        change(
-            URI,
-            2,
-            json!({"line": 0, "character": 99}),
-            json!({"line": 0, "character": 99}),
-            "!",
-        ),
-    );
-    c.notify(
-        "textDocument/didChange",
-        change(
-            URI,
-            3,
-            json!({"line": 40, "character": 0}),
-            json!({"line": 41, "character": 5}),
-            "$",
-        ),
-    );
+    c.edit(URI, 2, (0, 99), (0, 99), "!");
+    c.edit(URI, 3, (40, 0), (41, 5), "$");
     assert_eq!(c.document_state(URI)["text"], "ab!\r\ncd$");
 }
 
@@ -128,16 +92,7 @@ fn out_of_range_positions_clamp_to_line_end_and_document_end() {
 fn a_change_splitting_a_surrogate_pair_is_refused_and_the_document_marked_for_resync() {
     let (mut c, _ws) = started(&["utf-16"]);
     c.open(URI, "x😀y\n");
-    c.notify(
-        "textDocument/didChange",
-        change(
-            URI,
-            2,
-            json!({"line": 0, "character": 2}),
-            json!({"line": 0, "character": 2}),
-            "!",
-        ),
-    );
+    c.edit(URI, 2, (0, 2), (0, 2), "!");
     let warning = c.wait_notification("window/showMessage", |p| {
         p["message"].as_str().unwrap_or("").contains("refused")
     });
@@ -153,16 +108,7 @@ fn a_change_splitting_a_surrogate_pair_is_refused_and_the_document_marked_for_re
     assert_eq!(state["version"], 1);
     assert_eq!(state["needsResync"], true);
     // Further range changes are refused until a full-text change resyncs the document.
-    c.notify(
-        "textDocument/didChange",
-        change(
-            URI,
-            3,
-            json!({"line": 0, "character": 0}),
-            json!({"line": 0, "character": 0}),
-            "z",
-        ),
-    );
+    c.edit(URI, 3, (0, 0), (0, 0), "z");
     assert_eq!(c.document_state(URI)["text"], "x😀y\n");
     c.notify(
         "textDocument/didChange",
@@ -181,16 +127,7 @@ fn a_change_splitting_a_surrogate_pair_is_refused_and_the_document_marked_for_re
 fn a_change_between_cr_and_lf_is_refused() {
     let (mut c, _ws) = started(&[]);
     c.open(URI, "ab\r\ncd");
-    c.notify(
-        "textDocument/didChange",
-        change(
-            URI,
-            2,
-            json!({"line": 0, "character": 3}),
-            json!({"line": 0, "character": 3}),
-            "X",
-        ),
-    );
+    c.edit(URI, 2, (0, 3), (0, 3), "X");
     let state = c.document_state(URI);
     assert_eq!(state["text"], "ab\r\ncd");
     assert_eq!(state["needsResync"], true);

@@ -321,8 +321,10 @@ fn cancelling_drops_the_request_in_flight_promptly() {
         let c2 = cancel.clone();
         let fired = Arc::new(Mutex::new(None));
         let f2 = fired.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        // Cancelled once the request is in flight: the server has it and stalls.
+        let waiting = server.clone();
+        tokio::task::spawn_blocking(move || {
+            waiting.wait_for_requests(1);
             *f2.lock().unwrap() = Some(Instant::now());
             c2.cancel();
         });

@@ -194,3 +194,45 @@ fn version_and_help_print_and_exit_0() {
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("serve") && help.contains("config"), "{help}");
 }
+
+#[test]
+fn a_header_block_without_its_blank_line_is_refused_after_8_kib_and_nothing_else_is_lost() {
+    let (mut c, _ws) = started(vec![]);
+    let started = std::time::Instant::now();
+    c.send_raw(b"Content-Length: 10\r\nX-Junk: ");
+    // 64 MB of a header that never ends, which used to be buffered whole.
+    let junk = vec![b'a'; 1 << 20];
+    for _ in 0..64 {
+        c.send_raw(&junk);
+    }
+    let err = wait_error_for_null_id(&mut c);
+    assert_eq!(err["error"]["code"], -32700, "{err}");
+    assert_alive(&mut c);
+    eprintln!("64 MB of header refused in {:?}", started.elapsed());
+    assert!(
+        c.stderr().contains("header block of more than 8192 bytes"),
+        "the reason is logged"
+    );
+}
+
+#[test]
+fn two_content_lengths_are_a_parse_error_and_the_requests_after_are_answered() {
+    let (mut c, _ws) = started(vec![]);
+    c.send_raw(b"Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}");
+    let first = c.send_request("agent-ls/configuration", Value::Null);
+    let second = c.send_request("agent-ls/configuration", Value::Null);
+    let err = wait_error_for_null_id(&mut c);
+    assert_eq!(err["error"]["code"], -32700, "{err}");
+    assert!(c.wait_response(&first).is_ok());
+    assert!(c.wait_response(&second).is_ok());
+}
+
+#[test]
+fn an_id_that_is_neither_a_string_nor_a_number_is_answered_with_a_null_id() {
+    let (mut c, _ws) = started(vec![]);
+    c.send(&json!({"jsonrpc": "2.0", "id": {"evil": [1, 2]}, "method": "agent-ls/configuration"}));
+    let err = wait_error_for_null_id(&mut c);
+    assert_eq!(err["error"]["code"], -32600, "{err}");
+    assert_eq!(err["id"], Value::Null);
+    assert_alive(&mut c);
+}

@@ -458,14 +458,8 @@ fn a_killed_headless_run_resumes_with_run_resume() {
         .arg("fix the failing tests")
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while first.count() < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "the run never reached its second coder call"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The third request is the second coder call, which stalls.
+    first.wait_for_requests(3);
     child.kill().unwrap();
     child.wait().unwrap();
     let interrupted = Store::open(ws.path())

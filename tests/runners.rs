@@ -2,6 +2,8 @@
 //! output, a refused command, cancellation) and the real tools (cargo, pytest, unittest,
 //! node's test runner, go) on the fixture projects, parsed into failures.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -116,9 +118,13 @@ fn cancelling_stops_the_run_at_once() {
     let cancel = CancellationToken::new();
     let started = Instant::now();
     let result = rt.block_on(async {
-        let c = cancel.clone();
+        // Cancelled once the command is running: its pid file is the sign.
+        let (c, pid_file) = (cancel.clone(), dir.path().join("leader.pid"));
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !pid_file.exists() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             c.cancel();
         });
         tests_run::run(dir.path(), &cfg, &cancel).await
@@ -164,10 +170,6 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-fn python() -> String {
-    std::env::var("AGENT_LS_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
 /// Whether a tool these tests drive is here. scripts/test installs them all and requires them
 /// (AGENT_LS_REQUIRE_REAL_MODEL); a plain `cargo test` without them skips, saying so.
 fn have(tool: &str, present: bool) -> bool {
@@ -182,7 +184,7 @@ fn have(tool: &str, present: bool) -> bool {
 }
 
 fn pytest_available() -> bool {
-    std::process::Command::new(python())
+    std::process::Command::new(support::python())
         .args(["-m", "pytest", "--version"])
         .output()
         .is_ok_and(|o| o.status.success())
@@ -233,7 +235,7 @@ fn real_pytest_with_assertion_rewriting_and_a_collection_error() {
         return;
     }
     let (_dir, root) = project("python");
-    let py = python();
+    let py = support::python();
     let result = run(&root, &config(&[&py, "-m", "pytest"])).unwrap();
     assert_eq!(
         places(&result),

@@ -5,11 +5,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Client, file_uri, workspace};
-
-fn python() -> String {
-    std::env::var("AGENT_LS_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
-}
+use support::{Client, file_uri, python, workspace};
 
 const CALC_BROKEN: &str = "def add(a, b):\n    return a - b\n";
 const CALC_FIXED: &str = "def add(a, b):\n    return a + b\n";
@@ -119,21 +115,23 @@ fn saving_publishes_failures_on_their_lines_and_fixing_clears_them() {
 #[test]
 fn saving_does_nothing_unless_configured() {
     let ws = workspace(&[("calc.py", CALC_BROKEN), ("tests/test_calc.py", TEST_FILE)]);
-    let mut c = start(ws.path(), pytest_config(json!({})));
+    // With no debounce a save's run would start as the save is handled.
+    let mut c = start(ws.path(), pytest_config(json!({"debounce_ms": 0})));
     let calc = file_uri(&ws.path().join("calc.py"));
     c.notify(
         "textDocument/didSave",
         json!({"textDocument": {"uri": calc}}),
     );
-    // A request after the save is answered after it was handled; no run may have started.
+    c.command("agent-ls.rerunTests", Value::Null).unwrap();
+    final_status(&mut c);
+    // Everything sent before an answer arrives before it: the rerun was the only run.
     c.request("agent-ls/configuration", Value::Null).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    c.drain();
-    assert!(
-        c.notifications
-            .iter()
-            .all(|n| n["method"] != "agent-ls/testStatus")
-    );
+    let started = c
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "agent-ls/testStatus" && n["params"]["state"] == "running")
+        .count();
+    assert_eq!(started, 1, "{:#?}", c.notifications);
 }
 
 #[test]
@@ -161,9 +159,10 @@ fn the_rerun_command_runs_tests_and_a_newer_run_replaces_an_older_one() {
     assert_eq!(status["state"], "failed", "{status}");
     let diags = c.wait_notification("textDocument/publishDiagnostics", |_| true);
     assert_eq!(diags["diagnostics"][0]["range"]["start"]["line"], 2);
-    // Only one run reached the end: the first was cancelled by the second and its result dropped.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    c.drain();
+    // Only one run reached the end: the first was cancelled by the second and its result
+    // dropped. It ended long before the second, and everything sent before an answer
+    // arrives before it.
+    c.request("agent-ls/configuration", Value::Null).unwrap();
     let finals: Vec<&Value> = c
         .notifications
         .iter()

@@ -488,6 +488,29 @@ mod tests {
     }
 
     #[test]
+    fn rebase_keeps_relocates_or_names_the_file_that_moved_on() {
+        let original = "a = 1\nb = 2\nc = 3\n";
+        let plan =
+            parse_plan(r#"{"path": "f.py", "search": "b = 2", "replace": "b = 20"}"#).unwrap();
+        let outcome = apply_plan(&plan, Path::new("/ws"), &Limits::default(), |_| {
+            FileText::Text(original.into())
+        });
+        let limits = Limits::default();
+        let same = rebase(&outcome.changes, |_| Some(original.into()), &limits).unwrap();
+        assert_eq!(same, outcome.changes);
+        let moved = rebase(
+            &outcome.changes,
+            |_| Some(format!("# top\n{original}")),
+            &limits,
+        )
+        .unwrap();
+        assert_eq!(moved[0].new_text, "# top\na = 1\nb = 20\nc = 3\n");
+        let err = rebase(&outcome.changes, |_| Some("a = 1\nb = 5\n".into()), &limits).unwrap_err();
+        assert!(err.contains("f.py changed"), "{err}");
+        assert!(rebase(&outcome.changes, |_| None, &limits).is_err());
+    }
+
+    #[test]
     fn paths_outside_the_workspace_are_refused() {
         let root = Path::new("/ws");
         assert_eq!(normalize_path(root, "src/../lib.rs"), Ok("lib.rs".into()));

@@ -436,9 +436,16 @@ impl Session {
                 if is_workspace_config {
                     self.reload_config(self.inputs.clone());
                 } else if self.config.config.test.on_save {
-                    let delay =
-                        std::time::Duration::from_millis(self.config.config.test.debounce_ms);
-                    self.tests.saved(&self.test_report, delay);
+                    match self.config.config.test.debounce_ms {
+                        // No delay asked for: the save's run starts now.
+                        0 => self.start_tests(Trigger::User {
+                            reason: "save".into(),
+                            command: None,
+                        }),
+                        ms => self
+                            .tests
+                            .saved(&self.test_report, std::time::Duration::from_millis(ms)),
+                    }
                 }
             }
             Notice::Configuration(p) => {

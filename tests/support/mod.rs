@@ -57,6 +57,8 @@ pub struct Client {
     stderr: Arc<Mutex<String>>,
     /// Set when stdout carried something that was not a frame.
     pub protocol_violations: Vec<String>,
+    /// Every message from the server, in the order it arrived.
+    pub log: Vec<Value>,
     _home: tempfile::TempDir,
 }
 
@@ -125,6 +127,7 @@ impl Client {
             deferred: Vec::new(),
             stderr,
             protocol_violations: Vec::new(),
+            log: Vec::new(),
             _home: home,
         }
     }
@@ -302,6 +305,7 @@ impl Client {
                 return;
             }
         };
+        self.log.push(msg.clone());
         let has_method = msg.get("method").is_some();
         match (msg.get("id"), has_method) {
             (Some(id), true) => {
@@ -384,6 +388,11 @@ impl Client {
         let _ = self.child.wait();
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn close_stdin(&mut self) {
         self.stdin = None;
     }
@@ -395,6 +404,27 @@ impl Client {
             json!({"textDocument": {"uri": uri}}),
         )
         .unwrap_or_else(|e| panic!("documentState failed: {e}"))
+    }
+
+    /// `didChange` replacing one range, (line, character) to (line, character), with `text`.
+    pub fn edit(
+        &mut self,
+        uri: &str,
+        version: i32,
+        start: (u32, u32),
+        end: (u32, u32),
+        text: &str,
+    ) {
+        self.notify(
+            "textDocument/didChange",
+            json!({
+                "textDocument": {"uri": uri, "version": version},
+                "contentChanges": [{"range": {
+                    "start": {"line": start.0, "character": start.1},
+                    "end": {"line": end.0, "character": end.1},
+                }, "text": text}]
+            }),
+        );
     }
 
     pub fn open(&mut self, uri: &str, text: &str) {
@@ -495,6 +525,16 @@ fn read_frames(stdout: impl Read, tx: std::sync::mpsc::Sender<Incoming>) {
             return;
         }
     }
+}
+
+/// The Python the tests run (scripts/test puts pytest in `.venv-test`).
+pub fn python() -> String {
+    std::env::var("AGENT_LS_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// A replay script: one JSON object per line (see docs/replay.md).
+pub fn replay_script(lines: &[Value]) -> String {
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// A path inside this checkout, wherever it sits (tests never depend on the working directory

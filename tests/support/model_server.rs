@@ -7,8 +7,8 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -65,10 +65,18 @@ impl Recorded {
     }
 }
 
+#[derive(Clone)]
 pub struct ModelServer {
     pub url: String,
     script: Arc<Mutex<VecDeque<Reply>>>,
-    pub requests: Arc<Mutex<Vec<Recorded>>>,
+    requests: Arc<Recorder>,
+}
+
+/// The requests received, and a signal for whoever waits for one.
+#[derive(Default)]
+struct Recorder {
+    list: Mutex<Vec<Recorded>>,
+    arrived: Condvar,
 }
 
 impl ModelServer {
@@ -76,7 +84,7 @@ impl ModelServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
         let url = format!("http://{}", listener.local_addr().unwrap());
         let script = Arc::new(Mutex::new(VecDeque::from(script)));
-        let requests = Arc::new(Mutex::new(Vec::new()));
+        let requests = Arc::new(Recorder::default());
         {
             let (script, requests) = (script.clone(), requests.clone());
             std::thread::spawn(move || {
@@ -98,15 +106,30 @@ impl ModelServer {
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
-        self.requests.lock().unwrap().clone()
+        self.requests.list.lock().unwrap().clone()
     }
 
     pub fn count(&self) -> usize {
-        self.requests.lock().unwrap().len()
+        self.requests.list.lock().unwrap().len()
+    }
+
+    /// Waits until the server has received `n` requests (or fails the test after 30 s).
+    pub fn wait_for_requests(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut list = self.requests.list.lock().unwrap();
+        while list.len() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "the model server got {} of {n} requests",
+                list.len()
+            );
+            list = self.requests.arrived.wait_timeout(list, left).unwrap().0;
+        }
     }
 }
 
-fn serve(stream: TcpStream, script: &Mutex<VecDeque<Reply>>, requests: &Mutex<Vec<Recorded>>) {
+fn serve(stream: TcpStream, script: &Mutex<VecDeque<Reply>>, requests: &Recorder) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut first = String::new();
     if reader.read_line(&mut first).unwrap_or(0) == 0 {
@@ -135,12 +158,13 @@ fn serve(stream: TcpStream, script: &Mutex<VecDeque<Reply>>, requests: &Mutex<Ve
     }
     let mut body = vec![0; length];
     let _ = reader.read_exact(&mut body);
-    requests.lock().unwrap().push(Recorded {
+    requests.list.lock().unwrap().push(Recorded {
         method,
         path,
         headers,
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
     });
+    requests.arrived.notify_all();
     let reply = script
         .lock()
         .unwrap()
