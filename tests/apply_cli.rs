@@ -189,3 +189,32 @@ fn writing_through_a_symlink_inside_the_workspace_keeps_the_link() {
         "x = 2\n"
     );
 }
+
+#[test]
+fn the_json_report_names_the_rule_and_the_lines_that_differed_from_the_models_copy() {
+    let ws = workspace(&[(
+        "greet.py",
+        "def greet(name):\n    message = \"Hello, world\"\n    print(message)\n    return name\n",
+    )]);
+    // The model's copy of the context line has a typo; the rule is fuzzy, and the line stays
+    // as the file has it.
+    let plan = "--- a/greet.py\n+++ b/greet.py\n@@ -1,4 +1,5 @@\n def greet(name):\n     message = \"Hello, wrld\"\n     print(message)\n+    log(name)\n     return name\n";
+    let out = apply(ws.path(), plan, &["--write", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let edit = &report["edits"][0];
+    assert_eq!(edit["rule"], "fuzzy", "{report}");
+    assert_eq!(
+        edit["differing"],
+        serde_json::json!([{"line": 2, "file": "    message = \"Hello, world\"", "model": "    message = \"Hello, wrld\""}])
+    );
+    assert_eq!(
+        fs::read_to_string(ws.path().join("greet.py")).unwrap(),
+        "def greet(name):\n    message = \"Hello, world\"\n    print(message)\n    log(name)\n    return name\n"
+    );
+}

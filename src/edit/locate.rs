@@ -1,20 +1,27 @@
-//! Finds where an edit belongs: a cascade of rules from exact to fuzzy, stopping at the first
-//! rule that gives exactly one place, and refusing when a rule gives two or more.
+//! Finds where an edit belongs and what it writes there: a cascade of rules from exact to
+//! fuzzy, stopping at the first rule that gives exactly one place and refusing when a rule
+//! gives two or more; then the model's change is applied onto the located lines as a line
+//! diff (search → replace), so the lines it keeps stay the file's own, byte for byte.
+//!
+//! Pure: it gets a file's text and an edit, and returns a range and its new text.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use serde::Serialize;
+use similar::{DiffOp, capture_diff_slices};
 use thiserror::Error;
 
 /// The rule that located an edit, strictest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Rule {
-    /// The search text occurs exactly once (line endings adapted to the file's).
+    /// The search text occurs exactly once: as whole lines when it has a line break, as a
+    /// fragment of a line when it has none.
     Exact,
     /// Lines match once trailing whitespace is ignored.
     TrailingWhitespace,
-    /// Lines match but for a uniform indentation offset; the replacement is re-indented.
+    /// Lines match but for a uniform indentation offset.
     Indentation,
     /// Lines match once typographic quotes, dashes and non-breaking spaces are folded to ASCII.
     UnicodeFolded,
@@ -38,6 +45,19 @@ impl Rule {
             Rule::WholeFile => "whole file",
         }
     }
+
+    /// Whether a file line counts as the model's copy of it under this rule: the standard a
+    /// line must meet before the rule may remove or change it.
+    fn same(self, file: &str, model: &str) -> bool {
+        match self {
+            Rule::Exact | Rule::WholeFile => file == model,
+            Rule::TrailingWhitespace => file.trim_end() == model.trim_end(),
+            Rule::Indentation => file.trim() == model.trim(),
+            Rule::UnicodeFolded => folded_eq(file, model),
+            Rule::NearStatedLine => collapse(file) == collapse(model),
+            Rule::Fuzzy => similarity(&Prepared::new(file), &Prepared::new(model)) >= FUZZY_LINE,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -52,22 +72,35 @@ impl Default for LocateOptions {
     }
 }
 
+/// A line of the file that was taken for the model's copy of it although the two differ (under
+/// a rule looser than exact), for the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Differing {
+    /// 1-based line of the file.
+    pub line: usize,
+    pub file: String,
+    pub model: String,
+}
+
 /// Where an edit goes: a byte range of the original text and the text that replaces it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Located {
     pub range: Range<usize>,
     pub replacement: String,
     pub rule: Rule,
-    /// Several places matched and the stated line picked the one near it.
+    /// Several places matched and the stated line picked one.
     pub chosen_by_line: bool,
     /// 1-based first line of the match in the original text.
     pub line: usize,
+    /// The located lines that differ from the model's copy.
+    pub differing: Vec<Differing>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Found {
     At(Located),
-    /// The search text is absent but the replacement is already where it would go.
+    /// The change is already in the file: the search text is absent but the replacement is
+    /// where it would go, or the lines the edit adds are already where it would put them.
     AlreadyApplied,
 }
 
@@ -86,6 +119,19 @@ pub enum LocateError {
     NotFound { closest: Vec<NumberedLine> },
     #[error("the search text matches {} places (lines {}) under rule \"{}\"; add surrounding lines to make it unique", .lines.len(), join_numbers(.lines), .rule.as_str())]
     Ambiguous { rule: Rule, lines: Vec<usize> },
+    #[error(
+        "the lines around it match (rule \"{}\"), but line {line} of the file, which the edit changes, is not the line you wrote:\n  file: {file}\n  yours: {model}\ncopy the line to change exactly{}",
+        .rule.as_str(), closest_hint(.closest)
+    )]
+    ChangedLineDiffers {
+        rule: Rule,
+        line: usize,
+        file: String,
+        model: String,
+        closest: Vec<NumberedLine>,
+    },
+    #[error("{0}")]
+    Elision(String),
 }
 
 fn join_numbers(lines: &[usize]) -> String {
@@ -153,21 +199,27 @@ impl<'a> Lines<'a> {
         }
     }
 
-    /// Byte range of lines `first..first + count`, without the last line's terminator.
-    fn span(&self, first: usize, count: usize) -> Range<usize> {
-        let start = self.starts[first];
-        let last = first + count - 1;
-        start..self.starts[last] + self.lines[last].len()
+    /// The line ending of line `i` ("" for a last line without one).
+    fn terminator(&self, i: usize) -> &'a str {
+        &self.text[self.starts[i] + self.lines[i].len()..self.starts[i + 1]]
     }
 }
 
 /// The lines of a search or replace text: `\n`-separated, one final newline dropped.
 fn block_lines(s: &str) -> Vec<&str> {
+    if s.is_empty() {
+        return Vec::new();
+    }
     let s = s.strip_suffix('\n').unwrap_or(s);
     let s = s.strip_suffix('\r').unwrap_or(s);
     s.split('\n')
         .map(|l| l.strip_suffix('\r').unwrap_or(l))
         .collect()
+}
+
+/// An elision line in a model's SEARCH or REPLACE: "the lines here are unchanged".
+fn is_elision(line: &str) -> bool {
+    matches!(line.trim(), "..." | "…")
 }
 
 /// Locates `search` in `text` and computes its replacement.
@@ -212,156 +264,545 @@ impl<'a> Locator<'a> {
             return Err(LocateError::EmptySearch);
         }
         let file = &self.file;
-        if let Some(located) = find(file, search, replace, stated_line, opts)? {
-            return Ok(Found::At(located));
+        // A search with no line break may be a fragment of a line; one with a line break is
+        // made of whole lines and matches whole lines only.
+        if !search.contains('\n')
+            && let Some(found) = self.fragment(search, replace, stated_line, opts)?
+        {
+            return Ok(Found::At(found));
         }
-        // Before anything fuzzy, see whether the change is already there: a retry after a
+        let wanted = block_lines(search);
+        let replacement = block_lines(replace);
+        if let Some((s, rule, by_line)) = find_lines(file, &wanted, stated_line, opts)? {
+            return self.splice(s, &wanted, &replacement, rule, by_line);
+        }
+        // Before anything looser, see whether the change is already there: a retry after a
         // partial application must not apply it twice, and the old text is often similar
         // enough to the new one to match fuzzily.
-        let replace_found = || {
-            find(file, replace, replace, stated_line, opts)
+        if !replacement.is_empty()
+            && replacement != wanted
+            && find_lines(file, &replacement, stated_line, opts)
                 .ok()
                 .flatten()
                 .is_some()
-        };
-        if !replace.trim().is_empty() && replace.trim() != search.trim() && replace_found() {
+        {
             return Ok(Found::AlreadyApplied);
         }
-        let wanted = block_lines(search);
+        if wanted.iter().any(|l| is_elision(l)) {
+            return self.elided(&wanted, &replacement, opts);
+        }
         if let Some(s) = fuzzy(file, self.prepared(), &wanted, stated_line)? {
-            let located = line_match(
-                file,
-                s,
-                &wanted,
-                &block_lines(replace),
-                replace.is_empty(),
-                Rule::Fuzzy,
-                false,
-            );
-            if file.text[located.range.clone()] == located.replacement {
-                return Ok(Found::AlreadyApplied);
-            }
-            return Ok(Found::At(located));
+            return self.splice(s, &wanted, &replacement, Rule::Fuzzy, false);
         }
         Err(LocateError::NotFound {
             closest: closest_lines(file, self.prepared(), search),
         })
     }
-}
 
-/// Runs the strict rules of the cascade (all but fuzzy). `Ok(None)` when none matched.
-fn find(
-    file: &Lines<'_>,
-    search: &str,
-    replace: &str,
-    stated_line: Option<usize>,
-    opts: &LocateOptions,
-) -> Result<Option<Located>, LocateError> {
-    // 1. Exact, as a substring, so a search for part of a line works too.
-    let needle = adapt_eol(search.strip_suffix('\n').unwrap_or(search), file.eol);
-    let hits: Vec<usize> =
-        memchr::memmem::find_iter(file.text.as_bytes(), needle.as_bytes()).collect();
-    let hit_lines: Vec<usize> = hits.iter().map(|&b| line_of(file, b)).collect();
-    if let Some((index, by_line)) = pick(&hit_lines, stated_line, opts, Rule::Exact)? {
+    /// A search without a line break, as a substring of the text.
+    fn fragment(
+        &self,
+        search: &str,
+        replace: &str,
+        stated_line: Option<usize>,
+        opts: &LocateOptions,
+    ) -> Result<Option<Located>, LocateError> {
+        let file = &self.file;
+        let needle = search.strip_suffix('\r').unwrap_or(search);
+        let hits: Vec<usize> =
+            memchr::memmem::find_iter(file.text.as_bytes(), needle.as_bytes()).collect();
+        let hit_lines: Vec<usize> = hits.iter().map(|&b| line_of(file, b)).collect();
+        let Some((index, by_line)) = pick(&hit_lines, stated_line, opts, Rule::Exact)? else {
+            return Ok(None);
+        };
         let start = hits[index];
-        let replacement = adapt_eol(replace.strip_suffix('\n').unwrap_or(replace), file.eol);
-        let mut range = start..start + needle.len();
-        // Deleting whole lines takes their line ending too, rather than leaving a blank line.
-        if replacement.is_empty() && search.ends_with('\n') {
-            range = extend_over_eol(file, range);
-        }
-        return Ok(Some(Located {
-            range,
-            replacement,
+        Ok(Some(Located {
+            range: start..start + needle.len(),
+            replacement: adapt_eol(replace, file.eol),
             rule: Rule::Exact,
             chosen_by_line: by_line,
             line: hit_lines[index] + 1,
-        }));
+            differing: Vec::new(),
+        }))
     }
 
-    let wanted = block_lines(search);
-    let replacement_lines = block_lines(replace);
-    let replace_is_empty = replace.is_empty();
-    let line_rules: [(Rule, LineEq); 3] = [
-        (Rule::TrailingWhitespace, |a, b| {
-            a.trim_end() == b.trim_end()
-        }),
-        (Rule::Indentation, |a, b| a.trim() == b.trim()),
-        (Rule::UnicodeFolded, folded_eq),
-    ];
-    // Every rule here is looser than the one before and none is looser than folding, so the
-    // windows that match folded are the only candidates any of them can find.
-    let wanted_trimmed: Vec<&str> = wanted.iter().map(|w| w.trim()).collect();
-    let candidates: Vec<usize> = if wanted.len() > file.lines.len() {
-        Vec::new()
-    } else {
-        (0..=file.lines.len() - wanted.len())
-            .filter(|&s| {
-                (0..wanted.len()).all(|j| trimmed_folded_eq(file.trimmed[s + j], wanted_trimmed[j]))
+    /// Applies the model's change, `wanted` → `replacement`, onto the file's lines starting
+    /// at `s` as a line diff: the lines both share keep the file's text; the lines the model
+    /// removes must match their copy by the rule's own standard, else the edit is refused; the
+    /// lines it adds are written as it wrote them, in the file's indentation.
+    fn splice(
+        &self,
+        s: usize,
+        wanted: &[&str],
+        replacement: &[&str],
+        rule: Rule,
+        chosen_by_line: bool,
+    ) -> Result<Found, LocateError> {
+        let file = &self.file;
+        let n = wanted.len();
+        let ops = capture_diff_slices(similar::Algorithm::Myers, wanted, replacement);
+        let reindent = Reindent::new(file, s, wanted, replacement, rule);
+        let differing: Vec<Differing> = (0..n)
+            .filter(|&i| file.lines[s + i] != wanted[i])
+            .map(|i| Differing {
+                line: s + i + 1,
+                file: file.lines[s + i].to_string(),
+                model: wanted[i].to_string(),
             })
-            .collect()
-    };
-    for (rule, same) in line_rules {
-        let starts: Vec<usize> = candidates
-            .iter()
-            .copied()
-            .filter(|&s| (0..wanted.len()).all(|j| same(file.lines[s + j], wanted[j])))
             .collect();
-        // The indentation rule also needs one offset shared by every line.
-        let starts: Vec<usize> = match rule {
-            Rule::Indentation => starts
-                .into_iter()
-                .filter(|&s| indent_delta(&file.lines[s..s + wanted.len()], &wanted).is_some())
-                .collect(),
-            _ => starts,
+        // The lines an edit only adds may already be where it would put them (the same edit
+        // sent twice): then it changes nothing.
+        if already_inserted(file, s, n, &ops, replacement, &reindent) {
+            return Ok(Found::AlreadyApplied);
+        }
+        enum Out {
+            File(usize),
+            New(String),
+        }
+        let mut out: Vec<Out> = Vec::new();
+        let removed = |from: usize, len: usize| -> Result<(), LocateError> {
+            for (i, model) in wanted.iter().enumerate().skip(from).take(len) {
+                if !rule.same(file.lines[s + i], model) {
+                    return Err(LocateError::ChangedLineDiffers {
+                        rule,
+                        line: s + i + 1,
+                        file: file.lines[s + i].to_string(),
+                        model: model.to_string(),
+                        closest: (s..s + n)
+                            .map(|k| NumberedLine {
+                                line: k + 1,
+                                text: file.lines[k].to_string(),
+                            })
+                            .collect(),
+                    });
+                }
+            }
+            Ok(())
         };
-        if let Some((index, by_line)) = pick(&starts, stated_line, opts, rule)? {
-            let s = starts[index];
-            return Ok(Some(line_match(
-                file,
-                s,
-                &wanted,
-                &replacement_lines,
-                replace_is_empty,
-                rule,
-                by_line,
+        for op in &ops {
+            match *op {
+                DiffOp::Equal { old_index, len, .. } => {
+                    out.extend((old_index..old_index + len).map(|i| Out::File(s + i)));
+                }
+                DiffOp::Delete {
+                    old_index, old_len, ..
+                } => removed(old_index, old_len)?,
+                DiffOp::Insert {
+                    old_index,
+                    new_index,
+                    new_len,
+                } => {
+                    let anchor = old_index.saturating_sub(1).min(n - 1);
+                    out.extend(
+                        (new_index..new_index + new_len)
+                            .map(|k| Out::New(reindent.line(replacement[k], anchor))),
+                    );
+                }
+                DiffOp::Replace {
+                    old_index,
+                    old_len,
+                    new_index,
+                    new_len,
+                } => {
+                    removed(old_index, old_len)?;
+                    out.extend((new_index..new_index + new_len).map(|k| {
+                        // A replaced line takes its indentation from the line it replaces.
+                        let anchor = (old_index + (k - new_index)).min(old_index + old_len - 1);
+                        Out::New(reindent.line(replacement[k], anchor))
+                    }));
+                }
+            }
+        }
+        // The window is whole lines, its last line ending included; the text that replaces it
+        // ends the same way.
+        let mut range = file.starts[s]..file.starts[s + n];
+        let last_end = file.terminator(s + n - 1);
+        let mut text = String::new();
+        let count = out.len();
+        for (k, item) in out.into_iter().enumerate() {
+            let (content, own_end): (Cow<str>, &str) = match item {
+                Out::File(i) => (Cow::Borrowed(file.lines[i]), file.terminator(i)),
+                Out::New(t) => (Cow::Owned(t), file.eol),
+            };
+            text.push_str(&content);
+            if k + 1 == count {
+                text.push_str(last_end);
+            } else if own_end.is_empty() {
+                text.push_str(file.eol);
+            } else {
+                text.push_str(own_end);
+            }
+        }
+        // Removing the last lines of a file without a final line ending takes the ending
+        // before them, so no blank line is left behind.
+        if count == 0 && last_end.is_empty() && s > 0 {
+            range.start -= file.terminator(s - 1).len();
+        }
+        Ok(Found::At(Located {
+            range,
+            replacement: text,
+            rule,
+            chosen_by_line,
+            line: s + 1,
+            differing: if rule == Rule::Exact {
+                Vec::new()
+            } else {
+                differing
+            },
+        }))
+    }
+
+    /// A SEARCH and REPLACE with `...` lines (aider's elision): each piece between them is
+    /// located in order, each after the one before and at exactly one place there; the
+    /// elided lines in between stay as they are. Anything else is refused, saying what to
+    /// send instead.
+    fn elided(
+        &self,
+        wanted: &[&str],
+        replacement: &[&str],
+        opts: &LocateOptions,
+    ) -> Result<Found, LocateError> {
+        let file = &self.file;
+        let pieces: Vec<&[&str]> = wanted.split(|l| is_elision(l)).collect();
+        let new_pieces: Vec<&[&str]> = replacement.split(|l| is_elision(l)).collect();
+        if pieces.len() != new_pieces.len() {
+            return Err(LocateError::Elision(format!(
+                "the SEARCH has {} `...` line(s) and the REPLACE {}; elide the same unchanged lines in both, or send the lines in full",
+                pieces.len() - 1,
+                new_pieces.len() - 1
             )));
+        }
+        if pieces.iter().any(|p| p.iter().all(|l| l.trim().is_empty())) {
+            return Err(LocateError::Elision(
+                "a `...` line at the start or end of the SEARCH (or two in a row) leaves the place open; put real lines before and after every `...`".into(),
+            ));
+        }
+        let mut text = String::new();
+        let mut start = None;
+        let mut end = 0;
+        let mut loosest = Rule::Exact;
+        let mut differing = Vec::new();
+        let mut changed = false;
+        for (piece, new_piece) in pieces.iter().zip(&new_pieces) {
+            let from = end;
+            let (rule, starts) = candidates(file, piece, None, opts, true)
+                .into_iter()
+                .map(|(rule, starts)| {
+                    let after: Vec<usize> = starts
+                        .into_iter()
+                        .filter(|&s| file.starts[s] >= from)
+                        .collect();
+                    (rule, after)
+                })
+                .find(|(_, starts)| !starts.is_empty())
+                .ok_or_else(|| {
+                    LocateError::Elision(format!(
+                        "the lines around a `...` were not found in order (\"{}\"); send the lines in full",
+                        piece.first().map_or("", |l| l.trim())
+                    ))
+                })?;
+            if starts.len() > 1 {
+                return Err(LocateError::Elision(format!(
+                    "the lines \"{}\" around a `...` match {} places (lines {}); add lines to make them unique, or send the lines in full",
+                    piece.first().map_or("", |l| l.trim()),
+                    starts.len(),
+                    join_numbers(&starts.iter().map(|s| s + 1).collect::<Vec<_>>())
+                )));
+            }
+            let s = starts[0];
+            let here = file.starts[s];
+            // The elided lines between two pieces, kept as they are.
+            if start.is_some() {
+                text.push_str(&file.text[end..here]);
+            }
+            start.get_or_insert(here);
+            loosest = loosest.max(rule);
+            match self.splice(s, piece, new_piece, rule, false)? {
+                Found::At(l) => {
+                    changed |= file.text[l.range.clone()] != l.replacement;
+                    text.push_str(&l.replacement);
+                    end = l.range.end;
+                    differing.extend(l.differing);
+                }
+                Found::AlreadyApplied => {
+                    end = file.starts[s + piece.len()];
+                    text.push_str(&file.text[here..end]);
+                }
+            }
+        }
+        let start = start.unwrap_or(0);
+        if !changed {
+            return Ok(Found::AlreadyApplied);
+        }
+        Ok(Found::At(Located {
+            range: start..end,
+            replacement: text,
+            rule: loosest,
+            chosen_by_line: false,
+            line: line_of(file, start) + 1,
+            differing,
+        }))
+    }
+}
+
+/// Whether the edit only adds lines, and every block it adds already stands at the edge of
+/// the located lines where it would go.
+fn already_inserted(
+    file: &Lines<'_>,
+    s: usize,
+    n: usize,
+    ops: &[DiffOp],
+    replacement: &[&str],
+    reindent: &Reindent<'_>,
+) -> bool {
+    let mut inserts = 0;
+    for op in ops {
+        match *op {
+            DiffOp::Equal { .. } => {}
+            DiffOp::Delete { .. } | DiffOp::Replace { .. } => return false,
+            DiffOp::Insert {
+                old_index,
+                new_index,
+                new_len,
+            } => {
+                let block = &replacement[new_index..new_index + new_len];
+                if block.iter().all(|l| l.trim().is_empty()) {
+                    return false;
+                }
+                // Inside the window the added lines cannot stand already: the window matched
+                // without them.
+                let at = match old_index {
+                    0 if s >= new_len => s - new_len,
+                    i if i == n && s + n + new_len <= file.lines.len() => s + n,
+                    _ => return false,
+                };
+                let anchor = old_index.saturating_sub(1).min(n - 1);
+                let present = block
+                    .iter()
+                    .enumerate()
+                    .all(|(k, l)| folded_eq(file.lines[at + k], &reindent.line(l, anchor)));
+                if !present {
+                    return false;
+                }
+                inserts += 1;
+            }
+        }
+    }
+    inserts > 0
+}
+
+/// Writes added lines in the file's indentation: under a loose rule, a line's indentation
+/// relative to its anchor (the model's copy of a located line) is carried over to the file's
+/// line, in the file's indentation unit (a tab, or its width of spaces).
+struct Reindent<'a> {
+    file: &'a Lines<'a>,
+    s: usize,
+    wanted: Vec<&'a str>,
+    rule: Rule,
+    /// The model's indentation unit in spaces (a tab counts as one unit).
+    model_unit: usize,
+}
+
+impl<'a> Reindent<'a> {
+    fn new(
+        file: &'a Lines<'a>,
+        s: usize,
+        wanted: &[&'a str],
+        replacement: &[&str],
+        rule: Rule,
+    ) -> Self {
+        let widths = wanted
+            .iter()
+            .chain(replacement)
+            .map(|l| leading_ws(l))
+            .filter(|ws| !ws.is_empty() && !ws.contains('\t'))
+            .map(str::len);
+        let unit = widths.fold(0, gcd);
+        Reindent {
+            file,
+            s,
+            wanted: wanted.to_vec(),
+            rule,
+            model_unit: if (2..=8).contains(&unit) { unit } else { 4 },
         }
     }
 
-    // 5. A line edit's text near its stated line, with runs of whitespace collapsed.
+    /// The file's indentation unit, as the file itself indents: a tab, or the common width
+    /// of its space indents.
+    fn file_unit(&self, anchor_ws: &str) -> String {
+        if anchor_ws.contains('\t') {
+            return "\t".into();
+        }
+        let (mut tabs, mut spaced, mut unit) = (0, 0, 0);
+        for l in &self.file.lines {
+            let ws = leading_ws(l);
+            if ws.starts_with('\t') {
+                tabs += 1;
+            } else if !ws.is_empty() && !l.trim().is_empty() {
+                spaced += 1;
+                unit = gcd(unit, ws.len());
+            }
+        }
+        if tabs > spaced {
+            "\t".into()
+        } else if (2..=8).contains(&unit) {
+            " ".repeat(unit)
+        } else {
+            " ".repeat(self.model_unit)
+        }
+    }
+
+    /// Indentation in the model's units: tabs one each, spaces `model_unit` to one.
+    fn model_units(&self, ws: &str) -> f64 {
+        ws.chars()
+            .map(|c| {
+                if c == '\t' {
+                    1.0
+                } else {
+                    1.0 / self.model_unit as f64
+                }
+            })
+            .sum()
+    }
+
+    fn line(&self, line: &str, anchor: usize) -> String {
+        if self.rule == Rule::Exact || line.trim().is_empty() {
+            return line.to_string();
+        }
+        let (file_ws, model_ws) = (
+            leading_ws(self.file.lines[self.s + anchor]),
+            leading_ws(self.wanted[anchor]),
+        );
+        if file_ws == model_ws {
+            return line.to_string();
+        }
+        let delta = self.model_units(leading_ws(line)) - self.model_units(model_ws);
+        let unit = self.file_unit(file_ws);
+        let levels = delta.floor();
+        let spaces = ((delta - levels) * self.model_unit as f64).round() as usize;
+        let mut indent = file_ws.to_string();
+        if levels >= 0.0 {
+            indent.push_str(&unit.repeat(levels as usize));
+        } else {
+            for _ in 0..(-levels) as usize {
+                match indent.strip_suffix(unit.as_str()) {
+                    Some(rest) => indent.truncate(rest.len()),
+                    None => {
+                        indent.pop();
+                    }
+                }
+            }
+        }
+        indent.push_str(&" ".repeat(spaces));
+        format!("{indent}{}", line.trim_start())
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// The windows matching `wanted` under each strict line rule, loosest last, for the rules
+/// that match anywhere. Every rule is looser than "exact" and none is looser than folding,
+/// so the windows that match folded are computed once and the rules filter them.
+fn candidates(
+    file: &Lines<'_>,
+    wanted: &[&str],
+    stated_line: Option<usize>,
+    opts: &LocateOptions,
+    all: bool,
+) -> Vec<(Rule, Vec<usize>)> {
+    let mut out = Vec::new();
+    if wanted.is_empty() || wanted.len() > file.lines.len() {
+        return out;
+    }
+    // Exact whole lines first, found fast as a substring that starts and ends at line ends;
+    // when there are any, no looser rule is looked at.
+    let needle = wanted.join(file.eol);
+    let exact: Vec<usize> = memchr::memmem::find_iter(file.text.as_bytes(), needle.as_bytes())
+        .filter_map(|b| {
+            let first = file.starts.binary_search(&b).ok()?;
+            let last = first + wanted.len() - 1;
+            (last < file.lines.len()
+                && file.starts[last] + file.lines[last].len() == b + needle.len())
+            .then_some(first)
+        })
+        .collect();
+    if !exact.is_empty() && !all {
+        out.push((Rule::Exact, exact));
+        return out;
+    }
+    let wanted_trimmed: Vec<&str> = wanted.iter().map(|w| w.trim()).collect();
+    let folded: Vec<usize> = (0..=file.lines.len() - wanted.len())
+        .filter(|&s| {
+            (0..wanted.len()).all(|j| trimmed_folded_eq(file.trimmed[s + j], wanted_trimmed[j]))
+        })
+        .collect();
+    for rule in [
+        Rule::Exact,
+        Rule::TrailingWhitespace,
+        Rule::Indentation,
+        Rule::UnicodeFolded,
+    ] {
+        let starts: Vec<usize> = folded
+            .iter()
+            .copied()
+            .filter(|&s| (0..wanted.len()).all(|j| rule.same(file.lines[s + j], wanted[j])))
+            // The indentation rule also needs one offset shared by every line.
+            .filter(|&s| {
+                rule != Rule::Indentation
+                    || indent_delta(&file.lines[s..s + wanted.len()], wanted).is_some()
+            })
+            .collect();
+        if !starts.is_empty() {
+            out.push((rule, starts));
+        }
+    }
+    // A line edit's text near its stated line, with runs of whitespace collapsed.
     if let Some(stated) = stated_line {
         let center = stated.saturating_sub(1);
         let lo = center.saturating_sub(opts.line_window);
         let hi = (center + opts.line_window + 1).min(file.lines.len());
-        let collapse = |s: &str| fold(s).split_whitespace().collect::<Vec<_>>().join(" ");
         let wanted_c: Vec<String> = wanted.iter().map(|l| collapse(l)).collect();
         let starts: Vec<usize> = (lo..hi)
             .filter(|&s| s + wanted.len() <= file.lines.len())
             .filter(|&s| (0..wanted.len()).all(|j| collapse(file.lines[s + j]) == wanted_c[j]))
             .collect();
-        if let Some((index, _)) = pick(&starts, None, opts, Rule::NearStatedLine)? {
-            let s = starts[index];
-            return Ok(Some(line_match(
-                file,
-                s,
-                &wanted,
-                &replacement_lines,
-                replace_is_empty,
-                Rule::NearStatedLine,
-                false,
-            )));
+        if !starts.is_empty() {
+            out.push((Rule::NearStatedLine, starts));
         }
     }
+    out
+}
 
+/// The first strict rule that matches `wanted` as whole lines, and where. `Ok(None)` when
+/// none does; an error when the first rule that matches matches several places that the
+/// stated line does not settle.
+fn find_lines(
+    file: &Lines<'_>,
+    wanted: &[&str],
+    stated_line: Option<usize>,
+    opts: &LocateOptions,
+) -> Result<Option<(usize, Rule, bool)>, LocateError> {
+    for (rule, starts) in candidates(file, wanted, stated_line, opts, false) {
+        // Near the stated line, ties are no better settled by it.
+        let stated = (rule != Rule::NearStatedLine)
+            .then_some(stated_line)
+            .flatten();
+        if let Some((index, by_line)) = pick(&starts, stated, opts, rule)? {
+            return Ok(Some((starts[index], rule, by_line)));
+        }
+    }
     Ok(None)
 }
 
-/// Whether a file line and a search line count as the same under a rule.
-type LineEq = fn(&str, &str) -> bool;
+/// Runs of whitespace collapsed to one space, punctuation folded.
+fn collapse(s: &str) -> String {
+    fold(s).split_whitespace().collect::<Vec<_>>().join(" ")
+}
 
-/// Picks the one match, or resolves several with the stated line (only one of them within
-/// the window around it); otherwise refuses.
+/// Picks the one match, or settles several with the stated line: the candidate exactly at it
+/// wins, else the only one within the window around it; otherwise refuses.
 fn pick(
     lines: &[usize],
     stated_line: Option<usize>,
@@ -374,6 +815,9 @@ fn pick(
         _ => {
             if let Some(stated) = stated_line {
                 let center = stated.saturating_sub(1);
+                if let Some(at) = lines.iter().position(|&l| l == center) {
+                    return Ok(Some((at, true)));
+                }
                 let near: Vec<usize> = (0..lines.len())
                     .filter(|&i| lines[i].abs_diff(center) <= opts.line_window)
                     .collect();
@@ -386,39 +830,6 @@ fn pick(
                 lines: lines.iter().map(|l| l + 1).collect(),
             })
         }
-    }
-}
-
-/// Builds the located edit for a whole-line match at `s`, re-indenting the replacement by the
-/// offset between the file's lines and the search lines.
-fn line_match(
-    file: &Lines<'_>,
-    s: usize,
-    wanted: &[&str],
-    replacement: &[&str],
-    replace_is_empty: bool,
-    rule: Rule,
-    chosen_by_line: bool,
-) -> Located {
-    let found = &file.lines[s..s + wanted.len()];
-    let delta = indent_delta(found, wanted);
-    let mut range = file.span(s, wanted.len());
-    let text = if replace_is_empty {
-        range = extend_over_eol(file, range);
-        String::new()
-    } else {
-        replacement
-            .iter()
-            .map(|l| reindent(l, delta.as_ref()))
-            .collect::<Vec<_>>()
-            .join(file.eol)
-    };
-    Located {
-        range,
-        replacement: text,
-        rule,
-        chosen_by_line,
-        line: s + 1,
     }
 }
 
@@ -455,20 +866,6 @@ fn indent_delta(found: &[&str], wanted: &[&str]) -> Option<Indent> {
         }
     }
     Some(delta.unwrap_or(Indent::Add(String::new())))
-}
-
-fn reindent(line: &str, delta: Option<&Indent>) -> String {
-    if line.trim().is_empty() {
-        return line.to_string();
-    }
-    match delta {
-        Some(Indent::Add(extra)) => format!("{extra}{line}"),
-        Some(Indent::Remove(extra)) => line
-            .strip_prefix(extra.as_str())
-            .map(str::to_string)
-            .unwrap_or_else(|| line.trim_start().to_string()),
-        None => line.to_string(),
-    }
 }
 
 /// Folds typographic punctuation to ASCII so "smart" quotes and dashes from a model match.
@@ -740,6 +1137,7 @@ fn closest_lines(file: &Lines<'_>, file_p: &[Prepared], search: &str) -> Vec<Num
         .collect()
 }
 
+/// A fragment's replacement, with the file's line ending.
 fn adapt_eol(s: &str, eol: &str) -> String {
     let normalised = s.replace("\r\n", "\n");
     if eol == "\n" {
@@ -753,23 +1151,6 @@ fn line_of(file: &Lines<'_>, byte: usize) -> usize {
     match file.starts.binary_search(&byte) {
         Ok(i) => i.min(file.lines.len().saturating_sub(1)),
         Err(i) => i - 1,
-    }
-}
-
-/// Widens a range that ends at a line's end to take that line ending too (or, on the last
-/// line, the ending before it), so deleting whole lines leaves no blank line behind.
-fn extend_over_eol(file: &Lines<'_>, range: Range<usize>) -> Range<usize> {
-    let rest = &file.text[range.end..];
-    if rest.starts_with("\r\n") {
-        range.start..range.end + 2
-    } else if rest.starts_with('\n') {
-        range.start..range.end + 1
-    } else if file.text[..range.start].ends_with("\r\n") && rest.is_empty() {
-        range.start - 2..range.end
-    } else if file.text[..range.start].ends_with('\n') && rest.is_empty() {
-        range.start - 1..range.end
-    } else {
-        range
     }
 }
 

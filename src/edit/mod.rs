@@ -14,7 +14,7 @@ use std::path::{Component, Path};
 use serde::Serialize;
 
 pub use apply::TextEdit;
-pub use locate::{Found, LocateError, LocateOptions, NumberedLine, Rule};
+pub use locate::{Differing, Found, LocateError, LocateOptions, NumberedLine, Rule};
 pub use parse::{ParseError, parse_plan};
 pub use plan::{Edit, EditKind, EditPlan};
 
@@ -45,6 +45,10 @@ pub enum EditStatus {
         /// 1-based first line of the original text the edit replaced.
         line: usize,
         chosen_by_line: bool,
+        /// Under a rule looser than exact, the located lines that differ from the model's
+        /// copy (the lines the edit keeps stay the file's own).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        differing: Vec<Differing>,
     },
     AlreadyApplied,
     Refused {
@@ -312,10 +316,29 @@ pub fn apply_plan(
                         rule: Rule::WholeFile,
                         line: 1,
                         chosen_by_line: false,
+                        differing: Vec::new(),
+                    }
+                }
+                // An empty SEARCH on a file that does not exist creates it, as the coder's
+                // prompt says.
+                (_, None) if edit.search_replace().is_some_and(|(s, _, _)| s.trim().is_empty()) => {
+                    let content = edit.search_replace().map_or("", |(_, r, _)| r).to_string();
+                    located.push((
+                        i,
+                        TextEdit {
+                            range: 0..0,
+                            text: content,
+                        },
+                    ));
+                    EditStatus::Applied {
+                        rule: Rule::WholeFile,
+                        line: 1,
+                        chosen_by_line: false,
+                        differing: Vec::new(),
                     }
                 }
                 (_, None) => refuse(
-                    "the file does not exist; create it with a whole-file edit (path and content)"
+                    "the file does not exist; create it with an empty SEARCH, or a whole-file edit (path and content)"
                         .into(),
                 ),
                 (_, Some(_)) => {
@@ -333,6 +356,7 @@ pub fn apply_plan(
                                 rule: l.rule,
                                 line: l.line,
                                 chosen_by_line: l.chosen_by_line,
+                                differing: l.differing,
                             }
                         }
                         Ok(Found::AlreadyApplied) => EditStatus::AlreadyApplied,
@@ -415,9 +439,10 @@ pub fn relocate(change: &FileChange, current: &str, limits: &Limits) -> Option<F
         let end = original[e.range.end..]
             .find('\n')
             .map_or(original.len(), |i| e.range.end + i);
-        let search = &original[start..end];
+        // Whole lines, so they match whole lines only.
+        let search = format!("{}\n", &original[start..end]);
         let replace = format!(
-            "{}{}{}",
+            "{}{}{}\n",
             &original[start..e.range.start],
             e.text,
             &original[e.range.end..end]
@@ -425,7 +450,7 @@ pub fn relocate(change: &FileChange, current: &str, limits: &Limits) -> Option<F
         if search.trim().is_empty() {
             return None;
         }
-        match locator.locate(search, &replace, None, &opts) {
+        match locator.locate(&search, &replace, None, &opts) {
             Ok(Found::At(l)) if l.rule == Rule::Exact => moved.push(TextEdit {
                 range: l.range,
                 text: l.replacement,

@@ -163,7 +163,10 @@ try {
     // Agent: Run… asks for the goal; a question is answered without editing, and the long
     // answer opens as a Markdown document beside the code.
     await palette('Agent: Run…');
-    await page.waitForSelector('.quick-input-widget input', { state: 'visible', timeout: 10000 });
+    // The palette's own box closes as the goal's opens: wait for the goal's, by its prompt,
+    // so the typing cannot land in the editor between the two.
+    await page.waitForSelector('.quick-input-widget:has-text("What should the agent do")', { state: 'visible', timeout: 10000 });
+    await page.waitForSelector('.quick-input-widget input:focus', { timeout: 10000 });
     await page.keyboard.type('explain what add does');
     await page.keyboard.press('Enter');
     const shown = await until('the explanation as a document', async () => {
