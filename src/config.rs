@@ -20,6 +20,73 @@ const ENV_PREFIX: &str = "AGENT_LS_";
 /// Keys that hold secrets; they are refused from every layer but the user file and environment.
 const SECRET_KEYS: &[&str] = &["api_key"];
 
+/// Keys that run a program, name a server, send data or approve: a workspace file's value for
+/// one applies only once the user trusts that folder (a key here covers the keys under it).
+pub const TRUSTED_KEYS: &[&str] = &[
+    "test.command",
+    "test.allowlist",
+    "test.on_save",
+    "model.provider",
+    "model.base_url",
+    "model.fallback",
+    "model.replay_file",
+    "roles",
+    "agent.approval",
+    "log.file",
+    "sandbox",
+];
+
+/// Keys a workspace file never sets, trusted or not: which secrets reach test processes, and
+/// whether commands run without the sandbox, are the user's own choices.
+pub const USER_ONLY_KEYS: &[&str] = &["test.env_allow", "sandbox.mode"];
+
+/// What to tell the user about the workspace keys that were left out.
+pub fn untrusted_message(keys: &[String], trusted: bool) -> String {
+    let (user_only, gated): (Vec<&String>, Vec<&String>) =
+        keys.iter().partition(|k| covered(k, USER_ONLY_KEYS));
+    let mut parts = Vec::new();
+    if !gated.is_empty() && !trusted {
+        parts.push(format!(
+            "this folder is not trusted, so its {WORKSPACE_FILE} settings {} are ignored (they run programs, name servers, send data or approve); `agent-ls trust` trusts it",
+            gated.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !user_only.is_empty() {
+        parts.push(format!(
+            "{} in {WORKSPACE_FILE} {} ignored: only the user file, the environment or the editor's settings may set {}",
+            user_only.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "),
+            if user_only.len() == 1 { "is" } else { "are" },
+            if user_only.len() == 1 { "it" } else { "them" },
+        ));
+    }
+    parts.join("; ")
+}
+
+/// The keys of `withheld` that trusting the folder would let apply.
+pub fn gated(withheld: &[String]) -> impl Iterator<Item = &String> {
+    withheld.iter().filter(|k| !covered(k, USER_ONLY_KEYS))
+}
+
+/// Takes the editor's word on workspace trust out of an initializationOptions or
+/// didChangeConfiguration value: a boolean `workspaceTrusted` beside the settings (VS Code
+/// sends its own workspace trust there).
+pub fn take_workspace_trust(value: &mut serde_json::Value) -> Option<WorkspaceTrust> {
+    let trusted = value.as_object_mut()?.remove("workspaceTrusted")?;
+    Some(match trusted.as_bool() {
+        Some(true) => WorkspaceTrust::Trusted,
+        _ => WorkspaceTrust::Untrusted,
+    })
+}
+
+fn covered(key: &str, list: &[&str]) -> bool {
+    list.iter().any(|k| {
+        key == *k
+            || key
+                .strip_prefix(k)
+                .is_some_and(|rest| rest.starts_with('.'))
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -30,6 +97,64 @@ pub struct Config {
     pub agent: AgentConfig,
     pub edit: EditConfig,
     pub test: TestConfig,
+    pub sandbox: SandboxConfig,
+    /// Model server addresses a workspace file named (in a trusted folder): no API key is ever
+    /// sent to them. Not a configuration key; filled in when the layers are merged.
+    #[serde(skip)]
+    pub workspace_hosts: std::collections::BTreeSet<String>,
+}
+
+/// How commands (test runs, routed commands) are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Landlock: writes only to the workspace, the temp folder and `writable`; no TCP unless
+    /// `network`. Where the kernel has no Landlock, commands do not run.
+    Landlock,
+    /// No sandbox (the user file only).
+    Off,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    pub mode: SandboxMode,
+    /// Allow TCP connect and bind.
+    pub network: bool,
+    /// Folders besides the workspace and the temp folder that commands may write (tool caches);
+    /// `~` is the home folder.
+    pub writable: Vec<String>,
+    /// Folders commands may not read.
+    pub deny_read: Vec<String>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            mode: SandboxMode::Landlock,
+            network: false,
+            writable: [
+                "~/.cargo",
+                "~/.rustup",
+                "~/.cache",
+                "~/go",
+                "~/.npm",
+                "~/.local/share/virtualenvs",
+            ]
+            .map(String::from)
+            .to_vec(),
+            deny_read: [
+                "~/.ssh",
+                "~/.gnupg",
+                "~/.aws",
+                "~/.netrc",
+                "~/.config/agent-ls",
+                "~/.local/state/agent-ls",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,6 +259,8 @@ impl Default for TestConfig {
                 "python -m pytest",
                 "python3 -m pytest",
                 "pytest",
+                "python -m unittest",
+                "python3 -m unittest",
                 "npm",
                 "npx",
                 "node",
@@ -347,11 +474,25 @@ pub struct Layer {
     table: toml::Table,
 }
 
+/// Whether the workspace folder is trusted with the keys in `TRUSTED_KEYS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkspaceTrust {
+    /// As the user's trust file says (`agent-ls trust`).
+    #[default]
+    AsRecorded,
+    /// The editor says so (VS Code's own workspace trust).
+    Trusted,
+    Untrusted,
+}
+
 /// Everything configuration is read from, gathered by the caller so loading stays testable.
 #[derive(Debug, Clone, Default)]
 pub struct Inputs {
     pub user_file: Option<PathBuf>,
     pub workspace_root: Option<PathBuf>,
+    pub workspace_trust: WorkspaceTrust,
+    /// The trust file; `None` is the user's own.
+    pub trust_file: Option<PathBuf>,
     pub env: Vec<(String, String)>,
     pub initialization_options: Option<serde_json::Value>,
     pub client_settings: Option<serde_json::Value>,
@@ -363,6 +504,8 @@ impl Inputs {
         Inputs {
             user_file: user_config_path(),
             workspace_root,
+            workspace_trust: WorkspaceTrust::AsRecorded,
+            trust_file: None,
             env: std::env::vars().collect(),
             initialization_options: None,
             client_settings: None,
@@ -386,6 +529,14 @@ pub struct Loaded {
     pub origins: BTreeMap<String, Source>,
     /// Layers (or keys) that were refused; the rest still applies.
     pub errors: Vec<ConfigError>,
+    /// Keys the workspace file sets that were left out because the folder is not trusted
+    /// (or that a workspace file never sets).
+    pub untrusted: Vec<String>,
+    /// The workspace folder is trusted.
+    pub trusted: bool,
+    /// Keys were withheld that trust would allow, and the user has not decided about this
+    /// folder yet (nor has the editor): the server asks once.
+    pub ask_trust: bool,
 }
 
 impl Loaded {
@@ -436,9 +587,30 @@ pub fn load(inputs: &Inputs) -> Loaded {
     if let Some(path) = &inputs.user_file {
         push(read_file_layer(Source::UserFile(path.clone()), path));
     }
+    use crate::trust::Decision;
+    let decision = match (inputs.workspace_trust, &inputs.workspace_root) {
+        (WorkspaceTrust::Trusted, _) => Decision::Trusted,
+        (WorkspaceTrust::Untrusted, _) | (_, None) => Decision::Declined,
+        (WorkspaceTrust::AsRecorded, Some(root)) => {
+            let store = match &inputs.trust_file {
+                Some(f) => Ok(crate::trust::TrustStore::at(f.clone())),
+                None => crate::trust::TrustStore::for_user(),
+            };
+            store.map_or(Decision::Unknown, |s| s.decision(root))
+        }
+    };
+    let trusted = decision == Decision::Trusted;
+    let mut untrusted = Vec::new();
     if let Some(root) = &inputs.workspace_root {
         let path = root.join(WORKSPACE_FILE);
-        push(read_file_layer(Source::WorkspaceFile(path.clone()), &path));
+        push(
+            read_file_layer(Source::WorkspaceFile(path.clone()), &path).map(|layer| {
+                layer.map(|mut l| {
+                    untrusted = withhold(&mut l.table, trusted);
+                    l
+                })
+            }),
+        );
     }
     for (name, value) in &inputs.env {
         push(env_layer(name, value));
@@ -449,12 +621,90 @@ pub fn load(inputs: &Inputs) -> Loaded {
     if let Some(value) = &inputs.client_settings {
         push(json_layer(Source::ClientSettings, value).map(Some));
     }
-    let (config, origins) = merge(&layers);
+    let (mut config, origins) = merge(&layers);
+    config.workspace_hosts = workspace_hosts(&config, &origins);
+    let ask_trust = decision == Decision::Unknown && gated(&untrusted).next().is_some();
     Loaded {
         config,
         origins,
         errors,
+        untrusted,
+        trusted,
+        ask_trust,
     }
+}
+
+/// Removes from a workspace file's table the keys it may not set here: those of
+/// `TRUSTED_KEYS` unless the folder is trusted, and those of `USER_ONLY_KEYS` always. Returns
+/// their names.
+fn withhold(table: &mut toml::Table, trusted: bool) -> Vec<String> {
+    let mut keys = Vec::new();
+    flatten("", table, &mut |key, _| keys.push(key.to_string()));
+    let mut out = Vec::new();
+    for key in keys {
+        if covered(&key, USER_ONLY_KEYS) || (!trusted && covered(&key, TRUSTED_KEYS)) {
+            let path: Vec<String> = key.split('.').map(String::from).collect();
+            remove_path(table, &path);
+            out.push(key);
+        }
+    }
+    out
+}
+
+fn remove_path(table: &mut toml::Table, path: &[String]) {
+    match path {
+        [] => {}
+        [last] => {
+            table.remove(last);
+        }
+        [first, rest @ ..] => {
+            if let Some(toml::Value::Table(inner)) = table.get_mut(first) {
+                remove_path(inner, rest);
+                if inner.is_empty() {
+                    table.remove(first);
+                }
+            }
+        }
+    }
+}
+
+/// The model server addresses a workspace file set: API keys never go to them.
+fn workspace_hosts(
+    config: &Config,
+    origins: &BTreeMap<String, Source>,
+) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let from_workspace = |key: &str| matches!(origins.get(key), Some(Source::WorkspaceFile(_)));
+    let roles = [
+        ("planner", &config.roles.planner),
+        ("coder", &config.roles.coder),
+        ("reflector", &config.roles.reflector),
+        ("evaluator", &config.roles.evaluator),
+        ("intent", &config.roles.intent),
+    ];
+    let mut add = |url: &Option<String>| {
+        if let Some(u) = url {
+            out.insert(u.trim_end_matches('/').to_string());
+        }
+    };
+    if from_workspace("model.base_url") {
+        add(&config.model.base_url);
+    }
+    if from_workspace("model.fallback") {
+        config.model.fallback.iter().for_each(|t| add(&t.base_url));
+    }
+    for (name, role) in roles {
+        if from_workspace(&format!("roles.{name}.base_url")) {
+            add(&role.base_url);
+        }
+        if from_workspace(&format!("roles.{name}.fallback")) {
+            role.fallback
+                .iter()
+                .flatten()
+                .for_each(|t| add(&t.base_url));
+        }
+    }
+    out
 }
 
 fn read_file_layer(source: Source, path: &Path) -> Result<Option<Layer>, Vec<ConfigError>> {

@@ -17,6 +17,7 @@ use crate::journal::Journal;
 use crate::model::{Message, ModelError, Models, OnToken, Request, Role, Totals};
 use crate::store::{Iteration, Store, StoreThread};
 use crate::tests_run::{self, RunEnd, RunError, RunResult};
+use crate::trust::Review;
 use serde_json::json;
 
 /// How the loop reaches the user and the files.
@@ -24,8 +25,11 @@ use serde_json::json;
 pub trait Shell {
     /// The current text of a workspace file (the editor's buffer when it has one).
     fn read(&self, relative: &str) -> FileText;
-    /// Shows the change and answers whether to apply it.
-    async fn approve(&mut self, changes: &[FileChange], diff: &str) -> bool;
+    /// Shows the change, with what the review found (protected files, risky constructs),
+    /// and answers whether to apply it. A protected file needs the user's confirmation of that
+    /// file by name, whatever the approval mode; a change it may not make is `Refused`, and
+    /// the model hears why.
+    async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict;
     /// Applies an approved change. A file that changed since the change was computed gets the
     /// change re-located onto its new text (`edit::rebase`); where that is impossible the
     /// answer is `Stale`, and the step is redone.
@@ -39,6 +43,32 @@ pub trait Shell {
     async fn refresh(&mut self) {}
     /// The plan's task the next change works on ("T1 fix the failing tests"), for the history.
     fn task(&mut self, _task: &str) {}
+}
+
+/// What became of a proposed change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Approved,
+    Rejected,
+    /// Not applied, for this reason, which the model hears (a protected file nobody allowed).
+    Refused(String),
+}
+
+/// The review of a change before approval: the protected files it writes (their execute
+/// bits read from disk) and the risky constructs it introduces.
+pub fn review(root: &Path, changes: &[FileChange]) -> Review {
+    Review {
+        protected: crate::files::protected_in(root, changes)
+            .into_iter()
+            .map(|(p, why)| (p, why.to_string()))
+            .collect(),
+        findings: changes
+            .iter()
+            .flat_map(|c| {
+                crate::trust::scan::introduced(&c.path, c.original.as_deref(), &c.new_text)
+            })
+            .collect(),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -320,15 +350,17 @@ impl Drive<'_> {
         if self.cancel.is_cancelled() {
             return Event::Cancel;
         }
-        observer.patch(changes, diff);
-        let yes = shell.approve(changes, diff).await;
-        observer.approval(run.iterations, yes, changes);
+        let review = review(self.root, changes);
+        observer.patch(changes, diff, &review);
+        let verdict = shell.approve(changes, diff, &review).await;
+        observer.approval(run.iterations, verdict == Verdict::Approved, changes);
         if self.cancel.is_cancelled() {
-            Event::Cancel
-        } else if yes {
-            Event::Approved
-        } else {
-            Event::Rejected
+            return Event::Cancel;
+        }
+        match verdict {
+            Verdict::Approved => Event::Approved,
+            Verdict::Rejected => Event::Rejected,
+            Verdict::Refused(why) => Event::Refused(why),
         }
     }
 
@@ -552,11 +584,11 @@ impl Observer {
         self.flush();
     }
 
-    fn patch(&mut self, changes: &[FileChange], diff: &str) {
+    fn patch(&mut self, changes: &[FileChange], diff: &str, review: &Review) {
         self.journal.write(
             "agent",
             "patch",
-            json!({"files": changes.iter().map(|c| &c.path).collect::<Vec<_>>(), "diff": diff}),
+            json!({"files": changes.iter().map(|c| &c.path).collect::<Vec<_>>(), "diff": diff, "review": review}),
         );
     }
 

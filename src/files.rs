@@ -70,15 +70,36 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(contents)?;
     tmp.as_file().sync_all()?;
-    if let Ok(meta) = fs::metadata(path) {
-        fs::set_permissions(tmp.path(), meta.permissions())?;
-    }
+    // An existing file keeps its permissions; a new one is never executable.
+    let permissions = match fs::metadata(path) {
+        Ok(meta) => meta.permissions(),
+        Err(_) => std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    };
+    fs::set_permissions(tmp.path(), permissions)?;
     tmp.persist(path).map_err(|e| e.error)?;
     // The rename itself is durable only once the directory is flushed.
     if let Ok(d) = fs::File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// Whether a workspace file has an execute bit (a change to it is protected).
+pub fn is_executable(root: &Path, relative: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(root.join(relative))
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The protected files a change writes, with why each is protected.
+pub fn protected_in(root: &Path, changes: &[FileChange]) -> Vec<(String, &'static str)> {
+    changes
+        .iter()
+        .filter_map(|c| {
+            crate::trust::protected::reason(&c.path, is_executable(root, &c.path))
+                .map(|why| (c.path.clone(), why))
+        })
+        .collect()
 }
 
 /// Writes every change, or none: when a write fails, the files already written are put back

@@ -9,13 +9,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{self, FailureKind, Run, RunStatus};
 use crate::config::{self, Approval, Inputs};
-use crate::drive::{self, ApplyError, Drive, Outcome, Shell};
+use crate::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
 use crate::edit::{FileChange, FileText};
 use crate::files;
 use crate::lock::RunLock;
 use crate::model::Models;
 use crate::store::StoreThread;
 use crate::tests_run::{RunError, RunResult, TestState};
+use crate::text::visible;
+use crate::trust::Review;
+use crate::trust::sandbox::Sandbox;
 
 /// How approval is given without an editor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +40,8 @@ pub struct Options {
     pub replay: Option<PathBuf>,
     /// Go on with this interrupted run instead of starting one.
     pub resume: Option<String>,
+    /// With --yes, also write protected files and changes the static scan flagged.
+    pub allow_protected: bool,
 }
 
 /// Exit codes of `agent-ls run`.
@@ -55,6 +60,8 @@ struct CliShell<'a> {
     mode: Mode,
     proposed: Option<String>,
     config: &'a config::Config,
+    /// --allow-protected: --yes may write protected files (and risky changes) too.
+    allow_protected: bool,
 }
 
 impl Shell for CliShell<'_> {
@@ -62,29 +69,63 @@ impl Shell for CliShell<'_> {
         files::read_for_plan(self.root, relative)
     }
 
-    async fn approve(&mut self, _changes: &[FileChange], diff: &str) -> bool {
+    async fn approve(&mut self, _changes: &[FileChange], diff: &str, review: &Review) -> Verdict {
+        let notes = review.describe();
+        let terminal = std::io::stdin().is_terminal();
         match self.mode {
-            Mode::Yes => {
-                eprintln!("{diff}");
-                true
-            }
             Mode::DryRun => {
-                self.proposed = Some(diff.to_string());
-                false
+                self.proposed = Some(format!("{diff}{notes}"));
+                Verdict::Rejected
+            }
+            Mode::Yes => {
+                eprintln!("{}{}", visible(diff), visible(&notes));
+                if !review.protected.is_empty() && !self.allow_protected {
+                    return Verdict::Refused(format!(
+                        "it writes protected files ({}), which `agent-ls run --yes` never writes without --allow-protected; leave them alone",
+                        protected_list(review)
+                    ));
+                }
+                if review.findings.is_empty() || self.allow_protected {
+                    return Verdict::Approved;
+                }
+                // Applying without asking stops at a risky construct: it becomes a question,
+                // and with no one to ask, a refusal the model hears.
+                if !terminal {
+                    return Verdict::Refused(format!(
+                        "the static scan flagged it and no one was there to approve it:\n{}",
+                        review
+                            .findings
+                            .iter()
+                            .map(|f| f.to_string())
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    ));
+                }
+                ask_terminal("The static scan flagged this change. Apply it anyway?")
             }
             Mode::Ask => {
-                eprintln!("{diff}");
-                if !std::io::stdin().is_terminal() {
+                eprintln!("{}{}", visible(diff), visible(&notes));
+                if !terminal {
                     eprintln!(
                         "agent-ls: no terminal to ask on, so the change is not applied; use --yes to apply without asking"
                     );
-                    return false;
+                    return Verdict::Rejected;
                 }
-                eprint!("Apply this change? [y/N] ");
-                let _ = std::io::stderr().flush();
-                let mut line = String::new();
-                let _ = std::io::stdin().lock().read_line(&mut line);
-                matches!(line.trim(), "y" | "Y" | "yes")
+                // A protected file is allowed by typing its path, not by a y.
+                for (path, why) in &review.protected {
+                    eprint!(
+                        "{path} is protected ({why}). Type its path to allow this change to write it: "
+                    );
+                    let _ = std::io::stderr().flush();
+                    let mut line = String::new();
+                    let _ = std::io::stdin().lock().read_line(&mut line);
+                    if line.trim() != path {
+                        return Verdict::Refused(format!(
+                            "the user did not allow writing the protected file {path}; leave it alone"
+                        ));
+                    }
+                }
+                ask_terminal("Apply this change?")
             }
         }
     }
@@ -102,15 +143,38 @@ impl Shell for CliShell<'_> {
     }
 
     async fn run_tests(&mut self, cancel: &CancellationToken) -> Result<RunResult, RunError> {
-        crate::tests_run::run(self.root, &self.config.test, cancel).await
+        let sandbox = Sandbox::from_config(&self.config.sandbox);
+        crate::tests_run::run(self.root, &self.config.test, &sandbox, cancel).await
     }
 
     fn progress(&mut self, message: &str) {
-        eprintln!("agent-ls: {message}");
+        eprintln!("agent-ls: {}", visible(message));
     }
 
     fn warn(&mut self, message: &str) {
-        eprintln!("agent-ls: warning: {message}");
+        eprintln!("agent-ls: warning: {}", visible(message));
+    }
+}
+
+fn protected_list(review: &Review) -> String {
+    review
+        .protected
+        .iter()
+        .map(|(p, why)| format!("{p}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Asks a yes/no question on the terminal; anything but yes is no.
+fn ask_terminal(question: &str) -> Verdict {
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    if matches!(line.trim(), "y" | "Y" | "yes") {
+        Verdict::Approved
+    } else {
+        Verdict::Rejected
     }
 }
 
@@ -153,6 +217,12 @@ pub fn run(opts: Options) -> u8 {
             eprintln!("agent-ls: {e}");
         }
         return exit::CONFIG;
+    }
+    if !loaded.untrusted.is_empty() {
+        eprintln!(
+            "agent-ls: {}",
+            config::untrusted_message(&loaded.untrusted, loaded.trusted)
+        );
     }
     let mut cfg = loaded.config;
     if let Some(file) = &opts.replay {
@@ -236,6 +306,7 @@ pub fn run(opts: Options) -> u8 {
             mode,
             proposed: None,
             config: &cfg,
+            allow_protected: opts.allow_protected,
         };
         let on_token = |t: &str| {
             let mut err = std::io::stderr();
@@ -286,7 +357,8 @@ async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json:
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
     let test = crate::tests_run::with_command(&cfg.test, argv);
-    match crate::tests_run::run(root, &test, &cancel).await {
+    let sandbox = Sandbox::from_config(&cfg.sandbox);
+    match crate::tests_run::run(root, &test, &sandbox, &cancel).await {
         Ok(r) => {
             if json {
                 let failures: Vec<_> = r
@@ -299,7 +371,7 @@ async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json:
                     serde_json::json!({"command": r.command.argv.join(" "), "state": r.state(), "passed": r.passed, "failed": r.failed, "duration_ms": r.duration_ms, "failures": failures})
                 );
             } else {
-                println!("{}", r.report.trim_end());
+                println!("{}", visible(r.report.trim_end()));
                 println!("{}: {}", r.command.argv.join(" "), r.state().as_str());
             }
             match r.state() {
@@ -320,7 +392,7 @@ fn report(o: &Outcome, json: bool) {
     if json {
         println!("{}", serde_json::to_string(o).unwrap_or_default());
     } else {
-        println!("{}", o.answer.trim_end());
+        println!("{}", visible(o.answer.trim_end()));
     }
     eprintln!(
         "agent-ls: {} after {} iteration(s), {} file(s) changed, tests {} passed / {} failed, {} tokens, {} ms",

@@ -15,5 +15,7 @@ pub mod logging;
 pub mod model;
 pub mod server;
 pub mod store;
+pub mod syntax;
 pub mod tests_run;
 pub mod text;
+pub mod trust;

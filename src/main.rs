@@ -57,6 +57,10 @@ enum Command {
         /// Show the proposed change and write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// With --yes, also write protected files (.git/, .agent-ls.toml, .vscode/,
+        /// executables, ...) and changes the static scan flagged; without it they are refused.
+        #[arg(long, requires = "yes")]
+        allow_protected: bool,
     },
     /// Re-run a recorded run (a journal in .agent-ls/runs/) against the current files, with
     /// every model answer taken from the journal.
@@ -105,6 +109,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Trust a folder: its .agent-ls.toml may then set the keys that run programs, name
+    /// servers, send data or approve (test.command, model.base_url, agent.approval, ...).
+    Trust {
+        /// The folder (default: the current directory).
+        dir: Option<PathBuf>,
+    },
+    /// Stop trusting a folder: its .agent-ls.toml's trust-only keys are ignored again.
+    Untrust {
+        /// The folder (default: the current directory).
+        dir: Option<PathBuf>,
+    },
     /// Apply an edit plan (JSON, SEARCH/REPLACE blocks or a unified diff) to files on disk.
     /// Without --write it prints the diff and changes nothing. Exit codes: 0 every edit
     /// applied, 2 some did (nothing is written unless all did), 1 error.
@@ -124,6 +139,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The sandbox's helper (see trust/sandbox.rs) runs before anything else: it confines
+    // itself and runs a command, and is never started by a person.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(agent_ls::trust::sandbox::SUBCOMMAND) {
+        let code = agent_ls::trust::sandbox::helper_main(&args[2..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve(),
@@ -135,6 +157,7 @@ fn main() -> ExitCode {
             json,
             yes,
             dry_run,
+            allow_protected,
         } => {
             let workspace = match workspace_or_cwd(workspace) {
                 Ok(w) => w,
@@ -163,6 +186,7 @@ fn main() -> ExitCode {
                 mode,
                 replay: None,
                 resume,
+                allow_protected,
             }))
         }
         Command::Replay {
@@ -203,9 +227,12 @@ fn main() -> ExitCode {
                 mode,
                 replay: Some(journal),
                 resume: None,
+                allow_protected: false,
             }))
         }
         Command::Runs { workspace, json } => or_exit_1(list_runs(workspace, json)),
+        Command::Trust { dir } => or_exit_1(set_trust(dir, agent_ls::trust::Decision::Trusted)),
+        Command::Untrust { dir } => or_exit_1(set_trust(dir, agent_ls::trust::Decision::Unknown)),
         Command::Doctor { workspace, json } => or_exit_1(doctor(workspace, json)),
         Command::Stats {
             workspace,
@@ -295,6 +322,38 @@ fn apply_plan_file(
     } else {
         ExitCode::from(1)
     })
+}
+
+fn set_trust(
+    dir: Option<PathBuf>,
+    decision: agent_ls::trust::Decision,
+) -> anyhow::Result<ExitCode> {
+    let dir = workspace_or_cwd(dir)?;
+    let store = agent_ls::trust::TrustStore::for_user()?;
+    let real = store.set(&dir, decision)?;
+    if decision == agent_ls::trust::Decision::Trusted {
+        println!(
+            "trusted {}: its .agent-ls.toml may now set the keys that run programs, name servers, send data or approve",
+            real.display()
+        );
+    } else {
+        println!(
+            "{} is no longer trusted: its .agent-ls.toml's trust-only keys are ignored",
+            real.display()
+        );
+    }
+    eprintln!("agent-ls: recorded in {}", store.path().display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Says which keys of the workspace file were left out, and how to trust the folder.
+fn warn_untrusted(loaded: &config::Loaded) {
+    if !loaded.untrusted.is_empty() {
+        eprintln!(
+            "agent-ls: {}",
+            agent_ls::config::untrusted_message(&loaded.untrusted, loaded.trusted)
+        );
+    }
 }
 
 fn serve() -> ExitCode {
@@ -430,9 +489,17 @@ fn doctor(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
     for err in &loaded.errors {
         eprintln!("agent-ls: {err}");
     }
+    warn_untrusted(&loaded);
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let models = agent_ls::model::Models::new(&loaded.config, Some(&root));
-    let checks = runtime.block_on(agent_ls::model::doctor::run(&models));
+    let mut checks = runtime.block_on(agent_ls::model::doctor::run(&models));
+    let probe = agent_ls::trust::sandbox::Sandbox::from_config(&loaded.config.sandbox).probe(&root);
+    checks.push(agent_ls::model::doctor::Check {
+        target: "sandbox".into(),
+        check: "confines a command",
+        ok: probe.is_ok(),
+        detail: probe.unwrap_or_else(|why| why),
+    });
     if json {
         println!("{}", serde_json::to_string_pretty(&checks)?);
     } else {
@@ -467,6 +534,7 @@ fn doctor(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
 fn print_config(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
     let root = workspace_or_cwd(workspace)?;
     let loaded = config::load(&Inputs::from_process(Some(root)));
+    warn_untrusted(&loaded);
     let entries = loaded.entries();
     if json {
         let items: Vec<_> = entries

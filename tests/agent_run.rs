@@ -207,11 +207,6 @@ fn an_answer_writing_outside_the_workspace_is_refused() {
 #[test]
 fn sigterm_during_a_test_run_ends_the_run_cleanly_with_130() {
     let ws = support::example();
-    std::fs::write(
-        ws.path().join(".agent-ls.toml"),
-        "[test]\ncommand = [\"sh\", \"-c\", \"sleep 30\"]\nallowlist = [\"sh\"]\n",
-    )
-    .unwrap();
     let file = script(ws.path(), &[]);
     let home = tempfile::tempdir().unwrap();
     let mut child = Command::new(support::binary())
@@ -227,6 +222,9 @@ fn sigterm_during_a_test_run_ends_the_run_cleanly_with_130() {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", home.path())
         .env("XDG_CONFIG_HOME", home.path())
+        // The user's own settings (the environment), not the workspace's.
+        .env("AGENT_LS_TEST__COMMAND", r#"["sh", "-c", "sleep 30"]"#)
+        .env("AGENT_LS_TEST__ALLOWLIST", r#"["sh"]"#)
         .envs(replay_env(&file))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

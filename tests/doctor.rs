@@ -46,6 +46,11 @@ fn a_working_server_passes_every_check() {
             "{check}: {text}"
         );
     }
+    // The sandbox check runs a command confined, as test runs are.
+    assert!(
+        text.contains("ok   sandbox confines a command: a command ran under Landlock"),
+        "{text}"
+    );
     assert!(!text.contains("sk-doctor-secret"));
     let reqs = server.requests();
     assert_eq!(

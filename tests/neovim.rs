@@ -25,6 +25,9 @@ fn scenario(name: &str, replay: &str) -> Vec<serde_json::Value> {
     };
     let ws = tempfile::tempdir().unwrap();
     support::copy_example(ws.path());
+    // A project's root marker, as a real checkout has: the plugin takes the nearest folder
+    // with one as the workspace (without one, Neovim's working directory).
+    std::fs::create_dir(ws.path().join(".git")).unwrap();
     std::fs::write(ws.path().join(".replay.jsonl"), replay).unwrap();
     let state = tempfile::tempdir().unwrap();
     let result = state.path().join("result.jsonl");

@@ -4,6 +4,14 @@
 
 mod support;
 
+/// The sandbox the server and `agent-ls run` use, with this build's binary as its helper.
+fn sandbox() -> agent_ls::trust::sandbox::Sandbox {
+    agent_ls::trust::sandbox::Sandbox::with_helper(
+        &agent_ls::config::SandboxConfig::default(),
+        std::path::PathBuf::from(env!("CARGO_BIN_EXE_agent-ls")),
+    )
+}
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -32,7 +40,12 @@ fn config(argv: &[&str]) -> TestConfig {
 
 fn run(root: &Path, cfg: &TestConfig) -> Result<RunResult, RunError> {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(tests_run::run(root, cfg, &CancellationToken::new()))
+    rt.block_on(tests_run::run(
+        root,
+        cfg,
+        &sandbox(),
+        &CancellationToken::new(),
+    ))
 }
 
 fn alive(pid: &str) -> bool {
@@ -127,7 +140,7 @@ fn cancelling_stops_the_run_at_once() {
             }
             c.cancel();
         });
-        tests_run::run(dir.path(), &cfg, &cancel).await
+        tests_run::run(dir.path(), &cfg, &sandbox(), &cancel).await
     });
     let result = result.unwrap();
     assert_eq!(result.end, RunEnd::Cancelled);

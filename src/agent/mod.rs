@@ -278,6 +278,9 @@ pub enum Event {
     Located(PlanOutcome),
     Approved,
     Rejected,
+    /// The change was not applied for a reason the model can act on (it wrote a protected
+    /// file nobody allowed): it hears why, and tries again.
+    Refused(String),
     Applied,
     ApplyFailed(String),
     /// The files changed while the change was prepared and it could not be re-located on
@@ -562,6 +565,13 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
         (Phase::Approving, Event::Approved) => {
             run.phase = Phase::Applying;
             vec![Effect::Apply(run.pending.clone())]
+        }
+        (Phase::Approving, Event::Refused(why)) => {
+            run.pending.clear();
+            run.feedback.push(format!(
+                "The change was not applied: {why}. Make the change again without that."
+            ));
+            retry_or_stop(run, "the change was refused")
         }
         (Phase::Approving, Event::Rejected) => finish(
             run,

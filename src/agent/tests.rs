@@ -236,6 +236,64 @@ fn a_rejected_plan_stops_the_run_and_applies_nothing() {
 }
 
 #[test]
+fn a_refused_change_is_told_to_the_model_and_tried_again_within_the_budget() {
+    let mut run = Run::new("edit", Some(Intent::Edit), budget(1, 15), String::new());
+    step(&mut run, Event::Start);
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: edit_answer("a + b"),
+        },
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!("{e:?}")
+    };
+    step(&mut run, Event::Located(locate(plan)));
+    let e = step(
+        &mut run,
+        Event::Refused("it writes protected files (.git/config)".into()),
+    );
+    let call = e
+        .iter()
+        .find_map(|e| match e {
+            Effect::CallModel { role, messages, .. } if *role == Role::Coder => Some(messages),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("the coder is asked again: {e:?}"));
+    assert!(
+        call.iter()
+            .any(|m| m.content.contains(".git/config") && m.content.contains("not applied")),
+        "the refusal reaches the model"
+    );
+    assert!(run.pending.is_empty() && run.files_changed.is_empty());
+    // A second refusal spends the last retry: the run stops, nothing applied.
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: edit_answer("a + b"),
+        },
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!("{e:?}")
+    };
+    step(&mut run, Event::Located(locate(plan)));
+    let e = step(&mut run, Event::Refused("again".into()));
+    assert!(
+        e.iter().any(|e| matches!(
+            e,
+            Effect::Finish {
+                status: Phase::Failed,
+                ..
+            }
+        )),
+        "{e:?}"
+    );
+    assert!(run.files_changed.is_empty());
+}
+
+#[test]
 fn an_answer_that_does_not_parse_is_sent_back_once() {
     let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
     step(&mut run, Event::Start);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::sse::Events;
+use super::sse::{Events, Limits, read_capped};
 use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
 
 const VERSION: &str = "2023-06-01";
@@ -29,6 +29,7 @@ pub async fn complete(
     if let Some(k) = target.api_key.as_ref().filter(|k| !k.is_empty()) {
         builder = builder.header("x-api-key", k.expose());
     }
+    let limits = Limits::for_answer(max_tokens, idle);
     let response = builder
         .send()
         .await
@@ -36,11 +37,14 @@ pub async fn complete(
     let status = response.status().as_u16();
     if !(200..300).contains(&status) {
         let retry_after = super::retry_after(response.headers());
-        let text = response.text().await.unwrap_or_default();
+        // An error's text is read with the same bounds as an answer: it is only shown.
+        let text = read_capped(response, limits, target.label())
+            .await
+            .unwrap_or_default();
         // 529 is Anthropic's "overloaded", a transient server error.
         return Err(super::status_error(target, status, &text, retry_after));
     }
-    let mut answer = read_stream(target, response, idle, on_token).await?;
+    let mut answer = read_stream(target, response, limits, on_token).await?;
     // The schema answer came as the forced tool's input: hand it back as the text.
     if let Some(name) = &schema_tool
         && let Some(pos) = answer.tool_calls.iter().position(|c| &c.name == name)
@@ -149,10 +153,10 @@ struct Block {
 async fn read_stream(
     target: &Target,
     response: reqwest::Response,
-    idle: Duration,
+    limits: Limits,
     on_token: Option<OnToken<'_>>,
 ) -> Result<Answer, ModelError> {
-    let mut events = Events::new(response, idle, target.label());
+    let mut events = Events::new(response, limits, target.label());
     let mut text = String::new();
     let mut blocks: BTreeMap<u64, Block> = BTreeMap::new();
     let mut usage = Usage::default();

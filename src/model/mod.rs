@@ -328,6 +328,18 @@ fn resolve(
         (_, Some(u)) => u.trim_end_matches('/').to_string(),
         (_, None) => url.to_string(),
     };
+    // A key goes only to its provider's own address, or to one the user set (user file,
+    // environment, editor settings): never to a server a workspace file names.
+    if config.workspace_hosts.contains(&base_url) {
+        return Ok(Target {
+            provider,
+            kind,
+            base_url,
+            model: t.name.clone().unwrap_or_else(|| model.to_string()),
+            api_key: None,
+            key_hint: "no key is sent to a server a workspace file names; set model.base_url in the user config file to use a key there",
+        });
+    }
     let api_key = t.api_key.clone().or_else(|| var.and_then(env_key));
     let key_hint = match var {
         Some("OPENAI_API_KEY") => "set OPENAI_API_KEY, or model.api_key in the user config file",

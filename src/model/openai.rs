@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::sse::Events;
+use super::sse::{Events, Limits, read_capped};
 use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
 
 /// Servers that rejected native JSON schemas or tools, so later calls go straight to the
@@ -61,6 +61,7 @@ pub async fn complete(
             schema: SchemaMode::JsonSchema,
             native_tools: true,
         });
+    let limits = Limits::for_answer(max_tokens, idle);
     loop {
         let started = Instant::now();
         let body = build_body(target, request, max_tokens, mode);
@@ -77,7 +78,10 @@ pub async fn complete(
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             let retry_after = super::retry_after(response.headers());
-            let text = response.text().await.unwrap_or_default();
+            // An error's text is read with the same bounds as an answer.
+            let text = read_capped(response, limits, target.label())
+                .await
+                .unwrap_or_default();
             // A server that does not know response_format or tools says so, with a 400 or
             // 422 (or, llama-cpp-python, a 500 naming the field); ask again in a simpler form.
             if status == 400 || status == 422 || status == 500 {
@@ -113,12 +117,9 @@ pub async fn complete(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("text/event-stream"));
         let mut answer = if is_stream {
-            read_stream(target, response, idle, on_token).await?
+            read_stream(target, response, limits, on_token).await?
         } else {
-            let text = response
-                .text()
-                .await
-                .map_err(|e| super::connect_error(target, &e))?;
+            let text = read_capped(response, limits, target.label()).await?;
             read_whole(target, &text)?
         };
         if !mode.native_tools && !request.tools.is_empty() {
@@ -228,10 +229,10 @@ struct PartialCall {
 async fn read_stream(
     target: &Target,
     response: reqwest::Response,
-    idle: Duration,
+    limits: Limits,
     on_token: Option<OnToken<'_>>,
 ) -> Result<Answer, ModelError> {
-    let mut events = Events::new(response, idle, target.label());
+    let mut events = Events::new(response, limits, target.label());
     let mut text = String::new();
     let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
     let mut usage = None;

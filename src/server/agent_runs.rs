@@ -30,7 +30,7 @@ use super::outbox::Outbox;
 use super::workspace_edit::{self, EditSupport, Target};
 use crate::agent::Run;
 use crate::config::{Approval, Config};
-use crate::drive::{self, ApplyError, Drive, Outcome, Shell};
+use crate::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
 use crate::edit::history::{Reversal, Step, StepFile};
 use crate::edit::{self, FileChange, FileText};
 use crate::files;
@@ -39,6 +39,7 @@ use crate::model::Models;
 use crate::store::StoreThread;
 use crate::tests_run::{RunError, RunResult};
 use crate::text::{Buffer, Encoding};
+use crate::trust::Review;
 
 /// Notification `agent-ls/runFinished`.
 pub enum RunFinished {}
@@ -163,6 +164,7 @@ pub fn spawn(s: StartRun) {
             limits: s.config.edit.limits(),
             record: Some((s.id.clone(), s.goal.clone())),
             task: String::new(),
+            review: Review::default(),
         };
         let driver = Drive {
             models: &models,
@@ -255,6 +257,7 @@ pub fn spawn_undo(u: UndoStart) {
             limits: u.limits,
             record: None,
             task: String::new(),
+            review: Review::default(),
         };
         let mut result = if reversal.changes.is_empty() {
             Ok(())
@@ -352,6 +355,8 @@ struct ServerShell {
     /// The run and goal an applied change is recorded under in the history; `None` for an
     /// undo or redo, which moves an existing step instead.
     record: Option<(String, String)>,
+    /// The review of the change being applied, for the preview's labels.
+    review: Review,
 }
 
 impl ServerShell {
@@ -370,8 +375,21 @@ impl ServerShell {
 
     /// Asks with window/showMessageRequest, or takes an agent-ls.accept/reject command,
     /// whichever comes first. No timeout: the user may take their time.
-    async fn ask(&mut self, changes: &[FileChange], diff: &str) -> bool {
+    async fn ask(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> bool {
         let files: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();
+        let flagged = if review.findings.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " The static scan flagged: {}.",
+                review
+                    .findings
+                    .iter()
+                    .map(|f| f.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        };
         loop {
             let actions = ["Accept", "Reject", "Show diff"].map(|t| MessageActionItem {
                 title: t.into(),
@@ -383,7 +401,7 @@ impl ServerShell {
                 .request::<ShowMessageRequest>(ShowMessageRequestParams {
                     typ: MessageType::INFO,
                     message: format!(
-                        "{}: apply the proposed change to {}?",
+                        "{}: apply the proposed change to {}?{flagged}",
                         self.label,
                         files.join(", ")
                     ),
@@ -399,6 +417,38 @@ impl ServerShell {
                 Some("Show diff") => self.c.outbox.show_message(MessageType::INFO, diff),
                 _ => return false,
             }
+        }
+    }
+
+    /// Asks whether the change may write one protected file, with a button that names it;
+    /// agent-ls.reject (or a cancel) refuses.
+    async fn allow_protected(&mut self, path: &str, why: &str) -> bool {
+        let allow = format!("Allow {path}");
+        let request = self
+            .c
+            .outbox
+            .request::<ShowMessageRequest>(ShowMessageRequestParams {
+                typ: MessageType::WARNING,
+                message: format!(
+                    "{}: the change writes {path}, which is protected: {why}. Allow the agent to write it?",
+                    self.label
+                ),
+                actions: Some(vec![
+                    MessageActionItem {
+                        title: allow.clone(),
+                        properties: Default::default(),
+                    },
+                    MessageActionItem {
+                        title: "Refuse".into(),
+                        properties: Default::default(),
+                    },
+                ]),
+            });
+        tokio::select! {
+            r = request => r.ok().flatten().is_some_and(|a| a.title == allow),
+            // agent-ls.accept does not name the file, so it allows nothing here.
+            _ = self.decisions.recv() => false,
+            _ = self.cancel.cancelled() => false,
         }
     }
 
@@ -490,12 +540,28 @@ impl Shell for ServerShell {
         self.snapshot = self.take_snapshot().await;
     }
 
-    async fn approve(&mut self, changes: &[FileChange], diff: &str) -> bool {
-        match self.approval {
-            Approval::Auto => true,
-            // The editor asks when it applies the annotated edit (VS Code's preview).
+    async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict {
+        self.review = review.clone();
+        // A protected file is allowed only by a button that names it, whatever the mode.
+        for (path, why) in &review.protected {
+            if !self.allow_protected(path, why).await {
+                return Verdict::Refused(format!(
+                    "the user did not allow writing the protected file {path} ({why}); leave it alone"
+                ));
+            }
+        }
+        let yes = match self.approval {
+            // Applying without asking stops at a risky construct: it becomes a question.
+            Approval::Auto if review.findings.is_empty() => true,
+            // The editor asks when it applies the annotated edit (VS Code's preview, whose
+            // labels carry the review).
             Approval::Confirm if self.c.support.change_annotations => true,
-            _ => self.ask(changes, diff).await,
+            _ => self.ask(changes, diff, review).await,
+        };
+        if yes {
+            Verdict::Approved
+        } else {
+            Verdict::Rejected
         }
     }
 
@@ -523,6 +589,7 @@ impl Shell for ServerShell {
                 && self.approval == Approval::Confirm,
             ..self.c.support
         };
+        let review = std::mem::take(&mut self.review);
         let edit = workspace_edit::to_workspace_edit(
             &current,
             &targets,
@@ -530,6 +597,7 @@ impl Shell for ServerShell {
             self.c.encoding,
             support,
             &self.label,
+            &|path| review.note_for(path),
         )
         .map_err(|e| ApplyError::Failed(e.to_string()))?;
         send_edit(&self.c.outbox, edit, Some(self.label.clone())).await?;

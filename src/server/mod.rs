@@ -367,7 +367,11 @@ impl LanguageServer for Backend {
         guarded("initialize", async {
             // The configuration is read here, off the session's task: it reads files.
             let mut inputs = config::Inputs::from_process(convert::workspace_root(&params));
-            inputs.initialization_options = params.initialization_options.clone();
+            let mut options = params.initialization_options.clone();
+            if let Some(trust) = options.as_mut().and_then(config::take_workspace_trust) {
+                inputs.workspace_trust = trust;
+            }
+            inputs.initialization_options = options;
             let (inputs, loaded) = tokio::task::spawn_blocking(move || {
                 let loaded = config::load(&inputs);
                 (inputs, loaded)
@@ -414,6 +418,7 @@ impl LanguageServer for Backend {
 
     async fn initialized(&self, _: InitializedParams) {
         info!("client initialized");
+        self.session.send(Event::Initialized);
     }
 
     async fn shutdown(&self) -> Result<()> {

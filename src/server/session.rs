@@ -15,9 +15,10 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tower_lsp_server::ls_types::request::ShowMessageRequest;
 use tower_lsp_server::ls_types::{
-    ClientCapabilities, DidChangeTextDocumentParams, InitializeParams, MessageType, NumberOrString,
-    Uri,
+    ClientCapabilities, DidChangeTextDocumentParams, InitializeParams, MessageActionItem,
+    MessageType, NumberOrString, ShowMessageRequestParams, Uri,
 };
 use tracing::{debug, error, info, warn};
 
@@ -35,6 +36,11 @@ use crate::lock::RunLock;
 use crate::logging::LogHandle;
 use crate::store::StoreThread;
 use crate::text::{Buffer, Encoding};
+
+/// The answers of the trust question.
+const TRUST_FOLDER: &str = "Trust Folder";
+const NOT_NOW: &str = "Not Now";
+const NEVER: &str = "Never for This Folder";
 
 /// A closure run on the owner task against the current state.
 type Query = Box<dyn FnOnce(&Session) + Send>;
@@ -73,6 +79,10 @@ pub enum Event {
         reason: String,
         command: Option<Vec<String>>,
     },
+    /// The client's `initialized`: questions may be asked now.
+    Initialized,
+    /// The user answered the trust question, and the answer is recorded.
+    TrustDecided(crate::trust::Decision),
     /// agent-ls.cancel: the test run and the agent run in progress.
     CancelAll,
     /// Start an agent run; the reply is its id, or why not.
@@ -200,6 +210,8 @@ pub struct Session {
     deferred: Vec<Event>,
     store: Option<StoreThread>,
     waiters: Vec<TextWaiter>,
+    /// The trust question was asked in this session (it is asked at most once).
+    trust_asked: bool,
 }
 
 impl Session {
@@ -230,6 +242,7 @@ impl Session {
             deferred: Vec::new(),
             store: None,
             waiters: Vec::new(),
+            trust_asked: false,
         };
         tokio::spawn(session.run(rx));
         me
@@ -335,6 +348,8 @@ impl Session {
                 inputs,
                 loaded,
             } => self.config_loaded(generation, *inputs, *loaded),
+            Event::Initialized => self.ask_trust(),
+            Event::TrustDecided(decision) => self.trust_decided(decision),
             Event::Tests(m) => self.test_message(m),
             Event::Agent(m) => self.agent_message(m),
             Event::StoreOpened(result) => match result {
@@ -450,7 +465,12 @@ impl Session {
             }
             Notice::Configuration(p) => {
                 let mut inputs = self.inputs.clone();
-                inputs.client_settings = (!p.settings.is_null()).then_some(p.settings);
+                let mut settings = p.settings;
+                // The editor's own workspace trust changes here (VS Code's "Trust" button).
+                if let Some(trust) = config::take_workspace_trust(&mut settings) {
+                    inputs.workspace_trust = trust;
+                }
+                inputs.client_settings = (!settings.is_null()).then_some(settings);
                 self.reload_config(inputs);
             }
             Notice::ProgressCancel(p) => {
@@ -491,6 +511,7 @@ impl Session {
                     report: &self.test_report,
                     root: &root,
                     config: &self.config.config.test,
+                    sandbox: &self.config.config.sandbox,
                     progress: progress_supported(&self.capabilities),
                     documents: &self.documents,
                     encoding: self.encoding,
@@ -765,6 +786,7 @@ impl Session {
             report: &self.test_report,
             root: &root,
             config: &self.config.config.test,
+            sandbox: &self.config.config.sandbox,
             progress: progress_supported(&self.capabilities),
             documents: &self.documents,
             encoding: self.encoding,
@@ -894,6 +916,81 @@ impl Session {
             warn!("configuration not changed: the previous valid configuration stays in force");
         }
         self.replay_deferred();
+    }
+
+    /// Once per session, when the workspace file sets keys that only trust lets apply and the
+    /// user has not decided about this folder: asks whether to trust it. The answer is
+    /// awaited and recorded off this task; a recorded "Trust" reloads the configuration.
+    fn ask_trust(&mut self) {
+        if !self.config.ask_trust || self.trust_asked {
+            return;
+        }
+        let Some(root) = self.workspace_root.clone() else {
+            return;
+        };
+        self.trust_asked = true;
+        let keys: Vec<String> = config::gated(&self.config.untrusted)
+            .map(|k| format!("`{k}`"))
+            .collect();
+        let actions = [TRUST_FOLDER, NOT_NOW, NEVER].map(|t| MessageActionItem {
+            title: t.into(),
+            properties: Default::default(),
+        });
+        let request = self
+            .outbox
+            .request::<ShowMessageRequest>(ShowMessageRequestParams {
+                typ: MessageType::WARNING,
+                message: format!(
+                    "agent-ls: {}'s {} sets {}, which run programs, name servers, send data or approve. \
+                     They are ignored unless you trust this folder. Trust it?",
+                    root.display(),
+                    config::WORKSPACE_FILE,
+                    keys.join(", ")
+                ),
+                actions: Some(actions.to_vec()),
+            });
+        let (me, outbox, trust_file) = (
+            self.me.clone(),
+            self.outbox.clone(),
+            self.inputs.trust_file.clone(),
+        );
+        tokio::spawn(async move {
+            use crate::trust::{Decision, TrustStore};
+            let decision = match request.await {
+                Ok(Some(item)) if item.title == TRUST_FOLDER => Decision::Trusted,
+                Ok(Some(item)) if item.title == NEVER => Decision::Declined,
+                _ => return,
+            };
+            let stored = tokio::task::spawn_blocking(move || {
+                let store = match trust_file {
+                    Some(f) => TrustStore::at(f),
+                    None => TrustStore::for_user()?,
+                };
+                store.set(&root, decision)
+            })
+            .await;
+            match stored {
+                Ok(Ok(_)) => me.send(Event::TrustDecided(decision)),
+                Ok(Err(e)) => outbox.show_message(MessageType::ERROR, format!("agent-ls: {e}")),
+                Err(e) => error!("recording the trust decision failed: {e}"),
+            }
+        });
+    }
+
+    fn trust_decided(&mut self, decision: crate::trust::Decision) {
+        if decision == crate::trust::Decision::Trusted {
+            info!("the user trusted the workspace folder");
+            self.outbox.show_message(
+                MessageType::INFO,
+                format!(
+                    "agent-ls: this folder is trusted; its {} applies in full (`agent-ls untrust` takes that back).",
+                    config::WORKSPACE_FILE
+                ),
+            );
+            self.reload_config(self.inputs.clone());
+        } else {
+            info!("the user declined to trust the workspace folder; not asked again");
+        }
     }
 
     fn report_config_errors(&self, errors: &[config::ConfigError]) {

@@ -32,9 +32,10 @@ use tracing::{debug, info, warn};
 
 use super::Report;
 use super::outbox::Outbox;
-use crate::config::TestConfig;
+use crate::config::{SandboxConfig, TestConfig};
 use crate::tests_run::{self, Location, RunError, RunResult, TestState};
 use crate::text::{Buffer, Encoding, to_position};
+use crate::trust::sandbox::Sandbox;
 
 /// The `source` of every diagnostic a test run publishes.
 pub const SOURCE: &str = "agent-ls test";
@@ -104,6 +105,7 @@ pub struct Context<'a> {
     pub report: &'a Report<TestMessage>,
     pub root: &'a Path,
     pub config: &'a TestConfig,
+    pub sandbox: &'a SandboxConfig,
     pub progress: bool,
     pub documents: &'a HashMap<Uri, Buffer>,
     pub encoding: Encoding,
@@ -167,8 +169,11 @@ impl TestRuns {
             generation,
             cx.outbox.clone(),
             cx.report.clone(),
-            cx.root.to_path_buf(),
-            config,
+            Job {
+                root: cx.root.to_path_buf(),
+                config,
+                sandbox: Sandbox::from_config(cx.sandbox),
+            },
             cx.progress,
             cancel,
         ));
@@ -300,14 +305,24 @@ impl TestRuns {
     }
 }
 
+/// What one run runs: the command the configuration gives, in the workspace, confined.
+struct Job {
+    root: PathBuf,
+    config: TestConfig,
+    sandbox: Sandbox,
+}
+
 /// One run, on a task of its own: status and progress out, the process, then the result
 /// (with the failures' files read from disk) back to the session.
 async fn run(
     generation: u64,
     outbox: Outbox,
     report: Report<TestMessage>,
-    root: PathBuf,
-    config: TestConfig,
+    Job {
+        root,
+        config,
+        sandbox,
+    }: Job,
     progress: bool,
     cancel: CancellationToken,
 ) {
@@ -347,7 +362,7 @@ async fn run(
         }
         _ => false,
     };
-    let result = tests_run::run(&root, &config, &cancel).await;
+    let result = tests_run::run(&root, &config, &sandbox, &cancel).await;
     if ongoing {
         let summary = match &result {
             Ok(r) => format!(

@@ -75,6 +75,7 @@ pub fn to_workspace_edit(
     encoding: Encoding,
     support: EditSupport,
     label: &str,
+    note: &dyn Fn(&str) -> Option<String>,
 ) -> Result<WorkspaceEdit, WorkspaceEditError> {
     let mut operations = Vec::new();
     let mut annotations = HashMap::new();
@@ -88,9 +89,16 @@ pub fn to_workspace_edit(
             annotations.insert(
                 id.clone(),
                 ChangeAnnotation {
-                    label: label.to_string(),
+                    // What the review found shows where the user confirms the file.
+                    label: match note(&change.path) {
+                        Some(n) => format!("{label} ({n})"),
+                        None => label.to_string(),
+                    },
                     needs_confirmation: Some(true),
-                    description: Some(change.path.clone()),
+                    description: Some(match note(&change.path) {
+                        Some(n) => format!("{}: {n}", change.path),
+                        None => change.path.clone(),
+                    }),
                 },
             );
             id
@@ -188,6 +196,7 @@ mod tests {
                 encoding,
                 EditSupport::default(),
                 "fix",
+                &|_| None,
             )
             .unwrap();
             let v = serde_json::to_value(&edit).unwrap();
@@ -217,6 +226,7 @@ mod tests {
             Encoding::Utf16,
             support,
             "Agent: fix",
+            &|_| None,
         )
         .unwrap();
         let v = serde_json::to_value(&edit).unwrap();
@@ -240,6 +250,7 @@ mod tests {
             Encoding::Utf16,
             EditSupport::default(),
             "x",
+            &|_| None,
         );
         assert!(matches!(err, Err(WorkspaceEditError::CannotCreate(_))));
     }

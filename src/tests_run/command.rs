@@ -56,6 +56,25 @@ pub fn choose(root: &Path, configured: &[String], nextest: bool) -> Option<TestC
             reason: marker.into(),
         });
     }
+    // Test files at the root with nothing that asks for pytest: the standard library's
+    // unittest, which needs nothing installed.
+    let root_tests = std::fs::read_dir(root).ok().is_some_and(|entries| {
+        entries.flatten().any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.ends_with(".py") && (name.starts_with("test_") || name.ends_with("_test.py"))
+        })
+    });
+    if root_tests {
+        let python = if on_path("python") {
+            "python"
+        } else {
+            "python3"
+        };
+        return Some(TestCommand {
+            argv: argv(&[python, "-m", "unittest"]),
+            reason: "test_*.py".into(),
+        });
+    }
     if has("package.json") && package_has_test_script(&root.join("package.json")) {
         return Some(TestCommand {
             argv: argv(&["npm", "test"]),
@@ -84,46 +103,74 @@ pub fn on_path(program: &str) -> bool {
 }
 
 /// The allowlist holds command prefixes such as "cargo" or "python3 -m pytest"; a command is
-/// allowed when it starts with one of them. The program matches by file name (so
-/// `/usr/bin/python3 -m pytest` matches "python3 -m pytest") or by the exact path given.
-pub fn check_allowed(argv: &[String], allowlist: &[String]) -> Result<(), String> {
+/// allowed when it starts with one of them. A bare program name matches the entry's name; a
+/// path matches by its file name only when it is outside the workspace (`/usr/bin/python3 -m
+/// pytest` matches "python3 -m pytest"), and a program inside the workspace (`./tools/cargo`)
+/// only an entry that names that exact path: a cloned repository's own `cargo` is not cargo.
+pub fn check_allowed(argv: &[String], allowlist: &[String], root: &Path) -> Result<(), String> {
     let Some(program) = argv.first() else {
         return Err("the test command is empty".into());
     };
-    let name = Path::new(program)
+    let path = Path::new(program);
+    let bare = !program.contains('/');
+    let in_workspace = !bare && (path.is_relative() || path.starts_with(root));
+    let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let allowed = allowlist.iter().any(|entry| {
         let words: Vec<&str> = entry.split_whitespace().collect();
-        !words.is_empty()
+        let program_ok = match words.first() {
+            Some(w) if *w == program => true,
+            Some(w) => !in_workspace && !w.contains('/') && *w == name,
+            None => false,
+        };
+        program_ok
             && words.len() <= argv.len()
-            && (words[0] == name || words[0] == program)
             && words[1..].iter().zip(&argv[1..]).all(|(w, a)| w == a)
     });
     if allowed {
         Ok(())
     } else {
         Err(format!(
-            "the test command `{}` is not on the allowlist (test.allowlist: {}); add it there to run it",
+            "the test command `{}` is not on the allowlist (test.allowlist: {}); add it there to run it{}",
             argv.join(" "),
-            allowlist.join(", ")
+            allowlist.join(", "),
+            if in_workspace {
+                " (a program inside the workspace must be listed by its exact path)"
+            } else {
+                ""
+            }
         ))
     }
 }
 
-/// The environment a test process gets: the server's own, without variables whose names
-/// contain KEY, SECRET, TOKEN or PASSWORD (unless `allowed` names them).
+/// Variables every test process gets, when they are set.
+const PASSED: &[&str] = &["PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER"];
+
+/// Variables the language toolchains need to find their installations and caches.
+const TOOLCHAIN: &[&str] = &[
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "GOPATH",
+    "GOCACHE",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "NODE_PATH",
+];
+
+/// The environment a test process gets: an allowlist, not a filter of names that look
+/// secret. PATH, HOME, LANG, LC_*, TERM, TMPDIR and USER; the toolchains' own variables; and
+/// those `allowed` names (from the user's settings). Nothing else.
 pub fn filtered_env(
     vars: impl Iterator<Item = (String, String)>,
     allowed: &[String],
 ) -> Vec<(String, String)> {
     vars.filter(|(name, _)| {
-        let upper = name.to_ascii_uppercase();
-        allowed.contains(name)
-            || !["KEY", "SECRET", "TOKEN", "PASSWORD"]
-                .iter()
-                .any(|w| upper.contains(w))
+        PASSED.contains(&name.as_str())
+            || TOOLCHAIN.contains(&name.as_str())
+            || name.starts_with("LC_")
+            || allowed.contains(name)
     })
     .collect()
 }
@@ -137,32 +184,40 @@ mod tests {
     }
 
     #[test]
-    fn the_allowlist_matches_prefixes_by_program_name() {
-        let list = s(&["cargo", "python3 -m pytest", "make"]);
-        assert!(check_allowed(&s(&["cargo", "test"]), &list).is_ok());
-        assert!(check_allowed(&s(&["/usr/bin/python3", "-m", "pytest", "-x"]), &list).is_ok());
-        assert!(check_allowed(&s(&["python3", "-c", "import os"]), &list).is_err());
-        assert!(check_allowed(&s(&["rm", "-rf", "/"]), &list).is_err());
-        assert!(check_allowed(&[], &list).is_err());
+    fn the_allowlist_matches_prefixes_and_never_a_programs_namesake_in_the_workspace() {
+        let list = s(&["cargo", "python3 -m pytest", "make", "./ci/check"]);
+        let root = Path::new("/ws");
+        let ok = |argv: &[&str]| check_allowed(&s(argv), &list, root).is_ok();
+        assert!(ok(&["cargo", "test"]));
+        assert!(ok(&["/usr/bin/python3", "-m", "pytest", "-x"]));
+        assert!(!ok(&["python3", "-c", "import os"]));
+        assert!(!ok(&["rm", "-rf", "/"]));
+        assert!(!ok(&["./tools/cargo", "test"]));
+        assert!(!ok(&["/ws/tools/cargo", "test"]));
+        assert!(!ok(&["tools/make"]));
+        assert!(ok(&["./ci/check"]));
+        assert!(check_allowed(&[], &list, root).is_err());
     }
 
     #[test]
-    fn secrets_are_dropped_from_the_environment_unless_allowed() {
+    fn the_environment_is_an_allowlist() {
         let vars = [
             ("PATH", "/bin"),
+            ("LC_ALL", "C"),
+            ("CARGO_HOME", "/c"),
             ("OPENAI_API_KEY", "x"),
-            ("GITHUB_TOKEN", "y"),
-            ("DB_PASSWORD", "z"),
-            ("MY_SECRET", "w"),
+            ("MY_SERVICE_CREDS", "y"),
+            ("DB_PASS", "z"),
+            ("EDITOR", "vi"),
         ]
         .map(|(a, b)| (a.to_string(), b.to_string()));
         let kept: Vec<String> = filtered_env(vars.clone().into_iter(), &[])
             .into_iter()
             .map(|(k, _)| k)
             .collect();
-        assert_eq!(kept, ["PATH"]);
-        let kept = filtered_env(vars.into_iter(), &s(&["GITHUB_TOKEN"]));
-        assert_eq!(kept.len(), 2);
+        assert_eq!(kept, ["PATH", "LC_ALL", "CARGO_HOME"]);
+        let kept = filtered_env(vars.into_iter(), &s(&["MY_SERVICE_CREDS"]));
+        assert_eq!(kept.len(), 4);
     }
 
     #[test]

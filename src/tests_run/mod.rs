@@ -13,6 +13,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::TestConfig;
+use crate::trust::sandbox::{self, Sandbox};
 pub use command::TestCommand;
 pub use parse::{Failure, Format, Location, Parsed};
 pub use process::RunEnd;
@@ -84,6 +85,9 @@ pub enum RunError {
     Refused(String),
     #[error("cannot start `{command}`: {reason}")]
     Spawn { command: String, reason: String },
+    /// The sandbox could not be set up, so the command did not run.
+    #[error("the command did not run: the sandbox could not be set up: {0}")]
+    Sandbox(String),
     /// A newer run took this one's place before it ended.
     #[error("the test run was superseded by a newer one")]
     Superseded,
@@ -104,14 +108,15 @@ pub fn with_command(config: &TestConfig, argv: Vec<String>) -> TestConfig {
 pub fn prepare(root: &Path, config: &TestConfig) -> Result<TestCommand, RunError> {
     let command =
         command::choose(root, &config.command, config.nextest).ok_or(RunError::NoCommand)?;
-    command::check_allowed(&command.argv, &config.allowlist).map_err(RunError::Refused)?;
+    command::check_allowed(&command.argv, &config.allowlist, root).map_err(RunError::Refused)?;
     Ok(command)
 }
 
-/// Runs the tests of `root` until they end, time out or `cancel` fires.
+/// Runs the tests of `root`, in `sandbox`, until they end, time out or `cancel` fires.
 pub async fn run(
     root: &Path,
     config: &TestConfig,
+    sandbox: &Sandbox,
     cancel: &CancellationToken,
 ) -> Result<RunResult, RunError> {
     let command = prepare(root, config)?;
@@ -125,12 +130,24 @@ pub async fn run(
         grace: Duration::from_millis(config.grace_ms),
         output_cap: config.output_cap_bytes,
     };
-    let finished = process::run(&command.argv, root, &env, &limits, cancel)
+    let argv = sandbox.wrap(root, &command.argv);
+    let finished = process::run(&argv, root, &env, &limits, cancel)
         .await
         .map_err(|e| RunError::Spawn {
             command: command.argv.join(" "),
             reason: e.to_string(),
         })?;
+    // The sandbox could not be set up: nothing ran, and the helper said why.
+    if finished.end
+        == (RunEnd::Exited {
+            code: sandbox::REFUSED,
+        })
+    {
+        let err = finished.stderr.text();
+        if let Some(why) = err.lines().find_map(|l| l.strip_prefix(sandbox::MARK)) {
+            return Err(RunError::Sandbox(why.trim().to_string()));
+        }
+    }
     let output = format!("{}\n{}", finished.stdout.text(), finished.stderr.text());
     let go_module = go_module(root);
     let ctx = parse::Context {

@@ -95,9 +95,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       if (e.affectsConfiguration('agentLs.server.path')) {
         await restart();
       } else if (e.affectsConfiguration('agentLs') && client?.isRunning()) {
-        await client.sendNotification(DidChangeConfigurationNotification.type, {
-          settings: { 'agent-ls': currentSettings() },
-        });
+        await sendSettings();
+      }
+    }),
+    // Trust granted in VS Code is the user's word on this folder: the server applies the
+    // workspace's settings from now on (the server binary itself stays as it was started).
+    vscode.workspace.onDidGrantWorkspaceTrust(async () => {
+      if (client?.isRunning()) {
+        await sendSettings();
       }
     }),
   );
@@ -131,7 +136,7 @@ async function start(): Promise<void> {
     documentSelector: [{ scheme: 'file' }],
     outputChannel: output,
     traceOutputChannel: output,
-    initializationOptions: { 'agent-ls': currentSettings() },
+    initializationOptions: { 'agent-ls': currentSettings(), workspaceTrusted: vscode.workspace.isTrusted },
   };
   client = new LanguageClient('agentLs', 'agent-ls', serverOptions, clientOptions);
   client.registerFeature(new ProgressWatcher());
@@ -181,7 +186,13 @@ async function restart(): Promise<void> {
 
 /** The binary: the setting when given, else `agent-ls` found on PATH. */
 function serverPath(): string | undefined {
-  const configured = vscode.workspace.getConfiguration('agentLs').get<string>('server.path', '').trim();
+  // In a workspace VS Code does not trust, a path from its settings is not run: it would be a
+  // program the repository chose.
+  const inspected = vscode.workspace.getConfiguration('agentLs').inspect<string>('server.path');
+  const value = vscode.workspace.isTrusted
+    ? (inspected?.workspaceFolderValue ?? inspected?.workspaceValue ?? inspected?.globalValue)
+    : inspected?.globalValue;
+  const configured = (value ?? '').trim();
   if (configured) {
     return configured;
   }
@@ -201,7 +212,14 @@ function serverPath(): string | undefined {
 /** The server configuration from the user's `agentLs.*` settings (see settings.ts). */
 function currentSettings(): Record<string, unknown> {
   const c = vscode.workspace.getConfiguration('agentLs');
-  return serverSettings((key) => c.inspect(key));
+  return serverSettings((key) => c.inspect(key), vscode.workspace.isTrusted);
+}
+
+/** Sends the settings again, with VS Code's workspace trust beside them. */
+async function sendSettings(): Promise<void> {
+  await client?.sendNotification(DidChangeConfigurationNotification.type, {
+    settings: { 'agent-ls': currentSettings(), workspaceTrusted: vscode.workspace.isTrusted },
+  });
 }
 
 /** Runs one of the server's commands, showing its error (a refusal says why) to the user. */

@@ -43,3 +43,32 @@ test('agentLs.settings is merged over the mapped settings, deeply', () => {
 test('nothing set sends an empty configuration', () => {
   assert.deepEqual(serverSettings(() => undefined), {});
 });
+
+test('an untrusted workspace sends only the user\'s own values', () => {
+  const s = serverSettings(
+    from({
+      approval: { globalValue: 'prompt', workspaceValue: 'auto' },
+      'test.command': { workspaceValue: ['./evil.sh'] },
+      'model.baseUrl': { workspaceFolderValue: 'https://collector.example' },
+      settings: { globalValue: { model: { name: 'mine' } }, workspaceValue: { test: { on_save: true } } },
+    }),
+    false,
+  );
+  assert.deepEqual(s, { agent: { approval: 'prompt' }, model: { name: 'mine' } });
+});
+
+test('a workspace\'s agentLs.settings never sets the keys only the user sets', () => {
+  const s = serverSettings(
+    from({
+      settings: {
+        globalValue: { test: { env_allow: ['MY_TOKEN'] } },
+        workspaceValue: { sandbox: { mode: 'off', network: true }, test: { env_allow: ['AWS_SECRET_ACCESS_KEY'] } },
+        workspaceFolderValue: { test: { timeout_secs: 60 } },
+      },
+    }),
+  );
+  assert.deepEqual(s, {
+    test: { env_allow: ['MY_TOKEN'], timeout_secs: 60 },
+    sandbox: { network: true },
+  });
+});

@@ -1,0 +1,539 @@
+//! The sandbox every command runs in (test runs, routed commands). A command is started
+//! through a helper, our own binary run as `agent-ls sandbox-run`, which confines itself with
+//! Landlock before it starts the command, so the command and everything it starts inherit the
+//! rules: read anywhere but the denied folders; write only the workspace, the temp folder and
+//! the configured tool caches; no TCP connect or bind unless the network is allowed. The
+//! helper is also a child subreaper: a process the command puts in a session of its own
+//! (`setsid`) stays its descendant, and it ends the whole tree when the command ends or is
+//! stopped. Where Landlock is missing it fails closed, saying why.
+//!
+//! IO only; what the policy is comes from the configuration.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{SandboxConfig, SandboxMode};
+
+/// The hidden subcommand of our binary that confines itself and runs a command.
+pub const SUBCOMMAND: &str = "sandbox-run";
+/// The helper's exit code when it could not set the sandbox up; its stderr says why.
+pub const REFUSED: i32 = 125;
+/// The first words of the helper's own messages on stderr.
+pub const MARK: &str = "agent-ls sandbox:";
+
+/// How commands are confined, resolved from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    pub mode: SandboxMode,
+    /// The binary that runs `sandbox-run` (ours).
+    pub helper: PathBuf,
+    pub network: bool,
+    pub writable: Vec<PathBuf>,
+    pub deny_read: Vec<PathBuf>,
+}
+
+/// `~` and `~/x` as the home folder.
+fn expand(path: &str) -> Option<PathBuf> {
+    match path.strip_prefix('~') {
+        Some(rest) => {
+            let home = std::env::var_os("HOME")?;
+            Some(PathBuf::from(home).join(rest.trim_start_matches('/')))
+        }
+        None => Some(PathBuf::from(path)),
+    }
+}
+
+/// The Landlock ABI this kernel offers: `Err` says why there is none.
+pub fn landlock_abi() -> Result<i32, &'static str> {
+    // The landlock crate keeps its own probe private, and this is one system call with no
+    // pointer read: LANDLOCK_CREATE_RULESET_VERSION (1) with no attributes returns the ABI.
+    // SAFETY: a null attribute pointer with size 0 is the documented form of this query.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    if v >= 1 {
+        Ok(v as i32)
+    } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP) {
+        Err("Landlock is built into this kernel but not enabled")
+    } else {
+        Err("this kernel has no Landlock")
+    }
+}
+
+/// Logs, once per process, the ABI commands will be confined with.
+fn log_abi(mode: SandboxMode) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| match (mode, landlock_abi()) {
+        (SandboxMode::Off, _) => tracing::warn!("sandbox.mode is \"off\": commands run unconfined"),
+        (_, Ok(abi)) => tracing::info!("commands run in a Landlock sandbox (kernel ABI {abi})"),
+        (_, Err(why)) => tracing::warn!("{why}: commands will not run (sandbox.mode = \"off\" in the user file runs them unconfined)"),
+    });
+}
+
+impl Sandbox {
+    /// The sandbox the configuration asks for, run by this very binary.
+    pub fn from_config(config: &SandboxConfig) -> Sandbox {
+        log_abi(config.mode);
+        Sandbox::with_helper(
+            config,
+            std::env::current_exe().unwrap_or_else(|_| PathBuf::from("agent-ls")),
+        )
+    }
+
+    pub fn with_helper(config: &SandboxConfig, helper: PathBuf) -> Sandbox {
+        Sandbox {
+            mode: config.mode,
+            helper,
+            network: config.network,
+            writable: config.writable.iter().filter_map(|p| expand(p)).collect(),
+            deny_read: config.deny_read.iter().filter_map(|p| expand(p)).collect(),
+        }
+    }
+
+    /// Runs a command under this sandbox for `agent-ls doctor`: what confines commands here,
+    /// or why none can run.
+    pub fn probe(&self, root: &Path) -> Result<String, String> {
+        if self.mode == SandboxMode::Off {
+            return Ok("sandbox.mode is \"off\": commands run unconfined".into());
+        }
+        let argv = self.wrap(
+            root,
+            &[
+                self.helper.to_string_lossy().into_owned(),
+                "--version".into(),
+            ],
+        );
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .current_dir(root)
+            .output()
+            .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+        if out.status.success() {
+            let abi = landlock_abi().map_or_else(|e| e.to_string(), |a| format!("ABI {a}"));
+            Ok(format!(
+                "a command ran under Landlock ({abi}); network {}",
+                if self.network { "allowed" } else { "denied" }
+            ))
+        } else {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            Err(stderr
+                .lines()
+                .find_map(|l| l.strip_prefix(MARK))
+                .map_or_else(|| stderr.trim().to_string(), |l| l.trim().to_string()))
+        }
+    }
+
+    /// The command line that runs `argv` in `root` under this sandbox.
+    pub fn wrap(&self, root: &Path, argv: &[String]) -> Vec<String> {
+        if self.mode == SandboxMode::Off {
+            return argv.to_vec();
+        }
+        let mut out = vec![
+            self.helper.to_string_lossy().into_owned(),
+            SUBCOMMAND.to_string(),
+            "--workspace".into(),
+            root.to_string_lossy().into_owned(),
+        ];
+        for w in &self.writable {
+            out.push("--write".into());
+            out.push(w.to_string_lossy().into_owned());
+        }
+        for d in &self.deny_read {
+            out.push("--deny-read".into());
+            out.push(d.to_string_lossy().into_owned());
+        }
+        if self.network {
+            out.push("--network".into());
+        }
+        out.push("--".into());
+        out.extend(argv.iter().cloned());
+        out
+    }
+}
+
+/// What the helper is told on its command line.
+#[derive(Debug, Default)]
+pub struct Policy {
+    pub workspace: PathBuf,
+    pub write: Vec<PathBuf>,
+    pub deny_read: Vec<PathBuf>,
+    pub network: bool,
+    pub argv: Vec<String>,
+}
+
+impl Policy {
+    /// Reads `--workspace DIR [--write DIR]... [--deny-read DIR]... [--network] -- ARGV...`.
+    pub fn parse(args: &[String]) -> Result<Policy, String> {
+        let mut p = Policy::default();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = || {
+                it.next()
+                    .map(PathBuf::from)
+                    .ok_or_else(|| format!("{a} needs a value"))
+            };
+            match a.as_str() {
+                "--workspace" => p.workspace = value()?,
+                "--write" => p.write.push(value()?),
+                "--deny-read" => p.deny_read.push(value()?),
+                "--network" => p.network = true,
+                "--" => {
+                    p.argv = it.cloned().collect();
+                    break;
+                }
+                other => return Err(format!("unknown argument {other}")),
+            }
+        }
+        if p.argv.is_empty() || p.workspace.as_os_str().is_empty() {
+            return Err("usage: agent-ls sandbox-run --workspace DIR [--write DIR]... [--deny-read DIR]... [--network] -- COMMAND...".into());
+        }
+        Ok(p)
+    }
+}
+
+/// The helper's whole life: confine itself, run the command, end its tree, and exit with the
+/// command's status (or `REFUSED`, saying why on stderr).
+pub fn helper_main(args: &[String]) -> i32 {
+    let policy = match Policy::parse(args) {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("{MARK} {why}");
+            return REFUSED;
+        }
+    };
+    // Orphans of the command (a `setsid` child whose parent left) become our children, so
+    // they are still ours to end.
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        eprintln!("{MARK} cannot become a child subreaper: {e}");
+        return REFUSED;
+    }
+    if let Err(why) = confine(&policy) {
+        eprintln!("{MARK} {why}");
+        return REFUSED;
+    }
+    supervise(&policy)
+}
+
+/// Applies the Landlock rules to this process (and so to all it starts), returning the ABI
+/// the kernel gave. Fails closed: when the kernel cannot enforce them all, nothing runs.
+fn confine(policy: &Policy) -> Result<String, String> {
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, BitFlags, LandlockStatus, PathBeneath, PathFd, Ruleset,
+        RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    };
+    let abi = ABI::V5;
+    let err = |e: landlock::RulesetError| format!("cannot set up Landlock: {e}");
+    let mut ruleset = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(err)?;
+    if !policy.network {
+        ruleset = ruleset
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(err)?;
+    }
+    // A test may not signal processes outside its sandbox (the editor, the server) nor reach
+    // their abstract Unix sockets (a desktop session's bus). ABI 6; older kernels go without.
+    let mut created = ruleset
+        .scope(Scope::from_all(ABI::V6))
+        .map_err(err)?
+        .create()
+        .map_err(err)?;
+    // A rule on a file takes only the rights a file can have, or the rule set counts as
+    // partly enforced.
+    let for_path = |path: &Path, rights: BitFlags<AccessFs>| {
+        if path.is_dir() {
+            rights
+        } else {
+            rights & AccessFs::from_file(abi)
+        }
+    };
+    for path in readable_roots(&policy.deny_read) {
+        if let Ok(fd) = PathFd::new(&path) {
+            let rights = for_path(&path, AccessFs::from_read(abi));
+            created = created
+                .add_rule(PathBeneath::new(fd, rights))
+                .map_err(err)?;
+        }
+    }
+    let mut writable = vec![policy.workspace.clone(), std::env::temp_dir()];
+    writable.extend(policy.write.iter().cloned());
+    writable.extend(
+        [
+            "/dev/null",
+            "/dev/zero",
+            "/dev/full",
+            "/dev/random",
+            "/dev/urandom",
+            "/dev/tty",
+            "/dev/ptmx",
+            "/dev/pts",
+            "/dev/shm",
+            "/var/tmp",
+        ]
+        .map(PathBuf::from),
+    );
+    for path in writable {
+        if let Ok(fd) = PathFd::new(&path) {
+            let rights = for_path(&path, AccessFs::from_all(abi));
+            created = created
+                .add_rule(PathBeneath::new(fd, rights))
+                .map_err(err)?;
+        }
+    }
+    let status = created.restrict_self().map_err(err)?;
+    let kernel = match status.landlock {
+        LandlockStatus::Available { effective_abi, .. } => effective_abi as i32,
+        LandlockStatus::NotEnabled => {
+            return Err("Landlock is built into this kernel but not enabled (add `landlock` to the lsm= boot parameter); commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\"".into());
+        }
+        LandlockStatus::NotImplemented => {
+            return Err("this kernel has no Landlock; commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\"".into());
+        }
+    };
+    // ABI 4 enforces the network rules and the denial of truncating files outside the
+    // writable folders; what later ABIs add (device ioctls, scopes) is taken where present.
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(kernel.to_string()),
+        RulesetStatus::PartiallyEnforced if kernel >= 4 || (kernel == 3 && policy.network) => {
+            Ok(kernel.to_string())
+        }
+        RulesetStatus::PartiallyEnforced if kernel == 3 => Err(format!(
+            "this kernel's Landlock (ABI {kernel}) cannot deny network access, which needs ABI 4; allow it with sandbox.network = true, or set sandbox.mode = \"off\" in the user file"
+        )),
+        RulesetStatus::PartiallyEnforced => Err(format!(
+            "this kernel's Landlock (ABI {kernel}) cannot keep commands from truncating files outside the workspace, which needs ABI 3; commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\""
+        )),
+        RulesetStatus::NotEnforced => Err(
+            "Landlock rules were not enforced; commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\"".into(),
+        ),
+    }
+}
+
+/// The folders to allow reading: everything under `/` but the denied paths, expressed as the
+/// siblings along the way to each (Landlock only allows, so a denial is the absence of a rule).
+fn readable_roots(deny: &[PathBuf]) -> Vec<PathBuf> {
+    let denied: Vec<PathBuf> = deny
+        .iter()
+        .filter_map(|d| d.canonicalize().ok())
+        .filter(|d| d.parent().is_some())
+        .collect();
+    let mut roots = vec![PathBuf::from("/")];
+    for d in &denied {
+        let Some(at) = roots.iter().position(|r| d.starts_with(r) && d != r) else {
+            continue;
+        };
+        let root = roots.remove(at);
+        let mut dir = root;
+        for component in d
+            .strip_prefix(&dir)
+            .map(|p| p.to_path_buf())
+            .unwrap_or_default()
+            .components()
+        {
+            let next = dir.join(component);
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                roots.extend(
+                    entries
+                        .flatten()
+                        .map(|e| e.path())
+                        .filter(|p| *p != next && !denied.contains(p)),
+                );
+            }
+            dir = next;
+        }
+    }
+    roots
+}
+
+/// Runs the command and waits for it, ending every descendant when it ends or when we are
+/// told to stop (SIGTERM, SIGINT: the command's tree gets SIGTERM, then SIGKILL a second
+/// later). Returns the command's exit status as a shell would.
+fn supervise(policy: &Policy) -> i32 {
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::{Duration, Instant};
+
+    let mut mask = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD] {
+        mask.add(s);
+    }
+    // Blocked here and read from a descriptor instead; the command starts with an empty mask
+    // (the standard library resets it in the child).
+    if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None) {
+        eprintln!("{MARK} cannot block signals: {e}");
+        return REFUSED;
+    }
+    let signals = match SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{MARK} cannot watch signals: {e}");
+            return REFUSED;
+        }
+    };
+    let Some((program, args)) = policy.argv.split_first() else {
+        eprintln!("{MARK} no command to run");
+        return REFUSED;
+    };
+    let mut child = match std::process::Command::new(program).args(args).spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            // The command cannot start: as a shell says it, with its own status.
+            eprintln!("{program}: {e}");
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+        }
+    };
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        let timeout = kill_at.map_or(nix::poll::PollTimeout::NONE, |at| {
+            let left = at.saturating_duration_since(Instant::now());
+            nix::poll::PollTimeout::try_from(left.as_millis().min(10_000) as i32)
+                .unwrap_or(nix::poll::PollTimeout::ZERO)
+        });
+        let mut fds = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(&signals),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let _ = nix::poll::poll(&mut fds, timeout);
+        while let Ok(Some(info)) = signals.read_signal() {
+            if info.ssi_signo == Signal::SIGTERM as u32 || info.ssi_signo == Signal::SIGINT as u32 {
+                signal_tree(Signal::SIGTERM);
+                kill_at.get_or_insert(Instant::now() + Duration::from_secs(1));
+            }
+        }
+        if kill_at.is_some_and(|at| Instant::now() >= at) {
+            signal_tree(Signal::SIGKILL);
+        }
+        // Reap whatever ended; the command's own end ends the rest.
+        if let Ok(Some(status)) = child.try_wait() {
+            signal_tree(Signal::SIGKILL);
+            reap_all();
+            return status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(9));
+        }
+        reap_others(child.id());
+    }
+}
+
+/// Sends `signal` to every descendant of this process.
+fn signal_tree(signal: nix::sys::signal::Signal) {
+    let me = std::process::id();
+    for pid in descendants(me) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+    }
+}
+
+/// Every process below `root`, from the parent links in /proc.
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent_of: Vec<(u32, u32)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            // The field after the command name, which may hold spaces and parentheses.
+            let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            if let Some(ppid) = after.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+                parent_of.push((pid, ppid));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(child, parent) in &parent_of {
+            if parent == p && !out.contains(&child) {
+                out.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    out
+}
+
+/// Reaps every ended child but `keep` (orphans that came to us as the subreaper).
+fn reap_others(keep: u32) {
+    use nix::sys::wait::{WaitPidFlag, waitpid};
+    for pid in descendants(std::process::id()) {
+        if pid == keep {
+            continue;
+        }
+        // Not our child (a grandchild) is simply ECHILD.
+        let _ = waitpid(
+            nix::unistd::Pid::from_raw(pid as i32),
+            Some(WaitPidFlag::WNOHANG),
+        );
+    }
+}
+
+/// Waits (a second at most) for every remaining child to end after the last SIGKILL.
+fn reap_all() {
+    use nix::sys::wait::{WaitPidFlag, waitpid};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(nix::sys::wait::WaitStatus::StillAlive) => {
+                signal_tree(nix::sys::signal::Signal::SIGKILL);
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Ok(_) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_reads_back_what_wrap_writes() {
+        let s = Sandbox {
+            mode: SandboxMode::Landlock,
+            helper: "/bin/agent-ls".into(),
+            network: true,
+            writable: vec!["/c".into()],
+            deny_read: vec!["/secret".into()],
+        };
+        let argv = s.wrap(Path::new("/ws"), &["cargo".into(), "test".into()]);
+        assert_eq!(argv[1], SUBCOMMAND);
+        let p = Policy::parse(&argv[2..]).unwrap();
+        assert_eq!(p.workspace, PathBuf::from("/ws"));
+        assert_eq!(p.write, [PathBuf::from("/c")]);
+        assert_eq!(p.deny_read, [PathBuf::from("/secret")]);
+        assert!(p.network);
+        assert_eq!(p.argv, ["cargo", "test"]);
+        let off = Sandbox {
+            mode: SandboxMode::Off,
+            ..s
+        };
+        assert_eq!(off.wrap(Path::new("/ws"), &["x".into()]), ["x"]);
+    }
+
+    #[test]
+    fn denied_folders_are_left_out_of_the_readable_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("home/me/.ssh");
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::create_dir_all(dir.path().join("home/me/src")).unwrap();
+        let roots = readable_roots(std::slice::from_ref(&secret));
+        let secret = secret.canonicalize().unwrap();
+        assert!(!roots.iter().any(|r| secret.starts_with(r)), "{roots:?}");
+        let src = dir.path().join("home/me/src").canonicalize().unwrap();
+        assert!(roots.iter().any(|r| src.starts_with(r)), "{roots:?}");
+    }
+}
