@@ -219,6 +219,17 @@ class Escape(unittest.TestCase):
             outcome = "denied %d" % e.errno
         with open("home.txt", "w") as f:
             f.write(outcome)
+        # A tool cache the configuration allows, on a fresh home that has none yet.
+        try:
+            cache = os.path.join(os.environ["HOME"], ".cache", "tool")
+            os.makedirs(cache, exist_ok=True)
+            with open(os.path.join(cache, "x"), "w") as f:
+                f.write("x")
+            outcome = "wrote"
+        except OSError as e:
+            outcome = "denied %d" % e.errno
+        with open("cache.txt", "w") as f:
+            f.write(outcome)
         try:
             socket.create_connection(("127.0.0.1", {port}), timeout=5).close()
             outcome = "connected"
@@ -265,6 +276,7 @@ fn test_commands_run_sandboxed_and_leave_no_survivor() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(read(ws.path().join("home.txt")), "denied 13", "EACCES");
     assert!(!home.path().join("escaped").exists());
+    assert_eq!(read(ws.path().join("cache.txt")), "wrote", "~/.cache");
     assert_eq!(read(ws.path().join("net.txt")), "denied 13", "EACCES");
     assert!(
         listener.accept().is_err(),

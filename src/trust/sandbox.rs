@@ -260,6 +260,14 @@ fn confine(policy: &Policy) -> Result<String, String> {
         }
     }
     let mut writable = vec![policy.workspace.clone(), std::env::temp_dir()];
+    for w in &policy.write {
+        // Landlock grants only a folder that exists, and on a fresh machine a tool's cache
+        // (`~/.cache` for Go's build cache) does not yet: it is made now, as the tool would
+        // have made it unconfined, so the first test run does not fail on it.
+        if !w.exists() {
+            let _ = std::fs::create_dir_all(w);
+        }
+    }
     writable.extend(policy.write.iter().cloned());
     writable.extend(
         [
