@@ -1,7 +1,10 @@
 //! agent-ls for VS Code: starts the server, maps settings to its configuration, adds the
-//! "Agent:" palette commands and a status-bar item fed by the server's progress and status
-//! notifications. Agent edits arrive from the server as workspace/applyEdit with change
-//! annotations, so VS Code's refactor preview shows them; nothing here applies edits itself.
+//! "Agent:" palette commands, a status-bar item fed by the server's progress and status
+//! notifications, and the "Agent Runs" view fed by `agent-ls/runEvent`. Agent edits arrive
+//! from the server as workspace/applyEdit with change annotations, so VS Code's refactor
+//! preview shows them; nothing here applies edits itself. The server asks, with
+//! `agent-ls/saveFiles`, for the documents it changed to be saved, so the disk the tests run
+//! on matches the editor and a later save raises no conflict.
 
 import * as fs from 'fs';
 import * as path from 'path';
@@ -24,6 +27,8 @@ import {
   WorkDoneProgressReport,
 } from 'vscode-languageclient/node';
 import { isDiff, isLong } from './messages';
+import { RunEvent, figures } from './runs';
+import { RunView } from './runView';
 import { serverSettings } from './settings';
 
 /** The payload of `agent-ls/testStatus` (docs/lsp-extensions.md). */
@@ -58,17 +63,22 @@ interface Status {
 
 let client: LanguageClient | undefined;
 let output: vscode.LogOutputChannel;
+/** The model's text as it streams, run after run. */
+let modelOutput: vscode.OutputChannel;
 let bar: vscode.StatusBarItem;
+const runView = new RunView();
 
 /** What the status bar shows: a run's step wins over the tests' state. */
-const shown: { run?: string; tests?: TestStatus; last?: RunFinished } = {};
+const shown: { run?: string; tests?: TestStatus; last?: RunFinished; figures?: string } = {};
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   output = vscode.window.createOutputChannel('agent-ls', { log: true });
+  modelOutput = vscode.window.createOutputChannel('agent-ls: model');
   bar = vscode.window.createStatusBarItem('agentLs.status', vscode.StatusBarAlignment.Left, 10);
   bar.name = 'agent-ls';
   bar.command = 'agentLs.status';
-  context.subscriptions.push(output, bar);
+  context.subscriptions.push(output, modelOutput, bar);
+  context.subscriptions.push(vscode.window.registerTreeDataProvider('agentLs.runs', runView));
   render();
   bar.show();
 
@@ -86,6 +96,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     ['agentLs.status', statusCommand],
     ['agentLs.showRunLog', showRunLog],
     ['agentLs.restart', restart],
+    ['agentLs.openDiff', openDiff],
+    // From the run view's inline action (its node carries the step) or with a step number.
+    ['agentLs.undoStep', (n?: unknown) => {
+      const step = typeof n === 'number' ? n : (n as { step?: number } | undefined)?.step;
+      return step === undefined ? undefined : execute('agent-ls.undo', { step });
+    }],
+    ['agentLs.showModelOutput', () => modelOutput.show(true)],
   ];
   for (const [id, fn] of commands) {
     context.subscriptions.push(vscode.commands.registerCommand(id, fn));
@@ -168,6 +185,35 @@ async function start(): Promise<void> {
     shown.run = undefined;
     shown.last = r;
     render();
+  });
+  client.onNotification('agent-ls/runEvent', (e: RunEvent) => {
+    const run = runView.add(e);
+    if (e.type === 'token') {
+      modelOutput.append(String(e.data.text ?? ''));
+    } else if (e.type === 'model_call') {
+      modelOutput.appendLine(`\n--- ${e.role}: ${e.data.model} (${e.data.duration_ms} ms)`);
+      shown.figures = figures(run.tokens, run.costUsd);
+      render();
+    } else if (e.type === 'intent') {
+      modelOutput.appendLine(`=== ${run.goal} (${run.id})`);
+      shown.figures = undefined;
+    }
+  });
+  // Saves the documents an accepted agent edit changed, at the version the server saw, so
+  // typing that came after is never saved behind the user's back.
+  client.onRequest('agent-ls/saveFiles', async (p: { files: { uri: string; version?: number }[] }) => {
+    const saved: string[] = [];
+    for (const f of p.files) {
+      const uri = client?.protocol2CodeConverter.asUri(f.uri);
+      const doc = vscode.workspace.textDocuments.find((d) => d.uri.toString() === uri?.toString());
+      if (!doc || (f.version !== undefined && doc.version !== f.version)) {
+        continue;
+      }
+      if (!doc.isDirty || (await doc.save())) {
+        saved.push(f.uri);
+      }
+    }
+    return { saved };
   });
   try {
     await client.start();
@@ -349,8 +395,13 @@ class ProgressWatcher implements StaticFeature {
   getState() {
     return { kind: 'static' as const };
   }
-  fillClientCapabilities(capabilities: { window?: { workDoneProgress?: boolean } }): void {
+  fillClientCapabilities(capabilities: {
+    window?: { workDoneProgress?: boolean };
+    experimental?: Record<string, unknown>;
+  }): void {
     capabilities.window = { ...capabilities.window, workDoneProgress: true };
+    // Our own: the extension answers agent-ls/saveFiles (docs/lsp-extensions.md).
+    capabilities.experimental = { ...capabilities.experimental, agentLs: { saveFiles: true } };
   }
   initialize(): void {
     const c = client;
@@ -401,9 +452,20 @@ function watch(c: LanguageClient, token: ProgressToken): void {
   );
 }
 
+/** Opens a proposed change's diff beside the editor. */
+async function openDiff(arg?: unknown): Promise<void> {
+  // A click passes the diff; the context menu passes the row, whose click command holds it.
+  const diff = typeof arg === 'string' ? arg : (arg as vscode.TreeItem | undefined)?.command?.arguments?.[0];
+  if (typeof diff !== 'string' || !diff) {
+    return;
+  }
+  const doc = await vscode.workspace.openTextDocument({ content: diff, language: 'diff' });
+  await vscode.window.showTextDocument(doc, { viewColumn: vscode.ViewColumn.Beside, preview: true });
+}
+
 function render(): void {
   if (shown.run) {
-    bar.text = `$(sync~spin) agent: ${shown.run}`;
+    bar.text = `$(sync~spin) agent: ${shown.run}${shown.figures ? ` · ${shown.figures}` : ''}`;
     bar.tooltip = 'agent-ls: a run is going on (click for status, Agent: Cancel to stop it)';
     return;
   }

@@ -21,8 +21,18 @@ const env = (name) => {
 };
 const ws = env('WORKSPACE');
 // "accept" (the default): apply the preview, then undo and redo; "reject": discard it;
-// "explain": ask a question through Agent: Run….
+// "explain": ask a question through Agent: Run…; "create": a change that creates a module,
+// then Save All, undo and redo; "runview": a two-iteration run followed in the Agent Runs
+// view, whose first step is undone from the view.
 const scenario = process.env.SCENARIO ?? 'accept';
+// Screenshots for docs/ (the run view, the refactor preview), taken by the flow itself.
+const screenshots = process.env.SCREENSHOTS;
+async function screenshot(name) {
+  if (screenshots && page) {
+    fs.mkdirSync(screenshots, { recursive: true });
+    await page.screenshot({ path: path.join(screenshots, name) });
+  }
+}
 class Done extends Error {}
 const result = env('RESULT');
 const artifacts = process.env.ARTIFACTS ?? os.tmpdir();
@@ -67,7 +77,9 @@ fs.writeFileSync(
   path.join(userData, 'User', 'settings.json'),
   JSON.stringify({
     'agentLs.server.path': env('AGENT_LS'),
-    'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' } },
+    'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false } },
+    // The run view's run applies each step without a preview.
+    ...(scenario === 'runview' ? { 'agentLs.approval': 'auto' } : {}),
     'agentLs.log.level': 'debug',
     'workbench.startupEditor': 'none',
     'files.hotExit': 'off',
@@ -180,6 +192,53 @@ try {
     throw new Done();
   }
 
+  if (scenario === 'runview') {
+    await palette('Agent: Fix Failing Tests');
+    await until('calc.py fixed on disk', () => fs.readFileSync(path.join(ws, 'calc.py'), 'utf8').includes('return a + b'), 60000);
+    // The Explorer's Agent Runs view lists the run, its iterations in order, each with its
+    // change, step and tests.
+    const view = page.locator('.pane', { has: page.locator('.pane-header', { hasText: 'Agent Runs' }) });
+    const header = view.locator('.pane-header');
+    if ((await header.getAttribute('aria-expanded')) !== 'true') {
+      await header.click();
+    }
+    // The tree renders only the rows it has room for: the Explorer's other sections (the
+    // folder's files above all) are collapsed so the whole run shows, as a user would.
+    const others = page.locator('.pane-header[aria-expanded="true"]', { hasNotText: 'Agent Runs' });
+    while ((await others.count()) > 0) {
+      await others.first().click();
+    }
+    const rows = view.locator('.monaco-list-row');
+    const labels = await until('the run and its two iterations in the view', async () => {
+      const texts = (await rows.allInnerTexts()).map((t) => t.replace(/\s+/g, ' ').trim());
+      const i1 = texts.findIndex((t) => t.startsWith('iteration 1'));
+      const i2 = texts.findIndex((t) => t.startsWith('iteration 2'));
+      const done = texts.some((t) => t.includes('fix the failing tests') && t.includes('done'));
+      return i1 >= 0 && i2 > i1 && done ? texts : false;
+    }, 60000);
+    check('the view shows the run and its iterations in order', true, JSON.stringify(labels).slice(0, 600));
+    const i1 = labels.findIndex((t) => t.startsWith('iteration 1'));
+    const i2 = labels.findIndex((t) => t.startsWith('iteration 2'));
+    const first = labels.slice(i1, i2);
+    check('iteration 1 shows its change as a step, its tests and its reflection',
+      first.some((t) => t.startsWith('change to calc.py') && /step \d+/.test(t)) &&
+        first.some((t) => t.startsWith('tests failed')) && first.some((t) => t.startsWith('reflection')),
+      JSON.stringify(first));
+    check('iteration 2 ends with the tests passing', labels.slice(i2).some((t) => t.startsWith('tests passed')), JSON.stringify(labels.slice(i2)));
+    await screenshot('vscode-run-view.png');
+    // Undo iteration 1's step from its row's inline action.
+    const row = rows.filter({ hasText: 'change to calc.py' }).first();
+    await row.hover();
+    await row.locator('.action-label[aria-label*="Undo This Step"]').click();
+    await until('the first step undone on disk', () => !fs.readFileSync(path.join(ws, 'calc.py'), 'utf8').includes('The product'), 30000);
+    const disk = fs.readFileSync(path.join(ws, 'calc.py'), 'utf8');
+    check('undo from the view reverts only that step', disk.includes('return a + b'), disk);
+    await until('the view marks it undone', async () =>
+      (await rows.allInnerTexts()).some((t) => t.startsWith('change to calc.py') && t.includes('undone')), 20000);
+    check('the view marks the step undone', true);
+    throw new Done();
+  }
+
   await palette('Agent: Fix Failing Tests');
 
   // The baseline run fails first: its failure shows in the problems while the agent works.
@@ -210,6 +269,9 @@ try {
   await panel.waitFor({ timeout: 60000 });
   check('the proposal opens the refactor preview', true);
   await page.waitForSelector('.bulk-edit-panel .monaco-list-row', { timeout: 20000 });
+  if (scenario === 'accept') {
+    await screenshot('vscode-refactor-preview.png');
+  }
   const file = path.join(ws, 'calc.py');
   if (scenario === 'reject') {
     // Discard: the editor answers applied: false; nothing changes and the run says why.
@@ -228,14 +290,45 @@ try {
   }
   const boxes = page.locator('.bulk-edit-panel .monaco-list-row .edit-checkbox');
   const n = await boxes.count();
-  // Ticking the file (the first row) ticks its edits.
-  await boxes.first().click();
+  // Ticking a file ticks its edits; a change to two files has two to tick.
   const ticked = await until('every change ticked', async () => {
     const states = await boxes.evaluateAll((els) => els.map((e) => e.getAttribute('aria-checked')));
-    return states.every((s) => s === 'true') ? states.length : false;
+    const unticked = states.findIndex((s) => s !== 'true');
+    if (unticked < 0) return states.length;
+    await boxes.nth(unticked).click();
+    return false;
   }, 10000);
   check('the preview lists the change, all ticked with the file', n > 0 && ticked === n, `${n} checkbox(es)`);
   await page.locator('.bulk-edit-panel .buttons .monaco-button', { hasText: 'Apply' }).first().click();
+
+  if (scenario === 'create') {
+    // The change creates helpers.py: VS Code makes the file as it applies the edit, the
+    // extension saves it when the server asks, and the tests pass with it.
+    const helpers = path.join(ws, 'helpers.py');
+    await until('helpers.py written', () => fs.existsSync(helpers) && fs.readFileSync(helpers, 'utf8').includes('def double'), 60000);
+    check('the created module is on disk with its text', true);
+    const passed = await until('the tests pass', async () =>
+      (await page.locator('.statusbar-item', { hasText: 'tests passed' }).first().innerText()) || false, 60000);
+    check('the tests pass with it', true, passed);
+    // Nothing is left unsaved, and Save All raises no conflict.
+    const dirty = await page.locator('.tabs-container .tab.dirty').count();
+    check('no editor is left with unsaved changes', dirty === 0, `${dirty} dirty tab(s)`);
+    await palette('File: Save All Files');
+    await page.waitForTimeout(1000);
+    const notes = (await page.locator('.notification-list-item-message').allInnerTexts()).join(' | ');
+    check('Save All raises no conflict', !/newer|conflict|Failed to save/i.test(notes), notes);
+    await palette('Agent: Undo');
+    await until('helpers.py deleted by the undo', () => !fs.existsSync(helpers), 30000);
+    check('Agent: Undo deletes the created file', true);
+    // Whether VS Code closes the tab follows workbench.editor.closeOnFileDelete; what must
+    // not happen is an unsaved buffer that would write the file back.
+    const dirtyAfter = await page.locator('.tabs-container .tab.dirty').count();
+    check('no unsaved buffer keeps the deleted file', dirtyAfter === 0, `${dirtyAfter} dirty tab(s)`);
+    await palette('Agent: Redo');
+    await until('helpers.py back', () => fs.existsSync(helpers) && fs.readFileSync(helpers, 'utf8').includes('def double'), 30000);
+    check('Agent: Redo creates it again', true);
+    throw new Done();
+  }
 
   // The server writes the accepted change to disk, reruns the tests and clears the problem.
   await until('calc.py fixed on disk', () => fs.readFileSync(file, 'utf8').includes('return a + b'), 60000);

@@ -1,0 +1,87 @@
+// Unit tests of the run view's model: agent-ls/runEvent notifications folded into runs.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { RunEvent, Runs, figures, taskState, testsLabel } from '../src/runs';
+
+const ev = (iteration: number, role: string, type: string, data: Record<string, unknown> = {}): RunEvent => ({
+  runId: 'run_1',
+  iteration,
+  role,
+  type,
+  data,
+});
+
+test('a two-iteration run folds into its iterations, patches, steps and tests in order', () => {
+  const runs = new Runs();
+  const events = [
+    ev(0, 'agent', 'intent', { goal: 'fix the failing tests' }),
+    ev(0, 'tests', 'test_result', { state: 'failed', passed: 1, failed: 2 }),
+    ev(1, 'agent', 'iteration', { n: 1, task: null }),
+    ev(1, 'coder', 'token', { text: 'calc.py\n' }),
+    ev(1, 'coder', 'token', { text: '<<<<<<< SEARCH' }),
+    ev(1, 'coder', 'model_call', { model: 'm', usage: { input_tokens: 10, output_tokens: 5 }, duration_ms: 1200, tokens_total: 15, cost_usd_total: 0.001 }),
+    ev(1, 'agent', 'patch', { files: ['calc.py'], diff: '--- a/calc.py', review: { protected: [], findings: [{ path: 'calc.py', line: 3, risk: 'spawns_process' }] } }),
+    ev(1, 'user', 'approval', { accepted: true }),
+    ev(1, 'agent', 'step', { step: 7, files: ['calc.py'] }),
+    ev(1, 'tests', 'test_result', { state: 'failed', passed: 2, failed: 1, duration_ms: 80 }),
+    ev(1, 'reflector', 'reflection', { report: 'still wrong', next_step: 'sum' }),
+    ev(2, 'agent', 'iteration', { n: 2 }),
+    ev(2, 'agent', 'patch', { files: ['calc.py'], diff: '--- b', review: {} }),
+    ev(2, 'user', 'approval', { accepted: true }),
+    ev(2, 'agent', 'step', { step: 8, files: ['calc.py'] }),
+    ev(2, 'tests', 'test_result', { state: 'passed', passed: 3, failed: 0 }),
+    ev(2, 'agent', 'finished', { status: 'done', answer: 'done: the tests pass' }),
+  ];
+  for (const e of events) runs.add(e);
+  const run = runs.get('run_1')!;
+  assert.equal(run.goal, 'fix the failing tests');
+  assert.equal(run.status, 'done');
+  assert.deepEqual(run.iterations.map((i) => i.n), [1, 2]);
+  const [first, second] = run.iterations;
+  assert.equal(first.patches[0].step, 7);
+  assert.deepEqual(first.patches[0].notes, ['calc.py:3: spawns process']);
+  assert.equal(first.streamed, '', 'the streamed text gives way to the patch');
+  assert.equal(first.tokens, 15);
+  assert.equal(first.reflection?.report, 'still wrong');
+  assert.equal(second.patches[0].step, 8);
+  assert.equal(testsLabel(second.tests!), 'tests passed: 3 passed');
+  assert.equal(testsLabel(run.baseline!), 'tests failed: 1 passed, 2 failed');
+  assert.equal(figures(run.tokens, run.costUsd), '15 tokens · $0.0010');
+
+  runs.add({ ...ev(0, 'user', 'undo', { step: 7 }) });
+  assert.equal(first.patches[0].undone, true);
+  runs.add({ ...ev(0, 'user', 'redo', { step: 7 }) });
+  assert.equal(first.patches[0].undone, false);
+});
+
+test('streamed text shows while the model answers; an environment problem names the fix', () => {
+  const runs = new Runs();
+  runs.add(ev(1, 'coder', 'token', { text: 'hello ' }));
+  runs.add(ev(1, 'coder', 'token', { text: 'world' }));
+  assert.equal(runs.current()?.iterations[0].streamed, 'hello world');
+  assert.equal(
+    testsLabel({ state: 'error', passed: null, failed: null, durationMs: 1, environment: 'install pytest' }),
+    'tests did not run: install pytest',
+  );
+  assert.equal(figures(12345, null), '12.3k tokens');
+});
+
+test('only the latest runs are kept', () => {
+  const runs = new Runs(2);
+  for (const id of ['a', 'b', 'c']) runs.add({ ...ev(0, 'agent', 'intent', { goal: id }), runId: id });
+  assert.deepEqual(runs.runs.map((r) => r.id), ['c', 'b']);
+});
+
+test('plan tasks move from pending to in progress to done or failed', () => {
+  const runs = new Runs();
+  runs.add(ev(0, 'planner', 'plan', { tasks: [{ id: 'T1', title: 'a' }, { id: 'T2', title: 'b' }] }));
+  const run = runs.current()!;
+  assert.deepEqual([taskState(run, 'T1'), taskState(run, 'T2')], ['pending', 'pending']);
+  runs.add(ev(1, 'agent', 'iteration', { n: 1, task: 'T1 a' }));
+  assert.deepEqual([taskState(run, 'T1'), taskState(run, 'T2')], ['in progress', 'pending']);
+  runs.add(ev(1, 'reflector', 'reflection', { task_id: 'T1', passed: true, report: 'ok', next_step: '' }));
+  runs.add(ev(2, 'agent', 'iteration', { n: 2, task: 'T2 b' }));
+  assert.deepEqual([taskState(run, 'T1'), taskState(run, 'T2')], ['done', 'in progress']);
+  runs.add(ev(2, 'agent', 'finished', { status: 'failed', answer: 'budget' }));
+  assert.deepEqual([taskState(run, 'T1'), taskState(run, 'T2')], ['done', 'failed']);
+});
