@@ -1,6 +1,8 @@
 --- agent-ls for Neovim: starts the server, adds the :Agent* commands, shows run and test
 --- status, and lets a proposal be reviewed (question, diff in a split) before it is applied.
 local M = {}
+local runs = require('agent-ls.runs')
+M.runs = runs
 
 M.config = {
   -- How to start the server.
@@ -41,7 +43,44 @@ local function show_in_split(text, filetype, review)
   return buf
 end
 
+-- Saves one buffer the server asked for, only while it is at the version the server saw (so
+-- typing that came after is never saved behind the user's back). Autocommands are skipped so
+-- that a format-on-save never rewrites the accepted change, which undo checks against.
+local function save(file)
+  local name = vim.uri_to_fname(file.uri)
+  local buf = vim.fn.bufnr(name)
+  if buf == -1 or not vim.api.nvim_buf_is_loaded(buf) then return false end
+  local version = file.version
+  if version ~= nil and version ~= vim.NIL then
+    -- The version Neovim last sent for the buffer (its changedtick when it sent it).
+    local ours = rawget(vim.lsp.util.buf_versions or {}, buf) or vim.b[buf].changedtick
+    if ours ~= version then return false end
+  end
+  if not vim.bo[buf].modified then return true end
+  local ok = pcall(vim.api.nvim_buf_call, buf, function() vim.cmd('silent noautocmd write') end)
+  return ok and not vim.bo[buf].modified
+end
+
 local handlers = {
+  -- The server asks for the buffers an accepted agent edit changed to be written, so the disk
+  -- the tests run on matches them and the next :w raises no "changed since reading" question.
+  ['agent-ls/saveFiles'] = function(_, params)
+    local saved = {}
+    for _, f in ipairs(params.files or {}) do
+      if save(f) then table.insert(saved, f.uri) end
+    end
+    return { saved = saved }
+  end,
+  -- What happened in a run, for :AgentRuns and the statusline's figures.
+  ['agent-ls/runEvent'] = function(_, e)
+    local ok, err = pcall(runs.add, e)
+    if not ok then
+      notify('a run event the view could not read: ' .. tostring(err), vim.log.levels.DEBUG)
+      return
+    end
+    runs.changed(e)
+    if e.type == 'model_call' then vim.cmd('redrawstatus') end
+  end,
   ['agent-ls/testStatus'] = function(_, result)
     M.state.tests = result
     if result.state ~= 'running' then
@@ -100,6 +139,9 @@ function M.start(bufnr)
     init_options = M.config.settings,
     settings = { ['agent-ls'] = M.config.settings },
     handlers = handlers,
+    -- Ours on top of Neovim's own: the plugin answers agent-ls/saveFiles.
+    capabilities = vim.tbl_deep_extend('force', vim.lsp.protocol.make_client_capabilities(),
+      { experimental = { agentLs = { saveFiles = true } } }),
   }
   -- On 0.11+ the configuration is also registered with vim.lsp.config, so a user's own
   -- vim.lsp.config('agent-ls', {...}) (and the '*' defaults) apply on top of setup's.
@@ -209,9 +251,23 @@ function M.status()
   end)
 end
 
---- For 'statusline': "agent: running", "tests: 3 passed, 0 failed", or "".
+--- Opens the run view: the current and recent runs, their plan, iterations, changes, tests,
+--- reflections and the model's text as it arrives.
+function M.show_runs()
+  return runs.open({ undo = M.undo, rerun = M.rerun, cancel = M.cancel })
+end
+
+--- For 'statusline': "agent: running tests · 1.2k tokens · $0.0031",
+--- "tests: passed (3 passed, 0 failed)", or "".
 function M.statusline()
-  if M.state.run then return 'agent: ' .. (M.state.step or 'running') end
+  if M.state.run then
+    local line = 'agent: ' .. (M.state.step or 'running')
+    local current = runs.current()
+    if current and current.tokens > 0 then
+      line = line .. ' · ' .. runs.figures(current.tokens, current.cost_usd)
+    end
+    return line
+  end
   local t = M.state.tests
   if t and t.state == 'running' then return 'tests: running' end
   if t then
@@ -251,6 +307,7 @@ function M.setup(opts)
   cmd('AgentRerun', M.rerun, { desc = 'agent-ls: run the tests again' })
   cmd('AgentCancel', M.cancel, { desc = 'agent-ls: cancel the run and the tests' })
   cmd('AgentStatus', M.status, { desc = 'agent-ls: the run in progress and the last outcome' })
+  cmd('AgentRuns', M.show_runs, { desc = 'agent-ls: the run view (plan, iterations, diffs, undo)' })
   -- Progress arrives as LspProgress events; show it like any server's.
   vim.api.nvim_create_autocmd('LspProgress', {
     group = group,
