@@ -41,8 +41,9 @@ pub trait Shell {
     /// Called before each step, so `read` sees the latest text (the server takes a fresh
     /// snapshot of the editor's buffers here).
     async fn refresh(&mut self) {}
-    /// The plan's task the next change works on ("T1 fix the failing tests"), for the history.
-    fn task(&mut self, _task: &str) {}
+    /// The plan's task the next change works on ("T1 fix the failing tests") and the
+    /// iteration it is made in, for the history and the run view.
+    fn task(&mut self, _task: &str, _iteration: u32) {}
 }
 
 /// What became of a proposed change.
@@ -110,7 +111,25 @@ pub struct Drive<'a> {
     pub on_token: Option<OnToken<'a>>,
     /// Record the run: its journal in `.agent-ls/runs/` and its figures in the store.
     pub record: Option<&'a StoreThread>,
+    /// Receives the run's events as they happen (the editor's run view).
+    pub events: Option<OnEvent<'a>>,
 }
+
+/// One thing that happened in a run, as a live view shows it: a line of the run's journal
+/// (the same role, type and data; see docs/replay.md) with the iteration it belongs to, or
+/// a piece of the model's answer as it streams (`type` "token").
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEvent {
+    pub run_id: String,
+    pub iteration: u32,
+    pub role: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub data: serde_json::Value,
+}
+
+pub type OnEvent<'a> = &'a (dyn Fn(RunEvent) + Send + Sync);
 
 pub fn new_run_id() -> String {
     format!("run_{:08x}", fastrand::u32(..))
@@ -191,8 +210,9 @@ impl Drive<'_> {
         let started = Instant::now();
         let mut totals = Totals::default();
         let mut failure_kind = None;
-        let mut observer = Observer::open(self.record, self.root, &run_id, run, resumed);
-        self.refresh_context(run, shell);
+        let mut observer =
+            Observer::open(self.record, self.events, self.root, &run_id, run, resumed);
+        self.refresh_context(run, None, shell);
         let mut queue: std::collections::VecDeque<Effect> = if resumed {
             agent::resume(run)
         } else {
@@ -240,10 +260,13 @@ impl Drive<'_> {
                         .await,
                 ),
                 Effect::Apply(changes) => Next::Event(self.apply(run, &changes, shell).await),
-                Effect::RunTests => Next::Event(
-                    self.run_tests(shell, &mut observer, &mut failure_kind)
-                        .await,
-                ),
+                Effect::RunTests => {
+                    let baseline = run.phase == agent::Phase::Baseline;
+                    Next::Event(
+                        self.run_tests(shell, &mut observer, &mut failure_kind, baseline)
+                            .await,
+                    )
+                }
             };
             let event = match next {
                 Next::Finish(status, answer) => {
@@ -254,7 +277,13 @@ impl Drive<'_> {
                 Next::Event(e) => e,
             };
             shell.refresh().await;
-            self.refresh_context(run, shell);
+            // A test result is not the run's until `step` takes it, but the prompt that step
+            // builds must already show the files it names (the failing test above all).
+            let latest = match &event {
+                Event::TestsFinished(t) => Some(t.report.clone()),
+                _ => None,
+            };
+            self.refresh_context(run, latest.as_deref(), shell);
             queue.extend(agent::step(run, event));
             observer.phase(run);
         }
@@ -294,7 +323,7 @@ impl Drive<'_> {
         run: &Run,
         role: Role,
         messages: Vec<Message>,
-        observer: &mut Observer,
+        observer: &mut Observer<'_>,
         totals: &mut Totals,
         failure_kind: &mut Option<FailureKind>,
     ) -> Event {
@@ -305,14 +334,32 @@ impl Drive<'_> {
             messages,
             ..Request::default()
         };
+        // Streamed text goes to the terminal (`agent-ls run`) and to the live view.
+        let (run_id, iteration) = (observer.run_id.clone(), observer.current.n);
+        let stream = |text: &str| {
+            if let Some(f) = self.on_token {
+                f(text);
+            }
+            if let Some(events) = self.events {
+                events(RunEvent {
+                    run_id: run_id.clone(),
+                    iteration,
+                    role: role.as_str().to_string(),
+                    kind: "token".into(),
+                    data: json!({"text": text}),
+                });
+            }
+        };
+        let on_token: Option<OnToken<'_>> =
+            (self.on_token.is_some() || self.events.is_some()).then_some(&stream);
         match self
             .models
-            .call(role, &request, self.cancel, self.on_token)
+            .call(role, &request, self.cancel, on_token)
             .await
         {
             Ok(r) => {
                 totals.add(&r);
-                observer.model_answered(role, &r);
+                observer.model_answered(role, &r, totals);
                 Event::ModelAnswered { role, text: r.text }
             }
             Err(ModelError::Cancelled) => Event::Cancel,
@@ -345,7 +392,7 @@ impl Drive<'_> {
         changes: &[FileChange],
         diff: &str,
         shell: &mut impl Shell,
-        observer: &mut Observer,
+        observer: &mut Observer<'_>,
     ) -> Event {
         if self.cancel.is_cancelled() {
             return Event::Cancel;
@@ -365,9 +412,12 @@ impl Drive<'_> {
     }
 
     async fn apply(&self, run: &Run, changes: &[FileChange], shell: &mut impl Shell) -> Event {
-        if let Some(t) = run.tasks.get(run.task) {
-            shell.task(&format!("{} {}", t.id, t.title));
-        }
+        let task = run
+            .tasks
+            .get(run.task)
+            .map(|t| format!("{} {}", t.id, t.title))
+            .unwrap_or_default();
+        shell.task(&task, run.iterations);
         match shell.apply(changes).await {
             Ok(()) => Event::Applied,
             Err(ApplyError::Stale(e)) => Event::Stale(e),
@@ -378,8 +428,9 @@ impl Drive<'_> {
     async fn run_tests(
         &self,
         shell: &mut impl Shell,
-        observer: &mut Observer,
+        observer: &mut Observer<'_>,
         failure_kind: &mut Option<FailureKind>,
+        baseline: bool,
     ) -> Event {
         let started = Instant::now();
         let result = shell.run_tests(self.cancel).await;
@@ -393,14 +444,30 @@ impl Drive<'_> {
                 }
                 let summary = summary(&r);
                 observer.tests(&r, &summary);
-                Event::TestsFinished(summary)
+                match &r.environment {
+                    // Before any change, a command that cannot run the tests is the setup's
+                    // problem: the run stops before a model call is spent on good code.
+                    // After a change, its output goes to the model like any failure (the
+                    // change may be what broke the import).
+                    Some(why) if baseline => {
+                        *failure_kind = Some(FailureKind::Config);
+                        Event::TestsUnavailable(why.clone())
+                    }
+                    _ => Event::TestsFinished(summary),
+                }
             }
-            Err(e) => Event::TestsUnavailable(e.to_string()),
+            Err(e) => {
+                if baseline && !matches!(e, RunError::Superseded) {
+                    *failure_kind = Some(FailureKind::Config);
+                }
+                Event::TestsUnavailable(e.to_string())
+            }
         }
     }
     /// The coder sees the files that matter now: those the goal names, those the failures
-    /// point at, then the rest of the project's small text files, within the byte budget.
-    fn refresh_context(&self, run: &mut Run, shell: &impl Shell) {
+    /// point at (of `latest`, the test report about to be recorded, else the run's last),
+    /// then the rest of the project's small text files, within the byte budget.
+    fn refresh_context(&self, run: &mut Run, latest: Option<&str>, shell: &impl Shell) {
         let mut wanted: Vec<String> = Vec::new();
         for word in run
             .goal
@@ -411,8 +478,8 @@ impl Drive<'_> {
                 wanted.push(w.to_string());
             }
         }
-        if let Some(t) = &run.tests {
-            for line in t.report.lines() {
+        if let Some(report) = latest.or(run.tests.as_ref().map(|t| t.report.as_str())) {
+            for line in report.lines() {
                 for token in line.split(|c: char| {
                     c.is_whitespace() || c == '"' || c == '(' || c == ')' || c == ','
                 }) {
@@ -466,32 +533,29 @@ impl Drive<'_> {
 /// Watches a run for the record: its journal (`.agent-ls/runs/`) and its figures, approvals,
 /// evaluations and checkpoints in the store, written on the store's own thread. A record that
 /// cannot be written costs the record, never the run.
-struct Observer {
+struct Observer<'a> {
     journal: Journal,
     store: Option<StoreThread>,
     run_id: String,
     current: Iteration,
+    events: Option<OnEvent<'a>>,
 }
 
-impl Observer {
+impl<'a> Observer<'a> {
     fn open(
         record: Option<&StoreThread>,
+        events: Option<OnEvent<'a>>,
         root: &Path,
         run_id: &str,
         run: &Run,
         resumed: bool,
-    ) -> Observer {
-        let mut journal = match (record.is_some(), resumed) {
+    ) -> Observer<'a> {
+        let journal = match (record.is_some(), resumed) {
             (true, true) => Journal::append(root, run_id),
             (true, false) => Journal::create(root, run_id),
             (false, _) => Journal::disabled(run_id),
         };
-        journal.write(
-            "agent",
-            if resumed { "resumed" } else { "intent" },
-            json!({"goal": run.goal, "intent": run.intent, "iterations": run.iterations}),
-        );
-        let o = Observer {
+        let mut o = Observer {
             journal,
             store: record.cloned(),
             run_id: run_id.into(),
@@ -499,7 +563,13 @@ impl Observer {
                 n: run.iterations,
                 ..Iteration::default()
             },
+            events,
         };
+        o.write(
+            "agent",
+            if resumed { "resumed" } else { "intent" },
+            json!({"goal": run.goal, "intent": run.intent, "iterations": run.iterations}),
+        );
         let intent = run
             .intent
             .and_then(|i| serde_json::to_value(i).ok())
@@ -509,6 +579,24 @@ impl Observer {
             s.run_started(id, &goal, intent.as_deref())
         });
         o
+    }
+
+    /// A line of the journal, which the live view also gets.
+    fn write(&mut self, role: &str, kind: &str, data: serde_json::Value) {
+        self.emit(role, kind, data.clone());
+        self.journal.write(role, kind, data);
+    }
+
+    fn emit(&self, role: &str, kind: &str, data: serde_json::Value) {
+        if let Some(events) = self.events {
+            events(RunEvent {
+                run_id: self.run_id.clone(),
+                iteration: self.current.n,
+                role: role.to_string(),
+                kind: kind.to_string(),
+                data,
+            });
+        }
     }
 
     fn store(
@@ -530,6 +618,15 @@ impl Observer {
                 n: run.iterations,
                 ..Iteration::default()
             };
+            let task = run
+                .tasks
+                .get(run.task)
+                .map(|t| format!("{} {}", t.id, t.title));
+            self.emit(
+                "agent",
+                "iteration",
+                json!({"n": run.iterations, "task": task}),
+            );
         }
         match serde_json::to_string(run) {
             Ok(state) => {
@@ -543,13 +640,18 @@ impl Observer {
     /// A model's answer: the journal gets the call and what the loop makes of a planner's,
     /// reflector's or evaluator's answer (plan, reflection, score as data); the store gets
     /// the figures.
-    fn model_answered(&mut self, role: Role, r: &crate::model::Response) {
+    fn model_answered(&mut self, role: Role, r: &crate::model::Response, totals: &Totals) {
         self.journal.model_call(role, r);
+        self.emit(
+            role.as_str(),
+            "model_call",
+            json!({"provider": r.provider, "model": r.model, "usage": r.usage, "duration_ms": r.duration_ms,
+                   "tokens_total": totals.usage.input_tokens + totals.usage.output_tokens, "cost_usd_total": totals.cost_usd}),
+        );
         match role {
             Role::Planner => {
                 if let Ok(tasks) = agent::prompts::parse_plan(&r.text) {
-                    self.journal
-                        .write("planner", "plan", json!({"tasks": tasks}));
+                    self.write("planner", "plan", json!({"tasks": tasks}));
                 }
             }
             Role::Reflector => {
@@ -559,12 +661,12 @@ impl Observer {
                     }
                     Err(_) => json!({"text": r.text}),
                 };
-                self.journal.write("reflector", "reflection", data);
+                self.write("reflector", "reflection", data);
                 self.current.reflection = Some(r.text.chars().take(4000).collect());
             }
             Role::Evaluator => {
                 if let Ok((score, reason)) = agent::prompts::parse_evaluation(&r.text) {
-                    self.journal.write(
+                    self.write(
                         "evaluator",
                         "evaluation",
                         json!({"score": score, "reason": reason}),
@@ -585,7 +687,7 @@ impl Observer {
     }
 
     fn patch(&mut self, changes: &[FileChange], diff: &str, review: &Review) {
-        self.journal.write(
+        self.write(
             "agent",
             "patch",
             json!({"files": changes.iter().map(|c| &c.path).collect::<Vec<_>>(), "diff": diff, "review": review}),
@@ -593,8 +695,7 @@ impl Observer {
     }
 
     fn approval(&mut self, iteration: u32, accepted: bool, changes: &[FileChange]) {
-        self.journal
-            .write("user", "approval", json!({"accepted": accepted}));
+        self.write("user", "approval", json!({"accepted": accepted}));
         let files: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
         self.store("an approval", move |s, id| {
             s.approval(id, iteration, accepted, &files)
@@ -606,10 +707,11 @@ impl Observer {
     }
 
     fn tests(&mut self, r: &RunResult, t: &TestSummary) {
-        self.journal.write(
+        self.write(
             "tests",
             "test_result",
-            json!({"state": r.state(), "passed": r.passed, "failed": r.failed, "failures": r.failures.len()}),
+            json!({"state": r.state(), "passed": r.passed, "failed": r.failed, "failures": r.failures.len(),
+                   "duration_ms": r.duration_ms, "command": r.command.argv.join(" "), "environment": r.environment}),
         );
         self.current.tests_passed = Some(t.passed_count);
         self.current.tests_failed = Some(t.failed_count);
@@ -632,7 +734,7 @@ impl Observer {
     }
 
     fn finished(&mut self, status: RunStatus, run: &Run, answer: &str) {
-        self.journal.write(
+        self.write(
             "agent",
             "finished",
             json!({"status": status, "answer": answer, "iterations": run.iterations, "files_changed": run.files_changed}),

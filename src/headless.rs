@@ -310,7 +310,7 @@ pub fn run(opts: Options) -> u8 {
         };
         let on_token = |t: &str| {
             let mut err = std::io::stderr();
-            let _ = err.write_all(t.as_bytes());
+            let _ = err.write_all(visible(t).as_bytes());
             let _ = err.flush();
         };
         let driver = Drive {
@@ -320,6 +320,7 @@ pub fn run(opts: Options) -> u8 {
             cancel: &cancel,
             on_token: Some(&on_token),
             record: Some(&store),
+            events: None,
         };
         let mut outcome = match resume {
             Some((id, _, Some(checkpoint))) => {
@@ -374,8 +375,12 @@ async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json:
                 println!("{}", visible(r.report.trim_end()));
                 println!("{}: {}", r.command.argv.join(" "), r.state().as_str());
             }
+            if let Some(why) = &r.environment {
+                eprintln!("agent-ls: the command did not run: {}", visible(why));
+            }
             match r.state() {
                 TestState::Passed => exit::DONE,
+                TestState::Error => exit::CONFIG,
                 TestState::Cancelled => exit::INTERRUPTED,
                 TestState::TimedOut => exit::TIMEOUT,
                 _ => exit::FAILED,

@@ -420,3 +420,38 @@ fn goals_that_name_a_command_are_routed_without_a_model() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("agent-ls.undo"));
 }
+
+#[test]
+fn the_first_coder_prompt_shows_the_file_the_baseline_failure_names() {
+    let ws = support::example();
+    // Files earlier in the walk than the test file fill the context budget exactly: two
+    // blocks of 2,000 bytes ("a00.txt\n```\n" + text + "```\n\n") of a 4,000-byte budget.
+    for i in 0..4 {
+        let text = format!("{}\n", "x".repeat(1982));
+        std::fs::write(ws.path().join(format!("a{i:02}.txt")), text).unwrap();
+    }
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\ncontext_bytes = 4000\nevaluate = false\n",
+    )
+    .unwrap();
+    let fix =
+        "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let server = ModelServer::start(vec![support::model_server::openai_text(&[fix])]);
+    let env = vec![
+        ("AGENT_LS_MODEL__PROVIDER", "openai".to_string()),
+        ("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url)),
+        ("OPENAI_API_KEY", "test-key".to_string()),
+    ];
+    let out = agent(ws.path(), &["fix the failing tests", "--yes"], &env);
+    let requests = server.requests();
+    let first = requests.first().expect("a model call").body.to_string();
+    // The failing test's file, which only the baseline's report points at (its traceback
+    // quotes the failing line, not the rest of the file).
+    assert!(
+        first.contains("class CalcTests(unittest.TestCase):"),
+        "the first prompt lacks test_calc.py: {first}\nstdout {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(outcome(&out)["status"], "done");
+}

@@ -20,18 +20,28 @@ fn nvim() -> Option<String> {
 }
 
 fn scenario(name: &str, replay: &str) -> Vec<serde_json::Value> {
+    scenario_with(name, replay, |_| {})
+}
+
+/// A scenario in a copy of the example that `prepare` may add files to.
+fn scenario_with(
+    name: &str,
+    replay: &str,
+    prepare: impl FnOnce(&std::path::Path),
+) -> Vec<serde_json::Value> {
     let Some(nvim) = nvim() else {
         return Vec::new();
     };
     let ws = tempfile::tempdir().unwrap();
     support::copy_example(ws.path());
+    prepare(ws.path());
     // A project's root marker, as a real checkout has: the plugin takes the nearest folder
     // with one as the workspace (without one, Neovim's working directory).
     std::fs::create_dir(ws.path().join(".git")).unwrap();
     std::fs::write(ws.path().join(".replay.jsonl"), replay).unwrap();
     let state = tempfile::tempdir().unwrap();
     let result = state.path().join("result.jsonl");
-    let out = Command::new(nvim)
+    let mut out = Command::new(nvim)
         .args([
             "--headless",
             "-u",
@@ -50,8 +60,23 @@ fn scenario(name: &str, replay: &str) -> Vec<serde_json::Value> {
         .env("WORKSPACE", ws.path().canonicalize().unwrap())
         .env("PLUGIN", support::repo("editors/neovim"))
         .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    // A question Neovim asks (a prompt in a headless editor) would wait forever: the
+    // scenario gets two minutes, then fails with what Neovim said.
+    let started = std::time::Instant::now();
+    let mut timed_out = false;
+    while out.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = out.kill();
+            timed_out = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = out.wait_with_output().unwrap();
     let text = std::fs::read_to_string(&result).unwrap_or_else(|e| {
         panic!(
             "no results ({e}); nvim said: {}{}",
@@ -59,9 +84,18 @@ fn scenario(name: &str, replay: &str) -> Vec<serde_json::Value> {
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    text.lines()
+    let mut results: Vec<serde_json::Value> = text
+        .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+        .collect();
+    if timed_out {
+        results.push(serde_json::json!({
+            "name": "the scenario ends (Neovim was stopped after 120 s, waiting at a prompt?)",
+            "ok": false,
+            "detail": String::from_utf8_lossy(&out.stdout),
+        }));
+    }
+    results
 }
 
 fn assert_all(results: &[serde_json::Value]) {
@@ -111,5 +145,27 @@ fn an_explanation_opens_in_a_split_in_neovim() {
         return;
     }
     assert!(results.len() >= 5, "{results:#?}");
+    assert_all(&results);
+}
+
+#[test]
+fn a_run_that_creates_a_module_then_undo_and_redo_in_neovim() {
+    let results = scenario_with("create", &support::create_module_replay(), |ws| {
+        std::fs::write(ws.join("test_helpers.py"), support::TEST_HELPERS).unwrap();
+    });
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 10, "{results:#?}");
+    assert_all(&results);
+}
+
+#[test]
+fn the_run_view_in_neovim_shows_two_iterations_and_undoes_the_first_step() {
+    let results = scenario("runview", &support::two_iterations_replay());
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 10, "{results:#?}");
     assert_all(&results);
 }

@@ -42,8 +42,23 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ws = tempfile::tempdir().unwrap();
     support::copy_example(ws.path());
-    let script = if name == "explain" { EXPLAIN } else { FIX };
+    let script = match name {
+        "explain" => EXPLAIN.to_string(),
+        "create" => {
+            std::fs::write(ws.path().join("test_helpers.py"), support::TEST_HELPERS).unwrap();
+            support::create_module_replay()
+        }
+        "runview" => support::two_iterations_replay(),
+        _ => FIX.to_string(),
+    };
     std::fs::write(ws.path().join(".replay.jsonl"), script).unwrap();
+    // The flow's screenshots; AGENT_LS_UPDATE_DOCS=1 puts them in docs/images, which the
+    // README and docs show.
+    let screenshots = if std::env::var_os("AGENT_LS_UPDATE_DOCS").is_some() {
+        support::repo("docs/images")
+    } else {
+        support::repo("target/vscode-e2e/screenshots")
+    };
     let out_dir = tempfile::tempdir().unwrap();
     let result = out_dir.path().join("result.jsonl");
     let artifacts = support::repo("target/vscode-e2e");
@@ -56,6 +71,7 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
         .env("RESULT", &result)
         .env("ARTIFACTS", &artifacts)
         .env("SCENARIO", name)
+        .env("SCREENSHOTS", &screenshots)
         .output()
         .unwrap();
     let said = format!(
@@ -111,6 +127,32 @@ fn a_question_from_agent_run_opens_its_answer_as_a_document_in_real_vs_code() {
         checks
             .iter()
             .any(|c| c["name"] == "the explanation opens as a document"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn a_change_that_creates_a_module_then_save_all_undo_and_redo_in_real_vs_code() {
+    let Some(checks) = scenario("create") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "Save All raises no conflict"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn the_run_view_follows_a_two_iteration_run_and_undoes_its_first_step_in_real_vs_code() {
+    let Some(checks) = scenario("runview") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "undo from the view reverts only that step"),
         "{checks:#?}"
     );
 }

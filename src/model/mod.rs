@@ -537,7 +537,16 @@ impl Models {
                     .await
             }
             Kind::Replay => match &self.replay {
-                Some(r) => r.next(role),
+                Some(r) => {
+                    let answer = r.next(role)?;
+                    // Played as a stream, word by word, as a model's answer arrives.
+                    if let Some(f) = on_token {
+                        for piece in answer.text.split_inclusive(char::is_whitespace) {
+                            f(piece);
+                        }
+                    }
+                    Ok(answer)
+                }
                 None => Err(ModelError::NotConfigured(
                     "provider = \"replay\" needs model.replay_file".into(),
                 )),

@@ -26,6 +26,7 @@ use tower_lsp_server::ls_types::{
 use tracing::{info, warn};
 
 use super::Report;
+use super::ext;
 use super::outbox::Outbox;
 use super::workspace_edit::{self, EditSupport, Target};
 use crate::agent::Run;
@@ -79,6 +80,8 @@ pub enum AgentMessage {
         run_id: String,
         goal: String,
         task: String,
+        /// The run's iteration that made it.
+        iteration: u32,
         changes: Vec<FileChange>,
         files: Vec<StepFile>,
     },
@@ -164,8 +167,11 @@ pub fn spawn(s: StartRun) {
             limits: s.config.edit.limits(),
             record: Some((s.id.clone(), s.goal.clone())),
             task: String::new(),
+            iteration: 0,
             review: Review::default(),
         };
+        let outbox = c.outbox.clone();
+        let on_event = move |e: drive::RunEvent| outbox.notify::<ext::RunEventNotification>(e);
         let driver = Drive {
             models: &models,
             config: &s.config,
@@ -173,6 +179,7 @@ pub fn spawn(s: StartRun) {
             cancel: &s.cancel,
             on_token: None,
             record: s.store.as_ref(),
+            events: Some(&on_event),
         };
         let outcome = if resumed {
             driver.resume(&mut run, &mut shell, s.id.clone()).await
@@ -257,6 +264,7 @@ pub fn spawn_undo(u: UndoStart) {
             limits: u.limits,
             record: None,
             task: String::new(),
+            iteration: 0,
             review: Review::default(),
         };
         let mut result = if reversal.changes.is_empty() {
@@ -352,6 +360,7 @@ struct ServerShell {
     limits: edit::Limits,
     /// The plan's task the change being applied works on, for the history.
     task: String,
+    iteration: u32,
     /// The run and goal an applied change is recorded under in the history; `None` for an
     /// undo or redo, which moves an existing step instead.
     record: Option<(String, String)>,
@@ -455,6 +464,10 @@ impl ServerShell {
     /// Waits until the editor's buffers hold the new text (the `didChange` after an applied
     /// edit can come after the reply), for at most 5 seconds.
     async fn confirm_applied(&mut self, changes: &[FileChange]) -> Result<(), String> {
+        // The documents open now, which includes those the editor opened as it applied the
+        // edit (Neovim loads a buffer for a file it creates or edits, and reports its text
+        // only after a debounce): each must come to hold its change.
+        self.snapshot = self.take_snapshot().await;
         let want: Vec<(Uri, String)> = changes
             .iter()
             .filter_map(|c| {
@@ -488,10 +501,73 @@ impl ServerShell {
         Ok(())
     }
 
+    /// Asks an editor that can (`agent-ls/saveFiles`) to save the documents the step wrote,
+    /// so its buffers and the disk agree with no conflict; returns the paths it saved. A
+    /// document that held unsaved typing of the user's is saved with it, and the user is told.
+    async fn save_in_editor(&mut self, changes: &[FileChange]) -> Vec<String> {
+        if !self.c.support.save_files || changes.is_empty() {
+            return Vec::new();
+        }
+        let mut files = Vec::new();
+        let mut with_typing = Vec::new();
+        for c in changes {
+            let Ok(uri) = workspace_edit::file_uri(&self.c.root, &c.path) else {
+                continue;
+            };
+            let (uri, version) = match self.snapshot.get(&c.path) {
+                Some((uri, b)) => (uri.clone(), Some(b.version())),
+                None => (uri, None),
+            };
+            // The buffer held text the disk did not: the user's unsaved typing.
+            if let (FileText::Text(disk), Some(original)) =
+                (files::read_for_plan(&self.c.root, &c.path), &c.original)
+                && disk != *original
+            {
+                with_typing.push(c.path.clone());
+            }
+            files.push(ext::FileToSave { uri, version });
+        }
+        let asked = self
+            .c
+            .outbox
+            .request::<ext::SaveFiles>(ext::SaveFilesParams { files });
+        let saved = match tokio::time::timeout(Duration::from_secs(10), asked).await {
+            Ok(Ok(r)) => r.saved,
+            Ok(Err(e)) => {
+                warn!("the editor did not save the agent's files: {e}");
+                return Vec::new();
+            }
+            Err(_) => {
+                warn!("the editor did not answer agent-ls/saveFiles within 10 s");
+                return Vec::new();
+            }
+        };
+        let saved: Vec<String> = changes
+            .iter()
+            .filter(|c| {
+                workspace_edit::file_uri(&self.c.root, &c.path)
+                    .is_ok_and(|u| saved.iter().any(|s| same_file(s, &u)))
+            })
+            .map(|c| c.path.clone())
+            .collect();
+        let told: Vec<&String> = with_typing.iter().filter(|p| saved.contains(p)).collect();
+        if !told.is_empty() {
+            self.c.outbox.show_message(
+                MessageType::INFO,
+                format!(
+                    "agent-ls saved {} with your unsaved changes in it, so the tests run on what you see",
+                    told.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
+        saved
+    }
+
     /// Tests run on the disk, which holds neither the editor's edit (editors do not save) nor,
     /// in a buffer with unsaved work, that work. The agent's change alone is written: the new
     /// text where the disk matched the buffer, else the change re-located onto the disk's text,
-    /// so the user's unsaved typing is never saved behind their back.
+    /// so the user's unsaved typing is never saved behind their back. A new file the editor
+    /// created as it applied the edit (empty, or already holding the text) is the step's.
     fn sync_disk(&self, changes: &[FileChange]) -> Result<(), String> {
         let mut writes = Vec::new();
         for c in changes {
@@ -502,6 +578,8 @@ impl ServerShell {
             };
             match (&disk, &c.original) {
                 (None, None) => writes.push(c.clone()),
+                (Some(d), None) if *d == c.new_text => {}
+                (Some(d), None) if d.is_empty() => writes.push(c.clone()),
                 (Some(d), Some(o)) if d == o => writes.push(c.clone()),
                 (Some(d), Some(_)) if *d == c.new_text => {}
                 (Some(d), Some(_)) => match edit::relocate(c, d, &self.limits) {
@@ -523,6 +601,15 @@ impl ServerShell {
         }
         files::write_changes(&self.c.root, &writes)
     }
+}
+
+/// Whether two file URIs name the same file (clients differ in how they escape a path).
+fn same_file(a: &Uri, b: &Uri) -> bool {
+    a == b
+        || matches!(
+            (super::convert::path_from_uri(a), super::convert::path_from_uri(b)),
+            (Some(x), Some(y)) if x == y
+        )
 }
 
 impl Shell for ServerShell {
@@ -616,7 +703,14 @@ impl Shell for ServerShell {
                 ApplyError::Failed(why)
             });
         }
-        self.sync_disk(&current).map_err(ApplyError::Failed)?;
+        // The editor saves what it can; the disk is brought in step for the rest.
+        let saved = self.save_in_editor(&current).await;
+        let unsaved: Vec<FileChange> = current
+            .iter()
+            .filter(|c| !saved.contains(&c.path))
+            .cloned()
+            .collect();
+        self.sync_disk(&unsaved).map_err(ApplyError::Failed)?;
         if let Some((run_id, goal)) = &self.record {
             let files = Step::files_after(&current, |path| {
                 self.snapshot.get(path).map(|(_, b)| b.version())
@@ -625,6 +719,7 @@ impl Shell for ServerShell {
                 run_id: run_id.clone(),
                 goal: goal.clone(),
                 task: self.task.clone(),
+                iteration: self.iteration,
                 changes: current,
                 files,
             });
@@ -663,8 +758,9 @@ impl Shell for ServerShell {
             .show_message(MessageType::WARNING, format!("agent-ls: {message}"));
     }
 
-    fn task(&mut self, task: &str) {
+    fn task(&mut self, task: &str, iteration: u32) {
         self.task = task.to_string();
+        self.iteration = iteration;
     }
 }
 

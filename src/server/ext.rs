@@ -88,3 +88,54 @@ pub const REDO_COMMAND: &str = "agent-ls.redo";
 /// Command `agent-ls.resume` `{run_id}`: goes on with a run a crash or restart interrupted,
 /// from its last checkpoint. Returns `{"run_id"}` at once.
 pub const RESUME_COMMAND: &str = "agent-ls.resume";
+
+/// Request `agent-ls/saveFiles` from the server: save these documents, which hold an agent
+/// edit the user accepted, so the disk the tests run on matches the buffers and the editor
+/// raises no "changed on disk" conflict. Sent only to clients that announce
+/// `experimental.agentLs.saveFiles`; for others the server writes the agent's change to disk
+/// itself.
+pub const SAVE_FILES: &str = "agent-ls/saveFiles";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SaveFilesParams {
+    pub files: Vec<FileToSave>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileToSave {
+    pub uri: Uri,
+    /// Save only while the document is at this version (the user has not typed since); absent
+    /// when the server has not seen the document yet (opened by the edit itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<i32>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SaveFilesResult {
+    /// The documents saved; any other was left as it was (not open, newer, or the save failed).
+    #[serde(default)]
+    pub saved: Vec<Uri>,
+}
+
+pub enum SaveFiles {}
+
+impl tower_lsp_server::ls_types::request::Request for SaveFiles {
+    type Params = SaveFilesParams;
+    type Result = SaveFilesResult;
+    const METHOD: &'static str = SAVE_FILES;
+}
+
+/// Notification `agent-ls/runEvent` from the server: one thing that happened in an agent run
+/// (the journal's line with its iteration, a streamed token, or the step an applied change
+/// became), for the editors' run views. Ordered with every other message.
+pub const RUN_EVENT: &str = "agent-ls/runEvent";
+
+pub enum RunEventNotification {}
+
+impl tower_lsp_server::ls_types::notification::Notification for RunEventNotification {
+    type Params = crate::drive::RunEvent;
+    const METHOD: &'static str = RUN_EVENT;
+}

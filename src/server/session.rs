@@ -450,6 +450,10 @@ impl Session {
                 };
                 if is_workspace_config {
                     self.reload_config(self.inputs.clone());
+                } else if self.active.is_some() {
+                    // An agent run (or undo) saves the files it wrote and runs the tests
+                    // itself; a save now starts no run of its own.
+                    debug!("save during an agent run; no test run of its own");
                 } else if self.config.config.test.on_save {
                     match self.config.config.test.debounce_ms {
                         // No delay asked for: the save's run starts now.
@@ -543,6 +547,7 @@ impl Session {
                 run_id,
                 goal,
                 task,
+                iteration,
                 changes,
                 files,
             } => {
@@ -550,9 +555,20 @@ impl Session {
                     return;
                 };
                 history.record(&run_id, &goal, &task, changes, files);
-                if let (Some(store), Some(step)) = (&self.store, history.last_done()) {
-                    let step = step.clone();
-                    store.send("an agent step", move |s| s.record_step(&step));
+                if let Some(step) = history.last_done() {
+                    // The run view offers undo of this step by its id.
+                    self.outbox
+                        .notify::<super::ext::RunEventNotification>(crate::drive::RunEvent {
+                            run_id: run_id.clone(),
+                            iteration,
+                            role: "agent".into(),
+                            kind: "step".into(),
+                            data: serde_json::json!({"step": step.id, "files": step.files.iter().map(|f| &f.path).collect::<Vec<_>>()}),
+                        });
+                    if let Some(store) = &self.store {
+                        let step = step.clone();
+                        store.send("an agent step", move |s| s.record_step(&step));
+                    }
                 }
             }
             AgentMessage::Finished { id, outcome } => {
@@ -588,6 +604,22 @@ impl Session {
                                 history.mark_redone(step);
                             } else {
                                 history.mark_undone(step);
+                            }
+                            // The run view marks the step undone (or done again).
+                            let run_id = history
+                                .find_done(step)
+                                .or(history.last_undone().filter(|s| s.id == step))
+                                .map(|s| s.run_id.clone());
+                            if let Some(run_id) = run_id {
+                                self.outbox.notify::<super::ext::RunEventNotification>(
+                                    crate::drive::RunEvent {
+                                        run_id,
+                                        iteration: 0,
+                                        role: "user".into(),
+                                        kind: what.into(),
+                                        data: serde_json::json!({"step": step}),
+                                    },
+                                );
                             }
                         }
                         if let Some(store) = &self.store {

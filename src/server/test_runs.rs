@@ -283,6 +283,23 @@ impl TestRuns {
             });
             return;
         }
+        if let Some(why) = &result.environment {
+            // The command did not run the tests: this says nothing about the code, so no
+            // failure becomes a diagnostic and the last complete run's stay.
+            cx.outbox.show_message(
+                MessageType::WARNING,
+                format!("agent-ls: the tests did not run: {why}"),
+            );
+            cx.outbox.notify::<TestStatus>(TestStatusParams {
+                state: TestState::Error,
+                passed: None,
+                failed: None,
+                duration_ms: Some(result.duration_ms),
+                command,
+                message: Some(why.clone()),
+            });
+            return;
+        }
         let by_file = diagnostics(&result, cx, disk);
         let now: HashSet<Uri> = by_file.keys().cloned().collect();
         for (uri, (diags, version)) in by_file {

@@ -22,6 +22,8 @@ pub struct EditSupport {
     pub change_annotations: bool,
     pub create_files: bool,
     pub delete_files: bool,
+    /// The client saves documents on `agent-ls/saveFiles`.
+    pub save_files: bool,
 }
 
 impl EditSupport {
@@ -42,6 +44,12 @@ impl EditSupport {
                 .is_some_and(|ops| {
                     ops.contains(&tower_lsp_server::ls_types::ResourceOperationKind::Delete)
                 }),
+            save_files: caps
+                .experimental
+                .as_ref()
+                .and_then(|e| e.pointer("/agentLs/saveFiles"))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
         }
     }
 }
@@ -124,12 +132,20 @@ pub fn to_workspace_edit(
             .iter()
             .map(|e| {
                 let start = to_position(&original, original.byte_to_char(e.range.start), encoding);
-                let end = to_position(&original, original.byte_to_char(e.range.end), encoding);
+                let mut end = position_to_lsp(to_position(
+                    &original,
+                    original.byte_to_char(e.range.end),
+                    encoding,
+                ));
+                // An empty document is one empty line to Neovim, and text inserted before
+                // it keeps that line: a new file would gain a blank last line. An end on the
+                // next line is the document's end to every client (positions past the end
+                // are clamped), and Neovim then drops the line.
+                if original.len_bytes() == 0 {
+                    end = tower_lsp_server::ls_types::Position::new(1, 0);
+                }
                 let text_edit = TextEdit {
-                    range: tower_lsp_server::ls_types::Range::new(
-                        position_to_lsp(start),
-                        position_to_lsp(end),
-                    ),
+                    range: tower_lsp_server::ls_types::Range::new(position_to_lsp(start), end),
                     new_text: e.text.clone(),
                 };
                 match &annotation_id {
@@ -218,6 +234,7 @@ mod tests {
             change_annotations: true,
             create_files: true,
             delete_files: false,
+            save_files: false,
         };
         let edit = to_workspace_edit(
             &c,
@@ -235,6 +252,11 @@ mod tests {
         assert_eq!(ops[0]["uri"], "file:///ws/new.py");
         assert_eq!(ops[1]["textDocument"]["version"], serde_json::Value::Null);
         assert_eq!(ops[1]["edits"][0]["annotationId"], "agent-ls:new.py");
+        // The whole (empty) document, ending on the next line, so Neovim keeps no blank line.
+        assert_eq!(
+            ops[1]["edits"][0]["range"],
+            json!({"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 0}})
+        );
         assert_eq!(
             v["changeAnnotations"]["agent-ls:new.py"]["needsConfirmation"],
             true

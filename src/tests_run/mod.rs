@@ -31,6 +31,10 @@ pub struct RunResult {
     pub failed: Option<u32>,
     /// The output for the model: normalised and cut to its head and tail.
     pub report: String,
+    /// Set when the command did not get as far as running the tests (see
+    /// `environment_problem`): what went wrong and what to fix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
 }
 
 /// What a test run came to, as `agent-ls/testStatus` and the journal name it.
@@ -70,9 +74,97 @@ impl RunResult {
             _ if self.passed_all() => TestState::Passed,
             RunEnd::TimedOut => TestState::TimedOut,
             RunEnd::Cancelled => TestState::Cancelled,
+            _ if self.environment.is_some() => TestState::Error,
             _ => TestState::Failed,
         }
     }
+
+    /// Why this run says nothing about the code, when the command did not get as far as
+    /// running the tests: it failed with no test result any parser recognises (a python
+    /// without pytest, a broken runner), or every failure is an import of a dependency the
+    /// project declares (requirements, pyproject.toml, setup.cfg, Pipfile) but that is not
+    /// installed. A missing module the project does not declare may be one the tests want
+    /// written, so it stays a failure for the model. The text names the command, what went
+    /// wrong and what to fix.
+    pub fn environment_problem(&self, root: &Path) -> Option<String> {
+        if self.passed_all() || matches!(self.end, RunEnd::TimedOut | RunEnd::Cancelled) {
+            return None;
+        }
+        let command = self.command.argv.join(" ");
+        let missing = self
+            .failures
+            .iter()
+            .find_map(|f| missing_module(&f.message))
+            .or_else(|| missing_module(&self.report));
+        let nothing_recognised =
+            self.failures.is_empty() && self.passed.is_none() && self.failed.is_none();
+        let only_missing_dependencies = !self.failures.is_empty()
+            && self.passed.unwrap_or(0) == 0
+            && self
+                .failures
+                .iter()
+                .all(|f| missing_module(&f.message).is_some_and(|m| declared_dependency(root, &m)));
+        if !nothing_recognised && !only_missing_dependencies {
+            return None;
+        }
+        Some(match missing {
+            Some(module) => format!(
+                "`{command}`: No module named {module}; install {module} or set `test.command`"
+            ),
+            None => {
+                let tail: Vec<&str> = self
+                    .report
+                    .lines()
+                    .rev()
+                    .filter(|l| !l.trim().is_empty())
+                    .take(5)
+                    .collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                let how = match self.end {
+                    RunEnd::Exited { code } => format!("exited with {code}"),
+                    _ => "was killed by a signal".to_string(),
+                };
+                format!(
+                    "`{command}` {how} without a test result agent-ls recognises; fix the command or set `test.command`. Its last lines:\n{}",
+                    tail.join("\n")
+                )
+            }
+        })
+    }
+}
+
+/// Whether the project's dependency files name `module` (by its top-level name, with `-`
+/// and `_` taken as equal, as pip does).
+fn declared_dependency(root: &Path, module: &str) -> bool {
+    let top = module.split('.').next().unwrap_or(module).to_lowercase();
+    let norm = |s: &str| s.to_lowercase().replace('-', "_");
+    let top = norm(&top);
+    [
+        "requirements.txt",
+        "requirements-dev.txt",
+        "pyproject.toml",
+        "setup.cfg",
+        "Pipfile",
+    ]
+    .iter()
+    .filter_map(|f| std::fs::read_to_string(root.join(f)).ok())
+    .any(|text| {
+        norm(&text)
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|word| word == top)
+    })
+}
+
+/// The module of the first "No module named X" in `text` (Python's ModuleNotFoundError).
+fn missing_module(text: &str) -> Option<String> {
+    let at = text.find("No module named ")?;
+    let rest = &text[at + "No module named ".len()..];
+    let name: String = rest
+        .trim_start_matches(['\'', '"'])
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.' || *c == '-')
+        .collect();
+    (!name.is_empty()).then_some(name)
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -164,7 +256,7 @@ pub async fn run(
         RunEnd::Cancelled => report.push_str("\n[the run was cancelled]"),
         _ => {}
     }
-    Ok(RunResult {
+    let mut result = RunResult {
         command,
         end: finished.end,
         duration_ms: finished.duration.as_millis() as u64,
@@ -173,7 +265,10 @@ pub async fn run(
         passed: parsed.passed,
         failed: parsed.failed,
         report,
-    })
+        environment: None,
+    };
+    result.environment = result.environment_problem(root);
+    Ok(result)
 }
 
 /// The module path declared in `go.mod`, if there is one.
@@ -182,4 +277,108 @@ fn go_module(root: &Path) -> Option<String> {
     text.lines()
         .find_map(|l| l.trim().strip_prefix("module "))
         .map(|m| m.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(
+        code: i32,
+        report: &str,
+        failures: Vec<Failure>,
+        counts: (Option<u32>, Option<u32>),
+    ) -> RunResult {
+        RunResult {
+            command: TestCommand {
+                argv: vec!["python3".into(), "-m".into(), "pytest".into()],
+                reason: "configured".into(),
+            },
+            end: RunEnd::Exited { code },
+            duration_ms: 1,
+            format: Format::Generic,
+            failures,
+            passed: counts.0,
+            failed: counts.1,
+            report: report.into(),
+            environment: None,
+        }
+    }
+
+    fn import_failure(module: &str) -> Failure {
+        Failure {
+            test_id: "test_a.py".into(),
+            location: None,
+            message: format!("ModuleNotFoundError: No module named '{module}'"),
+            frames: vec![],
+        }
+    }
+
+    #[test]
+    fn a_runner_that_is_not_installed_is_an_environment_problem_naming_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = result(
+            1,
+            "/usr/bin/python3: No module named pytest\n",
+            vec![],
+            (None, None),
+        );
+        assert_eq!(
+            r.environment_problem(dir.path()).as_deref(),
+            Some(
+                "`python3 -m pytest`: No module named pytest; install pytest or set `test.command`"
+            )
+        );
+        let r = result(
+            2,
+            "Segmentation fault\nsomething odd\n",
+            vec![],
+            (None, None),
+        );
+        let why = r.environment_problem(dir.path()).unwrap();
+        assert!(
+            why.contains("exited with 2") && why.contains("something odd"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_missing_module_is_the_environments_only_when_the_project_declares_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = result(2, "", vec![import_failure("requests")], (None, Some(1)));
+        // Not declared: perhaps a module the tests want written, so the model sees it.
+        assert_eq!(r.environment_problem(dir.path()), None);
+        std::fs::write(dir.path().join("requirements.txt"), "Requests>=2\n").unwrap();
+        assert!(
+            r.environment_problem(dir.path())
+                .unwrap()
+                .contains("install requests")
+        );
+        // A real failure among them makes it the code's.
+        let mut failures = vec![import_failure("requests")];
+        failures.push(Failure {
+            test_id: "test_b".into(),
+            location: None,
+            message: "AssertionError".into(),
+            frames: vec![],
+        });
+        let r = result(1, "", failures, (None, Some(2)));
+        assert_eq!(r.environment_problem(dir.path()), None);
+    }
+
+    #[test]
+    fn recognised_failures_passes_and_stops_are_not_environment_problems() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            result(0, "", vec![], (Some(3), Some(0))).environment_problem(dir.path()),
+            None
+        );
+        assert_eq!(
+            result(1, "", vec![], (Some(2), Some(1))).environment_problem(dir.path()),
+            None
+        );
+        let mut r = result(1, "", vec![], (None, None));
+        r.end = RunEnd::TimedOut;
+        assert_eq!(r.environment_problem(dir.path()), None);
+    }
 }

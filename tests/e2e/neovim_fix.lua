@@ -6,14 +6,16 @@ local scenario = os.getenv('SCENARIO')
 local ws = os.getenv('WORKSPACE')
 local results = {}
 
+-- Each check is written at once, so a scenario stuck in a prompt still shows how far it got.
 local function record(name, ok, detail)
-  table.insert(results, vim.json.encode({ name = name, ok = ok, detail = detail or '' }))
+  local line = vim.json.encode({ name = name, ok = ok, detail = detail or '' })
+  table.insert(results, line)
+  local f = assert(io.open(result_file, 'a'))
+  f:write(line .. '\n')
+  f:close()
 end
 
 local function finish()
-  local f = assert(io.open(result_file, 'w'))
-  f:write(table.concat(results, '\n') .. '\n')
-  f:close()
   vim.cmd('qall!')
 end
 
@@ -112,6 +114,108 @@ local ok, err = pcall(function()
     return
   end
 
+  if scenario == 'create' then
+    -- A run that fixes add and creates helpers.py: Neovim creates the file as it applies the
+    -- edit, the server takes it as the step's, the tests pass, undo deletes it, redo brings it.
+    local finished
+    vim.api.nvim_create_autocmd('User', {
+      pattern = 'AgentRunFinished',
+      callback = function(ev) finished = ev.data end,
+    })
+    vim.cmd('AgentFix')
+    record('run finished', vim.wait(30000, function() return finished ~= nil end, 20))
+    record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
+    record('tests passed', finished ~= nil and finished.tests and finished.tests.failed == 0
+      and finished.tests.passed == 4, finished and vim.inspect(finished.tests))
+    local helpers = ws .. '/helpers.py'
+    local disk = vim.fn.filereadable(helpers) == 1 and table.concat(vim.fn.readfile(helpers), '\n') or ''
+    record('helpers.py created on disk', disk:find('return 2 * x', 1, true) ~= nil, disk)
+    local hbuf = vim.fn.bufnr(helpers)
+    record('helpers.py open and saved', hbuf ~= -1 and vim.api.nvim_buf_is_loaded(hbuf)
+      and not vim.bo[hbuf].modified, tostring(hbuf))
+    if hbuf ~= -1 then
+      local state = client:request_sync('agent-ls/documentState',
+        { textDocument = { uri = vim.uri_from_fname(helpers) } }, 2000, buf)
+      local server_text = state and state.result and state.result.text
+      record('the server holds what the buffer and the disk hold', server_text == disk .. '\n'
+        and table.concat(vim.api.nvim_buf_get_lines(hbuf, 0, -1, false), '\n') == disk,
+        vim.inspect({ state = state, buffer = vim.api.nvim_buf_get_lines(hbuf, 0, -1, false), disk = disk }))
+    end
+    record('no buffer left unsaved', #vim.tbl_filter(function(b)
+      return vim.api.nvim_buf_is_loaded(b) and vim.bo[b].modified
+    end, vim.api.nvim_list_bufs()) == 0)
+    vim.cmd('AgentUndo')
+    record('undo deletes the file', vim.wait(10000, function()
+      return vim.fn.filereadable(helpers) == 0 and vim.fn.bufnr(helpers) == -1
+    end, 20), tostring(vim.fn.bufnr(helpers)))
+    record('undo restores calc.py', vim.wait(5000, function()
+      return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n'):find('return a - b', 1, true) ~= nil
+    end, 20))
+    local settled = vim.wait(5000, function()
+      local r = client:request_sync('workspace/executeCommand', { command = 'agent-ls.status', arguments = {} }, 2000, buf)
+      local steps = r and r.result and r.result.steps
+      return steps ~= nil and steps[1] ~= nil and steps[1].undone == true
+    end, 50)
+    record('undo recorded', settled)
+    vim.cmd('AgentRedo')
+    record('redo creates it again', vim.wait(10000, function()
+      return vim.fn.filereadable(helpers) == 1
+        and table.concat(vim.fn.readfile(helpers), '\n'):find('return 2 * x', 1, true) ~= nil
+    end, 20))
+    return
+  end
+
+  if scenario == 'runview' then
+    -- A two-iteration run in :AgentRuns: its steps in order, and undo of the first from there.
+    local finished
+    vim.api.nvim_create_autocmd('User', {
+      pattern = 'AgentRunFinished',
+      callback = function(ev) finished = ev.data end,
+    })
+    vim.cmd('AgentFix')
+    vim.cmd('AgentRuns')
+    local view = vim.api.nvim_get_current_buf()
+    record('run finished', vim.wait(30000, function() return finished ~= nil end, 20))
+    record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
+    local text
+    local shown = vim.wait(5000, function()
+      text = table.concat(vim.api.nvim_buf_get_lines(view, 0, -1, false), '\n')
+      return text:find('[done]', 1, true) ~= nil
+    end, 20)
+    record('the view shows the finished run', shown, text)
+    local i1 = text:find('iteration 1', 1, true)
+    local i2 = text:find('iteration 2', 1, true)
+    record('iterations in order', i1 ~= nil and i2 ~= nil and i1 < i2, text)
+    record('steps, tests and reflection shown', text:find('change to calc.py  [step', 1, true) ~= nil
+      and text:find('tests passed', 1, true) ~= nil and text:find('reflection: add still subtracts', 1, true) ~= nil, text)
+    record('tokens shown', text:match('iteration 1[^\n]*· [1-9]%d* tokens') ~= nil, text)
+    -- <CR> on the first change opens its diff.
+    local first
+    for n, line in ipairs(vim.api.nvim_buf_get_lines(view, 0, -1, false)) do
+      if not first and line:find('change to calc.py', 1, true) then first = n end
+    end
+    vim.api.nvim_win_set_cursor(0, { first, 0 })
+    vim.cmd('normal \r')
+    local diff = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+    record('<CR> opens the diff', vim.bo.filetype == 'diff' and diff:find('The product', 1, true) ~= nil, diff)
+    vim.cmd('close')
+    vim.api.nvim_set_current_win(vim.fn.bufwinid(view))
+    vim.api.nvim_win_set_cursor(0, { first, 0 })
+    vim.cmd('normal u')
+    local undone = vim.wait(10000, function()
+      local l = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+      return l:find('The product', 1, true) == nil and l:find('return a + b', 1, true) ~= nil
+    end, 20)
+    record('u undoes the first step, the fix stays', undone,
+      table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n'))
+    record('the view marks it undone', vim.wait(5000, function()
+      return vim.api.nvim_buf_get_lines(view, first - 1, first, false)[1]:find('[undone]', 1, true) ~= nil
+    end, 20), vim.api.nvim_buf_get_lines(view, first - 1, first, false)[1])
+    local disk = table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n')
+    record('disk follows', disk:find('The product', 1, true) == nil and disk:find('return a + b', 1, true) ~= nil, disk)
+    return
+  end
+
   -- The source action, as the code-action menu would offer it.
   local params = vim.lsp.util.make_range_params(0, client.offset_encoding)
   params.context = { diagnostics = {}, only = { 'source.agent-ls.fixTests' } }
@@ -144,6 +248,27 @@ local ok, err = pcall(function()
     record('status done', finished.status == 'done', finished.answer)
     record('buffer fixed', lines:find('return a + b', 1, true) ~= nil, lines)
     record('disk fixed', disk:find('return a + b', 1, true) ~= nil, disk)
+    -- The plugin saved the buffer the server asked for: Neovim itself wrote the file, so it
+    -- knows the file's time and a :w raises no "changed since reading it" question.
+    record('buffer saved by the plugin', not vim.bo[buf].modified)
+    local changed_outside = false
+    local watch = vim.api.nvim_create_autocmd('FileChangedShell', {
+      callback = function()
+        changed_outside = true
+        vim.v.fcs_choice = ''
+      end,
+    })
+    vim.cmd('checktime')
+    record('Neovim sees no change under the buffer', not changed_outside)
+    vim.api.nvim_buf_set_lines(buf, -1, -1, false, { '# typed by the user' })
+    local wrote, werr = false, 'not tried: the file changed under the buffer'
+    if not changed_outside then
+      wrote, werr = pcall(vim.cmd, 'silent write')
+    end
+    vim.api.nvim_del_autocmd(watch)
+    local typed = table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n')
+    record(':w writes without a prompt', wrote and not vim.bo[buf].modified
+      and typed:find('# typed by the user', 1, true) ~= nil, tostring(werr))
     record('tests passed', finished.tests.failed == 0 and finished.tests.passed == 3, vim.inspect(finished.tests))
     record('diagnostics cleared', vim.wait(5000, function() return #vim.diagnostic.get(test_buf) == 0 end, 20))
     record('statusline', agent.statusline():find('passed', 1, true) ~= nil, agent.statusline())

@@ -320,6 +320,12 @@ impl Client {
                         self.send(n);
                     }
                 }
+                // As VS Code and Neovim do, an applied edit's CreateFile makes the (empty) file
+                // on disk and its DeleteFile removes it; the text edits stay in the unsaved
+                // buffer.
+                if method == "workspace/applyEdit" && result["applied"] == true {
+                    resource_operations(&params);
+                }
                 let id = id.clone();
                 self.server_requests
                     .push(json!({"method": method, "params": params, "answer": result}));
@@ -468,6 +474,55 @@ impl Client {
     }
 }
 
+/// Carries out the file creations and deletions of a workspace edit on disk.
+fn resource_operations(params: &Value) {
+    for op in params["edit"]["documentChanges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let Some(path) = op["uri"]
+            .as_str()
+            .and_then(|u| u.strip_prefix("file://"))
+            .map(|p| PathBuf::from(percent_decode(p)))
+        else {
+            continue;
+        };
+        match op["kind"].as_str() {
+            Some("create") if !path.exists() => {
+                if let Some(dir) = path.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                let _ = std::fs::write(&path, "");
+            }
+            Some("delete") => {
+                let _ = std::fs::remove_file(&path);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(b) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// What a plain client answers when a test did not say otherwise.
 fn default_answer(method: &str, params: &Value) -> Value {
     match method {
@@ -535,6 +590,33 @@ pub fn python() -> String {
 /// A replay script: one JSON object per line (see docs/replay.md).
 pub fn replay_script(lines: &[Value]) -> String {
     lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// A test of the module `create_module_answer` creates, so the run passes only with it.
+pub const TEST_HELPERS: &str = "import unittest\n\nfrom helpers import double\n\n\nclass T(unittest.TestCase):\n    def test_double(self):\n        self.assertEqual(double(2), 4)\n";
+
+/// The model's answer that fixes `add` and creates a module, `helpers.py`, beside it.
+pub fn create_module_answer() -> String {
+    json!({"edits": [
+        {"path": "calc.py", "search": "    return a - b", "replace": "    return a + b"},
+        {"path": "helpers.py", "content": "def double(x):\n    return 2 * x\n"}
+    ]})
+    .to_string()
+}
+
+/// A replay script of one coder answer: `create_module_answer`.
+pub fn create_module_replay() -> String {
+    replay_script(&[json!({"role": "coder", "content": create_module_answer()})])
+}
+
+/// A two-iteration run: a first change that documents `multiply` (the tests still fail), a
+/// reflection, then the fix of `add`.
+pub fn two_iterations_replay() -> String {
+    replay_script(&[
+        json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\ndef multiply(a, b):\n=======\ndef multiply(a, b):\n    \"\"\"The product.\"\"\"\n>>>>>>> REPLACE\n"}),
+        json!({"role": "reflector", "content": r#"{"task_id": "T1", "passed": false, "report": "add still subtracts", "next_step": "make add return a + b"}"#}),
+        json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"}),
+    ])
 }
 
 /// A path inside this checkout, wherever it sits (tests never depend on the working directory
