@@ -169,3 +169,13 @@ fn the_run_view_in_neovim_shows_two_iterations_and_undoes_the_first_step() {
     assert!(results.len() >= 10, "{results:#?}");
     assert_all(&results);
 }
+
+#[test]
+fn a_test_command_that_cannot_run_is_an_error_not_failing_tests_in_neovim() {
+    let results = scenario("broken", FIX);
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 7, "{results:#?}");
+    assert_all(&results);
+}

@@ -156,3 +156,16 @@ fn the_run_view_follows_a_two_iteration_run_and_undoes_its_first_step_in_real_vs
         "{checks:#?}"
     );
 }
+
+#[test]
+fn a_test_command_that_cannot_run_is_an_error_not_failing_tests_in_real_vs_code() {
+    let Some(checks) = scenario("broken") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the fix run stops before any model call"),
+        "{checks:#?}"
+    );
+}

@@ -557,10 +557,15 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
             let diff = outcome.unified_diff();
             run.pending = outcome.changes;
             run.phase = Phase::Approving;
-            vec![Effect::AskApproval {
-                changes: run.pending.clone(),
-                diff,
-            }]
+            // The status shows what the run waits for, not the step before it.
+            let files: Vec<&str> = run.pending.iter().map(|c| c.path.as_str()).collect();
+            vec![
+                Effect::Progress(format!("proposing a change to {}", files.join(", "))),
+                Effect::AskApproval {
+                    changes: run.pending.clone(),
+                    diff,
+                },
+            ]
         }
         (Phase::Approving, Event::Approved) => {
             run.phase = Phase::Applying;
@@ -756,7 +761,10 @@ fn task_done(run: &mut Run, answer: String) -> Vec<Effect> {
 }
 
 fn code(run: &mut Run) -> Vec<Effect> {
-    vec![call_coder(run)]
+    vec![
+        Effect::Progress("asking the model for a change".into()),
+        call_coder(run),
+    ]
 }
 
 fn call_coder(run: &mut Run) -> Effect {

@@ -22,13 +22,15 @@ end
 local ok, err = pcall(function()
   vim.opt.rtp:prepend(os.getenv('PLUGIN'))
   local agent = require('agent-ls')
-  agent.setup({
-    cmd = { os.getenv('AGENT_LS'), 'serve' },
-    settings = {
-      model = { provider = 'replay', replay_file = ws .. '/.replay.jsonl' },
-      agent = { approval = 'prompt' },
-    },
-  })
+  local settings = {
+    model = { provider = 'replay', replay_file = ws .. '/.replay.jsonl' },
+    agent = { approval = 'prompt' },
+  }
+  if scenario == 'broken' then
+    -- A test command that cannot run: python without the module it names.
+    settings.test = { command = { 'python3', '-m', 'no_such_runner' }, allowlist = { 'python3 -m no_such_runner' } }
+  end
+  agent.setup({ cmd = { os.getenv('AGENT_LS'), 'serve' }, settings = settings })
   if scenario == 'explain' then
     -- A user's own vim.lsp.config on top of setup's (Neovim 0.11+).
     vim.lsp.config('agent-ls', { init_options = { agent = { max_iterations = 7 } } })
@@ -111,6 +113,31 @@ local ok, err = pcall(function()
     record('buffer unchanged', lines:find('return a - b', 1, true) ~= nil, lines)
     record('disk unchanged', disk:find('return a - b', 1, true) ~= nil, disk)
     record('statusline idle again', agent.statusline():find('agent:', 1, true) == nil, agent.statusline())
+    return
+  end
+
+  if scenario == 'broken' then
+    -- The tests cannot run: an error that names the fix, no diagnostics, and the fix run
+    -- stops before asking the model.
+    local finished
+    vim.api.nvim_create_autocmd('User', {
+      pattern = 'AgentRunFinished',
+      callback = function(ev) finished = ev.data end,
+    })
+    vim.cmd('AgentFix')
+    record('run finished', vim.wait(30000, function() return finished ~= nil end, 20))
+    local answer = finished and finished.answer or ''
+    record('the run fails naming the fix', finished ~= nil and finished.status == 'failed'
+      and answer:find('No module named no_such_runner', 1, true) ~= nil and answer:find('install', 1, true) ~= nil, answer)
+    record('the statusline says error, not failed', vim.wait(5000, function()
+      return agent.statusline():find('tests: error', 1, true) ~= nil
+    end, 20), agent.statusline())
+    record('no diagnostics', #vim.diagnostic.get() == 0, tostring(#vim.diagnostic.get()))
+    local journal = table.concat(vim.fn.readfile(vim.fn.glob(ws .. '/.agent-ls/runs/*.jsonl', false, true)[1] or '/dev/null'), '\n')
+    record('no model call', journal:find('"type":"finished"', 1, true) ~= nil
+      and journal:find('"type":"model_call"', 1, true) == nil, journal)
+    local disk = table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n')
+    record('nothing edited', disk:find('return a - b', 1, true) ~= nil, disk)
     return
   end
 

@@ -482,7 +482,11 @@ function render(): void {
       cancelled: '$(circle-slash)',
       error: '$(warning)',
     };
-    bar.text = `${icon[t.state]} tests ${t.state.replace('_', ' ')}${counts ? `: ${counts}` : ''}`;
+    // An environment problem says nothing about the code: it is not "tests failed".
+    bar.text =
+      t.state === 'error'
+        ? `${icon.error} tests did not run`
+        : `${icon[t.state]} tests ${t.state.replace('_', ' ')}${counts ? `: ${counts}` : ''}`;
     bar.tooltip = t.message ?? t.command ?? undefined;
     return;
   }

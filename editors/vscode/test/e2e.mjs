@@ -80,6 +80,10 @@ fs.writeFileSync(
     'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false } },
     // The run view's run applies each step without a preview.
     ...(scenario === 'runview' ? { 'agentLs.approval': 'auto' } : {}),
+    // A test command that cannot run: python without the module it names.
+    ...(scenario === 'broken'
+      ? { 'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false }, test: { command: ['python3', '-m', 'no_such_runner'], allowlist: ['python3 -m no_such_runner'] } } }
+      : {}),
     'agentLs.log.level': 'debug',
     'workbench.startupEditor': 'none',
     'files.hotExit': 'off',
@@ -188,6 +192,34 @@ try {
     check('the explanation opens as a document', true, shown.replace(/\s+/g, ' ').slice(0, 120));
     const tabs = await page.locator('.tabs-container .tab').allInnerTexts();
     check('beside the code, which stays open', tabs.some((t) => t.replace(/\s+/g, '').includes('calc.py')), JSON.stringify(tabs));
+    check('nothing was edited', fs.readFileSync(path.join(ws, 'calc.py'), 'utf8').includes('return a - b'));
+    throw new Done();
+  }
+
+  if (scenario === 'broken') {
+    // The tests cannot run: the status bar and a warning say so and name the fix, Problems
+    // stays empty, and the fix run stops before asking the model.
+    await palette('Agent: Fix Failing Tests');
+    const warned = await until('the warning naming the fix', async () => {
+      const texts = await page.locator('.notification-list-item-message').allInnerTexts();
+      return texts.find((t) => t.includes('No module named no_such_runner')) ?? false;
+    }, 30000);
+    check('a warning names the command and the fix', /python3 -m no_such_runner/.test(warned) && /install/.test(warned), warned);
+    const bar = await until('the status bar', async () =>
+      (await page.locator('.statusbar-item', { hasText: 'tests did not run' }).count()) > 0 ? 'tests did not run' : false, 20000);
+    check('the status bar says the tests did not run', true, bar);
+    // The run's journal: it finished, and no model was called.
+    const runs = path.join(ws, '.agent-ls', 'runs');
+    const journal = await until('the run to end', () => {
+      const files = fs.existsSync(runs) ? fs.readdirSync(runs).filter((f) => f.endsWith('.jsonl')) : [];
+      const text = files.map((f) => fs.readFileSync(path.join(runs, f), 'utf8')).join('');
+      return text.includes('"type":"finished"') ? text : false;
+    }, 30000);
+    check('the fix run stops before any model call', !journal.includes('"type":"model_call"') && !journal.includes('"role":"coder"'),
+      journal.slice(-400));
+    const labels = await page.$$eval('.statusbar-item, .statusbar-item a', (els) => els.map((e) => e.getAttribute('aria-label') ?? ''));
+    const problems = labels.find((l) => /problems|errors?\b/i.test(l)) ?? '';
+    check('Problems stays empty', /no problems|errors?:\s*0|\b0 errors?/i.test(problems), problems);
     check('nothing was edited', fs.readFileSync(path.join(ws, 'calc.py'), 'utf8').includes('return a - b'));
     throw new Done();
   }

@@ -270,6 +270,8 @@ function M.statusline()
   end
   local t = M.state.tests
   if t and t.state == 'running' then return 'tests: running' end
+  -- The tests did not run at all (a missing program or module): not a failure of the code.
+  if t and t.state == 'error' then return 'tests: error (did not run)' end
   if t then
     return ('tests: %s (%s passed, %s failed)'):format(t.state, t.passed or '?', t.failed or '?')
   end
