@@ -24,19 +24,24 @@ const CANARY: &str = "sk-canary-3f9a1c77d2";
 const FIX: &str =
     "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
 
-/// A home folder outside the temp folder, as a real one is: the sandbox lets commands write
-/// the temp folder, so a home inside it would prove nothing.
+/// A home folder for one test. The sandbox lets commands write the temp folder, so `cli`
+/// points TMPDIR at `HOME/tmp`: the home itself is then outside it wherever the checkout and
+/// the system's temp folder are (a fresh clone under /tmp put the home inside it).
 fn home() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join("tmp")).unwrap();
+    home
 }
 
-/// `agent-ls ARGS` with a clean environment: HOME, the XDG folders under it, PATH and `env`.
+/// `agent-ls ARGS` with a clean environment: HOME, the XDG folders under it, TMPDIR inside it,
+/// PATH and `env`.
 fn cli(home: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
     let mut cmd = Command::new(support::binary());
     cmd.args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", home)
+        .env("TMPDIR", home.join("tmp"))
         .env("XDG_CONFIG_HOME", home.join("config"))
         .env("XDG_STATE_HOME", home.join("state"))
         .stdin(Stdio::null());
