@@ -177,6 +177,11 @@ pub struct AgentConfig {
     pub max_iterations: u32,
     pub context_bytes: usize,
     pub evaluate: bool,
+    /// Rounds of tool calls (read_file, grep...) the coder may make in one turn; 0 turns the
+    /// tools off.
+    pub max_tool_steps: u32,
+    /// The most bytes of one tool result the model is shown (head and tail kept).
+    pub tool_result_bytes: usize,
 }
 
 impl Default for AgentConfig {
@@ -187,6 +192,8 @@ impl Default for AgentConfig {
             max_iterations: 15,
             context_bytes: 60_000,
             evaluate: true,
+            max_tool_steps: 8,
+            tool_result_bytes: 16_000,
         }
     }
 }

@@ -143,6 +143,7 @@ pub fn new_run(config: &Config, goal: &str) -> Run {
         Budget {
             max_retries: config.agent.max_retries,
             max_iterations: config.agent.max_iterations,
+            max_tool_steps: config.agent.max_tool_steps,
         },
         String::new(),
     );
@@ -243,17 +244,21 @@ impl Drive<'_> {
                     shell.warn(&m);
                     Next::Continue
                 }
-                Effect::CallModel { role, messages } => Next::Event(
+                Effect::CallModel {
+                    role,
+                    messages,
+                    tools,
+                } => Next::Event(
                     self.call_model(
                         run,
-                        role,
-                        messages,
+                        (role, messages, tools),
                         &mut observer,
                         &mut totals,
                         &mut failure_kind,
                     )
                     .await,
                 ),
+                Effect::RunTools(calls) => Next::Event(self.run_tools(calls, shell, &mut observer)),
                 Effect::Locate(plan) => Next::Event(self.locate(&plan, shell).await),
                 Effect::AskApproval { changes, diff } => Next::Event(
                     self.approve(run, &changes, &diff, shell, &mut observer)
@@ -321,8 +326,7 @@ impl Drive<'_> {
     async fn call_model(
         &self,
         run: &Run,
-        role: Role,
-        messages: Vec<Message>,
+        (role, messages, tools): (Role, Vec<Message>, bool),
         observer: &mut Observer<'_>,
         totals: &mut Totals,
         failure_kind: &mut Option<FailureKind>,
@@ -332,6 +336,11 @@ impl Drive<'_> {
         }
         let request = Request {
             messages,
+            tools: if tools {
+                crate::tools::specs()
+            } else {
+                Vec::new()
+            },
             ..Request::default()
         };
         // Streamed text goes to the terminal (`agent-ls run`) and to the live view.
@@ -360,6 +369,12 @@ impl Drive<'_> {
             Ok(r) => {
                 totals.add(&r);
                 observer.model_answered(role, &r, totals);
+                if tools && !r.tool_calls.is_empty() {
+                    return Event::ToolCalls {
+                        text: r.text,
+                        calls: r.tool_calls,
+                    };
+                }
                 Event::ModelAnswered { role, text: r.text }
             }
             Err(ModelError::Cancelled) => Event::Cancel,
@@ -376,6 +391,44 @@ impl Drive<'_> {
                 }
             }
         }
+    }
+
+    /// Runs the coder's tool calls in order over the workspace as the shell sees it (the
+    /// editor's buffers first); each call and result goes to the journal.
+    fn run_tools(
+        &self,
+        calls: Vec<crate::model::ToolCall>,
+        shell: &impl Shell,
+        observer: &mut Observer<'_>,
+    ) -> Event {
+        struct Workspace<'s, S: Shell> {
+            root: &'s Path,
+            shell: &'s S,
+        }
+        impl<S: Shell> crate::tools::Files for Workspace<'_, S> {
+            fn root(&self) -> &Path {
+                self.root
+            }
+            fn read(&self, relative: &str) -> FileText {
+                self.shell.read(relative)
+            }
+        }
+        let ws = Workspace {
+            root: self.root,
+            shell,
+        };
+        let limits = crate::tools::Limits {
+            result_bytes: self.config.agent.tool_result_bytes,
+            ..crate::tools::Limits::default()
+        };
+        let mut results = Vec::with_capacity(calls.len());
+        for call in calls {
+            let started = Instant::now();
+            let out = crate::tools::run(&call, &ws, &limits);
+            observer.tool(&call, &out, started.elapsed());
+            results.push((call, out.text));
+        }
+        Event::ToolResults(results)
     }
 
     async fn locate(&self, plan: &edit::EditPlan, shell: &mut impl Shell) -> Event {
@@ -691,6 +744,26 @@ impl<'a> Observer<'a> {
             "agent",
             "patch",
             json!({"files": changes.iter().map(|c| &c.path).collect::<Vec<_>>(), "diff": diff, "review": review}),
+        );
+    }
+
+    /// A tool call and its result; the journal keeps the result's head, the figures its size.
+    fn tool(
+        &mut self,
+        call: &crate::model::ToolCall,
+        out: &crate::tools::Output,
+        took: std::time::Duration,
+    ) {
+        self.write(
+            "coder",
+            "tool_call",
+            json!({"id": call.id, "name": call.name, "arguments": call.arguments}),
+        );
+        self.write(
+            "tools",
+            "tool_result",
+            json!({"id": call.id, "name": call.name, "is_error": out.is_error, "bytes": out.text.len(),
+                   "duration_ms": took.as_millis() as u64, "text": crate::tools::cap(&out.text, 2000)}),
         );
     }
 

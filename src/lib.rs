@@ -18,4 +18,5 @@ pub mod store;
 pub mod syntax;
 pub mod tests_run;
 pub mod text;
+pub mod tools;
 pub mod trust;

@@ -455,3 +455,107 @@ fn the_first_coder_prompt_shows_the_file_the_baseline_failure_names() {
     );
     assert_eq!(outcome(&out)["status"], "done");
 }
+
+/// A generated project of a few hundred files whose bug sits far from the failing test: the
+/// test's report names only the test file, and the first prompt's budget ends long before
+/// the package.
+fn deep_project() -> tempfile::TempDir {
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path();
+    std::fs::write(
+        root.join("test_app.py"),
+        "import unittest\n\nfrom app.m29.pricing import net\n\n\nclass PricingTests(unittest.TestCase):\n    def test_net_adds_tax(self):\n        self.assertEqual(net(100, 20), 120)\n",
+    )
+    .unwrap();
+    std::fs::create_dir(root.join("app")).unwrap();
+    std::fs::write(root.join("app/__init__.py"), "").unwrap();
+    for m in 0..40 {
+        let dir = root.join(format!("app/m{m:02}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("__init__.py"), "").unwrap();
+        for f in 0..7 {
+            let body: String = (0..30)
+                .map(|i| format!("def helper_{f}_{i}(x):\n    return x + {i}\n\n"))
+                .collect();
+            std::fs::write(dir.join(format!("util{f}.py")), body).unwrap();
+        }
+    }
+    std::fs::write(
+        root.join("app/m29/pricing.py"),
+        "def net(price, tax):\n    return price - tax\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join(".agent-ls.toml"),
+        "[agent]\ncontext_bytes = 4000\nevaluate = false\n",
+    )
+    .unwrap();
+    ws
+}
+
+#[test]
+fn the_coder_finds_code_out_of_its_prompts_reach_with_tools() {
+    use support::model_server::{openai_text, openai_tool_call};
+    let ws = deep_project();
+    let fix = "app/m29/pricing.py\n<<<<<<< SEARCH\n    return price - tax\n=======\n    return price + tax\n>>>>>>> REPLACE\n";
+    let server = ModelServer::start(vec![
+        openai_tool_call("grep", &[r#"{"pattern": "#, r#""def net"}"#]),
+        openai_tool_call("read_file", &[r#"{"path": "app/m29/pricing.py"}"#]),
+        openai_text(&[fix]),
+    ]);
+    let env = vec![
+        ("AGENT_LS_MODEL__PROVIDER", "openai".to_string()),
+        ("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url)),
+        ("OPENAI_API_KEY", "test-key".to_string()),
+    ];
+    let out = agent(ws.path(), &["fix the failing tests", "--yes"], &env);
+    let said = format!(
+        "stdout {}\nstderr {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{said}");
+    let first = &requests[0].body;
+    // Out of the first prompt's reach, and the tools offered.
+    assert!(!first.to_string().contains("return price - tax"), "{first}");
+    let tools: Vec<&str> = first["tools"]
+        .as_array()
+        .expect("tools offered")
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert_eq!(tools, ["read_file", "list_files", "find_files", "grep"]);
+    // The call and its result go back as the protocol's own messages, in order.
+    let second = requests[1].body["messages"].as_array().unwrap();
+    let n = second.len();
+    assert_eq!(second[n - 2]["tool_calls"][0]["function"]["name"], "grep");
+    assert_eq!(second[n - 1]["role"], "tool");
+    assert_eq!(second[n - 1]["tool_call_id"], "call_1");
+    assert_eq!(
+        second[n - 1]["content"],
+        "app/m29/pricing.py:1: def net(price, tax):"
+    );
+    let third = requests[2].body["messages"].as_array().unwrap();
+    assert_eq!(
+        third.last().unwrap()["content"],
+        "     1| def net(price, tax):\n     2|     return price - tax\n"
+    );
+    let o = outcome(&out);
+    assert_eq!(o["status"], "done", "{said}");
+    assert_eq!(o["iterations"], 1, "the tool rounds are one turn: {said}");
+    assert!(
+        std::fs::read_to_string(ws.path().join("app/m29/pricing.py"))
+            .unwrap()
+            .contains("price + tax")
+    );
+    // The journal records each call and its result.
+    let runs = ws.path().join(".agent-ls/runs");
+    let journal: String = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    assert_eq!(journal.matches("\"type\":\"tool_call\"").count(), 2);
+    assert_eq!(journal.matches("\"type\":\"tool_result\"").count(), 2);
+}

@@ -288,6 +288,13 @@ pub enum Event {
     Stale(String),
     TestsFinished(TestSummary),
     TestsUnavailable(String),
+    /// The coder called tools instead of answering (with any text it wrote beside them).
+    ToolCalls {
+        text: String,
+        calls: Vec<crate::model::ToolCall>,
+    },
+    /// The tools' results, in call order.
+    ToolResults(Vec<(crate::model::ToolCall, String)>),
     Cancel,
 }
 
@@ -296,7 +303,11 @@ pub enum Effect {
     CallModel {
         role: Role,
         messages: Vec<crate::model::Message>,
+        /// Offer the reading tools (the coder, while it has tool steps left).
+        tools: bool,
     },
+    /// Run these tool calls and answer with `Event::ToolResults`.
+    RunTools(Vec<crate::model::ToolCall>),
     Locate(EditPlan),
     AskApproval {
         changes: Vec<FileChange>,
@@ -317,6 +328,9 @@ pub enum Effect {
 pub struct Budget {
     pub max_retries: u32,
     pub max_iterations: u32,
+    /// Tool calls the coder may make in one turn before it must answer (0: no tools).
+    #[serde(default)]
+    pub max_tool_steps: u32,
 }
 
 /// Everything the loop knows. The shell keeps it and passes every event through `step`.
@@ -355,6 +369,12 @@ pub struct Run {
     pub edit_history: Vec<u64>,
     pub files_changed: Vec<String>,
     pub warned_budget: bool,
+    /// The coder's tool calls and their results in the current turn, after its prompt.
+    #[serde(default)]
+    pub exchange: Vec<crate::model::Message>,
+    /// Tool-calling rounds in the current turn.
+    #[serde(default)]
+    pub tool_steps: u32,
     /// Checkpoints are taken before a coder call, when nothing is pending.
     #[serde(skip)]
     pending: Vec<FileChange>,
@@ -387,6 +407,8 @@ impl Run {
             edit_history: Vec::new(),
             files_changed: Vec::new(),
             warned_budget: false,
+            exchange: Vec::new(),
+            tool_steps: 0,
             pending: Vec::new(),
         }
     }
@@ -444,6 +466,7 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
                 vec![Effect::CallModel {
                     role: Role::Planner,
                     messages: prompts::plan(run, Some(&e)),
+                    tools: false,
                 }]
             }
             Err(e) => finish(
@@ -502,6 +525,29 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
             format!("cannot run the tests to find the failures: {why}"),
         ),
         (Phase::Explaining, Event::ModelAnswered { text, .. }) => finish(run, Phase::Done, text),
+        (Phase::Coding, Event::ToolCalls { text, calls }) => {
+            run.tool_steps += 1;
+            run.exchange
+                .push(crate::model::Message::calls(text, calls.clone()));
+            let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+            vec![
+                Effect::Progress(format!("the model reads the code ({})", names.join(", "))),
+                Effect::RunTools(calls),
+            ]
+        }
+        (Phase::Coding, Event::ToolResults(results)) => {
+            for (call, text) in &results {
+                run.exchange
+                    .push(crate::model::Message::tool_result(call, text.clone()));
+            }
+            if run.tool_steps >= run.budget.max_tool_steps {
+                run.exchange.push(crate::model::Message::user(format!(
+                    "That was the last tool call of this turn ({} rounds, agent.max_tool_steps). Answer now with your edits.",
+                    run.tool_steps
+                )));
+            }
+            vec![continue_coder(run)]
+        }
         (Phase::Coding, Event::ModelAnswered { text, .. }) => {
             match crate::edit::parse_plan(&text) {
                 Ok(plan) => {
@@ -643,6 +689,7 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
             vec![Effect::CallModel {
                 role: Role::Reflector,
                 messages: prompts::reflect(run),
+                tools: false,
             }]
         }
         // An edit in a project without tests is done once applied; a fix needs its tests.
@@ -687,10 +734,7 @@ pub fn resume(run: &mut Run) -> Vec<Effect> {
             "resumed at iteration {} of {}",
             run.iterations, run.budget.max_iterations
         )),
-        Effect::CallModel {
-            role: Role::Coder,
-            messages: prompts::code(run),
-        },
+        continue_coder(run),
     ]
 }
 
@@ -702,6 +746,7 @@ fn start(run: &mut Run) -> Vec<Effect> {
         return vec![Effect::CallModel {
             role: Role::Intent,
             messages: prompts::intent(run),
+            tools: false,
         }];
     };
     run.phase = Phase::Baseline;
@@ -715,6 +760,7 @@ fn start(run: &mut Run) -> Vec<Effect> {
             vec![Effect::CallModel {
                 role: Role::Coder,
                 messages: prompts::explain(run),
+                tools: false,
             }]
         }
         Intent::Fix => vec![
@@ -726,6 +772,7 @@ fn start(run: &mut Run) -> Vec<Effect> {
             vec![Effect::CallModel {
                 role: Role::Planner,
                 messages: prompts::plan(run, None),
+                tools: false,
             }]
         }
         Intent::Edit => code(run),
@@ -755,6 +802,7 @@ fn task_done(run: &mut Run, answer: String) -> Vec<Effect> {
         return vec![Effect::CallModel {
             role: Role::Evaluator,
             messages: prompts::evaluate(run),
+            tools: false,
         }];
     }
     finish(run, Phase::Done, answer)
@@ -770,9 +818,21 @@ fn code(run: &mut Run) -> Vec<Effect> {
 fn call_coder(run: &mut Run) -> Effect {
     run.phase = Phase::Coding;
     run.iterations += 1;
+    // Each turn reads afresh: the files that matter now are in its prompt.
+    run.exchange.clear();
+    run.tool_steps = 0;
+    continue_coder(run)
+}
+
+/// The coder's call within its turn: its prompt, then the tool calls and results so far.
+fn continue_coder(run: &mut Run) -> Effect {
+    run.phase = Phase::Coding;
+    let mut messages = prompts::code(run);
+    messages.extend(run.exchange.iter().cloned());
     Effect::CallModel {
         role: Role::Coder,
-        messages: prompts::code(run),
+        messages,
+        tools: run.tool_steps < run.budget.max_tool_steps,
     }
 }
 

@@ -7,6 +7,7 @@ fn budget(max_retries: u32, max_iterations: u32) -> Budget {
     Budget {
         max_retries,
         max_iterations,
+        max_tool_steps: 2,
     }
 }
 
@@ -76,6 +77,7 @@ fn coder_call(e: &[Effect]) -> &[crate::model::Message] {
         Some(Effect::CallModel {
             role: Role::Coder,
             messages,
+            ..
         }) => messages,
         _ => panic!("no coder call last: {e:?}"),
     }
@@ -633,5 +635,71 @@ fn commands_in_free_form_goals_are_routed_without_a_model() {
         "run all the benchmarks and tell me which got slower",
     ] {
         assert_eq!(route(goal), Route::Agent, "{goal}");
+    }
+}
+
+#[test]
+fn the_coder_reads_with_tools_within_its_turn_then_must_answer() {
+    use crate::model::{Speaker, ToolCall};
+    let mut run = Run::new(
+        "fix the failing tests",
+        Some(Intent::Fix),
+        budget(3, 15),
+        String::new(),
+    );
+    step(&mut run, Event::Start);
+    let e = step(&mut run, Event::TestsFinished(failing("a")));
+    assert!(matches!(
+        e.last(),
+        Some(Effect::CallModel { tools: true, .. })
+    ));
+    let grep = ToolCall {
+        id: "c1".into(),
+        name: "grep".into(),
+        arguments: serde_json::json!({"pattern": "def add"}),
+    };
+    for round in 1..=2 {
+        let e = step(
+            &mut run,
+            Event::ToolCalls {
+                text: String::new(),
+                calls: vec![grep.clone()],
+            },
+        );
+        assert!(matches!(e.last(), Some(Effect::RunTools(c)) if c.len() == 1));
+        let e = step(
+            &mut run,
+            Event::ToolResults(vec![(grep.clone(), "calc.py:4: def add(a, b):".into())]),
+        );
+        let Some(Effect::CallModel {
+            role: Role::Coder,
+            messages,
+            tools,
+        }) = e.last()
+        else {
+            panic!("no coder call after the results: {e:?}")
+        };
+        // The call and its result follow the prompt, in order; the turn is still iteration 1.
+        let tail: Vec<Speaker> = messages.iter().rev().take(2).map(|m| m.speaker).collect();
+        assert_eq!(run.iterations, 1);
+        if round == 1 {
+            assert!(*tools, "a tool step is left");
+            assert_eq!(tail, [Speaker::Tool, Speaker::Assistant]);
+        } else {
+            assert!(!*tools, "the budget of 2 rounds is spent");
+            let last = messages.last().unwrap();
+            assert!(last.content.contains("Answer now"), "{last:?}");
+        }
+    }
+    // The answer with edits goes on as before, and the next turn starts with no exchange.
+    assert!(matches!(
+        propose(&mut run, &edit_answer("a * b")).last(),
+        Some(Effect::RunTests)
+    ));
+    let e = step(&mut run, Event::TestsFinished(failing("b")));
+    let coder = e.iter().find(|e| is_call(e, Role::Coder));
+    if let Some(Effect::CallModel { tools, .. }) = coder {
+        assert!(*tools);
+        assert!(run.exchange.is_empty() && run.tool_steps == 0);
     }
 }

@@ -90,19 +90,48 @@ fn build_body(
         .filter(|m| m.speaker == Speaker::System)
         .map(|m| m.content.as_str())
         .collect();
-    let messages: Vec<Value> = request
+    let mut messages: Vec<Value> = Vec::new();
+    for m in request
         .messages
         .iter()
         .filter(|m| m.speaker != Speaker::System)
-        .map(|m| {
-            let role = if m.speaker == Speaker::Assistant {
-                "assistant"
-            } else {
-                "user"
-            };
-            json!({"role": role, "content": m.content})
-        })
-        .collect();
+    {
+        match m.speaker {
+            Speaker::Assistant if !m.tool_calls.is_empty() => {
+                let mut blocks: Vec<Value> = Vec::new();
+                if !m.content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": m.content}));
+                }
+                blocks.extend(m.tool_calls.iter().map(|c| {
+                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
+                }));
+                messages.push(json!({"role": "assistant", "content": blocks}));
+            }
+            Speaker::Tool => {
+                let block = json!({"type": "tool_result",
+                    "tool_use_id": m.answers.as_ref().map_or("", |(id, _)| id.as_str()),
+                    "content": m.content});
+                // The results of one turn's calls go back together, in one user message.
+                match messages.last_mut() {
+                    Some(last)
+                        if last["role"] == "user"
+                            && last["content"]
+                                .as_array()
+                                .is_some_and(|b| b.iter().all(|b| b["type"] == "tool_result")) =>
+                    {
+                        if let Some(blocks) = last["content"].as_array_mut() {
+                            blocks.push(block);
+                        }
+                    }
+                    _ => messages.push(json!({"role": "user", "content": [block]})),
+                }
+            }
+            Speaker::Assistant => messages.push(json!({"role": "assistant", "content": m.content})),
+            Speaker::User | Speaker::System => {
+                messages.push(json!({"role": "user", "content": m.content}))
+            }
+        }
+    }
     let mut tools: Vec<Value> = request
         .tools
         .iter()

@@ -58,31 +58,52 @@ pub enum Speaker {
     System,
     User,
     Assistant,
+    /// A tool's result, answering an assistant's call.
+    Tool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     pub speaker: Speaker,
     pub content: String,
+    /// The tools an assistant's message calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a tool's result: the call it answers (its id and the tool's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<(String, String)>,
 }
 
 impl Message {
-    pub fn system(s: impl Into<String>) -> Self {
+    fn new(speaker: Speaker, content: String) -> Self {
         Message {
-            speaker: Speaker::System,
-            content: s.into(),
+            speaker,
+            content,
+            tool_calls: Vec::new(),
+            answers: None,
         }
+    }
+    pub fn system(s: impl Into<String>) -> Self {
+        Message::new(Speaker::System, s.into())
     }
     pub fn user(s: impl Into<String>) -> Self {
-        Message {
-            speaker: Speaker::User,
-            content: s.into(),
-        }
+        Message::new(Speaker::User, s.into())
     }
     pub fn assistant(s: impl Into<String>) -> Self {
+        Message::new(Speaker::Assistant, s.into())
+    }
+    /// An assistant's answer that calls tools.
+    pub fn calls(text: impl Into<String>, calls: Vec<ToolCall>) -> Self {
         Message {
-            speaker: Speaker::Assistant,
-            content: s.into(),
+            tool_calls: calls,
+            ..Message::new(Speaker::Assistant, text.into())
+        }
+    }
+    /// A tool's result for `call`.
+    pub fn tool_result(call: &ToolCall, text: impl Into<String>) -> Self {
+        Message {
+            answers: Some((call.id.clone(), call.name.clone())),
+            ..Message::new(Speaker::Tool, text.into())
         }
     }
 }

@@ -145,13 +145,39 @@ fn build_body(target: &Target, request: &Request, max_tokens: u32, mode: Mode) -
     let mut messages: Vec<Value> = request
         .messages
         .iter()
-        .map(|m| {
-            let role = match m.speaker {
-                Speaker::System => "system",
-                Speaker::User => "user",
-                Speaker::Assistant => "assistant",
-            };
-            json!({"role": role, "content": m.content})
+        .map(|m| match m.speaker {
+            Speaker::System => json!({"role": "system", "content": m.content}),
+            Speaker::User => json!({"role": "user", "content": m.content}),
+            Speaker::Assistant if m.tool_calls.is_empty() => {
+                json!({"role": "assistant", "content": m.content})
+            }
+            Speaker::Assistant if mode.native_tools => json!({
+                "role": "assistant",
+                "content": if m.content.is_empty() { Value::Null } else { Value::String(m.content.clone()) },
+                "tool_calls": m.tool_calls.iter().map(|c| json!({
+                    "id": c.id, "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments.to_string()}
+                })).collect::<Vec<_>>(),
+            }),
+            // The text protocol answers one call at a time, as the object it asked for.
+            Speaker::Assistant => {
+                let calls: Vec<String> = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| json!({"tool": c.name, "arguments": c.arguments}).to_string())
+                    .collect();
+                json!({"role": "assistant", "content": calls.join("\n")})
+            }
+            Speaker::Tool => match (&m.answers, mode.native_tools) {
+                (Some((id, _)), true) => {
+                    json!({"role": "tool", "tool_call_id": id, "content": m.content})
+                }
+                (answers, _) => json!({"role": "user", "content": format!(
+                    "Result of {}:\n{}",
+                    answers.as_ref().map_or("the tool", |(_, name)| name.as_str()),
+                    m.content
+                )}),
+            },
         })
         .collect();
     let mut body = json!({
