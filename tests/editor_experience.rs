@@ -395,3 +395,52 @@ fn run_events_follow_a_two_iteration_run_in_order_and_name_the_steps_to_undo() {
         "{text}"
     );
 }
+
+#[test]
+fn over_lsp_the_coder_reads_unsaved_buffers_with_tools_and_the_view_hears_of_it() {
+    let ws = support::example();
+    let uri = file_uri(&ws.path().join("calc.py"));
+    // The user's unsaved comment is in the buffer only: grep must find it there.
+    let typed = BROKEN.replace("def add", "# unsaved note\ndef add");
+    let fix =
+        "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let options = replay(
+        ws.path(),
+        &[
+            json!({"role": "coder", "content": "", "tool_calls": [
+                {"name": "grep", "arguments": {"pattern": "unsaved note"}},
+                {"name": "read_file", "arguments": {"path": "../outside.py"}}
+            ]}),
+            json!({"role": "coder", "content": fix}),
+        ],
+    );
+    let mut c = Client::spawn(Spawn::default());
+    c.initialize(ws.path(), json!({}), options);
+    c.open(&uri, &typed);
+    let buffers: Buffers = Arc::new(Mutex::new(HashMap::from([(uri.clone(), (typed, 1))])));
+    editor_applies(&mut c, buffers.clone(), vec![uri.clone()]);
+    c.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = run_finished(&mut c);
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(done["iterations"], 1, "{done}");
+    let results: Vec<Value> = c
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "agent-ls/runEvent" && n["params"]["type"] == "tool_result")
+        .map(|n| n["params"]["data"].clone())
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    // Parallel calls come back in call order; a bad call is an answer, not the run's end.
+    assert_eq!(results[0]["name"], "grep");
+    assert_eq!(results[0]["text"], "calc.py:4: # unsaved note");
+    assert_eq!(results[1]["name"], "read_file");
+    assert_eq!(results[1]["is_error"], true);
+    assert!(
+        results[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("outside the workspace"),
+        "{}",
+        results[1]
+    );
+}

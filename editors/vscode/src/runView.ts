@@ -105,6 +105,7 @@ function iterationNode(r: Run, it: Iteration): Node {
 
 function iterationChildren(r: Run, it: Iteration): Node[] {
   const out: Node[] = [];
+  for (const t of it.tools) out.push(leaf(`read: ${t}`, 'search'));
   it.patches.forEach((p, i) => out.push(patchNode(r, it, p, i)));
   if (it.tests) {
     out.push(leaf(testsLabel(it.tests), it.tests.state === 'passed' ? 'pass' : 'error'));

@@ -37,6 +37,8 @@ export interface Iteration {
   patches: Patch[];
   tests?: Tests;
   reflection?: { report: string; nextStep: string; taskId: string | null; passed: boolean | null };
+  /** The tools the coder called, in order: "grep unsaved note", marked when one failed. */
+  tools: string[];
   /** The model's text of the call in progress (or the last one), as it streamed. */
   streamed: string;
   tokens: number;
@@ -158,6 +160,17 @@ export class Runs {
           passed: typeof d.passed === 'boolean' ? d.passed : null,
         };
         break;
+      case 'tool_call': {
+        const args = (d.arguments ?? {}) as Record<string, unknown>;
+        const shown = Object.values(args).map((v) => (typeof v === 'string' ? v : JSON.stringify(v)));
+        it().tools.push(`${str(d.name)} ${shown.join(' ')}`.trim());
+        break;
+      }
+      case 'tool_result':
+        if (d.is_error === true && it().tools.length > 0) {
+          it().tools[it().tools.length - 1] += ' (failed)';
+        }
+        break;
       case 'evaluation':
         run.evaluation = { score: num(d.score) ?? 0, reason: str(d.reason) };
         break;
@@ -173,7 +186,7 @@ export class Runs {
 function iteration(run: Run, n: number): Iteration {
   let it = run.iterations.find((i) => i.n === n);
   if (!it) {
-    it = { n, task: null, patches: [], streamed: '', tokens: 0, modelMs: 0 };
+    it = { n, task: null, patches: [], tools: [], streamed: '', tokens: 0, modelMs: 0 };
     run.iterations.push(it);
     run.iterations.sort((a, b) => a.n - b.n);
   }

@@ -85,3 +85,12 @@ test('plan tasks move from pending to in progress to done or failed', () => {
   runs.add(ev(2, 'agent', 'finished', { status: 'failed', answer: 'budget' }));
   assert.deepEqual([taskState(run, 'T1'), taskState(run, 'T2')], ['done', 'failed']);
 });
+
+test('the tools the coder called are listed in order, a failed one marked', () => {
+  const runs = new Runs();
+  runs.add(ev(1, 'coder', 'tool_call', { name: 'grep', arguments: { pattern: 'def net' } }));
+  runs.add(ev(1, 'tools', 'tool_result', { name: 'grep', is_error: false }));
+  runs.add(ev(1, 'coder', 'tool_call', { name: 'read_file', arguments: { path: '../x', start_line: 3 } }));
+  runs.add(ev(1, 'tools', 'tool_result', { name: 'read_file', is_error: true }));
+  assert.deepEqual(runs.current()?.iterations[0].tools, ['grep def net', 'read_file ../x 3 (failed)']);
+});

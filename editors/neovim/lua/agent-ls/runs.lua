@@ -34,7 +34,7 @@ local function iteration(run, n)
   for _, it in ipairs(run.iterations) do
     if it.n == n then return it end
   end
-  local it = { n = n, patches = {}, streamed = '', tokens = 0, model_ms = 0 }
+  local it = { n = n, patches = {}, tools = {}, streamed = '', tokens = 0, model_ms = 0 }
   table.insert(run.iterations, it)
   table.sort(run.iterations, function(a, b) return a.n < b.n end)
   return it
@@ -125,6 +125,16 @@ function R.add(e)
       task_id = str(d.task_id) ~= '' and str(d.task_id) or nil,
       passed = type(d.passed) == 'boolean' and d.passed or nil,
     }
+  elseif t == 'tool_call' then
+    -- What the coder read to find its way: "grep def net".
+    local shown = {}
+    for _, v in pairs(type(d.arguments) == 'table' and d.arguments or {}) do
+      table.insert(shown, type(v) == 'string' and v or vim.json.encode(v))
+    end
+    table.insert(iteration(run, n).tools, vim.trim(str(d.name) .. ' ' .. table.concat(shown, ' ')))
+  elseif t == 'tool_result' then
+    local tools = iteration(run, n).tools
+    if d.is_error == true and #tools > 0 then tools[#tools] = tools[#tools] .. ' (failed)' end
   elseif t == 'evaluation' then
     run.evaluation = { score = num(d.score) or 0, reason = str(d.reason) }
   elseif t == 'finished' then
@@ -202,6 +212,7 @@ function R.render()
         if it.tokens > 0 then head = head .. ('  · %d tokens'):format(it.tokens) end
         if it.model_ms > 0 then head = head .. ('  · %.1f s'):format(it.model_ms / 1000) end
         add(head)
+        for _, tool in ipairs(it.tools) do add('    read: ' .. tool) end
         for _, p in ipairs(it.patches) do
           local state = p.undone and 'undone' or p.step and ('step ' .. p.step)
             or p.accepted == false and 'not applied' or 'proposed'
