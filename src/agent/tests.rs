@@ -696,10 +696,30 @@ fn the_coder_reads_with_tools_within_its_turn_then_must_answer() {
         propose(&mut run, &edit_answer("a * b")).last(),
         Some(Effect::RunTests)
     ));
-    let e = step(&mut run, Event::TestsFinished(failing("b")));
-    let coder = e.iter().find(|e| is_call(e, Role::Coder));
-    if let Some(Effect::CallModel { tools, .. }) = coder {
-        assert!(*tools);
-        assert!(run.exchange.is_empty() && run.tool_steps == 0);
+    let mut e = step(&mut run, Event::TestsFinished(failing("b")));
+    // A failure is reflected on first; the reflector's advice leads to the next coder turn.
+    if e.last().is_some_and(|e| is_call(e, Role::Reflector)) {
+        e = step(
+            &mut run,
+            Event::ModelAnswered {
+                role: Role::Reflector,
+                text:
+                    r#"{"task_id": "T1", "passed": false, "report": "wrong", "next_step": "sum"}"#
+                        .into(),
+            },
+        );
     }
+    assert!(
+        matches!(
+            e.last(),
+            Some(Effect::CallModel {
+                role: Role::Coder,
+                tools: true,
+                ..
+            })
+        ),
+        "the next turn is the coder's, with tools again: {e:?}"
+    );
+    assert_eq!(run.iterations, 2);
+    assert!(run.exchange.is_empty() && run.tool_steps == 0);
 }

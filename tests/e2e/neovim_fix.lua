@@ -19,6 +19,12 @@ local function finish()
   vim.cmd('qall!')
 end
 
+-- The outcome of the scenario's run, once it has ended.
+local finished
+local function run_finished(ms)
+  return vim.wait(ms or 30000, function() return finished ~= nil end, 20)
+end
+
 local ok, err = pcall(function()
   vim.opt.rtp:prepend(os.getenv('PLUGIN'))
   local agent = require('agent-ls')
@@ -31,6 +37,11 @@ local ok, err = pcall(function()
     settings.test = { command = { 'python3', '-m', 'no_such_runner' }, allowlist = { 'python3 -m no_such_runner' } }
   end
   agent.setup({ cmd = { os.getenv('AGENT_LS'), 'serve' }, settings = settings })
+  -- Each scenario starts one run; its outcome arrives with the plugin's AgentRunFinished.
+  vim.api.nvim_create_autocmd('User', {
+    pattern = 'AgentRunFinished',
+    callback = function(ev) finished = ev.data end,
+  })
   if scenario == 'explain' then
     -- A user's own vim.lsp.config on top of setup's (Neovim 0.11+).
     vim.lsp.config('agent-ls', { init_options = { agent = { max_iterations = 7 } } })
@@ -58,11 +69,6 @@ local ok, err = pcall(function()
 
   if scenario == 'explain' then
     -- :AgentRun with a question answers without editing; the long answer opens in a split.
-    local finished
-    vim.api.nvim_create_autocmd('User', {
-      pattern = 'AgentRunFinished',
-      callback = function(ev) finished = ev.data end,
-    })
     local conf = client:request_sync('agent-ls/configuration', vim.NIL, 5000, buf)
     local entry
     for _, e in ipairs(conf and conf.result and conf.result.entries or {}) do
@@ -71,7 +77,7 @@ local ok, err = pcall(function()
     record('vim.lsp.config overrides reach the server', entry ~= nil and entry.value == 7
       and entry.source:find('initializationOptions', 1, true) ~= nil, vim.inspect(entry))
     vim.cmd('AgentRun explain what add does')
-    record('the run answers', vim.wait(15000, function() return finished ~= nil end, 20))
+    record('the run answers', run_finished(15000))
     record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
     local shown = vim.wait(5000, function()
       for _, win in ipairs(vim.api.nvim_list_wins()) do
@@ -97,16 +103,11 @@ local ok, err = pcall(function()
       return agent.statusline():find('failed', 1, true) ~= nil
     end, 20), agent.statusline())
     -- A run waits at the question before its change; :AgentCancel ends it, nothing changes.
-    local finished
-    vim.api.nvim_create_autocmd('User', {
-      pattern = 'AgentRunFinished',
-      callback = function(ev) finished = ev.data end,
-    })
     vim.cmd('AgentFix')
     record('the run asks before changing', vim.wait(15000, function() return asked end, 20))
     record('statusline shows the run', agent.statusline():find('agent:', 1, true) ~= nil, agent.statusline())
     vim.cmd('AgentCancel')
-    record('cancel ends the run', vim.wait(10000, function() return finished ~= nil end, 20))
+    record('cancel ends the run', run_finished(10000))
     record('status cancelled', finished ~= nil and finished.status == 'cancelled', finished and finished.answer)
     local lines = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
     local disk = table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n')
@@ -119,13 +120,8 @@ local ok, err = pcall(function()
   if scenario == 'broken' then
     -- The tests cannot run: an error that names the fix, no diagnostics, and the fix run
     -- stops before asking the model.
-    local finished
-    vim.api.nvim_create_autocmd('User', {
-      pattern = 'AgentRunFinished',
-      callback = function(ev) finished = ev.data end,
-    })
     vim.cmd('AgentFix')
-    record('run finished', vim.wait(30000, function() return finished ~= nil end, 20))
+    record('run finished', run_finished())
     local answer = finished and finished.answer or ''
     record('the run fails naming the fix', finished ~= nil and finished.status == 'failed'
       and answer:find('No module named no_such_runner', 1, true) ~= nil and answer:find('install', 1, true) ~= nil, answer)
@@ -144,13 +140,8 @@ local ok, err = pcall(function()
   if scenario == 'create' then
     -- A run that fixes add and creates helpers.py: Neovim creates the file as it applies the
     -- edit, the server takes it as the step's, the tests pass, undo deletes it, redo brings it.
-    local finished
-    vim.api.nvim_create_autocmd('User', {
-      pattern = 'AgentRunFinished',
-      callback = function(ev) finished = ev.data end,
-    })
     vim.cmd('AgentFix')
-    record('run finished', vim.wait(30000, function() return finished ~= nil end, 20))
+    record('run finished', run_finished())
     record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
     record('tests passed', finished ~= nil and finished.tests and finished.tests.failed == 0
       and finished.tests.passed == 4, finished and vim.inspect(finished.tests))
@@ -194,15 +185,10 @@ local ok, err = pcall(function()
 
   if scenario == 'runview' then
     -- A two-iteration run in :AgentRuns: its steps in order, and undo of the first from there.
-    local finished
-    vim.api.nvim_create_autocmd('User', {
-      pattern = 'AgentRunFinished',
-      callback = function(ev) finished = ev.data end,
-    })
     vim.cmd('AgentFix')
     vim.cmd('AgentRuns')
     local view = vim.api.nvim_get_current_buf()
-    record('run finished', vim.wait(30000, function() return finished ~= nil end, 20))
+    record('run finished', run_finished())
     record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
     local text
     local shown = vim.wait(5000, function()
@@ -254,13 +240,8 @@ local ok, err = pcall(function()
     end
   end
   record('code action offered', action ~= nil)
-  local finished
-  vim.api.nvim_create_autocmd('User', {
-    pattern = 'AgentRunFinished',
-    callback = function(ev) finished = ev.data end,
-  })
   client:exec_cmd(action.command, { bufnr = buf })
-  local done = vim.wait(30000, function() return finished ~= nil end, 20)
+  local done = run_finished()
   record('run finished', done)
   local disk = table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n')
   local lines = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
