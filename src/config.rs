@@ -31,6 +31,7 @@ pub const TRUSTED_KEYS: &[&str] = &[
     "model.fallback",
     "model.replay_file",
     "roles",
+    "agents",
     "agent.approval",
     "log.file",
     "sandbox",
@@ -95,6 +96,9 @@ pub struct Config {
     pub roles: RolesConfig,
     pub prices: BTreeMap<String, Price>,
     pub agent: AgentConfig,
+    /// Custom agents by name (`agent-ls run --agent NAME`), beside the built-in ones.
+    pub agents: BTreeMap<String, CustomAgent>,
+    pub context: ContextConfig,
     pub edit: EditConfig,
     pub test: TestConfig,
     pub sandbox: SandboxConfig,
@@ -102,6 +106,11 @@ pub struct Config {
     /// sent to them. Not a configuration key; filled in when the layers are merged.
     #[serde(skip)]
     pub workspace_hosts: std::collections::BTreeSet<String>,
+    /// Folders whose `NAME.md` files override the built-in role prompts, later ones winning:
+    /// the user's `prompts/` beside their configuration file, then the workspace's
+    /// `.agent-ls/prompts/` when the folder is trusted. Filled in when the layers are merged.
+    #[serde(skip)]
+    pub prompt_dirs: Vec<PathBuf>,
 }
 
 /// How commands (test runs, routed commands) are confined.
@@ -176,7 +185,16 @@ pub struct AgentConfig {
     pub max_retries: u32,
     pub max_iterations: u32,
     pub context_bytes: usize,
-    pub evaluate: bool,
+    pub evaluate: Evaluation,
+    /// Correction rounds `evaluate = "full"` may start, each on the evaluator's critique.
+    pub max_corrections: u32,
+    /// The agent a run uses unless the command names one: build, plan, review or a custom one.
+    pub default_agent: String,
+    /// The most seconds one tool call may take; a late result is answered as a timeout.
+    pub tool_timeout_secs: u64,
+    /// A tool the coder's first call of each turn must call (`tool_choice`), for small models
+    /// that write before they read; empty: the model chooses.
+    pub first_tool: String,
     /// Rounds of tool calls (read_file, grep...) the coder may make in one turn; 0 turns the
     /// tools off.
     pub max_tool_steps: u32,
@@ -191,11 +209,87 @@ impl Default for AgentConfig {
             max_retries: 3,
             max_iterations: 15,
             context_bytes: 60_000,
-            evaluate: true,
+            evaluate: Evaluation::Basic,
+            max_corrections: 2,
+            default_agent: "build".into(),
+            tool_timeout_secs: 30,
+            first_tool: String::new(),
             max_tool_steps: 8,
             tool_result_bytes: 16_000,
         }
     }
+}
+
+/// Self-evaluation at the end of a run that passed its tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Evaluation {
+    /// No evaluator call.
+    #[default]
+    Off,
+    /// The evaluator scores the change and may downgrade done to partial, with its reason.
+    Basic,
+    /// As basic, and a partial result starts a correction round with the critique as its goal.
+    Full,
+}
+
+impl<'de> Deserialize<'de> for Evaluation {
+    /// `true` and `false` are read as "basic" and "off", as the key once was a switch.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Name(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bool(true) => Ok(Evaluation::Basic),
+            Raw::Bool(false) => Ok(Evaluation::Off),
+            Raw::Name(n) => match n.as_str() {
+                "off" => Ok(Evaluation::Off),
+                "basic" => Ok(Evaluation::Basic),
+                "full" => Ok(Evaluation::Full),
+                other => Err(serde::de::Error::custom(format!(
+                    "unknown evaluation `{other}`: expected \"off\", \"basic\" or \"full\""
+                ))),
+            },
+        }
+    }
+}
+
+/// What the prompt is given to find its way: the repo map and the conversation's limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextConfig {
+    /// Tokens of the repo map in the first prompt; 0 leaves the map out.
+    pub map_tokens: usize,
+    /// Tool rounds in one turn after which the older rounds are replaced by a summary the
+    /// model writes; 0 never summarises.
+    pub summarize_after: u32,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            map_tokens: 1024,
+            summarize_after: 5,
+        }
+    }
+}
+
+/// A custom agent: its system prompt (a file), the tools it may call, how its edits are
+/// approved and how many tool rounds a turn may have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct CustomAgent {
+    pub description: String,
+    /// A Markdown file with the agent's system prompt (relative to the file that names it:
+    /// the user's configuration folder, or the workspace).
+    pub prompt: Option<PathBuf>,
+    /// Tool names it may call; empty: the reading tools.
+    pub tools: Vec<String>,
+    pub approval: Option<Approval>,
+    pub max_tool_steps: Option<u32>,
 }
 
 /// One model to call: every key optional, so a role can override only what differs.
@@ -227,6 +321,7 @@ pub struct RolesConfig {
     pub reflector: RoleConfig,
     pub evaluator: RoleConfig,
     pub intent: RoleConfig,
+    pub summarizer: RoleConfig,
 }
 
 /// Prices in US dollars per million tokens, keyed by model name.
@@ -369,6 +464,8 @@ pub struct ModelConfig {
     pub stream_idle_secs: u64,
     pub max_retries: u32,
     pub max_tokens: u32,
+    /// The model's window in tokens: before each call the conversation is cut to fit it.
+    pub context_tokens: usize,
 }
 
 impl Default for ModelConfig {
@@ -384,6 +481,7 @@ impl Default for ModelConfig {
             stream_idle_secs: 60,
             max_retries: 3,
             max_tokens: 2048,
+            context_tokens: 32_000,
         }
     }
 }
@@ -630,6 +728,28 @@ pub fn load(inputs: &Inputs) -> Loaded {
     }
     let (mut config, origins) = merge(&layers);
     config.workspace_hosts = workspace_hosts(&config, &origins);
+    if let Some(dir) = inputs.user_file.as_ref().and_then(|f| f.parent()) {
+        config.prompt_dirs.push(dir.join("prompts"));
+    }
+    if let (Some(root), true) = (&inputs.workspace_root, trusted) {
+        config
+            .prompt_dirs
+            .push(root.join(".agent-ls").join("prompts"));
+    }
+    // A custom agent's prompt file is relative to the file that named it.
+    for (name, agent) in config.agents.iter_mut() {
+        let Some(prompt) = agent.prompt.as_mut().filter(|p| p.is_relative()) else {
+            continue;
+        };
+        let base = match origins.get(&format!("agents.{name}.prompt")) {
+            Some(Source::UserFile(f)) => f.parent().map(Path::to_path_buf),
+            Some(Source::WorkspaceFile(_)) => inputs.workspace_root.clone(),
+            _ => inputs.workspace_root.clone(),
+        };
+        if let Some(base) = base {
+            *prompt = base.join(&*prompt);
+        }
+    }
     let ask_trust = decision == Decision::Unknown && gated(&untrusted).next().is_some();
     Loaded {
         config,
@@ -688,6 +808,7 @@ fn workspace_hosts(
         ("reflector", &config.roles.reflector),
         ("evaluator", &config.roles.evaluator),
         ("intent", &config.roles.intent),
+        ("summarizer", &config.roles.summarizer),
     ];
     let mut add = |url: &Option<String>| {
         if let Some(u) = url {

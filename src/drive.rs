@@ -34,8 +34,18 @@ pub trait Shell {
     /// change re-located onto its new text (`edit::rebase`); where that is impossible the
     /// answer is `Stale`, and the step is redone.
     async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError>;
-    /// Runs the workspace's tests (the server's through its one owner of test runs).
-    async fn run_tests(&mut self, cancel: &CancellationToken) -> Result<RunResult, RunError>;
+    /// Runs the workspace's tests (the server's through its one owner of test runs), or
+    /// `command` in their place under the same policy (a tool's narrowed run or allowlisted
+    /// command, whose result is the model's, not the editor's diagnostics).
+    async fn run_tests(
+        &mut self,
+        cancel: &CancellationToken,
+        command: Option<Vec<String>>,
+    ) -> Result<RunResult, RunError>;
+    /// The editor's open buffers, for the tools that read off the loop's task.
+    fn buffers(&self) -> Vec<(String, FileText)> {
+        Vec::new()
+    }
     fn progress(&mut self, message: &str);
     fn warn(&mut self, message: &str);
     /// Called before each step, so `read` sees the latest text (the server takes a fresh
@@ -135,7 +145,8 @@ pub fn new_run_id() -> String {
     format!("run_{:08x}", fastrand::u32(..))
 }
 
-/// A new run of `goal` under the configuration's budgets: the one way every surface builds one.
+/// A new run of `goal` under the configuration's budgets, by the configuration's default
+/// agent: the one way every surface builds one.
 pub fn new_run(config: &Config, goal: &str) -> Run {
     let mut run = Run::new(
         goal,
@@ -144,11 +155,72 @@ pub fn new_run(config: &Config, goal: &str) -> Run {
             max_retries: config.agent.max_retries,
             max_iterations: config.agent.max_iterations,
             max_tool_steps: config.agent.max_tool_steps,
+            summarize_after: config.context.summarize_after,
+            max_corrections: config.agent.max_corrections,
         },
         String::new(),
     );
-    run.evaluate = config.agent.evaluate;
+    run.evaluation = config.agent.evaluate;
+    if let Ok(chosen) = choose_agent(config, &config.agent.default_agent) {
+        chosen.apply(&mut run);
+    }
     run
+}
+
+/// A named agent as a run uses it: its profile, and what it overrides of the configuration.
+#[derive(Debug, Clone)]
+pub struct ChosenAgent {
+    pub profile: agent::AgentProfile,
+    pub approval: Option<crate::config::Approval>,
+    pub max_tool_steps: Option<u32>,
+}
+
+impl ChosenAgent {
+    pub fn apply(&self, run: &mut Run) {
+        run.agent = self.profile.clone();
+        if let Some(n) = self.max_tool_steps {
+            run.budget.max_tool_steps = n;
+        }
+    }
+}
+
+/// Finds an agent by name: a built-in one, or a custom one of `[agents]` with its prompt file
+/// read now. An unknown name, or a prompt file that cannot be read, is an error for the user.
+pub fn choose_agent(config: &Config, name: &str) -> Result<ChosenAgent, String> {
+    if let Some(custom) = config.agents.get(name) {
+        let prompt = match &custom.prompt {
+            Some(path) => std::fs::read_to_string(path).map_err(|e| {
+                format!(
+                    "agent `{name}`: its prompt {} cannot be read: {e}",
+                    path.display()
+                )
+            })?,
+            None => return Err(format!("agent `{name}` has no `prompt` file")),
+        };
+        return Ok(ChosenAgent {
+            profile: agent::AgentProfile::custom(name, &custom.tools, prompt)?,
+            approval: custom.approval,
+            max_tool_steps: custom.max_tool_steps,
+        });
+    }
+    match agent::AgentProfile::built_in(name) {
+        Some(profile) => Ok(ChosenAgent {
+            profile,
+            approval: None,
+            max_tool_steps: None,
+        }),
+        None => {
+            let mut names: Vec<String> = agent::agents::BUILT_IN
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            names.extend(config.agents.keys().cloned());
+            Err(format!(
+                "there is no agent `{name}`; the agents are {}",
+                names.join(", ")
+            ))
+        }
+    }
 }
 
 /// Where an interrupted run goes on from: its goal and last checkpoint (`None` when it was
@@ -213,6 +285,21 @@ impl Drive<'_> {
         let mut failure_kind = None;
         let mut observer =
             Observer::open(self.record, self.events, self.root, &run_id, run, resumed);
+        let (prompts, used, problems) = agent::prompts::Prompts::load(&self.config.prompt_dirs);
+        run.prompts = prompts;
+        for p in problems {
+            shell.warn(&p);
+        }
+        let counter = self.counter();
+        observer.journal.write(
+            "agent",
+            "context",
+            json!({"agent": run.agent.name, "prompt_files": used, "tokenizer": counter.name(),
+                   "context_tokens": self.config.model.context_tokens, "map_tokens": self.config.context.map_tokens}),
+        );
+        let mut last_tests: Option<RunResult> = None;
+        // The tools the last model call was offered: the only ones its calls may use.
+        let mut offered: Vec<String> = Vec::new();
         self.refresh_context(run, None, shell);
         let mut queue: std::collections::VecDeque<Effect> = if resumed {
             agent::resume(run)
@@ -248,7 +335,8 @@ impl Drive<'_> {
                     role,
                     messages,
                     tools,
-                } => Next::Event(
+                } => Next::Event({
+                    offered = tools.clone();
                     self.call_model(
                         run,
                         (role, messages, tools),
@@ -256,9 +344,12 @@ impl Drive<'_> {
                         &mut totals,
                         &mut failure_kind,
                     )
-                    .await,
+                    .await
+                }),
+                Effect::RunTools(calls) => Next::Event(
+                    self.run_tools(calls, shell, &mut observer, &offered, &mut last_tests)
+                        .await,
                 ),
-                Effect::RunTools(calls) => Next::Event(self.run_tools(calls, shell, &mut observer)),
                 Effect::Locate(plan) => Next::Event(self.locate(&plan, shell).await),
                 Effect::AskApproval { changes, diff } => Next::Event(
                     self.approve(run, &changes, &diff, shell, &mut observer)
@@ -268,8 +359,14 @@ impl Drive<'_> {
                 Effect::RunTests => {
                     let baseline = run.phase == agent::Phase::Baseline;
                     Next::Event(
-                        self.run_tests(shell, &mut observer, &mut failure_kind, baseline)
-                            .await,
+                        self.run_tests(
+                            shell,
+                            &mut observer,
+                            &mut failure_kind,
+                            baseline,
+                            &mut last_tests,
+                        )
+                        .await,
                     )
                 }
             };
@@ -297,6 +394,9 @@ impl Drive<'_> {
             "the run ended without an answer".into(),
         ));
         let status = RunStatus::from_phase(phase);
+        if run.partial {
+            failure_kind = Some(FailureKind::Partial);
+        }
         observer.finished(status, run, &answer);
         let tests = run
             .tests
@@ -326,7 +426,7 @@ impl Drive<'_> {
     async fn call_model(
         &self,
         run: &Run,
-        (role, messages, tools): (Role, Vec<Message>, bool),
+        (role, messages, tools): (Role, Vec<Message>, Vec<String>),
         observer: &mut Observer<'_>,
         totals: &mut Totals,
         failure_kind: &mut Option<FailureKind>,
@@ -334,15 +434,37 @@ impl Drive<'_> {
         if role == Role::Coder {
             observer.checkpoint(run);
         }
+        // Level 3 of the context budget: the conversation fits the model's window, with room
+        // for the answer.
+        let counter = self.counter();
+        let window = self
+            .config
+            .model
+            .context_tokens
+            .saturating_sub(self.config.model.max_tokens as usize);
+        let fitted = agent::window::fit(messages, window, |t| counter.count(t));
+        if fitted.dropped > 0 {
+            observer.write(
+                role.as_str(),
+                "context_cut",
+                json!({"dropped_messages": fitted.dropped, "tokens": fitted.tokens, "window": window, "tokenizer": counter.name()}),
+            );
+        }
+        let offered = !tools.is_empty();
+        // A turn's first call may be made to read first (agent.first_tool).
+        let first = &self.config.agent.first_tool;
+        let tool_choice = (role == Role::Coder
+            && run.tool_steps == 0
+            && !first.is_empty()
+            && tools.contains(first))
+        .then(|| first.clone());
         let request = Request {
-            messages,
-            tools: if tools {
-                crate::tools::specs()
-            } else {
-                Vec::new()
-            },
+            messages: fitted.messages,
+            tools: crate::tools::specs_named(&tools),
+            tool_choice,
             ..Request::default()
         };
+        observer.prompt(role, &request, fitted.tokens, counter.name());
         // Streamed text goes to the terminal (`agent-ls run`) and to the live view.
         let (run_id, iteration) = (observer.run_id.clone(), observer.current.n);
         let stream = |text: &str| {
@@ -369,7 +491,7 @@ impl Drive<'_> {
             Ok(r) => {
                 totals.add(&r);
                 observer.model_answered(role, &r, totals);
-                if tools && !r.tool_calls.is_empty() {
+                if offered && !r.tool_calls.is_empty() {
                     return Event::ToolCalls {
                         text: r.text,
                         calls: r.tool_calls,
@@ -393,42 +515,176 @@ impl Drive<'_> {
         }
     }
 
-    /// Runs the coder's tool calls in order over the workspace as the shell sees it (the
-    /// editor's buffers first); each call and result goes to the journal.
-    fn run_tools(
+    /// The token counter of the coder's model: tiktoken where the model is OpenAI's, else
+    /// bytes / 4.
+    fn counter(&self) -> crate::tokens::Counter {
+        let name = self
+            .config
+            .roles
+            .coder
+            .name
+            .as_deref()
+            .or(self.config.model.name.as_deref())
+            .unwrap_or("");
+        crate::tokens::Counter::for_model(name)
+    }
+
+    /// Runs a round of tool calls. The reading tools run at the same time, each on a blocking
+    /// thread over a snapshot of the workspace (the editor's buffers first) and within
+    /// `agent.tool_timeout_secs`; the running tools go through the shell's test policy one
+    /// after the other. The results come back in call order, and each call and result goes
+    /// to the journal. A tool the agent was not given, or that fails, is answered as such.
+    async fn run_tools(
         &self,
         calls: Vec<crate::model::ToolCall>,
-        shell: &impl Shell,
+        shell: &mut impl Shell,
         observer: &mut Observer<'_>,
+        allowed: &[String],
+        last_tests: &mut Option<RunResult>,
     ) -> Event {
-        struct Workspace<'s, S: Shell> {
-            root: &'s Path,
-            shell: &'s S,
-        }
-        impl<S: Shell> crate::tools::Files for Workspace<'_, S> {
-            fn root(&self) -> &Path {
-                self.root
-            }
-            fn read(&self, relative: &str) -> FileText {
-                self.shell.read(relative)
-            }
-        }
-        let ws = Workspace {
-            root: self.root,
-            shell,
-        };
-        let limits = crate::tools::Limits {
+        use crate::tools::{Limits, Output};
+        let limits = Limits {
             result_bytes: self.config.agent.tool_result_bytes,
-            ..crate::tools::Limits::default()
+            ..Limits::default()
         };
+        let snapshot = std::sync::Arc::new(crate::tools::Snapshot {
+            root: self.root.to_path_buf(),
+            buffers: shell.buffers().into_iter().collect(),
+            diagnostics: diagnostics_of(last_tests.as_ref()),
+        });
+        let timeout = std::time::Duration::from_secs(self.config.agent.tool_timeout_secs.max(1));
+        let reads: Vec<_> = calls
+            .iter()
+            .map(|call| {
+                let reading = crate::agent::agents::READ_TOOLS.contains(&call.name.as_str())
+                    && allowed.contains(&call.name);
+                reading.then(|| {
+                    let (call, snapshot) = (call.clone(), snapshot.clone());
+                    let started = Instant::now();
+                    let job = tokio::task::spawn_blocking(move || {
+                        crate::tools::run(&call, &*snapshot, &limits)
+                    });
+                    async move {
+                        let out = match tokio::time::timeout(timeout, job).await {
+                            Ok(Ok(out)) => out,
+                            Ok(Err(e)) => Output::error(format!("the tool failed: {e}")),
+                            // The thread finishes on its own; its late result is dropped.
+                            Err(_) => Output::error(format!(
+                                "the tool did not finish within {} s (agent.tool_timeout_secs); narrow it",
+                                timeout.as_secs()
+                            )),
+                        };
+                        (out, started.elapsed())
+                    }
+                })
+            })
+            .collect();
+        let pending: Vec<usize> = reads
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.is_some().then_some(i))
+            .collect();
+        let mut done: Vec<Option<(Output, std::time::Duration)>> =
+            futures::future::join_all(reads.into_iter().flatten())
+                .await
+                .into_iter()
+                .map(Some)
+                .collect();
+        let mut by_index: std::collections::HashMap<usize, (Output, std::time::Duration)> = pending
+            .into_iter()
+            .zip(done.iter_mut().map(|d| d.take()))
+            .filter_map(|(i, d)| d.map(|d| (i, d)))
+            .collect();
         let mut results = Vec::with_capacity(calls.len());
-        for call in calls {
-            let started = Instant::now();
-            let out = crate::tools::run(&call, &ws, &limits);
-            observer.tool(&call, &out, started.elapsed());
+        for (i, call) in calls.into_iter().enumerate() {
+            let (out, took) = match by_index.remove(&i) {
+                Some(r) => r,
+                None => {
+                    let started = Instant::now();
+                    let out = self
+                        .run_tool(&call, shell, allowed, &limits, last_tests)
+                        .await;
+                    (out, started.elapsed())
+                }
+            };
+            observer.tool(&call, &out, took);
             results.push((call, out.text));
         }
         Event::ToolResults(results)
+    }
+
+    /// A tool that is not a reading one: the tests or an allowlisted command, through the
+    /// shell; anything else is answered as not offered.
+    async fn run_tool(
+        &self,
+        call: &crate::model::ToolCall,
+        shell: &mut impl Shell,
+        allowed: &[String],
+        limits: &crate::tools::Limits,
+        last_tests: &mut Option<RunResult>,
+    ) -> crate::tools::Output {
+        use crate::tools::Output;
+        if !allowed.contains(&call.name) {
+            return Output::error(format!(
+                "the tool `{}` is not offered to this agent; its tools are {}",
+                call.name,
+                allowed.join(", ")
+            ));
+        }
+        let command = match call.name.as_str() {
+            "run_tests" => match call.arguments.get("filter").and_then(|f| f.as_str()) {
+                Some(filter) if !filter.trim().is_empty() => {
+                    match tests_run::narrowed(self.root, &self.config.test, filter.trim()) {
+                        Ok(argv) => Some(argv),
+                        Err(e) => return Output::error(e),
+                    }
+                }
+                _ => None,
+            },
+            "run_command" => {
+                let argv: Option<Vec<String>> = call
+                    .arguments
+                    .get("argv")
+                    .and_then(|a| a.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(String::from))
+                            .collect()
+                    });
+                match argv {
+                    Some(a) if !a.is_empty() => Some(a),
+                    _ => return Output::error("`argv` must be a non-empty list of strings"),
+                }
+            }
+            other => {
+                return Output::error(format!(
+                    "`{other}` cannot be called here (an editing tool is a proposal: call it alone, or answer with edits)"
+                ));
+            }
+        };
+        let whole = command.is_none() && call.name == "run_tests";
+        match shell.run_tests(self.cancel, command).await {
+            Ok(r) => {
+                let text = format!(
+                    "{}: {} ({} passed, {} failed){}\n{}",
+                    r.command.argv.join(" "),
+                    r.state().as_str(),
+                    r.passed.unwrap_or(0),
+                    r.failed.unwrap_or(r.failures.len() as u32),
+                    r.environment
+                        .as_ref()
+                        .map(|e| format!("; it did not run: {e}"))
+                        .unwrap_or_default(),
+                    r.report
+                );
+                // A whole run is what the server knows now; a narrowed one says less.
+                if whole {
+                    *last_tests = Some(r);
+                }
+                Output::ok(crate::tools::cap(&text, limits.result_bytes))
+            }
+            Err(e) => Output::error(e.to_string()),
+        }
     }
 
     async fn locate(&self, plan: &edit::EditPlan, shell: &mut impl Shell) -> Event {
@@ -484,9 +740,13 @@ impl Drive<'_> {
         observer: &mut Observer<'_>,
         failure_kind: &mut Option<FailureKind>,
         baseline: bool,
+        last_tests: &mut Option<RunResult>,
     ) -> Event {
         let started = Instant::now();
-        let result = shell.run_tests(self.cancel).await;
+        let result = shell.run_tests(self.cancel, None).await;
+        if let Ok(r) = &result {
+            *last_tests = Some(r.clone());
+        }
         observer.test_time(started.elapsed());
         match result {
             Ok(r) if r.end == RunEnd::Cancelled => Event::Cancel,
@@ -551,15 +811,51 @@ impl Drive<'_> {
                 }
             }
         }
-        for path in workspace_files(self.root, 200) {
+        // The repo map, ranked toward the files above and the names the goal and the failure
+        // mention; then the best-ranked files in full while the budget lasts, then the rest.
+        let buffers: std::collections::HashMap<String, String> = shell
+            .buffers()
+            .into_iter()
+            .filter_map(|(p, t)| match t {
+                FileText::Text(t) => Some((p, t)),
+                _ => None,
+            })
+            .collect();
+        let map = crate::repomap::build(self.root, &buffers);
+        let mut mentioned = run.goal.clone();
+        if let Some(report) = latest.or(run.tests.as_ref().map(|t| t.report.as_str())) {
+            mentioned.push('\n');
+            mentioned.push_str(report);
+        }
+        let focus = crate::repomap::Focus {
+            files: wanted.clone(),
+            idents: crate::repomap::idents_of(&mentioned),
+        };
+        let map_text = map.render(&focus, self.config.context.map_tokens, &self.counter());
+        let named = wanted.len();
+        for path in map
+            .ranked_files(&focus)
+            .into_iter()
+            .chain(workspace_files(self.root, 200))
+        {
             if !wanted.contains(&path) {
                 wanted.push(path);
             }
         }
         let mut context = String::new();
         let mut listed = Vec::new();
+        // The map has its own budget (context.map_tokens): the files' bytes are counted apart.
+        let map_block = format!(
+            "Repo map (the definitions that matter most, as path:line: signature):\n{map_text}\n"
+        );
+        let mut map_len = 0;
         let budget = self.config.agent.context_bytes;
-        for path in &wanted {
+        for (i, path) in wanted.iter().enumerate() {
+            if i == named && !map_text.is_empty() {
+                context.push_str(&map_block);
+                map_len = map_block.len();
+            }
+            let budget = budget + map_len;
             // Once the budget is spent the rest are only named, not read: this runs before
             // every step, and a project can have hundreds of files.
             if context.len() >= budget {
@@ -576,7 +872,11 @@ impl Drive<'_> {
             }
             context.push_str(&block);
         }
+        if wanted.len() == named && !map_text.is_empty() {
+            context.push_str(&map_block);
+        }
         if !listed.is_empty() {
+            listed.truncate(100);
             context.push_str(&format!("Other files (not shown): {}\n", listed.join(", ")));
         }
         run.context = context;
@@ -718,11 +1018,11 @@ impl<'a> Observer<'a> {
                 self.current.reflection = Some(r.text.chars().take(4000).collect());
             }
             Role::Evaluator => {
-                if let Ok((score, reason)) = agent::prompts::parse_evaluation(&r.text) {
+                if let Ok((score, reason, complete)) = agent::prompts::parse_evaluation(&r.text) {
                     self.write(
                         "evaluator",
                         "evaluation",
-                        json!({"score": score, "reason": reason}),
+                        json!({"score": score, "reason": reason, "complete": complete}),
                     );
                     self.store("an evaluation", move |s, id| {
                         s.evaluation(id, score, &reason)
@@ -737,6 +1037,28 @@ impl<'a> Observer<'a> {
             self.current.model = Some(format!("{}/{}", r.provider, r.model));
         }
         self.flush();
+    }
+
+    /// What a model call was sent: its size in bytes and tokens (as `tokenizer` counts), the
+    /// figures of the context budget.
+    fn prompt(&mut self, role: Role, request: &Request, tokens: usize, tokenizer: &str) {
+        let bytes: usize = request
+            .messages
+            .iter()
+            .map(|m| {
+                m.content.len()
+                    + m.tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.to_string().len())
+                        .sum::<usize>()
+            })
+            .sum();
+        self.journal.write(
+            role.as_str(),
+            "prompt",
+            json!({"messages": request.messages.len(), "bytes": bytes, "tokens": tokens,
+                   "tokenizer": tokenizer, "tools": request.tools.iter().map(|t| &t.name).collect::<Vec<_>>()}),
+        );
     }
 
     fn patch(&mut self, changes: &[FileChange], diff: &str, review: &Review) {
@@ -819,6 +1141,25 @@ impl<'a> Observer<'a> {
             s.run_finished(id, status, iterations, tests, &answer)
         });
     }
+}
+
+/// The failures of a test run as `get_diagnostics` reports them: each failure at its place.
+fn diagnostics_of(r: Option<&RunResult>) -> Vec<crate::tools::Diagnostic> {
+    let Some(r) = r else {
+        return Vec::new();
+    };
+    r.failures
+        .iter()
+        .filter_map(|f| {
+            let l = f.location.as_ref()?;
+            Some(crate::tools::Diagnostic {
+                path: l.file.clone(),
+                line: l.line,
+                source: f.test_id.clone(),
+                message: f.message.clone(),
+            })
+        })
+        .collect()
 }
 
 /// A test run as the loop sees it; the fingerprint is the sorted set of failing tests and

@@ -42,6 +42,8 @@ pub struct Options {
     pub resume: Option<String>,
     /// With --yes, also write protected files and changes the static scan flagged.
     pub allow_protected: bool,
+    /// The agent to run the goal (--agent); the configuration's default when `None`.
+    pub agent: Option<String>,
 }
 
 /// Exit codes of `agent-ls run`.
@@ -142,9 +144,17 @@ impl Shell for CliShell<'_> {
         files::write_changes(self.root, &changes).map_err(ApplyError::Failed)
     }
 
-    async fn run_tests(&mut self, cancel: &CancellationToken) -> Result<RunResult, RunError> {
+    async fn run_tests(
+        &mut self,
+        cancel: &CancellationToken,
+        command: Option<Vec<String>>,
+    ) -> Result<RunResult, RunError> {
         let sandbox = Sandbox::from_config(&self.config.sandbox);
-        crate::tests_run::run(self.root, &self.config.test, &sandbox, cancel).await
+        let test = match command {
+            Some(argv) => crate::tests_run::with_command(&self.config.test, argv),
+            None => self.config.test.clone(),
+        };
+        crate::tests_run::run(self.root, &test, &sandbox, cancel).await
     }
 
     fn progress(&mut self, message: &str) {
@@ -231,6 +241,19 @@ pub fn run(opts: Options) -> u8 {
         cfg.model.fallback.clear();
         cfg.roles = Default::default();
     }
+    let chosen = match &opts.agent {
+        Some(name) => match drive::choose_agent(&cfg, name) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("agent-ls: {e}");
+                return exit::CONFIG;
+            }
+        },
+        None => None,
+    };
+    if let Some(a) = chosen.as_ref().and_then(|c| c.approval) {
+        cfg.agent.approval = a;
+    }
     let mode = match (opts.mode, cfg.agent.approval) {
         (Mode::Ask, Approval::Auto) => Mode::Yes,
         (m, _) => m,
@@ -301,6 +324,9 @@ pub fn run(opts: Options) -> u8 {
         watch_signals(cancel.clone());
         let models = Models::new(&cfg, Some(&root));
         let mut run = drive::new_run(&cfg, &goal);
+        if let Some(c) = &chosen {
+            c.apply(&mut run);
+        }
         let mut shell = CliShell {
             root: &root,
             mode,

@@ -61,6 +61,11 @@ enum Command {
         /// executables, ...) and changes the static scan flagged; without it they are refused.
         #[arg(long, requires = "yes")]
         allow_protected: bool,
+        /// The agent to run the goal: build (every tool; edits need approval), plan (reads,
+        /// then writes a plan), review (reads, then comments in Markdown), or a custom agent
+        /// of the configuration's [agents]. Default: agent.default_agent.
+        #[arg(long, value_name = "NAME")]
+        agent: Option<String>,
     },
     /// Re-run a recorded run (a journal in .agent-ls/runs/) against the current files, with
     /// every model answer taken from the journal.
@@ -158,6 +163,7 @@ fn main() -> ExitCode {
             yes,
             dry_run,
             allow_protected,
+            agent,
         } => {
             let workspace = match workspace_or_cwd(workspace) {
                 Ok(w) => w,
@@ -187,6 +193,7 @@ fn main() -> ExitCode {
                 replay: None,
                 resume,
                 allow_protected,
+                agent,
             }))
         }
         Command::Replay {
@@ -228,6 +235,7 @@ fn main() -> ExitCode {
                 replay: Some(journal),
                 resume: None,
                 allow_protected: false,
+                agent: None,
             }))
         }
         Command::Runs { workspace, json } => or_exit_1(list_runs(workspace, json)),

@@ -291,9 +291,11 @@ fn code_actions_offer_the_agent() {
             "Agent: implement",
             "Agent: refactor",
             "Agent: explain",
+            "Agent: review",
             "Agent: fix failing tests"
         ]
     );
+    assert_eq!(actions[4]["command"]["arguments"][0]["agent"], "review");
     let fix = &actions[0];
     assert_eq!(fix["kind"], "quickfix");
     assert_eq!(fix["command"]["command"], "agent-ls.run");

@@ -402,18 +402,26 @@ fn over_lsp_the_coder_reads_unsaved_buffers_with_tools_and_the_view_hears_of_it(
     let uri = file_uri(&ws.path().join("calc.py"));
     // The user's unsaved comment is in the buffer only: grep must find it there.
     let typed = BROKEN.replace("def add", "# unsaved note\ndef add");
-    let fix =
-        "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
-    let options = replay(
+    std::fs::write(
+        ws.path().join("notes.txt"),
+        (0..300).map(|i| format!("note {i}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let mut options = replay(
         ws.path(),
         &[
             json!({"role": "coder", "content": "", "tool_calls": [
                 {"name": "grep", "arguments": {"pattern": "unsaved note"}},
-                {"name": "read_file", "arguments": {"path": "../outside.py"}}
+                {"name": "read_file", "arguments": {"path": "../outside.py"}},
+                {"name": "read_file", "arguments": {"path": "notes.txt"}}
             ]}),
-            json!({"role": "coder", "content": fix}),
+            // The change comes as an editing tool's proposal, on the unsaved buffer's text.
+            json!({"role": "coder", "content": "", "tool_calls": [
+                {"name": "edit_file", "arguments": {"path": "calc.py", "search": "    return a - b\n", "replace": "    return a + b\n"}}
+            ]}),
         ],
     );
+    options["agent"]["tool_result_bytes"] = json!(400);
     let mut c = Client::spawn(Spawn::default());
     c.initialize(ws.path(), json!({}), options);
     c.open(&uri, &typed);
@@ -429,7 +437,19 @@ fn over_lsp_the_coder_reads_unsaved_buffers_with_tools_and_the_view_hears_of_it(
         .filter(|n| n["method"] == "agent-ls/runEvent" && n["params"]["type"] == "tool_result")
         .map(|n| n["params"]["data"].clone())
         .collect();
-    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results.len(), 3, "{results:?}");
+    // A result over its limit is cut, head and tail kept.
+    assert!(
+        results[2]["bytes"].as_u64().unwrap() <= 400,
+        "{}",
+        results[2]
+    );
+    assert!(results[2]["text"].as_str().unwrap().contains("note 299"));
+    let text = buffers.lock().unwrap()[&uri].0.clone();
+    assert!(
+        text.contains("# unsaved note") && text.contains("return a + b"),
+        "{text}"
+    );
     // Parallel calls come back in call order; a bad call is an answer, not the run's end.
     assert_eq!(results[0]["name"], "grep");
     assert_eq!(results[0]["text"], "calc.py:4: # unsaved note");
@@ -443,4 +463,100 @@ fn over_lsp_the_coder_reads_unsaved_buffers_with_tools_and_the_view_hears_of_it(
         "{}",
         results[1]
     );
+}
+
+#[test]
+fn over_lsp_a_command_names_the_review_agent_and_an_unknown_agent_is_an_error() {
+    let ws = support::example();
+    let uri = file_uri(&ws.path().join("calc.py"));
+    let options = replay(
+        ws.path(),
+        &[
+            json!({"role": "coder", "content": "", "tool_calls": [
+                {"name": "read_file", "arguments": {"path": "calc.py"}}
+            ]}),
+            json!({"role": "coder", "content": "- calc.py:5: `add` subtracts."}),
+        ],
+    );
+    let mut c = Client::spawn(Spawn::default());
+    c.initialize(ws.path(), json!({}), options);
+    c.open(&uri, BROKEN);
+    let err = c
+        .command(
+            "agent-ls.run",
+            json!({"goal": "look at calc.py", "agent": "nope"}),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("build, plan, review"), "{err}");
+    c.command(
+        "agent-ls.run",
+        json!({"goal": "look at calc.py", "agent": "review"}),
+    )
+    .unwrap();
+    let done = run_finished(&mut c);
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(done["answer"], "- calc.py:5: `add` subtracts.");
+    assert_eq!(done["files_changed"], json!([]));
+    // A reading agent is offered no editing tools, and edits nothing.
+    assert!(
+        !c.notifications
+            .iter()
+            .any(|n| n["method"] == "agent-ls/runEvent" && n["params"]["type"] == "patch")
+    );
+}
+
+#[test]
+fn over_lsp_a_server_without_tools_gets_the_text_protocol() {
+    use support::model_server::Reply;
+    let ws = support::example();
+    let uri = file_uri(&ws.path().join("calc.py"));
+    let fix =
+        "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let server = ModelServer::start(vec![
+        Reply::status(400, "{\"error\": \"this model does not support tools\"}"),
+        openai_text(&["{\"tool\": \"grep\", \"arguments\": {\"pattern\": \"def add\"}}"]),
+        openai_text(&[fix]),
+    ]);
+    let mut c = Client::spawn(Spawn {
+        env: vec![
+            ("AGENT_LS_MODEL__PROVIDER".into(), "openai".into()),
+            (
+                "AGENT_LS_MODEL__BASE_URL".into(),
+                format!("{}/v1", server.url),
+            ),
+            ("OPENAI_API_KEY".into(), "test-key".into()),
+        ],
+        ..Spawn::default()
+    });
+    c.initialize(
+        ws.path(),
+        json!({}),
+        json!({"agent": {"approval": "auto", "evaluate": false}}),
+    );
+    c.open(&uri, BROKEN);
+    let buffers: Buffers = Arc::new(Mutex::new(HashMap::from([(
+        uri.clone(),
+        (BROKEN.to_string(), 1),
+    )])));
+    editor_applies(&mut c, buffers.clone(), vec![uri.clone()]);
+    c.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = run_finished(&mut c);
+    assert_eq!(done["status"], "done", "{done}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[1].body.get("tools").is_none());
+    assert!(
+        requests[2]
+            .body
+            .to_string()
+            .contains("calc.py:4: def add(a, b):"),
+        "{}",
+        requests[2].body
+    );
+    let result = c
+        .notifications
+        .iter()
+        .find(|n| n["method"] == "agent-ls/runEvent" && n["params"]["type"] == "tool_result")
+        .expect("the view hears of the call");
+    assert_eq!(result["params"]["data"]["name"], "grep");
 }

@@ -113,3 +113,77 @@ fn a_json_schema_answer_parses() {
     assert!(v["score"].is_i64(), "{v}");
     assert!(v["reason"].is_string(), "{v}");
 }
+
+/// The loop with the real model: its first call of the turn must call grep (agent.first_tool),
+/// the real model answers with a grep call, and the loop runs it and sends the result back.
+/// The model is too small to fix anything, so the run's end is not checked: the journal is.
+#[test]
+fn the_real_model_calls_a_tool_that_the_loop_runs() {
+    let Some(url) = server() else { return };
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ws = tempfile::tempdir().unwrap();
+    for f in ["calc.py", "test_calc.py"] {
+        std::fs::copy(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("examples/calc")
+                .join(f),
+            ws.path().join(f),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\nmax_tool_steps = 1\nmax_retries = 0\nmax_iterations = 1\nfirst_tool = \"grep\"\n[model]\nmax_tokens = 160\n",
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agent-ls"))
+        .args([
+            "run",
+            "fix the failing tests",
+            "--dry-run",
+            "--json",
+            "--workspace",
+        ])
+        .arg(ws.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .env("AGENT_LS_MODEL__PROVIDER", "ollama")
+        .env("AGENT_LS_MODEL__BASE_URL", &url)
+        .env("AGENT_LS_MODEL__NAME", "SmolLM2-135M-Instruct")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    let runs = ws.path().join(".agent-ls/runs");
+    let lines: Vec<serde_json::Value> = std::fs::read_dir(&runs)
+        .unwrap_or_else(|e| panic!("{e}: {said}"))
+        .flatten()
+        .flat_map(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect::<Vec<serde_json::Value>>()
+        })
+        .collect();
+    let call = lines
+        .iter()
+        .find(|l| l["type"] == "tool_call")
+        .unwrap_or_else(|| panic!("no tool call in the journal: {said}"));
+    assert_eq!(call["data"]["name"], "grep");
+    assert!(call["data"]["arguments"]["pattern"].is_string(), "{call}");
+    let result = lines
+        .iter()
+        .find(|l| l["type"] == "tool_result")
+        .expect("the loop ran the call");
+    assert_eq!(result["data"]["name"], "grep");
+    // The result went back to the model: a second coder call followed the first.
+    let coder_calls = lines
+        .iter()
+        .filter(|l| l["role"] == "coder" && l["type"] == "model_call")
+        .count();
+    assert!(coder_calls >= 2, "{said}");
+}

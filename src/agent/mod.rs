@@ -2,7 +2,11 @@
 //! (`drive.rs`) performs the effects (model calls, locating edits, approval, applying, test
 //! runs) and feeds their results back as events. No IO, no clocks, no LSP types.
 
+pub mod agents;
 pub mod prompts;
+pub mod window;
+
+pub use agents::{AgentKind, AgentProfile};
 
 use serde::{Deserialize, Serialize};
 
@@ -249,6 +253,8 @@ pub enum FailureKind {
     Config,
     /// A model call or the tests ran out of time.
     Timeout,
+    /// The tests pass, but the evaluator found the goal not fully reached.
+    Partial,
 }
 
 /// A test run's result as the loop sees it.
@@ -303,8 +309,8 @@ pub enum Effect {
     CallModel {
         role: Role,
         messages: Vec<crate::model::Message>,
-        /// Offer the reading tools (the coder, while it has tool steps left).
-        tools: bool,
+        /// The tools offered, by name (none once the turn's tool steps are spent).
+        tools: Vec<String>,
     },
     /// Run these tool calls and answer with `Event::ToolResults`.
     RunTools(Vec<crate::model::ToolCall>),
@@ -331,6 +337,12 @@ pub struct Budget {
     /// Tool calls the coder may make in one turn before it must answer (0: no tools).
     #[serde(default)]
     pub max_tool_steps: u32,
+    /// Tool rounds after which the older ones are summarised (0: never).
+    #[serde(default)]
+    pub summarize_after: u32,
+    /// Correction rounds a full evaluation may start.
+    #[serde(default)]
+    pub max_corrections: u32,
 }
 
 /// Everything the loop knows. The shell keeps it and passes every event through `step`.
@@ -344,8 +356,23 @@ pub struct Run {
     /// current one.
     pub tasks: Vec<Task>,
     pub task: usize,
-    /// Ask the evaluator for a score at the end (logged, never blocking).
-    pub evaluate: bool,
+    /// Self-evaluation at the end: off, basic (may end the run partial) or full (may start
+    /// correction rounds).
+    #[serde(default)]
+    pub evaluation: crate::config::Evaluation,
+    /// Correction rounds started by the evaluator so far.
+    #[serde(default)]
+    pub corrections: u32,
+    /// The evaluator found the goal not fully reached: the run ends partial.
+    #[serde(default)]
+    pub partial: bool,
+    /// The agent running the goal: its kind, tools and prompt.
+    #[serde(default)]
+    pub agent: AgentProfile,
+    /// The role prompts (built in, or the user's and a trusted workspace's files), set by the
+    /// shell before every drive.
+    #[serde(skip)]
+    pub prompts: prompts::Prompts,
     /// What the run will answer once the evaluator has spoken.
     done_answer: String,
     pub phase: Phase,
@@ -393,7 +420,11 @@ impl Run {
                 artifacts: Vec::new(),
             }],
             task: 0,
-            evaluate: false,
+            evaluation: crate::config::Evaluation::Off,
+            corrections: 0,
+            partial: false,
+            agent: AgentProfile::default(),
+            prompts: prompts::Prompts::default(),
             done_answer: String::new(),
             phase: Phase::Baseline,
             budget,
@@ -436,6 +467,38 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
             "cancelled; edits already applied stay (the editor's undo reverts them)".into(),
         ),
         (Phase::Baseline, Event::Start) => start(run),
+        // The summary of a long turn's tool rounds replaces them.
+        (
+            Phase::Coding | Phase::Explaining | Phase::Planning,
+            Event::ModelAnswered {
+                role: Role::Summarizer,
+                text,
+            },
+        ) => {
+            let rounds = run.exchange.len();
+            run.exchange = vec![crate::model::Message::user(format!(
+                "Notes on your earlier tool calls in this turn (summarised to save room):\n{}",
+                text.trim()
+            ))];
+            vec![
+                Effect::Progress(format!(
+                    "summarised {rounds} messages of tool calls to keep the prompt small"
+                )),
+                continue_call(run),
+            ]
+        }
+        (
+            Phase::Coding | Phase::Explaining | Phase::Planning,
+            Event::ModelFailed {
+                role: Role::Summarizer,
+                error,
+            },
+        ) => vec![
+            Effect::Warn(format!(
+                "the summary of the tool calls failed ({error}); they stay as they are"
+            )),
+            continue_call(run),
+        ],
         (Phase::Classifying, Event::ModelAnswered { text, .. }) => {
             run.intent = Some(prompts::parse_intent(&text));
             start(run)
@@ -463,10 +526,15 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
             }
             Err(e) if !run.parse_retry_used => {
                 run.parse_retry_used = true;
+                let mut messages = prompts::plan(run, None);
+                messages.extend(run.exchange.iter().cloned());
+                messages.push(crate::model::Message::user(format!(
+                    "Your plan could not be read ({e}). Answer with the JSON only."
+                )));
                 vec![Effect::CallModel {
                     role: Role::Planner,
-                    messages: prompts::plan(run, Some(&e)),
-                    tools: false,
+                    messages,
+                    tools: Vec::new(),
                 }]
             }
             Err(e) => finish(
@@ -481,14 +549,18 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
             format!("the planner model failed: {error}"),
         ),
         (Phase::Evaluating, Event::ModelAnswered { text, .. }) => {
-            let answer = match prompts::parse_evaluation(&text) {
-                Ok((score, reason)) => {
+            match prompts::parse_evaluation(&text) {
+                Ok((score, reason, false)) => incomplete(run, score, reason),
+                Ok((score, reason, true)) => {
                     tracing::info!(score, reason = %reason, "evaluation");
-                    format!("{} (evaluation: {score}/5, {reason})", run.done_answer)
+                    let answer = format!("{} (evaluation: {score}/5, {reason})", run.done_answer);
+                    finish(run, Phase::Done, answer)
                 }
-                Err(_) => run.done_answer.clone(),
-            };
-            finish(run, Phase::Done, answer)
+                Err(_) => {
+                    let answer = run.done_answer.clone();
+                    finish(run, Phase::Done, answer)
+                }
+            }
         }
         (Phase::Evaluating, Event::ModelFailed { .. }) => {
             let answer = run.done_answer.clone();
@@ -525,7 +597,28 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
             format!("cannot run the tests to find the failures: {why}"),
         ),
         (Phase::Explaining, Event::ModelAnswered { text, .. }) => finish(run, Phase::Done, text),
-        (Phase::Coding, Event::ToolCalls { text, calls }) => {
+        // Editing tools are proposals: the turn's change, located, shown and tested like
+        // edits written as text.
+        (Phase::Coding, Event::ToolCalls { calls, .. })
+            if calls
+                .iter()
+                .any(|c| agents::is_edit_tool(&c.name) && run.agent.tools.contains(&c.name)) =>
+        {
+            let edits: Vec<(&str, &serde_json::Value)> = calls
+                .iter()
+                .filter(|c| agents::is_edit_tool(&c.name))
+                .map(|c| (c.name.as_str(), &c.arguments))
+                .collect();
+            match crate::edit::plan_from_tool_calls(&edits) {
+                Ok(plan) => {
+                    run.parse_retry_used = false;
+                    run.phase = Phase::Locating;
+                    vec![Effect::Locate(plan)]
+                }
+                Err(e) => unreadable(run, e.to_string()),
+            }
+        }
+        (Phase::Coding | Phase::Explaining | Phase::Planning, Event::ToolCalls { text, calls }) => {
             run.tool_steps += 1;
             run.exchange
                 .push(crate::model::Message::calls(text, calls.clone()));
@@ -535,18 +628,31 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
                 Effect::RunTools(calls),
             ]
         }
-        (Phase::Coding, Event::ToolResults(results)) => {
+        (Phase::Coding | Phase::Explaining | Phase::Planning, Event::ToolResults(results)) => {
             for (call, text) in &results {
                 run.exchange
                     .push(crate::model::Message::tool_result(call, text.clone()));
             }
             if run.tool_steps >= run.budget.max_tool_steps {
+                let what = if run.phase == Phase::Coding {
+                    "Answer now with your edits."
+                } else {
+                    "Answer now."
+                };
                 run.exchange.push(crate::model::Message::user(format!(
-                    "That was the last tool call of this turn ({} rounds, agent.max_tool_steps). Answer now with your edits.",
+                    "That was the last tool call of this turn ({} rounds, agent.max_tool_steps). {what}",
                     run.tool_steps
                 )));
+            } else if run.budget.summarize_after > 0
+                && run.tool_steps.is_multiple_of(run.budget.summarize_after)
+            {
+                return vec![Effect::CallModel {
+                    role: Role::Summarizer,
+                    messages: prompts::summarize(run),
+                    tools: Vec::new(),
+                }];
             }
-            vec![continue_coder(run)]
+            vec![continue_call(run)]
         }
         (Phase::Coding, Event::ModelAnswered { text, .. }) => {
             match crate::edit::parse_plan(&text) {
@@ -555,23 +661,7 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
                     run.phase = Phase::Locating;
                     vec![Effect::Locate(plan)]
                 }
-                Err(e) if !run.parse_retry_used => {
-                    run.parse_retry_used = true;
-                    run.feedback.push(format!(
-                    "Your last answer could not be read as edits ({e}). Answer again with SEARCH/REPLACE blocks or JSON {{\"edits\": [...]}} only."
-                ));
-                    vec![
-                        Effect::Warn(format!(
-                            "the coder's answer did not parse ({e}); asking once more"
-                        )),
-                        call_coder(run),
-                    ]
-                }
-                Err(e) => finish(
-                    run,
-                    Phase::Failed,
-                    format!("the coder's answer could not be read as edits twice: {e}"),
-                ),
+                Err(e) => unreadable(run, e.to_string()),
             }
         }
         (
@@ -689,7 +779,7 @@ fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
             vec![Effect::CallModel {
                 role: Role::Reflector,
                 messages: prompts::reflect(run),
-                tools: false,
+                tools: Vec::new(),
             }]
         }
         // An edit in a project without tests is done once applied; a fix needs its tests.
@@ -734,19 +824,23 @@ pub fn resume(run: &mut Run) -> Vec<Effect> {
             "resumed at iteration {} of {}",
             run.iterations, run.budget.max_iterations
         )),
-        continue_coder(run),
+        continue_call(run),
     ]
 }
 
-/// The first step once the intent is known: classify an unclear goal, run the tests first for
-/// a fix, plan a large edit, or go straight to the coder.
+/// The first step once the intent is known: a reading agent answers at once; otherwise
+/// classify an unclear goal, run the tests first for a fix, plan a large edit, or go straight
+/// to the coder.
 fn start(run: &mut Run) -> Vec<Effect> {
+    if run.agent.kind != AgentKind::Build {
+        return answer(run);
+    }
     let Some(intent) = run.intent else {
         run.phase = Phase::Classifying;
         return vec![Effect::CallModel {
             role: Role::Intent,
             messages: prompts::intent(run),
-            tools: false,
+            tools: Vec::new(),
         }];
     };
     run.phase = Phase::Baseline;
@@ -755,28 +849,35 @@ fn start(run: &mut Run) -> Vec<Effect> {
             Effect::Progress("running the tests".into()),
             Effect::RunTests,
         ],
-        Intent::Explain => {
-            run.phase = Phase::Explaining;
-            vec![Effect::CallModel {
-                role: Role::Coder,
-                messages: prompts::explain(run),
-                tools: false,
-            }]
-        }
+        Intent::Explain => answer(run),
         Intent::Fix => vec![
             Effect::Progress("running the tests to see what fails".into()),
             Effect::RunTests,
         ],
         Intent::Edit if needs_plan(&run.goal) => {
+            // Mixed mode: the planner reads the code with the reading tools first (when the
+            // run has tools), then the build agent works through its tasks.
             run.phase = Phase::Planning;
-            vec![Effect::CallModel {
-                role: Role::Planner,
-                messages: prompts::plan(run, None),
-                tools: false,
-            }]
+            run.exchange.clear();
+            run.tool_steps = 0;
+            vec![continue_call(run)]
         }
         Intent::Edit => code(run),
     }
+}
+
+/// A Markdown answer: an explanation, a plan (the plan agent) or a review (the review
+/// agent), with the reading tools.
+fn answer(run: &mut Run) -> Vec<Effect> {
+    run.phase = Phase::Explaining;
+    run.exchange.clear();
+    run.tool_steps = 0;
+    let what = match run.agent.kind {
+        AgentKind::Plan => "planning",
+        AgentKind::Review => "reviewing",
+        AgentKind::Build => "reading the code to answer",
+    };
+    vec![Effect::Progress(what.into()), continue_call(run)]
 }
 
 /// The current task passed its tests: the next task, or the end (with the evaluator's score
@@ -796,16 +897,74 @@ fn task_done(run: &mut Run, answer: String) -> Vec<Effect> {
         effects.extend(code(run));
         return effects;
     }
-    if run.evaluate {
+    if run.evaluation != crate::config::Evaluation::Off {
         run.done_answer = answer;
         run.phase = Phase::Evaluating;
         return vec![Effect::CallModel {
             role: Role::Evaluator,
             messages: prompts::evaluate(run),
-            tools: false,
+            tools: Vec::new(),
         }];
     }
     finish(run, Phase::Done, answer)
+}
+
+/// The evaluator found the goal not fully reached: under `full`, a correction round whose
+/// task is the critique (while rounds and iterations are left); otherwise the run ends
+/// partial with the reason.
+fn incomplete(run: &mut Run, score: u8, reason: String) -> Vec<Effect> {
+    tracing::info!(score, reason = %reason, "evaluation: incomplete");
+    let full = run.evaluation == crate::config::Evaluation::Full;
+    if full
+        && run.corrections < run.budget.max_corrections
+        && run.iterations < run.budget.max_iterations
+    {
+        run.corrections += 1;
+        let id = format!("C{}", run.corrections);
+        run.tasks.push(Task {
+            id: id.clone(),
+            title: format!("finish the goal: {reason}"),
+            rationale: "the evaluator found the goal not fully reached".into(),
+            acceptance: "the evaluator finds the goal reached and the tests pass".into(),
+            artifacts: Vec::new(),
+        });
+        run.task = run.tasks.len() - 1;
+        run.retries = 0;
+        run.feedback.clear();
+        let mut effects = vec![Effect::Progress(format!(
+            "correction {} of {}: {reason}",
+            run.corrections, run.budget.max_corrections
+        ))];
+        effects.extend(code(run));
+        return effects;
+    }
+    run.partial = true;
+    let answer = format!(
+        "partial: {} (evaluation: {score}/5, not complete: {reason})",
+        run.done_answer
+    );
+    finish(run, Phase::Failed, answer)
+}
+
+/// An answer that could not be read as edits is sent back once; twice ends the run.
+fn unreadable(run: &mut Run, e: String) -> Vec<Effect> {
+    if run.parse_retry_used {
+        return finish(
+            run,
+            Phase::Failed,
+            format!("the coder's answer could not be read as edits twice: {e}"),
+        );
+    }
+    run.parse_retry_used = true;
+    run.feedback.push(format!(
+        "Your last answer could not be read as edits ({e}). Answer again with SEARCH/REPLACE blocks or JSON {{\"edits\": [...]}} only."
+    ));
+    vec![
+        Effect::Warn(format!(
+            "the coder's answer did not parse ({e}); asking once more"
+        )),
+        call_coder(run),
+    ]
 }
 
 fn code(run: &mut Run) -> Vec<Effect> {
@@ -821,18 +980,38 @@ fn call_coder(run: &mut Run) -> Effect {
     // Each turn reads afresh: the files that matter now are in its prompt.
     run.exchange.clear();
     run.tool_steps = 0;
-    continue_coder(run)
+    continue_call(run)
 }
 
-/// The coder's call within its turn: its prompt, then the tool calls and results so far.
-fn continue_coder(run: &mut Run) -> Effect {
-    run.phase = Phase::Coding;
-    let mut messages = prompts::code(run);
+/// The model's next call within its turn (the coder's, the planner's or a Markdown
+/// answer's): its prompt, then the tool calls and results so far, with the tools its phase
+/// allows while it has tool steps left.
+fn continue_call(run: &mut Run) -> Effect {
+    let (role, mut messages, tools) = match run.phase {
+        Phase::Planning => (
+            Role::Planner,
+            prompts::plan(run, None),
+            run.agent.reading_tools(),
+        ),
+        Phase::Explaining => (
+            Role::Coder,
+            prompts::explain(run),
+            run.agent.reading_tools(),
+        ),
+        _ => {
+            run.phase = Phase::Coding;
+            (Role::Coder, prompts::code(run), run.agent.tools.clone())
+        }
+    };
     messages.extend(run.exchange.iter().cloned());
     Effect::CallModel {
-        role: Role::Coder,
+        role,
         messages,
-        tools: run.tool_steps < run.budget.max_tool_steps,
+        tools: if run.tool_steps < run.budget.max_tool_steps {
+            tools
+        } else {
+            Vec::new()
+        },
     }
 }
 

@@ -5,17 +5,83 @@ use serde::Deserialize;
 use super::Run;
 use crate::model::Message;
 
-const CODER_SYSTEM: &str = "You are a careful software engineer working in the user's repository. \
-Change the code to reach the goal. Answer only with edits, in this form, one block per change:\n\n\
-path/to/file.ext\n<<<<<<< SEARCH\nthe exact lines to replace, copied from the file\n=======\nthe new lines\n>>>>>>> REPLACE\n\n\
-Copy the SEARCH lines exactly, with enough context to be unique. To create a file, use an empty SEARCH. \
-Do not explain; do not write anything else.";
+/// The role prompts, by name: the defaults in `config/prompts/*.md`, overridden by files of
+/// the same name in the user's and a trusted workspace's prompt folders.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompts(std::collections::BTreeMap<&'static str, String>);
 
-const REFLECTOR_SYSTEM: &str = "You review why a change did not make the tests pass. \
-Answer only with JSON: {\"task_id\": \"T1\", \"passed\": false, \"report\": \"what went wrong, one or two sentences\", \
-\"next_step\": \"what to change next, one sentence\"}.";
+/// The built-in prompts, compiled in from `config/prompts/`.
+pub const BUILT_IN: &[(&str, &str)] = &[
+    ("coder", include_str!("../../config/prompts/coder.md")),
+    (
+        "reflector",
+        include_str!("../../config/prompts/reflector.md"),
+    ),
+    ("explain", include_str!("../../config/prompts/explain.md")),
+    ("intent", include_str!("../../config/prompts/intent.md")),
+    ("planner", include_str!("../../config/prompts/planner.md")),
+    (
+        "evaluator",
+        include_str!("../../config/prompts/evaluator.md"),
+    ),
+    (
+        "summarizer",
+        include_str!("../../config/prompts/summarizer.md"),
+    ),
+    ("plan", include_str!("../../config/prompts/plan.md")),
+    ("review", include_str!("../../config/prompts/review.md")),
+];
 
-const EXPLAIN_SYSTEM: &str = "You explain code to a developer, briefly and precisely, in Markdown.";
+impl Default for Prompts {
+    fn default() -> Self {
+        Prompts(
+            BUILT_IN
+                .iter()
+                .map(|(k, v)| (*k, v.trim().to_string()))
+                .collect(),
+        )
+    }
+}
+
+impl Prompts {
+    /// The built-in prompts with `NAME.md` of each folder in `dirs` over them, later folders
+    /// winning. Returns the files used, for the journal; an unreadable file is reported and
+    /// the prompt before it kept.
+    pub fn load(dirs: &[std::path::PathBuf]) -> (Prompts, Vec<String>, Vec<String>) {
+        let mut p = Prompts::default();
+        let (mut used, mut problems) = (Vec::new(), Vec::new());
+        for dir in dirs {
+            for (name, _) in BUILT_IN {
+                let path = dir.join(format!("{name}.md"));
+                match std::fs::read_to_string(&path) {
+                    Ok(text) if !text.trim().is_empty() => {
+                        p.0.insert(name, text.trim().to_string());
+                        used.push(path.display().to_string());
+                    }
+                    Ok(_) => problems.push(format!(
+                        "{} is empty; the prompt before it is kept",
+                        path.display()
+                    )),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => problems.push(format!("{} cannot be read: {e}", path.display())),
+                }
+            }
+        }
+        (p, used, problems)
+    }
+
+    pub fn get(&self, name: &str) -> &str {
+        self.0.get(name).map_or("", String::as_str)
+    }
+}
+
+/// The system prompt of the run's agent for the coder's turn.
+fn coder_system(run: &Run) -> String {
+    run.agent
+        .prompt
+        .clone()
+        .unwrap_or_else(|| run.prompts.get("coder").to_string())
+}
 
 pub fn code(run: &Run) -> Vec<Message> {
     let mut user = format!("Goal: {}\n\n", run.goal);
@@ -40,7 +106,7 @@ pub fn code(run: &Run) -> Vec<Message> {
         ));
     }
     user.push_str(&format!("Files:\n{}\n", run.context));
-    let mut messages = vec![Message::system(CODER_SYSTEM), Message::user(user)];
+    let mut messages = vec![Message::system(coder_system(run)), Message::user(user)];
     for f in &run.feedback {
         messages.push(Message::user(f.clone()));
     }
@@ -50,7 +116,7 @@ pub fn code(run: &Run) -> Vec<Message> {
 pub fn reflect(run: &Run) -> Vec<Message> {
     let report = run.tests.as_ref().map(|t| t.report.as_str()).unwrap_or("");
     vec![
-        Message::system(REFLECTOR_SYSTEM),
+        Message::system(run.prompts.get("reflector")),
         Message::user(format!(
             "Goal: {}\nIteration {} of {}.\nTest output after the last change:\n{report}",
             run.goal, run.iterations, run.budget.max_iterations
@@ -58,10 +124,38 @@ pub fn reflect(run: &Run) -> Vec<Message> {
     ]
 }
 
+/// An answer in Markdown: an explanation, or the plan or review agent's answer.
 pub fn explain(run: &Run) -> Vec<Message> {
+    let system = match (&run.agent.prompt, run.agent.kind) {
+        (Some(p), _) => p.clone(),
+        (None, super::AgentKind::Plan) => run.prompts.get("plan").to_string(),
+        (None, super::AgentKind::Review) => run.prompts.get("review").to_string(),
+        (None, super::AgentKind::Build) => run.prompts.get("explain").to_string(),
+    };
     vec![
-        Message::system(EXPLAIN_SYSTEM),
+        Message::system(system),
         Message::user(format!("{}\n\nCode:\n{}", run.goal, run.context)),
+    ]
+}
+
+/// The summariser's prompt: the turn's tool calls and results so far, to be condensed.
+pub fn summarize(run: &Run) -> Vec<Message> {
+    let mut transcript = String::new();
+    for m in &run.exchange {
+        for c in &m.tool_calls {
+            transcript.push_str(&format!("call {}({})\n", c.name, c.arguments));
+        }
+        if !m.content.is_empty() {
+            transcript.push_str(&m.content);
+            transcript.push('\n');
+        }
+    }
+    vec![
+        Message::system(run.prompts.get("summarizer")),
+        Message::user(format!(
+            "Goal: {}\n\nTool calls and results so far:\n{transcript}",
+            run.goal
+        )),
     ]
 }
 
@@ -86,13 +180,9 @@ pub fn parse_reflection(text: &str) -> Result<Reflection, String> {
     serde_json::from_str(t).map_err(|e| e.to_string())
 }
 
-const INTENT_SYSTEM: &str = "Classify the developer's request. Answer only with JSON: \
-{\"intent\": \"fix\" | \"edit\" | \"explain\" | \"test\"}: fix = make failing tests pass, \
-edit = change or add code, explain = answer a question without changing code, test = only run the tests.";
-
 pub fn intent(run: &Run) -> Vec<Message> {
     vec![
-        Message::system(INTENT_SYSTEM),
+        Message::system(run.prompts.get("intent")),
         Message::user(run.goal.clone()),
     ]
 }
@@ -117,13 +207,9 @@ pub fn parse_intent(text: &str) -> super::Intent {
     }
 }
 
-const PLANNER_SYSTEM: &str = "You split a developer's goal into small tasks done in order. Answer only with JSON: \
-{\"plan_id\": \"plan_0001\", \"tasks\": [{\"id\": \"T1\", \"title\": \"...\", \"rationale\": \"...\", \
-\"acceptance\": \"how to tell it is done\", \"artifacts\": [\"paths\"]}]}. At most 8 tasks.";
-
 pub fn plan(run: &Run, parse_error: Option<&str>) -> Vec<Message> {
     let mut messages = vec![
-        Message::system(PLANNER_SYSTEM),
+        Message::system(run.prompts.get("planner")),
         Message::user(format!("Goal: {}\n\nFiles:\n{}", run.goal, run.context)),
     ];
     if let Some(e) = parse_error {
@@ -155,12 +241,9 @@ pub fn parse_plan(text: &str) -> Result<Vec<super::Task>, String> {
     Ok(plan.tasks.into_iter().take(8).collect())
 }
 
-const EVALUATOR_SYSTEM: &str = "You grade a finished change. Answer only with JSON: \
-{\"score\": 1-5, \"reason\": \"one line\"}.";
-
 pub fn evaluate(run: &Run) -> Vec<Message> {
     vec![
-        Message::system(EVALUATOR_SYSTEM),
+        Message::system(run.prompts.get("evaluator")),
         Message::user(format!(
             "Goal: {}\nIterations: {}\nFiles changed: {}\nTests: {}",
             run.goal,
@@ -176,8 +259,9 @@ pub fn evaluate(run: &Run) -> Vec<Message> {
     ]
 }
 
-/// The evaluator's `{"score", "reason"}`, the score kept within 1 to 5.
-pub fn parse_evaluation(text: &str) -> Result<(u8, String), String> {
+/// The evaluator's `{"score", "complete", "reason"}`, the score kept within 1 to 5; a change
+/// is complete unless the evaluator says plainly that it is not.
+pub fn parse_evaluation(text: &str) -> Result<(u8, String, bool), String> {
     let v: serde_json::Value =
         serde_json::from_str(strip_fence(text)).map_err(|e| e.to_string())?;
     let score = v["score"].as_u64().ok_or("no score")?.clamp(1, 5) as u8;
@@ -188,7 +272,8 @@ pub fn parse_evaluation(text: &str) -> Result<(u8, String), String> {
         .next()
         .unwrap_or("")
         .to_string();
-    Ok((score, reason))
+    let complete = v["complete"].as_bool().unwrap_or(true);
+    Ok((score, reason, complete))
 }
 
 fn strip_fence(text: &str) -> &str {

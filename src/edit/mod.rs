@@ -15,7 +15,7 @@ use serde::Serialize;
 
 pub use apply::TextEdit;
 pub use locate::{Differing, Found, LocateError, LocateOptions, NumberedLine, Rule};
-pub use parse::{ParseError, parse_plan};
+pub use parse::{ParseError, parse_plan, plan_from_tool_calls};
 pub use plan::{Edit, EditKind, EditPlan};
 
 /// Limits on what a model may change.
@@ -197,6 +197,7 @@ pub fn normalize_path(root: &Path, raw: &str) -> Result<String, PathError> {
 }
 
 /// What the caller knows about a file the plan names.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileText {
     /// The file's current text (from the editor's buffer or the disk).
     Text(String),

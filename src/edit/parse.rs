@@ -48,6 +48,52 @@ pub fn parse_plan(answer: &str) -> Result<EditPlan, ParseError> {
     Err(ParseError::NoEdits)
 }
 
+/// The change the editing tools' calls propose: `edit_file` (`path`, `search`, `replace`),
+/// `write_file` (`path`, `content`) and `apply_patch` (`patch`, a unified diff), in call order.
+pub fn plan_from_tool_calls(calls: &[(&str, &Value)]) -> Result<EditPlan, ParseError> {
+    let mut plan = EditPlan::default();
+    for (i, (name, args)) in calls.iter().enumerate() {
+        let index = i + 1;
+        let text = |key: &str| -> Result<String, ParseError> {
+            args.get(key)
+                .and_then(Value::as_str)
+                .map(String::from)
+                .ok_or_else(|| ParseError::BadEdit {
+                    index,
+                    message: format!("{name} needs the string `{key}`"),
+                })
+        };
+        match *name {
+            "edit_file" => plan.edits.push(Edit {
+                path: text("path")?,
+                kind: EditKind::SearchReplace {
+                    search: text("search")?,
+                    replace: text("replace")?,
+                },
+            }),
+            "write_file" => plan.edits.push(Edit {
+                path: text("path")?,
+                kind: EditKind::WholeFile {
+                    content: text("content")?,
+                },
+            }),
+            "apply_patch" => plan
+                .edits
+                .extend(parse_unified_diff(&text("patch")?)?.edits),
+            other => {
+                return Err(ParseError::BadEdit {
+                    index,
+                    message: format!("`{other}` is not an editing tool"),
+                });
+            }
+        }
+    }
+    if plan.edits.is_empty() {
+        return Err(ParseError::NoEdits);
+    }
+    Ok(plan)
+}
+
 /// The body of the first ```json fence.
 fn fenced_json(answer: &str) -> Option<&str> {
     let start = answer.find("```json")?;

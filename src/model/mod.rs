@@ -30,15 +30,18 @@ pub enum Role {
     Reflector,
     Evaluator,
     Intent,
+    /// Writes the summary that replaces a long turn's older tool rounds.
+    Summarizer,
 }
 
 impl Role {
-    pub const ALL: [Role; 5] = [
+    pub const ALL: [Role; 6] = [
         Role::Planner,
         Role::Coder,
         Role::Reflector,
         Role::Evaluator,
         Role::Intent,
+        Role::Summarizer,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -48,6 +51,7 @@ impl Role {
             Role::Reflector => "reflector",
             Role::Evaluator => "evaluator",
             Role::Intent => "intent",
+            Role::Summarizer => "summarizer",
         }
     }
 }
@@ -276,6 +280,7 @@ pub fn targets_for(
         Role::Reflector => &config.roles.reflector,
         Role::Evaluator => &config.roles.evaluator,
         Role::Intent => &config.roles.intent,
+        Role::Summarizer => &config.roles.summarizer,
     };
     let m = &config.model;
     // A role that names another provider does not inherit the default's URL, model or key.

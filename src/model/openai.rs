@@ -151,9 +151,11 @@ fn build_body(target: &Target, request: &Request, max_tokens: u32, mode: Mode) -
             Speaker::Assistant if m.tool_calls.is_empty() => {
                 json!({"role": "assistant", "content": m.content})
             }
+            // Content is a string even when empty: llama.cpp's Python server refuses null
+            // beside tool calls, and OpenAI takes both.
             Speaker::Assistant if mode.native_tools => json!({
                 "role": "assistant",
-                "content": if m.content.is_empty() { Value::Null } else { Value::String(m.content.clone()) },
+                "content": m.content,
                 "tool_calls": m.tool_calls.iter().map(|c| json!({
                     "id": c.id, "type": "function",
                     "function": {"name": c.name, "arguments": c.arguments.to_string()}

@@ -56,6 +56,9 @@ pub struct RunArgs {
     pub goal: String,
     pub uri: Option<Uri>,
     pub range: Option<tower_lsp_server::ls_types::Range>,
+    /// The agent to run it: build, plan, review or a custom one (default: agent.default_agent).
+    #[serde(default)]
+    pub agent: Option<String>,
 }
 
 /// The open documents of the workspace, by path relative to its root.
@@ -74,6 +77,9 @@ pub enum AgentMessage {
     /// Run the tests through the session's one owner of test runs.
     RunTests {
         reply: oneshot::Sender<Result<RunResult, RunError>>,
+        /// A tool's narrowed run or command in place of the tests; its result is the
+        /// model's and is not published as diagnostics.
+        command: Option<Vec<String>>,
     },
     /// An agent step was applied and confirmed: record it in the history.
     StepApplied {
@@ -118,6 +124,8 @@ pub struct StartRun {
     pub decisions: mpsc::UnboundedReceiver<bool>,
     /// An interrupted run's checkpoint to go on from (agent-ls.resume).
     pub resume: Option<Run>,
+    /// The agent the command named, in place of the configuration's default.
+    pub agent: Option<drive::ChosenAgent>,
     /// Held until the run ends: one run per workspace.
     pub lock: RunLock,
 }
@@ -129,6 +137,11 @@ pub fn spawn(s: StartRun) {
         let c = &s.connection;
         let models = Models::new(&s.config, Some(&c.root));
         let mut run = drive::new_run(&s.config, &s.goal);
+        let mut approval = s.config.agent.approval;
+        if let Some(chosen) = &s.agent {
+            chosen.apply(&mut run);
+            approval = chosen.approval.unwrap_or(approval);
+        }
         let resumed = s.resume.is_some();
         if let Some(checkpoint) = s.resume {
             run = checkpoint;
@@ -158,7 +171,7 @@ pub fn spawn(s: StartRun) {
         };
         let mut shell = ServerShell {
             c: c.clone(),
-            approval: s.config.agent.approval,
+            approval,
             label: format!("agent-ls: {}", s.goal),
             snapshot: HashMap::new(),
             decisions: s.decisions,
@@ -727,9 +740,20 @@ impl Shell for ServerShell {
         Ok(())
     }
 
-    async fn run_tests(&mut self, cancel: &CancellationToken) -> Result<RunResult, RunError> {
+    fn buffers(&self) -> Vec<(String, FileText)> {
+        self.snapshot
+            .keys()
+            .map(|rel| (rel.clone(), self.read(rel)))
+            .collect()
+    }
+
+    async fn run_tests(
+        &mut self,
+        cancel: &CancellationToken,
+        command: Option<Vec<String>>,
+    ) -> Result<RunResult, RunError> {
         let (reply, answer) = oneshot::channel();
-        (self.c.report)(AgentMessage::RunTests { reply });
+        (self.c.report)(AgentMessage::RunTests { reply, command });
         // The run's own cancel reaches the test run through agent-ls.cancel, which cancels
         // both; a cancel that only ends the run stops waiting here.
         tokio::select! {

@@ -542,6 +542,11 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
                   goal: String,
                   range: Option<Range>,
                   diagnostics: Option<Vec<Diagnostic>>| {
+        let mut args = serde_json::json!({"goal": goal, "uri": uri, "range": range});
+        // The review action names its agent; the others run the default one.
+        if title == "Agent: review" {
+            args["agent"] = "review".into();
+        }
         CodeActionOrCommand::CodeAction(CodeAction {
             title: title.into(),
             kind: Some(kind),
@@ -549,9 +554,7 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
             command: Some(Command {
                 title: title.into(),
                 command: ext::RUN_COMMAND.into(),
-                arguments: Some(vec![
-                    serde_json::json!({"goal": goal, "uri": uri, "range": range}),
-                ]),
+                arguments: Some(vec![args]),
             }),
             ..CodeAction::default()
         })
@@ -597,6 +600,14 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
             "Agent: explain",
             CodeActionKind::EMPTY,
             "Explain the selected code".into(),
+            Some(r),
+            None,
+        ));
+        out.push(action(
+            "Agent: review",
+            CodeActionKind::EMPTY,
+            "Review the selected code: bugs first, then risks, missing tests and unclear names"
+                .into(),
             Some(r),
             None,
         ));

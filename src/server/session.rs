@@ -406,7 +406,13 @@ impl Session {
             } => {
                 let answer = match self.busy() {
                     Some(why) => Err(why),
-                    None => self.launch(run_id, goal.clone(), goal, checkpoint.map(|c| *c), lock),
+                    None => self.launch(
+                        run_id,
+                        goal.clone(),
+                        goal,
+                        (checkpoint.map(|c| *c), None),
+                        lock,
+                    ),
                 };
                 let _ = reply.send(answer);
             }
@@ -542,7 +548,9 @@ impl Session {
                 self.waiters.push(TextWaiter { want, reply });
                 self.check_waiters();
             }
-            AgentMessage::RunTests { reply } => self.start_tests(Trigger::Agent { reply }),
+            AgentMessage::RunTests { reply, command } => {
+                self.start_tests(Trigger::Agent { reply, command })
+            }
             AgentMessage::StepApplied {
                 run_id,
                 goal,
@@ -764,9 +772,19 @@ impl Session {
         if args.goal.trim().is_empty() {
             return Err("the goal is empty".into());
         }
+        let agent = match &args.agent {
+            Some(name) => Some(crate::drive::choose_agent(&self.config.config, name)?),
+            None => None,
+        };
         let goal = agent_runs::goal_with_selection(&args, &self.documents, &root, self.encoding);
-        self.launch(crate::drive::new_run_id(), args.goal, goal, None, lock)
-            .map(|id| serde_json::json!({"run_id": id}))
+        self.launch(
+            crate::drive::new_run_id(),
+            args.goal,
+            goal,
+            (None, agent),
+            lock,
+        )
+        .map(|id| serde_json::json!({"run_id": id}))
     }
 
     fn launch(
@@ -774,7 +792,7 @@ impl Session {
         id: String,
         title: String,
         goal: String,
-        resume: Option<Run>,
+        (resume, agent): (Option<Run>, Option<crate::drive::ChosenAgent>),
         lock: RunLock,
     ) -> Result<String, String> {
         let Some(connection) = self.connection() else {
@@ -797,6 +815,7 @@ impl Session {
             cancel,
             decisions,
             resume,
+            agent,
             lock,
         });
         Ok(id)
@@ -808,7 +827,7 @@ impl Session {
                 MessageType::WARNING,
                 "agent-ls: no workspace folder, so no tests to run",
             );
-            if let Trigger::Agent { reply } = trigger {
+            if let Trigger::Agent { reply, .. } = trigger {
                 let _ = reply.send(Err(crate::tests_run::RunError::NoCommand));
             }
             return;

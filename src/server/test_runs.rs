@@ -81,9 +81,12 @@ pub enum Trigger {
         reason: String,
         command: Option<Vec<String>>,
     },
-    /// The agent loop, which waits for the result.
+    /// The agent loop, which waits for the result; with a command, a tool's narrowed run or
+    /// allowlisted command, whose result goes to the agent only (it says nothing about the
+    /// whole test suite, so the diagnostics stay).
     Agent {
         reply: oneshot::Sender<Result<RunResult, RunError>>,
+        command: Option<Vec<String>>,
     },
 }
 
@@ -142,7 +145,7 @@ impl TestRuns {
                 r.trigger
             });
             // The agent waiting on a superseded run hears so rather than waiting forever.
-            if let Some(Trigger::Agent { reply }) = old {
+            if let Some(Trigger::Agent { reply, .. }) = old {
                 let _ = reply.send(Err(RunError::Superseded));
             }
         }
@@ -157,7 +160,12 @@ impl TestRuns {
                 }
                 reason.clone()
             }
-            Trigger::Agent { .. } => "agent".into(),
+            Trigger::Agent { command, .. } => {
+                if let Some(argv) = command {
+                    config = tests_run::with_command(&config, argv.clone());
+                }
+                "agent".into()
+            }
         };
         info!(generation, reason, "starting a test run");
         self.running = Some(Running {
@@ -235,8 +243,35 @@ impl TestRuns {
         let Some(running) = self.running.take() else {
             return;
         };
-        if let Trigger::Agent { reply } = running.trigger {
+        if let Trigger::Agent { reply, command } = running.trigger {
             let _ = reply.send(result.clone());
+            if command.is_some() {
+                // The status ends the "running" the run began with; the diagnostics stay.
+                let (state, passed, failed, duration_ms, cmd) = match &result {
+                    Ok(r) => (
+                        r.state(),
+                        r.passed,
+                        r.failed.or(Some(r.failures.len() as u32)),
+                        Some(r.duration_ms),
+                        Some(r.command.argv.join(" ")),
+                    ),
+                    Err(_) => (TestState::Error, None, None, None, None),
+                };
+                cx.outbox.notify::<TestStatus>(TestStatusParams {
+                    state,
+                    passed,
+                    failed,
+                    duration_ms,
+                    command: cmd,
+                    message: Some(
+                        "the agent's narrowed run; the diagnostics are the last full run's".into(),
+                    ),
+                });
+                if let Some(next) = self.queued.take() {
+                    self.start(cx, next);
+                }
+                return;
+            }
         }
         match result {
             Ok(r) => self.publish(cx, r, disk),

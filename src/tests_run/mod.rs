@@ -196,6 +196,43 @@ pub fn with_command(config: &TestConfig, argv: Vec<String>) -> TestConfig {
     }
 }
 
+/// The test command narrowed to the tests `filter` names, as the runner takes it: pytest a
+/// path or node id (`tests/test_x.py::test_y`) or else `-k filter`, unittest a dotted name,
+/// `cargo test` its name filter, `go test` a `-run` pattern, npm/npx/node test runners `--`
+/// then the filter. A runner we cannot narrow is an error the model reads (it may run all).
+pub fn narrowed(root: &Path, config: &TestConfig, filter: &str) -> Result<Vec<String>, String> {
+    let command = command::choose(root, &config.command, config.nextest)
+        .ok_or_else(|| RunError::NoCommand.to_string())?;
+    let mut argv = command.argv;
+    let joined = argv.join(" ");
+    let has = |w: &str| argv.iter().any(|a| a == w);
+    if filter.starts_with('-') {
+        return Err(format!("the filter `{filter}` may not be an option"));
+    }
+    if has("pytest") || joined.contains("-m pytest") {
+        if filter.contains('/') || filter.contains("::") || filter.ends_with(".py") {
+            argv.push(filter.to_string());
+        } else {
+            argv.extend(["-k".to_string(), filter.to_string()]);
+        }
+    } else if joined.contains("-m unittest") {
+        argv.push(filter.to_string());
+    } else if argv.first().is_some_and(|p| p == "cargo") {
+        // `cargo test [args] -- [libtest args]`: the filter goes before any `--`.
+        let at = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+        argv.insert(at, filter.to_string());
+    } else if argv.first().is_some_and(|p| p == "go") {
+        argv.extend(["-run".to_string(), filter.to_string()]);
+    } else if argv.first().is_some_and(|p| p == "npm" || p == "npx") {
+        argv.extend(["--".to_string(), filter.to_string()]);
+    } else {
+        return Err(format!(
+            "`{joined}` cannot be narrowed to `{filter}`; call run_tests without a filter"
+        ));
+    }
+    Ok(argv)
+}
+
 /// Chooses the command for `root` and checks it against the allowlist, without running it.
 pub fn prepare(root: &Path, config: &TestConfig) -> Result<TestCommand, RunError> {
     let command =

@@ -1,9 +1,12 @@
 //! The agent's tools: what the model may call to find its way in a workspace (read a file,
-//! list a directory, find files by glob, grep), each with a JSON schema, a description and a
-//! cap on its result that is always enforced. They read through `Files`, which gives the
-//! editor's unsaved buffer where there is one, and never leave the workspace.
+//! list a directory, find files by glob, grep, the known failures), run the tests or a
+//! command, and propose edits. Each has a JSON schema, a description and a cap on its result
+//! that is always enforced. The reading tools run here, through `Files`, which gives the
+//! editor's unsaved buffer where there is one, and never leave the workspace; the driver runs
+//! the others (commands through the test policy, edits through approval).
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobSetBuilder};
 use grep_regex::RegexMatcherBuilder;
@@ -19,6 +22,57 @@ pub trait Files {
     fn root(&self) -> &Path;
     /// The text of a workspace-relative file: the editor's buffer when it has one.
     fn read(&self, relative: &str) -> FileText;
+    /// Files that exist only as unsaved buffers (a file the agent created, not yet saved).
+    fn unsaved_only(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The failures the last test run found, for `get_diagnostics`.
+    fn diagnostics(&self) -> &[Diagnostic] {
+        &[]
+    }
+}
+
+/// One failure the server knows, as `get_diagnostics` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub path: String,
+    pub line: u32,
+    pub source: String,
+    pub message: String,
+}
+
+/// The workspace as of one moment, owned, so tool calls can run on other threads at the same
+/// time: the root, the editor's buffers, and the known failures.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub root: PathBuf,
+    pub buffers: HashMap<String, FileText>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Files for Snapshot {
+    fn root(&self) -> &Path {
+        &self.root
+    }
+    fn read(&self, relative: &str) -> FileText {
+        match self.buffers.get(relative) {
+            Some(t) => t.clone(),
+            None => crate::files::read_for_plan(&self.root, relative),
+        }
+    }
+    fn unsaved_only(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .buffers
+            .keys()
+            .filter(|p| !self.root.join(p).exists())
+            .cloned()
+            .collect();
+        out.sort();
+        out
+    }
+    fn diagnostics(&self) -> &[Diagnostic] {
+        &self.diagnostics
+    }
 }
 
 /// Caps on what a tool returns; the model's context is the scarce thing.
@@ -51,13 +105,13 @@ pub struct Output {
 }
 
 impl Output {
-    fn ok(text: String) -> Output {
+    pub fn ok(text: String) -> Output {
         Output {
             text,
             is_error: false,
         }
     }
-    fn error(text: impl Into<String>) -> Output {
+    pub fn error(text: impl Into<String>) -> Output {
         Output {
             text: text.into(),
             is_error: true,
@@ -65,7 +119,15 @@ impl Output {
     }
 }
 
-/// The reading tools, as offered to the model.
+/// The specs of the tools named, in the registry's order (unknown names are skipped).
+pub fn specs_named(names: &[String]) -> Vec<ToolSpec> {
+    specs()
+        .into_iter()
+        .filter(|s| names.contains(&s.name))
+        .collect()
+}
+
+/// Every built-in tool, as offered to the model.
 pub fn specs() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
@@ -95,9 +157,54 @@ pub fn specs() -> Vec<ToolSpec> {
             name: "grep".into(),
             description: "Search the workspace's files for a regular expression (smart case); returns path:line: text for each match, skipping what .gitignore ignores.".into(),
             parameters: json!({"type": "object", "properties": {
-                "pattern": {"type": "string"},
+                "pattern": {"type": "string", "maxLength": 200},
                 "glob": {"type": "string", "description": "only files whose path matches this glob"}
             }, "required": ["pattern"]}),
+        },
+        ToolSpec {
+            name: "get_diagnostics".into(),
+            description: "The failures the last test run found, per file, as path:line: [source] message. Give a path for one file only.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string"}
+            }}),
+        },
+        ToolSpec {
+            name: "run_tests".into(),
+            description: "Run the workspace's tests (the configured command), or only those matching `filter` (a test name or path, passed to the test runner). Returns the failures and the output.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "filter": {"type": "string"}
+            }}),
+        },
+        ToolSpec {
+            name: "run_command".into(),
+            description: "Run a command the test allowlist allows (an argument vector, no shell), in the sandbox; returns its output.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1}
+            }, "required": ["argv"]}),
+        },
+        ToolSpec {
+            name: "edit_file".into(),
+            description: "Propose replacing the exact text `search` in a file with `replace` (an empty search creates the file). The change is shown to the user for approval, then tested; it ends your turn.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string"},
+                "search": {"type": "string"},
+                "replace": {"type": "string"}
+            }, "required": ["path", "search", "replace"]}),
+        },
+        ToolSpec {
+            name: "write_file".into(),
+            description: "Propose a file's whole new content (or a new file). Shown for approval, then tested; it ends your turn.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string"},
+                "content": {"type": "string"}
+            }, "required": ["path", "content"]}),
+        },
+        ToolSpec {
+            name: "apply_patch".into(),
+            description: "Propose a change as a unified diff (--- a/path, +++ b/path, @@ hunks). Shown for approval, then tested; it ends your turn.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "patch": {"type": "string"}
+            }, "required": ["patch"]}),
         },
     ]
 }
@@ -110,6 +217,7 @@ pub fn run(call: &ToolCall, files: &dyn Files, limits: &Limits) -> Output {
         "list_files" => list_files(args, files, limits),
         "find_files" => find_files(args, files, limits),
         "grep" => grep(args, files, limits),
+        "get_diagnostics" => get_diagnostics(args, files),
         other => Err(format!(
             "there is no tool `{other}`; the tools are {}",
             specs()
@@ -250,6 +358,19 @@ fn list_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String
             })
         })
         .collect();
+    // A file the agent created that the editor has not saved yet is listed too.
+    let dir_rel = dir
+        .strip_prefix(root)
+        .ok()
+        .and_then(Path::to_str)
+        .unwrap_or("")
+        .to_string();
+    entries.extend(
+        files
+            .unsaved_only()
+            .into_iter()
+            .filter(|p| Path::new(p).parent().and_then(Path::to_str).unwrap_or("") == dir_rel),
+    );
     entries.sort();
     let total = entries.len();
     entries.truncate(limits.max_matches * 5);
@@ -291,7 +412,9 @@ fn workspace_files(root: &Path, glob: Option<&globset::GlobSet>) -> Vec<String> 
 fn find_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, String> {
     let glob = str_arg(args, "glob")?.ok_or("`glob` is required")?;
     let set = glob_set(glob)?;
-    let found = workspace_files(files.root(), Some(&set));
+    let mut found = workspace_files(files.root(), Some(&set));
+    found.extend(files.unsaved_only().into_iter().filter(|p| set.is_match(p)));
+    found.sort();
     if found.is_empty() {
         return Ok(format!("no file matches `{glob}`"));
     }
@@ -306,6 +429,28 @@ fn find_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String
     Ok(out)
 }
 
+fn get_diagnostics(args: &Value, files: &dyn Files) -> Result<String, String> {
+    let only = str_arg(args, "path")?
+        .map(|p| relative(files, p))
+        .transpose()?;
+    let mut lines: Vec<String> = files
+        .diagnostics()
+        .iter()
+        .filter(|d| only.as_ref().is_none_or(|p| *p == d.path))
+        .map(|d| {
+            let first = d.message.lines().next().unwrap_or("");
+            format!("{}:{}: [{}] {first}", d.path, d.line, d.source)
+        })
+        .collect();
+    lines.sort();
+    lines.dedup();
+    Ok(if lines.is_empty() {
+        "no failures are known (run_tests to find out)".into()
+    } else {
+        lines.join("\n")
+    })
+}
+
 fn grep(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, String> {
     let pattern = str_arg(args, "pattern")?.ok_or("`pattern` is required")?;
     let matcher = RegexMatcherBuilder::new()
@@ -316,7 +461,14 @@ fn grep(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, Stri
     let mut searcher = SearcherBuilder::new().line_number(true).build();
     let mut hits: Vec<String> = Vec::new();
     let mut more = 0usize;
-    for rel in workspace_files(files.root(), set.as_ref()) {
+    let mut paths = workspace_files(files.root(), set.as_ref());
+    paths.extend(
+        files
+            .unsaved_only()
+            .into_iter()
+            .filter(|p| set.as_ref().is_none_or(|g| g.is_match(p))),
+    );
+    for rel in paths {
         // The buffer's text where the editor has one; binary and unreadable files are skipped.
         let FileText::Text(text) = files.read(&rel) else {
             continue;
