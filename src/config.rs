@@ -32,6 +32,7 @@ pub const TRUSTED_KEYS: &[&str] = &[
     "model.replay_file",
     "roles",
     "agents",
+    "mcp",
     "agent.approval",
     "log.file",
     "sandbox",
@@ -99,6 +100,7 @@ pub struct Config {
     /// Custom agents by name (`agent-ls run --agent NAME`), beside the built-in ones.
     pub agents: BTreeMap<String, CustomAgent>,
     pub context: ContextConfig,
+    pub mcp: McpConfig,
     pub edit: EditConfig,
     pub test: TestConfig,
     pub sandbox: SandboxConfig,
@@ -275,6 +277,33 @@ impl Default for ContextConfig {
             summarize_after: 5,
         }
     }
+}
+
+/// MCP servers whose tools join the registry (`mcp__NAME__tool`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    pub servers: BTreeMap<String, McpServerConfig>,
+    /// The most seconds one MCP tool call may take.
+    pub call_timeout_secs: u64,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            servers: BTreeMap::new(),
+            call_timeout_secs: 30,
+        }
+    }
+}
+
+/// A stdio MCP server: the command that starts it, its arguments and its environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServerConfig {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
 }
 
 /// A custom agent: its system prompt (a file), the tools it may call, how its edits are

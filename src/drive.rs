@@ -297,6 +297,16 @@ impl Drive<'_> {
             json!({"agent": run.agent.name, "prompt_files": used, "tokenizer": counter.name(),
                    "context_tokens": self.config.model.context_tokens, "map_tokens": self.config.context.map_tokens}),
         );
+        // The run's MCP servers, started now and ended with the run.
+        let (mcp, warnings) = crate::mcp::client::McpTools::connect(
+            &self.config.mcp.servers,
+            self.root,
+            std::time::Duration::from_secs(self.config.mcp.call_timeout_secs.max(1)),
+        )
+        .await;
+        for w in warnings {
+            shell.warn(&w);
+        }
         let mut last_tests: Option<RunResult> = None;
         // The tools the last model call was offered: the only ones its calls may use.
         let mut offered: Vec<String> = Vec::new();
@@ -336,10 +346,12 @@ impl Drive<'_> {
                     messages,
                     tools,
                 } => Next::Event({
+                    let mcp_specs = mcp.specs(&tools);
                     offered = tools.clone();
+                    offered.extend(mcp_specs.iter().map(|s| s.name.clone()));
                     self.call_model(
                         run,
-                        (role, messages, tools),
+                        (role, messages, tools, mcp_specs),
                         &mut observer,
                         &mut totals,
                         &mut failure_kind,
@@ -347,8 +359,14 @@ impl Drive<'_> {
                     .await
                 }),
                 Effect::RunTools(calls) => Next::Event(
-                    self.run_tools(calls, shell, &mut observer, &offered, &mut last_tests)
-                        .await,
+                    self.run_tools(
+                        calls,
+                        shell,
+                        &mut observer,
+                        (&offered, &mcp),
+                        &mut last_tests,
+                    )
+                    .await,
                 ),
                 Effect::Locate(plan) => Next::Event(self.locate(&plan, shell).await),
                 Effect::AskApproval { changes, diff } => Next::Event(
@@ -393,6 +411,7 @@ impl Drive<'_> {
             agent::Phase::Failed,
             "the run ended without an answer".into(),
         ));
+        mcp.shutdown().await;
         let status = RunStatus::from_phase(phase);
         if run.partial {
             failure_kind = Some(FailureKind::Partial);
@@ -426,7 +445,12 @@ impl Drive<'_> {
     async fn call_model(
         &self,
         run: &Run,
-        (role, messages, tools): (Role, Vec<Message>, Vec<String>),
+        (role, messages, tools, mcp_specs): (
+            Role,
+            Vec<Message>,
+            Vec<String>,
+            Vec<crate::model::ToolSpec>,
+        ),
         observer: &mut Observer<'_>,
         totals: &mut Totals,
         failure_kind: &mut Option<FailureKind>,
@@ -450,7 +474,7 @@ impl Drive<'_> {
                 json!({"dropped_messages": fitted.dropped, "tokens": fitted.tokens, "window": window, "tokenizer": counter.name()}),
             );
         }
-        let offered = !tools.is_empty();
+        let offered = !tools.is_empty() || !mcp_specs.is_empty();
         // A turn's first call may be made to read first (agent.first_tool).
         let first = &self.config.agent.first_tool;
         let tool_choice = (role == Role::Coder
@@ -460,7 +484,11 @@ impl Drive<'_> {
         .then(|| first.clone());
         let request = Request {
             messages: fitted.messages,
-            tools: crate::tools::specs_named(&tools),
+            tools: {
+                let mut specs = crate::tools::specs_named(&tools);
+                specs.extend(mcp_specs);
+                specs
+            },
             tool_choice,
             ..Request::default()
         };
@@ -539,7 +567,7 @@ impl Drive<'_> {
         calls: Vec<crate::model::ToolCall>,
         shell: &mut impl Shell,
         observer: &mut Observer<'_>,
-        allowed: &[String],
+        (allowed, mcp): (&[String], &crate::mcp::client::McpTools),
         last_tests: &mut Option<RunResult>,
     ) -> Event {
         use crate::tools::{Limits, Output};
@@ -602,7 +630,7 @@ impl Drive<'_> {
                 None => {
                     let started = Instant::now();
                     let out = self
-                        .run_tool(&call, shell, allowed, &limits, last_tests)
+                        .run_tool(&call, shell, (allowed, mcp), &limits, last_tests)
                         .await;
                     (out, started.elapsed())
                 }
@@ -619,7 +647,7 @@ impl Drive<'_> {
         &self,
         call: &crate::model::ToolCall,
         shell: &mut impl Shell,
-        allowed: &[String],
+        (allowed, mcp): (&[String], &crate::mcp::client::McpTools),
         limits: &crate::tools::Limits,
         last_tests: &mut Option<RunResult>,
     ) -> crate::tools::Output {
@@ -630,6 +658,17 @@ impl Drive<'_> {
                 call.name,
                 allowed.join(", ")
             ));
+        }
+        if call.name.starts_with(crate::mcp::client::PREFIX) {
+            return match mcp.call(&call.name, &call.arguments, self.root).await {
+                Ok(text) => Output::ok(crate::tools::cap(&text, limits.result_bytes)),
+                Err(why) => {
+                    if why.contains("withdrawn") {
+                        shell.warn(&why);
+                    }
+                    Output::error(crate::tools::cap(&why, limits.result_bytes))
+                }
+            };
         }
         let command = match call.name.as_str() {
             "run_tests" => match call.arguments.get("filter").and_then(|f| f.as_str()) {
@@ -1144,7 +1183,7 @@ impl<'a> Observer<'a> {
 }
 
 /// The failures of a test run as `get_diagnostics` reports them: each failure at its place.
-fn diagnostics_of(r: Option<&RunResult>) -> Vec<crate::tools::Diagnostic> {
+pub fn diagnostics_of(r: Option<&RunResult>) -> Vec<crate::tools::Diagnostic> {
     let Some(r) = r else {
         return Vec::new();
     };

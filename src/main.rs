@@ -125,6 +125,22 @@ enum Command {
         /// The folder (default: the current directory).
         dir: Option<PathBuf>,
     },
+    /// Serve agent-ls's tools over MCP on stdio (read_file, list_files, find_files, grep,
+    /// get_diagnostics, run_tests, apply_edit), for other agents.
+    Mcp {
+        /// The workspace the tools work in (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
+    /// Undo an agent step on the files on disk (the latest applied one, or STEP): a step of
+    /// `agent-ls mcp`'s apply_edit, or of a run. Lines changed since the step are a refusal.
+    Undo {
+        /// The step's id (see `agent-ls.status` in the editor); default: the latest.
+        step: Option<u64>,
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
     /// Apply an edit plan (JSON, SEARCH/REPLACE blocks or a unified diff) to files on disk.
     /// Without --write it prints the diff and changes nothing. Exit codes: 0 every edit
     /// applied, 2 some did (nothing is written unless all did), 1 error.
@@ -253,6 +269,8 @@ fn main() -> ExitCode {
             write,
             json,
         } => or_exit_1(apply_plan_file(&plan, workspace, write, json)),
+        Command::Mcp { workspace } => or_exit_1(serve_mcp(workspace)),
+        Command::Undo { step, workspace } => or_exit_1(undo_step(step, workspace)),
     }
 }
 
@@ -386,6 +404,51 @@ fn serve() -> ExitCode {
     // Background tasks may still hold the runtime; the protocol is finished, so leave now.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     ExitCode::from(code as u8)
+}
+
+/// `agent-ls mcp`: stdout is the protocol's, so logs go to stderr only.
+fn serve_mcp(workspace: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let root = workspace_or_cwd(workspace)?
+        .canonicalize()
+        .context("cannot open the workspace")?;
+    let loaded = config::load(&Inputs::from_process(Some(root.clone())));
+    logging::init(
+        loaded.config.log.level.min_warn(),
+        loaded.config.log.file.as_deref(),
+    );
+    for err in &loaded.errors {
+        tracing::error!("{err}");
+    }
+    if !loaded.untrusted.is_empty() {
+        tracing::warn!(
+            "{}",
+            config::untrusted_message(&loaded.untrusted, loaded.trusted)
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(agent_ls::mcp::server::serve(&root, loaded.config))?;
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn undo_step(step: Option<u64>, workspace: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let root = workspace_or_cwd(workspace)?
+        .canonicalize()
+        .context("cannot open the workspace")?;
+    let loaded = config::load(&Inputs::from_process(Some(root.clone())));
+    match agent_ls::steps::undo(&root, step, &loaded.config.edit.limits()) {
+        Ok((id, files)) => {
+            println!("undid step {id}: {}", files.join(", "));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("agent-ls: {e}");
+            Ok(ExitCode::from(1))
+        }
+    }
 }
 
 fn list_runs(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {

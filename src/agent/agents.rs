@@ -57,7 +57,7 @@ pub const BUILT_IN: &[&str] = &["build", "plan", "review"];
 
 impl AgentProfile {
     pub fn built_in(name: &str) -> Option<AgentProfile> {
-        let all = || {
+        let all = || -> Vec<String> {
             READ_TOOLS
                 .iter()
                 .chain(RUN_TOOLS)
@@ -66,8 +66,13 @@ impl AgentProfile {
                 .collect()
         };
         let read = || READ_TOOLS.iter().map(|s| s.to_string()).collect();
+        let with_mcp = || {
+            let mut t: Vec<String> = all();
+            t.push("mcp__*".into());
+            t
+        };
         let (kind, tools) = match name {
-            "build" => (AgentKind::Build, all()),
+            "build" => (AgentKind::Build, with_mcp()),
             "plan" => (AgentKind::Plan, read()),
             "review" => (AgentKind::Review, read()),
             _ => return None,
@@ -114,7 +119,10 @@ impl AgentProfile {
     pub fn reading_tools(&self) -> Vec<String> {
         self.tools
             .iter()
-            .filter(|t| READ_TOOLS.contains(&t.as_str()) || t.starts_with("mcp__"))
+            .filter(|t| {
+                READ_TOOLS.contains(&t.as_str())
+                    || (t.starts_with("mcp__") && t.as_str() != "mcp__*")
+            })
             .cloned()
             .collect()
     }

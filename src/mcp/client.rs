@@ -1,0 +1,304 @@
+//! The MCP client: the stdio servers of `[mcp.servers.NAME]` started for a run (the official
+//! `rmcp` SDK), their tools offered beside the built-in ones as `mcp__NAME__tool`. Every call
+//! has a timeout; a server that crashes is restarted once, and after a second crash its tools
+//! are withdrawn with a warning while the built-in tools keep working. Each server runs in a
+//! process group of its own, ended whole when the run ends.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::TokioChildProcess;
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use crate::config::McpServerConfig;
+use crate::model::ToolSpec;
+
+/// The prefix of every MCP tool's name in the registry; `mcp__*` in an agent's tools means
+/// all of them.
+pub const PREFIX: &str = "mcp__";
+pub const ALL: &str = "mcp__*";
+
+struct Connection {
+    service: RunningService<RoleClient, ()>,
+    /// The server's process group, ended whole on shutdown.
+    pgid: Option<i32>,
+}
+
+struct Server {
+    name: String,
+    config: McpServerConfig,
+    connection: Mutex<Option<Connection>>,
+    /// Restarts used (one is allowed), and whether its tools are withdrawn.
+    state: std::sync::Mutex<(u32, bool)>,
+}
+
+/// One MCP tool as the registry offers it.
+#[derive(Debug, Clone)]
+struct Entry {
+    server: usize,
+    tool: String,
+    spec: ToolSpec,
+}
+
+/// The MCP servers of a run and their tools.
+#[derive(Default)]
+pub struct McpTools {
+    servers: Vec<Server>,
+    tools: BTreeMap<String, Entry>,
+    timeout: Duration,
+}
+
+async fn connect(config: &McpServerConfig, root: &Path) -> Result<Connection, String> {
+    let mut cmd = tokio::process::Command::new(&config.command);
+    cmd.args(&config.args)
+        .current_dir(root)
+        .env_clear()
+        .process_group(0);
+    // A server sees PATH and HOME, and the variables its configuration names.
+    for key in ["PATH", "HOME", "LANG", "TMPDIR", "USER"] {
+        if let Ok(v) = std::env::var(key) {
+            cmd.env(key, v);
+        }
+    }
+    cmd.envs(&config.env);
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start `{}`: {e}", config.command))?;
+    let pgid = transport.id().map(|p| p as i32);
+    match tokio::time::timeout(Duration::from_secs(30), ().serve(transport)).await {
+        Ok(Ok(service)) => Ok(Connection { service, pgid }),
+        Ok(Err(e)) => {
+            end_group(pgid);
+            Err(format!("it did not start an MCP session: {e}"))
+        }
+        Err(_) => {
+            end_group(pgid);
+            Err("it did not answer `initialize` within 30 s".into())
+        }
+    }
+}
+
+fn end_group(pgid: Option<i32>) {
+    if let Some(pgid) = pgid {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pgid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+impl McpTools {
+    /// Starts every configured server and lists its tools. A server that does not start is
+    /// left out with a warning; the others and the built-in tools work as usual.
+    pub async fn connect(
+        servers: &BTreeMap<String, McpServerConfig>,
+        root: &Path,
+        timeout: Duration,
+    ) -> (McpTools, Vec<String>) {
+        let mut out = McpTools {
+            timeout,
+            ..McpTools::default()
+        };
+        let mut warnings = Vec::new();
+        for (name, config) in servers {
+            let connection = match connect(config, root).await {
+                Ok(c) => c,
+                Err(e) => {
+                    warnings.push(format!(
+                        "the MCP server `{name}` is not available ({e}); its tools are left out"
+                    ));
+                    continue;
+                }
+            };
+            let listed = tokio::time::timeout(timeout, connection.service.list_all_tools()).await;
+            let tools = match listed {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => {
+                    warnings.push(format!(
+                        "the MCP server `{name}` did not list its tools ({e}); they are left out"
+                    ));
+                    end_group(connection.pgid);
+                    continue;
+                }
+                Err(_) => {
+                    warnings.push(format!(
+                        "the MCP server `{name}` did not list its tools in time; they are left out"
+                    ));
+                    end_group(connection.pgid);
+                    continue;
+                }
+            };
+            let index = out.servers.len();
+            for t in tools {
+                let full = format!("{PREFIX}{name}__{}", t.name);
+                out.tools.insert(
+                    full.clone(),
+                    Entry {
+                        server: index,
+                        tool: t.name.to_string(),
+                        spec: ToolSpec {
+                            name: full,
+                            description: t.description.as_deref().unwrap_or("").to_string(),
+                            parameters: Value::Object((*t.input_schema).clone()),
+                        },
+                    },
+                );
+            }
+            out.servers.push(Server {
+                name: name.clone(),
+                config: config.clone(),
+                connection: Mutex::new(Some(connection)),
+                state: std::sync::Mutex::new((0, false)),
+            });
+        }
+        (out, warnings)
+    }
+
+    fn withdrawn(&self, server: usize) -> bool {
+        self.servers[server]
+            .state
+            .lock()
+            .map(|s| s.1)
+            .unwrap_or(true)
+    }
+
+    /// The tools offered for `names` (an agent's list): those it names, or all with `mcp__*`;
+    /// a withdrawn server's are gone.
+    pub fn specs(&self, names: &[String]) -> Vec<ToolSpec> {
+        let all = names.iter().any(|n| n == ALL);
+        self.tools
+            .iter()
+            .filter(|(full, e)| (all || names.contains(full)) && !self.withdrawn(e.server))
+            .map(|(_, e)| e.spec.clone())
+            .collect()
+    }
+
+    /// Calls an MCP tool by its registry name; the answer (or why there is none) is text for
+    /// the model, and `Err` marks a failed call.
+    pub async fn call(&self, full: &str, args: &Value, root: &Path) -> Result<String, String> {
+        let entry = self
+            .tools
+            .get(full)
+            .ok_or_else(|| format!("there is no MCP tool `{full}`"))?;
+        let server = &self.servers[entry.server];
+        if self.withdrawn(entry.server) {
+            return Err(format!(
+                "the MCP server `{}` crashed twice; its tools are withdrawn for this run",
+                server.name
+            ));
+        }
+        let arguments = match args {
+            Value::Object(m) => m.clone(),
+            Value::Null => serde_json::Map::new(),
+            other => return Err(format!("the arguments must be an object, not {other}")),
+        };
+        for attempt in 0..2 {
+            let mut guard = server.connection.lock().await;
+            let Some(conn) = guard.as_ref() else {
+                return Err(format!("the MCP server `{}` is not running", server.name));
+            };
+            let params =
+                CallToolRequestParams::new(entry.tool.clone()).with_arguments(arguments.clone());
+            match tokio::time::timeout(self.timeout, conn.service.call_tool(params)).await {
+                Err(_) => {
+                    return Err(format!(
+                        "`{full}` did not answer within {} s (mcp.call_timeout_secs)",
+                        self.timeout.as_secs()
+                    ));
+                }
+                Ok(Ok(result)) => {
+                    let text: Vec<String> = result
+                        .content
+                        .iter()
+                        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+                        .collect();
+                    let mut text = text.join("\n");
+                    if text.is_empty()
+                        && let Some(s) = &result.structured_content
+                    {
+                        text = s.to_string();
+                    }
+                    return if result.is_error == Some(true) {
+                        Err(text)
+                    } else {
+                        Ok(text)
+                    };
+                }
+                // An error the server answered with is the call's; a transport that broke or
+                // closed (or a cancelled session) means the server is gone.
+                Ok(Err(e))
+                    if !conn.service.is_closed()
+                        && !matches!(
+                            e,
+                            rmcp::service::ServiceError::TransportClosed
+                                | rmcp::service::ServiceError::TransportSend(_)
+                                | rmcp::service::ServiceError::Cancelled { .. }
+                        ) =>
+                {
+                    return Err(format!("`{full}` failed: {e}"));
+                }
+                Ok(Err(e)) => {
+                    // The server is gone: restart it once, then withdraw its tools.
+                    if let Some(old) = guard.take() {
+                        end_group(old.pgid);
+                    }
+                    let first = {
+                        let mut s = server.state.lock().map_err(|_| "poisoned".to_string())?;
+                        if s.0 == 0 && attempt == 0 {
+                            s.0 = 1;
+                            true
+                        } else {
+                            s.1 = true;
+                            false
+                        }
+                    };
+                    if !first {
+                        return Err(format!(
+                            "the MCP server `{}` crashed again ({e}); its tools are withdrawn for this run",
+                            server.name
+                        ));
+                    }
+                    tracing::warn!(server = %server.name, "the MCP server crashed ({e}); restarting it once");
+                    match connect(&server.config, root).await {
+                        Ok(c) => *guard = Some(c),
+                        Err(why) => {
+                            if let Ok(mut s) = server.state.lock() {
+                                s.1 = true;
+                            }
+                            return Err(format!(
+                                "the MCP server `{}` crashed and did not restart ({why}); its tools are withdrawn for this run",
+                                server.name
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Err(format!("`{full}` failed twice"))
+    }
+
+    /// Which servers were withdrawn during the run, for the warning at its end.
+    pub fn withdrawn_servers(&self) -> Vec<String> {
+        (0..self.servers.len())
+            .filter(|i| self.withdrawn(*i))
+            .map(|i| self.servers[i].name.clone())
+            .collect()
+    }
+
+    /// Ends every server: its session, then its whole process group.
+    pub async fn shutdown(self) {
+        for s in self.servers {
+            if let Some(conn) = s.connection.into_inner() {
+                let pgid = conn.pgid;
+                let _ = tokio::time::timeout(Duration::from_secs(2), conn.service.cancel()).await;
+                end_group(pgid);
+            }
+        }
+    }
+}

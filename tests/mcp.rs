@@ -1,0 +1,258 @@
+//! MCP through the real binary: `agent-ls mcp` driven by the official TypeScript SDK
+//! (`@modelcontextprotocol/sdk`), and the loop calling a real MCP server from npm
+//! (`@modelcontextprotocol/server-filesystem`) through its MCP client. scripts/test installs
+//! tests/mcp's packages and sets AGENT_LS_REQUIRE_PROTOCOL_TESTS, so CI always runs these.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// tests/mcp with its node_modules, or `None` to skip in a plain `cargo test`.
+pub fn protocol_deps() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp");
+    if dir.join("node_modules/@modelcontextprotocol/sdk").is_dir() {
+        return Some(dir);
+    }
+    if std::env::var("AGENT_LS_REQUIRE_PROTOCOL_TESTS").is_ok() {
+        panic!("tests/mcp/node_modules is missing; scripts/test installs it (npm ci)");
+    }
+    eprintln!("skipped: tests/mcp/node_modules is not installed (scripts/test installs it)");
+    None
+}
+
+#[test]
+fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo() {
+    let Some(deps) = protocol_deps() else { return };
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new("node")
+        .arg(deps.join("mcp-client.mjs"))
+        .arg(support::binary())
+        .arg(ws.path())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{said}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
+    assert_eq!(r["server"]["name"], "agent-ls");
+    assert_eq!(
+        r["tools"],
+        serde_json::json!([
+            "read_file",
+            "list_files",
+            "find_files",
+            "grep",
+            "get_diagnostics",
+            "run_tests",
+            "apply_edit"
+        ])
+    );
+    let text = |k: &str| {
+        r[k]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(text("grep"), "calc.py:4: def add(a, b):");
+    assert!(text("read").starts_with("     4| def add(a, b):\n     5|     return a - b\n"));
+    assert_eq!(r["outside"]["isError"], true);
+    // run_tests answers with the parsed failures as structured content.
+    let tests = &r["tests"]["structuredContent"];
+    assert_eq!(tests["state"], "failed");
+    assert_eq!(
+        tests["failures"][0]["test_id"],
+        "test_calc.CalcTests.test_add"
+    );
+    assert_eq!(tests["failures"][0]["file"], "test_calc.py");
+    assert_eq!(tests["failures"][0]["line"], 8);
+    assert!(text("diagnostics").contains("test_calc.py:8: [test_calc.CalcTests.test_add]"));
+    // A dry run writes nothing; the edit (indented otherwise) is located and written as a step.
+    assert_eq!(r["dry"]["structuredContent"]["written"], false);
+    assert_eq!(r["edit"]["structuredContent"]["step"], 1);
+    assert_eq!(r["refused"]["isError"], true);
+    assert!(text("refused").contains("protected"), "{}", text("refused"));
+    assert!(!ws.path().join(".git/hooks/pre-commit").exists());
+    assert_eq!(r["after"]["structuredContent"]["state"], "passed");
+    let calc = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    assert!(calc.contains("    return a + b\n"), "{calc}");
+    // `agent-ls undo` reverts the MCP client's step.
+    let undo = Command::new(support::binary())
+        .args(["undo", "--workspace"])
+        .arg(ws.path())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(
+        undo.status.success(),
+        "{}",
+        String::from_utf8_lossy(&undo.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&undo.stdout),
+        "undid step 1: calc.py\n"
+    );
+    let calc = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    assert!(calc.contains("    return a - b\n"), "{calc}");
+    let again = Command::new(support::binary())
+        .args(["undo", "--workspace"])
+        .arg(ws.path())
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1));
+}
+
+fn model_env(url: &str, home: &Path) -> Vec<(String, String)> {
+    vec![
+        ("AGENT_LS_MODEL__PROVIDER".into(), "openai".into()),
+        ("AGENT_LS_MODEL__BASE_URL".into(), format!("{url}/v1")),
+        ("OPENAI_API_KEY".into(), "test-key".into()),
+        ("HOME".into(), home.display().to_string()),
+        ("XDG_CONFIG_HOME".into(), home.display().to_string()),
+        ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
+    ]
+}
+
+fn run_agent(ws: &Path, env: &[(String, String)]) -> std::process::Output {
+    Command::new(support::binary())
+        .args([
+            "run",
+            "fix the failing tests",
+            "--yes",
+            "--json",
+            "--workspace",
+        ])
+        .arg(ws)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+const FIX: &str =
+    "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+
+#[test]
+fn the_loop_calls_the_tools_of_a_real_mcp_server_from_npm() {
+    use support::model_server::{ModelServer, openai_text, openai_tool_call};
+    let Some(deps) = protocol_deps() else { return };
+    let ws = support::example();
+    let root = ws.path().canonicalize().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    // The user's file names the server (a workspace file would need the folder trusted).
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(
+        home.path().join("agent-ls/config.toml"),
+        format!(
+            "[agent]\nevaluate = false\n[mcp.servers.fs]\ncommand = \"node\"\nargs = [{:?}, {:?}]\n",
+            deps.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+                .display()
+                .to_string(),
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    let path = root.join("calc.py").display().to_string();
+    let server = ModelServer::start(vec![
+        openai_tool_call(
+            "mcp__fs__read_text_file",
+            &[&serde_json::json!({"path": path}).to_string()],
+        ),
+        openai_text(&[FIX]),
+    ]);
+    let out = run_agent(ws.path(), &model_env(&server.url, home.path()));
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
+    assert_eq!(o["status"], "done", "{o} {said}");
+    let requests = server.requests();
+    let tools: Vec<String> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str().map(String::from))
+        .collect();
+    assert!(tools.contains(&"grep".to_string()), "{tools:?}");
+    assert!(
+        tools.contains(&"mcp__fs__read_text_file".to_string()),
+        "{tools:?}"
+    );
+    assert!(
+        tools.contains(&"mcp__fs__list_directory".to_string()),
+        "{tools:?}"
+    );
+    let result = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(result["role"], "tool");
+    assert!(
+        result["content"].as_str().unwrap().contains("return a - b"),
+        "{result}"
+    );
+}
+
+#[test]
+fn a_crashing_mcp_server_is_restarted_once_then_its_tools_are_withdrawn() {
+    use support::model_server::{ModelServer, openai_text, openai_tool_call};
+    let Some(deps) = protocol_deps() else { return };
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(
+        home.path().join("agent-ls/config.toml"),
+        format!(
+            "[agent]\nevaluate = false\n[mcp.servers.crash]\ncommand = \"node\"\nargs = [{:?}]\n[mcp.servers.missing]\ncommand = \"/nonexistent/mcp-server\"\n",
+            deps.join("crashing-server.mjs").display().to_string()
+        ),
+    )
+    .unwrap();
+    let server = ModelServer::start(vec![
+        openai_tool_call("mcp__crash__boom", &["{}"]),
+        openai_tool_call("grep", &[r#"{"pattern": "def add"}"#]),
+        openai_text(&[FIX]),
+    ]);
+    let out = run_agent(ws.path(), &model_env(&server.url, home.path()));
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
+    // The built-in tools kept working and the run ended well.
+    assert_eq!(o["status"], "done", "{o} {said}");
+    assert!(said.contains("`missing` is not available"), "{said}");
+    // Restarted once after the first crash; the second withdrew its tools.
+    assert!(said.contains("crashed again"), "{said}");
+    let requests = server.requests();
+    let boom = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        boom["content"].as_str().unwrap().contains("withdrawn"),
+        "{boom}"
+    );
+    // After the withdrawal its tools are no longer offered.
+    let offered: Vec<String> = requests[2].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str().map(String::from))
+        .collect();
+    assert!(
+        !offered.iter().any(|t| t.starts_with("mcp__crash")),
+        "{offered:?}"
+    );
+    assert!(
+        std::fs::read_to_string(ws.path().join("calc.py"))
+            .unwrap()
+            .contains("a + b")
+    );
+}
