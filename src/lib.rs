@@ -3,6 +3,7 @@
 //! `tests_run`, `files`, `store`, `journal`), the effect driver shared by the server and the
 //! command line (`drive`, `headless`), and the LSP shell (`server`).
 
+pub mod acp;
 pub mod agent;
 pub mod config;
 pub mod drive;

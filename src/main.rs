@@ -132,6 +132,9 @@ enum Command {
         #[arg(long)]
         workspace: Option<PathBuf>,
     },
+    /// Speak the Agent Client Protocol on stdio: Zed, JetBrains and Neovim plugins
+    /// (CodeCompanion, avante) drive the agent loop through it.
+    Acp,
     /// Undo an agent step on the files on disk (the latest applied one, or STEP): a step of
     /// `agent-ls mcp`'s apply_edit, or of a run. Lines changed since the step are a refusal.
     Undo {
@@ -270,6 +273,7 @@ fn main() -> ExitCode {
             json,
         } => or_exit_1(apply_plan_file(&plan, workspace, write, json)),
         Command::Mcp { workspace } => or_exit_1(serve_mcp(workspace)),
+        Command::Acp => or_exit_1(serve_acp()),
         Command::Undo { step, workspace } => or_exit_1(undo_step(step, workspace)),
     }
 }
@@ -430,6 +434,22 @@ fn serve_mcp(workspace: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(agent_ls::mcp::server::serve(&root, loaded.config))?;
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `agent-ls acp`: stdout is the protocol's, so logs go to stderr only.
+fn serve_acp() -> anyhow::Result<ExitCode> {
+    let early = config::load(&Inputs::from_process(None));
+    logging::init(
+        early.config.log.level.min_warn(),
+        early.config.log.file.as_deref(),
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(agent_ls::acp::serve())?;
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     Ok(ExitCode::SUCCESS)
 }

@@ -52,6 +52,22 @@ pub fn apply(
             diff,
         });
     }
+    crate::files::write_changes(root, &outcome.changes)?;
+    let next = record(root, outcome.changes, source, goal)?;
+    Ok(Applied {
+        step: next,
+        files,
+        diff,
+    })
+}
+
+/// Records changes already written as the next step of the store's history.
+pub fn record(
+    root: &Path,
+    changes: Vec<FileChange>,
+    source: &str,
+    goal: &str,
+) -> Result<u64, String> {
     let (mut store, _) = Store::open(root).map_err(|e| e.to_string())?;
     let next = store
         .load_steps()
@@ -61,14 +77,12 @@ pub fn apply(
         .max()
         .unwrap_or(0)
         + 1;
-    crate::files::write_changes(root, &outcome.changes)?;
     let step = Step {
         id: next,
         run_id: source.into(),
         goal: goal.into(),
         task: String::new(),
-        files: outcome
-            .changes
+        files: changes
             .iter()
             .map(|c| StepFile {
                 path: c.path.clone(),
@@ -76,16 +90,31 @@ pub fn apply(
                 version: None,
             })
             .collect(),
-        changes: outcome.changes,
+        changes,
     };
     store
         .record_step(&step)
         .map_err(|e| format!("the files were written, but the step was not recorded: {e}"))?;
-    Ok(Applied {
-        step: next,
-        files,
-        diff,
-    })
+    Ok(next)
+}
+
+/// Redoes the step undone last, on the files as they are now.
+pub fn redo(root: &Path, limits: &Limits) -> Result<(u64, Vec<String>), String> {
+    let (store, _) = Store::open(root).map_err(|e| e.to_string())?;
+    let history = History::restore(store.load_steps().map_err(|e| e.to_string())?);
+    let step = history
+        .last_undone()
+        .ok_or("there is no undone step to redo")?;
+    let current = |rel: &str| match crate::files::read_for_plan(root, rel) {
+        edit::FileText::Text(t) => Some(t),
+        _ => None,
+    };
+    let changes = edit::history::reapply(step, current, limits)?;
+    crate::files::write_changes(root, &changes)?;
+    store
+        .set_undone(step.id, false)
+        .map_err(|e| e.to_string())?;
+    Ok((step.id, changes.iter().map(|c| c.path.clone()).collect()))
 }
 
 /// Undoes step `id` (the latest applied one when `None`) on the files as they are now: the
@@ -171,5 +200,13 @@ mod tests {
                 .contains("a - b")
         );
         assert!(undo(root, None, &limits).is_err());
+        let (id, _) = redo(root, &limits).unwrap();
+        assert_eq!(id, 1);
+        assert!(
+            std::fs::read_to_string(root.join("calc.py"))
+                .unwrap()
+                .contains("a + b")
+        );
+        assert!(redo(root, &limits).is_err());
     }
 }

@@ -1,0 +1,65 @@
+// The official TypeScript ACP SDK as the client (the editor) of `agent-ls acp`: it offers
+// fs/read_text_file and fs/write_text_file over its own copy of the files (the editor's
+// buffers), answers session/request_permission as the scenario says, and prints what it saw
+// as one JSON object for tests/acp.rs to check.
+// Usage: node acp-client.mjs AGENT_LS_BINARY WORKSPACE SCENARIO
+//   SCENARIO: allow | reject | cancel | undo | mcp (the session brings the MCP filesystem
+//   server, whose path is in ACP_MCP_FS)
+import { spawn } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { Readable, Writable } from "node:stream";
+import { client, methods, ndJsonStream } from "@agentclientprotocol/sdk";
+
+const [binary, workspace, scenario] = process.argv.slice(2);
+const child = spawn(binary, ["acp"], { stdio: ["pipe", "pipe", "inherit"], env: process.env });
+const stream = ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+const seen = { updates: [], permissions: [], reads: [], writes: [] };
+let sessionId;
+let cancelled = false;
+
+const app = client({ name: "agent-ls-test" })
+  .onRequest(methods.client.session.requestPermission, ({ params }) => {
+    seen.permissions.push(params);
+    const allow = scenario !== "reject";
+    return { outcome: { outcome: "selected", optionId: allow ? "allow" : "reject" } };
+  })
+  .onRequest(methods.client.fs.readTextFile, ({ params }) => {
+    seen.reads.push(params.path);
+    return { content: readFileSync(params.path, "utf8") };
+  })
+  .onRequest(methods.client.fs.writeTextFile, ({ params }) => {
+    seen.writes.push(params.path);
+    writeFileSync(params.path, params.content);
+    return {};
+  })
+  .onNotification(methods.client.session.update, ({ params, agent }) => {
+    seen.updates.push(params.update);
+    // Cancel once the first test run has started (the scenario's test command hangs).
+    if (scenario === "cancel" && !cancelled && params.update.sessionUpdate === "tool_call" && params.update.kind === "execute") {
+      cancelled = true;
+      agent.notify(methods.agent.session.cancel, { sessionId: params.sessionId });
+    }
+  });
+
+await app.connectWith(stream, async (agent) => {
+  seen.initialize = await agent.request(methods.agent.initialize, {
+    protocolVersion: 1,
+    clientCapabilities: { fs: { readTextFile: true, writeTextFile: true } },
+  });
+  const mcpServers = scenario === "mcp"
+    ? [{ name: "fs", command: "node", args: [process.env.ACP_MCP_FS, workspace], env: [] }]
+    : [];
+  const session = await agent.request(methods.agent.session.new, { cwd: workspace, mcpServers });
+  sessionId = session.sessionId;
+  const prompt = (text) => agent.request(methods.agent.session.prompt, {
+    sessionId, prompt: [{ type: "text", text }],
+  });
+  seen.stop = (await prompt("fix the failing tests")).stopReason;
+  if (scenario === "undo") {
+    seen.afterFix = readFileSync(`${workspace}/calc.py`, "utf8");
+    seen.undoStop = (await prompt("/undo")).stopReason;
+  }
+});
+seen.final = readFileSync(`${workspace}/calc.py`, "utf8");
+child.kill();
+console.log(JSON.stringify(seen));
