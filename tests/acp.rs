@@ -239,3 +239,63 @@ fn the_mcp_servers_a_session_brings_are_the_runs_tools() {
     );
     assert!(seen["final"].as_str().unwrap().contains("return a + b"));
 }
+
+#[test]
+fn session_load_shows_a_recorded_run() {
+    if deps().is_none() {
+        return;
+    }
+    // A run made by `agent-ls run`, then loaded over ACP by its id.
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": FIX})]),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(support::binary())
+        .args([
+            "run",
+            "fix the failing tests",
+            "--yes",
+            "--json",
+            "--workspace",
+        ])
+        .arg(ws.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .env("AGENT_LS_MODEL__PROVIDER", "replay")
+        .env(
+            "AGENT_LS_MODEL__REPLAY_FILE",
+            ws.path().join(".replay.jsonl"),
+        )
+        .env("AGENT_LS_AGENT__EVALUATE", "off")
+        .output()
+        .unwrap();
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = o["run_id"].as_str().unwrap().to_string();
+    let (seen, _ws) = client_in(ws, &format!("load:{id}"), NO_EVAL);
+    let updates = seen["updates"].as_array().unwrap();
+    assert!(
+        updates
+            .iter()
+            .any(|u| u["sessionUpdate"] == "user_message_chunk"
+                && u["content"]["text"] == "fix the failing tests"),
+        "{seen}"
+    );
+    assert!(
+        messages(&seen)
+            .iter()
+            .any(|m| m == &format!("run {id} ended: done")),
+        "{seen}"
+    );
+    assert_eq!(
+        kinds(&seen)
+            .iter()
+            .filter(|k| *k == "available_commands_update")
+            .count(),
+        1
+    );
+}

@@ -3,7 +3,7 @@
 // buffers), answers session/request_permission as the scenario says, and prints what it saw
 // as one JSON object for tests/acp.rs to check.
 // Usage: node acp-client.mjs AGENT_LS_BINARY WORKSPACE SCENARIO
-//   SCENARIO: allow | reject | cancel | undo | mcp (the session brings the MCP filesystem
+//   SCENARIO: allow | reject | cancel | undo | load:RUN_ID | mcp (the session brings the MCP filesystem
 //   server, whose path is in ACP_MCP_FS)
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -46,6 +46,14 @@ await app.connectWith(stream, async (agent) => {
     protocolVersion: 1,
     clientCapabilities: { fs: { readTextFile: true, writeTextFile: true } },
   });
+  if (scenario.startsWith("load:")) {
+    seen.load = await agent.request(methods.agent.session.load, {
+      sessionId: scenario.slice(5), cwd: workspace, mcpServers: [],
+    });
+    // Give the session's updates, sent before the answer, time to arrive.
+    await new Promise((r) => setTimeout(r, 200));
+    return;
+  }
   const mcpServers = scenario === "mcp"
     ? [{ name: "fs", command: "node", args: [process.env.ACP_MCP_FS, workspace], env: [] }]
     : [];
