@@ -425,7 +425,15 @@ async fn run(
         notify(&c1, &s1, SessionUpdate::AgentThoughtChunk(text_chunk(t)));
     };
     let (c2, s2) = (conn.clone(), session.clone());
-    let on_event = move |e: RunEvent| event(&c2, &s2, &e);
+    let plan = Mutex::new(PlanView::default());
+    let on_event = move |e: RunEvent| {
+        if let Ok(mut plan) = plan.lock()
+            && let Some(entries) = plan.follow(&e)
+        {
+            notify(&c2, &s2, SessionUpdate::Plan(Plan::new(entries)));
+        }
+        event(&c2, &s2, &e);
+    };
     let driver = Drive {
         models: &models,
         config: &config,
@@ -462,27 +470,71 @@ async fn run(
     }
 }
 
-/// A run event as the client sees it: the plan and the tools the model calls.
+/// The plan as the client sees it: the planner's tasks, each pending, in progress (the task
+/// the current iteration works on) or completed (those before it, and all once the run is
+/// done). ACP replaces the whole plan with each update.
+#[derive(Default)]
+struct PlanView {
+    tasks: Vec<(String, String)>,
+    current: Option<usize>,
+    done: bool,
+}
+
+impl PlanView {
+    /// The plan's entries after `e`, when `e` changed them.
+    fn follow(&mut self, e: &RunEvent) -> Option<Vec<PlanEntry>> {
+        match e.kind.as_str() {
+            "plan" => {
+                self.tasks = e.data["tasks"]
+                    .as_array()?
+                    .iter()
+                    .map(|t| {
+                        (
+                            t["id"].as_str().unwrap_or("").to_string(),
+                            t["title"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect();
+                self.current = None;
+            }
+            "iteration" => {
+                let task = e.data["task"].as_str()?;
+                let i = self
+                    .tasks
+                    .iter()
+                    .position(|(id, _)| task.split(' ').next() == Some(id.as_str()))?;
+                if self.current == Some(i) {
+                    return None;
+                }
+                self.current = Some(i);
+            }
+            "finished" if e.data["status"] == "done" => self.done = true,
+            _ => return None,
+        }
+        if self.tasks.is_empty() {
+            return None;
+        }
+        Some(
+            self.tasks
+                .iter()
+                .enumerate()
+                .map(|(i, (_, title))| {
+                    let status = match self.current {
+                        _ if self.done => PlanEntryStatus::Completed,
+                        Some(c) if i < c => PlanEntryStatus::Completed,
+                        Some(c) if i == c => PlanEntryStatus::InProgress,
+                        _ => PlanEntryStatus::Pending,
+                    };
+                    PlanEntry::new(title.clone(), PlanEntryPriority::Medium, status)
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A run event as the client sees it: the tools the model calls and their results.
 fn event(conn: &ConnectionTo<Client>, session: &str, e: &RunEvent) {
     match e.kind.as_str() {
-        "plan" => {
-            let entries: Vec<PlanEntry> = e.data["tasks"]
-                .as_array()
-                .map(|tasks| {
-                    tasks
-                        .iter()
-                        .map(|t| {
-                            PlanEntry::new(
-                                t["title"].as_str().unwrap_or("").to_string(),
-                                PlanEntryPriority::Medium,
-                                PlanEntryStatus::Pending,
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            notify(conn, session, SessionUpdate::Plan(Plan::new(entries)));
-        }
         "tool_call" => {
             let name = e.data["name"].as_str().unwrap_or("tool");
             let kind = match name {
@@ -574,12 +626,16 @@ impl Shell for AcpShell {
         let request = self
             .conn
             .send_request(ReadTextFileRequest::new(self.session.clone(), path));
+        // A client that does not answer costs five seconds, then the disk is read.
         let answer = tokio::task::block_in_place(|| {
-            tokio::runtime::Handle::current().block_on(request.block_task())
+            tokio::runtime::Handle::current().block_on(tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                request.block_task(),
+            ))
         });
         match answer {
-            Ok(r) => FileText::Text(r.content),
-            Err(_) => crate::files::read_for_plan(&self.root, relative),
+            Ok(Ok(r)) => FileText::Text(r.content),
+            _ => crate::files::read_for_plan(&self.root, relative),
         }
     }
 

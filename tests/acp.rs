@@ -29,7 +29,13 @@ const FIX: &str =
 /// configuration file.
 fn client(scenario: &str, user_config: &str) -> (Value, tempfile::TempDir) {
     let ws = support::example();
-    let script = if scenario == "mcp" {
+    let script = if scenario == "plan" {
+        vec![
+            json!({"role": "planner", "content": r#"{"plan_id": "p1", "tasks": [{"id": "T1", "title": "make add return the sum"}, {"id": "T2", "title": "document add"}]}"#}),
+            json!({"role": "coder", "content": FIX}),
+            json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n=======\ndef add(a, b):\n    \"\"\"The sum.\"\"\"\n>>>>>>> REPLACE\n"}),
+        ]
+    } else if scenario == "mcp" {
         let path = ws.path().canonicalize().unwrap().join("calc.py");
         vec![
             json!({"role": "coder", "content": "", "tool_calls": [
@@ -70,6 +76,14 @@ fn client_in(
         .env(
             "ACP_MCP_FS",
             deps.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"),
+        )
+        .env(
+            "ACP_PROMPT",
+            if scenario == "plan" {
+                "make add return the sum, then document add"
+            } else {
+                "fix the failing tests"
+            },
         )
         .env("AGENT_LS_MODEL__PROVIDER", "replay")
         .env(
@@ -297,5 +311,56 @@ fn session_load_shows_a_recorded_run() {
             .filter(|k| *k == "available_commands_update")
             .count(),
         1
+    );
+}
+
+#[test]
+fn a_planned_goal_streams_its_plan_with_each_tasks_status() {
+    if deps().is_none() {
+        return;
+    }
+    let (seen, _ws) = client("plan", NO_EVAL);
+    assert_eq!(seen["stop"], "end_turn");
+    let plans: Vec<Vec<(String, String)>> = seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "plan")
+        .map(|u| {
+            u["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    (
+                        e["content"].as_str().unwrap().to_string(),
+                        e["status"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let status = |p: &Vec<(String, String)>| {
+        p.iter()
+            .map(|(_, s)| s.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let seq: Vec<String> = plans.iter().map(status).collect();
+    assert_eq!(
+        seq,
+        [
+            "pending,pending",
+            "in_progress,pending",
+            "completed,in_progress",
+            "completed,completed"
+        ],
+        "{plans:?}"
+    );
+    assert_eq!(plans[0][0].0, "make add return the sum");
+    let text = seen["final"].as_str().unwrap();
+    assert!(
+        text.contains("return a + b") && text.contains("The sum."),
+        "{text}"
     );
 }

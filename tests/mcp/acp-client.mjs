@@ -62,7 +62,7 @@ await app.connectWith(stream, async (agent) => {
   const prompt = (text) => agent.request(methods.agent.session.prompt, {
     sessionId, prompt: [{ type: "text", text }],
   });
-  seen.stop = (await prompt("fix the failing tests")).stopReason;
+  seen.stop = (await prompt(process.env.ACP_PROMPT || "fix the failing tests")).stopReason;
   if (scenario === "undo") {
     seen.afterFix = readFileSync(`${workspace}/calc.py`, "utf8");
     seen.undoStop = (await prompt("/undo")).stopReason;
