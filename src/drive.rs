@@ -882,6 +882,12 @@ impl Drive<'_> {
             }
         }
         let mut context = String::new();
+        // The review agent reviews the latest agent change when there is one: its diff leads.
+        if run.agent.kind == agent::AgentKind::Review
+            && let Some(diff) = latest_step_diff(self.root)
+        {
+            context.push_str(&diff);
+        }
         let mut listed = Vec::new();
         // The map has its own budget (context.map_tokens): the files' bytes are counted apart.
         let map_block = format!(
@@ -1180,6 +1186,18 @@ impl<'a> Observer<'a> {
             s.run_finished(id, status, iterations, tests, &answer)
         });
     }
+}
+
+/// The latest applied agent step of the workspace as a diff, for the review agent.
+fn latest_step_diff(root: &Path) -> Option<String> {
+    let (store, _) = Store::open(root).ok()?;
+    let history = crate::edit::history::History::restore(store.load_steps().ok()?);
+    let step = history.last_done()?;
+    let diff: String = step.changes.iter().map(edit::file_diff).collect();
+    Some(format!(
+        "The latest agent change (step {}, goal: {}):\n```diff\n{}```\n\n",
+        step.id, step.goal, diff
+    ))
 }
 
 /// The failures of a test run as `get_diagnostics` reports them: each failure at its place.

@@ -64,6 +64,8 @@ struct CliShell<'a> {
     config: &'a config::Config,
     /// --allow-protected: --yes may write protected files (and risky changes) too.
     allow_protected: bool,
+    /// The plan's task the change being applied works on, for the history.
+    task: String,
 }
 
 impl Shell for CliShell<'_> {
@@ -141,7 +143,17 @@ impl Shell for CliShell<'_> {
             return Err(ApplyError::Failed(why));
         }
         let changes = current.map_err(ApplyError::Stale)?;
-        files::write_changes(self.root, &changes).map_err(ApplyError::Failed)
+        files::write_changes(self.root, &changes).map_err(ApplyError::Failed)?;
+        // The step joins the workspace's history, so `agent-ls undo` (and the editor, on its
+        // next start) can revert it; a history that cannot be written costs only that.
+        if let Err(e) = crate::steps::record(self.root, changes, "run", &self.task) {
+            eprintln!("agent-ls: warning: the change is written but not in the undo history: {e}");
+        }
+        Ok(())
+    }
+
+    fn task(&mut self, task: &str, _iteration: u32) {
+        self.task = task.to_string();
     }
 
     async fn run_tests(
@@ -333,6 +345,7 @@ pub fn run(opts: Options) -> u8 {
             proposed: None,
             config: &cfg,
             allow_protected: opts.allow_protected,
+            task: String::new(),
         };
         let on_token = |t: &str| {
             let mut err = std::io::stderr();

@@ -968,3 +968,45 @@ fn role_prompts_are_files_the_user_overrides_and_an_untrusted_workspace_does_not
         "{files}"
     );
 }
+
+#[test]
+fn the_review_agent_is_shown_the_latest_agent_change() {
+    use support::model_server::openai_text;
+    let ws = support::example();
+    let file = script(ws.path(), &[coder("a - b", "a + b")]);
+    let out = agent(
+        ws.path(),
+        &["fix the failing tests", "--yes"],
+        &replay_env(&file),
+    );
+    assert_eq!(outcome(&out)["status"], "done");
+    let server = ModelServer::start(vec![openai_text(&["- calc.py:5: fine."])]);
+    let env = vec![
+        ("AGENT_LS_MODEL__PROVIDER", "openai".to_string()),
+        ("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url)),
+        ("OPENAI_API_KEY", "test-key".to_string()),
+    ];
+    let out = agent(ws.path(), &["review the change", "--agent", "review"], &env);
+    assert_eq!(outcome(&out)["answer"], "- calc.py:5: fine.");
+    let prompt = server.requests()[0].body["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        prompt.contains("The latest agent change (step 1"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("+    return a + b"), "{prompt}");
+    // The run's step is in the workspace's history: `agent-ls undo` reverts it.
+    let undo = Command::new(support::binary())
+        .args(["undo", "--workspace"])
+        .arg(ws.path())
+        .env("HOME", ws.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&undo.stdout),
+        "undid step 1: calc.py\n"
+    );
+    assert!(calc(ws.path()).contains("return a - b"));
+}
