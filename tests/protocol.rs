@@ -79,7 +79,7 @@ fn wrong_parameter_types_get_invalid_params() {
     // A malformed notification cannot be answered; it is dropped and logged.
     c.notify("textDocument/didChange", json!({"textDocument": "nope"}));
     assert_alive(&mut c);
-    assert!(c.stderr().contains("malformed textDocument/didChange"));
+    assert!(c.stderr_says("malformed textDocument/didChange"));
 }
 
 #[test]
@@ -175,7 +175,7 @@ fn stdout_carries_nothing_but_protocol_frames() {
         "{:?}",
         c.protocol_violations
     );
-    assert!(c.stderr().contains("panicked"), "logs go to stderr");
+    assert!(c.stderr_says("panicked"), "logs go to stderr");
 }
 
 #[test]
@@ -210,7 +210,7 @@ fn a_header_block_without_its_blank_line_is_refused_after_8_kib_and_nothing_else
     assert_alive(&mut c);
     eprintln!("64 MB of header refused in {:?}", started.elapsed());
     assert!(
-        c.stderr().contains("header block of more than 8192 bytes"),
+        c.stderr_says("header block of more than 8192 bytes"),
         "the reason is logged"
     );
 }

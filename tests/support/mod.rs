@@ -352,6 +352,21 @@ impl Client {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Whether the server's log says `needle` within a few seconds: the log is read on a
+    /// thread of its own, so a line written just now may not be here yet.
+    pub fn stderr_says(&self, needle: &str) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            if self.stderr().contains(needle) {
+                return true;
+            }
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// `shutdown` then `exit`; returns the exit status.
     pub fn shutdown(mut self) -> ExitStatus {
         self.request("shutdown", Value::Null)
