@@ -612,17 +612,9 @@ impl Drive<'_> {
             .enumerate()
             .filter_map(|(i, r)| r.is_some().then_some(i))
             .collect();
-        let mut done: Vec<Option<(Output, std::time::Duration)>> =
-            futures::future::join_all(reads.into_iter().flatten())
-                .await
-                .into_iter()
-                .map(Some)
-                .collect();
-        let mut by_index: std::collections::HashMap<usize, (Output, std::time::Duration)> = pending
-            .into_iter()
-            .zip(done.iter_mut().map(|d| d.take()))
-            .filter_map(|(i, d)| d.map(|d| (i, d)))
-            .collect();
+        let outputs = futures::future::join_all(reads.into_iter().flatten()).await;
+        let mut by_index: std::collections::HashMap<usize, (Output, std::time::Duration)> =
+            pending.into_iter().zip(outputs).collect();
         let mut results = Vec::with_capacity(calls.len());
         for (i, call) in calls.into_iter().enumerate() {
             let (out, took) = match by_index.remove(&i) {

@@ -74,7 +74,11 @@ pub fn build(root: &Path, buffers: &HashMap<String, String>) -> RepoMap {
         if lang == Lang::Shell || meta.len() > MAX_FILE_BYTES {
             continue;
         }
+        // An unsaved buffer is parsed below; the file's cached tags stay for the next build.
         if buffers.contains_key(&rel) {
+            if let Some(e) = cache.files.get(&rel) {
+                next.files.insert(rel, e.clone());
+            }
             continue;
         }
         let mtime_ns = meta
@@ -317,6 +321,9 @@ mod tests {
         let third = build(dir.path(), &buffers);
         assert_eq!((third.parsed, third.cached), (2, 2));
         assert_eq!(third.files["app/unused.py"].defs[0].name, "lonely_helper2");
+        // The buffer's file keeps its cached tags: building again with it parses only it.
+        let fourth = build(dir.path(), &buffers);
+        assert_eq!((fourth.parsed, fourth.cached), (1, 3));
         assert_eq!(
             third.files["app/discount.py"].defs[0].signature,
             "def apply_discount(amount, rate):"
