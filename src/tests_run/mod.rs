@@ -320,6 +320,43 @@ fn go_module(root: &Path) -> Option<String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_test_command_is_narrowed_as_its_runner_takes_a_filter() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = |argv: &[&str]| TestConfig {
+            command: argv.iter().map(|s| s.to_string()).collect(),
+            ..TestConfig::default()
+        };
+        let n = |argv: &[&str], filter: &str| narrowed(dir.path(), &cfg(argv), filter);
+        assert_eq!(
+            n(
+                &["python3", "-m", "pytest", "-q"],
+                "tests/test_a.py::test_b"
+            )
+            .unwrap(),
+            ["python3", "-m", "pytest", "-q", "tests/test_a.py::test_b"]
+        );
+        assert_eq!(
+            n(&["pytest"], "net and tax").unwrap(),
+            ["pytest", "-k", "net and tax"]
+        );
+        assert_eq!(
+            n(&["cargo", "test", "--", "--nocapture"], "parses").unwrap(),
+            ["cargo", "test", "parses", "--", "--nocapture"]
+        );
+        assert_eq!(
+            n(&["go", "test", "./..."], "TestNet").unwrap(),
+            ["go", "test", "./...", "-run", "TestNet"]
+        );
+        assert_eq!(
+            n(&["python3", "-m", "unittest"], "test_calc.CalcTests").unwrap(),
+            ["python3", "-m", "unittest", "test_calc.CalcTests"]
+        );
+        assert!(n(&["make", "check"], "x").is_err());
+        // A filter never smuggles in an option.
+        assert!(n(&["pytest"], "--co").is_err());
+    }
+
     fn result(
         code: i32,
         report: &str,

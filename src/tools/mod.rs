@@ -630,6 +630,56 @@ mod tests {
     }
 
     #[test]
+    fn a_file_only_in_an_unsaved_buffer_is_listed_found_and_grepped() {
+        let (_d, ws) = workspace();
+        let mut buffers = HashMap::new();
+        buffers.insert(
+            "src/app/new_mod.py".to_string(),
+            FileText::Text("def fresh():\n    pass\n".into()),
+        );
+        let snap = Snapshot {
+            root: ws.root.clone(),
+            buffers,
+            diagnostics: vec![Diagnostic {
+                path: "tests/test_core.py".into(),
+                line: 1,
+                source: "test_total".into(),
+                message: "AssertionError: 2 != 3\nmore".into(),
+            }],
+        };
+        let limits = Limits::default();
+        let list = run(
+            &call("list_files", json!({"path": "src/app"})),
+            &snap,
+            &limits,
+        );
+        assert!(list.text.contains("src/app/new_mod.py"), "{}", list.text);
+        let found = run(&call("find_files", json!({"glob": "*.py"})), &snap, &limits);
+        assert!(found.text.contains("src/app/new_mod.py"), "{}", found.text);
+        let grep = run(
+            &call("grep", json!({"pattern": "def fresh"})),
+            &snap,
+            &limits,
+        );
+        assert_eq!(grep.text, "src/app/new_mod.py:1: def fresh():");
+        let diags = run(&call("get_diagnostics", json!({})), &snap, &limits);
+        assert_eq!(
+            diags.text,
+            "tests/test_core.py:1: [test_total] AssertionError: 2 != 3"
+        );
+        let none = run(
+            &call("get_diagnostics", json!({"path": "src/app/core.py"})),
+            &snap,
+            &limits,
+        );
+        assert!(
+            none.text.starts_with("no failures are known"),
+            "{}",
+            none.text
+        );
+    }
+
+    #[test]
     fn every_result_is_capped_and_unknown_tools_are_answered() {
         let (_d, ws) = workspace();
         let line = format!("x{}\n", "y".repeat(200));
