@@ -208,11 +208,13 @@ pub fn spawn(s: StartRun) {
             );
         }
         info!(run = %s.id, status = outcome.status.as_str(), ms = started.elapsed().as_millis() as u64, "agent run finished");
+        // The lock goes before the session hears of the end: a client that starts the next
+        // run on runFinished must find the workspace free.
+        drop(s.lock);
         (c.report)(AgentMessage::Finished {
             id: s.id,
             outcome: Box::new(outcome),
         });
-        drop(s.lock);
     });
 }
 
@@ -288,13 +290,13 @@ pub fn spawn_undo(u: UndoStart) {
         if result.is_ok() {
             result = delete_files(&c, &reversal.deletes).await;
         }
+        drop(u.lock);
         (c.report)(AgentMessage::UndoFinished {
             step: step_id,
             redo: u.redo,
             goal: u.step.goal,
             result: result.map_err(|(ApplyError::Stale(e) | ApplyError::Failed(e))| e),
         });
-        drop(u.lock);
     });
 }
 
