@@ -5,21 +5,12 @@
 
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
 
 fn deps() -> Option<std::path::PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp");
-    if dir.join("node_modules/@agentclientprotocol/sdk").is_dir() {
-        return Some(dir);
-    }
-    if std::env::var("AGENT_LS_REQUIRE_PROTOCOL_TESTS").is_ok() {
-        panic!("tests/mcp/node_modules is missing; scripts/test installs it (npm ci)");
-    }
-    eprintln!("skipped: tests/mcp/node_modules is not installed (scripts/test installs it)");
-    None
+    support::protocol_deps()
 }
 
 const FIX: &str =

@@ -46,6 +46,15 @@ fn agent(ws: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
     cmd.output().unwrap()
 }
 
+/// The environment that points the run at a scripted OpenAI-compatible server.
+fn openai_env(url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("AGENT_LS_MODEL__PROVIDER", "openai".into()),
+        ("AGENT_LS_MODEL__BASE_URL", format!("{url}/v1")),
+        ("OPENAI_API_KEY", "test-key".into()),
+    ]
+}
+
 fn replay_env(file: &Path) -> Vec<(&'static str, String)> {
     vec![
         ("AGENT_LS_MODEL__PROVIDER", "replay".into()),
@@ -438,11 +447,7 @@ fn the_first_coder_prompt_shows_the_file_the_baseline_failure_names() {
     let fix =
         "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
     let server = ModelServer::start(vec![support::model_server::openai_text(&[fix])]);
-    let env = vec![
-        ("AGENT_LS_MODEL__PROVIDER", "openai".to_string()),
-        ("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url)),
-        ("OPENAI_API_KEY", "test-key".to_string()),
-    ];
+    let env = openai_env(&server.url);
     let out = agent(ws.path(), &["fix the failing tests", "--yes"], &env);
     let requests = server.requests();
     let first = requests.first().expect("a model call").body.to_string();
@@ -533,11 +538,7 @@ fn the_coder_finds_code_out_of_its_prompts_reach_with_tools() {
         ),
         openai_text(&[fix]),
     ]);
-    let env = vec![
-        ("AGENT_LS_MODEL__PROVIDER", "openai".to_string()),
-        ("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url)),
-        ("OPENAI_API_KEY", "test-key".to_string()),
-    ];
+    let env = openai_env(&server.url);
     let out = agent(ws.path(), &["fix the failing tests", "--yes"], &env);
     let said = format!(
         "stdout {}\nstderr {}",
@@ -615,11 +616,7 @@ fn without_tools_the_repo_map_brings_the_failing_module_into_the_first_prompt() 
     .unwrap();
     let fix = "app/m29/pricing.py\n<<<<<<< SEARCH\n    return price - tax\n=======\n    return price + tax\n>>>>>>> REPLACE\n";
     let server = ModelServer::start(vec![openai_text(&[fix])]);
-    let env = vec![
-        ("AGENT_LS_MODEL__PROVIDER", "openai".to_string()),
-        ("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url)),
-        ("OPENAI_API_KEY", "test-key".to_string()),
-    ];
+    let env = openai_env(&server.url);
     let out = agent(ws.path(), &["fix the failing tests", "--yes"], &env);
     let o = outcome(&out);
     assert_eq!(o["status"], "done", "{o}");
@@ -760,11 +757,7 @@ fn a_server_without_tools_gets_the_text_protocol_and_the_loop_runs_its_call() {
         openai_text(&["{\"tool\": \"grep\", \"arguments\": {\"pattern\": \"def add\"}}"]),
         openai_text(&[fix]),
     ]);
-    let env = vec![
-        ("AGENT_LS_MODEL__PROVIDER", "openai".to_string()),
-        ("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url)),
-        ("OPENAI_API_KEY", "test-key".to_string()),
-    ];
+    let env = openai_env(&server.url);
     let out = agent(ws.path(), &["fix the failing tests", "--yes"], &env);
     let o = outcome(&out);
     assert_eq!(o["status"], "done", "{o}");
@@ -835,11 +828,7 @@ fn a_custom_agent_brings_its_prompt_file_and_tools() {
     let server = ModelServer::start(vec![openai_text(&[
         "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n=======\ndef add(a, b):\n    \"\"\"Adds.\"\"\"\n    return a + b\n>>>>>>> REPLACE\n",
     ])]);
-    let env = vec![
-        ("AGENT_LS_MODEL__PROVIDER", "openai".to_string()),
-        ("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url)),
-        ("OPENAI_API_KEY", "test-key".to_string()),
-    ];
+    let env = openai_env(&server.url);
     // Not trusted: the workspace's agents are not there.
     let out = agent(
         ws.path(),
@@ -981,11 +970,7 @@ fn the_review_agent_is_shown_the_latest_agent_change() {
     );
     assert_eq!(outcome(&out)["status"], "done");
     let server = ModelServer::start(vec![openai_text(&["- calc.py:5: fine."])]);
-    let env = vec![
-        ("AGENT_LS_MODEL__PROVIDER", "openai".to_string()),
-        ("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url)),
-        ("OPENAI_API_KEY", "test-key".to_string()),
-    ];
+    let env = openai_env(&server.url);
     let out = agent(ws.path(), &["review the change", "--agent", "review"], &env);
     assert_eq!(outcome(&out)["answer"], "- calc.py:5: fine.");
     let prompt = server.requests()[0].body["messages"][1]["content"]

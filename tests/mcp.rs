@@ -5,27 +5,16 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
-/// tests/mcp with its node_modules, or `None` to skip in a plain `cargo test`.
-pub fn protocol_deps() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp");
-    if dir.join("node_modules/@modelcontextprotocol/sdk").is_dir() {
-        return Some(dir);
-    }
-    if std::env::var("AGENT_LS_REQUIRE_PROTOCOL_TESTS").is_ok() {
-        panic!("tests/mcp/node_modules is missing; scripts/test installs it (npm ci)");
-    }
-    eprintln!("skipped: tests/mcp/node_modules is not installed (scripts/test installs it)");
-    None
-}
-
 #[test]
 fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo() {
-    let Some(deps) = protocol_deps() else { return };
+    let Some(deps) = support::protocol_deps() else {
+        return;
+    };
     let ws = support::example();
     let home = tempfile::tempdir().unwrap();
     let out = Command::new("node")
@@ -142,7 +131,9 @@ const FIX: &str =
 #[test]
 fn the_loop_calls_the_tools_of_a_real_mcp_server_from_npm() {
     use support::model_server::{ModelServer, openai_text, openai_tool_call};
-    let Some(deps) = protocol_deps() else { return };
+    let Some(deps) = support::protocol_deps() else {
+        return;
+    };
     let ws = support::example();
     let root = ws.path().canonicalize().unwrap();
     let home = tempfile::tempdir().unwrap();
@@ -203,7 +194,9 @@ fn the_loop_calls_the_tools_of_a_real_mcp_server_from_npm() {
 #[test]
 fn a_crashing_mcp_server_is_restarted_once_then_its_tools_are_withdrawn() {
     use support::model_server::{ModelServer, openai_text, openai_tool_call};
-    let Some(deps) = protocol_deps() else { return };
+    let Some(deps) = support::protocol_deps() else {
+        return;
+    };
     let ws = support::example();
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
