@@ -756,6 +756,24 @@ pub fn load(inputs: &Inputs) -> Loaded {
         push(json_layer(Source::ClientSettings, value).map(Some));
     }
     let (mut config, origins) = merge(&layers);
+    // An agent nobody defines would otherwise run every goal as `build` without a word.
+    let named = &config.agent.default_agent;
+    if !crate::agent::agents::BUILT_IN.contains(&named.as_str())
+        && !config.agents.contains_key(named)
+    {
+        errors.push(ConfigError {
+            source: origins
+                .get("agent.default_agent")
+                .cloned()
+                .unwrap_or(Source::Default),
+            line: None,
+            key: Some("agent.default_agent".into()),
+            message: format!(
+                "there is no agent `{named}`: use build, plan, review or one of [agents]"
+            ),
+        });
+        config.agent.default_agent = "build".into();
+    }
     config.workspace_hosts = workspace_hosts(&config, &origins);
     if let Some(dir) = inputs.user_file.as_ref().and_then(|f| f.parent()) {
         config.prompt_dirs.push(dir.join("prompts"));
@@ -1148,6 +1166,27 @@ mod tests {
                 "{key} is not in config/agent-ls.toml"
             );
         }
+    }
+
+    #[test]
+    fn an_unknown_default_agent_is_an_error_and_build_runs() {
+        let loaded = load(&Inputs {
+            env: vec![("AGENT_LS_AGENT__DEFAULT_AGENT".into(), "planner".into())],
+            ..Inputs::default()
+        });
+        let err = loaded
+            .errors
+            .iter()
+            .find(|e| e.key.as_deref() == Some("agent.default_agent"))
+            .expect("an error");
+        assert!(err.message.contains("no agent `planner`"), "{err}");
+        assert_eq!(loaded.config.agent.default_agent, "build");
+        let ok = load(&Inputs {
+            env: vec![("AGENT_LS_AGENT__DEFAULT_AGENT".into(), "review".into())],
+            ..Inputs::default()
+        });
+        assert!(ok.errors.is_empty(), "{:?}", ok.errors);
+        assert_eq!(ok.config.agent.default_agent, "review");
     }
 
     #[test]
