@@ -456,7 +456,7 @@ impl Drive<'_> {
         failure_kind: &mut Option<FailureKind>,
     ) -> Event {
         if role == Role::Coder {
-            observer.checkpoint(run);
+            observer.checkpoint(run).await;
         }
         // Level 3 of the context budget: the conversation fits the model's window, with room
         // for the answer.
@@ -1000,8 +1000,10 @@ impl<'a> Observer<'a> {
         }
     }
 
-    /// Before a coder call: the state to resume from, and a new iteration's row.
-    fn checkpoint(&mut self, run: &Run) {
+    /// Before a coder call: the state to resume from, and a new iteration's row. The
+    /// checkpoint is written before the call goes out, so a process killed while the model
+    /// answers resumes from this iteration and not from the one before.
+    async fn checkpoint(&mut self, run: &Run) {
         if run.iterations != self.current.n {
             self.flush();
             self.current = Iteration {
@@ -1021,7 +1023,13 @@ impl<'a> Observer<'a> {
         match serde_json::to_string(run) {
             Ok(state) => {
                 let n = run.iterations;
-                self.store("a checkpoint", move |s, id| s.checkpoint(id, n, &state));
+                if let Some(store) = &self.store {
+                    let id = self.run_id.clone();
+                    let written = store.call(move |s| s.checkpoint(&id, n, &state)).await;
+                    if let Some(Err(e)) = written {
+                        tracing::warn!("the store could not record a checkpoint: {e}");
+                    }
+                }
             }
             Err(e) => tracing::warn!("no checkpoint: {e}"),
         }

@@ -468,6 +468,8 @@ fn a_killed_headless_run_resumes_with_run_resume() {
         .interrupted_runs(None)
         .unwrap();
     assert_eq!(interrupted.len(), 1);
+    // The second iteration's checkpoint was written before its coder call went out.
+    assert_eq!(interrupted[0].iterations, 2);
     let id = interrupted[0].run_id.clone();
     let stats = Command::new(env!("CARGO_BIN_EXE_agent-ls"))
         .args(["stats", "--json", "--workspace"])
