@@ -5,7 +5,7 @@
 //! journal and the store watch the run from one `Observer`.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -301,7 +301,7 @@ impl Drive<'_> {
         let (mcp, warnings) = crate::mcp::client::McpTools::connect(
             &self.config.mcp.servers,
             self.root,
-            std::time::Duration::from_secs(self.config.mcp.call_timeout_secs.max(1)),
+            Duration::from_secs(self.config.mcp.call_timeout_secs.max(1)),
         )
         .await;
         for w in warnings {
@@ -580,7 +580,7 @@ impl Drive<'_> {
             buffers: shell.buffers().into_iter().collect(),
             diagnostics: diagnostics_of(last_tests.as_ref()),
         });
-        let timeout = std::time::Duration::from_secs(self.config.agent.tool_timeout_secs.max(1));
+        let timeout = Duration::from_secs(self.config.agent.tool_timeout_secs.max(1));
         let reads: Vec<_> = calls
             .iter()
             .map(|call| {
@@ -920,6 +920,10 @@ impl Drive<'_> {
     }
 }
 
+/// How long a coder call waits for its checkpoint to be written (a healthy store takes
+/// milliseconds; a store locked by another process would take its whole busy timeout).
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(2);
+
 /// Watches a run for the record: its journal (`.agent-ls/runs/`) and its figures, approvals,
 /// evaluations and checkpoints in the store, written on the store's own thread. A record that
 /// cannot be written costs the record, never the run.
@@ -1002,7 +1006,9 @@ impl<'a> Observer<'a> {
 
     /// Before a coder call: the state to resume from, and a new iteration's row. The
     /// checkpoint is written before the call goes out, so a process killed while the model
-    /// answers resumes from this iteration and not from the one before.
+    /// answers resumes from this iteration and not from the one before. A store that another
+    /// process holds locked gets `CHECKPOINT_WAIT`, and then the run goes on without waiting
+    /// for the write: a record never stalls a run.
     async fn checkpoint(&mut self, run: &Run) {
         if run.iterations != self.current.n {
             self.flush();
@@ -1025,9 +1031,15 @@ impl<'a> Observer<'a> {
                 let n = run.iterations;
                 if let Some(store) = &self.store {
                     let id = self.run_id.clone();
-                    let written = store.call(move |s| s.checkpoint(&id, n, &state)).await;
-                    if let Some(Err(e)) = written {
-                        tracing::warn!("the store could not record a checkpoint: {e}");
+                    let written = store.call(move |s| s.checkpoint(&id, n, &state));
+                    match tokio::time::timeout(CHECKPOINT_WAIT, written).await {
+                        Ok(Some(Err(e))) => {
+                            tracing::warn!("the store could not record a checkpoint: {e}")
+                        }
+                        Err(_) => tracing::warn!(
+                            "the store is slow to record a checkpoint; the run goes on without waiting"
+                        ),
+                        Ok(_) => {}
                     }
                 }
             }
