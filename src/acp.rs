@@ -784,14 +784,7 @@ impl Shell for AcpShell {
                 } else {
                     ToolCallStatus::Failed
                 },
-                Some(format!(
-                    "{}: {} ({} passed, {} failed)\n{}",
-                    r.command.argv.join(" "),
-                    r.state().as_str(),
-                    r.passed.unwrap_or(0),
-                    r.failed.unwrap_or(r.failures.len() as u32),
-                    r.report
-                )),
+                Some(r.summary()),
             ),
             Err(e) => self.update(&id, ToolCallStatus::Failed, Some(e.to_string())),
         }

@@ -696,18 +696,7 @@ impl Drive<'_> {
         let whole = command.is_none() && call.name == "run_tests";
         match shell.run_tests(self.cancel, command).await {
             Ok(r) => {
-                let text = format!(
-                    "{}: {} ({} passed, {} failed){}\n{}",
-                    r.command.argv.join(" "),
-                    r.state().as_str(),
-                    r.passed.unwrap_or(0),
-                    r.failed.unwrap_or(r.failures.len() as u32),
-                    r.environment
-                        .as_ref()
-                        .map(|e| format!("; it did not run: {e}"))
-                        .unwrap_or_default(),
-                    r.report
-                );
+                let text = r.summary();
                 // A whole run is what the server knows now; a narrowed one says less.
                 if whole {
                     *last_tests = Some(r);

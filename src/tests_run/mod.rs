@@ -69,6 +69,23 @@ impl RunResult {
         self.end == RunEnd::Exited { code: 0 } && self.failures.is_empty()
     }
 
+    /// One line for a tool result or a client's tool call: the command, how it ended and
+    /// the counts, then the report.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}: {} ({} passed, {} failed){}\n{}",
+            self.command.argv.join(" "),
+            self.state().as_str(),
+            self.passed.unwrap_or(0),
+            self.failed.unwrap_or(self.failures.len() as u32),
+            self.environment
+                .as_ref()
+                .map(|e| format!("; it did not run: {e}"))
+                .unwrap_or_default(),
+            self.report
+        )
+    }
+
     pub fn state(&self) -> TestState {
         match self.end {
             _ if self.passed_all() => TestState::Passed,
