@@ -258,27 +258,19 @@ fn session_load_shows_a_recorded_run() {
     )
     .unwrap();
     let home = tempfile::tempdir().unwrap();
-    let out = Command::new(support::binary())
-        .args([
-            "run",
-            "fix the failing tests",
-            "--yes",
-            "--json",
-            "--workspace",
-        ])
-        .arg(ws.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path())
-        .env("AGENT_LS_MODEL__PROVIDER", "replay")
-        .env(
-            "AGENT_LS_MODEL__REPLAY_FILE",
-            ws.path().join(".replay.jsonl"),
-        )
-        .env("AGENT_LS_AGENT__EVALUATE", "off")
-        .output()
-        .unwrap();
+    let out = support::cli(
+        &["run", "fix the failing tests", "--yes"],
+        ws.path(),
+        home.path(),
+    )
+    .env("AGENT_LS_MODEL__PROVIDER", "replay")
+    .env(
+        "AGENT_LS_MODEL__REPLAY_FILE",
+        ws.path().join(".replay.jsonl"),
+    )
+    .env("AGENT_LS_AGENT__EVALUATE", "off")
+    .output()
+    .unwrap();
     let o: Value = serde_json::from_slice(&out.stdout).unwrap();
     let id = o["run_id"].as_str().unwrap().to_string();
     let (seen, _ws) = client_in(ws, &format!("load:{id}"), NO_EVAL);

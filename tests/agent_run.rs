@@ -29,17 +29,7 @@ fn script(dir: &Path, lines: &[Value]) -> PathBuf {
 
 fn agent(ws: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
     let home = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(support::binary());
-    cmd.arg("run")
-        .args(args)
-        .arg("--workspace")
-        .arg(ws)
-        .arg("--json")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path())
-        .stdin(Stdio::null());
+    let mut cmd = support::cli(&[&["run"], args].concat(), ws, home.path());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -218,28 +208,19 @@ fn sigterm_during_a_test_run_ends_the_run_cleanly_with_130() {
     let ws = support::example();
     let file = script(ws.path(), &[]);
     let home = tempfile::tempdir().unwrap();
-    let mut child = Command::new(support::binary())
-        .args([
-            "run",
-            "fix the failing tests",
-            "--yes",
-            "--json",
-            "--workspace",
-        ])
-        .arg(ws.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path())
-        // The user's own settings (the environment), not the workspace's.
-        .env("AGENT_LS_TEST__COMMAND", r#"["sh", "-c", "sleep 30"]"#)
-        .env("AGENT_LS_TEST__ALLOWLIST", r#"["sh"]"#)
-        .envs(replay_env(&file))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = support::cli(
+        &["run", "fix the failing tests", "--yes"],
+        ws.path(),
+        home.path(),
+    )
+    // The user's own settings (the environment), not the workspace's.
+    .env("AGENT_LS_TEST__COMMAND", r#"["sh", "-c", "sleep 30"]"#)
+    .env("AGENT_LS_TEST__ALLOWLIST", r#"["sh"]"#)
+    .envs(replay_env(&file))
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     // Wait until the test run has started: the loop says so on stderr.
     let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
@@ -385,14 +366,7 @@ fn a_run_is_journaled_listed_and_replays_to_the_same_files() {
 
     // Replayed on a fresh copy of the example, with no model at all: the same change.
     let again = support::example();
-    let out = Command::new(support::binary())
-        .args(["replay", &journal, "--yes", "--json", "--workspace"])
-        .arg(again.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path())
-        .stdin(Stdio::null())
+    let out = support::cli(&["replay", &journal, "--yes"], again.path(), home.path())
         .output()
         .unwrap();
     let second = outcome(&out);

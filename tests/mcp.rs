@@ -97,30 +97,13 @@ fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo(
     assert_eq!(again.status.code(), Some(1));
 }
 
-fn model_env(url: &str, home: &Path) -> Vec<(String, String)> {
-    vec![
-        ("AGENT_LS_MODEL__PROVIDER".into(), "openai".into()),
-        ("AGENT_LS_MODEL__BASE_URL".into(), format!("{url}/v1")),
-        ("OPENAI_API_KEY".into(), "test-key".into()),
-        ("HOME".into(), home.display().to_string()),
-        ("XDG_CONFIG_HOME".into(), home.display().to_string()),
-        ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
-    ]
-}
-
-fn run_agent(ws: &Path, env: &[(String, String)]) -> std::process::Output {
-    Command::new(support::binary())
-        .args([
-            "run",
-            "fix the failing tests",
-            "--yes",
-            "--json",
-            "--workspace",
-        ])
-        .arg(ws)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(std::process::Stdio::null())
+/// `agent-ls run` with `home` as the user's folders and the model at `url`, an
+/// OpenAI-compatible test server.
+fn run_agent(ws: &Path, home: &Path, url: &str) -> std::process::Output {
+    support::cli(&["run", "fix the failing tests", "--yes"], ws, home)
+        .env("AGENT_LS_MODEL__PROVIDER", "openai")
+        .env("AGENT_LS_MODEL__BASE_URL", format!("{url}/v1"))
+        .env("OPENAI_API_KEY", "test-key")
         .output()
         .unwrap()
 }
@@ -158,7 +141,7 @@ fn the_loop_calls_the_tools_of_a_real_mcp_server_from_npm() {
         ),
         openai_text(&[FIX]),
     ]);
-    let out = run_agent(ws.path(), &model_env(&server.url, home.path()));
+    let out = run_agent(ws.path(), home.path(), &server.url);
     let said = String::from_utf8_lossy(&out.stderr).to_string();
     let o: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
     assert_eq!(o["status"], "done", "{o} {said}");
@@ -213,7 +196,7 @@ fn a_crashing_mcp_server_is_restarted_once_then_its_tools_are_withdrawn() {
         openai_tool_call("grep", &[r#"{"pattern": "def add"}"#]),
         openai_text(&[FIX]),
     ]);
-    let out = run_agent(ws.path(), &model_env(&server.url, home.path()));
+    let out = run_agent(ws.path(), home.path(), &server.url);
     let said = String::from_utf8_lossy(&out.stderr).to_string();
     let o: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
     // The built-in tools kept working and the run ended well.

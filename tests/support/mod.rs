@@ -22,6 +22,22 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_agent-ls"))
 }
 
+/// `agent-ls ARGS --workspace WS --json` as a new user's shell would run it: nothing of this
+/// machine's environment but PATH, `home` as HOME and the config folder, no stdin.
+pub fn cli(args: &[&str], ws: &Path, home: &Path) -> Command {
+    let mut cmd = Command::new(binary());
+    cmd.args(args)
+        .arg("--workspace")
+        .arg(ws)
+        .arg("--json")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home)
+        .stdin(Stdio::null());
+    cmd
+}
+
 /// Answers a server request; the notifications it returns are sent after the answer, as a
 /// real client sends `didChange` after applying an edit.
 type Responder = Box<dyn FnMut(&Value) -> (Value, Vec<Value>) + Send>;
