@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use agent_ls::text::{Buffer, Encoding, Position, Range, TextChange};
+use agent_ls_core::text::{Buffer, Encoding, Position, Range, TextChange};
 
 fn line(i: usize) -> String {
     format!("    let value_{i} = compute(\"ünïcödé\", {i}); // 😀\n")

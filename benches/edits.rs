@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use agent_ls::edit::{self, Edit, EditKind, EditPlan, FileText, Limits, LocateOptions, Rule};
+use agent_ls_core::edit::{self, Edit, EditKind, EditPlan, FileText, Limits, LocateOptions, Rule};
 
 fn line(i: usize) -> String {
     format!(

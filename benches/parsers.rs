@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use agent_ls::tests_run::parse::{Context, parse};
+use agent_ls_core::test_output::parse::{Context, parse};
 
 fn grow(sample: &str, bytes: usize) -> String {
     let mut out = String::with_capacity(bytes + sample.len());

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use agent_ls::repomap::{self, Focus};
-use agent_ls::tokens::Counter;
+use agent_ls_runtime::repomap::{self, Focus};
+use agent_ls_runtime::tokens::Counter;
 
 /// A module of `i` that defines a few functions and a type, and calls into two other modules.
 fn module(lang: &str, i: usize, n: usize) -> String {

@@ -1,27 +1,12 @@
-//! agent-ls: a language server that runs a coding agent inside the editor. The library holds
-//! the pure core (`text`, `edit`, `agent`, `tests_run::parse`), the IO edges (`model`,
-//! `tests_run`, `files`, `store`, `journal`), the effect driver shared by the server and the
-//! command line (`drive`, `headless`), and the LSP shell (`server`).
+//! The front ends of agent-ls, each a thin shell over the runtime's one `Drive`:
+//! - `lsp`: the language server (`agent-ls serve`), the only module that knows LSP types;
+//! - `acp`: the Agent Client Protocol (`agent-ls acp`);
+//! - `mcp`: agent-ls's tools served over MCP (`agent-ls mcp`);
+//! - `cli`: the command line's subcommands (`agent-ls run`, `undo`, `runs`, `doctor`, ...).
+//!
+//! The pure core is `agent_ls_core`; everything that does IO is `agent_ls_runtime`.
 
 pub mod acp;
-pub mod agent;
-pub mod config;
-pub mod drive;
-pub mod edit;
-pub mod files;
-pub mod headless;
-pub mod journal;
-pub mod lock;
-pub mod logging;
+pub mod cli;
+pub mod lsp;
 pub mod mcp;
-pub mod model;
-pub mod repomap;
-pub mod server;
-pub mod steps;
-pub mod store;
-pub mod syntax;
-pub mod tests_run;
-pub mod text;
-pub mod tokens;
-pub mod tools;
-pub mod trust;

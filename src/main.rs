@@ -5,8 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use agent_ls::config::{self, Inputs};
-use agent_ls::{edit, files, headless, logging, server};
+use agent_ls::{cli::run as headless, lsp as server};
+use agent_ls_core::edit;
+use agent_ls_runtime::config::{self, Inputs};
+use agent_ls_runtime::{files, logging};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
@@ -166,8 +168,8 @@ fn main() -> ExitCode {
     // The sandbox's helper (see trust/sandbox.rs) runs before anything else: it confines
     // itself and runs a command, and is never started by a person.
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some(agent_ls::trust::sandbox::SUBCOMMAND) {
-        let code = agent_ls::trust::sandbox::helper_main(&args[2..]);
+    if args.get(1).map(String::as_str) == Some(agent_ls_runtime::trust::sandbox::SUBCOMMAND) {
+        let code = agent_ls_runtime::trust::sandbox::helper_main(&args[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     let cli = Cli::parse();
@@ -229,7 +231,7 @@ fn main() -> ExitCode {
                 }
             };
             let journal = journal.canonicalize().unwrap_or(journal);
-            let Some(summary) = agent_ls::journal::summary(&journal) else {
+            let Some(summary) = agent_ls_runtime::journal::summary(&journal) else {
                 eprintln!(
                     "agent-ls: {} is not a run journal (no intent line)",
                     journal.display()
@@ -258,8 +260,12 @@ fn main() -> ExitCode {
             }))
         }
         Command::Runs { workspace, json } => or_exit_1(list_runs(workspace, json)),
-        Command::Trust { dir } => or_exit_1(set_trust(dir, agent_ls::trust::Decision::Trusted)),
-        Command::Untrust { dir } => or_exit_1(set_trust(dir, agent_ls::trust::Decision::Unknown)),
+        Command::Trust { dir } => {
+            or_exit_1(set_trust(dir, agent_ls_runtime::trust::Decision::Trusted))
+        }
+        Command::Untrust { dir } => {
+            or_exit_1(set_trust(dir, agent_ls_runtime::trust::Decision::Unknown))
+        }
         Command::Doctor { workspace, json } => or_exit_1(doctor(workspace, json)),
         Command::Stats {
             workspace,
@@ -356,12 +362,12 @@ fn apply_plan_file(
 
 fn set_trust(
     dir: Option<PathBuf>,
-    decision: agent_ls::trust::Decision,
+    decision: agent_ls_runtime::trust::Decision,
 ) -> anyhow::Result<ExitCode> {
     let dir = workspace_or_cwd(dir)?;
-    let store = agent_ls::trust::TrustStore::for_user()?;
+    let store = agent_ls_runtime::trust::TrustStore::for_user()?;
     let real = store.set(&dir, decision)?;
-    if decision == agent_ls::trust::Decision::Trusted {
+    if decision == agent_ls_runtime::trust::Decision::Trusted {
         println!(
             "trusted {}: its .agent-ls.toml may now set the keys that run programs, name servers, send data or approve",
             real.display()
@@ -381,7 +387,7 @@ fn warn_untrusted(loaded: &config::Loaded) {
     if !loaded.untrusted.is_empty() {
         eprintln!(
             "agent-ls: {}",
-            agent_ls::config::untrusted_message(&loaded.untrusted, loaded.trusted)
+            agent_ls_runtime::config::untrusted_message(&loaded.untrusted, loaded.trusted)
         );
     }
 }
@@ -433,7 +439,7 @@ fn serve_mcp(workspace: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(agent_ls::mcp::server::serve(&root, loaded.config))?;
+    runtime.block_on(agent_ls::mcp::serve(&root, loaded.config))?;
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     Ok(ExitCode::SUCCESS)
 }
@@ -459,7 +465,7 @@ fn undo_step(step: Option<u64>, workspace: Option<PathBuf>) -> anyhow::Result<Ex
         .canonicalize()
         .context("cannot open the workspace")?;
     let loaded = config::load(&Inputs::from_process(Some(root.clone())));
-    match agent_ls::steps::undo(&root, step, &loaded.config.edit.limits()) {
+    match agent_ls_runtime::steps::undo(&root, step, &loaded.config.edit.limits()) {
         Ok((id, files)) => {
             println!("undid step {id}: {}", files.join(", "));
             Ok(ExitCode::SUCCESS)
@@ -473,13 +479,13 @@ fn undo_step(step: Option<u64>, workspace: Option<PathBuf>) -> anyhow::Result<Ex
 
 fn list_runs(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
     let root = workspace_or_cwd(workspace)?;
-    let runs = agent_ls::journal::list(&root);
+    let runs = agent_ls_runtime::journal::list(&root);
     if json {
         println!("{}", serde_json::to_string_pretty(&runs)?);
     } else if runs.is_empty() {
         println!(
             "no recorded runs in {}",
-            root.join(agent_ls::journal::DIR).display()
+            root.join(agent_ls_runtime::journal::DIR).display()
         );
     } else {
         for r in &runs {
@@ -491,18 +497,18 @@ fn list_runs(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode>
 
 fn stats(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Result<ExitCode> {
     let root = workspace_or_cwd(workspace)?;
-    if !root.join(agent_ls::store::FILE).exists() {
+    if !root.join(agent_ls_runtime::store::FILE).exists() {
         if json {
             println!("{}", serde_json::json!({"total": null, "runs": []}));
         } else {
             println!(
                 "no runs recorded in {}",
-                root.join(agent_ls::store::FILE).display()
+                root.join(agent_ls_runtime::store::FILE).display()
             );
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let (store, notice) = agent_ls::store::Store::open(&root)?;
+    let (store, notice) = agent_ls_runtime::store::Store::open(&root)?;
     if let Some(n) = notice {
         eprintln!("agent-ls: {n}");
     }
@@ -516,7 +522,7 @@ fn stats(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Result<
         .collect();
     for r in &mut stats.runs {
         if interrupted.contains(&r.run_id) {
-            r.status = agent_ls::agent::RunStatus::Interrupted;
+            r.status = agent_ls_core::agent::RunStatus::Interrupted;
         }
     }
     if json {
@@ -582,10 +588,11 @@ fn doctor(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
     }
     warn_untrusted(&loaded);
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let models = agent_ls::model::Models::new(&loaded.config, Some(&root));
-    let mut checks = runtime.block_on(agent_ls::model::doctor::run(&models));
-    let probe = agent_ls::trust::sandbox::Sandbox::from_config(&loaded.config.sandbox).probe(&root);
-    checks.push(agent_ls::model::doctor::Check {
+    let models = agent_ls_runtime::model::Models::new(&loaded.config, Some(&root));
+    let mut checks = runtime.block_on(agent_ls_runtime::model::doctor::run(&models));
+    let probe =
+        agent_ls_runtime::trust::sandbox::Sandbox::from_config(&loaded.config.sandbox).probe(&root);
+    checks.push(agent_ls_runtime::model::doctor::Check {
         target: "sandbox".into(),
         check: "confines a command",
         ok: probe.is_ok(),

@@ -361,7 +361,7 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
     assert_eq!(files[0]["version"], 2, "{files}");
     assert_eq!(
         files[0]["hash"].as_str().unwrap(),
-        agent_ls::edit::history::text_hash(&s.editor.lock().unwrap().0)
+        agent_ls_core::edit::history::text_hash(&s.editor.lock().unwrap().0)
     );
 
     let r = s.client.command("agent-ls.undo", Value::Null).unwrap();

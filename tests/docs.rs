@@ -9,9 +9,9 @@ fn repo(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
-/// The string constants declared in `src/server/ext.rs`: our method and command names.
+/// The string constants declared in `src/lsp/ext.rs`: our method and command names.
 fn extension_names() -> Vec<String> {
-    let source = fs::read_to_string(repo("src/server/ext.rs")).expect("read ext.rs");
+    let source = fs::read_to_string(repo("src/lsp/ext.rs")).expect("read ext.rs");
     source
         .lines()
         .filter_map(|l| l.trim().strip_prefix("pub const "))
@@ -51,13 +51,13 @@ fn the_configuration_doc_names_every_section() {
 #[test]
 fn every_command_is_declared_in_the_capabilities() {
     // Clients such as Neovim refuse to send a command the server did not declare.
-    let source = fs::read_to_string(repo("src/server/mod.rs")).expect("read mod.rs");
+    let source = fs::read_to_string(repo("src/lsp/mod.rs")).expect("read mod.rs");
     let body = source
         .split("fn commands(&self)")
         .nth(1)
         .expect("commands()");
     let body = &body[..body.find("\n    }\n").unwrap_or(body.len())];
-    let ext = fs::read_to_string(repo("src/server/ext.rs")).unwrap();
+    let ext = fs::read_to_string(repo("src/lsp/ext.rs")).unwrap();
     for line in ext.lines().filter(|l| l.contains("_COMMAND: &str")) {
         let name = line
             .trim()

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use agent_ls::edit::{self, EditStatus, FileText, Limits};
+use agent_ls_core::edit::{self, EditStatus, FileText, Limits};
 
 #[derive(Default, Debug)]
 struct Case {

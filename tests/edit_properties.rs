@@ -3,7 +3,7 @@
 //! the file's own byte for byte, whatever the model's copy of them looked like (trailing
 //! spaces, typographic quotes).
 
-use agent_ls::edit::locate::{Found, LocateOptions, locate};
+use agent_ls_core::edit::locate::{Found, LocateOptions, locate};
 use proptest::prelude::*;
 
 /// What the model does with one line of the window it copied.
@@ -106,7 +106,7 @@ proptest! {
             Err(e) => {
                 // Only an edit that changes a line the rule cannot vouch for may be refused.
                 prop_assert!(
-                    matches!(e, agent_ls::edit::LocateError::ChangedLineDiffers { .. }),
+                    matches!(e, agent_ls_core::edit::LocateError::ChangedLineDiffers { .. }),
                     "{}", e
                 );
             }

@@ -7,8 +7,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent_ls::config::{Config, Secret, TargetConfig};
-use agent_ls::model::{Message, ModelError, Models, Request, Role, ToolSpec};
+use agent_ls_runtime::config::{Config, Secret, TargetConfig};
+use agent_ls_runtime::model::{Message, ModelError, Models, Request, Role, ToolSpec};
 use serde_json::json;
 use support::model_server::{ModelServer, Reply, anthropic_stream, openai_text, openai_tool_call};
 use tokio_util::sync::CancellationToken;
@@ -37,7 +37,11 @@ fn ask() -> Request {
     }
 }
 
-fn call(m: &Models, role: Role, req: &Request) -> Result<agent_ls::model::Response, ModelError> {
+fn call(
+    m: &Models,
+    role: Role,
+    req: &Request,
+) -> Result<agent_ls_runtime::model::Response, ModelError> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(m.call(role, req, &CancellationToken::new(), None))
 }
@@ -410,7 +414,7 @@ fn prices_give_a_cost() {
     let mut c = openai_config(&server.url);
     c.prices.insert(
         "test-model".into(),
-        agent_ls::config::Price {
+        agent_ls_runtime::config::Price {
             input_per_mtok: 1.0,
             output_per_mtok: 2.0,
         },

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use agent_ls::tests_run::parse::{Context, Format, Location, Parsed, parse};
+use agent_ls_core::test_output::parse::{Context, Format, Location, Parsed, parse};
 
 /// The fixture projects of this checkout, wherever it sits.
 fn projects() -> String {

@@ -3,8 +3,8 @@
 //! so these tests check structure (streamed tokens, a forced tool call, JSON that parses),
 //! not the quality of the answers.
 
-use agent_ls::config::Config;
-use agent_ls::model::{Message, Models, Request, Response, Role, ToolSpec};
+use agent_ls_runtime::config::Config;
+use agent_ls_runtime::model::{Message, Models, Request, Response, Role, ToolSpec};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;

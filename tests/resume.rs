@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent_ls::store::Store;
+use agent_ls_runtime::store::Store;
 use serde_json::{Value, json};
 use support::model_server::{ModelServer, Reply, openai_text};
 use support::{Client, apply_lsp_edits, file_uri};
@@ -254,7 +254,7 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
             {
                 assert_eq!(
                     file["hash"].as_str().unwrap(),
-                    agent_ls::edit::history::text_hash(ch["new_text"].as_str().unwrap())
+                    agent_ls_core::edit::history::text_hash(ch["new_text"].as_str().unwrap())
                 );
             }
             for ch in changes.as_array().unwrap() {

@@ -5,9 +5,9 @@
 mod support;
 
 /// The sandbox the server and `agent-ls run` use, with this build's binary as its helper.
-fn sandbox() -> agent_ls::trust::sandbox::Sandbox {
-    agent_ls::trust::sandbox::Sandbox::with_helper(
-        &agent_ls::config::SandboxConfig::default(),
+fn sandbox() -> agent_ls_runtime::trust::sandbox::Sandbox {
+    agent_ls_runtime::trust::sandbox::Sandbox::with_helper(
+        &agent_ls_runtime::config::SandboxConfig::default(),
         std::path::PathBuf::from(env!("CARGO_BIN_EXE_agent-ls")),
     )
 }
@@ -15,8 +15,8 @@ fn sandbox() -> agent_ls::trust::sandbox::Sandbox {
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use agent_ls::config::TestConfig;
-use agent_ls::tests_run::{self, Location, RunEnd, RunError, RunResult};
+use agent_ls_runtime::config::TestConfig;
+use agent_ls_runtime::tests_run::{self, Location, RunEnd, RunError, RunResult};
 use tokio_util::sync::CancellationToken;
 
 fn config(argv: &[&str]) -> TestConfig {
@@ -307,7 +307,7 @@ fn real_node_test_runner() {
 
 #[test]
 fn real_go_test() {
-    if !have("go", agent_ls::tests_run::command::on_path("go")) {
+    if !have("go", agent_ls_runtime::tests_run::command::on_path("go")) {
         return;
     }
     let (_dir, root) = project("go");

@@ -1,6 +1,234 @@
-//! The Model Context Protocol edges: `server` serves agent-ls's tools to other agents
-//! (`agent-ls mcp`); `client` brings other servers' tools to the loop. Like `src/server/` for
-//! LSP, only these modules know MCP's types.
+//! `agent-ls mcp`: agent-ls's own tools served over MCP on stdio (the official `rmcp` SDK), so
+//! other agents (Claude Code, Codex, Goose) can use its reading tools, its test runners and
+//! parsers, and its edit engine. An edge like `src/lsp/`: the tools, the test runs and the
+//! steps are the same code the loop uses.
 
-pub mod client;
-pub mod server;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use agent_ls_runtime::config::Config;
+use agent_ls_runtime::tests_run::RunResult;
+use agent_ls_runtime::tools::{self, Limits, Snapshot};
+use agent_ls_runtime::trust::sandbox::Sandbox;
+
+/// The tools `agent-ls mcp` serves.
+const SERVED: &[&str] = &[
+    "read_file",
+    "list_files",
+    "find_files",
+    "grep",
+    "get_diagnostics",
+    "run_tests",
+];
+
+#[derive(Clone)]
+pub struct AgentLsMcp {
+    root: PathBuf,
+    config: Arc<Config>,
+    /// The last whole test run, for `get_diagnostics`.
+    last: Arc<Mutex<Option<RunResult>>>,
+}
+
+impl AgentLsMcp {
+    pub fn new(root: PathBuf, config: Config) -> Self {
+        AgentLsMcp {
+            root,
+            config: Arc::new(config),
+            last: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        let mut out: Vec<Tool> = tools::specs()
+            .into_iter()
+            .filter(|s| SERVED.contains(&s.name.as_str()))
+            .map(|s| tool(&s.name, &s.description, s.parameters))
+            .collect();
+        out.push(tool(
+            "apply_edit",
+            "Apply edits to workspace files through agent-ls's edit engine: SEARCH/REPLACE blocks (path line, <<<<<<< SEARCH, =======, >>>>>>> REPLACE), JSON {\"edits\": [...]}, or a unified diff. Each edit is located even when the text moved or its indentation differs; if any edit cannot be located, or a protected file (.git/, hooks, editor settings, agent-ls's configuration) is touched, nothing is written. Writes are atomic. The change is recorded as a step that `agent-ls undo` reverts. Returns the step and the diff.",
+            json!({"type": "object", "properties": {
+                "edits": {"type": "string", "description": "the edits, in any of the formats above"},
+                "dry_run": {"type": "boolean", "description": "locate and show the diff, write nothing"}
+            }, "required": ["edits"]}),
+        ));
+        out
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            result_bytes: self.config.agent.tool_result_bytes,
+            ..Limits::default()
+        }
+    }
+
+    async fn call(&self, name: &str, args: Value) -> CallToolResult {
+        match name {
+            "run_tests" => self.run_tests(&args).await,
+            "apply_edit" => self.apply_edit(&args),
+            "get_diagnostics" | "read_file" | "list_files" | "find_files" | "grep" => {
+                let diagnostics = agent_ls_runtime::drive::diagnostics_of(
+                    self.last.lock().ok().as_deref().and_then(Option::as_ref),
+                );
+                let snapshot = Snapshot {
+                    root: self.root.clone(),
+                    buffers: Default::default(),
+                    diagnostics,
+                };
+                let call = agent_ls_runtime::model::ToolCall {
+                    id: String::new(),
+                    name: name.to_string(),
+                    arguments: args,
+                };
+                let limits = self.limits();
+                let out =
+                    tokio::task::spawn_blocking(move || tools::run(&call, &snapshot, &limits))
+                        .await
+                        .unwrap_or_else(|e| tools::Output::error(format!("the tool failed: {e}")));
+                text_result(out.text, out.is_error)
+            }
+            other => text_result(format!("there is no tool `{other}`"), true),
+        }
+    }
+
+    async fn run_tests(&self, args: &Value) -> CallToolResult {
+        let mut test = self.config.test.clone();
+        if let Some(filter) = args
+            .get("filter")
+            .and_then(Value::as_str)
+            .filter(|f| !f.trim().is_empty())
+        {
+            match agent_ls_runtime::tests_run::narrowed(&self.root, &test, filter.trim()) {
+                Ok(argv) => test = agent_ls_runtime::tests_run::with_command(&test, argv),
+                Err(e) => return text_result(e, true),
+            }
+        }
+        let whole = test.command == self.config.test.command;
+        let sandbox = Sandbox::from_config(&self.config.sandbox);
+        match agent_ls_runtime::tests_run::run(
+            &self.root,
+            &test,
+            &sandbox,
+            &CancellationToken::new(),
+        )
+        .await
+        {
+            Ok(r) => {
+                let failures: Vec<Value> = r
+                    .failures
+                    .iter()
+                    .map(|f| json!({"test_id": f.test_id, "message": f.message,
+                        "file": f.location.as_ref().map(|l| &l.file), "line": f.location.as_ref().map(|l| l.line)}))
+                    .collect();
+                let value = json!({"command": r.command.argv.join(" "), "state": r.state(), "passed": r.passed,
+                    "failed": r.failed.or(Some(r.failures.len() as u32)), "duration_ms": r.duration_ms,
+                    "failures": failures, "environment": r.environment, "report": r.report});
+                if whole && let Ok(mut last) = self.last.lock() {
+                    *last = Some(r);
+                }
+                CallToolResult::structured(value)
+            }
+            Err(e) => text_result(e.to_string(), true),
+        }
+    }
+
+    fn apply_edit(&self, args: &Value) -> CallToolResult {
+        let Some(text) = args.get("edits").and_then(Value::as_str) else {
+            return text_result("`edits` must be a string".into(), true);
+        };
+        let dry_run = args
+            .get("dry_run")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let plan = match agent_ls_core::edit::parse_plan(text) {
+            Ok(p) => p,
+            Err(e) => return text_result(format!("the edits could not be read: {e}"), true),
+        };
+        match agent_ls_runtime::steps::apply(
+            &self.root,
+            &plan,
+            &self.config.edit.limits(),
+            "mcp",
+            "apply_edit (MCP)",
+            dry_run,
+        ) {
+            Ok(applied) => {
+                CallToolResult::structured(json!({"step": applied.step, "files": applied.files,
+                "diff": applied.diff, "written": !dry_run}))
+            }
+            Err(e) => text_result(e, true),
+        }
+    }
+}
+
+fn tool(name: &str, description: &str, schema: Value) -> Tool {
+    let object = match schema {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    };
+    Tool::new(name.to_string(), description.to_string(), Arc::new(object))
+}
+
+fn text_result(text: String, is_error: bool) -> CallToolResult {
+    if is_error {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    }
+}
+
+impl ServerHandler for AgentLsMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("agent-ls", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "agent-ls's tools for this workspace: read, list, find and grep files; run the tests and get their failures parsed; apply edits through its edit engine (undo with `agent-ls undo`).",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult {
+            tools: self.tools(),
+            ..ListToolsResult::default()
+        })
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request
+            .arguments
+            .map(Value::Object)
+            .unwrap_or_else(|| json!({}));
+        Ok(self.call(&request.name, args).await.into())
+    }
+}
+
+/// Serves the workspace's tools on stdin and stdout until the client goes away.
+pub async fn serve(root: &Path, config: Config) -> anyhow::Result<()> {
+    let service = AgentLsMcp::new(root.to_path_buf(), config)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| anyhow::anyhow!("the MCP session did not start: {e}"))?;
+    service
+        .waiting()
+        .await
+        .map_err(|e| anyhow::anyhow!("the MCP session ended with an error: {e}"))?;
+    Ok(())
+}

@@ -1,0 +1,285 @@
+//! What each role is told, and how the reflector's JSON answer is read. Pure text building:
+//! the prompts' texts are handed in (`Prompts::set`); reading override files is the runtime's.
+
+use serde::Deserialize;
+
+use super::Run;
+use crate::conversation::Message;
+
+/// The role prompts, by name: the defaults in `config/prompts/*.md`, overridden by files of
+/// the same name in the user's and a trusted workspace's prompt folders.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompts(std::collections::BTreeMap<&'static str, String>);
+
+/// The built-in prompts, compiled in from `config/prompts/`.
+pub const BUILT_IN: &[(&str, &str)] = &[
+    ("coder", include_str!("../../../../config/prompts/coder.md")),
+    (
+        "reflector",
+        include_str!("../../../../config/prompts/reflector.md"),
+    ),
+    (
+        "explain",
+        include_str!("../../../../config/prompts/explain.md"),
+    ),
+    (
+        "intent",
+        include_str!("../../../../config/prompts/intent.md"),
+    ),
+    (
+        "planner",
+        include_str!("../../../../config/prompts/planner.md"),
+    ),
+    (
+        "evaluator",
+        include_str!("../../../../config/prompts/evaluator.md"),
+    ),
+    (
+        "summarizer",
+        include_str!("../../../../config/prompts/summarizer.md"),
+    ),
+    ("plan", include_str!("../../../../config/prompts/plan.md")),
+    (
+        "review",
+        include_str!("../../../../config/prompts/review.md"),
+    ),
+];
+
+impl Default for Prompts {
+    fn default() -> Self {
+        Prompts(
+            BUILT_IN
+                .iter()
+                .map(|(k, v)| (*k, v.trim().to_string()))
+                .collect(),
+        )
+    }
+}
+
+impl Prompts {
+    /// Puts `text` in place of the prompt called `name`, if that is one of the built-in names
+    /// (the file loader in the runtime reads `NAME.md` overrides and hands them in here).
+    /// Returns false for a name no role uses.
+    pub fn set(&mut self, name: &str, text: &str) -> bool {
+        match BUILT_IN.iter().find(|(k, _)| *k == name) {
+            Some((k, _)) => {
+                self.0.insert(k, text.trim().to_string());
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn get(&self, name: &str) -> &str {
+        self.0.get(name).map_or("", String::as_str)
+    }
+}
+
+/// The system prompt of the run's agent for the coder's turn.
+fn coder_system(run: &Run) -> String {
+    run.agent
+        .prompt
+        .clone()
+        .unwrap_or_else(|| run.prompts.get("coder").to_string())
+}
+
+pub fn code(run: &Run) -> Vec<Message> {
+    let mut user = format!("Goal: {}\n\n", run.goal);
+    if run.tasks.len() > 1
+        && let Some(t) = run.tasks.get(run.task)
+    {
+        user.push_str(&format!(
+            "Do only task {} of {} now: {} {}\nDone when: {}\n\n",
+            run.task + 1,
+            run.tasks.len(),
+            t.id,
+            t.title,
+            t.acceptance
+        ));
+    }
+    if let Some(t) = &run.tests
+        && !t.passed
+    {
+        user.push_str(&format!(
+            "The tests fail ({} failed, {} passed). Test output:\n{}\n\n",
+            t.failed_count, t.passed_count, t.report
+        ));
+    }
+    user.push_str(&format!("Files:\n{}\n", run.context));
+    let mut messages = vec![Message::system(coder_system(run)), Message::user(user)];
+    for f in &run.feedback {
+        messages.push(Message::user(f.clone()));
+    }
+    messages
+}
+
+pub fn reflect(run: &Run) -> Vec<Message> {
+    let report = run.tests.as_ref().map(|t| t.report.as_str()).unwrap_or("");
+    vec![
+        Message::system(run.prompts.get("reflector")),
+        Message::user(format!(
+            "Goal: {}\nIteration {} of {}.\nTest output after the last change:\n{report}",
+            run.goal, run.iterations, run.budget.max_iterations
+        )),
+    ]
+}
+
+/// An answer in Markdown: an explanation, or the plan or review agent's answer.
+pub fn explain(run: &Run) -> Vec<Message> {
+    let system = match (&run.agent.prompt, run.agent.kind) {
+        (Some(p), _) => p.clone(),
+        (None, super::AgentKind::Plan) => run.prompts.get("plan").to_string(),
+        (None, super::AgentKind::Review) => run.prompts.get("review").to_string(),
+        (None, super::AgentKind::Build) => run.prompts.get("explain").to_string(),
+    };
+    vec![
+        Message::system(system),
+        Message::user(format!("{}\n\nCode:\n{}", run.goal, run.context)),
+    ]
+}
+
+/// The summariser's prompt: the turn's tool calls and results so far, to be condensed.
+pub fn summarize(run: &Run) -> Vec<Message> {
+    let mut transcript = String::new();
+    for m in &run.exchange {
+        for c in &m.tool_calls {
+            transcript.push_str(&format!("call {}({})\n", c.name, c.arguments));
+        }
+        if !m.content.is_empty() {
+            transcript.push_str(&m.content);
+            transcript.push('\n');
+        }
+    }
+    vec![
+        Message::system(run.prompts.get("summarizer")),
+        Message::user(format!(
+            "Goal: {}\n\nTool calls and results so far:\n{transcript}",
+            run.goal
+        )),
+    ]
+}
+
+/// The reflector's answer: `{"task_id", "passed", "report", "next_step"}`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Reflection {
+    #[serde(default)]
+    pub task_id: String,
+    #[serde(default)]
+    pub passed: bool,
+    pub report: String,
+    pub next_step: String,
+}
+
+pub fn parse_reflection(text: &str) -> Result<Reflection, String> {
+    let t = text
+        .trim()
+        .trim_start_matches("```json")
+        .trim_start_matches("```")
+        .trim_end_matches("```")
+        .trim();
+    serde_json::from_str(t).map_err(|e| e.to_string())
+}
+
+pub fn intent(run: &Run) -> Vec<Message> {
+    vec![
+        Message::system(run.prompts.get("intent")),
+        Message::user(run.goal.clone()),
+    ]
+}
+
+/// The intent model's answer; anything unreadable is taken as an edit, the safe default
+/// since every edit is shown for approval.
+pub fn parse_intent(text: &str) -> super::Intent {
+    use super::Intent;
+    let lower = text.to_lowercase();
+    let value = serde_json::from_str::<serde_json::Value>(strip_fence(text))
+        .ok()
+        .and_then(|v| v["intent"].as_str().map(str::to_lowercase))
+        .unwrap_or(lower);
+    if value.contains("explain") {
+        Intent::Explain
+    } else if value.contains("fix") {
+        Intent::Fix
+    } else if value.trim() == "test" {
+        Intent::Test
+    } else {
+        Intent::Edit
+    }
+}
+
+pub fn plan(run: &Run, parse_error: Option<&str>) -> Vec<Message> {
+    let mut messages = vec![
+        Message::system(run.prompts.get("planner")),
+        Message::user(format!("Goal: {}\n\nFiles:\n{}", run.goal, run.context)),
+    ];
+    if let Some(e) = parse_error {
+        messages.push(Message::user(format!(
+            "Your plan could not be read ({e}). Answer with the JSON only."
+        )));
+    }
+    messages
+}
+
+#[derive(Debug, Deserialize)]
+struct Plan {
+    #[serde(default)]
+    #[allow(dead_code)]
+    plan_id: String,
+    tasks: Vec<super::Task>,
+}
+
+/// The planner's answer: tasks in execution order, with unique ids, at most 8.
+pub fn parse_plan(text: &str) -> Result<Vec<super::Task>, String> {
+    let plan: Plan = serde_json::from_str(strip_fence(text)).map_err(|e| e.to_string())?;
+    if plan.tasks.is_empty() {
+        return Err("the plan has no tasks".into());
+    }
+    let mut seen = std::collections::HashSet::new();
+    if !plan.tasks.iter().all(|t| seen.insert(t.id.clone())) {
+        return Err("two tasks share an id".into());
+    }
+    Ok(plan.tasks.into_iter().take(8).collect())
+}
+
+pub fn evaluate(run: &Run) -> Vec<Message> {
+    vec![
+        Message::system(run.prompts.get("evaluator")),
+        Message::user(format!(
+            "Goal: {}\nIterations: {}\nFiles changed: {}\nTests: {}",
+            run.goal,
+            run.iterations,
+            run.files_changed.join(", "),
+            run.tests
+                .as_ref()
+                .map_or("not run".to_string(), |t| format!(
+                    "{} passed, {} failed",
+                    t.passed_count, t.failed_count
+                ))
+        )),
+    ]
+}
+
+/// The evaluator's `{"score", "complete", "reason"}`, the score kept within 1 to 5; a change
+/// is complete unless the evaluator says plainly that it is not.
+pub fn parse_evaluation(text: &str) -> Result<(u8, String, bool), String> {
+    let v: serde_json::Value =
+        serde_json::from_str(strip_fence(text)).map_err(|e| e.to_string())?;
+    let score = v["score"].as_u64().ok_or("no score")?.clamp(1, 5) as u8;
+    let reason = v["reason"]
+        .as_str()
+        .unwrap_or("")
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let complete = v["complete"].as_bool().unwrap_or(true);
+    Ok((score, reason, complete))
+}
+
+fn strip_fence(text: &str) -> &str {
+    text.trim()
+        .trim_start_matches("```json")
+        .trim_start_matches("```")
+        .trim_end_matches("```")
+        .trim()
+}

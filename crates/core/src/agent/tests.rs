@@ -1,0 +1,942 @@
+//! The state machine with plain values: each scenario feeds events and checks the effects.
+
+use super::*;
+use crate::edit::{self, FileText, Limits};
+
+fn budget(max_retries: u32, max_iterations: u32) -> Budget {
+    Budget {
+        max_retries,
+        max_iterations,
+        max_tool_steps: 2,
+        summarize_after: 0,
+        max_corrections: 2,
+    }
+}
+
+fn failing(fp: &str) -> TestSummary {
+    TestSummary {
+        passed: false,
+        passed_count: 1,
+        failed_count: 1,
+        report: format!("FAILED {fp}"),
+        fingerprint: fp.into(),
+    }
+}
+
+fn passing() -> TestSummary {
+    TestSummary {
+        passed: true,
+        passed_count: 2,
+        failed_count: 0,
+        report: String::new(),
+        fingerprint: String::new(),
+    }
+}
+
+const FILE: &str = "def add(a, b):\n    return a - b\n";
+
+fn edit_answer(new: &str) -> String {
+    format!(
+        "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return {new}\n>>>>>>> REPLACE\n"
+    )
+}
+
+fn locate(plan: &EditPlan) -> PlanOutcome {
+    edit::apply_plan(
+        plan,
+        std::path::Path::new("/ws"),
+        &Limits::default(),
+        |_| FileText::Text(FILE.into()),
+    )
+}
+
+/// Drives the run through one coder answer: parse, locate, approve, apply.
+fn propose(run: &mut Run, answer: &str) -> Vec<Effect> {
+    let effects = step(
+        run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: answer.into(),
+        },
+    );
+    let Some(Effect::Locate(plan)) = effects.last() else {
+        return effects;
+    };
+    let effects = step(run, Event::Located(locate(plan)));
+    if !matches!(effects.last(), Some(Effect::AskApproval { .. })) {
+        return effects;
+    }
+    assert!(matches!(
+        step(run, Event::Approved).as_slice(),
+        [Effect::Apply(_)]
+    ));
+    step(run, Event::Applied)
+}
+
+/// The messages of the coder call the effects end with.
+fn coder_call(e: &[Effect]) -> &[crate::conversation::Message] {
+    match e.last() {
+        Some(Effect::CallModel {
+            role: Role::Coder,
+            messages,
+            ..
+        }) => messages,
+        _ => panic!("no coder call last: {e:?}"),
+    }
+}
+
+fn is_call(e: &Effect, role: Role) -> bool {
+    matches!(e, Effect::CallModel { role: r, .. } if *r == role)
+}
+
+#[test]
+fn a_fix_in_one_iteration() {
+    let mut run = Run::new(
+        "fix the failing tests",
+        Some(Intent::Fix),
+        budget(3, 15),
+        "calc.py".into(),
+    );
+    assert!(matches!(
+        step(&mut run, Event::Start).as_slice(),
+        [Effect::Progress(_), Effect::RunTests]
+    ));
+    let e = step(&mut run, Event::TestsFinished(failing("a")));
+    assert!(
+        matches!(e[0], Effect::Progress(_)),
+        "the status says the model is asked"
+    );
+    assert!(is_call(&e[1], Role::Coder));
+    let Effect::CallModel { messages, .. } = &e[1] else {
+        unreachable!()
+    };
+    assert!(
+        messages[1].content.contains("FAILED a"),
+        "the coder sees the failures"
+    );
+    assert!(matches!(
+        propose(&mut run, &edit_answer("a + b")).last(),
+        Some(Effect::RunTests)
+    ));
+    let e = step(&mut run, Event::TestsFinished(passing()));
+    assert!(matches!(
+        &e[0],
+        Effect::Finish {
+            status: Phase::Done,
+            ..
+        }
+    ));
+    assert_eq!(
+        (run.iterations, run.files_changed.clone()),
+        (1, vec!["calc.py".to_string()])
+    );
+}
+
+#[test]
+fn a_failing_run_is_reflected_on_and_retried() {
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing("a")));
+    propose(&mut run, &edit_answer("a * b"));
+    let e = step(&mut run, Event::TestsFinished(failing("b")));
+    assert!(is_call(&e[0], Role::Reflector));
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Reflector,
+            text: r#"{"task_id":"T1","passed":false,"report":"multiplied","next_step":"add"}"#
+                .into(),
+        },
+    );
+    let messages = coder_call(&e);
+    assert!(messages.last().unwrap().content.contains("Next step: add"));
+    propose(&mut run, &edit_answer("a + b"));
+    assert!(matches!(
+        step(&mut run, Event::TestsFinished(passing()))[0],
+        Effect::Finish {
+            status: Phase::Done,
+            ..
+        }
+    ));
+    assert_eq!(run.iterations, 2);
+}
+
+#[test]
+fn the_retry_budget_stops_the_run_with_a_message() {
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(2, 15), String::new());
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing("a")));
+    let mut last = Vec::new();
+    for (i, new) in ["a * b", "a / b", "a % b"].iter().enumerate() {
+        propose(&mut run, &edit_answer(new));
+        step(&mut run, Event::TestsFinished(failing(&format!("f{i}"))));
+        last = step(
+            &mut run,
+            Event::ModelAnswered {
+                role: Role::Reflector,
+                text: "not json".into(),
+            },
+        );
+    }
+    let Some(Effect::Finish {
+        status: Phase::Failed,
+        answer,
+    }) = last.last()
+    else {
+        panic!("{last:?}")
+    };
+    assert!(answer.contains("agent.max_retries"), "{answer}");
+}
+
+#[test]
+fn the_same_failure_after_different_edits_stops_early() {
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(9, 15), String::new());
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing("same")));
+    for new in ["a * b", "a / b"] {
+        propose(&mut run, &edit_answer(new));
+        step(&mut run, Event::TestsFinished(failing("same")));
+        step(
+            &mut run,
+            Event::ModelAnswered {
+                role: Role::Reflector,
+                text: "{}".into(),
+            },
+        );
+    }
+    propose(&mut run, &edit_answer("a % b"));
+    let e = step(&mut run, Event::TestsFinished(failing("same")));
+    assert!(
+        matches!(&e[0], Effect::Finish { status: Phase::Failed, answer } if answer.contains("same failure")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_rejected_plan_stops_the_run_and_applies_nothing() {
+    let mut run = Run::new(
+        "make add add",
+        Some(Intent::Edit),
+        budget(3, 15),
+        String::new(),
+    );
+    let e = step(&mut run, Event::Start);
+    assert!(
+        e.last().is_some_and(|e| is_call(e, Role::Coder)),
+        "an edit goal goes straight to the coder"
+    );
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: edit_answer("a + b"),
+        },
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!()
+    };
+    step(&mut run, Event::Located(locate(plan)));
+    let e = step(&mut run, Event::Rejected);
+    assert!(
+        matches!(&e[0], Effect::Finish { status: Phase::Failed, answer } if answer.contains("rejected"))
+    );
+    assert!(run.files_changed.is_empty());
+}
+
+#[test]
+fn a_refused_change_is_told_to_the_model_and_tried_again_within_the_budget() {
+    let mut run = Run::new("edit", Some(Intent::Edit), budget(1, 15), String::new());
+    step(&mut run, Event::Start);
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: edit_answer("a + b"),
+        },
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!("{e:?}")
+    };
+    step(&mut run, Event::Located(locate(plan)));
+    let e = step(
+        &mut run,
+        Event::Refused("it writes protected files (.git/config)".into()),
+    );
+    let call = e
+        .iter()
+        .find_map(|e| match e {
+            Effect::CallModel { role, messages, .. } if *role == Role::Coder => Some(messages),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("the coder is asked again: {e:?}"));
+    assert!(
+        call.iter()
+            .any(|m| m.content.contains(".git/config") && m.content.contains("not applied")),
+        "the refusal reaches the model"
+    );
+    assert!(run.pending.is_empty() && run.files_changed.is_empty());
+    // A second refusal spends the last retry: the run stops, nothing applied.
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: edit_answer("a + b"),
+        },
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!("{e:?}")
+    };
+    step(&mut run, Event::Located(locate(plan)));
+    let e = step(&mut run, Event::Refused("again".into()));
+    assert!(
+        e.iter().any(|e| matches!(
+            e,
+            Effect::Finish {
+                status: Phase::Failed,
+                ..
+            }
+        )),
+        "{e:?}"
+    );
+    assert!(run.files_changed.is_empty());
+}
+
+#[test]
+fn an_answer_that_does_not_parse_is_sent_back_once() {
+    let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: "I would change the sign.".into(),
+        },
+    );
+    assert!(matches!(&e[0], Effect::Warn(_)));
+    let Effect::CallModel { messages, .. } = &e[1] else {
+        panic!()
+    };
+    assert!(
+        messages
+            .last()
+            .unwrap()
+            .content
+            .contains("could not be read")
+    );
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: "still prose".into(),
+        },
+    );
+    assert!(matches!(
+        &e[0],
+        Effect::Finish {
+            status: Phase::Failed,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn refused_edits_go_back_to_the_coder_with_the_reason() {
+    let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    let answer = "calc.py\n<<<<<<< SEARCH\nnothing like this exists\n=======\nx\n>>>>>>> REPLACE\n";
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: answer.into(),
+        },
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!()
+    };
+    let e = step(&mut run, Event::Located(locate(plan)));
+    let Some(Effect::CallModel { messages, .. }) = e.last() else {
+        panic!("{e:?}")
+    };
+    assert!(messages.last().unwrap().content.contains("NOT applied"));
+}
+
+#[test]
+fn cancel_ends_the_run_and_late_events_are_ignored() {
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    let e = step(&mut run, Event::Cancel);
+    assert!(matches!(
+        &e[0],
+        Effect::Finish {
+            status: Phase::Cancelled,
+            ..
+        }
+    ));
+    assert!(step(&mut run, Event::TestsFinished(failing("a"))).is_empty());
+}
+
+#[test]
+fn alternating_edits_stop_the_run() {
+    assert!(alternating(&[1, 2, 1, 2]));
+    assert!(!alternating(&[1, 2, 3, 2]));
+    assert!(!alternating(&[1, 1, 1, 1]));
+}
+
+#[test]
+fn goals_are_classified_by_their_obvious_words() {
+    assert_eq!(classify("fix the failing tests"), Some(Intent::Fix));
+    assert_eq!(classify("explain this function"), Some(Intent::Explain));
+    assert_eq!(classify("what does parse do?"), Some(Intent::Explain));
+    assert_eq!(classify("add a --verbose flag"), Some(Intent::Edit));
+    assert_eq!(classify("run the tests"), Some(Intent::Test));
+    assert_eq!(
+        classify("the prefix thing, but for suffixes"),
+        None,
+        "not obvious: the intent model decides"
+    );
+}
+
+#[test]
+fn a_stale_buffer_redoes_the_step_on_fresh_text() {
+    let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: edit_answer("a + b"),
+        },
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!()
+    };
+    step(&mut run, Event::Located(locate(plan)));
+    step(&mut run, Event::Approved);
+    let e = step(
+        &mut run,
+        Event::Stale("calc.py changed while the change was prepared".into()),
+    );
+    let messages = coder_call(&e);
+    assert!(messages.last().unwrap().content.contains("current text"));
+    assert!(run.files_changed.is_empty());
+}
+
+#[test]
+fn an_unclear_goal_is_classified_by_the_intent_model() {
+    let mut run = Run::new(
+        "the prefix thing, but for suffixes",
+        None,
+        budget(3, 15),
+        String::new(),
+    );
+    let e = step(&mut run, Event::Start);
+    assert!(is_call(&e[0], Role::Intent));
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Intent,
+            text: r#"{"intent": "edit"}"#.into(),
+        },
+    );
+    assert!(is_call(e.last().unwrap(), Role::Coder));
+    assert_eq!(run.intent, Some(Intent::Edit));
+}
+
+#[test]
+fn a_large_goal_is_planned_and_its_tasks_run_in_order_then_evaluated() {
+    let goal = "Add a subtract function. Then add a divide function that refuses zero. Then document both in the README.";
+    let mut run = Run::new(goal, Some(Intent::Edit), budget(3, 15), String::new());
+    run.evaluation = crate::agent::Evaluation::Basic;
+    let e = step(&mut run, Event::Start);
+    assert!(is_call(&e[0], Role::Planner));
+    let plan = r#"{"plan_id": "plan_0001", "tasks": [{"id": "T1", "title": "fix add", "acceptance": "add adds"}, {"id": "T2", "title": "fix add again", "acceptance": "still adds"}]}"#;
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Planner,
+            text: plan.into(),
+        },
+    );
+    let messages = coder_call(&e);
+    assert!(messages[1].content.contains("task 1 of 2 now: T1 fix add"));
+    propose(&mut run, &edit_answer("a + b"));
+    let e = step(&mut run, Event::TestsFinished(passing()));
+    let messages = coder_call(&e);
+    assert!(
+        messages[1].content.contains("task 2 of 2"),
+        "the next task starts"
+    );
+    propose(&mut run, &edit_answer("b + a"));
+    let e = step(&mut run, Event::TestsFinished(passing()));
+    assert!(is_call(&e[0], Role::Evaluator));
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Evaluator,
+            text: r#"{"score": 4, "reason": "small and tested"}"#.into(),
+        },
+    );
+    assert!(
+        matches!(&e[0], Effect::Finish { status: Phase::Done, answer } if answer.contains("evaluation: 4/5")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn the_evaluator_never_blocks() {
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    run.evaluation = crate::agent::Evaluation::Basic;
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing("a")));
+    propose(&mut run, &edit_answer("a + b"));
+    step(&mut run, Event::TestsFinished(passing()));
+    let e = step(
+        &mut run,
+        Event::ModelFailed {
+            role: Role::Evaluator,
+            error: "down".into(),
+        },
+    );
+    assert!(matches!(
+        &e[0],
+        Effect::Finish {
+            status: Phase::Done,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_plan_that_does_not_parse_is_asked_for_once_more() {
+    let goal = "Do one thing. Then another thing. Then a third thing.";
+    let mut run = Run::new(goal, Some(Intent::Edit), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Planner,
+            text: "first I will...".into(),
+        },
+    );
+    assert!(is_call(&e[0], Role::Planner));
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Planner,
+            text: "still prose".into(),
+        },
+    );
+    assert!(matches!(
+        &e[0],
+        Effect::Finish {
+            status: Phase::Failed,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_test_goal_runs_the_tests_and_reports() {
+    let mut run = Run::new(
+        "run the tests",
+        Some(Intent::Test),
+        budget(3, 15),
+        String::new(),
+    );
+    assert!(
+        step(&mut run, Event::Start)
+            .iter()
+            .any(|e| matches!(e, Effect::RunTests))
+    );
+    let e = step(&mut run, Event::TestsFinished(failing("x")));
+    assert!(
+        matches!(&e[0], Effect::Finish { status: Phase::Done, answer } if answer.contains("1 test(s) fail"))
+    );
+}
+
+#[test]
+fn a_checkpoint_round_trips_and_resume_calls_the_coder_with_what_was_learned() {
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing("a")));
+    propose(&mut run, &edit_answer("a * b"));
+    step(&mut run, Event::TestsFinished(failing("b")));
+    step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Reflector,
+            text: r#"{"task_id":"T1","passed":false,"report":"multiplied","next_step":"add"}"#
+                .into(),
+        },
+    );
+    // The shell checkpoints here, as the second coder call goes out.
+    assert_eq!((run.phase, run.iterations), (Phase::Coding, 2));
+    let saved = serde_json::to_string(&run).unwrap();
+    let mut back: Run = serde_json::from_str(&saved).unwrap();
+    let e = resume(&mut back);
+    let messages = coder_call(&e);
+    assert!(messages.last().unwrap().content.contains("Next step: add"));
+    assert_eq!(back.iterations, 2, "the same iteration, not a new one");
+    propose(&mut back, &edit_answer("a + b"));
+    assert!(matches!(
+        step(&mut back, Event::TestsFinished(passing()))[0],
+        Effect::Finish {
+            status: Phase::Done,
+            ..
+        }
+    ));
+    assert_eq!(back.failure_history, run.failure_history);
+
+    // A run saved anywhere else starts over.
+    let mut fresh = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    let e = resume(&mut fresh);
+    assert!(e.iter().any(|e| matches!(e, Effect::RunTests)), "{e:?}");
+}
+
+#[test]
+fn commands_in_free_form_goals_are_routed_without_a_model() {
+    assert_eq!(route("undo"), Route::Undo(None));
+    assert_eq!(route("Undo the last change."), Route::Undo(None));
+    assert_eq!(route("undo step 3"), Route::Undo(Some(3)));
+    assert_eq!(route("revert the last change"), Route::Undo(None));
+    assert_eq!(route("redo"), Route::Redo);
+    assert_eq!(route("status"), Route::Status);
+    assert_eq!(route("what is the agent doing?"), Route::Status);
+    assert_eq!(
+        route("run `cargo clippy --all-targets`"),
+        Route::Command(vec![
+            "cargo".into(),
+            "clippy".into(),
+            "--all-targets".into()
+        ])
+    );
+    assert_eq!(
+        route("run make lint"),
+        Route::Command(vec!["make".into(), "lint".into()])
+    );
+    assert_eq!(
+        route("run `cargo test -p core`"),
+        Route::Command(vec![
+            "cargo".into(),
+            "test".into(),
+            "-p".into(),
+            "core".into()
+        ])
+    );
+    // The loop's own goals stay with the loop.
+    for goal in [
+        "run the tests",
+        "run tests",
+        "fix the failing tests",
+        "undo the rename in parser.rs and call the function parse_all instead everywhere",
+        "add an undo command to the editor",
+        "explain the status field",
+        "run",
+        "run the linter",
+        "run all the benchmarks and tell me which got slower",
+    ] {
+        assert_eq!(route(goal), Route::Agent, "{goal}");
+    }
+}
+
+#[test]
+fn the_coder_reads_with_tools_within_its_turn_then_must_answer() {
+    use crate::conversation::{Speaker, ToolCall};
+    let mut run = Run::new(
+        "fix the failing tests",
+        Some(Intent::Fix),
+        budget(3, 15),
+        String::new(),
+    );
+    step(&mut run, Event::Start);
+    let e = step(&mut run, Event::TestsFinished(failing("a")));
+    assert!(matches!(
+        e.last(),
+        Some(Effect::CallModel { tools, .. }) if tools.iter().any(|t| t == "grep") && tools.iter().any(|t| t == "edit_file")
+    ));
+    let grep = ToolCall {
+        id: "c1".into(),
+        name: "grep".into(),
+        arguments: serde_json::json!({"pattern": "def add"}),
+    };
+    for round in 1..=2 {
+        let e = step(
+            &mut run,
+            Event::ToolCalls {
+                text: String::new(),
+                calls: vec![grep.clone()],
+            },
+        );
+        assert!(matches!(e.last(), Some(Effect::RunTools(c)) if c.len() == 1));
+        let e = step(
+            &mut run,
+            Event::ToolResults(vec![(grep.clone(), "calc.py:4: def add(a, b):".into())]),
+        );
+        let Some(Effect::CallModel {
+            role: Role::Coder,
+            messages,
+            tools,
+        }) = e.last()
+        else {
+            panic!("no coder call after the results: {e:?}")
+        };
+        // The call and its result follow the prompt, in order; the turn is still iteration 1.
+        let tail: Vec<Speaker> = messages.iter().rev().take(2).map(|m| m.speaker).collect();
+        assert_eq!(run.iterations, 1);
+        if round == 1 {
+            assert!(!tools.is_empty(), "a tool step is left");
+            assert_eq!(tail, [Speaker::Tool, Speaker::Assistant]);
+        } else {
+            assert!(tools.is_empty(), "the budget of 2 rounds is spent");
+            let last = messages.last().unwrap();
+            assert!(last.content.contains("Answer now"), "{last:?}");
+        }
+    }
+    // The answer with edits goes on as before, and the next turn starts with no exchange.
+    assert!(matches!(
+        propose(&mut run, &edit_answer("a * b")).last(),
+        Some(Effect::RunTests)
+    ));
+    let mut e = step(&mut run, Event::TestsFinished(failing("b")));
+    // A failure is reflected on first; the reflector's advice leads to the next coder turn.
+    if e.last().is_some_and(|e| is_call(e, Role::Reflector)) {
+        e = step(
+            &mut run,
+            Event::ModelAnswered {
+                role: Role::Reflector,
+                text:
+                    r#"{"task_id": "T1", "passed": false, "report": "wrong", "next_step": "sum"}"#
+                        .into(),
+            },
+        );
+    }
+    assert!(
+        matches!(
+            e.last(),
+            Some(Effect::CallModel {
+                role: Role::Coder,
+                tools,
+                ..
+            }) if !tools.is_empty()
+        ),
+        "the next turn is the coder's, with tools again: {e:?}"
+    );
+    assert_eq!(run.iterations, 2);
+    assert!(run.exchange.is_empty() && run.tool_steps == 0);
+}
+
+fn call(id: &str, name: &str, arguments: serde_json::Value) -> crate::conversation::ToolCall {
+    crate::conversation::ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments,
+    }
+}
+
+#[test]
+fn editing_tools_are_proposals_that_go_through_locate_and_approval() {
+    let mut run = Run::new(
+        "change add",
+        Some(Intent::Edit),
+        budget(3, 15),
+        String::new(),
+    );
+    step(&mut run, Event::Start);
+    let e = step(
+        &mut run,
+        Event::ToolCalls {
+            text: String::new(),
+            calls: vec![call(
+                "e1",
+                "edit_file",
+                serde_json::json!({"path": "calc.py", "search": "a - b", "replace": "a + b"}),
+            )],
+        },
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!("an edit tool call is located like an answer: {e:?}")
+    };
+    assert_eq!(plan.paths(), ["calc.py"]);
+    assert_eq!(run.phase, Phase::Locating);
+    // A call with bad arguments is sent back once, like an unreadable answer.
+    let mut run = Run::new(
+        "change add",
+        Some(Intent::Edit),
+        budget(3, 15),
+        String::new(),
+    );
+    step(&mut run, Event::Start);
+    let e = step(
+        &mut run,
+        Event::ToolCalls {
+            text: String::new(),
+            calls: vec![call(
+                "e1",
+                "write_file",
+                serde_json::json!({"path": "x.py"}),
+            )],
+        },
+    );
+    assert!(
+        matches!(e.first(), Some(Effect::Warn(w)) if w.contains("content")),
+        "{e:?}"
+    );
+    assert!(
+        run.feedback
+            .last()
+            .unwrap()
+            .contains("could not be read as edits")
+    );
+}
+
+#[test]
+fn a_reading_agent_answers_in_markdown_with_reading_tools_only() {
+    let mut run = Run::new(
+        "review calc.py",
+        Some(Intent::Edit),
+        budget(3, 15),
+        String::new(),
+    );
+    run.agent = AgentProfile::built_in("review").unwrap();
+    let e = step(&mut run, Event::Start);
+    let Some(Effect::CallModel {
+        role,
+        messages,
+        tools,
+    }) = e.last()
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(*role, Role::Coder);
+    assert!(
+        messages[0].content.contains("review agent"),
+        "{}",
+        messages[0].content
+    );
+    assert!(tools.contains(&"grep".to_string()) && tools.contains(&"get_diagnostics".to_string()));
+    assert!(
+        !tools.iter().any(|t| t == "edit_file" || t == "run_command"),
+        "{tools:?}"
+    );
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Coder,
+            text: "- calc.py:2: subtracts".into(),
+        },
+    );
+    assert!(
+        matches!(e.last(), Some(Effect::Finish { status: Phase::Done, answer }) if answer.contains("subtracts"))
+    );
+}
+
+#[test]
+fn long_tool_turns_are_summarised() {
+    let mut b = budget(3, 15);
+    b.max_tool_steps = 8;
+    b.summarize_after = 2;
+    let mut run = Run::new("change add", Some(Intent::Edit), b, String::new());
+    step(&mut run, Event::Start);
+    let grep = call("g", "grep", serde_json::json!({"pattern": "x"}));
+    for round in 1..=2 {
+        step(
+            &mut run,
+            Event::ToolCalls {
+                text: String::new(),
+                calls: vec![grep.clone()],
+            },
+        );
+        let e = step(
+            &mut run,
+            Event::ToolResults(vec![(grep.clone(), format!("r{round}"))]),
+        );
+        if round == 2 {
+            let Some(Effect::CallModel {
+                role: Role::Summarizer,
+                messages,
+                ..
+            }) = e.last()
+            else {
+                panic!("{e:?}")
+            };
+            assert!(messages[1].content.contains("r1") && messages[1].content.contains("r2"));
+        }
+    }
+    let e = step(
+        &mut run,
+        Event::ModelAnswered {
+            role: Role::Summarizer,
+            text: "calc.py:4 has add".into(),
+        },
+    );
+    assert_eq!(run.exchange.len(), 1);
+    let Some(Effect::CallModel {
+        role: Role::Coder,
+        messages,
+        tools,
+    }) = e.last()
+    else {
+        panic!("{e:?}")
+    };
+    assert!(
+        messages
+            .last()
+            .unwrap()
+            .content
+            .contains("calc.py:4 has add")
+    );
+    assert!(!tools.is_empty());
+    assert_eq!(run.iterations, 1);
+}
+
+#[test]
+fn evaluation_basic_ends_partial_and_full_corrects() {
+    let incomplete = r#"{"score": 2, "complete": false, "reason": "mul is missing"}"#;
+    for (mode, corrects) in [
+        (crate::agent::Evaluation::Basic, false),
+        (crate::agent::Evaluation::Full, true),
+    ] {
+        let mut run = Run::new(
+            "add add and mul",
+            Some(Intent::Edit),
+            budget(3, 15),
+            String::new(),
+        );
+        run.evaluation = mode;
+        step(&mut run, Event::Start);
+        propose(&mut run, &edit_answer("a + b"));
+        let e = step(&mut run, Event::TestsFinished(passing()));
+        assert!(e.iter().any(|e| is_call(e, Role::Evaluator)), "{e:?}");
+        let e = step(
+            &mut run,
+            Event::ModelAnswered {
+                role: Role::Evaluator,
+                text: incomplete.into(),
+            },
+        );
+        if corrects {
+            assert!(
+                matches!(
+                    e.last(),
+                    Some(Effect::CallModel {
+                        role: Role::Coder,
+                        ..
+                    })
+                ),
+                "{e:?}"
+            );
+            assert_eq!(
+                run.tasks.last().unwrap().title,
+                "finish the goal: mul is missing"
+            );
+            assert_eq!(run.corrections, 1);
+        } else {
+            assert!(run.partial);
+            assert!(
+                matches!(e.last(), Some(Effect::Finish { status: Phase::Failed, answer }) if answer.starts_with("partial:") && answer.contains("mul is missing")),
+                "{e:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The pure core of agent-ls: values in, values out, no IO. Its manifest names no async
+//! runtime, HTTP client, database or process crate, so the compiler refuses them here, and
+//! `scripts/check-core` (run by `scripts/test`) fails on any such crate in its dependency tree
+//! and on any use of `std::fs`, `std::process`, `std::net`, `std::env` or the clock.
+//!
+//! - `text`: documents as ropes with versions, and position math across encodings.
+//! - `edit`: model output to an `EditPlan`, the locating cascade, apply and invert, history.
+//! - `agent`: the run's state machine (`step(&mut Run, Event) -> Vec<Effect>`), goal routing,
+//!   named agents, prompt rendering from the prompts handed in, the context window.
+//! - `conversation`: `Role`, `Speaker`, `Message`, `ToolCall`, `ToolSpec`.
+//! - `test_output`: test-run output to failures (`parse`), and the report a model reads.
+//! - `syntax` and `repomap`: tree-sitter parsing, tags and the ranking behind the repo map.
+
+pub mod agent;
+pub mod conversation;
+pub mod edit;
+pub mod repomap;
+pub mod syntax;
+pub mod test_output;
+pub mod text;

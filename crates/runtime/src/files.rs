@@ -1,0 +1,180 @@
+//! Workspace files on disk: resolving a model's path without leaving the workspace (symlinks
+//! included), reading files for a plan, and writing changes atomically.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use agent_ls_core::edit::{self, FileChange, FileText};
+
+/// Resolves a normalised relative path to the real file it names, refusing one that leads
+/// outside `root` through a symlink anywhere along the way. The file itself need not exist.
+pub fn resolve(root: &Path, relative: &str) -> Result<PathBuf, String> {
+    let real_root = root
+        .canonicalize()
+        .map_err(|e| format!("cannot open the workspace {}: {e}", root.display()))?;
+    let joined = real_root.join(relative);
+    // Canonicalise the nearest part that exists; what does not exist yet cannot be a link.
+    let mut existing = joined.clone();
+    let mut rest: Vec<std::ffi::OsString> = Vec::new();
+    while fs::symlink_metadata(&existing).is_err() {
+        let Some(name) = existing.file_name() else {
+            break;
+        };
+        rest.push(name.to_owned());
+        if !existing.pop() {
+            break;
+        }
+    }
+    let mut real = existing
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {relative}: {e}"))?;
+    for name in rest.iter().rev() {
+        real.push(name);
+    }
+    if !real.starts_with(&real_root) {
+        return Err(format!(
+            "`{relative}` leads outside the workspace (to {})",
+            real.display()
+        ));
+    }
+    Ok(real)
+}
+
+/// Reads a plan's file from disk for the edit engine.
+pub fn read_for_plan(root: &Path, relative: &str) -> FileText {
+    let path = match resolve(root, relative) {
+        Ok(p) => p,
+        Err(reason) => return FileText::Refused(reason),
+    };
+    match fs::read(&path) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => FileText::Text(text),
+            Err(_) => FileText::Refused(format!("`{relative}` is not UTF-8 text")),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileText::Missing,
+        Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => {
+            FileText::Refused(format!("`{relative}` is a directory"))
+        }
+        Err(e) => FileText::Refused(format!("cannot read `{relative}`: {e}")),
+    }
+}
+
+/// Writes `contents` to `path` so that a reader sees the old file or the new one, never a
+/// mix: a temporary file in the same directory, flushed to disk, renamed over the target.
+/// `path` must already be the real target (see `resolve`), or the rename would replace a
+/// symlink instead of writing through it. An existing file's permissions are kept.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(contents)?;
+    tmp.as_file().sync_all()?;
+    // An existing file keeps its permissions; a new one is never executable.
+    let permissions = match fs::metadata(path) {
+        Ok(meta) => meta.permissions(),
+        Err(_) => std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    };
+    fs::set_permissions(tmp.path(), permissions)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    // The rename itself is durable only once the directory is flushed.
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Whether a workspace file has an execute bit (a change to it is protected).
+pub fn is_executable(root: &Path, relative: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(root.join(relative))
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The protected files a change writes, with why each is protected.
+pub fn protected_in(root: &Path, changes: &[FileChange]) -> Vec<(String, &'static str)> {
+    changes
+        .iter()
+        .filter_map(|c| {
+            crate::trust::protected::reason(&c.path, is_executable(root, &c.path))
+                .map(|why| (c.path.clone(), why))
+        })
+        .collect()
+}
+
+/// Writes every change, or none: when a write fails, the files already written are put back
+/// (and created ones removed) before the error is returned.
+pub fn write_changes(root: &Path, changes: &[FileChange]) -> Result<(), String> {
+    let mut done: Vec<(PathBuf, &FileChange)> = Vec::new();
+    for change in changes {
+        let result = resolve(root, &change.path).and_then(|path| {
+            write_atomic(&path, change.new_text.as_bytes())
+                .map(|_| path)
+                .map_err(|e| e.to_string())
+        });
+        match result {
+            Ok(path) => done.push((path, change)),
+            Err(err) => {
+                for (path, change) in done.iter().rev() {
+                    let _ = match &change.original {
+                        Some(text) => write_atomic(path, text.as_bytes()),
+                        None => fs::remove_file(path),
+                    };
+                }
+                return Err(format!(
+                    "cannot write {}: {err}; no file was changed",
+                    change.path
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies a plan to the files under `root` (read from disk), without writing.
+pub fn plan_on_disk(
+    plan: &edit::EditPlan,
+    root: &Path,
+    limits: &edit::Limits,
+) -> edit::PlanOutcome {
+    edit::apply_plan(plan, root, limits, |rel| read_for_plan(root, rel))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlinks_leading_outside_are_refused_and_inside_ones_resolve() {
+        let outside = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("secret.txt"), "s").unwrap();
+        fs::write(ws.path().join("real.txt"), "r").unwrap();
+        std::os::unix::fs::symlink(outside.path(), ws.path().join("out")).unwrap();
+        std::os::unix::fs::symlink(ws.path().join("real.txt"), ws.path().join("link.txt")).unwrap();
+        assert!(resolve(ws.path(), "out/secret.txt").is_err());
+        assert!(resolve(ws.path(), "out/new.txt").is_err());
+        let real = resolve(ws.path(), "link.txt").unwrap();
+        assert_eq!(real, ws.path().canonicalize().unwrap().join("real.txt"));
+        assert!(resolve(ws.path(), "new/dir/file.txt").is_ok());
+    }
+
+    #[test]
+    fn atomic_write_through_a_symlink_keeps_the_link() {
+        let ws = tempfile::tempdir().unwrap();
+        fs::write(ws.path().join("real.txt"), "old").unwrap();
+        std::os::unix::fs::symlink(ws.path().join("real.txt"), ws.path().join("link.txt")).unwrap();
+        let target = resolve(ws.path(), "link.txt").unwrap();
+        write_atomic(&target, b"new").unwrap();
+        assert!(
+            fs::symlink_metadata(ws.path().join("link.txt"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(
+            fs::read_to_string(ws.path().join("link.txt")).unwrap(),
+            "new"
+        );
+    }
+}

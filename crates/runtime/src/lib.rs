@@ -1,0 +1,28 @@
+//! The runtime of agent-ls: it performs the effects the core's state machine asks for, and is
+//! where every kind of IO lives. The front ends (LSP, ACP, MCP, the command line) are thin
+//! shells over its `drive::Drive`.
+//!
+//! - `drive`: the effect loop shared by every surface, the run's recorder, run setup.
+//! - `model`: providers (OpenAI-compatible, Anthropic, replay), retries, usage and cost.
+//! - `tools`: what the model may call to find its way; `mcp_client`: other servers' tools.
+//! - `tests_run`: choosing a test command and running it as a cancellable process group.
+//! - `store` (SQLite), `journal` (JSONL per run), `lock` (one run per workspace), `steps`.
+//! - `trust`: trusted folders, protected paths, the sandbox, the static scan of a change.
+//! - `config`: layered configuration; `files`: workspace paths and atomic writes.
+//! - `repomap`, `tokens`, `logging`.
+
+pub mod config;
+pub mod drive;
+pub mod files;
+pub mod journal;
+pub mod lock;
+pub mod logging;
+pub mod mcp_client;
+pub mod model;
+pub mod repomap;
+pub mod steps;
+pub mod store;
+pub mod tests_run;
+pub mod tokens;
+pub mod tools;
+pub mod trust;

@@ -1,0 +1,672 @@
+//! Model providers (IO): the request and answer types the agent uses, the choice of model per
+//! role with its fallbacks, retries with backoff for transient failures, cancellation, usage
+//! and cost. The wire formats live in `openai.rs`, `anthropic.rs` and `replay.rs`.
+
+pub mod anthropic;
+pub mod doctor;
+pub mod openai;
+pub mod replay;
+mod sse;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::{Config, Price, RoleConfig, Secret, TargetConfig};
+pub use agent_ls_core::conversation::{Message, Role, Speaker, ToolCall, ToolSpec};
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Request {
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    /// Force a call of this tool.
+    pub tool_choice: Option<String>,
+    /// Ask for a JSON answer that matches this schema (name, schema).
+    pub json_schema: Option<(String, Value)>,
+    pub max_tokens: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// The server did not report usage, so it was estimated from the text (4 bytes a token).
+    #[serde(default)]
+    pub estimated: bool,
+}
+
+impl Usage {
+    fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.estimated |= other.estimated;
+    }
+}
+
+/// A model's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+    pub provider: String,
+    pub model: String,
+    pub duration_ms: u64,
+    /// Attempts this answer took, retries and fallbacks included.
+    pub attempts: u32,
+    /// US dollars, when prices are configured for the model.
+    pub cost_usd: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ModelError {
+    #[error("{provider} refused the credentials (HTTP {status}): {fix}")]
+    Auth {
+        provider: String,
+        status: u16,
+        fix: String,
+    },
+    #[error("{provider} failed with HTTP {status}: {body}")]
+    Http {
+        provider: String,
+        status: u16,
+        body: String,
+        retry_after: Option<Duration>,
+    },
+    #[error("cannot reach {provider} at {url}: {reason}")]
+    Connect {
+        provider: String,
+        url: String,
+        reason: String,
+    },
+    #[error("{provider} did not answer within {seconds} s")]
+    Timeout { provider: String, seconds: u64 },
+    #[error("{provider}'s answer stopped before it was complete: {reason}")]
+    Truncated { provider: String, reason: String },
+    #[error("{provider} sent an answer that cannot be read: {reason}")]
+    BadAnswer { provider: String, reason: String },
+    #[error("{provider} called tool `{tool}` with arguments that are not valid JSON: {reason}")]
+    InvalidToolCall {
+        provider: String,
+        tool: String,
+        reason: String,
+    },
+    #[error("the replay script {file} has no more answers for the {role} role")]
+    ReplayExhausted { role: String, file: String },
+    #[error("no model is configured: {0}")]
+    NotConfigured(String),
+    #[error("the model call was cancelled")]
+    Cancelled,
+}
+
+impl ModelError {
+    /// Worth trying again: rate limits, server errors, dropped connections, timeouts, and
+    /// streams cut short.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ModelError::Http { status, .. } => *status == 429 || *status >= 500,
+            ModelError::Connect { .. }
+            | ModelError::Timeout { .. }
+            | ModelError::Truncated { .. } => true,
+            _ => false,
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ModelError::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// Errors that another model would not fix, so no fallback is tried.
+    fn is_final(&self) -> bool {
+        matches!(
+            self,
+            ModelError::Auth { .. } | ModelError::Cancelled | ModelError::NotConfigured(_)
+        )
+    }
+}
+
+/// Which wire format a target speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    OpenAi,
+    Anthropic,
+    Replay,
+}
+
+/// One concrete model to call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// The provider's name as configured ("openai", "ollama", ...).
+    pub provider: String,
+    pub kind: Kind,
+    pub base_url: String,
+    pub model: String,
+    pub api_key: Option<Secret>,
+    /// Where the key should come from, to say so when it is missing or refused.
+    pub key_hint: &'static str,
+}
+
+impl Target {
+    pub fn label(&self) -> String {
+        format!("{} ({})", self.provider, self.model)
+    }
+}
+
+/// Resolves the configured (or default) target for a role and its fallbacks.
+pub fn targets_for(
+    role: Role,
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Target>, ModelError> {
+    let r: &RoleConfig = match role {
+        Role::Planner => &config.roles.planner,
+        Role::Coder => &config.roles.coder,
+        Role::Reflector => &config.roles.reflector,
+        Role::Evaluator => &config.roles.evaluator,
+        Role::Intent => &config.roles.intent,
+        Role::Summarizer => &config.roles.summarizer,
+    };
+    let m = &config.model;
+    // A role that names another provider does not inherit the default's URL, model or key.
+    let same_provider = r.provider.is_none() || r.provider == m.provider;
+    let inherit = |role_value: &Option<String>, default: &Option<String>| {
+        role_value
+            .clone()
+            .or_else(|| if same_provider { default.clone() } else { None })
+    };
+    let primary = TargetConfig {
+        provider: r.provider.clone().or(m.provider.clone()),
+        base_url: inherit(&r.base_url, &m.base_url),
+        name: inherit(&r.name, &m.name),
+        api_key: r.api_key.clone().or_else(|| {
+            if same_provider {
+                m.api_key.clone()
+            } else {
+                None
+            }
+        }),
+    };
+    let fallback = r.fallback.as_ref().unwrap_or(&m.fallback);
+    std::iter::once(&primary)
+        .chain(fallback.iter())
+        .map(|t| resolve(t, config, env))
+        .collect()
+}
+
+fn resolve(
+    t: &TargetConfig,
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Target, ModelError> {
+    let env_key = |var: &str| env(var).filter(|v| !v.is_empty()).map(Secret::new);
+    let provider = match &t.provider {
+        Some(p) => p.clone(),
+        None if env_key("OPENAI_API_KEY").is_some() => "openai".into(),
+        None if env_key("ANTHROPIC_API_KEY").is_some() => "anthropic".into(),
+        None => "ollama".into(),
+    };
+    let (kind, url, model, var) = match provider.as_str() {
+        "openai" => (
+            Kind::OpenAi,
+            "https://api.openai.com/v1",
+            "gpt-4o-mini",
+            Some("OPENAI_API_KEY"),
+        ),
+        "ollama" => (Kind::OpenAi, "http://127.0.0.1:11434/v1", "llama3.2", None),
+        "anthropic" => (
+            Kind::Anthropic,
+            "https://api.anthropic.com",
+            "claude-3-5-haiku-latest",
+            Some("ANTHROPIC_API_KEY"),
+        ),
+        "replay" => (Kind::Replay, "", "replay", None),
+        other => {
+            return Err(ModelError::NotConfigured(format!(
+                "unknown provider `{other}` in model.provider; use openai, anthropic, ollama or replay"
+            )));
+        }
+    };
+    let base_url = match (kind, &t.base_url) {
+        (Kind::Replay, _) => config
+            .model
+            .replay_file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .ok_or_else(|| {
+                ModelError::NotConfigured("provider = \"replay\" needs model.replay_file".into())
+            })?,
+        (_, Some(u)) => u.trim_end_matches('/').to_string(),
+        (_, None) => url.to_string(),
+    };
+    // A key goes only to its provider's own address, or to one the user set (user file,
+    // environment, editor settings): never to a server a workspace file names.
+    if config.workspace_hosts.contains(&base_url) {
+        return Ok(Target {
+            provider,
+            kind,
+            base_url,
+            model: t.name.clone().unwrap_or_else(|| model.to_string()),
+            api_key: None,
+            key_hint: "no key is sent to a server a workspace file names; set model.base_url in the user config file to use a key there",
+        });
+    }
+    let api_key = t.api_key.clone().or_else(|| var.and_then(env_key));
+    let key_hint = match var {
+        Some("OPENAI_API_KEY") => "set OPENAI_API_KEY, or model.api_key in the user config file",
+        Some(_) => "set ANTHROPIC_API_KEY, or model.api_key in the user config file",
+        None => "model.api_key in the user config file, or AGENT_LS_MODEL__API_KEY",
+    };
+    Ok(Target {
+        provider,
+        kind,
+        base_url,
+        model: t.name.clone().unwrap_or_else(|| model.to_string()),
+        api_key,
+        key_hint,
+    })
+}
+
+/// Removes secrets from text that goes into logs and errors.
+pub fn redact(text: &str, secrets: &[&Secret]) -> String {
+    let mut out = text.to_string();
+    for s in secrets {
+        if s.expose().len() >= 4 {
+            out = out.replace(s.expose(), "<redacted>");
+        }
+    }
+    out
+}
+
+/// Running totals for a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    pub calls: u32,
+    pub usage: Usage,
+    pub model_ms: u64,
+    pub cost_usd: Option<f64>,
+}
+
+impl Totals {
+    pub fn add(&mut self, r: &Response) {
+        self.calls += 1;
+        self.usage.add(r.usage);
+        self.model_ms += r.duration_ms;
+        if let Some(c) = r.cost_usd {
+            self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + c);
+        }
+    }
+}
+
+/// Called with each piece of streamed text, for a terminal or a progress report.
+pub type OnToken<'a> = &'a (dyn Fn(&str) + Send + Sync);
+
+/// The models of a session: targets per role, shared HTTP client, replay state, settings.
+pub struct Models {
+    http: reqwest::Client,
+    targets: BTreeMap<Role, Result<Vec<Target>, ModelError>>,
+    replay: Option<Arc<replay::Replay>>,
+    prices: BTreeMap<String, Price>,
+    timeout: Duration,
+    idle: Duration,
+    max_retries: u32,
+    max_tokens: u32,
+    /// Base delay of the exponential backoff; tests make it small.
+    pub backoff_base: Duration,
+}
+
+impl Models {
+    pub fn new(config: &Config, root: Option<&Path>) -> Self {
+        let env = |k: &str| std::env::var(k).ok();
+        let targets: BTreeMap<Role, Result<Vec<Target>, ModelError>> = Role::ALL
+            .iter()
+            .map(|r| (*r, targets_for(*r, config, &env)))
+            .collect();
+        let replay = config.model.replay_file.as_ref().and_then(|file| {
+            let uses_replay = targets
+                .values()
+                .flatten()
+                .flatten()
+                .any(|t| t.kind == Kind::Replay);
+            uses_replay.then(|| {
+                let path: PathBuf = match root {
+                    Some(r) if file.is_relative() => r.join(file),
+                    _ => file.clone(),
+                };
+                Arc::new(replay::Replay::open(&path))
+            })
+        });
+        Models {
+            http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .build()
+                .unwrap_or_default(),
+            targets,
+            replay,
+            prices: config.prices.clone(),
+            timeout: Duration::from_secs(config.model.timeout_secs),
+            idle: Duration::from_secs(config.model.stream_idle_secs),
+            max_retries: config.model.max_retries,
+            max_tokens: config.model.max_tokens,
+            backoff_base: Duration::from_millis(500),
+        }
+    }
+
+    pub fn targets(&self, role: Role) -> Result<&[Target], ModelError> {
+        match self.targets.get(&role) {
+            Some(Ok(t)) => Ok(t),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(ModelError::NotConfigured(format!(
+                "no model for the {} role",
+                role.as_str()
+            ))),
+        }
+    }
+
+    /// Calls the model for `role`: each target in turn, each with retries for transient
+    /// failures; `cancel` drops the request in flight at once.
+    pub async fn call(
+        &self,
+        role: Role,
+        request: &Request,
+        cancel: &CancellationToken,
+        on_token: Option<OnToken<'_>>,
+    ) -> Result<Response, ModelError> {
+        let targets = self.targets(role)?;
+        let started = Instant::now();
+        let mut attempts = 0;
+        let mut last_error = None;
+        for target in targets {
+            for retry in 0..=self.max_retries {
+                attempts += 1;
+                let attempt = self.call_once(role, target, request, on_token);
+                let result = tokio::select! {
+                    r = tokio::time::timeout(self.timeout, attempt) => r.unwrap_or_else(|_| Err(ModelError::Timeout {
+                        provider: target.label(),
+                        seconds: self.timeout.as_secs(),
+                    })),
+                    _ = cancel.cancelled() => return Err(ModelError::Cancelled),
+                };
+                match result {
+                    Ok(mut response) => {
+                        response.attempts = attempts;
+                        response.duration_ms = started.elapsed().as_millis() as u64;
+                        response.cost_usd = self.prices.get(&response.model).map(|p| {
+                            (response.usage.input_tokens as f64 * p.input_per_mtok
+                                + response.usage.output_tokens as f64 * p.output_per_mtok)
+                                / 1e6
+                        });
+                        info!(
+                            role = role.as_str(),
+                            model = %target.label(),
+                            attempts,
+                            input_tokens = response.usage.input_tokens,
+                            output_tokens = response.usage.output_tokens,
+                            ms = response.duration_ms,
+                            "model call finished"
+                        );
+                        return Ok(response);
+                    }
+                    Err(e) if e.is_final() => return Err(e),
+                    Err(e) if e.is_transient() && retry < self.max_retries => {
+                        let delay = e
+                            .retry_after()
+                            .unwrap_or_else(|| backoff(self.backoff_base, retry))
+                            .min(Duration::from_secs(60));
+                        warn!(role = role.as_str(), model = %target.label(), "transient failure, retrying in {delay:?}: {e}");
+                        tokio::select! {
+                            _ = tokio::time::sleep(delay) => {}
+                            _ = cancel.cancelled() => return Err(ModelError::Cancelled),
+                        }
+                        last_error = Some(e);
+                    }
+                    Err(e) => {
+                        warn!(role = role.as_str(), model = %target.label(), "model failed: {e}");
+                        last_error = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| ModelError::NotConfigured("no model to call".into())))
+    }
+
+    async fn call_once(
+        &self,
+        role: Role,
+        target: &Target,
+        request: &Request,
+        on_token: Option<OnToken<'_>>,
+    ) -> Result<Response, ModelError> {
+        let max_tokens = request.max_tokens.unwrap_or(self.max_tokens);
+        match target.kind {
+            Kind::OpenAi => {
+                openai::complete(&self.http, target, request, max_tokens, self.idle, on_token).await
+            }
+            Kind::Anthropic => {
+                anthropic::complete(&self.http, target, request, max_tokens, self.idle, on_token)
+                    .await
+            }
+            Kind::Replay => match &self.replay {
+                Some(r) => {
+                    let answer = r.next(role)?;
+                    // Played as a stream, word by word, as a model's answer arrives.
+                    if let Some(f) = on_token {
+                        for piece in answer.text.split_inclusive(char::is_whitespace) {
+                            f(piece);
+                        }
+                    }
+                    Ok(answer)
+                }
+                None => Err(ModelError::NotConfigured(
+                    "provider = \"replay\" needs model.replay_file".into(),
+                )),
+            },
+        }
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+}
+
+/// Exponential backoff with full jitter: a random delay up to base × 2^retry.
+fn backoff(base: Duration, retry: u32) -> Duration {
+    let ceiling = base.saturating_mul(1 << retry.min(6));
+    ceiling.mul_f64(0.5 + fastrand::f64() * 0.5)
+}
+
+/// Reads `Retry-After` (seconds) from a response.
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(Duration::from_secs_f64)
+}
+
+/// An error for a failed HTTP status, with the key's source named for 401/403.
+pub(crate) fn status_error(
+    target: &Target,
+    status: u16,
+    body: &str,
+    retry_after: Option<Duration>,
+) -> ModelError {
+    let secrets: Vec<&Secret> = target.api_key.iter().collect();
+    let body = redact(&body.chars().take(500).collect::<String>(), &secrets);
+    if status == 401 || status == 403 {
+        let fix = if target.api_key.is_none() {
+            format!("no API key is set: {}", target.key_hint)
+        } else {
+            format!("check the API key: {}", target.key_hint)
+        };
+        return ModelError::Auth {
+            provider: target.label(),
+            status,
+            fix,
+        };
+    }
+    ModelError::Http {
+        provider: target.label(),
+        status,
+        body,
+        retry_after,
+    }
+}
+
+pub(crate) fn connect_error(target: &Target, e: &reqwest::Error) -> ModelError {
+    let secrets: Vec<&Secret> = target.api_key.iter().collect();
+    let mut reason = redact(&format!("{e}{}", e.source_chain()), &secrets);
+    // The default for a new user with no key set: say what to configure, not only what failed.
+    if target.provider == "ollama" {
+        reason.push_str(
+            "; start Ollama (`ollama serve`, then `ollama pull` the model), or set OPENAI_API_KEY or \
+             ANTHROPIC_API_KEY, or choose a model with model.provider and model.base_url; \
+             `agent-ls doctor` checks the setup",
+        );
+    }
+    if e.is_timeout() {
+        return ModelError::Timeout {
+            provider: target.label(),
+            seconds: 0,
+        };
+    }
+    ModelError::Connect {
+        provider: target.label(),
+        url: target.base_url.clone(),
+        reason,
+    }
+}
+
+trait SourceChain {
+    fn source_chain(&self) -> String;
+}
+
+impl SourceChain for reqwest::Error {
+    fn source_chain(&self) -> String {
+        let mut out = String::new();
+        let mut cur = std::error::Error::source(self);
+        while let Some(e) = cur {
+            out.push_str(&format!(": {e}"));
+            cur = e.source();
+        }
+        out
+    }
+}
+
+/// Estimated usage when a server reports none.
+pub(crate) fn estimate_usage(request: &Request, text: &str) -> Usage {
+    let input: usize = request.messages.iter().map(|m| m.content.len()).sum();
+    Usage {
+        input_tokens: (input / 4) as u64,
+        output_tokens: (text.len() / 4).max(1) as u64,
+        estimated: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn defaults_follow_the_keys_in_the_environment() {
+        let c = Config::default();
+        let t = &targets_for(Role::Coder, &c, &env(&[("OPENAI_API_KEY", "sk-1")])).unwrap()[0];
+        assert_eq!(
+            (t.provider.as_str(), t.model.as_str()),
+            ("openai", "gpt-4o-mini")
+        );
+        assert_eq!(t.api_key.as_ref().map(|k| k.expose()), Some("sk-1"));
+        let t = &targets_for(Role::Coder, &c, &env(&[("ANTHROPIC_API_KEY", "a")])).unwrap()[0];
+        assert_eq!(t.kind, Kind::Anthropic);
+        let t = &targets_for(Role::Coder, &c, &env(&[])).unwrap()[0];
+        assert_eq!(
+            (t.provider.as_str(), t.base_url.as_str()),
+            ("ollama", "http://127.0.0.1:11434/v1")
+        );
+    }
+
+    #[test]
+    fn roles_override_the_default_and_have_their_own_fallbacks() {
+        let mut c = Config::default();
+        c.model.provider = Some("openai".into());
+        c.model.name = Some("base".into());
+        c.model.fallback = vec![TargetConfig {
+            provider: Some("ollama".into()),
+            ..Default::default()
+        }];
+        c.roles.coder.provider = Some("anthropic".into());
+        c.roles.coder.fallback = Some(vec![]);
+        let coder = targets_for(Role::Coder, &c, &env(&[])).unwrap();
+        assert_eq!(coder.len(), 1);
+        assert_eq!(
+            coder[0].model, "claude-3-5-haiku-latest",
+            "a different provider does not inherit the model"
+        );
+        let planner = targets_for(Role::Planner, &c, &env(&[])).unwrap();
+        assert_eq!(
+            planner
+                .iter()
+                .map(|t| t.provider.as_str())
+                .collect::<Vec<_>>(),
+            ["openai", "ollama"]
+        );
+        assert_eq!(planner[0].model, "base");
+    }
+
+    #[test]
+    fn unknown_providers_and_secrets_in_text() {
+        let mut c = Config::default();
+        c.model.provider = Some("skynet".into());
+        assert!(matches!(
+            targets_for(Role::Coder, &c, &env(&[])),
+            Err(ModelError::NotConfigured(_))
+        ));
+        let s = Secret::new("sk-abcdef");
+        assert_eq!(
+            redact("key sk-abcdef leaked", &[&s]),
+            "key <redacted> leaked"
+        );
+    }
+
+    #[test]
+    fn only_transient_errors_are_retried() {
+        let http = |status| ModelError::Http {
+            provider: "p".into(),
+            status,
+            body: String::new(),
+            retry_after: None,
+        };
+        assert!(http(429).is_transient() && http(503).is_transient());
+        assert!(!http(400).is_transient());
+        assert!(
+            !ModelError::Auth {
+                provider: "p".into(),
+                status: 401,
+                fix: String::new()
+            }
+            .is_transient()
+        );
+    }
+}

@@ -1,0 +1,756 @@
+//! The workspace's store, `.agent-ls/store.sqlite` (SQLite, bundled): the agent steps with
+//! their inverse edits, so undo and redo survive a restart, and the runs with their
+//! iterations, approvals, evaluations and checkpoints, for resume and `agent-ls stats`. Each
+//! write is one statement or one
+//! transaction, in WAL mode, so a server killed at any moment reopens to a history where a
+//! step is either recorded with its inverse or not at all. The schema is versioned; a store
+//! that is corrupt or from a newer agent-ls is moved aside (never silently discarded) and a
+//! fresh one started.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, params};
+
+use agent_ls_core::agent::RunStatus;
+use agent_ls_core::edit::history::Step;
+
+const SCHEMA: i64 = 4;
+pub const FILE: &str = ".agent-ls/store.sqlite";
+
+pub struct Store {
+    conn: Connection,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the store {0}: {1}")]
+    Open(PathBuf, String),
+    #[error("the store failed: {0}")]
+    Sql(#[from] rusqlite::Error),
+}
+
+impl Store {
+    /// Opens (or creates) the store. The second value says what was moved aside, if anything.
+    pub fn open(root: &Path) -> Result<(Store, Option<String>), StoreError> {
+        let path = root.join(FILE);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Open(path.clone(), e.to_string()))?;
+        }
+        let mut notice = None;
+        if path.exists()
+            && let Some(problem) = check(&path)
+        {
+            let aside = path.with_extension(format!("sqlite.{problem}-{}", std::process::id()));
+            std::fs::rename(&path, &aside)
+                .map_err(|e| StoreError::Open(path.clone(), e.to_string()))?;
+            for suffix in ["-wal", "-shm"] {
+                let side = PathBuf::from(format!("{}{suffix}", path.display()));
+                let _ =
+                    std::fs::rename(&side, PathBuf::from(format!("{}{suffix}", aside.display())));
+            }
+            notice = Some(format!(
+                "the store {} was {problem}; it was moved to {} and a new one started",
+                path.display(),
+                aside.display()
+            ));
+        }
+        let conn =
+            Connection::open(&path).map_err(|e| StoreError::Open(path.clone(), e.to_string()))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // The server and `agent-ls run` may write at the same time; wait for the other's
+        // transaction rather than failing.
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let store = Store { conn };
+        store.migrate()?;
+        Ok((store, notice))
+    }
+
+    fn migrate(&self) -> Result<(), StoreError> {
+        let version: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version < 1 {
+            self.conn.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS steps (
+                     id INTEGER PRIMARY KEY,
+                     run_id TEXT NOT NULL,
+                     goal TEXT NOT NULL,
+                     changes TEXT NOT NULL,
+                     undone INTEGER NOT NULL DEFAULT 0,
+                     created_ms INTEGER NOT NULL
+                 );
+                 PRAGMA user_version = 1;
+                 COMMIT;",
+            )?;
+        }
+        if version < 2 {
+            self.conn.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS runs (
+                     run_id TEXT PRIMARY KEY,
+                     goal TEXT NOT NULL,
+                     intent TEXT,
+                     status TEXT NOT NULL,
+                     pid INTEGER NOT NULL,
+                     started_ms INTEGER NOT NULL,
+                     finished_ms INTEGER,
+                     iterations INTEGER NOT NULL DEFAULT 0,
+                     checkpoint TEXT,
+                     tests_passed INTEGER,
+                     tests_failed INTEGER,
+                     answer TEXT
+                 );
+                 CREATE TABLE IF NOT EXISTS iterations (
+                     run_id TEXT NOT NULL,
+                     n INTEGER NOT NULL,
+                     phase TEXT NOT NULL,
+                     model TEXT,
+                     tokens INTEGER NOT NULL DEFAULT 0,
+                     model_ms INTEGER NOT NULL DEFAULT 0,
+                     test_ms INTEGER NOT NULL DEFAULT 0,
+                     tests_passed INTEGER,
+                     tests_failed INTEGER,
+                     fingerprint TEXT,
+                     reflection TEXT,
+                     PRIMARY KEY (run_id, n)
+                 );
+                 CREATE TABLE IF NOT EXISTS approvals (
+                     id INTEGER PRIMARY KEY,
+                     run_id TEXT NOT NULL,
+                     iteration INTEGER NOT NULL,
+                     accepted INTEGER NOT NULL,
+                     files TEXT NOT NULL,
+                     created_ms INTEGER NOT NULL
+                 );
+                 CREATE TABLE IF NOT EXISTS evaluations (
+                     run_id TEXT NOT NULL,
+                     score INTEGER NOT NULL,
+                     reason TEXT NOT NULL,
+                     created_ms INTEGER NOT NULL
+                 );
+                 PRAGMA user_version = 2;
+                 COMMIT;",
+            )?;
+        }
+        if version < 3 {
+            self.conn.execute_batch(
+                "BEGIN;
+                 ALTER TABLE steps ADD COLUMN task TEXT NOT NULL DEFAULT '';
+                 ALTER TABLE steps ADD COLUMN files TEXT NOT NULL DEFAULT '[]';
+                 PRAGMA user_version = 3;
+                 COMMIT;",
+            )?;
+        }
+        if version < 4 {
+            self.conn.execute_batch(
+                "BEGIN;
+                 ALTER TABLE runs ADD COLUMN proc_start INTEGER;
+                 PRAGMA user_version = 4;
+                 COMMIT;",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A run started (or was resumed by this process).
+    pub fn run_started(
+        &self,
+        run_id: &str,
+        goal: &str,
+        intent: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO runs (run_id, goal, intent, status, pid, started_ms, proc_start) VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6)
+             ON CONFLICT(run_id) DO UPDATE SET status = 'running', pid = ?4, proc_start = ?6, finished_ms = NULL",
+            params![
+                run_id,
+                goal,
+                intent,
+                std::process::id() as i64,
+                now_ms(),
+                process_start(std::process::id() as i64)
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The loop's state at the start of an iteration, for `agent-ls.resume`.
+    pub fn checkpoint(&self, run_id: &str, iterations: u32, state: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE runs SET checkpoint = ?2, iterations = ?3 WHERE run_id = ?1",
+            params![run_id, state, iterations as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Writes one iteration's figures (again, as they grow).
+    pub fn iteration(&self, run_id: &str, it: &Iteration) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO iterations (run_id, n, phase, model, tokens, model_ms, test_ms, tests_passed, tests_failed, fingerprint, reflection)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                run_id,
+                it.n as i64,
+                it.phase,
+                it.model,
+                it.tokens as i64,
+                it.model_ms as i64,
+                it.test_ms as i64,
+                it.tests_passed.map(i64::from),
+                it.tests_failed.map(i64::from),
+                it.fingerprint,
+                it.reflection
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn approval(
+        &self,
+        run_id: &str,
+        iteration: u32,
+        accepted: bool,
+        files: &[String],
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO approvals (run_id, iteration, accepted, files, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![run_id, iteration as i64, accepted as i64, files.join("\n"), now_ms()],
+        )?;
+        Ok(())
+    }
+
+    pub fn evaluation(&self, run_id: &str, score: u8, reason: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO evaluations (run_id, score, reason, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![run_id, score as i64, reason, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// The run ended: its status, tests and answer. The checkpoint goes, since a finished run
+    /// is not resumed.
+    pub fn run_finished(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        iterations: u32,
+        tests: Option<(u32, u32)>,
+        answer: &str,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE runs SET status = ?2, finished_ms = ?3, iterations = ?4, tests_passed = ?5, tests_failed = ?6, answer = ?7, checkpoint = NULL
+             WHERE run_id = ?1",
+            params![
+                run_id,
+                status.as_str(),
+                now_ms(),
+                iterations as i64,
+                tests.map(|t| t.0 as i64),
+                tests.map(|t| t.1 as i64),
+                answer
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Runs recorded as running whose process is gone (or is `this` process but not running
+    /// them any more, `active` being the one it runs): a crash or a restart interrupted them.
+    pub fn interrupted_runs(&self, active: Option<&str>) -> Result<Vec<Interrupted>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT run_id, goal, pid, iterations, started_ms, checkpoint IS NOT NULL, proc_start FROM runs
+             WHERE status = 'running' ORDER BY started_ms DESC",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, bool>(5)?,
+                r.get::<_, Option<i64>>(6)?,
+            ))
+        })?;
+        let me = std::process::id() as i64;
+        let mut out = Vec::new();
+        for row in rows {
+            let (run_id, goal, pid, iterations, started_ms, has_checkpoint, proc_start) = row?;
+            let alive = if pid == me && proc_start == process_start(me) {
+                active == Some(run_id.as_str())
+            } else {
+                // A live process with this pid is the run's only if it started when the run's
+                // did: pids are reused, after a reboot especially.
+                process_alive(pid) && (proc_start.is_none() || proc_start == process_start(pid))
+            };
+            if !alive {
+                out.push(Interrupted {
+                    run_id,
+                    goal,
+                    iterations: iterations as u32,
+                    started_ms,
+                    has_checkpoint,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The goal, last checkpoint (the loop's state as JSON) and status of a run.
+    pub fn resume_point(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<(String, Option<String>, RunStatus)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT goal, checkpoint, status FROM runs WHERE run_id = ?1")?;
+        let mut rows = stmt.query(params![run_id])?;
+        match rows.next()? {
+            Some(r) => {
+                let status: String = r.get(2)?;
+                Ok(Some((
+                    r.get(0)?,
+                    r.get(1)?,
+                    RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
+                )))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Figures per run (newest first, at most `limit`) and over all runs.
+    pub fn stats(&self, limit: usize) -> Result<Stats, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT r.run_id, r.goal, r.status, r.started_ms, r.finished_ms, r.iterations, r.tests_passed, r.tests_failed,
+                    COALESCE(SUM(i.tokens), 0), COALESCE(SUM(i.model_ms), 0), COALESCE(SUM(i.test_ms), 0),
+                    (SELECT COUNT(*) FROM approvals a WHERE a.run_id = r.run_id),
+                    (SELECT COUNT(*) FROM approvals a WHERE a.run_id = r.run_id AND a.accepted = 1),
+                    (SELECT MAX(score) FROM evaluations e WHERE e.run_id = r.run_id)
+             FROM runs r LEFT JOIN iterations i ON i.run_id = r.run_id
+             GROUP BY r.run_id ORDER BY r.started_ms DESC",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(RunStats {
+                run_id: r.get(0)?,
+                goal: r.get(1)?,
+                status: RunStatus::parse(&r.get::<_, String>(2)?).unwrap_or(RunStatus::Failed),
+                started_ms: r.get(3)?,
+                duration_ms: r
+                    .get::<_, Option<i64>>(4)?
+                    .map(|f| f - r.get::<_, i64>(3).unwrap_or(f)),
+                iterations: r.get::<_, i64>(5)? as u32,
+                tests_passed: r.get::<_, Option<i64>>(6)?.map(|v| v as u32),
+                tests_failed: r.get::<_, Option<i64>>(7)?.map(|v| v as u32),
+                tokens: r.get::<_, i64>(8)? as u64,
+                model_ms: r.get::<_, i64>(9)? as u64,
+                test_ms: r.get::<_, i64>(10)? as u64,
+                proposals: r.get::<_, i64>(11)? as u32,
+                accepted: r.get::<_, i64>(12)? as u32,
+                evaluation: r.get::<_, Option<i64>>(13)?.map(|v| v as u8),
+            })
+        })?;
+        let runs: Vec<RunStats> = rows.collect::<Result<_, _>>()?;
+        let finished: Vec<&RunStats> = runs
+            .iter()
+            .filter(|r| matches!(r.status, RunStatus::Done | RunStatus::Failed))
+            .collect();
+        let proposals: u32 = runs.iter().map(|r| r.proposals).sum();
+        let accepted: u32 = runs.iter().map(|r| r.accepted).sum();
+        let total = Totals {
+            runs: runs.len() as u32,
+            done: runs.iter().filter(|r| r.status == RunStatus::Done).count() as u32,
+            failed: runs
+                .iter()
+                .filter(|r| r.status == RunStatus::Failed)
+                .count() as u32,
+            cancelled: runs
+                .iter()
+                .filter(|r| r.status == RunStatus::Cancelled)
+                .count() as u32,
+            tokens: runs.iter().map(|r| r.tokens).sum(),
+            model_ms: runs.iter().map(|r| r.model_ms).sum(),
+            test_ms: runs.iter().map(|r| r.test_ms).sum(),
+            iterations: runs.iter().map(|r| r.iterations).sum(),
+            pass_rate: (!finished.is_empty()).then(|| {
+                finished
+                    .iter()
+                    .filter(|r| r.status == RunStatus::Done)
+                    .count() as f64
+                    / finished.len() as f64
+            }),
+            proposals,
+            accepted,
+            acceptance_rate: (proposals > 0).then(|| accepted as f64 / proposals as f64),
+        };
+        Ok(Stats {
+            total,
+            runs: runs.into_iter().take(limit).collect(),
+        })
+    }
+
+    pub fn load_steps(&self) -> Result<Vec<(Step, bool)>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, run_id, goal, changes, undone, task, files FROM steps ORDER BY id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, String>(6)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, run_id, goal, changes, undone, task, files) = row?;
+            // A row whose changes cannot be read is skipped rather than failing the history.
+            let Ok(changes) = serde_json::from_str(&changes) else {
+                tracing::warn!(id, "a stored step could not be read; skipped");
+                continue;
+            };
+            out.push((
+                Step {
+                    id: id as u64,
+                    run_id,
+                    goal,
+                    task,
+                    changes,
+                    // The files' record is informative; one that does not read is left empty.
+                    files: serde_json::from_str(&files).unwrap_or_default(),
+                },
+                undone != 0,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Records a step; in the same transaction, drops the steps that could have been redone.
+    pub fn record_step(&mut self, step: &Step) -> Result<(), StoreError> {
+        let changes = serde_json::to_string(&step.changes)
+            .map_err(|e| StoreError::Open(PathBuf::from(FILE), e.to_string()))?;
+        let files = serde_json::to_string(&step.files)
+            .map_err(|e| StoreError::Open(PathBuf::from(FILE), e.to_string()))?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let tx = self.conn.transaction()?;
+        tx.execute("DELETE FROM steps WHERE undone = 1", [])?;
+        tx.execute(
+            "INSERT INTO steps (id, run_id, goal, changes, undone, created_ms, task, files) VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7)",
+            params![step.id as i64, step.run_id, step.goal, changes, now, step.task, files],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn set_undone(&self, id: u64, undone: bool) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE steps SET undone = ?1 WHERE id = ?2",
+            params![undone as i64, id as i64],
+        )?;
+        Ok(())
+    }
+}
+
+/// One iteration's figures: the coder's attempt, its tests and the reflection on them.
+/// Iteration 0 holds what came before the first attempt (intent, plan, baseline tests).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Iteration {
+    pub n: u32,
+    pub phase: String,
+    pub model: Option<String>,
+    pub tokens: u64,
+    pub model_ms: u64,
+    pub test_ms: u64,
+    pub tests_passed: Option<u32>,
+    pub tests_failed: Option<u32>,
+    pub fingerprint: Option<String>,
+    pub reflection: Option<String>,
+}
+
+/// A run a crash or restart interrupted.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Interrupted {
+    pub run_id: String,
+    pub goal: String,
+    pub iterations: u32,
+    pub started_ms: i64,
+    pub has_checkpoint: bool,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunStats {
+    pub run_id: String,
+    pub goal: String,
+    pub status: RunStatus,
+    pub started_ms: i64,
+    pub duration_ms: Option<i64>,
+    pub iterations: u32,
+    pub tests_passed: Option<u32>,
+    pub tests_failed: Option<u32>,
+    pub tokens: u64,
+    pub model_ms: u64,
+    pub test_ms: u64,
+    /// Changes proposed for approval, and how many the user accepted.
+    pub proposals: u32,
+    pub accepted: u32,
+    pub evaluation: Option<u8>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Totals {
+    pub runs: u32,
+    pub done: u32,
+    pub failed: u32,
+    pub cancelled: u32,
+    pub tokens: u64,
+    pub model_ms: u64,
+    pub test_ms: u64,
+    pub iterations: u32,
+    /// Done runs over finished (done or failed) runs; cancelled runs do not count.
+    pub pass_rate: Option<f64>,
+    pub proposals: u32,
+    pub accepted: u32,
+    pub acceptance_rate: Option<f64>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stats {
+    pub total: Totals,
+    pub runs: Vec<RunStats>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// When a process started, in clock ticks since boot (field 22 of /proc/PID/stat); `None`
+/// where /proc is not there. With the pid it names one process across pid reuse.
+fn process_start(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn process_alive(pid: i64) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    // Signal 0 checks existence; EPERM means it exists under another user.
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) => true,
+        Err(e) => e == nix::errno::Errno::EPERM,
+    }
+}
+
+/// Why an existing store cannot be used: "corrupt", or "newer" (from a later schema).
+fn check(path: &Path) -> Option<&'static str> {
+    let conn = match Connection::open(path) {
+        Ok(c) => c,
+        Err(_) => return Some("corrupt"),
+    };
+    let ok: Result<String, _> = conn.query_row("PRAGMA quick_check", [], |r| r.get(0));
+    if !matches!(ok.as_deref(), Ok("ok")) {
+        return Some("corrupt");
+    }
+    match conn.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0)) {
+        Ok(v) if v > SCHEMA => Some("newer"),
+        Ok(_) => None,
+        Err(_) => Some("corrupt"),
+    }
+}
+
+/// The store on a thread of its own. rusqlite is synchronous and SQLite may wait up to its
+/// busy timeout for another process's transaction, so no async task (and never the
+/// session's) calls it directly: work is sent here as closures and runs in the order sent.
+#[derive(Clone)]
+pub struct StoreThread {
+    tx: std::sync::mpsc::Sender<Job>,
+}
+
+type Job = Box<dyn FnOnce(Option<&mut Store>) + Send>;
+
+impl StoreThread {
+    /// Starts the thread, which opens the workspace's store. `opened` hears how that went:
+    /// what was moved aside, or why there is no store (every call then gets `None`).
+    pub fn open(
+        root: PathBuf,
+        opened: impl FnOnce(Result<Option<String>, StoreError>) + Send + 'static,
+    ) -> StoreThread {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name("agent-ls store".into())
+            .spawn(move || {
+                let mut store = match Store::open(&root) {
+                    Ok((store, notice)) => {
+                        opened(Ok(notice));
+                        Some(store)
+                    }
+                    Err(e) => {
+                        opened(Err(e));
+                        None
+                    }
+                };
+                while let Ok(job) = rx.recv() {
+                    job(store.as_mut());
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start the store's thread: {e}");
+        }
+        StoreThread { tx }
+    }
+
+    /// Runs `f` on the store, without waiting; a failure is logged (a store that cannot be
+    /// written costs figures or history, never the run).
+    pub fn send(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&mut Store) -> Result<(), StoreError> + Send + 'static,
+    ) {
+        let job: Job = Box::new(move |store| {
+            if let Some(store) = store
+                && let Err(e) = f(store)
+            {
+                tracing::warn!("the store could not record {what}: {e}");
+            }
+        });
+        let _ = self.tx.send(job);
+    }
+
+    /// Runs `f` on the store and returns its answer; `None` when there is no store.
+    pub async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Store) -> T + Send + 'static,
+    ) -> Option<T> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |store| {
+            let _ = reply.send(store.map(f));
+        });
+        self.tx.send(job).ok()?;
+        answer.await.ok().flatten()
+    }
+
+    /// Waits until everything sent before has been written (for a process about to exit).
+    pub fn flush_blocking(&self) {
+        let (reply, answer) = std::sync::mpsc::channel();
+        let job: Job = Box::new(move |_| {
+            let _ = reply.send(());
+        });
+        if self.tx.send(job).is_ok() {
+            let _ = answer.recv_timeout(std::time::Duration::from_secs(10));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_1_store_migrates_and_keeps_its_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE steps (id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, goal TEXT NOT NULL,
+                     changes TEXT NOT NULL, undone INTEGER NOT NULL DEFAULT 0, created_ms INTEGER NOT NULL);
+                 INSERT INTO steps VALUES (1, 'run_1', 'g', '[]', 0, 0);
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        }
+        let (store, notice) = Store::open(dir.path()).unwrap();
+        assert!(notice.is_none());
+        assert_eq!(store.load_steps().unwrap().len(), 1);
+        let version: i64 = store
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA);
+        store.run_started("run_2", "fix", Some("fix")).unwrap();
+        assert_eq!(store.stats(10).unwrap().total.runs, 1);
+    }
+
+    #[test]
+    fn runs_of_dead_processes_are_interrupted_and_figures_add_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path()).unwrap();
+        store.run_started("run_a", "fix it", Some("fix")).unwrap();
+        store.checkpoint("run_a", 1, "{}").unwrap();
+        // This process runs run_a: not interrupted while it is the active run.
+        assert!(store.interrupted_runs(Some("run_a")).unwrap().is_empty());
+        let gone = store.interrupted_runs(None).unwrap();
+        assert_eq!(gone.len(), 1);
+        assert!(gone[0].has_checkpoint);
+        // A run recorded by a process that no longer exists.
+        store
+            .conn
+            .execute(
+                "INSERT INTO runs (run_id, goal, status, pid, started_ms) VALUES ('run_b', 'g', 'running', 2147483646, 1)",
+                [],
+            )
+            .unwrap();
+        assert_eq!(store.interrupted_runs(Some("run_a")).unwrap().len(), 1);
+        // A live pid that is another process now (it started at another time) is not the run.
+        store
+            .conn
+            .execute(
+                "INSERT INTO runs (run_id, goal, status, pid, started_ms, proc_start) VALUES ('run_c', 'g', 'running', 1, 1, -5)",
+                [],
+            )
+            .unwrap();
+        let ids: Vec<String> = store
+            .interrupted_runs(Some("run_a"))
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        assert!(ids.contains(&"run_c".to_string()), "{ids:?}");
+        assert!(process_start(std::process::id() as i64).is_some());
+
+        let it = Iteration {
+            n: 1,
+            phase: "testing".into(),
+            tokens: 100,
+            model_ms: 40,
+            test_ms: 300,
+            ..Iteration::default()
+        };
+        store.iteration("run_a", &it).unwrap();
+        store
+            .iteration("run_a", &Iteration { tokens: 150, ..it })
+            .unwrap();
+        store.approval("run_a", 1, true, &["a.py".into()]).unwrap();
+        store.approval("run_a", 2, false, &["a.py".into()]).unwrap();
+        store.evaluation("run_a", 4, "ok").unwrap();
+        store
+            .run_finished("run_a", RunStatus::Done, 2, Some((3, 0)), "done")
+            .unwrap();
+        let stats = store.stats(10).unwrap();
+        let a = stats.runs.iter().find(|r| r.run_id == "run_a").unwrap();
+        assert_eq!(
+            (a.tokens, a.model_ms, a.test_ms),
+            (150, 40, 300),
+            "rewritten, not added twice"
+        );
+        assert_eq!((a.proposals, a.accepted, a.evaluation), (2, 1, Some(4)));
+        assert_eq!(stats.total.acceptance_rate, Some(0.5));
+        // run_b is still "running": pass rate counts finished runs only.
+        assert_eq!(stats.total.pass_rate, Some(1.0));
+        assert!(
+            store.resume_point("run_a").unwrap().unwrap().1.is_none(),
+            "the checkpoint goes"
+        );
+    }
+}

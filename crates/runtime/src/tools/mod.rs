@@ -1,0 +1,707 @@
+//! The agent's tools: what the model may call to find its way in a workspace (read a file,
+//! list a directory, find files by glob, grep, the known failures), run the tests or a
+//! command, and propose edits. Each has a JSON schema, a description and a cap on its result
+//! that is always enforced. The reading tools run here, through `Files`, which gives the
+//! editor's unsaved buffer where there is one, and never leave the workspace; the driver runs
+//! the others (commands through the test policy, edits through approval).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use globset::{Glob, GlobSetBuilder};
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::{SearcherBuilder, sinks::UTF8};
+use ignore::WalkBuilder;
+use serde_json::{Value, json};
+
+use crate::model::{ToolCall, ToolSpec};
+use agent_ls_core::edit::{FileText, normalize_path};
+
+/// The workspace as the tools see it.
+pub trait Files {
+    fn root(&self) -> &Path;
+    /// The text of a workspace-relative file: the editor's buffer when it has one.
+    fn read(&self, relative: &str) -> FileText;
+    /// Files that exist only as unsaved buffers (a file the agent created, not yet saved).
+    fn unsaved_only(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The failures the last test run found, for `get_diagnostics`.
+    fn diagnostics(&self) -> &[Diagnostic] {
+        &[]
+    }
+}
+
+/// One failure the server knows, as `get_diagnostics` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub path: String,
+    pub line: u32,
+    pub source: String,
+    pub message: String,
+}
+
+/// The workspace as of one moment, owned, so tool calls can run on other threads at the same
+/// time: the root, the editor's buffers, and the known failures.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub root: PathBuf,
+    pub buffers: HashMap<String, FileText>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Files for Snapshot {
+    fn root(&self) -> &Path {
+        &self.root
+    }
+    fn read(&self, relative: &str) -> FileText {
+        match self.buffers.get(relative) {
+            Some(t) => t.clone(),
+            None => crate::files::read_for_plan(&self.root, relative),
+        }
+    }
+    fn unsaved_only(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .buffers
+            .keys()
+            .filter(|p| !self.root.join(p).exists())
+            .cloned()
+            .collect();
+        out.sort();
+        out
+    }
+    fn diagnostics(&self) -> &[Diagnostic] {
+        &self.diagnostics
+    }
+}
+
+/// Caps on what a tool returns; the model's context is the scarce thing.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes of one result; beyond them the head and the tail are kept with a marker.
+    pub result_bytes: usize,
+    /// Lines `read_file` returns when no range is asked for.
+    pub page_lines: usize,
+    /// Matches `grep` and paths `find_files` return.
+    pub max_matches: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            result_bytes: 16_000,
+            page_lines: 400,
+            max_matches: 200,
+        }
+    }
+}
+
+/// A tool's answer, as the model reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub text: String,
+    /// The call failed (bad arguments, a path outside the workspace): the model hears why.
+    pub is_error: bool,
+}
+
+impl Output {
+    pub fn ok(text: String) -> Output {
+        Output {
+            text,
+            is_error: false,
+        }
+    }
+    pub fn error(text: impl Into<String>) -> Output {
+        Output {
+            text: text.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// The specs of the tools named, in the registry's order (unknown names are skipped).
+pub fn specs_named(names: &[String]) -> Vec<ToolSpec> {
+    specs()
+        .into_iter()
+        .filter(|s| names.contains(&s.name))
+        .collect()
+}
+
+/// Every built-in tool, as offered to the model.
+pub fn specs() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec {
+            name: "read_file".into(),
+            description: "Read a workspace file as numbered lines. Large files come a page at a time; ask for start_line to read on.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "relative to the workspace root"},
+                "start_line": {"type": "integer", "minimum": 1},
+                "end_line": {"type": "integer", "minimum": 1}
+            }, "required": ["path"]}),
+        },
+        ToolSpec {
+            name: "list_files".into(),
+            description: "List one directory of the workspace (files, and folders with a trailing /), skipping what .gitignore ignores.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "a folder relative to the workspace root; empty for the root"}
+            }}),
+        },
+        ToolSpec {
+            name: "find_files".into(),
+            description: "Find workspace files whose path matches a glob, such as **/*.py or src/**/test_*.rs, skipping what .gitignore ignores.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "glob": {"type": "string"}
+            }, "required": ["glob"]}),
+        },
+        ToolSpec {
+            name: "grep".into(),
+            description: "Search the workspace's files for a regular expression (smart case); returns path:line: text for each match, skipping what .gitignore ignores.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "pattern": {"type": "string", "maxLength": 200},
+                "glob": {"type": "string", "description": "only files whose path matches this glob"}
+            }, "required": ["pattern"]}),
+        },
+        ToolSpec {
+            name: "get_diagnostics".into(),
+            description: "The failures the last test run found, per file, as path:line: [source] message. Give a path for one file only.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string"}
+            }}),
+        },
+        ToolSpec {
+            name: "run_tests".into(),
+            description: "Run the workspace's tests (the configured command), or only those matching `filter` (a test name or path, passed to the test runner). Returns the failures and the output.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "filter": {"type": "string"}
+            }}),
+        },
+        ToolSpec {
+            name: "run_command".into(),
+            description: "Run a command the test allowlist allows (an argument vector, no shell), in the sandbox; returns its output.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1}
+            }, "required": ["argv"]}),
+        },
+        ToolSpec {
+            name: "edit_file".into(),
+            description: "Propose replacing the exact text `search` in a file with `replace` (an empty search creates the file). The change is shown to the user for approval, then tested; it ends your turn.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string"},
+                "search": {"type": "string"},
+                "replace": {"type": "string"}
+            }, "required": ["path", "search", "replace"]}),
+        },
+        ToolSpec {
+            name: "write_file".into(),
+            description: "Propose a file's whole new content (or a new file). Shown for approval, then tested; it ends your turn.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string"},
+                "content": {"type": "string"}
+            }, "required": ["path", "content"]}),
+        },
+        ToolSpec {
+            name: "apply_patch".into(),
+            description: "Propose a change as a unified diff (--- a/path, +++ b/path, @@ hunks). Shown for approval, then tested; it ends your turn.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "patch": {"type": "string"}
+            }, "required": ["patch"]}),
+        },
+    ]
+}
+
+/// Runs one call; every failure is an answer for the model, never an error of the run.
+pub fn run(call: &ToolCall, files: &dyn Files, limits: &Limits) -> Output {
+    let args = &call.arguments;
+    let out = match call.name.as_str() {
+        "read_file" => read_file(args, files, limits),
+        "list_files" => list_files(args, files, limits),
+        "find_files" => find_files(args, files, limits),
+        "grep" => grep(args, files, limits),
+        "get_diagnostics" => get_diagnostics(args, files),
+        other => Err(format!(
+            "there is no tool `{other}`; the tools are {}",
+            specs()
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    };
+    match out {
+        Ok(text) => Output::ok(cap(&text, limits.result_bytes)),
+        Err(why) => Output::error(cap(&why, limits.result_bytes)),
+    }
+}
+
+/// `text` cut to `max` bytes: its head and tail, with a marker that says how much went.
+pub fn cap(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let keep = max.saturating_sub(64) / 2;
+    let mut head = keep;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - keep;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n[... {} bytes cut ...]\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
+fn str_arg<'a>(args: &'a Value, name: &str) -> Result<Option<&'a str>, String> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(format!("`{name}` must be a string, not {other}")),
+    }
+}
+
+fn line_arg(args: &Value, name: &str) -> Result<Option<usize>, String> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n >= 1)
+            .map(|n| Some(n as usize))
+            .ok_or_else(|| format!("`{name}` must be a line number from 1, not {v}")),
+    }
+}
+
+fn relative(files: &dyn Files, raw: &str) -> Result<String, String> {
+    normalize_path(files.root(), raw).map_err(|e| e.to_string())
+}
+
+fn read_file(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, String> {
+    let path = str_arg(args, "path")?.ok_or("`path` is required")?;
+    let rel = relative(files, path)?;
+    let text = match files.read(&rel) {
+        FileText::Text(t) => t,
+        FileText::Missing => return Err(format!("`{rel}` does not exist")),
+        FileText::Refused(why) => return Err(why),
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let total = lines.len();
+    let start = line_arg(args, "start_line")?.unwrap_or(1);
+    let end = line_arg(args, "end_line")?
+        .unwrap_or(start + limits.page_lines - 1)
+        .min(total);
+    if total == 0 {
+        return Ok(format!("{rel} is empty"));
+    }
+    if start > total {
+        return Err(format!(
+            "`{rel}` has {total} lines; start_line {start} is past its end"
+        ));
+    }
+    if end < start {
+        return Err(format!("end_line {end} is before start_line {start}"));
+    }
+    let mut out = String::new();
+    for (i, line) in lines[start - 1..end].iter().enumerate() {
+        out.push_str(&format!("{:>6}| {line}\n", start + i));
+    }
+    if end < total {
+        out.push_str(&format!(
+            "[lines {start}-{end} of {total}; read on with start_line {}]\n",
+            end + 1
+        ));
+    }
+    Ok(out)
+}
+
+/// A walk of the workspace that honours .gitignore (also outside a git repository) and
+/// skips hidden files and our own state.
+fn walker(root: &Path, depth: Option<usize>) -> WalkBuilder {
+    let mut w = WalkBuilder::new(root);
+    w.max_depth(depth)
+        .require_git(false)
+        .hidden(true)
+        .filter_entry(|e| e.file_name() != ".agent-ls" && e.file_name() != ".git");
+    w
+}
+
+fn rel_of(root: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let s = rel.to_str()?;
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+fn list_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, String> {
+    let root = files.root();
+    let dir = match str_arg(args, "path")?.filter(|p| !p.trim().is_empty() && *p != ".") {
+        Some(p) => root.join(relative(files, p)?),
+        None => root.to_path_buf(),
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "`{}` is not a folder of the workspace",
+            dir.display()
+        ));
+    }
+    let mut entries: Vec<String> = walker(&dir, Some(1))
+        .build()
+        .flatten()
+        .filter(|e| e.depth() == 1)
+        .filter_map(|e| {
+            let rel = rel_of(root, e.path())?;
+            Some(if e.file_type().is_some_and(|t| t.is_dir()) {
+                format!("{rel}/")
+            } else {
+                rel
+            })
+        })
+        .collect();
+    // A file the agent created that the editor has not saved yet is listed too.
+    let dir_rel = dir
+        .strip_prefix(root)
+        .ok()
+        .and_then(Path::to_str)
+        .unwrap_or("")
+        .to_string();
+    entries.extend(
+        files
+            .unsaved_only()
+            .into_iter()
+            .filter(|p| Path::new(p).parent().and_then(Path::to_str).unwrap_or("") == dir_rel),
+    );
+    entries.sort();
+    let total = entries.len();
+    entries.truncate(limits.max_matches * 5);
+    let mut out = entries.join("\n");
+    if total > entries.len() {
+        out.push_str(&format!("\n[{} more entries]", total - entries.len()));
+    }
+    Ok(if out.is_empty() {
+        "(empty)".into()
+    } else {
+        out
+    })
+}
+
+fn glob_set(glob: &str) -> Result<globset::GlobSet, String> {
+    let g = Glob::new(glob).map_err(|e| format!("bad glob `{glob}`: {e}"))?;
+    // A glob without a folder part matches a file name anywhere, as a user means `*.py`.
+    let mut b = GlobSetBuilder::new();
+    b.add(g);
+    if !glob.contains('/') {
+        b.add(Glob::new(&format!("**/{glob}")).map_err(|e| format!("bad glob `{glob}`: {e}"))?);
+    }
+    b.build().map_err(|e| format!("bad glob `{glob}`: {e}"))
+}
+
+/// The workspace's files (relative paths, sorted), those matching `glob` when given.
+fn workspace_files(root: &Path, glob: Option<&globset::GlobSet>) -> Vec<String> {
+    let mut out: Vec<String> = walker(root, None)
+        .build()
+        .flatten()
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .filter_map(|e| rel_of(root, e.path()))
+        .filter(|rel| glob.is_none_or(|g| g.is_match(rel)))
+        .collect();
+    out.sort();
+    out
+}
+
+fn find_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, String> {
+    let glob = str_arg(args, "glob")?.ok_or("`glob` is required")?;
+    let set = glob_set(glob)?;
+    let mut found = workspace_files(files.root(), Some(&set));
+    found.extend(files.unsaved_only().into_iter().filter(|p| set.is_match(p)));
+    found.sort();
+    if found.is_empty() {
+        return Ok(format!("no file matches `{glob}`"));
+    }
+    let total = found.len();
+    let mut out = found[..total.min(limits.max_matches)].join("\n");
+    if total > limits.max_matches {
+        out.push_str(&format!(
+            "\n[{} more; narrow the glob]",
+            total - limits.max_matches
+        ));
+    }
+    Ok(out)
+}
+
+fn get_diagnostics(args: &Value, files: &dyn Files) -> Result<String, String> {
+    let only = str_arg(args, "path")?
+        .map(|p| relative(files, p))
+        .transpose()?;
+    let mut lines: Vec<String> = files
+        .diagnostics()
+        .iter()
+        .filter(|d| only.as_ref().is_none_or(|p| *p == d.path))
+        .map(|d| {
+            let first = d.message.lines().next().unwrap_or("");
+            format!("{}:{}: [{}] {first}", d.path, d.line, d.source)
+        })
+        .collect();
+    lines.sort();
+    lines.dedup();
+    Ok(if lines.is_empty() {
+        "no failures are known (run_tests to find out)".into()
+    } else {
+        lines.join("\n")
+    })
+}
+
+fn grep(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, String> {
+    let pattern = str_arg(args, "pattern")?.ok_or("`pattern` is required")?;
+    let matcher = RegexMatcherBuilder::new()
+        .case_smart(true)
+        .build(pattern)
+        .map_err(|e| format!("bad pattern `{pattern}`: {e}"))?;
+    let set = str_arg(args, "glob")?.map(glob_set).transpose()?;
+    let mut searcher = SearcherBuilder::new().line_number(true).build();
+    let mut hits: Vec<String> = Vec::new();
+    let mut more = 0usize;
+    let mut paths = workspace_files(files.root(), set.as_ref());
+    paths.extend(
+        files
+            .unsaved_only()
+            .into_iter()
+            .filter(|p| set.as_ref().is_none_or(|g| g.is_match(p))),
+    );
+    for rel in paths {
+        // The buffer's text where the editor has one; binary and unreadable files are skipped.
+        let FileText::Text(text) = files.read(&rel) else {
+            continue;
+        };
+        let _ = searcher.search_slice(
+            &matcher,
+            text.as_bytes(),
+            UTF8(|line, found| {
+                if hits.len() < limits.max_matches {
+                    let found = found.trim_end_matches(['\n', '\r']);
+                    let shown: String = found.chars().take(300).collect();
+                    hits.push(format!("{rel}:{line}: {shown}"));
+                } else {
+                    more += 1;
+                }
+                Ok(true)
+            }),
+        );
+    }
+    if hits.is_empty() {
+        return Ok(format!("no match for `{pattern}`"));
+    }
+    let mut out = hits.join("\n");
+    if more > 0 {
+        out.push_str(&format!(
+            "\n[{more} more matches; narrow the pattern or the glob]"
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct Disk {
+        root: std::path::PathBuf,
+        buffers: HashMap<String, String>,
+    }
+
+    impl Files for Disk {
+        fn root(&self) -> &Path {
+            &self.root
+        }
+        fn read(&self, rel: &str) -> FileText {
+            match self.buffers.get(rel) {
+                Some(t) => FileText::Text(t.clone()),
+                None => crate::files::read_for_plan(&self.root, rel),
+            }
+        }
+    }
+
+    fn workspace() -> (tempfile::TempDir, Disk) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for (p, t) in [
+            ("src/app/core.py", "def total(x):\n    return base(x) * 2\n"),
+            ("src/app/util.py", "def base(x):\n    return x\n"),
+            ("tests/test_core.py", "from app.core import total\n"),
+            ("build/out.py", "def base(x): pass\n"),
+            (".gitignore", "build/\n"),
+        ] {
+            std::fs::create_dir_all(root.join(p).parent().unwrap()).unwrap();
+            std::fs::write(root.join(p), t).unwrap();
+        }
+        let disk = Disk {
+            root,
+            buffers: HashMap::new(),
+        };
+        (dir, disk)
+    }
+
+    fn call(name: &str, arguments: Value) -> ToolCall {
+        ToolCall {
+            id: "1".into(),
+            name: name.into(),
+            arguments,
+        }
+    }
+
+    #[test]
+    fn grep_finds_lines_in_buffers_and_files_and_skips_ignored_ones() {
+        let (_d, mut ws) = workspace();
+        ws.buffers.insert(
+            "src/app/util.py".into(),
+            "def base(x):\n    return x + 1  # unsaved\n".into(),
+        );
+        let out = run(
+            &call("grep", json!({"pattern": "def base|unsaved"})),
+            &ws,
+            &Limits::default(),
+        );
+        assert!(!out.is_error, "{}", out.text);
+        assert_eq!(
+            out.text,
+            "src/app/util.py:1: def base(x):\nsrc/app/util.py:2:     return x + 1  # unsaved"
+        );
+        let py = run(
+            &call("grep", json!({"pattern": "total", "glob": "tests/**"})),
+            &ws,
+            &Limits::default(),
+        );
+        assert_eq!(py.text, "tests/test_core.py:1: from app.core import total");
+    }
+
+    #[test]
+    fn read_file_numbers_lines_and_pages_through_large_files() {
+        let (_d, ws) = workspace();
+        let big: String = (1..=1000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(ws.root.join("big.txt"), big).unwrap();
+        let out = run(
+            &call("read_file", json!({"path": "big.txt"})),
+            &ws,
+            &Limits::default(),
+        );
+        assert!(out.text.starts_with("     1| line 1\n"));
+        assert!(
+            out.text
+                .ends_with("[lines 1-400 of 1000; read on with start_line 401]\n")
+        );
+        let range = run(
+            &call("read_file", json!({"path": "big.txt", "start_line": 999})),
+            &ws,
+            &Limits::default(),
+        );
+        assert_eq!(range.text, "   999| line 999\n  1000| line 1000\n");
+        for bad in [
+            json!({"path": "../etc/passwd"}),
+            json!({"path": "/etc/passwd"}),
+            json!({"path": 3}),
+            json!({"path": "nope.py"}),
+        ] {
+            let out = run(&call("read_file", bad.clone()), &ws, &Limits::default());
+            assert!(out.is_error, "{bad}: {}", out.text);
+        }
+    }
+
+    #[test]
+    fn list_and_find_honour_gitignore() {
+        let (_d, ws) = workspace();
+        let list = run(&call("list_files", json!({})), &ws, &Limits::default());
+        assert_eq!(list.text, "src/\ntests/");
+        let sub = run(
+            &call("list_files", json!({"path": "src/app"})),
+            &ws,
+            &Limits::default(),
+        );
+        assert_eq!(sub.text, "src/app/core.py\nsrc/app/util.py");
+        let found = run(
+            &call("find_files", json!({"glob": "*.py"})),
+            &ws,
+            &Limits::default(),
+        );
+        assert_eq!(
+            found.text,
+            "src/app/core.py\nsrc/app/util.py\ntests/test_core.py"
+        );
+    }
+
+    #[test]
+    fn a_file_only_in_an_unsaved_buffer_is_listed_found_and_grepped() {
+        let (_d, ws) = workspace();
+        let mut buffers = HashMap::new();
+        buffers.insert(
+            "src/app/new_mod.py".to_string(),
+            FileText::Text("def fresh():\n    pass\n".into()),
+        );
+        let snap = Snapshot {
+            root: ws.root.clone(),
+            buffers,
+            diagnostics: vec![Diagnostic {
+                path: "tests/test_core.py".into(),
+                line: 1,
+                source: "test_total".into(),
+                message: "AssertionError: 2 != 3\nmore".into(),
+            }],
+        };
+        let limits = Limits::default();
+        let list = run(
+            &call("list_files", json!({"path": "src/app"})),
+            &snap,
+            &limits,
+        );
+        assert!(list.text.contains("src/app/new_mod.py"), "{}", list.text);
+        let found = run(&call("find_files", json!({"glob": "*.py"})), &snap, &limits);
+        assert!(found.text.contains("src/app/new_mod.py"), "{}", found.text);
+        let grep = run(
+            &call("grep", json!({"pattern": "def fresh"})),
+            &snap,
+            &limits,
+        );
+        assert_eq!(grep.text, "src/app/new_mod.py:1: def fresh():");
+        let diags = run(&call("get_diagnostics", json!({})), &snap, &limits);
+        assert_eq!(
+            diags.text,
+            "tests/test_core.py:1: [test_total] AssertionError: 2 != 3"
+        );
+        let none = run(
+            &call("get_diagnostics", json!({"path": "src/app/core.py"})),
+            &snap,
+            &limits,
+        );
+        assert!(
+            none.text.starts_with("no failures are known"),
+            "{}",
+            none.text
+        );
+    }
+
+    #[test]
+    fn every_result_is_capped_and_unknown_tools_are_answered() {
+        let (_d, ws) = workspace();
+        let line = format!("x{}\n", "y".repeat(200));
+        std::fs::write(ws.root.join("wide.txt"), line.repeat(500)).unwrap();
+        let limits = Limits {
+            result_bytes: 1000,
+            ..Limits::default()
+        };
+        let out = run(
+            &call("read_file", json!({"path": "wide.txt"})),
+            &ws,
+            &limits,
+        );
+        assert!(out.text.len() <= 1000, "{}", out.text.len());
+        assert!(out.text.contains("bytes cut"));
+        let unknown = run(&call("rm_rf", json!({})), &ws, &limits);
+        assert!(unknown.is_error && unknown.text.contains("read_file"));
+        // Cut between characters, never inside one, and within the cap.
+        let wide = cap(&"é".repeat(100), 100);
+        assert!(
+            wide.len() <= 100 && wide.starts_with("éé") && wide.ends_with("éé"),
+            "{wide}"
+        );
+    }
+}

@@ -1,0 +1,818 @@
+//! `agent-ls acp`: the Agent Client Protocol over stdio (the `agent-client-protocol` crate), so
+//! Zed, JetBrains and Neovim plugins (CodeCompanion, avante) drive the same loop as `serve` and
+//! `run`, through the same driver: only this shell differs. Like `src/lsp/` for LSP, only
+//! this module knows ACP's types.
+//!
+//! A prompt starts a run in the session's folder. The run streams `session/update`s (the
+//! model's text as thoughts, the plan, the tools it calls, each proposed change as an edit
+//! tool call with its diffs, each test run as an execute tool call), asks
+//! `session/request_permission` before every change, reads and writes through the client's
+//! `fs/*` methods when it offers them, and ends with the answer. `session/cancel` stops it;
+//! `/undo`, `/redo`, `/rerun` and `/status` are the session's commands; `session/load` shows a
+//! recorded run and goes on with it when it was interrupted.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol::v1::schema::{
+    self, AgentCapabilities, AvailableCommand, AvailableCommandsUpdate, CancelNotification,
+    ContentBlock, ContentChunk, Diff, InitializeRequest, InitializeResponse, LoadSessionRequest,
+    LoadSessionResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
+    PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, PromptRequest,
+    PromptResponse, ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallStatus,
+    ToolCallUpdate, ToolCallUpdateFields, ToolKind, WriteTextFileRequest,
+};
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{Agent, Client, Stdio};
+use tokio_util::sync::CancellationToken;
+
+use agent_ls_core::edit::{FileChange, FileText};
+use agent_ls_runtime::config::{self, Config, McpServerConfig};
+use agent_ls_runtime::drive::{self, ApplyError, Drive, RunEvent, Shell, Verdict};
+use agent_ls_runtime::model::Models;
+use agent_ls_runtime::store::{Store, StoreThread};
+use agent_ls_runtime::tests_run::{RunError, RunResult};
+use agent_ls_runtime::trust::Review;
+use agent_ls_runtime::trust::sandbox::Sandbox;
+
+/// What the client said it can do.
+#[derive(Debug, Clone, Copy, Default)]
+struct ClientFs {
+    read: bool,
+    write: bool,
+}
+
+struct Session {
+    root: PathBuf,
+    /// The session's own MCP servers (`mcpServers` of session/new), beside the configured ones.
+    mcp: Vec<(String, McpServerConfig)>,
+    cancel: Option<CancellationToken>,
+    last_goal: Option<String>,
+}
+
+#[derive(Clone, Default)]
+struct State {
+    fs: Arc<Mutex<ClientFs>>,
+    sessions: Arc<Mutex<HashMap<String, Session>>>,
+}
+
+fn commands() -> Vec<AvailableCommand> {
+    vec![
+        AvailableCommand::new("undo", "Undo the latest agent step (or /undo N)"),
+        AvailableCommand::new("redo", "Redo the step undone last"),
+        AvailableCommand::new("rerun", "Run the last goal again"),
+        AvailableCommand::new("status", "The recent runs of this folder"),
+    ]
+}
+
+fn notify(conn: &ConnectionTo<Client>, session: &str, update: SessionUpdate) {
+    if let Err(e) = conn.send_notification(SessionNotification::new(session.to_string(), update)) {
+        tracing::debug!("a session update was not sent: {e}");
+    }
+}
+
+fn text_chunk(text: impl Into<String>) -> ContentChunk {
+    ContentChunk::new(ContentBlock::from(text.into()))
+}
+
+/// The stdio MCP servers a client passed with a session, as our configuration names them.
+fn session_mcp(servers: &[schema::McpServer]) -> Vec<(String, McpServerConfig)> {
+    servers
+        .iter()
+        .filter_map(|s| match s {
+            schema::McpServer::Stdio(s) => Some((
+                s.name.clone(),
+                McpServerConfig {
+                    command: s.command.display().to_string(),
+                    args: s.args.clone(),
+                    env: s
+                        .env
+                        .iter()
+                        .map(|e| (e.name.clone(), e.value.clone()))
+                        .collect(),
+                },
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Serves ACP on stdin and stdout until the client goes away.
+pub async fn serve() -> anyhow::Result<()> {
+    let state = State::default();
+    let (s1, s2, s3, s4, s5) = (
+        state.clone(),
+        state.clone(),
+        state.clone(),
+        state.clone(),
+        state.clone(),
+    );
+    Agent
+        .v1()
+        .name("agent-ls")
+        .on_receive_request(
+            async move |req: InitializeRequest,
+                        responder: Responder<InitializeResponse>,
+                        _conn: ConnectionTo<Client>| {
+                if let Ok(mut fs) = s1.fs.lock() {
+                    fs.read = req.client_capabilities.fs.read_text_file;
+                    fs.write = req.client_capabilities.fs.write_text_file;
+                }
+                responder.respond(
+                    InitializeResponse::new(req.protocol_version)
+                        .agent_capabilities(AgentCapabilities::new().load_session(true))
+                        .agent_info(schema::Implementation::new(
+                            "agent-ls",
+                            env!("CARGO_PKG_VERSION"),
+                        )),
+                )
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: NewSessionRequest,
+                        responder: Responder<NewSessionResponse>,
+                        conn: ConnectionTo<Client>| {
+                let root = match req.cwd.canonicalize() {
+                    Ok(r) if r.is_dir() => r,
+                    _ => {
+                        return responder.respond_with_error(
+                            agent_client_protocol::Error::invalid_params()
+                                .data(format!("cwd {} is not a folder", req.cwd.display())),
+                        );
+                    }
+                };
+                let id = format!("sess_{:08x}", fastrand::u32(..));
+                if let Ok(mut sessions) = s2.sessions.lock() {
+                    sessions.insert(
+                        id.clone(),
+                        Session {
+                            root,
+                            mcp: session_mcp(&req.mcp_servers),
+                            cancel: None,
+                            last_goal: None,
+                        },
+                    );
+                }
+                responder.respond(NewSessionResponse::new(id.clone()))?;
+                notify(
+                    &conn,
+                    &id,
+                    SessionUpdate::AvailableCommandsUpdate(
+                        AvailableCommandsUpdate::new(commands()),
+                    ),
+                );
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: LoadSessionRequest,
+                        responder: Responder<LoadSessionResponse>,
+                        conn: ConnectionTo<Client>| { load(&s3, req, responder, conn) },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: PromptRequest,
+                        responder: Responder<PromptResponse>,
+                        conn: ConnectionTo<Client>| {
+                prompt(&s4, req, responder, conn)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |n: CancelNotification, _conn: ConnectionTo<Client>| {
+                if let Ok(sessions) = s5.sessions.lock()
+                    && let Some(s) = sessions.get(&n.session_id.to_string())
+                    && let Some(c) = &s.cancel
+                {
+                    c.cancel();
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_to(Stdio::new())
+        .await
+        .map_err(|e| anyhow::anyhow!("the ACP connection failed: {e}"))
+}
+
+/// The text of a prompt's blocks.
+fn prompt_text(blocks: &[ContentBlock]) -> String {
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text(t) => Some(t.text.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn prompt(
+    state: &State,
+    req: PromptRequest,
+    responder: Responder<PromptResponse>,
+    conn: ConnectionTo<Client>,
+) -> Result<(), agent_client_protocol::Error> {
+    let session_id = req.session_id.to_string();
+    let text = prompt_text(&req.prompt);
+    let (root, mcp, last) = {
+        let Ok(sessions) = state.sessions.lock() else {
+            return responder.respond_with_error(agent_client_protocol::Error::internal_error());
+        };
+        let Some(s) = sessions.get(&session_id) else {
+            return responder.respond_with_error(
+                agent_client_protocol::Error::invalid_params()
+                    .data(format!("no session {session_id}")),
+            );
+        };
+        (s.root.clone(), s.mcp.clone(), s.last_goal.clone())
+    };
+    let loaded = config::load(&config::Inputs::from_process(Some(root.clone())));
+    let limits = loaded.config.edit.limits();
+    // The session's commands are answered at once, without a model.
+    let command = text.trim();
+    if let Some(rest) = command.strip_prefix("/undo") {
+        let answer = match agent_ls_runtime::steps::undo(&root, rest.trim().parse().ok(), &limits) {
+            Ok((id, files)) => format!("undid step {id}: {}", files.join(", ")),
+            Err(e) => format!("nothing was undone: {e}"),
+        };
+        notify(
+            &conn,
+            &session_id,
+            SessionUpdate::AgentMessageChunk(text_chunk(answer)),
+        );
+        return responder.respond(PromptResponse::new(StopReason::EndTurn));
+    }
+    if command == "/redo" {
+        let answer = match agent_ls_runtime::steps::redo(&root, &limits) {
+            Ok((id, files)) => format!("redid step {id}: {}", files.join(", ")),
+            Err(e) => format!("nothing was redone: {e}"),
+        };
+        notify(
+            &conn,
+            &session_id,
+            SessionUpdate::AgentMessageChunk(text_chunk(answer)),
+        );
+        return responder.respond(PromptResponse::new(StopReason::EndTurn));
+    }
+    if command == "/status" {
+        let runs: Vec<String> = agent_ls_runtime::journal::list(&root)
+            .iter()
+            .take(10)
+            .map(|r| format!("- {} {} {}", r.run_id, r.status, r.goal))
+            .collect();
+        let answer = if runs.is_empty() {
+            "no runs yet".to_string()
+        } else {
+            runs.join("\n")
+        };
+        notify(
+            &conn,
+            &session_id,
+            SessionUpdate::AgentMessageChunk(text_chunk(answer)),
+        );
+        return responder.respond(PromptResponse::new(StopReason::EndTurn));
+    }
+    let goal = if command == "/rerun" {
+        match last {
+            Some(g) => g,
+            None => {
+                notify(
+                    &conn,
+                    &session_id,
+                    SessionUpdate::AgentMessageChunk(text_chunk("no goal to run again yet")),
+                );
+                return responder.respond(PromptResponse::new(StopReason::EndTurn));
+            }
+        }
+    } else {
+        text.clone()
+    };
+    let cancel = CancellationToken::new();
+    if let Ok(mut sessions) = state.sessions.lock()
+        && let Some(s) = sessions.get_mut(&session_id)
+    {
+        s.cancel = Some(cancel.clone());
+        s.last_goal = Some(goal.clone());
+    }
+    let fs = state.fs.lock().map(|f| *f).unwrap_or_default();
+    let mut cfg = loaded.config;
+    for (name, server) in mcp {
+        cfg.mcp.servers.insert(name, server);
+    }
+    tokio::spawn(async move {
+        let stop = run(cfg, root, goal, None, (session_id, conn, fs), cancel).await;
+        let _ = responder.respond(PromptResponse::new(stop));
+    });
+    Ok(())
+}
+
+/// session/load: the recorded run's goal and answer are shown; an interrupted run goes on
+/// from its checkpoint, streaming into the session.
+fn load(
+    state: &State,
+    req: LoadSessionRequest,
+    responder: Responder<LoadSessionResponse>,
+    conn: ConnectionTo<Client>,
+) -> Result<(), agent_client_protocol::Error> {
+    let id = req.session_id.to_string();
+    let Ok(root) = req.cwd.canonicalize() else {
+        return responder.respond_with_error(
+            agent_client_protocol::Error::invalid_params().data("cwd is not a folder"),
+        );
+    };
+    let Some(recorded) = agent_ls_runtime::journal::list(&root)
+        .into_iter()
+        .find(|r| r.run_id == id)
+    else {
+        return responder.respond_with_error(
+            agent_client_protocol::Error::invalid_params()
+                .data(format!("no recorded run {id} in {}", root.display())),
+        );
+    };
+    notify(
+        &conn,
+        &id,
+        SessionUpdate::UserMessageChunk(text_chunk(recorded.goal.clone())),
+    );
+    let cancel = CancellationToken::new();
+    if let Ok(mut sessions) = state.sessions.lock() {
+        sessions.insert(
+            id.clone(),
+            Session {
+                root: root.clone(),
+                mcp: session_mcp(&req.mcp_servers),
+                cancel: Some(cancel.clone()),
+                last_goal: Some(recorded.goal.clone()),
+            },
+        );
+    }
+    let resumable = Store::open(&root)
+        .ok()
+        .and_then(|(store, _)| drive::resume_point(&store, &id, None).ok());
+    responder.respond(LoadSessionResponse::new())?;
+    notify(
+        &conn,
+        &id,
+        SessionUpdate::AvailableCommandsUpdate(AvailableCommandsUpdate::new(commands())),
+    );
+    match resumable {
+        Some((goal, checkpoint)) => {
+            let fs = state.fs.lock().map(|f| *f).unwrap_or_default();
+            let loaded = config::load(&config::Inputs::from_process(Some(root.clone())));
+            tokio::spawn(async move {
+                run(
+                    loaded.config,
+                    root,
+                    goal,
+                    Some(checkpoint),
+                    (id, conn, fs),
+                    cancel,
+                )
+                .await;
+            });
+        }
+        None => notify(
+            &conn,
+            &id,
+            SessionUpdate::AgentMessageChunk(text_chunk(format!(
+                "run {id} ended: {}",
+                recorded.status
+            ))),
+        ),
+    }
+    Ok(())
+}
+
+/// One run of the loop for a session, through the shared driver; the stop reason for the
+/// prompt's answer.
+async fn run(
+    config: Config,
+    root: PathBuf,
+    goal: String,
+    resume: Option<Option<agent_ls_core::agent::Run>>,
+    (session, conn, fs): (String, ConnectionTo<Client>, ClientFs),
+    cancel: CancellationToken,
+) -> StopReason {
+    let _lock = match agent_ls_runtime::lock::RunLock::acquire(&root, &goal) {
+        Ok(l) => l,
+        Err(e) => {
+            notify(
+                &conn,
+                &session,
+                SessionUpdate::AgentMessageChunk(text_chunk(format!("agent-ls: {e}"))),
+            );
+            return StopReason::EndTurn;
+        }
+    };
+    let store = StoreThread::open(root.clone(), |_| {});
+    let models = Models::new(&config, Some(&root));
+    let mut shell = AcpShell {
+        root: root.clone(),
+        session: session.clone(),
+        conn: conn.clone(),
+        fs,
+        goal: goal.clone(),
+        calls: 0,
+        approved: None,
+    };
+    let (c1, s1) = (conn.clone(), session.clone());
+    let on_token = move |t: &str| {
+        notify(&c1, &s1, SessionUpdate::AgentThoughtChunk(text_chunk(t)));
+    };
+    let (c2, s2) = (conn.clone(), session.clone());
+    let plan = Mutex::new(PlanView::default());
+    let on_event = move |e: RunEvent| {
+        if let Ok(mut plan) = plan.lock()
+            && let Some(entries) = plan.follow(&e)
+        {
+            notify(&c2, &s2, SessionUpdate::Plan(Plan::new(entries)));
+        }
+        event(&c2, &s2, &e);
+    };
+    let driver = Drive {
+        models: &models,
+        config: &config,
+        root: &root,
+        cancel: &cancel,
+        on_token: Some(&on_token),
+        record: Some(&store),
+        events: Some(&on_event),
+    };
+    let outcome = match resume {
+        Some(Some(mut checkpoint)) => {
+            let id = session.clone();
+            driver.resume(&mut checkpoint, &mut shell, id).await
+        }
+        Some(None) => {
+            let mut run = drive::new_run(&config, &goal);
+            driver.run(&mut run, &mut shell, session.clone()).await
+        }
+        None => {
+            let mut run = drive::new_run(&config, &goal);
+            driver.run(&mut run, &mut shell, drive::new_run_id()).await
+        }
+    };
+    store.flush_blocking();
+    notify(
+        &conn,
+        &session,
+        SessionUpdate::AgentMessageChunk(text_chunk(outcome.answer.clone())),
+    );
+    if outcome.status == agent_ls_core::agent::RunStatus::Cancelled {
+        StopReason::Cancelled
+    } else {
+        StopReason::EndTurn
+    }
+}
+
+/// The plan as the client sees it: the planner's tasks, each pending, in progress (the task
+/// the current iteration works on) or completed (those before it, and all once the run is
+/// done). ACP replaces the whole plan with each update.
+#[derive(Default)]
+struct PlanView {
+    tasks: Vec<(String, String)>,
+    current: Option<usize>,
+    done: bool,
+}
+
+impl PlanView {
+    /// The plan's entries after `e`, when `e` changed them.
+    fn follow(&mut self, e: &RunEvent) -> Option<Vec<PlanEntry>> {
+        match e.kind.as_str() {
+            "plan" => {
+                self.tasks = e.data["tasks"]
+                    .as_array()?
+                    .iter()
+                    .map(|t| {
+                        (
+                            t["id"].as_str().unwrap_or("").to_string(),
+                            t["title"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect();
+                self.current = None;
+            }
+            "iteration" => {
+                let task = e.data["task"].as_str()?;
+                let i = self
+                    .tasks
+                    .iter()
+                    .position(|(id, _)| task.split(' ').next() == Some(id.as_str()))?;
+                if self.current == Some(i) {
+                    return None;
+                }
+                self.current = Some(i);
+            }
+            "finished" if e.data["status"] == "done" => self.done = true,
+            _ => return None,
+        }
+        if self.tasks.is_empty() {
+            return None;
+        }
+        Some(
+            self.tasks
+                .iter()
+                .enumerate()
+                .map(|(i, (_, title))| {
+                    let status = match self.current {
+                        _ if self.done => PlanEntryStatus::Completed,
+                        Some(c) if i < c => PlanEntryStatus::Completed,
+                        Some(c) if i == c => PlanEntryStatus::InProgress,
+                        _ => PlanEntryStatus::Pending,
+                    };
+                    PlanEntry::new(title.clone(), PlanEntryPriority::Medium, status)
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A run event as the client sees it: the tools the model calls and their results.
+fn event(conn: &ConnectionTo<Client>, session: &str, e: &RunEvent) {
+    match e.kind.as_str() {
+        "tool_call" => {
+            let name = e.data["name"].as_str().unwrap_or("tool");
+            let kind = match name {
+                "read_file" | "list_files" | "get_diagnostics" => ToolKind::Read,
+                "find_files" | "grep" => ToolKind::Search,
+                "run_tests" | "run_command" => ToolKind::Execute,
+                _ => ToolKind::Other,
+            };
+            let id = format!("tool_{}", e.data["id"].as_str().unwrap_or(""));
+            notify(
+                conn,
+                session,
+                SessionUpdate::ToolCall(
+                    ToolCall::new(id, format!("{name} {}", e.data["arguments"]))
+                        .kind(kind)
+                        .status(ToolCallStatus::InProgress),
+                ),
+            );
+        }
+        "tool_result" => {
+            let id = format!("tool_{}", e.data["id"].as_str().unwrap_or(""));
+            let failed = e.data["is_error"].as_bool().unwrap_or(false);
+            let text = e.data["text"].as_str().unwrap_or("").to_string();
+            notify(
+                conn,
+                session,
+                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    id,
+                    ToolCallUpdateFields::new()
+                        .status(if failed {
+                            ToolCallStatus::Failed
+                        } else {
+                            ToolCallStatus::Completed
+                        })
+                        .content(vec![ToolCallContent::Content(schema::Content::new(text))]),
+                )),
+            );
+        }
+        _ => {}
+    }
+}
+
+/// How the loop reaches an ACP client: approval by `session/request_permission`, files by
+/// `fs/*` when offered, progress as thoughts, changes and test runs as tool calls.
+struct AcpShell {
+    root: PathBuf,
+    session: String,
+    conn: ConnectionTo<Client>,
+    fs: ClientFs,
+    goal: String,
+    /// Tool calls made so far, for their ids.
+    calls: u32,
+    /// The approved change's tool call, completed once it is applied.
+    approved: Option<String>,
+}
+
+impl AcpShell {
+    fn next_id(&mut self, what: &str) -> String {
+        self.calls += 1;
+        format!("{what}_{}", self.calls)
+    }
+
+    fn update(&self, id: &str, status: ToolCallStatus, content: Option<String>) {
+        let mut fields = ToolCallUpdateFields::new().status(status);
+        if let Some(text) = content {
+            fields = fields.content(vec![ToolCallContent::Content(schema::Content::new(text))]);
+        }
+        notify(
+            &self.conn,
+            &self.session,
+            SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(id.to_string(), fields)),
+        );
+    }
+}
+
+impl Shell for AcpShell {
+    fn read(&self, relative: &str) -> FileText {
+        if !self.fs.read {
+            return agent_ls_runtime::files::read_for_plan(&self.root, relative);
+        }
+        let path = match agent_ls_runtime::files::resolve(&self.root, relative) {
+            Ok(p) => p,
+            Err(e) => return FileText::Refused(e),
+        };
+        if !path.is_file() {
+            return agent_ls_runtime::files::read_for_plan(&self.root, relative);
+        }
+        // The editor's buffer, unsaved edits included; the disk if the client cannot say.
+        let request = self
+            .conn
+            .send_request(ReadTextFileRequest::new(self.session.clone(), path));
+        // A client that does not answer costs five seconds, then the disk is read.
+        let answer = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                request.block_task(),
+            ))
+        });
+        match answer {
+            Ok(Ok(r)) => FileText::Text(r.content),
+            _ => agent_ls_runtime::files::read_for_plan(&self.root, relative),
+        }
+    }
+
+    async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict {
+        if let Some((path, why)) = review.protected.first() {
+            return Verdict::Refused(format!(
+                "{path} is protected ({why}); an ACP client cannot allow it by name, so leave it alone"
+            ));
+        }
+        let id = self.next_id("edit");
+        let diffs: Vec<ToolCallContent> = changes
+            .iter()
+            .map(|c| {
+                ToolCallContent::Diff(
+                    Diff::new(self.root.join(&c.path), c.new_text.clone())
+                        .old_text(c.original.clone()),
+                )
+            })
+            .collect();
+        let title = format!(
+            "Edit {}",
+            changes
+                .iter()
+                .map(|c| c.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        notify(
+            &self.conn,
+            &self.session,
+            SessionUpdate::ToolCall(
+                ToolCall::new(id.clone(), title.clone())
+                    .kind(ToolKind::Edit)
+                    .status(ToolCallStatus::Pending)
+                    .content(diffs.clone()),
+            ),
+        );
+        let _ = diff;
+        let request = RequestPermissionRequest::new(
+            self.session.clone(),
+            ToolCallUpdate::new(
+                id.clone(),
+                ToolCallUpdateFields::new().title(title).content(diffs),
+            ),
+            vec![
+                PermissionOption::new("allow", "Apply", PermissionOptionKind::AllowOnce),
+                PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
+            ],
+        );
+        match self.conn.send_request(request).block_task().await {
+            Ok(r) => match r.outcome {
+                RequestPermissionOutcome::Selected(s) if &*s.option_id.0 == "allow" => {
+                    self.update(&id, ToolCallStatus::InProgress, None);
+                    self.approved = Some(id);
+                    Verdict::Approved
+                }
+                _ => {
+                    self.update(&id, ToolCallStatus::Failed, Some("rejected".into()));
+                    Verdict::Rejected
+                }
+            },
+            Err(e) => {
+                tracing::warn!("session/request_permission failed: {e}");
+                self.update(&id, ToolCallStatus::Failed, Some(format!("no answer: {e}")));
+                Verdict::Rejected
+            }
+        }
+    }
+
+    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
+        // The text may have changed in the editor since the change was computed.
+        let mut placed = Vec::with_capacity(changes.len());
+        for c in changes {
+            match (self.read(&c.path), &c.original) {
+                (FileText::Text(now), Some(orig)) if &now != orig => {
+                    match agent_ls_core::edit::relocate(
+                        c,
+                        &now,
+                        &agent_ls_core::edit::Limits::default(),
+                    ) {
+                        Some(moved) => placed.push(moved),
+                        None => {
+                            return Err(ApplyError::Stale(format!(
+                                "{} changed while the change was prepared",
+                                c.path
+                            )));
+                        }
+                    }
+                }
+                _ => placed.push(c.clone()),
+            }
+        }
+        if self.fs.write {
+            for c in &placed {
+                let path = agent_ls_runtime::files::resolve(&self.root, &c.path)
+                    .map_err(ApplyError::Failed)?;
+                let request =
+                    WriteTextFileRequest::new(self.session.clone(), path, c.new_text.clone());
+                self.conn
+                    .send_request(request)
+                    .block_task()
+                    .await
+                    .map_err(|e| {
+                        ApplyError::Failed(format!("the client did not write {}: {e}", c.path))
+                    })?;
+            }
+        } else {
+            agent_ls_runtime::files::write_changes(&self.root, &placed)
+                .map_err(ApplyError::Failed)?;
+        }
+        let step = agent_ls_runtime::steps::record(&self.root, placed, "acp", &self.goal)
+            .map_err(ApplyError::Failed)?;
+        if let Some(id) = self.approved.take() {
+            self.update(
+                &id,
+                ToolCallStatus::Completed,
+                Some(format!("applied as step {step} (/undo {step} reverts it)")),
+            );
+        }
+        Ok(())
+    }
+
+    async fn run_tests(
+        &mut self,
+        cancel: &CancellationToken,
+        command: Option<Vec<String>>,
+    ) -> Result<RunResult, RunError> {
+        let loaded = config::load(&config::Inputs::from_process(Some(self.root.clone())));
+        let cfg = loaded.config;
+        let test = match command {
+            Some(argv) => agent_ls_runtime::tests_run::with_command(&cfg.test, argv),
+            None => cfg.test.clone(),
+        };
+        let id = self.next_id("tests");
+        notify(
+            &self.conn,
+            &self.session,
+            SessionUpdate::ToolCall(
+                ToolCall::new(id.clone(), "Run the tests")
+                    .kind(ToolKind::Execute)
+                    .status(ToolCallStatus::InProgress),
+            ),
+        );
+        let sandbox = Sandbox::from_config(&cfg.sandbox);
+        let result = agent_ls_runtime::tests_run::run(&self.root, &test, &sandbox, cancel).await;
+        match &result {
+            Ok(r) => self.update(
+                &id,
+                if r.passed_all() {
+                    ToolCallStatus::Completed
+                } else {
+                    ToolCallStatus::Failed
+                },
+                Some(r.summary()),
+            ),
+            Err(e) => self.update(&id, ToolCallStatus::Failed, Some(e.to_string())),
+        }
+        result
+    }
+
+    fn buffers(&self) -> Vec<(String, FileText)> {
+        Vec::new()
+    }
+
+    fn progress(&mut self, message: &str) {
+        notify(
+            &self.conn,
+            &self.session,
+            SessionUpdate::AgentThoughtChunk(text_chunk(format!("{message}\n"))),
+        );
+    }
+
+    fn warn(&mut self, message: &str) {
+        notify(
+            &self.conn,
+            &self.session,
+            SessionUpdate::AgentMessageChunk(text_chunk(format!("warning: {message}\n"))),
+        );
+    }
+}

@@ -1,0 +1,483 @@
+//! `agent-ls run "<goal>"`: the agent loop on files on disk. Approval happens on the terminal
+//! (or with --yes); stdout carries only the final answer (or, with --json, the runFinished
+//! object); logs and streamed tokens go to stderr.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use tokio_util::sync::CancellationToken;
+
+use agent_ls_core::agent::{self, FailureKind, Run, RunStatus};
+use agent_ls_core::edit::{FileChange, FileText};
+use agent_ls_core::text::visible;
+use agent_ls_runtime::config::{self, Approval, Inputs};
+use agent_ls_runtime::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
+use agent_ls_runtime::files;
+use agent_ls_runtime::lock::RunLock;
+use agent_ls_runtime::model::Models;
+use agent_ls_runtime::store::StoreThread;
+use agent_ls_runtime::tests_run::{RunError, RunResult, TestState};
+use agent_ls_runtime::trust::Review;
+use agent_ls_runtime::trust::sandbox::Sandbox;
+
+/// How approval is given without an editor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Ask on the terminal.
+    Ask,
+    /// Apply without asking (--yes, or approval = "auto").
+    Yes,
+    /// Show the proposed change and apply nothing (--dry-run).
+    DryRun,
+}
+
+pub struct Options {
+    pub goal: String,
+    pub workspace: PathBuf,
+    pub json: bool,
+    pub mode: Mode,
+    /// Answer every model call from this file (a replay script or a run journal).
+    pub replay: Option<PathBuf>,
+    /// Go on with this interrupted run instead of starting one.
+    pub resume: Option<String>,
+    /// With --yes, also write protected files and changes the static scan flagged.
+    pub allow_protected: bool,
+    /// The agent to run the goal (--agent); the configuration's default when `None`.
+    pub agent: Option<String>,
+}
+
+/// Exit codes of `agent-ls run`.
+pub mod exit {
+    pub const DONE: u8 = 0;
+    pub const FAILED: u8 = 1;
+    pub const PARTIAL: u8 = 2;
+    pub const CONFIG: u8 = 3;
+    pub const AUTH: u8 = 4;
+    pub const TIMEOUT: u8 = 5;
+    pub const INTERRUPTED: u8 = 130;
+}
+
+struct CliShell<'a> {
+    root: &'a Path,
+    mode: Mode,
+    proposed: Option<String>,
+    config: &'a config::Config,
+    /// --allow-protected: --yes may write protected files (and risky changes) too.
+    allow_protected: bool,
+    /// The plan's task the change being applied works on, for the history.
+    task: String,
+}
+
+impl Shell for CliShell<'_> {
+    fn read(&self, relative: &str) -> FileText {
+        files::read_for_plan(self.root, relative)
+    }
+
+    async fn approve(&mut self, _changes: &[FileChange], diff: &str, review: &Review) -> Verdict {
+        let notes = review.describe();
+        let terminal = std::io::stdin().is_terminal();
+        match self.mode {
+            Mode::DryRun => {
+                self.proposed = Some(format!("{diff}{notes}"));
+                Verdict::Rejected
+            }
+            Mode::Yes => {
+                eprintln!("{}{}", visible(diff), visible(&notes));
+                if !review.protected.is_empty() && !self.allow_protected {
+                    return Verdict::Refused(format!(
+                        "it writes protected files ({}), which `agent-ls run --yes` never writes without --allow-protected; leave them alone",
+                        protected_list(review)
+                    ));
+                }
+                if review.findings.is_empty() || self.allow_protected {
+                    return Verdict::Approved;
+                }
+                // Applying without asking stops at a risky construct: it becomes a question,
+                // and with no one to ask, a refusal the model hears.
+                if !terminal {
+                    return Verdict::Refused(format!(
+                        "the static scan flagged it and no one was there to approve it:\n{}",
+                        review
+                            .findings
+                            .iter()
+                            .map(|f| f.to_string())
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    ));
+                }
+                ask_terminal("The static scan flagged this change. Apply it anyway?")
+            }
+            Mode::Ask => {
+                eprintln!("{}{}", visible(diff), visible(&notes));
+                if !terminal {
+                    eprintln!(
+                        "agent-ls: no terminal to ask on, so the change is not applied; use --yes to apply without asking"
+                    );
+                    return Verdict::Rejected;
+                }
+                // A protected file is allowed by typing its path, not by a y.
+                for (path, why) in &review.protected {
+                    eprint!(
+                        "{path} is protected ({why}). Type its path to allow this change to write it: "
+                    );
+                    let _ = std::io::stderr().flush();
+                    let mut line = String::new();
+                    let _ = std::io::stdin().lock().read_line(&mut line);
+                    if line.trim() != path {
+                        return Verdict::Refused(format!(
+                            "the user did not allow writing the protected file {path}; leave it alone"
+                        ));
+                    }
+                }
+                ask_terminal("Apply this change?")
+            }
+        }
+    }
+
+    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
+        // Never overwrite what changed since the change was computed: move the change onto
+        // the new text, or redo the step.
+        let mut refused = None;
+        let current = edit_rebase(changes, self.root, &self.config.edit.limits(), &mut refused);
+        if let Some(why) = refused {
+            return Err(ApplyError::Failed(why));
+        }
+        let changes = current.map_err(ApplyError::Stale)?;
+        files::write_changes(self.root, &changes).map_err(ApplyError::Failed)?;
+        // The step joins the workspace's history, so `agent-ls undo` (and the editor, on its
+        // next start) can revert it; a history that cannot be written costs only that.
+        if let Err(e) = agent_ls_runtime::steps::record(self.root, changes, "run", &self.task) {
+            eprintln!("agent-ls: warning: the change is written but not in the undo history: {e}");
+        }
+        Ok(())
+    }
+
+    fn task(&mut self, task: &str, _iteration: u32) {
+        self.task = task.to_string();
+    }
+
+    async fn run_tests(
+        &mut self,
+        cancel: &CancellationToken,
+        command: Option<Vec<String>>,
+    ) -> Result<RunResult, RunError> {
+        let sandbox = Sandbox::from_config(&self.config.sandbox);
+        let test = match command {
+            Some(argv) => agent_ls_runtime::tests_run::with_command(&self.config.test, argv),
+            None => self.config.test.clone(),
+        };
+        agent_ls_runtime::tests_run::run(self.root, &test, &sandbox, cancel).await
+    }
+
+    fn progress(&mut self, message: &str) {
+        eprintln!("agent-ls: {}", visible(message));
+    }
+
+    fn warn(&mut self, message: &str) {
+        eprintln!("agent-ls: warning: {}", visible(message));
+    }
+}
+
+fn protected_list(review: &Review) -> String {
+    review
+        .protected
+        .iter()
+        .map(|(p, why)| format!("{p}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Asks a yes/no question on the terminal; anything but yes is no.
+fn ask_terminal(question: &str) -> Verdict {
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    if matches!(line.trim(), "y" | "Y" | "yes") {
+        Verdict::Approved
+    } else {
+        Verdict::Rejected
+    }
+}
+
+/// `edit::rebase` against the disk; a file that may not be read sets `refused`.
+fn edit_rebase(
+    changes: &[FileChange],
+    root: &Path,
+    limits: &agent_ls_core::edit::Limits,
+    refused: &mut Option<String>,
+) -> Result<Vec<FileChange>, String> {
+    agent_ls_core::edit::rebase(
+        changes,
+        |path| match files::read_for_plan(root, path) {
+            FileText::Text(t) => Some(t),
+            FileText::Missing => None,
+            FileText::Refused(why) => {
+                refused.get_or_insert(why);
+                None
+            }
+        },
+        limits,
+    )
+}
+
+/// Runs the goal and returns the process exit code.
+pub fn run(opts: Options) -> u8 {
+    let root = match opts.workspace.canonicalize() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "agent-ls: cannot open the workspace {}: {e}",
+                opts.workspace.display()
+            );
+            return exit::CONFIG;
+        }
+    };
+    let loaded = config::load(&Inputs::from_process(Some(root.clone())));
+    if !loaded.errors.is_empty() {
+        for e in &loaded.errors {
+            eprintln!("agent-ls: {e}");
+        }
+        return exit::CONFIG;
+    }
+    if !loaded.untrusted.is_empty() {
+        eprintln!(
+            "agent-ls: {}",
+            config::untrusted_message(&loaded.untrusted, loaded.trusted)
+        );
+    }
+    let mut cfg = loaded.config;
+    if let Some(file) = &opts.replay {
+        cfg.model.provider = Some("replay".into());
+        cfg.model.replay_file = Some(file.clone());
+        cfg.model.fallback.clear();
+        cfg.roles = Default::default();
+    }
+    let chosen = match &opts.agent {
+        Some(name) => match drive::choose_agent(&cfg, name) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("agent-ls: {e}");
+                return exit::CONFIG;
+            }
+        },
+        None => None,
+    };
+    if let Some(a) = chosen.as_ref().and_then(|c| c.approval) {
+        cfg.agent.approval = a;
+    }
+    let mode = match (opts.mode, cfg.agent.approval) {
+        (Mode::Ask, Approval::Auto) => Mode::Yes,
+        (m, _) => m,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("agent-ls: cannot start the async runtime: {e}");
+            return exit::FAILED;
+        }
+    };
+    // What to go on from, for --resume: the run's id, goal and checkpoint.
+    let resume = match &opts.resume {
+        None => None,
+        Some(id) => match resume_point(&root, id) {
+            Ok((goal, checkpoint)) => Some((id.clone(), goal, checkpoint)),
+            Err(why) => {
+                eprintln!("agent-ls: {why}");
+                return exit::FAILED;
+            }
+        },
+    };
+    let route = if resume.is_some() {
+        agent::Route::Agent
+    } else {
+        agent::route(&opts.goal)
+    };
+    match route {
+        agent::Route::Agent => {}
+        agent::Route::Undo(_) | agent::Route::Redo => {
+            eprintln!(
+                "agent-ls: undo and redo act on the editor's buffers and the server's step history: \
+                 use agent-ls.undo / agent-ls.redo (VS Code: Agent: Undo, Neovim: :AgentUndo)"
+            );
+            return exit::FAILED;
+        }
+        agent::Route::Status => {
+            for r in agent_ls_runtime::journal::list(&root).iter().take(10) {
+                println!("{}  {:<11}  {}", r.run_id, r.status, r.goal);
+            }
+            return exit::DONE;
+        }
+        agent::Route::Command(argv) => {
+            return runtime.block_on(run_command(&root, &cfg, argv, opts.json));
+        }
+    }
+    let goal = resume
+        .as_ref()
+        .map_or(opts.goal.clone(), |(_, g, _)| g.clone());
+    // One run per workspace, whoever runs it: the lock is held until this process ends.
+    let _lock = match RunLock::acquire(&root, &goal) {
+        Ok(lock) => lock,
+        Err(e) => {
+            eprintln!("agent-ls: {e}");
+            return exit::CONFIG;
+        }
+    };
+    let store = StoreThread::open(root.clone(), |opened| match opened {
+        Ok(Some(notice)) => eprintln!("agent-ls: {notice}"),
+        Ok(None) => {}
+        Err(e) => eprintln!("agent-ls: the run's figures will not be kept: {e}"),
+    });
+    let code = runtime.block_on(async {
+        let cancel = CancellationToken::new();
+        watch_signals(cancel.clone());
+        let models = Models::new(&cfg, Some(&root));
+        let mut run = drive::new_run(&cfg, &goal);
+        if let Some(c) = &chosen {
+            c.apply(&mut run);
+        }
+        let mut shell = CliShell {
+            root: &root,
+            mode,
+            proposed: None,
+            config: &cfg,
+            allow_protected: opts.allow_protected,
+            task: String::new(),
+        };
+        let on_token = |t: &str| {
+            let mut err = std::io::stderr();
+            let _ = err.write_all(visible(t).as_bytes());
+            let _ = err.flush();
+        };
+        let driver = Drive {
+            models: &models,
+            config: &cfg,
+            root: &root,
+            cancel: &cancel,
+            on_token: Some(&on_token),
+            record: Some(&store),
+            events: None,
+        };
+        let mut outcome = match resume {
+            Some((id, _, Some(checkpoint))) => {
+                run = checkpoint;
+                driver.resume(&mut run, &mut shell, id).await
+            }
+            // Interrupted before its first checkpoint: it starts over under its own id.
+            Some((id, _, None)) => driver.run(&mut run, &mut shell, id).await,
+            None => driver.run(&mut run, &mut shell, drive::new_run_id()).await,
+        };
+        if let Some(diff) = shell.proposed.take() {
+            outcome.status = RunStatus::Proposed;
+            outcome.answer = diff;
+        }
+        report(&outcome, opts.json);
+        code_for(&outcome)
+    });
+    // The record is written before the process says it is done.
+    store.flush_blocking();
+    code
+}
+
+/// The goal and checkpoint of an interrupted run, or why it cannot be resumed.
+fn resume_point(root: &Path, id: &str) -> Result<(String, Option<Run>), String> {
+    if !root.join(agent_ls_runtime::store::FILE).exists() {
+        return Err(format!("no runs are recorded in {}", root.display()));
+    }
+    let (store, _) = agent_ls_runtime::store::Store::open(root).map_err(|e| e.to_string())?;
+    drive::resume_point(&store, id, None)
+}
+
+/// A goal that names a command ("run `make lint`"): run it like the tests (allowlist,
+/// timeout, output cap) and report what it found. Exit 0 when it passed, 1 when not.
+async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json: bool) -> u8 {
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let test = agent_ls_runtime::tests_run::with_command(&cfg.test, argv);
+    let sandbox = Sandbox::from_config(&cfg.sandbox);
+    match agent_ls_runtime::tests_run::run(root, &test, &sandbox, &cancel).await {
+        Ok(r) => {
+            if json {
+                let failures: Vec<_> = r
+                    .failures
+                    .iter()
+                    .map(|f| serde_json::json!({"test_id": f.test_id, "message": f.message, "location": f.location.as_ref().map(|l| serde_json::json!({"file": l.file, "line": l.line}))}))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({"command": r.command.argv.join(" "), "state": r.state(), "passed": r.passed, "failed": r.failed, "duration_ms": r.duration_ms, "failures": failures})
+                );
+            } else {
+                println!("{}", visible(r.report.trim_end()));
+                println!("{}: {}", r.command.argv.join(" "), r.state().as_str());
+            }
+            if let Some(why) = &r.environment {
+                eprintln!("agent-ls: the command did not run: {}", visible(why));
+            }
+            match r.state() {
+                TestState::Passed => exit::DONE,
+                TestState::Error => exit::CONFIG,
+                TestState::Cancelled => exit::INTERRUPTED,
+                TestState::TimedOut => exit::TIMEOUT,
+                _ => exit::FAILED,
+            }
+        }
+        Err(e) => {
+            eprintln!("agent-ls: {e}");
+            exit::CONFIG
+        }
+    }
+}
+
+fn report(o: &Outcome, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(o).unwrap_or_default());
+    } else {
+        println!("{}", visible(o.answer.trim_end()));
+    }
+    eprintln!(
+        "agent-ls: {} after {} iteration(s), {} file(s) changed, tests {} passed / {} failed, {} tokens, {} ms",
+        o.status.as_str(),
+        o.iterations,
+        o.files_changed.len(),
+        o.tests.passed,
+        o.tests.failed,
+        o.tokens,
+        o.duration_ms
+    );
+}
+
+pub fn code_for(o: &Outcome) -> u8 {
+    match o.status {
+        RunStatus::Done | RunStatus::Proposed => exit::DONE,
+        RunStatus::Cancelled => exit::INTERRUPTED,
+        _ => match o.failure_kind {
+            Some(FailureKind::Auth) => exit::AUTH,
+            Some(FailureKind::Config) => exit::CONFIG,
+            Some(FailureKind::Timeout) => exit::TIMEOUT,
+            _ if !o.files_changed.is_empty() => exit::PARTIAL,
+            _ => exit::FAILED,
+        },
+    }
+}
+
+/// SIGINT and SIGTERM cancel the run: the model call and test run stop, and the loop ends
+/// between steps, so files are either written whole or not at all.
+fn watch_signals(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("agent-ls: interrupted; stopping");
+        cancel.cancel();
+    });
+}

@@ -1,0 +1,828 @@
+//! Agent runs (and undo/redo) inside the server: the `Shell` that reaches the editor
+//! (approval through change annotations or `window/showMessageRequest`, edits through
+//! `workspace/applyEdit` with version checks before and after, the disk kept in step for the
+//! tests) and progress.
+//!
+//! A run is a task of its own. It reports to the session only through `AgentMessage` (it
+//! never sees the session), asks the session's one owner of test runs for its tests, and
+//! sends everything for the client through the outbox.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tower_lsp_server::ls_types::notification::Notification;
+use tower_lsp_server::ls_types::request::{
+    ApplyWorkspaceEdit, ShowMessageRequest, WorkDoneProgressCreate,
+};
+use tower_lsp_server::ls_types::{
+    ApplyWorkspaceEditParams, MessageActionItem, MessageType, ProgressToken,
+    ShowMessageRequestParams, Uri, WorkDoneProgress, WorkDoneProgressBegin,
+    WorkDoneProgressCreateParams, WorkDoneProgressEnd, WorkDoneProgressReport, WorkspaceEdit,
+};
+use tracing::{info, warn};
+
+use super::Report;
+use super::ext;
+use super::outbox::Outbox;
+use super::workspace_edit::{self, EditSupport, Target};
+use agent_ls_core::agent::Run;
+use agent_ls_core::edit::history::{Reversal, Step, StepFile};
+use agent_ls_core::edit::{self, FileChange, FileText};
+use agent_ls_core::text::{Buffer, Encoding};
+use agent_ls_runtime::config::{Approval, Config};
+use agent_ls_runtime::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
+use agent_ls_runtime::files;
+use agent_ls_runtime::lock::RunLock;
+use agent_ls_runtime::model::Models;
+use agent_ls_runtime::store::StoreThread;
+use agent_ls_runtime::tests_run::{RunError, RunResult};
+use agent_ls_runtime::trust::Review;
+
+/// Notification `agent-ls/runFinished`.
+pub enum RunFinished {}
+
+impl Notification for RunFinished {
+    type Params = Outcome;
+    const METHOD: &'static str = super::ext::RUN_FINISHED;
+}
+
+/// Arguments of `agent-ls.run`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct RunArgs {
+    pub goal: String,
+    pub uri: Option<Uri>,
+    pub range: Option<tower_lsp_server::ls_types::Range>,
+    /// The agent to run it: build, plan, review or a custom one (default: agent.default_agent).
+    #[serde(default)]
+    pub agent: Option<String>,
+}
+
+/// The open documents of the workspace, by path relative to its root.
+pub type Snapshot = HashMap<String, (Uri, Buffer)>;
+
+/// What a run (or an undo) tells the session, or asks of it.
+pub enum AgentMessage {
+    /// The open documents as they are now.
+    Snapshot { reply: oneshot::Sender<Snapshot> },
+    /// Answer once every document named holds its text (the `didChange` that follows an
+    /// applied edit); the asker gives up after its own deadline.
+    AwaitTexts {
+        want: Vec<(Uri, String)>,
+        reply: oneshot::Sender<()>,
+    },
+    /// Run the tests through the session's one owner of test runs.
+    RunTests {
+        reply: oneshot::Sender<Result<RunResult, RunError>>,
+        /// A tool's narrowed run or command in place of the tests; its result is the
+        /// model's and is not published as diagnostics.
+        command: Option<Vec<String>>,
+    },
+    /// An agent step was applied and confirmed: record it in the history.
+    StepApplied {
+        run_id: String,
+        goal: String,
+        task: String,
+        /// The run's iteration that made it.
+        iteration: u32,
+        changes: Vec<FileChange>,
+        files: Vec<StepFile>,
+    },
+    /// The run ended.
+    Finished { id: String, outcome: Box<Outcome> },
+    /// An undo (or redo) ended.
+    UndoFinished {
+        step: u64,
+        redo: bool,
+        goal: String,
+        result: Result<(), String>,
+    },
+}
+
+/// What a run needs from the client connection, the same for every run of a session.
+#[derive(Clone)]
+pub struct Connection {
+    pub outbox: Outbox,
+    pub report: Report<AgentMessage>,
+    pub root: PathBuf,
+    pub encoding: Encoding,
+    pub support: EditSupport,
+    pub progress: bool,
+}
+
+/// Everything a run needs, taken from the session when it starts.
+pub struct StartRun {
+    pub id: String,
+    pub goal: String,
+    pub config: Config,
+    pub connection: Connection,
+    pub store: Option<StoreThread>,
+    pub cancel: CancellationToken,
+    pub decisions: mpsc::UnboundedReceiver<bool>,
+    /// An interrupted run's checkpoint to go on from (agent-ls.resume).
+    pub resume: Option<Run>,
+    /// The agent the command named, in place of the configuration's default.
+    pub agent: Option<drive::ChosenAgent>,
+    /// Held until the run ends: one run per workspace.
+    pub lock: RunLock,
+}
+
+/// Runs the loop to its end on a task of its own; the outcome goes back to the session.
+pub fn spawn(s: StartRun) {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let c = &s.connection;
+        let models = Models::new(&s.config, Some(&c.root));
+        let mut run = drive::new_run(&s.config, &s.goal);
+        let mut approval = s.config.agent.approval;
+        if let Some(chosen) = &s.agent {
+            chosen.apply(&mut run);
+            approval = chosen.approval.unwrap_or(approval);
+        }
+        let resumed = s.resume.is_some();
+        if let Some(checkpoint) = s.resume {
+            run = checkpoint;
+        }
+        let token = ProgressToken::String(format!("agent-ls/run/{}", s.id));
+        let progress = if c.progress
+            && c.outbox
+                .request::<WorkDoneProgressCreate>(WorkDoneProgressCreateParams {
+                    token: token.clone(),
+                })
+                .await
+                .is_ok()
+        {
+            c.outbox.progress(
+                token.clone(),
+                WorkDoneProgress::Begin(WorkDoneProgressBegin {
+                    title: "agent-ls".into(),
+                    message: Some(s.goal.clone()),
+                    // The client's cancel button sends window/workDoneProgress/cancel.
+                    cancellable: Some(true),
+                    ..Default::default()
+                }),
+            );
+            Some(token)
+        } else {
+            None
+        };
+        let mut shell = ServerShell {
+            c: c.clone(),
+            approval,
+            label: format!("agent-ls: {}", s.goal),
+            snapshot: HashMap::new(),
+            decisions: s.decisions,
+            cancel: s.cancel.clone(),
+            progress,
+            limits: s.config.edit.limits(),
+            record: Some((s.id.clone(), s.goal.clone())),
+            task: String::new(),
+            iteration: 0,
+            review: Review::default(),
+        };
+        let outbox = c.outbox.clone();
+        let on_event = move |e: drive::RunEvent| outbox.notify::<ext::RunEventNotification>(e);
+        let driver = Drive {
+            models: &models,
+            config: &s.config,
+            root: &c.root,
+            cancel: &s.cancel,
+            on_token: None,
+            record: s.store.as_ref(),
+            events: Some(&on_event),
+        };
+        let outcome = if resumed {
+            driver.resume(&mut run, &mut shell, s.id.clone()).await
+        } else {
+            driver.run(&mut run, &mut shell, s.id.clone()).await
+        };
+        if let Some(token) = shell.progress.take() {
+            c.outbox.progress(
+                token,
+                WorkDoneProgress::End(WorkDoneProgressEnd {
+                    message: Some(outcome.status.as_str().into()),
+                }),
+            );
+        }
+        info!(run = %s.id, status = outcome.status.as_str(), ms = started.elapsed().as_millis() as u64, "agent run finished");
+        // The lock goes before the session hears of the end: a client that starts the next
+        // run on runFinished must find the workspace free.
+        drop(s.lock);
+        (c.report)(AgentMessage::Finished {
+            id: s.id,
+            outcome: Box::new(outcome),
+        });
+    });
+}
+
+/// What an undo or redo needs: the step, which way, and the documents as the session had them.
+pub struct UndoStart {
+    pub step: Step,
+    pub redo: bool,
+    pub snapshot: Snapshot,
+    pub connection: Connection,
+    pub limits: edit::Limits,
+    /// The command's answer: the step's id once its reversal is computed, or why not.
+    pub reply: oneshot::Sender<Result<u64, String>>,
+    pub lock: RunLock,
+}
+
+/// Computes and applies an undo or redo through workspace/applyEdit like any agent edit (so
+/// the editor's own undo sees it), on a task of its own: the files not open in the editor
+/// are read here, never on the session's task.
+pub fn spawn_undo(u: UndoStart) {
+    tokio::spawn(async move {
+        let c = u.connection;
+        let step_id = u.step.id;
+        let current = |rel: &str| match u.snapshot.get(rel) {
+            Some((_, b)) => Some(b.text()),
+            None => std::fs::read_to_string(c.root.join(rel)).ok(),
+        };
+        let reversal = if u.redo {
+            edit::history::reapply(&u.step, current, &u.limits).map(|changes| Reversal {
+                changes,
+                deletes: Vec::new(),
+            })
+        } else {
+            edit::history::revert(&u.step, current, &u.limits)
+        };
+        let reversal = match reversal {
+            Ok(r) => {
+                let _ = u.reply.send(Ok(step_id));
+                r
+            }
+            Err(why) => {
+                let _ = u.reply.send(Err(why.clone()));
+                (c.report)(AgentMessage::UndoFinished {
+                    step: step_id,
+                    redo: u.redo,
+                    goal: u.step.goal.clone(),
+                    result: Err(why),
+                });
+                return;
+            }
+        };
+        let mut shell = ServerShell {
+            c: c.clone(),
+            approval: Approval::Auto,
+            label: format!(
+                "agent-ls: {} step {step_id}",
+                if u.redo { "redo" } else { "undo" }
+            ),
+            snapshot: u.snapshot,
+            decisions: mpsc::unbounded_channel().1,
+            cancel: CancellationToken::new(),
+            progress: None,
+            limits: u.limits,
+            record: None,
+            task: String::new(),
+            iteration: 0,
+            review: Review::default(),
+        };
+        let mut result = if reversal.changes.is_empty() {
+            Ok(())
+        } else {
+            shell.apply(&reversal.changes).await
+        };
+        if result.is_ok() {
+            result = delete_files(&c, &reversal.deletes).await;
+        }
+        drop(u.lock);
+        (c.report)(AgentMessage::UndoFinished {
+            step: step_id,
+            redo: u.redo,
+            goal: u.step.goal,
+            result: result.map_err(|(ApplyError::Stale(e) | ApplyError::Failed(e))| e),
+        });
+    });
+}
+
+/// Deletes files an undone step created: through workspace/applyEdit when the client can
+/// delete (so an open editor closes), then on disk if the file is still there.
+async fn delete_files(c: &Connection, paths: &[String]) -> Result<(), ApplyError> {
+    use tower_lsp_server::ls_types::{
+        DeleteFile, DeleteFileOptions, DocumentChangeOperation, DocumentChanges, ResourceOp,
+    };
+    if paths.is_empty() {
+        return Ok(());
+    }
+    if c.support.delete_files {
+        let ops = paths
+            .iter()
+            .filter_map(|p| Uri::from_file_path(c.root.join(p)))
+            .map(|uri| {
+                DocumentChangeOperation::Op(ResourceOp::Delete(DeleteFile {
+                    uri,
+                    options: Some(DeleteFileOptions {
+                        recursive: Some(false),
+                        ignore_if_not_exists: Some(true),
+                    }),
+                    annotation_id: None,
+                }))
+            })
+            .collect();
+        let edit = WorkspaceEdit {
+            document_changes: Some(DocumentChanges::Operations(ops)),
+            ..Default::default()
+        };
+        send_edit(&c.outbox, edit, None).await?;
+    }
+    for p in paths {
+        let path = c.root.join(p);
+        if path.exists() {
+            std::fs::remove_file(&path)
+                .map_err(|e| ApplyError::Failed(format!("cannot delete {p}: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// Sends `workspace/applyEdit` and reads the client's answer; `applied: false` is a refusal.
+async fn send_edit(
+    outbox: &Outbox,
+    edit: WorkspaceEdit,
+    label: Option<String>,
+) -> Result<(), ApplyError> {
+    match outbox
+        .request::<ApplyWorkspaceEdit>(ApplyWorkspaceEditParams { label, edit })
+        .await
+    {
+        Ok(r) if r.applied => Ok(()),
+        Ok(r) => {
+            Err(ApplyError::Failed(r.failure_reason.unwrap_or_else(|| {
+                "the change was rejected in the editor".into()
+            })))
+        }
+        Err(e) => Err(ApplyError::Failed(format!(
+            "the editor did not answer workspace/applyEdit: {e}"
+        ))),
+    }
+}
+
+struct ServerShell {
+    c: Connection,
+    approval: Approval,
+    label: String,
+    /// The open documents of the workspace, as of the last refresh.
+    snapshot: Snapshot,
+    decisions: mpsc::UnboundedReceiver<bool>,
+    cancel: CancellationToken,
+    /// The run's `$/progress` token, when the client takes progress.
+    progress: Option<ProgressToken>,
+    limits: edit::Limits,
+    /// The plan's task the change being applied works on, for the history.
+    task: String,
+    iteration: u32,
+    /// The run and goal an applied change is recorded under in the history; `None` for an
+    /// undo or redo, which moves an existing step instead.
+    record: Option<(String, String)>,
+    /// The review of the change being applied, for the preview's labels.
+    review: Review,
+}
+
+impl ServerShell {
+    async fn take_snapshot(&self) -> Snapshot {
+        let (reply, answer) = oneshot::channel();
+        (self.c.report)(AgentMessage::Snapshot { reply });
+        answer.await.unwrap_or_default()
+    }
+
+    fn current_text(&self, rel: &str) -> Option<String> {
+        match self.read(rel) {
+            FileText::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Asks with window/showMessageRequest, or takes an agent-ls.accept/reject command,
+    /// whichever comes first. No timeout: the user may take their time.
+    async fn ask(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> bool {
+        let files: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();
+        let flagged = if review.findings.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " The static scan flagged: {}.",
+                review
+                    .findings
+                    .iter()
+                    .map(|f| f.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        };
+        loop {
+            let actions = ["Accept", "Reject", "Show diff"].map(|t| MessageActionItem {
+                title: t.into(),
+                properties: Default::default(),
+            });
+            let request = self
+                .c
+                .outbox
+                .request::<ShowMessageRequest>(ShowMessageRequestParams {
+                    typ: MessageType::INFO,
+                    message: format!(
+                        "{}: apply the proposed change to {}?{flagged}",
+                        self.label,
+                        files.join(", ")
+                    ),
+                    actions: Some(actions.to_vec()),
+                });
+            let answer = tokio::select! {
+                r = request => r.ok().flatten().map(|a| a.title),
+                d = self.decisions.recv() => d.map(|yes| if yes { "Accept".to_string() } else { "Reject".to_string() }),
+                _ = self.cancel.cancelled() => None,
+            };
+            match answer.as_deref() {
+                Some("Accept") => return true,
+                Some("Show diff") => self.c.outbox.show_message(MessageType::INFO, diff),
+                _ => return false,
+            }
+        }
+    }
+
+    /// Asks whether the change may write one protected file, with a button that names it;
+    /// agent-ls.reject (or a cancel) refuses.
+    async fn allow_protected(&mut self, path: &str, why: &str) -> bool {
+        let allow = format!("Allow {path}");
+        let request = self
+            .c
+            .outbox
+            .request::<ShowMessageRequest>(ShowMessageRequestParams {
+                typ: MessageType::WARNING,
+                message: format!(
+                    "{}: the change writes {path}, which is protected: {why}. Allow the agent to write it?",
+                    self.label
+                ),
+                actions: Some(vec![
+                    MessageActionItem {
+                        title: allow.clone(),
+                        properties: Default::default(),
+                    },
+                    MessageActionItem {
+                        title: "Refuse".into(),
+                        properties: Default::default(),
+                    },
+                ]),
+            });
+        tokio::select! {
+            r = request => r.ok().flatten().is_some_and(|a| a.title == allow),
+            // agent-ls.accept does not name the file, so it allows nothing here.
+            _ = self.decisions.recv() => false,
+            _ = self.cancel.cancelled() => false,
+        }
+    }
+
+    /// Waits until the editor's buffers hold the new text (the `didChange` after an applied
+    /// edit can come after the reply), for at most 5 seconds.
+    async fn confirm_applied(&mut self, changes: &[FileChange]) -> Result<(), String> {
+        // The documents open now, which includes those the editor opened as it applied the
+        // edit (Neovim loads a buffer for a file it creates or edits, and reports its text
+        // only after a debounce): each must come to hold its change.
+        self.snapshot = self.take_snapshot().await;
+        let want: Vec<(Uri, String)> = changes
+            .iter()
+            .filter_map(|c| {
+                // A file not open in the editor: it applied the edit to a buffer it did not
+                // report to us, or to the file; the disk check settles it.
+                let (uri, _) = self.snapshot.get(&c.path)?;
+                Some((uri.clone(), c.new_text.clone()))
+            })
+            .collect();
+        if !want.is_empty() {
+            let (reply, answer) = oneshot::channel();
+            (self.c.report)(AgentMessage::AwaitTexts { want, reply });
+            let landed = tokio::time::timeout(Duration::from_secs(5), answer).await;
+            self.snapshot = self.take_snapshot().await;
+            if !matches!(landed, Ok(Ok(()))) {
+                let pending: Vec<&str> = changes
+                    .iter()
+                    .filter(|c| {
+                        self.snapshot
+                            .get(&c.path)
+                            .is_some_and(|(_, b)| b.text() != c.new_text)
+                    })
+                    .map(|c| c.path.as_str())
+                    .collect();
+                return Err(format!(
+                    "the editor reported the change as applied, but {} does not hold it (was it declined?)",
+                    pending.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks an editor that can (`agent-ls/saveFiles`) to save the documents the step wrote,
+    /// so its buffers and the disk agree with no conflict; returns the paths it saved. A
+    /// document that held unsaved typing of the user's is saved with it, and the user is told.
+    async fn save_in_editor(&mut self, changes: &[FileChange]) -> Vec<String> {
+        if !self.c.support.save_files || changes.is_empty() {
+            return Vec::new();
+        }
+        let mut files = Vec::new();
+        let mut with_typing = Vec::new();
+        for c in changes {
+            let Ok(uri) = workspace_edit::file_uri(&self.c.root, &c.path) else {
+                continue;
+            };
+            let (uri, version) = match self.snapshot.get(&c.path) {
+                Some((uri, b)) => (uri.clone(), Some(b.version())),
+                None => (uri, None),
+            };
+            // The buffer held text the disk did not: the user's unsaved typing.
+            if let (FileText::Text(disk), Some(original)) =
+                (files::read_for_plan(&self.c.root, &c.path), &c.original)
+                && disk != *original
+            {
+                with_typing.push(c.path.clone());
+            }
+            files.push(ext::FileToSave { uri, version });
+        }
+        let asked = self
+            .c
+            .outbox
+            .request::<ext::SaveFiles>(ext::SaveFilesParams { files });
+        let saved = match tokio::time::timeout(Duration::from_secs(10), asked).await {
+            Ok(Ok(r)) => r.saved,
+            Ok(Err(e)) => {
+                warn!("the editor did not save the agent's files: {e}");
+                return Vec::new();
+            }
+            Err(_) => {
+                warn!("the editor did not answer agent-ls/saveFiles within 10 s");
+                return Vec::new();
+            }
+        };
+        let saved: Vec<String> = changes
+            .iter()
+            .filter(|c| {
+                workspace_edit::file_uri(&self.c.root, &c.path)
+                    .is_ok_and(|u| saved.iter().any(|s| same_file(s, &u)))
+            })
+            .map(|c| c.path.clone())
+            .collect();
+        let told: Vec<&String> = with_typing.iter().filter(|p| saved.contains(p)).collect();
+        if !told.is_empty() {
+            self.c.outbox.show_message(
+                MessageType::INFO,
+                format!(
+                    "agent-ls saved {} with your unsaved changes in it, so the tests run on what you see",
+                    told.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
+        saved
+    }
+
+    /// Tests run on the disk, which holds neither the editor's edit (editors do not save) nor,
+    /// in a buffer with unsaved work, that work. The agent's change alone is written: the new
+    /// text where the disk matched the buffer, else the change re-located onto the disk's text,
+    /// so the user's unsaved typing is never saved behind their back. A new file the editor
+    /// created as it applied the edit (empty, or already holding the text) is the step's.
+    fn sync_disk(&self, changes: &[FileChange]) -> Result<(), String> {
+        let mut writes = Vec::new();
+        for c in changes {
+            let disk = match files::read_for_plan(&self.c.root, &c.path) {
+                FileText::Text(t) => Some(t),
+                FileText::Missing => None,
+                FileText::Refused(why) => return Err(why),
+            };
+            match (&disk, &c.original) {
+                (None, None) => writes.push(c.clone()),
+                (Some(d), None) if *d == c.new_text => {}
+                (Some(d), None) if d.is_empty() => writes.push(c.clone()),
+                (Some(d), Some(o)) if d == o => writes.push(c.clone()),
+                (Some(d), Some(_)) if *d == c.new_text => {}
+                (Some(d), Some(_)) => match edit::relocate(c, d, &self.limits) {
+                    Some(moved) => writes.push(moved),
+                    None => {
+                        return Err(format!(
+                            "{} has unsaved changes around the agent's edit; save it so the tests see the change",
+                            c.path
+                        ));
+                    }
+                },
+                (None, Some(_)) | (Some(_), None) => {
+                    return Err(format!(
+                        "{} was created or deleted on disk meanwhile",
+                        c.path
+                    ));
+                }
+            }
+        }
+        files::write_changes(&self.c.root, &writes)
+    }
+}
+
+/// Whether two file URIs name the same file (clients differ in how they escape a path).
+fn same_file(a: &Uri, b: &Uri) -> bool {
+    a == b
+        || matches!(
+            (super::convert::path_from_uri(a), super::convert::path_from_uri(b)),
+            (Some(x), Some(y)) if x == y
+        )
+}
+
+impl Shell for ServerShell {
+    fn read(&self, relative: &str) -> FileText {
+        match self.snapshot.get(relative) {
+            Some((_, b)) if b.needs_resync() => FileText::Refused(format!(
+                "{relative} is out of sync with the editor; close and reopen it"
+            )),
+            Some((_, b)) => FileText::Text(b.text()),
+            None => files::read_for_plan(&self.c.root, relative),
+        }
+    }
+
+    async fn refresh(&mut self) {
+        self.snapshot = self.take_snapshot().await;
+    }
+
+    async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict {
+        self.review = review.clone();
+        // A protected file is allowed only by a button that names it, whatever the mode.
+        for (path, why) in &review.protected {
+            if !self.allow_protected(path, why).await {
+                return Verdict::Refused(format!(
+                    "the user did not allow writing the protected file {path} ({why}); leave it alone"
+                ));
+            }
+        }
+        let yes = match self.approval {
+            // Applying without asking stops at a risky construct: it becomes a question.
+            Approval::Auto if review.findings.is_empty() => true,
+            // The editor asks when it applies the annotated edit (VS Code's preview, whose
+            // labels carry the review).
+            Approval::Confirm if self.c.support.change_annotations => true,
+            _ => self.ask(changes, diff, review).await,
+        };
+        if yes {
+            Verdict::Approved
+        } else {
+            Verdict::Rejected
+        }
+    }
+
+    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
+        // Never send an edit against a buffer older than the one it was computed for: if the
+        // user typed meanwhile, move the change onto the new text, or redo the step.
+        self.snapshot = self.take_snapshot().await;
+        let current = edit::rebase(changes, |p| self.current_text(p), &self.limits)
+            .map_err(ApplyError::Stale)?;
+        let targets: HashMap<String, Target> = current
+            .iter()
+            .filter_map(|c| {
+                let (uri, b) = self.snapshot.get(&c.path)?;
+                Some((
+                    c.path.clone(),
+                    Target {
+                        uri: uri.clone(),
+                        version: Some(b.version()),
+                    },
+                ))
+            })
+            .collect();
+        let support = EditSupport {
+            change_annotations: self.c.support.change_annotations
+                && self.approval == Approval::Confirm,
+            ..self.c.support
+        };
+        let review = std::mem::take(&mut self.review);
+        let edit = workspace_edit::to_workspace_edit(
+            &current,
+            &targets,
+            &self.c.root,
+            self.c.encoding,
+            support,
+            &self.label,
+            &|path| review.note_for(path),
+        )
+        .map_err(|e| ApplyError::Failed(e.to_string()))?;
+        send_edit(&self.c.outbox, edit, Some(self.label.clone())).await?;
+        if let Err(why) = self.confirm_applied(&current).await {
+            // A buffer that moved past the version the edit was sent for means the user typed
+            // while the edit was in flight, and the editor refused the stale edit: redo the
+            // step on the fresh text rather than calling it a rejection.
+            let typed = current.iter().any(|c| {
+                let sent = targets.get(&c.path).and_then(|t| t.version);
+                let now = self.snapshot.get(&c.path).map(|(_, b)| b.version());
+                matches!((sent, now), (Some(s), Some(n)) if n > s)
+            });
+            return Err(if typed {
+                ApplyError::Stale(format!("{why} while the edit was sent"))
+            } else {
+                ApplyError::Failed(why)
+            });
+        }
+        // The editor saves what it can; the disk is brought in step for the rest.
+        let saved = self.save_in_editor(&current).await;
+        let unsaved: Vec<FileChange> = current
+            .iter()
+            .filter(|c| !saved.contains(&c.path))
+            .cloned()
+            .collect();
+        self.sync_disk(&unsaved).map_err(ApplyError::Failed)?;
+        if let Some((run_id, goal)) = &self.record {
+            let files = Step::files_after(&current, |path| {
+                self.snapshot.get(path).map(|(_, b)| b.version())
+            });
+            (self.c.report)(AgentMessage::StepApplied {
+                run_id: run_id.clone(),
+                goal: goal.clone(),
+                task: self.task.clone(),
+                iteration: self.iteration,
+                changes: current,
+                files,
+            });
+        }
+        Ok(())
+    }
+
+    fn buffers(&self) -> Vec<(String, FileText)> {
+        self.snapshot
+            .keys()
+            .map(|rel| (rel.clone(), self.read(rel)))
+            .collect()
+    }
+
+    async fn run_tests(
+        &mut self,
+        cancel: &CancellationToken,
+        command: Option<Vec<String>>,
+    ) -> Result<RunResult, RunError> {
+        let (reply, answer) = oneshot::channel();
+        (self.c.report)(AgentMessage::RunTests { reply, command });
+        // The run's own cancel reaches the test run through agent-ls.cancel, which cancels
+        // both; a cancel that only ends the run stops waiting here.
+        tokio::select! {
+            r = answer => r.unwrap_or(Err(RunError::Superseded)),
+            _ = cancel.cancelled() => Err(RunError::Superseded),
+        }
+    }
+
+    fn progress(&mut self, message: &str) {
+        info!("agent: {message}");
+        if let Some(token) = &self.progress {
+            self.c.outbox.progress(
+                token.clone(),
+                WorkDoneProgress::Report(WorkDoneProgressReport {
+                    message: Some(message.to_string()),
+                    ..Default::default()
+                }),
+            );
+        }
+    }
+
+    fn warn(&mut self, message: &str) {
+        warn!("agent: {message}");
+        self.c
+            .outbox
+            .show_message(MessageType::WARNING, format!("agent-ls: {message}"));
+    }
+
+    fn task(&mut self, task: &str, iteration: u32) {
+        self.task = task.to_string();
+        self.iteration = iteration;
+    }
+}
+
+/// Builds the goal of a run from a command's arguments: a selection adds its text.
+pub fn goal_with_selection(
+    args: &RunArgs,
+    documents: &HashMap<Uri, Buffer>,
+    root: &Path,
+    encoding: Encoding,
+) -> String {
+    let (Some(uri), Some(range)) = (&args.uri, &args.range) else {
+        return args.goal.clone();
+    };
+    let Some(buffer) = documents.get(uri) else {
+        return args.goal.clone();
+    };
+    let rope = buffer.rope();
+    let at = |p: tower_lsp_server::ls_types::Position| {
+        agent_ls_core::text::to_char_index(&rope, super::convert::position_from_lsp(p), encoding)
+            .ok()
+    };
+    let (Some(start), Some(end)) = (at(range.start), at(range.end)) else {
+        return args.goal.clone();
+    };
+    let path = super::convert::path_from_uri(uri)
+        .and_then(|p| {
+            p.strip_prefix(root)
+                .ok()
+                .map(|r| r.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| uri.as_str().to_string());
+    let selected: String = rope.slice(start.min(end)..end.max(start)).into();
+    format!(
+        "{}\n\nThe selection is in {path}, lines {}-{}:\n```\n{selected}\n```",
+        args.goal,
+        range.start.line + 1,
+        range.end.line + 1
+    )
+}

@@ -1,0 +1,667 @@
+//! The language server: the only module that knows LSP types and JSON-RPC. Data flows one
+//! way: stdin → `transport` (frames, parses once) → the `session` (document notifications,
+//! in wire order) or tower-lsp (requests, answered from the session's state) → subsystems
+//! (`test_runs`, `agent_runs`, the store) whose reports come back to the session → the
+//! `outbox` → stdout.
+
+pub mod agent_runs;
+pub mod convert;
+pub mod ext;
+pub mod outbox;
+pub mod session;
+pub mod test_runs;
+pub mod transport;
+pub mod workspace_edit;
+
+use std::any::Any;
+use std::future::Future;
+use std::os::fd::AsFd;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::FutureExt;
+use tokio::sync::oneshot;
+use tower_lsp_server::jsonrpc::{Error, ErrorCode, Result};
+use tower_lsp_server::ls_types::*;
+use tower_lsp_server::{LanguageServer, LspService};
+use tracing::{error, info};
+
+use agent_ls_core::agent::Route;
+use agent_ls_runtime::config;
+use agent_ls_runtime::lock::RunLock;
+use agent_ls_runtime::logging::LogHandle;
+use outbox::Outbox;
+use session::{Event, Session, SessionHandle};
+
+/// How a subsystem reports to the session: a function that takes its own message type (the
+/// session wraps it into its `Event`), so the subsystem never sees the session.
+pub type Report<T> = Arc<dyn Fn(T) + Send + Sync>;
+
+/// Runs the server on stdin/stdout until `exit`, returning the process exit code the
+/// specification asks for: 0 when `shutdown` came first, 1 otherwise.
+pub async fn serve_stdio(log: LogHandle) -> i32 {
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let hooks = std::env::var(ext::TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
+    let (outbox, writer) = Outbox::new();
+    // stdout is written by one thread, in the outbox's order.
+    // Straight to fd 1, not through std's line-buffered stdout, which would split every
+    // frame into two writes at its header's line break.
+    let stdout = match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => Box::new(std::io::BufWriter::with_capacity(
+            1 << 16,
+            std::fs::File::from(fd),
+        )) as Box<dyn std::io::Write + Send>,
+        Err(_) => Box::new(std::io::stdout()),
+    };
+    let output = std::thread::Builder::new()
+        .name("agent-ls stdout".into())
+        .spawn(move || writer.write_blocking(stdout));
+    let session = Session::spawn(outbox.clone(), log);
+    // tower-lsp is used as a router: its service is called directly, without its own stdio
+    // loop, so a request costs no pipe and no second read.
+    let (service, _client_socket) = LspService::build(|_client| Backend {
+        session: session.clone(),
+        shutdown: shutdown.clone(),
+        hooks,
+    })
+    .custom_method(ext::DOCUMENT_STATE, Backend::document_state)
+    .custom_method(ext::CONFIGURATION, Backend::configuration)
+    .finish();
+
+    // stdin is read by one thread: each message is parsed once there, document
+    // notifications go to the session, and the rest to tower-lsp's router.
+    transport::widen_stdin_pipe();
+    let (done, ended) = oneshot::channel();
+    let input = {
+        let (session, outbox) = (session.clone(), outbox.clone());
+        let runtime = tokio::runtime::Handle::current();
+        std::thread::Builder::new()
+            .name("agent-ls stdin".into())
+            .spawn(move || {
+                let mut router = Router {
+                    service,
+                    outbox: outbox.clone(),
+                    runtime,
+                };
+                transport::pump_input(
+                    std::io::stdin().lock(),
+                    |batch| session.send(Event::Notices(batch)),
+                    &outbox,
+                    |request| router.call(request),
+                );
+                let _ = done.send(());
+            })
+    };
+    match input {
+        Ok(_) => {
+            let _ = ended.await;
+        }
+        Err(e) => error!("cannot start the stdin thread: {e}"),
+    }
+    if let Ok(Some(store)) = session.query(|s| s.store()).await {
+        let _ = tokio::task::spawn_blocking(move || store.flush_blocking()).await;
+    }
+    // Everything enqueued before `exit` is written, then we stop.
+    outbox.close();
+    if let Ok(output) = output {
+        let _ = tokio::task::spawn_blocking(move || output.join()).await;
+    }
+    if shutdown.load(Ordering::SeqCst) {
+        0
+    } else {
+        1
+    }
+}
+
+/// Calls tower-lsp's service for each forwarded message and puts its answer on the outbox.
+struct Router {
+    service: LspService<Backend>,
+    outbox: Outbox,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Router {
+    /// Handles one request or notification; `false` after `exit`.
+    fn call(&mut self, request: tower_lsp_server::jsonrpc::Request) -> bool {
+        use tower_service::Service;
+        let method = request.method().to_string();
+        let (initialize, exit) = (method == "initialize", method == "exit");
+        // The service is ready at once, except after `exit`; `initialize` is awaited below
+        // before anything else is read, as the protocol asks.
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        if let std::task::Poll::Ready(Err(_)) = self.service.poll_ready(&mut cx) {
+            return false;
+        }
+        let answer = self.service.call(request);
+        let outbox = self.outbox.clone();
+        let reply = async move {
+            match answer.await {
+                Ok(Some(response)) => match serde_json::to_vec(&response) {
+                    Ok(body) => outbox.frame(body),
+                    Err(e) => error!("a response could not be serialised: {e}"),
+                },
+                Ok(None) => {}
+                Err(e) => error!("{method}: {e}"),
+            }
+        };
+        if initialize {
+            self.runtime.block_on(reply);
+        } else {
+            self.runtime.spawn(reply);
+        }
+        !exit
+    }
+}
+
+struct Backend {
+    session: SessionHandle,
+    shutdown: Arc<AtomicBool>,
+    hooks: bool,
+}
+
+impl Backend {
+    async fn document_state(&self, params: ext::DocumentStateParams) -> Result<ext::DocumentState> {
+        guarded(ext::DOCUMENT_STATE, async {
+            let uri = params.text_document.uri;
+            let found = self
+                .session
+                .query({
+                    let uri = uri.clone();
+                    move |s| s.document(&uri).map(|b| (b.clone(), s.encoding()))
+                })
+                .await
+                .map_err(internal)?;
+            let (buffer, encoding) = found
+                .ok_or_else(|| Error::invalid_params(format!("{} is not open", uri.as_str())))?;
+            Ok(ext::DocumentState {
+                uri,
+                version: buffer.version(),
+                text: buffer.text(),
+                needs_resync: buffer.needs_resync(),
+                position_encoding: encoding.as_str().to_string(),
+            })
+        })
+        .await
+    }
+
+    async fn configuration(&self) -> Result<ext::Configuration> {
+        guarded(ext::CONFIGURATION, async {
+            // After a reload that is still reading files, the answer is the reloaded state.
+            self.session
+                .query_ready(|s| {
+                    let loaded = s.config();
+                    ext::Configuration {
+                        entries: loaded
+                            .entries()
+                            .into_iter()
+                            .map(|(key, value, source)| ext::ConfigurationEntry {
+                                key,
+                                value,
+                                source: source.to_string(),
+                            })
+                            .collect(),
+                        errors: s.config_errors().iter().map(|e| e.to_string()).collect(),
+                    }
+                })
+                .await
+                .map_err(internal)
+        })
+        .await
+    }
+
+    fn commands(&self) -> Vec<String> {
+        let mut commands: Vec<String> = [
+            ext::RUN_COMMAND,
+            ext::FIX_TESTS_COMMAND,
+            ext::ACCEPT_COMMAND,
+            ext::REJECT_COMMAND,
+            ext::STATUS_COMMAND,
+            ext::UNDO_COMMAND,
+            ext::REDO_COMMAND,
+            ext::RESUME_COMMAND,
+            ext::RERUN_TESTS_COMMAND,
+            ext::CANCEL_COMMAND,
+        ]
+        .map(String::from)
+        .to_vec();
+        if self.hooks {
+            commands.push(ext::DEBUG_PANIC_COMMAND.to_string());
+        }
+        commands
+    }
+
+    /// Takes the workspace's run lock off the async threads (it opens a file); refused at
+    /// once, naming who holds it, when another run has it.
+    async fn lock(&self, goal: &str) -> Result<RunLock> {
+        let root = self
+            .session
+            .query(|s| s.workspace_root().cloned())
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| {
+                Error::invalid_request().tap_message("agent-ls needs a workspace folder".into())
+            })?;
+        let goal = goal.to_string();
+        tokio::task::spawn_blocking(move || RunLock::acquire(&root, &goal))
+            .await
+            .map_err(internal)?
+            .map_err(|e| Error::invalid_request().tap_message(e.to_string()))
+    }
+
+    /// agent-ls.status: the session's view and the interrupted runs, which the store knows.
+    async fn status(&self) -> Result<serde_json::Value> {
+        let (mut status, store, active) = self
+            .session
+            .query_ready(|s| (s.agent_status(), s.store(), s.active_run()))
+            .await
+            .map_err(internal)?;
+        let interrupted = match store {
+            Some(store) => store
+                .call(move |s| s.interrupted_runs(active.as_deref()))
+                .await
+                .and_then(|r| r.map_err(|e| error!("{e}")).ok())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        status["interrupted"] = serde_json::to_value(interrupted).map_err(internal)?;
+        Ok(status)
+    }
+
+    async fn undo(&self, redo: bool, step: Option<u64>) -> Result<u64> {
+        let what = if redo { "redo" } else { "undo" };
+        let lock = self.lock(&format!("{what} an agent step")).await?;
+        let (reply, answer) = oneshot::channel();
+        self.session.send(Event::Undo {
+            redo,
+            step,
+            lock,
+            reply,
+        });
+        answer
+            .await
+            .map_err(internal)?
+            .map_err(|why| Error::invalid_request().tap_message(why))
+    }
+
+    async fn start_run(&self, args: agent_runs::RunArgs) -> Result<serde_json::Value> {
+        // A goal that names one of the commands is done without a model. A goal about a
+        // selection is always for the agent.
+        let route = if args.range.is_some() {
+            Route::Agent
+        } else {
+            agent_ls_core::agent::route(&args.goal)
+        };
+        match route {
+            Route::Undo(step) => {
+                let id = self.undo(false, step).await?;
+                return Ok(serde_json::json!({"routed": "agent-ls.undo", "step": id}));
+            }
+            Route::Redo => {
+                let id = self.undo(true, None).await?;
+                return Ok(serde_json::json!({"routed": "agent-ls.redo", "step": id}));
+            }
+            Route::Status => {
+                return Ok(
+                    serde_json::json!({"routed": "agent-ls.status", "status": self.status().await?}),
+                );
+            }
+            Route::Command(argv) => {
+                let line = argv.join(" ");
+                self.session.send(Event::RunTests {
+                    reason: "command".into(),
+                    command: Some(argv),
+                });
+                return Ok(serde_json::json!({"routed": "command", "command": line}));
+            }
+            Route::Agent => {}
+        }
+        let lock = self.lock(&args.goal).await?;
+        // The run goes on in the background; the command answers at once.
+        let (reply, answer) = oneshot::channel();
+        self.session.send(Event::StartRun { args, lock, reply });
+        answer
+            .await
+            .map_err(internal)?
+            .map_err(|why| Error::invalid_request().tap_message(why))
+    }
+
+    async fn resume(&self, run_id: String) -> Result<serde_json::Value> {
+        let (store, active) = self
+            .session
+            .query(|s| (s.store(), s.active_run()))
+            .await
+            .map_err(internal)?;
+        let store = store.ok_or_else(|| {
+            Error::invalid_request()
+                .tap_message("no store in this workspace, so no run to resume".into())
+        })?;
+        let (goal, checkpoint) = {
+            let run_id = run_id.clone();
+            store
+                .call(move |s| agent_ls_runtime::drive::resume_point(s, &run_id, active.as_deref()))
+                .await
+                .unwrap_or_else(|| Err("the store could not be opened".into()))
+                .map_err(|why| Error::invalid_request().tap_message(why))?
+        };
+        let lock = self.lock(&goal).await?;
+        let (reply, answer) = oneshot::channel();
+        self.session.send(Event::Resume {
+            run_id,
+            goal,
+            checkpoint: checkpoint.map(Box::new),
+            lock,
+            reply,
+        });
+        let id = answer
+            .await
+            .map_err(internal)?
+            .map_err(|why| Error::invalid_request().tap_message(why))?;
+        Ok(serde_json::json!({"run_id": id}))
+    }
+}
+
+impl LanguageServer for Backend {
+    async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
+        guarded("initialize", async {
+            // The configuration is read here, off the session's task: it reads files.
+            let mut inputs = config::Inputs::from_process(convert::workspace_root(&params));
+            let mut options = params.initialization_options.clone();
+            if let Some(trust) = options.as_mut().and_then(config::take_workspace_trust) {
+                inputs.workspace_trust = trust;
+            }
+            inputs.initialization_options = options;
+            let (inputs, loaded) = tokio::task::spawn_blocking(move || {
+                let loaded = config::load(&inputs);
+                (inputs, loaded)
+            })
+            .await
+            .map_err(internal)?;
+            let (reply, answer) = oneshot::channel();
+            self.session.send(Event::Initialize {
+                params: Box::new(params),
+                inputs: Box::new(inputs),
+                loaded: Box::new(loaded),
+                reply,
+            });
+            let encoding = answer.await.map_err(internal)?;
+            Ok(InitializeResult {
+                capabilities: ServerCapabilities {
+                    position_encoding: Some(convert::encoding_to_lsp(encoding)),
+                    text_document_sync: Some(TextDocumentSyncCapability::Options(
+                        TextDocumentSyncOptions {
+                            open_close: Some(true),
+                            change: Some(TextDocumentSyncKind::INCREMENTAL),
+                            save: Some(TextDocumentSyncSaveOptions::SaveOptions(SaveOptions {
+                                include_text: Some(false),
+                            })),
+                            ..Default::default()
+                        },
+                    )),
+                    code_action_provider: Some(CodeActionProviderCapability::Simple(true)),
+                    execute_command_provider: Some(ExecuteCommandOptions {
+                        commands: self.commands(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                server_info: Some(ServerInfo {
+                    name: "agent-ls".into(),
+                    version: Some(env!("CARGO_PKG_VERSION").into()),
+                }),
+                offset_encoding: None,
+            })
+        })
+        .await
+    }
+
+    async fn initialized(&self, _: InitializedParams) {
+        info!("client initialized");
+        self.session.send(Event::Initialized);
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        self.shutdown.store(true, Ordering::SeqCst);
+        info!("shutdown requested");
+        // What the store was sent is written before the client is told it may stop us.
+        if let Ok(Some(store)) = self.session.query(|s| s.store()).await {
+            let _ = tokio::task::spawn_blocking(move || store.flush_blocking()).await;
+        }
+        Ok(())
+    }
+
+    async fn code_action(&self, params: CodeActionParams) -> Result<Option<CodeActionResponse>> {
+        guarded("textDocument/codeAction", async {
+            // Asked of the session, so the answer follows every change sent before it: a
+            // document out of sync with the editor gets no action that would read it.
+            let uri = params.text_document.uri.clone();
+            let out_of_sync = self
+                .session
+                .query(move |s| s.document(&uri).is_some_and(|b| b.needs_resync()))
+                .await
+                .map_err(internal)?;
+            Ok(Some(code_actions(&params, out_of_sync)))
+        })
+        .await
+    }
+
+    async fn execute_command(&self, params: ExecuteCommandParams) -> Result<Option<LSPAny>> {
+        guarded("workspace/executeCommand", async {
+            match params.command.as_str() {
+                ext::RUN_COMMAND | ext::FIX_TESTS_COMMAND => {
+                    let args: agent_runs::RunArgs = if params.command == ext::FIX_TESTS_COMMAND {
+                        agent_runs::RunArgs {
+                            goal: "fix the failing tests".into(),
+                            ..Default::default()
+                        }
+                    } else {
+                        let first = params
+                            .arguments
+                            .first()
+                            .cloned()
+                            .unwrap_or(serde_json::Value::Null);
+                        serde_json::from_value(first).map_err(|e| {
+                            Error::invalid_params(format!(
+                                "agent-ls.run takes {{goal, uri?, range?}}: {e}"
+                            ))
+                        })?
+                    };
+                    self.start_run(args).await.map(Some)
+                }
+                ext::ACCEPT_COMMAND | ext::REJECT_COMMAND => {
+                    self.session
+                        .send(Event::Decision(params.command == ext::ACCEPT_COMMAND));
+                    Ok(Some(serde_json::json!({"sent": true})))
+                }
+                ext::UNDO_COMMAND | ext::REDO_COMMAND => {
+                    let step = match params.arguments.first() {
+                        None | Some(serde_json::Value::Null) => None,
+                        Some(v) => Some(v.get("step").and_then(|s| s.as_u64()).ok_or_else(
+                            || {
+                                Error::invalid_params(format!(
+                                    "{} takes no argument or {{\"step\": id}}",
+                                    params.command
+                                ))
+                            },
+                        )?),
+                    };
+                    if step.is_some() && params.command == ext::REDO_COMMAND {
+                        return Err(Error::invalid_params(
+                            "agent-ls.redo re-applies the latest undone step; it takes no step",
+                        ));
+                    }
+                    let id = self
+                        .undo(params.command == ext::REDO_COMMAND, step)
+                        .await?;
+                    Ok(Some(serde_json::json!({"step": id})))
+                }
+                ext::RESUME_COMMAND => {
+                    let run_id = params
+                        .arguments
+                        .first()
+                        .and_then(|v| v.get("run_id"))
+                        .and_then(|v| v.as_str())
+                        .map(String::from)
+                        .ok_or_else(|| {
+                            Error::invalid_params(
+                                "agent-ls.resume takes {\"run_id\": id} (agent-ls.status lists interrupted runs)",
+                            )
+                        })?;
+                    self.resume(run_id).await.map(Some)
+                }
+                ext::STATUS_COMMAND => self.status().await.map(Some),
+                ext::RERUN_TESTS_COMMAND => {
+                    // The run goes on in the background; its end arrives as agent-ls/testStatus.
+                    self.session.send(Event::RunTests {
+                        reason: "command".into(),
+                        command: None,
+                    });
+                    Ok(Some(serde_json::json!({"started": true})))
+                }
+                ext::CANCEL_COMMAND => {
+                    self.session.send(Event::CancelAll);
+                    Ok(Some(serde_json::json!({"cancelled": true})))
+                }
+                ext::DEBUG_PANIC_COMMAND if self.hooks => {
+                    panic!("deliberate panic from {}", ext::DEBUG_PANIC_COMMAND)
+                }
+                other => Err(Error::invalid_params(format!("unknown command `{other}`"))),
+            }
+        })
+        .await
+    }
+}
+
+/// The agent's code actions: fix a diagnostic; implement, refactor or explain a selection;
+/// and the source action that fixes the failing tests. Each runs `agent-ls.run`.
+fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionResponse {
+    let uri = &params.text_document.uri;
+    let action = |title: &str,
+                  kind: CodeActionKind,
+                  goal: String,
+                  range: Option<Range>,
+                  diagnostics: Option<Vec<Diagnostic>>| {
+        let mut args = serde_json::json!({"goal": goal, "uri": uri, "range": range});
+        // The review action names its agent; the others run the default one.
+        if title == "Agent: review" {
+            args["agent"] = "review".into();
+        }
+        CodeActionOrCommand::CodeAction(CodeAction {
+            title: title.into(),
+            kind: Some(kind),
+            diagnostics,
+            command: Some(Command {
+                title: title.into(),
+                command: ext::RUN_COMMAND.into(),
+                arguments: Some(vec![args]),
+            }),
+            ..CodeAction::default()
+        })
+    };
+    let mut out = Vec::new();
+    for d in params.context.diagnostics.iter().filter(|_| !out_of_sync) {
+        if d.severity.is_some_and(|s| s != DiagnosticSeverity::ERROR) {
+            continue;
+        }
+        let what = match d.source.as_deref() {
+            Some(test_runs::SOURCE) => "test failure",
+            _ => "error",
+        };
+        out.push(action(
+            "Agent: fix this",
+            CodeActionKind::QUICKFIX,
+            format!(
+                "Fix this {what} at line {}: {}",
+                d.range.start.line + 1,
+                d.message
+            ),
+            Some(d.range),
+            Some(vec![d.clone()]),
+        ));
+    }
+    let r = params.range;
+    if r.start != r.end && !out_of_sync {
+        out.push(action(
+            "Agent: implement",
+            CodeActionKind::REFACTOR_REWRITE,
+            "Implement the selected code".into(),
+            Some(r),
+            None,
+        ));
+        out.push(action(
+            "Agent: refactor",
+            CodeActionKind::REFACTOR,
+            "Refactor the selected code, keeping its behaviour".into(),
+            Some(r),
+            None,
+        ));
+        out.push(action(
+            "Agent: explain",
+            CodeActionKind::EMPTY,
+            "Explain the selected code".into(),
+            Some(r),
+            None,
+        ));
+        out.push(action(
+            "Agent: review",
+            CodeActionKind::EMPTY,
+            "Review the selected code: bugs first, then risks, missing tests and unclear names"
+                .into(),
+            Some(r),
+            None,
+        ));
+    }
+    out.push(action(
+        "Agent: fix failing tests",
+        CodeActionKind::new("source.agent-ls.fixTests"),
+        "fix the failing tests".into(),
+        None,
+        None,
+    ));
+    out
+}
+
+/// Runs a request handler so that a panic inside it answers that request with an internal
+/// error instead of taking the server down.
+async fn guarded<T>(method: &str, handler: impl Future<Output = Result<T>>) -> Result<T> {
+    match AssertUnwindSafe(handler).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic_message(&panic);
+            error!("{method} panicked: {message}");
+            Err(Error {
+                code: ErrorCode::InternalError,
+                message: format!("agent-ls failed while handling {method}: {message}").into(),
+                data: None,
+            })
+        }
+    }
+}
+
+pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+trait WithMessage {
+    fn tap_message(self, message: String) -> Error;
+}
+
+impl WithMessage for Error {
+    fn tap_message(mut self, message: String) -> Error {
+        self.message = message.into();
+        self
+    }
+}
+
+fn internal(err: impl std::fmt::Display) -> Error {
+    Error {
+        code: ErrorCode::InternalError,
+        message: err.to_string().into(),
+        data: None,
+    }
+}

@@ -1,0 +1,1065 @@
+//! The one owner of the server's mutable state. Everything that changes it arrives as an
+//! `Event` on one channel: document notifications straight from the transport in wire
+//! order, commands from the request handlers, and the reports of the subsystems (test runs,
+//! agent runs, the store), each in a message type of their own.
+//!
+//! It does no IO: no file, process or database is touched on its task. What needs IO is
+//! started here as a job (a test run, an agent run, an undo, a configuration load, a store
+//! call) whose result comes back as an event, and everything for the client leaves through
+//! the outbox.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tower_lsp_server::ls_types::request::ShowMessageRequest;
+use tower_lsp_server::ls_types::{
+    ClientCapabilities, DidChangeTextDocumentParams, InitializeParams, MessageActionItem,
+    MessageType, NumberOrString, ShowMessageRequestParams, Uri,
+};
+use tracing::{debug, error, info, warn};
+
+use super::agent_runs::{self, AgentMessage, Connection, RunArgs, RunFinished, Snapshot};
+use super::outbox::Outbox;
+use super::test_runs::{self, TestMessage, TestRuns, Trigger};
+use super::transport::Notice;
+use super::workspace_edit::EditSupport;
+use super::{Report, convert};
+use agent_ls_core::agent::{Run, RunStatus};
+use agent_ls_core::edit::history::{History, Step};
+use agent_ls_core::text::{Buffer, Encoding};
+use agent_ls_runtime::config::{self, Loaded};
+use agent_ls_runtime::drive::Outcome;
+use agent_ls_runtime::lock::RunLock;
+use agent_ls_runtime::logging::LogHandle;
+use agent_ls_runtime::store::StoreThread;
+
+/// The answers of the trust question.
+const TRUST_FOLDER: &str = "Trust Folder";
+const NOT_NOW: &str = "Not Now";
+const NEVER: &str = "Never for This Folder";
+
+/// A closure run on the owner task against the current state.
+type Query = Box<dyn FnOnce(&Session) + Send>;
+
+pub enum Event {
+    Initialize {
+        params: Box<InitializeParams>,
+        /// The configuration, loaded off this task by the handler.
+        inputs: Box<config::Inputs>,
+        loaded: Box<Loaded>,
+        reply: oneshot::Sender<Encoding>,
+    },
+    /// A document or workspace notification, in wire order.
+    Notice(Notice),
+    /// Several, in wire order (a burst of typing read at once).
+    Notices(Vec<Notice>),
+    Query(Query),
+    /// A query that needs the undo history, answered once it is read from the store.
+    QueryReady(Query),
+    /// A configuration reload finished (started by a save of `.agent-ls.toml` or by
+    /// `didChangeConfiguration`); only the latest one applies.
+    ConfigLoaded {
+        generation: u64,
+        inputs: Box<config::Inputs>,
+        loaded: Box<Loaded>,
+    },
+    Tests(TestMessage),
+    Agent(AgentMessage),
+    /// The store opened (with what it had to move aside), or could not be.
+    StoreOpened(Result<Option<String>, String>),
+    /// The stored undo history, read once the store opened.
+    HistoryLoaded(Vec<(Step, bool)>),
+    /// Run the workspace's tests now (the rerun command), or `command` in their place (a
+    /// routed "run `make lint`").
+    RunTests {
+        reason: String,
+        command: Option<Vec<String>>,
+    },
+    /// The client's `initialized`: questions may be asked now.
+    Initialized,
+    /// The user answered the trust question, and the answer is recorded.
+    TrustDecided(agent_ls_runtime::trust::Decision),
+    /// agent-ls.cancel: the test run and the agent run in progress.
+    CancelAll,
+    /// Start an agent run; the reply is its id, or why not.
+    StartRun {
+        args: RunArgs,
+        lock: RunLock,
+        reply: oneshot::Sender<Result<serde_json::Value, String>>,
+    },
+    /// agent-ls.accept (true) or agent-ls.reject (false) for the proposal waiting.
+    Decision(bool),
+    /// agent-ls.undo (or redo): the reply says which step, or why not.
+    Undo {
+        redo: bool,
+        /// Undo this step rather than the latest.
+        step: Option<u64>,
+        lock: RunLock,
+        reply: oneshot::Sender<Result<u64, String>>,
+    },
+    /// agent-ls.resume: go on with an interrupted run from its checkpoint, which the handler
+    /// read from the store.
+    Resume {
+        run_id: String,
+        goal: String,
+        checkpoint: Option<Box<Run>>,
+        lock: RunLock,
+        reply: oneshot::Sender<Result<String, String>>,
+    },
+}
+
+/// The sending side, cloned into every handler. Sending never blocks or awaits, so a handler
+/// can hand over its event before its first `.await` and keep the arrival order.
+#[derive(Clone)]
+pub struct SessionHandle {
+    tx: mpsc::UnboundedSender<Event>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the session has stopped")]
+pub struct SessionGone;
+
+impl SessionHandle {
+    pub fn send(&self, event: Event) {
+        if self.tx.send(event).is_err() {
+            warn!("event dropped: the session has stopped");
+        }
+    }
+
+    /// Runs `f` on the owner task after every event sent before it, and returns its answer.
+    pub async fn query<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Session) -> R + Send + 'static,
+    ) -> Result<R, SessionGone> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Event::Query(Box::new(move |s| {
+                let _ = reply.send(f(s));
+            })))
+            .map_err(|_| SessionGone)?;
+        answer.await.map_err(|_| SessionGone)
+    }
+
+    /// Like `query`, once the undo history has been read from the store.
+    pub async fn query_ready<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Session) -> R + Send + 'static,
+    ) -> Result<R, SessionGone> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Event::QueryReady(Box::new(move |s| {
+                let _ = reply.send(f(s));
+            })))
+            .map_err(|_| SessionGone)?;
+        answer.await.map_err(|_| SessionGone)
+    }
+
+    /// A report function for a subsystem: its messages arrive here wrapped in `wrap`.
+    fn report<T: 'static>(&self, wrap: fn(T) -> Event) -> Report<T> {
+        let me = self.clone();
+        Arc::new(move |m| me.send(wrap(m)))
+    }
+}
+
+/// The job in progress: one at a time per workspace.
+enum Active {
+    Run {
+        id: String,
+        goal: String,
+        cancel: CancellationToken,
+        decisions: mpsc::UnboundedSender<bool>,
+    },
+    Undo {
+        step: u64,
+    },
+}
+
+/// A run waiting for documents to hold given texts.
+struct TextWaiter {
+    want: Vec<(Uri, String)>,
+    reply: oneshot::Sender<()>,
+}
+
+pub struct Session {
+    outbox: Outbox,
+    me: SessionHandle,
+    log: LogHandle,
+    initialized: bool,
+    encoding: Encoding,
+    workspace_root: Option<PathBuf>,
+    inputs: config::Inputs,
+    config: Loaded,
+    /// Problems found by the latest attempt to load the configuration, even a refused one.
+    config_errors: Vec<config::ConfigError>,
+    config_generation: u64,
+    /// A configuration reload is under way (reading files off this task).
+    reloading: bool,
+    documents: HashMap<Uri, Buffer>,
+    capabilities: ClientCapabilities,
+    tests: TestRuns,
+    test_report: Report<TestMessage>,
+    agent_report: Report<AgentMessage>,
+    active: Option<Active>,
+    last_outcome: Option<Outcome>,
+    /// `None` until the store's history is read; runs and undos asked for before then wait.
+    history: Option<History>,
+    deferred: Vec<Event>,
+    store: Option<StoreThread>,
+    waiters: Vec<TextWaiter>,
+    /// The trust question was asked in this session (it is asked at most once).
+    trust_asked: bool,
+}
+
+impl Session {
+    /// Starts the owner task and returns the handle every handler sends through.
+    pub fn spawn(outbox: Outbox, log: LogHandle) -> SessionHandle {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let me = SessionHandle { tx };
+        let session = Session {
+            outbox,
+            test_report: me.report(Event::Tests),
+            agent_report: me.report(Event::Agent),
+            me: me.clone(),
+            log,
+            initialized: false,
+            encoding: Encoding::Utf16,
+            workspace_root: None,
+            inputs: config::Inputs::default(),
+            config: Loaded::default(),
+            config_errors: Vec::new(),
+            config_generation: 0,
+            reloading: false,
+            documents: HashMap::new(),
+            capabilities: ClientCapabilities::default(),
+            tests: TestRuns::default(),
+            active: None,
+            last_outcome: None,
+            history: None,
+            deferred: Vec::new(),
+            store: None,
+            waiters: Vec::new(),
+            trust_asked: false,
+        };
+        tokio::spawn(session.run(rx));
+        me
+    }
+
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    pub fn document(&self, uri: &Uri) -> Option<&Buffer> {
+        self.documents.get(uri)
+    }
+
+    pub fn config(&self) -> &Loaded {
+        &self.config
+    }
+
+    pub fn config_errors(&self) -> &[config::ConfigError] {
+        &self.config_errors
+    }
+
+    pub fn workspace_root(&self) -> Option<&PathBuf> {
+        self.workspace_root.as_ref()
+    }
+
+    pub fn store(&self) -> Option<StoreThread> {
+        self.store.clone()
+    }
+
+    /// The run in progress, the last outcome and the recent steps, for agent-ls.status (the
+    /// handler adds the interrupted runs, which it asks the store for).
+    pub fn agent_status(&self) -> serde_json::Value {
+        let active = match &self.active {
+            Some(Active::Run { id, goal, .. }) => {
+                Some(serde_json::json!({"run_id": id, "goal": goal}))
+            }
+            Some(Active::Undo { step }) => Some(serde_json::json!({"undo": step})),
+            None => None,
+        };
+        serde_json::json!({
+            "active": active,
+            "last": self.last_outcome,
+            "steps": self.history.as_ref().map(|h| h.summaries(10)).unwrap_or_default(),
+        })
+    }
+
+    /// The id of the run in progress, which is not interrupted though the store says running.
+    pub fn active_run(&self) -> Option<String> {
+        match &self.active {
+            Some(Active::Run { id, .. }) => Some(id.clone()),
+            _ => None,
+        }
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Event>) {
+        while let Some(event) = rx.recv().await {
+            // A bug in one event must not take every open document down with it.
+            if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| self.handle(event))) {
+                error!(
+                    "session event handler panicked: {}",
+                    super::panic_message(&panic)
+                );
+            }
+        }
+        debug!("session owner stopped");
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Initialize {
+                params,
+                inputs,
+                loaded,
+                reply,
+            } => self.initialize(*params, *inputs, *loaded, reply),
+            Event::Query(f) => f(self),
+            _ if !self.initialized => {
+                warn!("notification before initialize ignored");
+            }
+            e @ (Event::StartRun { .. }
+            | Event::Undo { .. }
+            | Event::Resume { .. }
+            | Event::RunTests { .. }
+            | Event::QueryReady(_)
+            | Event::Tests(TestMessage::SaveSettled { .. })
+            | Event::Notice(Notice::Saved(_) | Notice::Configuration(_)))
+                if !self.ready() =>
+            {
+                // These depend on the undo history or on the configuration: while the store
+                // is still being read or a reload is under way, they wait, in order.
+                self.deferred.push(e);
+            }
+            Event::QueryReady(f) => f(self),
+            Event::Notice(n) => self.notice(n),
+            Event::Notices(batch) => {
+                for n in batch {
+                    // One that depends on the configuration may have to wait behind a reload.
+                    self.handle(Event::Notice(n));
+                }
+            }
+            Event::ConfigLoaded {
+                generation,
+                inputs,
+                loaded,
+            } => self.config_loaded(generation, *inputs, *loaded),
+            Event::Initialized => self.ask_trust(),
+            Event::TrustDecided(decision) => self.trust_decided(decision),
+            Event::Tests(m) => self.test_message(m),
+            Event::Agent(m) => self.agent_message(m),
+            Event::StoreOpened(result) => match result {
+                Ok(Some(notice)) => {
+                    warn!("{notice}");
+                    self.outbox
+                        .show_message(MessageType::WARNING, format!("agent-ls: {notice}"));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    error!("{e}");
+                    self.outbox.show_message(
+                        MessageType::WARNING,
+                        format!("agent-ls: {e}; undo history will not survive a restart"),
+                    );
+                }
+            },
+            Event::HistoryLoaded(steps) => {
+                self.history = Some(History::restore(steps));
+                self.replay_deferred();
+            }
+            Event::RunTests { reason, command } => {
+                self.start_tests(Trigger::User { reason, command })
+            }
+            Event::CancelAll => {
+                self.tests.cancel();
+                if let Some(Active::Run { cancel, .. }) = &self.active {
+                    cancel.cancel();
+                }
+            }
+            Event::StartRun { args, lock, reply } => {
+                let _ = reply.send(self.start_run(args, lock));
+            }
+            Event::Decision(yes) => match &self.active {
+                Some(Active::Run { decisions, .. }) => {
+                    let _ = decisions.send(yes);
+                }
+                _ => self
+                    .outbox
+                    .show_message(MessageType::INFO, "agent-ls: no proposal is waiting"),
+            },
+            Event::Undo {
+                redo,
+                step,
+                lock,
+                reply,
+            } => self.undo(redo, step, lock, reply),
+            Event::Resume {
+                run_id,
+                goal,
+                checkpoint,
+                lock,
+                reply,
+            } => {
+                let answer = match self.busy() {
+                    Some(why) => Err(why),
+                    None => self.launch(
+                        run_id,
+                        goal.clone(),
+                        goal,
+                        (checkpoint.map(|c| *c), None),
+                        lock,
+                    ),
+                };
+                let _ = reply.send(answer);
+            }
+        }
+    }
+
+    /// The history is read and no configuration reload is under way.
+    fn ready(&self) -> bool {
+        self.history.is_some() && !self.reloading
+    }
+
+    /// Handles the events that waited, in their order; one may start another wait.
+    fn replay_deferred(&mut self) {
+        for e in std::mem::take(&mut self.deferred) {
+            self.handle(e);
+        }
+    }
+
+    fn notice(&mut self, notice: Notice) {
+        match notice {
+            Notice::Opened(o) => {
+                debug!(uri = o.uri.as_str(), version = o.version, "opened");
+                self.documents
+                    .insert(o.uri, Buffer::from_text(o.text, o.version));
+                self.check_waiters();
+            }
+            Notice::Changed(p) => {
+                self.change(p);
+                self.check_waiters();
+            }
+            Notice::Closed(p) => {
+                self.documents.remove(&p.text_document.uri);
+            }
+            Notice::Saved(p) => {
+                let is_workspace_config = match (
+                    &self.workspace_root,
+                    convert::path_from_uri(&p.text_document.uri),
+                ) {
+                    (Some(root), Some(path)) => path == root.join(config::WORKSPACE_FILE),
+                    _ => false,
+                };
+                if is_workspace_config {
+                    self.reload_config(self.inputs.clone());
+                } else if self.active.is_some() {
+                    // An agent run (or undo) saves the files it wrote and runs the tests
+                    // itself; a save now starts no run of its own.
+                    debug!("save during an agent run; no test run of its own");
+                } else if self.config.config.test.on_save {
+                    match self.config.config.test.debounce_ms {
+                        // No delay asked for: the save's run starts now.
+                        0 => self.start_tests(Trigger::User {
+                            reason: "save".into(),
+                            command: None,
+                        }),
+                        ms => self
+                            .tests
+                            .saved(&self.test_report, std::time::Duration::from_millis(ms)),
+                    }
+                }
+            }
+            Notice::Configuration(p) => {
+                let mut inputs = self.inputs.clone();
+                let mut settings = p.settings;
+                // The editor's own workspace trust changes here (VS Code's "Trust" button).
+                if let Some(trust) = config::take_workspace_trust(&mut settings) {
+                    inputs.workspace_trust = trust;
+                }
+                inputs.client_settings = (!settings.is_null()).then_some(settings);
+                self.reload_config(inputs);
+            }
+            Notice::ProgressCancel(p) => {
+                let token = match p.token {
+                    NumberOrString::String(s) => s,
+                    NumberOrString::Number(n) => n.to_string(),
+                };
+                if let Some(id) = token.strip_prefix("agent-ls/run/") {
+                    match &self.active {
+                        Some(Active::Run {
+                            id: active, cancel, ..
+                        }) if active == id => {
+                            cancel.cancel();
+                            self.tests.cancel_agent();
+                        }
+                        _ => debug!("a cancel for run {id}, which is not running"),
+                    }
+                } else if let Some(generation) = token
+                    .strip_prefix("agent-ls/tests/")
+                    .and_then(|g| g.parse().ok())
+                {
+                    self.tests.cancel_generation(generation);
+                }
+            }
+        }
+    }
+
+    fn test_message(&mut self, m: TestMessage) {
+        match m {
+            TestMessage::Finished {
+                generation,
+                result,
+                disk,
+            } => {
+                let root = self.workspace_root.clone().unwrap_or_default();
+                let cx = test_runs::Context {
+                    outbox: &self.outbox,
+                    report: &self.test_report,
+                    root: &root,
+                    config: &self.config.config.test,
+                    sandbox: &self.config.config.sandbox,
+                    progress: progress_supported(&self.capabilities),
+                    documents: &self.documents,
+                    encoding: self.encoding,
+                };
+                self.tests.finished(&cx, generation, *result, &disk);
+            }
+            TestMessage::SaveSettled { generation } => {
+                if self.tests.is_latest_save(generation) {
+                    self.start_tests(Trigger::User {
+                        reason: "save".into(),
+                        command: None,
+                    });
+                }
+            }
+        }
+    }
+
+    fn agent_message(&mut self, m: AgentMessage) {
+        match m {
+            AgentMessage::Snapshot { reply } => {
+                let _ = reply.send(self.snapshot());
+            }
+            AgentMessage::AwaitTexts { want, reply } => {
+                self.waiters.push(TextWaiter { want, reply });
+                self.check_waiters();
+            }
+            AgentMessage::RunTests { reply, command } => {
+                self.start_tests(Trigger::Agent { reply, command })
+            }
+            AgentMessage::StepApplied {
+                run_id,
+                goal,
+                task,
+                iteration,
+                changes,
+                files,
+            } => {
+                let Some(history) = &mut self.history else {
+                    return;
+                };
+                history.record(&run_id, &goal, &task, changes, files);
+                if let Some(step) = history.last_done() {
+                    // The run view offers undo of this step by its id.
+                    self.outbox
+                        .notify::<super::ext::RunEventNotification>(agent_ls_runtime::drive::RunEvent {
+                            run_id: run_id.clone(),
+                            iteration,
+                            role: "agent".into(),
+                            kind: "step".into(),
+                            data: serde_json::json!({"step": step.id, "files": step.files.iter().map(|f| &f.path).collect::<Vec<_>>()}),
+                        });
+                    if let Some(store) = &self.store {
+                        let step = step.clone();
+                        store.send("an agent step", move |s| s.record_step(&step));
+                    }
+                }
+            }
+            AgentMessage::Finished { id, outcome } => {
+                if matches!(&self.active, Some(Active::Run { id: a, .. }) if *a == id) {
+                    self.active = None;
+                }
+                // The session knows the run ended before the client does, so a client that
+                // reacts to runFinished (an undo, a new run) never finds it still in progress.
+                let kind = if outcome.status == RunStatus::Done {
+                    MessageType::INFO
+                } else {
+                    MessageType::WARNING
+                };
+                self.outbox
+                    .show_message(kind, format!("agent-ls: {}", outcome.answer));
+                self.outbox.notify::<RunFinished>((*outcome).clone());
+                self.last_outcome = Some(*outcome);
+            }
+            AgentMessage::UndoFinished {
+                step,
+                redo,
+                goal,
+                result,
+            } => {
+                if matches!(self.active, Some(Active::Undo { step: s }) if s == step) {
+                    self.active = None;
+                }
+                let what = if redo { "redo" } else { "undo" };
+                match result {
+                    Ok(()) => {
+                        if let Some(history) = &mut self.history {
+                            if redo {
+                                history.mark_redone(step);
+                            } else {
+                                history.mark_undone(step);
+                            }
+                            // The run view marks the step undone (or done again).
+                            let run_id = history
+                                .find_done(step)
+                                .or(history.last_undone().filter(|s| s.id == step))
+                                .map(|s| s.run_id.clone());
+                            if let Some(run_id) = run_id {
+                                self.outbox.notify::<super::ext::RunEventNotification>(
+                                    agent_ls_runtime::drive::RunEvent {
+                                        run_id,
+                                        iteration: 0,
+                                        role: "user".into(),
+                                        kind: what.into(),
+                                        data: serde_json::json!({"step": step}),
+                                    },
+                                );
+                            }
+                        }
+                        if let Some(store) = &self.store {
+                            store.send("an undo", move |s| s.set_undone(step, !redo));
+                        }
+                        let did = if redo { "redid" } else { "undid" };
+                        self.outbox.show_message(
+                            MessageType::INFO,
+                            format!("agent-ls: {did} step {step} ({goal})"),
+                        );
+                    }
+                    Err(e) => self.outbox.show_message(
+                        MessageType::ERROR,
+                        format!("agent-ls: could not {what} step {step}: {e}"),
+                    ),
+                }
+            }
+        }
+    }
+
+    /// The open documents of the workspace by relative path (rope clones are O(1)).
+    fn snapshot(&self) -> Snapshot {
+        let Some(root) = &self.workspace_root else {
+            return Snapshot::new();
+        };
+        self.documents
+            .iter()
+            .filter_map(|(uri, buffer)| {
+                let path = convert::path_from_uri(uri)?;
+                let rel = path.strip_prefix(root).ok()?.to_string_lossy().into_owned();
+                Some((rel, (uri.clone(), buffer.clone())))
+            })
+            .collect()
+    }
+
+    /// Answers the runs waiting for documents to hold their texts, and forgets those that
+    /// stopped waiting.
+    fn check_waiters(&mut self) {
+        if self.waiters.is_empty() {
+            return;
+        }
+        let documents = &self.documents;
+        let done = |w: &TextWaiter| {
+            w.want
+                .iter()
+                .all(|(uri, text)| documents.get(uri).is_some_and(|b| b.holds(text)))
+        };
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiters)
+            .into_iter()
+            .filter(|w| !w.reply.is_closed())
+            .partition(done);
+        self.waiters = waiting;
+        for w in ready {
+            let _ = w.reply.send(());
+        }
+    }
+
+    /// Why no job can start now, if one is in progress.
+    fn busy(&self) -> Option<String> {
+        match &self.active {
+            Some(Active::Run { id, goal, .. }) => Some(format!(
+                "a run is in progress ({id}: {goal}); cancel it first with agent-ls.cancel"
+            )),
+            Some(Active::Undo { step }) => Some(format!("an undo of step {step} is in progress")),
+            None => None,
+        }
+    }
+
+    fn connection(&self) -> Option<Connection> {
+        Some(Connection {
+            outbox: self.outbox.clone(),
+            report: self.agent_report.clone(),
+            root: self.workspace_root.clone()?,
+            encoding: self.encoding,
+            support: EditSupport::from_capabilities(&self.capabilities),
+            progress: progress_supported(&self.capabilities),
+        })
+    }
+
+    /// Starts undoing (or redoing) a step; refuses while a run goes on or when there is
+    /// nothing to undo. Whether the user changed the lines the step touched is settled by the
+    /// undo's own task, which reads the files.
+    fn undo(
+        &mut self,
+        redo: bool,
+        target: Option<u64>,
+        lock: RunLock,
+        reply: oneshot::Sender<Result<u64, String>>,
+    ) {
+        let refuse = |reply: oneshot::Sender<Result<u64, String>>, why: String| {
+            let _ = reply.send(Err(why));
+        };
+        if let Some(why) = self.busy() {
+            return refuse(reply, why);
+        }
+        let Some(connection) = self.connection() else {
+            return refuse(reply, "no workspace folder".into());
+        };
+        let Some(history) = &self.history else {
+            return refuse(reply, "the undo history is not loaded yet".into());
+        };
+        let step = match (redo, target) {
+            (true, _) => history.last_undone(),
+            (false, None) => history.last_done(),
+            (false, Some(id)) => match history.find_done(id) {
+                Some(s) => Some(s),
+                None => {
+                    return refuse(
+                        reply,
+                        format!("no applied step {id} to undo (agent-ls.status lists the steps)"),
+                    );
+                }
+            },
+        };
+        let Some(step) = step.cloned() else {
+            return refuse(
+                reply,
+                format!("nothing to {}", if redo { "redo" } else { "undo" }),
+            );
+        };
+        self.active = Some(Active::Undo { step: step.id });
+        agent_runs::spawn_undo(agent_runs::UndoStart {
+            step,
+            redo,
+            snapshot: self.snapshot(),
+            connection,
+            limits: self.config.config.edit.limits(),
+            reply,
+            lock,
+        });
+    }
+
+    /// Starts an agent run for a goal, answering `{"run_id"}`. (A goal that names one of the
+    /// commands was routed by the handler before it came here.)
+    fn start_run(&mut self, args: RunArgs, lock: RunLock) -> Result<serde_json::Value, String> {
+        if let Some(why) = self.busy() {
+            return Err(why);
+        }
+        let Some(root) = self.workspace_root.clone() else {
+            return Err("agent-ls needs a workspace folder to run the agent".into());
+        };
+        if args.goal.trim().is_empty() {
+            return Err("the goal is empty".into());
+        }
+        let agent = match &args.agent {
+            Some(name) => Some(agent_ls_runtime::drive::choose_agent(
+                &self.config.config,
+                name,
+            )?),
+            None => None,
+        };
+        let goal = agent_runs::goal_with_selection(&args, &self.documents, &root, self.encoding);
+        self.launch(
+            agent_ls_runtime::drive::new_run_id(),
+            args.goal,
+            goal,
+            (None, agent),
+            lock,
+        )
+        .map(|id| serde_json::json!({"run_id": id}))
+    }
+
+    fn launch(
+        &mut self,
+        id: String,
+        title: String,
+        goal: String,
+        (resume, agent): (Option<Run>, Option<agent_ls_runtime::drive::ChosenAgent>),
+        lock: RunLock,
+    ) -> Result<String, String> {
+        let Some(connection) = self.connection() else {
+            return Err("agent-ls needs a workspace folder to run the agent".into());
+        };
+        let cancel = CancellationToken::new();
+        let (decisions_tx, decisions) = mpsc::unbounded_channel();
+        self.active = Some(Active::Run {
+            id: id.clone(),
+            goal: title,
+            cancel: cancel.clone(),
+            decisions: decisions_tx,
+        });
+        agent_runs::spawn(agent_runs::StartRun {
+            id: id.clone(),
+            goal,
+            config: self.config.config.clone(),
+            connection,
+            store: self.store.clone(),
+            cancel,
+            decisions,
+            resume,
+            agent,
+            lock,
+        });
+        Ok(id)
+    }
+
+    fn start_tests(&mut self, trigger: Trigger) {
+        let Some(root) = self.workspace_root.clone() else {
+            self.outbox.show_message(
+                MessageType::WARNING,
+                "agent-ls: no workspace folder, so no tests to run",
+            );
+            if let Trigger::Agent { reply, .. } = trigger {
+                let _ = reply.send(Err(agent_ls_runtime::tests_run::RunError::NoCommand));
+            }
+            return;
+        };
+        let cx = test_runs::Context {
+            outbox: &self.outbox,
+            report: &self.test_report,
+            root: &root,
+            config: &self.config.config.test,
+            sandbox: &self.config.config.sandbox,
+            progress: progress_supported(&self.capabilities),
+            documents: &self.documents,
+            encoding: self.encoding,
+        };
+        self.tests.start(&cx, trigger);
+    }
+
+    fn initialize(
+        &mut self,
+        params: InitializeParams,
+        inputs: config::Inputs,
+        loaded: Loaded,
+        reply: oneshot::Sender<Encoding>,
+    ) {
+        self.encoding = convert::negotiate_encoding(&params);
+        self.capabilities = params.capabilities.clone();
+        self.workspace_root = inputs.workspace_root.clone();
+        self.inputs = inputs;
+        self.config = loaded;
+        self.config_errors = self.config.errors.clone();
+        self.report_config_errors(&self.config_errors.clone());
+        self.log.set_level(self.config.config.log.level);
+        self.open_store();
+        self.initialized = true;
+        info!(
+            encoding = self.encoding.as_str(),
+            root = ?self.workspace_root,
+            "initialized"
+        );
+        let _ = reply.send(self.encoding);
+    }
+
+    /// Starts the store's thread, which opens the workspace's store and then reads the undo
+    /// history back; both arrive as events.
+    fn open_store(&mut self) {
+        let Some(root) = self.workspace_root.clone() else {
+            self.history = Some(History::default());
+            return;
+        };
+        let me = self.me.clone();
+        let store = StoreThread::open(root, move |r| {
+            me.send(Event::StoreOpened(r.map_err(|e| e.to_string())));
+        });
+        let (reader, me) = (store.clone(), self.me.clone());
+        tokio::spawn(async move {
+            let steps = match reader.call(|s| s.load_steps()).await {
+                Some(Ok(steps)) => steps,
+                Some(Err(e)) => {
+                    error!("cannot read the undo history: {e}");
+                    Vec::new()
+                }
+                None => Vec::new(),
+            };
+            me.send(Event::HistoryLoaded(steps));
+        });
+        self.store = Some(store);
+    }
+
+    fn change(&mut self, p: DidChangeTextDocumentParams) {
+        let uri = p.text_document.uri;
+        let Some(buffer) = self.documents.get_mut(&uri) else {
+            warn!(
+                uri = uri.as_str(),
+                "change for a document that is not open; ignored"
+            );
+            return;
+        };
+        if p.text_document.version <= buffer.version() {
+            warn!(
+                uri = uri.as_str(),
+                have = buffer.version(),
+                got = p.text_document.version,
+                "document version did not increase"
+            );
+        }
+        let changes: Vec<_> = p
+            .content_changes
+            .into_iter()
+            .map(convert::change_from_lsp)
+            .collect();
+        if let Err(err) = buffer.apply_changes(&changes, p.text_document.version, self.encoding) {
+            error!(uri = uri.as_str(), "refused a change: {err}");
+            self.outbox.show_message(
+                MessageType::WARNING,
+                format!(
+                    "agent-ls refused a change to {} that would corrupt its copy ({err}). \
+                     The agent will not edit this file until it is closed and reopened.",
+                    uri.as_str()
+                ),
+            );
+        }
+    }
+
+    /// Loads the configuration again off this task (it reads files); the answer comes back as
+    /// `ConfigLoaded`, and only the latest load applies.
+    fn reload_config(&mut self, inputs: config::Inputs) {
+        self.reloading = true;
+        self.config_generation += 1;
+        let generation = self.config_generation;
+        let me = self.me.clone();
+        tokio::task::spawn_blocking(move || {
+            let loaded = config::load(&inputs);
+            me.send(Event::ConfigLoaded {
+                generation,
+                inputs: Box::new(inputs),
+                loaded: Box::new(loaded),
+            });
+        });
+    }
+
+    /// When any layer is invalid, the previous configuration stays in force and the user is
+    /// told what to fix.
+    fn config_loaded(&mut self, generation: u64, inputs: config::Inputs, loaded: Loaded) {
+        if generation != self.config_generation {
+            debug!(generation, "dropped a superseded configuration load");
+            return;
+        }
+        self.reloading = false;
+        self.config_errors = loaded.errors.clone();
+        if loaded.errors.is_empty() {
+            self.inputs = inputs;
+            self.config = loaded;
+            self.log.set_level(self.config.config.log.level);
+            info!("configuration reloaded");
+        } else {
+            self.report_config_errors(&loaded.errors);
+            warn!("configuration not changed: the previous valid configuration stays in force");
+        }
+        self.replay_deferred();
+    }
+
+    /// Once per session, when the workspace file sets keys that only trust lets apply and the
+    /// user has not decided about this folder: asks whether to trust it. The answer is
+    /// awaited and recorded off this task; a recorded "Trust" reloads the configuration.
+    fn ask_trust(&mut self) {
+        if !self.config.ask_trust || self.trust_asked {
+            return;
+        }
+        let Some(root) = self.workspace_root.clone() else {
+            return;
+        };
+        self.trust_asked = true;
+        let keys: Vec<String> = config::gated(&self.config.untrusted)
+            .map(|k| format!("`{k}`"))
+            .collect();
+        let actions = [TRUST_FOLDER, NOT_NOW, NEVER].map(|t| MessageActionItem {
+            title: t.into(),
+            properties: Default::default(),
+        });
+        let request = self
+            .outbox
+            .request::<ShowMessageRequest>(ShowMessageRequestParams {
+                typ: MessageType::WARNING,
+                message: format!(
+                    "agent-ls: {}'s {} sets {}, which run programs, name servers, send data or approve. \
+                     They are ignored unless you trust this folder. Trust it?",
+                    root.display(),
+                    config::WORKSPACE_FILE,
+                    keys.join(", ")
+                ),
+                actions: Some(actions.to_vec()),
+            });
+        let (me, outbox, trust_file) = (
+            self.me.clone(),
+            self.outbox.clone(),
+            self.inputs.trust_file.clone(),
+        );
+        tokio::spawn(async move {
+            use agent_ls_runtime::trust::{Decision, TrustStore};
+            let decision = match request.await {
+                Ok(Some(item)) if item.title == TRUST_FOLDER => Decision::Trusted,
+                Ok(Some(item)) if item.title == NEVER => Decision::Declined,
+                _ => return,
+            };
+            let stored = tokio::task::spawn_blocking(move || {
+                let store = match trust_file {
+                    Some(f) => TrustStore::at(f),
+                    None => TrustStore::for_user()?,
+                };
+                store.set(&root, decision)
+            })
+            .await;
+            match stored {
+                Ok(Ok(_)) => me.send(Event::TrustDecided(decision)),
+                Ok(Err(e)) => outbox.show_message(MessageType::ERROR, format!("agent-ls: {e}")),
+                Err(e) => error!("recording the trust decision failed: {e}"),
+            }
+        });
+    }
+
+    fn trust_decided(&mut self, decision: agent_ls_runtime::trust::Decision) {
+        if decision == agent_ls_runtime::trust::Decision::Trusted {
+            info!("the user trusted the workspace folder");
+            self.outbox.show_message(
+                MessageType::INFO,
+                format!(
+                    "agent-ls: this folder is trusted; its {} applies in full (`agent-ls untrust` takes that back).",
+                    config::WORKSPACE_FILE
+                ),
+            );
+            self.reload_config(self.inputs.clone());
+        } else {
+            info!("the user declined to trust the workspace folder; not asked again");
+        }
+    }
+
+    fn report_config_errors(&self, errors: &[config::ConfigError]) {
+        for err in errors {
+            error!("{err}");
+            self.outbox
+                .show_message(MessageType::ERROR, format!("agent-ls: {err}"));
+        }
+    }
+}
+
+fn progress_supported(capabilities: &ClientCapabilities) -> bool {
+    capabilities
+        .window
+        .as_ref()
+        .and_then(|w| w.work_done_progress)
+        .unwrap_or(false)
+}
