@@ -505,6 +505,14 @@ pub fn relocate(change: &FileChange, current: &str, limits: &Limits) -> Option<F
     })
 }
 
+/// A file that changed while a change to it was prepared, where the change cannot be moved
+/// onto its new text: the step is to be redone on fresh text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path} changed while the change was prepared")]
+pub struct Stale {
+    pub path: String,
+}
+
 /// Moves a change onto the files as they are now, the one policy for text that moved on while
 /// a change was prepared (the user typed, the disk changed): a file that still holds the text
 /// the change was computed for keeps it as is; one that changed elsewhere gets it re-located
@@ -514,7 +522,7 @@ pub fn rebase(
     changes: &[FileChange],
     mut current: impl FnMut(&str) -> Option<String>,
     limits: &Limits,
-) -> Result<Vec<FileChange>, String> {
+) -> Result<Vec<FileChange>, Stale> {
     let mut out = Vec::with_capacity(changes.len());
     for c in changes {
         let now = current(&c.path);
@@ -524,7 +532,11 @@ pub fn rebase(
         }
         match now.as_deref().and_then(|t| relocate(c, t, limits)) {
             Some(moved) => out.push(moved),
-            None => return Err(format!("{} changed while the change was prepared", c.path)),
+            None => {
+                return Err(Stale {
+                    path: c.path.clone(),
+                });
+            }
         }
     }
     Ok(out)
@@ -567,7 +579,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(moved[0].new_text, "# top\na = 1\nb = 20\nc = 3\n");
-        let err = rebase(&outcome.changes, |_| Some("a = 1\nb = 5\n".into()), &limits).unwrap_err();
+        let err = rebase(&outcome.changes, |_| Some("a = 1\nb = 5\n".into()), &limits)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("f.py changed"), "{err}");
         assert!(rebase(&outcome.changes, |_| None, &limits).is_err());
     }
