@@ -1,7 +1,7 @@
 //! Named agents: which tools a run's model may call and what it answers with. `build` has
 //! every tool and edits; `plan` and `review` read and answer in Markdown; custom agents (from
-//! the configuration) bring their own prompt and tool list. Pure data; the driver reads a
-//! custom agent's prompt file.
+//! the configuration) bring their own prompt and tool list. Pure data; the runtime reads a
+//! custom agent's prompt file and hands its text in (`AgentProfile::custom`).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,6 +1,10 @@
-//! The agent loop as a pure state machine: `step(&mut Run, Event) -> Vec<Effect>`. The shell
-//! (`drive.rs`) performs the effects (model calls, locating edits, approval, applying, test
-//! runs) and feeds their results back as events. No IO, no clocks, no LSP types.
+//! The agent loop as a pure state machine: `step(&mut Run, Event) -> Vec<Effect>`. The
+//! runtime's driver (`agent_ls_runtime::drive`) performs the effects (model calls, locating
+//! edits, approval, applying, test runs) and feeds their results back as events. The core
+//! does no IO: the prompts' texts (`Run::prompts`) and the files the prompt shows
+//! (`Run::context`) are handed in, and everything to be done goes out as an effect; it logs
+//! through `tracing`, whose subscriber the runtime installs. No clocks, no LSP types.
+//! `phases` holds what each phase does with an event.
 
 pub mod agents;
 mod phases;
@@ -347,7 +351,7 @@ pub struct Budget {
     pub max_corrections: u32,
 }
 
-/// Everything the loop knows. The shell keeps it and passes every event through `step`.
+/// Everything the loop knows. The driver keeps it and passes every event through `step`.
 /// It serializes as the checkpoint taken before every coder call, from which `resume` goes on.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Run {
@@ -372,14 +376,14 @@ pub struct Run {
     #[serde(default)]
     pub agent: AgentProfile,
     /// The role prompts (built in, or the user's and a trusted workspace's files), set by the
-    /// shell before every drive.
+    /// driver before every drive.
     #[serde(skip)]
     pub prompts: prompts::Prompts,
     /// What the run will answer once the evaluator has spoken.
     done_answer: String,
     pub phase: Phase,
     pub budget: Budget,
-    /// Files and their text the prompt shows, gathered by the shell before every step
+    /// Files and their text the prompt shows, gathered by the driver before every step
     /// (so a checkpoint leaves it out: it is gathered afresh on resume).
     #[serde(skip)]
     pub context: String,

@@ -1,5 +1,6 @@
-//! What each role is told, and how the reflector's JSON answer is read. Pure text building:
-//! the prompts' texts are handed in (`Prompts::set`); reading override files is the runtime's.
+//! What each role is told, and how the roles' answers (intent, plan, reflection, evaluation)
+//! are read. Pure text building: the built-in prompts are compiled in from `config/prompts/`
+//! and overrides are handed in (`Prompts::set`); reading override files is the runtime's.
 
 use serde::Deserialize;
 
