@@ -7,7 +7,7 @@ use super::{
     diff_hash, needs_plan, prompts,
 };
 use crate::conversation::{Message, Role, ToolCall};
-use crate::edit::PlanOutcome;
+use crate::edit::{EditPlan, ParseError, PlanOutcome};
 
 /// One event in the run's phase. A final phase takes nothing more; a cancel ends any other;
 /// an event the phase does not expect (a late answer) changes nothing.
@@ -68,9 +68,8 @@ fn on_baseline(run: &mut Run, event: Event) -> Vec<Effect> {
                 code(run)
             }
         }
-        Event::TestsUnavailable(why) => finish(
+        Event::TestsUnavailable(why) => fail(
             run,
-            Phase::Failed,
             format!("cannot run the tests to find the failures: {why}"),
         ),
         _ => Vec::new(),
@@ -127,18 +126,12 @@ fn on_planning(run: &mut Run, event: Event) -> Vec<Effect> {
                         tools: Vec::new(),
                     }]
                 }
-                Err(e) => finish(
-                    run,
-                    Phase::Failed,
-                    format!("the plan could not be read twice: {e}"),
-                ),
+                Err(e) => fail(run, format!("the plan could not be read twice: {e}")),
             }
         }
-        Event::ModelFailed { role, error } if role != Role::Summarizer => finish(
-            run,
-            Phase::Failed,
-            format!("the planner model failed: {error}"),
-        ),
+        Event::ModelFailed { role, error } if role != Role::Summarizer => {
+            fail(run, format!("the planner model failed: {error}"))
+        }
         event => in_turn(run, event),
     }
 }
@@ -196,29 +189,28 @@ fn on_coding(run: &mut Run, event: Event) -> Vec<Effect> {
                 .filter(|c| agents::is_edit_tool(&c.name))
                 .map(|c| (c.name.as_str(), &c.arguments))
                 .collect();
-            match crate::edit::plan_from_tool_calls(&edits) {
-                Ok(plan) => {
-                    run.parse_retry_used = false;
-                    run.phase = Phase::Locating;
-                    vec![Effect::Locate(plan)]
-                }
-                Err(e) => unreadable(run, e.to_string()),
-            }
+            proposed(run, crate::edit::plan_from_tool_calls(&edits))
         }
         Event::ModelAnswered { role, text } if role != Role::Summarizer => {
-            match crate::edit::parse_plan(&text) {
-                Ok(plan) => {
-                    run.parse_retry_used = false;
-                    run.phase = Phase::Locating;
-                    vec![Effect::Locate(plan)]
-                }
-                Err(e) => unreadable(run, e.to_string()),
-            }
+            proposed(run, crate::edit::parse_plan(&text))
         }
         Event::ModelFailed { role, error } if role != Role::Summarizer => {
             model_failed(run, role, error)
         }
         event => in_turn(run, event),
+    }
+}
+
+/// The coder's edits, read from its answer or its editing tool calls: to be located, or, when
+/// they could not be read, sent back.
+fn proposed(run: &mut Run, plan: Result<EditPlan, ParseError>) -> Vec<Effect> {
+    match plan {
+        Ok(plan) => {
+            run.parse_retry_used = false;
+            run.phase = Phase::Locating;
+            vec![Effect::Locate(plan)]
+        }
+        Err(e) => unreadable(run, e.to_string()),
     }
 }
 
@@ -349,9 +341,8 @@ fn on_approving(run: &mut Run, event: Event) -> Vec<Effect> {
             ));
             retry_or_stop(run, "the change was refused")
         }
-        Event::Rejected => finish(
+        Event::Rejected => fail(
             run,
-            Phase::Failed,
             "the proposed change was rejected; nothing was applied".into(),
         ),
         _ => Vec::new(),
@@ -376,11 +367,7 @@ fn on_applying(run: &mut Run, event: Event) -> Vec<Effect> {
                 Effect::RunTests,
             ]
         }
-        Event::ApplyFailed(why) => finish(
-            run,
-            Phase::Failed,
-            format!("the change could not be applied: {why}"),
-        ),
+        Event::ApplyFailed(why) => fail(run, format!("the change could not be applied: {why}")),
         Event::Stale(why) => {
             run.pending.clear();
             run.feedback.push(format!(
@@ -407,9 +394,8 @@ fn on_testing(run: &mut Run, event: Event) -> Vec<Effect> {
             let answer = format!("done: the change is applied; no tests ran ({why})");
             task_done(run, answer)
         }
-        Event::TestsUnavailable(why) => finish(
+        Event::TestsUnavailable(why) => fail(
             run,
-            Phase::Failed,
             format!("the change was applied but the tests could not run: {why}"),
         ),
         _ => Vec::new(),
@@ -429,16 +415,14 @@ fn tests_failed(run: &mut Run, t: TestSummary) -> Vec<Effect> {
         .count();
     run.failure_history.push(fingerprint);
     if repeats >= 2 {
-        return finish(
+        return fail(
             run,
-            Phase::Failed,
             "stopped: the same failure came back after different edits".into(),
         );
     }
     if alternating(&run.edit_history) {
-        return finish(
+        return fail(
             run,
-            Phase::Failed,
             "stopped: the edits alternate between two versions".into(),
         );
     }
@@ -473,11 +457,7 @@ fn on_reflecting(run: &mut Run, event: Event) -> Vec<Effect> {
 
 /// A model call the run cannot go on without failed.
 fn model_failed(run: &mut Run, role: Role, error: String) -> Vec<Effect> {
-    finish(
-        run,
-        Phase::Failed,
-        format!("the {} model failed: {error}", role.as_str()),
-    )
+    fail(run, format!("the {} model failed: {error}", role.as_str()))
 }
 
 /// The first step once the intent is known: a reading agent answers at once; otherwise
@@ -595,15 +575,14 @@ fn incomplete(run: &mut Run, score: u8, reason: String) -> Vec<Effect> {
         "partial: {} (evaluation: {score}/5, not complete: {reason})",
         run.done_answer
     );
-    finish(run, Phase::Failed, answer)
+    fail(run, answer)
 }
 
 /// An answer that could not be read as edits is sent back once; twice ends the run.
 fn unreadable(run: &mut Run, e: String) -> Vec<Effect> {
     if run.parse_retry_used {
-        return finish(
+        return fail(
             run,
-            Phase::Failed,
             format!("the coder's answer could not be read as edits twice: {e}"),
         );
     }
@@ -670,9 +649,8 @@ pub(super) fn continue_call(run: &mut Run) -> Effect {
 fn retry_or_stop(run: &mut Run, why: &str) -> Vec<Effect> {
     run.retries += 1;
     if run.retries > run.budget.max_retries {
-        return finish(
+        return fail(
             run,
-            Phase::Failed,
             format!(
                 "stopped after {} retries (agent.max_retries): {why}",
                 run.budget.max_retries
@@ -680,9 +658,8 @@ fn retry_or_stop(run: &mut Run, why: &str) -> Vec<Effect> {
         );
     }
     if run.iterations >= run.budget.max_iterations {
-        return finish(
+        return fail(
             run,
-            Phase::Failed,
             format!(
                 "stopped at the iteration budget ({} iterations, agent.max_iterations): {why}",
                 run.budget.max_iterations
@@ -704,6 +681,11 @@ fn retry_or_stop(run: &mut Run, why: &str) -> Vec<Effect> {
     )));
     effects.push(call_coder(run));
     effects
+}
+
+/// The run ends failed, with `answer` saying why.
+fn fail(run: &mut Run, answer: String) -> Vec<Effect> {
+    finish(run, Phase::Failed, answer)
 }
 
 fn finish(run: &mut Run, status: Phase, answer: String) -> Vec<Effect> {

@@ -546,14 +546,19 @@ pub fn rebase(
 mod tests {
     use super::*;
 
+    /// `b = 2` becomes `b = 20` in f.py, which holds `original`.
+    fn b_to_20(original: &str) -> PlanOutcome {
+        let plan =
+            parse_plan(r#"{"path": "f.py", "search": "b = 2", "replace": "b = 20"}"#).unwrap();
+        apply_plan(&plan, Path::new("/ws"), &Limits::default(), |_| {
+            FileText::Text(original.into())
+        })
+    }
+
     #[test]
     fn a_change_moves_onto_text_edited_elsewhere_but_not_onto_its_own_lines() {
         let original = "a = 1\nb = 2\nc = 3\n";
-        let plan =
-            parse_plan(r#"{"path": "f.py", "search": "b = 2", "replace": "b = 20"}"#).unwrap();
-        let outcome = apply_plan(&plan, Path::new("/ws"), &Limits::default(), |_| {
-            FileText::Text(original.into())
-        });
+        let outcome = b_to_20(original);
         let change = &outcome.changes[0];
         let typed_above = "# new comment\na = 1\nb = 2\nc = 3\n";
         let moved = relocate(change, typed_above, &Limits::default()).unwrap();
@@ -564,11 +569,7 @@ mod tests {
     #[test]
     fn rebase_keeps_relocates_or_names_the_file_that_moved_on() {
         let original = "a = 1\nb = 2\nc = 3\n";
-        let plan =
-            parse_plan(r#"{"path": "f.py", "search": "b = 2", "replace": "b = 20"}"#).unwrap();
-        let outcome = apply_plan(&plan, Path::new("/ws"), &Limits::default(), |_| {
-            FileText::Text(original.into())
-        });
+        let outcome = b_to_20(original);
         let limits = Limits::default();
         let same = rebase(&outcome.changes, |_| Some(original.into()), &limits).unwrap();
         assert_eq!(same, outcome.changes);
