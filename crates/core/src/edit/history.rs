@@ -366,6 +366,47 @@ mod tests {
     }
 
     #[test]
+    fn refusals_read_as_they_always_have() {
+        let path = || "f.py".to_string();
+        let cases = [
+            (
+                StepError::CreatedFileChanged {
+                    step: 3,
+                    path: path(),
+                },
+                "cannot undo step 3: f.py was created by it and has changed since; undo never deletes your typing",
+            ),
+            (
+                StepError::CreatedFileExists {
+                    step: 3,
+                    path: path(),
+                },
+                "cannot redo step 3: f.py exists again",
+            ),
+            (
+                StepError::FileGone {
+                    direction: Direction::Redo,
+                    step: 3,
+                    path: path(),
+                },
+                "cannot redo step 3: f.py no longer exists",
+            ),
+            (
+                StepError::LinesChanged {
+                    direction: Direction::Undo,
+                    step: 3,
+                    path: path(),
+                    lines: "2, 4-6".into(),
+                },
+                "cannot undo step 3: f.py was changed at the lines the step touched (line 2, 4-6); undo never overwrites your typing",
+            ),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.to_string(), message);
+        }
+    }
+
+    #[test]
     fn a_step_records_each_files_hash_and_version() {
         let s = step();
         assert_eq!(s.files[0].path, "f.py");
