@@ -219,6 +219,7 @@ fn edit_rebase(
         },
         limits,
     )
+    .map_err(|e| e.to_string())
 }
 
 /// Runs the goal and returns the process exit code.

@@ -249,7 +249,7 @@ pub fn spawn_undo(u: UndoStart) {
         } else {
             edit::history::revert(&u.step, current, &u.limits)
         };
-        let reversal = match reversal {
+        let reversal = match reversal.map_err(|e| e.to_string()) {
             Ok(r) => {
                 let _ = u.reply.send(Ok(step_id));
                 r
@@ -672,7 +672,7 @@ impl Shell for ServerShell {
         // user typed meanwhile, move the change onto the new text, or redo the step.
         self.snapshot = self.take_snapshot().await;
         let current = edit::rebase(changes, |p| self.current_text(p), &self.limits)
-            .map_err(ApplyError::Stale)?;
+            .map_err(|e| ApplyError::Stale(e.to_string()))?;
         let targets: HashMap<String, Target> = current
             .iter()
             .filter_map(|c| {

@@ -198,7 +198,8 @@ pub fn choose_agent(config: &Config, name: &str) -> Result<ChosenAgent, String> 
             None => return Err(format!("agent `{name}` has no `prompt` file")),
         };
         return Ok(ChosenAgent {
-            profile: agent::AgentProfile::custom(name, &custom.tools, prompt)?,
+            profile: agent::AgentProfile::custom(name, &custom.tools, prompt)
+                .map_err(|e| e.to_string())?,
             approval: custom.approval,
             max_tool_steps: custom.max_tool_steps,
         });

@@ -109,7 +109,7 @@ pub fn redo(root: &Path, limits: &Limits) -> Result<(u64, Vec<String>), String> 
         edit::FileText::Text(t) => Some(t),
         _ => None,
     };
-    let changes = edit::history::reapply(step, current, limits)?;
+    let changes = edit::history::reapply(step, current, limits).map_err(|e| e.to_string())?;
     crate::files::write_changes(root, &changes)?;
     store
         .set_undone(step.id, false)
@@ -134,7 +134,7 @@ pub fn undo(root: &Path, id: Option<u64>, limits: &Limits) -> Result<(u64, Vec<S
         edit::FileText::Text(t) => Some(t),
         _ => None,
     };
-    let reversal = edit::history::revert(step, current, limits)?;
+    let reversal = edit::history::revert(step, current, limits).map_err(|e| e.to_string())?;
     crate::files::write_changes(root, &reversal.changes)?;
     for path in &reversal.deletes {
         if let Ok(p) = crate::files::resolve(root, path) {

@@ -1,7 +1,7 @@
 //! Named agents: which tools a run's model may call and what it answers with. `build` has
 //! every tool and edits; `plan` and `review` read and answer in Markdown; custom agents (from
-//! the configuration) bring their own prompt and tool list. Pure data; the driver reads a
-//! custom agent's prompt file.
+//! the configuration) bring their own prompt and tool list. Pure data; the runtime reads a
+//! custom agent's prompt file and hands its text in (`AgentProfile::custom`).
 
 use serde::{Deserialize, Serialize};
 
@@ -87,7 +87,11 @@ impl AgentProfile {
 
     /// A custom agent: a build agent with its own prompt and tools (the reading tools when it
     /// names none). Unknown tool names are refused, so a typo does not silently drop a tool.
-    pub fn custom(name: &str, tools: &[String], prompt: String) -> Result<AgentProfile, String> {
+    pub fn custom(
+        name: &str,
+        tools: &[String],
+        prompt: String,
+    ) -> Result<AgentProfile, UnknownTool> {
         let known: Vec<&str> = READ_TOOLS
             .iter()
             .chain(RUN_TOOLS)
@@ -98,10 +102,11 @@ impl AgentProfile {
             .iter()
             .find(|t| !known.contains(&t.as_str()) && !t.starts_with("mcp__"))
         {
-            return Err(format!(
-                "agent `{name}` names the unknown tool `{bad}`; the tools are {}",
-                known.join(", ")
-            ));
+            return Err(UnknownTool {
+                agent: name.into(),
+                tool: bad.clone(),
+                known: known.join(", "),
+            });
         }
         Ok(AgentProfile {
             name: name.into(),
@@ -126,6 +131,15 @@ impl AgentProfile {
             .cloned()
             .collect()
     }
+}
+
+/// A custom agent names a tool that does not exist (a typo, say); `known` lists the tools.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("agent `{agent}` names the unknown tool `{tool}`; the tools are {known}")]
+pub struct UnknownTool {
+    pub agent: String,
+    pub tool: String,
+    pub known: String,
 }
 
 pub fn is_edit_tool(name: &str) -> bool {

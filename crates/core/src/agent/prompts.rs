@@ -1,5 +1,6 @@
-//! What each role is told, and how the reflector's JSON answer is read. Pure text building:
-//! the prompts' texts are handed in (`Prompts::set`); reading override files is the runtime's.
+//! What each role is told, and how the roles' answers (intent, plan, reflection, evaluation)
+//! are read. Pure text building: the built-in prompts are compiled in from `config/prompts/`
+//! and overrides are handed in (`Prompts::set`); reading override files is the runtime's.
 
 use serde::Deserialize;
 
@@ -170,14 +171,21 @@ pub struct Reflection {
     pub next_step: String,
 }
 
-pub fn parse_reflection(text: &str) -> Result<Reflection, String> {
-    let t = text
-        .trim()
-        .trim_start_matches("```json")
-        .trim_start_matches("```")
-        .trim_end_matches("```")
-        .trim();
-    serde_json::from_str(t).map_err(|e| e.to_string())
+/// Why a role's JSON answer (the reflector's, the planner's, the evaluator's) cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("the plan has no tasks")]
+    NoTasks,
+    #[error("two tasks share an id")]
+    SharedTaskId,
+    #[error("no score")]
+    NoScore,
+}
+
+pub fn parse_reflection(text: &str) -> Result<Reflection, AnswerError> {
+    Ok(serde_json::from_str(strip_fence(text))?)
 }
 
 pub fn intent(run: &Run) -> Vec<Message> {
@@ -229,14 +237,14 @@ struct Plan {
 }
 
 /// The planner's answer: tasks in execution order, with unique ids, at most 8.
-pub fn parse_plan(text: &str) -> Result<Vec<super::Task>, String> {
-    let plan: Plan = serde_json::from_str(strip_fence(text)).map_err(|e| e.to_string())?;
+pub fn parse_plan(text: &str) -> Result<Vec<super::Task>, AnswerError> {
+    let plan: Plan = serde_json::from_str(strip_fence(text))?;
     if plan.tasks.is_empty() {
-        return Err("the plan has no tasks".into());
+        return Err(AnswerError::NoTasks);
     }
     let mut seen = std::collections::HashSet::new();
     if !plan.tasks.iter().all(|t| seen.insert(t.id.clone())) {
-        return Err("two tasks share an id".into());
+        return Err(AnswerError::SharedTaskId);
     }
     Ok(plan.tasks.into_iter().take(8).collect())
 }
@@ -261,10 +269,9 @@ pub fn evaluate(run: &Run) -> Vec<Message> {
 
 /// The evaluator's `{"score", "complete", "reason"}`, the score kept within 1 to 5; a change
 /// is complete unless the evaluator says plainly that it is not.
-pub fn parse_evaluation(text: &str) -> Result<(u8, String, bool), String> {
-    let v: serde_json::Value =
-        serde_json::from_str(strip_fence(text)).map_err(|e| e.to_string())?;
-    let score = v["score"].as_u64().ok_or("no score")?.clamp(1, 5) as u8;
+pub fn parse_evaluation(text: &str) -> Result<(u8, String, bool), AnswerError> {
+    let v: serde_json::Value = serde_json::from_str(strip_fence(text))?;
+    let score = v["score"].as_u64().ok_or(AnswerError::NoScore)?.clamp(1, 5) as u8;
     let reason = v["reason"]
         .as_str()
         .unwrap_or("")

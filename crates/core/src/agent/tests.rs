@@ -1,6 +1,7 @@
 //! The state machine with plain values: each scenario feeds events and checks the effects.
 
 use super::*;
+use crate::conversation::ToolCall;
 use crate::edit::{self, FileText, Limits};
 
 fn budget(max_retries: u32, max_iterations: u32) -> Budget {
@@ -11,6 +12,19 @@ fn budget(max_retries: u32, max_iterations: u32) -> Budget {
         summarize_after: 0,
         max_corrections: 2,
     }
+}
+
+/// A run of `goal` with 3 retries and 15 iterations, and no files in its prompt.
+fn new_run(goal: &str, intent: Option<Intent>) -> Run {
+    Run::new(goal, intent, budget(3, 15), String::new())
+}
+
+/// A fix whose tests failed with `fp` before the first edit: the coder is being asked.
+fn fixing(budget: Budget, fp: &str) -> Run {
+    let mut run = Run::new("fix", Some(Intent::Fix), budget, String::new());
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing(fp)));
+    run
 }
 
 fn failing(fp: &str) -> TestSummary {
@@ -35,6 +49,9 @@ fn passing() -> TestSummary {
 
 const FILE: &str = "def add(a, b):\n    return a - b\n";
 
+const REFLECTION: &str =
+    r#"{"task_id":"T1","passed":false,"report":"multiplied","next_step":"add"}"#;
+
 fn edit_answer(new: &str) -> String {
     format!(
         "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return {new}\n>>>>>>> REPLACE\n"
@@ -50,15 +67,48 @@ fn locate(plan: &EditPlan) -> PlanOutcome {
     )
 }
 
-/// Drives the run through one coder answer: parse, locate, approve, apply.
-fn propose(run: &mut Run, answer: &str) -> Vec<Effect> {
-    let effects = step(
+/// The model of `role` answers `text`.
+fn answered(run: &mut Run, role: Role, text: &str) -> Vec<Effect> {
+    step(
         run,
         Event::ModelAnswered {
-            role: Role::Coder,
-            text: answer.into(),
+            role,
+            text: text.into(),
         },
-    );
+    )
+}
+
+/// The model calls tools, with no text beside the calls.
+fn tool_calls(run: &mut Run, calls: Vec<ToolCall>) -> Vec<Effect> {
+    step(
+        run,
+        Event::ToolCalls {
+            text: String::new(),
+            calls,
+        },
+    )
+}
+
+fn call(id: &str, name: &str, arguments: serde_json::Value) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments,
+    }
+}
+
+/// The coder's answer must be edits: they are located, and the effects of that come back.
+fn locate_answer(run: &mut Run, answer: &str) -> Vec<Effect> {
+    let e = answered(run, Role::Coder, answer);
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!("no edits to locate: {e:?}")
+    };
+    step(run, Event::Located(locate(plan)))
+}
+
+/// Drives the run through one coder answer: parse, locate, approve, apply.
+fn propose(run: &mut Run, answer: &str) -> Vec<Effect> {
+    let effects = answered(run, Role::Coder, answer);
     let Some(Effect::Locate(plan)) = effects.last() else {
         return effects;
     };
@@ -73,20 +123,30 @@ fn propose(run: &mut Run, answer: &str) -> Vec<Effect> {
     step(run, Event::Applied)
 }
 
-/// The messages of the coder call the effects end with.
-fn coder_call(e: &[Effect]) -> &[crate::conversation::Message] {
+/// The messages and the tools of the coder call the effects end with.
+fn coder_turn(e: &[Effect]) -> (&[crate::conversation::Message], &[String]) {
     match e.last() {
         Some(Effect::CallModel {
             role: Role::Coder,
             messages,
-            ..
-        }) => messages,
+            tools,
+        }) => (messages, tools),
         _ => panic!("no coder call last: {e:?}"),
     }
 }
 
+/// The messages of the coder call the effects end with.
+fn coder_call(e: &[Effect]) -> &[crate::conversation::Message] {
+    coder_turn(e).0
+}
+
 fn is_call(e: &Effect, role: Role) -> bool {
     matches!(e, Effect::CallModel { role: r, .. } if *r == role)
+}
+
+/// Whether `e` ends the run with `status`, with an answer that contains `text`.
+fn finishes(e: Option<&Effect>, status: Phase, text: &str) -> bool {
+    matches!(e, Some(Effect::Finish { status: s, answer }) if *s == status && answer.contains(text))
 }
 
 #[test]
@@ -119,13 +179,7 @@ fn a_fix_in_one_iteration() {
         Some(Effect::RunTests)
     ));
     let e = step(&mut run, Event::TestsFinished(passing()));
-    assert!(matches!(
-        &e[0],
-        Effect::Finish {
-            status: Phase::Done,
-            ..
-        }
-    ));
+    assert!(finishes(e.first(), Phase::Done, ""));
     assert_eq!(
         (run.iterations, run.files_changed.clone()),
         (1, vec!["calc.py".to_string()])
@@ -134,112 +188,58 @@ fn a_fix_in_one_iteration() {
 
 #[test]
 fn a_failing_run_is_reflected_on_and_retried() {
-    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
-    step(&mut run, Event::Start);
-    step(&mut run, Event::TestsFinished(failing("a")));
+    let mut run = fixing(budget(3, 15), "a");
     propose(&mut run, &edit_answer("a * b"));
     let e = step(&mut run, Event::TestsFinished(failing("b")));
     assert!(is_call(&e[0], Role::Reflector));
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Reflector,
-            text: r#"{"task_id":"T1","passed":false,"report":"multiplied","next_step":"add"}"#
-                .into(),
-        },
-    );
+    let e = answered(&mut run, Role::Reflector, REFLECTION);
     let messages = coder_call(&e);
     assert!(messages.last().unwrap().content.contains("Next step: add"));
     propose(&mut run, &edit_answer("a + b"));
-    assert!(matches!(
-        step(&mut run, Event::TestsFinished(passing()))[0],
-        Effect::Finish {
-            status: Phase::Done,
-            ..
-        }
-    ));
+    let e = step(&mut run, Event::TestsFinished(passing()));
+    assert!(finishes(e.first(), Phase::Done, ""));
     assert_eq!(run.iterations, 2);
 }
 
 #[test]
 fn the_retry_budget_stops_the_run_with_a_message() {
-    let mut run = Run::new("fix", Some(Intent::Fix), budget(2, 15), String::new());
-    step(&mut run, Event::Start);
-    step(&mut run, Event::TestsFinished(failing("a")));
+    let mut run = fixing(budget(2, 15), "a");
     let mut last = Vec::new();
     for (i, new) in ["a * b", "a / b", "a % b"].iter().enumerate() {
         propose(&mut run, &edit_answer(new));
         step(&mut run, Event::TestsFinished(failing(&format!("f{i}"))));
-        last = step(
-            &mut run,
-            Event::ModelAnswered {
-                role: Role::Reflector,
-                text: "not json".into(),
-            },
-        );
+        last = answered(&mut run, Role::Reflector, "not json");
     }
-    let Some(Effect::Finish {
-        status: Phase::Failed,
-        answer,
-    }) = last.last()
-    else {
-        panic!("{last:?}")
-    };
-    assert!(answer.contains("agent.max_retries"), "{answer}");
+    assert!(
+        finishes(last.last(), Phase::Failed, "agent.max_retries"),
+        "{last:?}"
+    );
 }
 
 #[test]
 fn the_same_failure_after_different_edits_stops_early() {
-    let mut run = Run::new("fix", Some(Intent::Fix), budget(9, 15), String::new());
-    step(&mut run, Event::Start);
-    step(&mut run, Event::TestsFinished(failing("same")));
+    let mut run = fixing(budget(9, 15), "same");
     for new in ["a * b", "a / b"] {
         propose(&mut run, &edit_answer(new));
         step(&mut run, Event::TestsFinished(failing("same")));
-        step(
-            &mut run,
-            Event::ModelAnswered {
-                role: Role::Reflector,
-                text: "{}".into(),
-            },
-        );
+        answered(&mut run, Role::Reflector, "{}");
     }
     propose(&mut run, &edit_answer("a % b"));
     let e = step(&mut run, Event::TestsFinished(failing("same")));
-    assert!(
-        matches!(&e[0], Effect::Finish { status: Phase::Failed, answer } if answer.contains("same failure")),
-        "{e:?}"
-    );
+    assert!(finishes(e.first(), Phase::Failed, "same failure"), "{e:?}");
 }
 
 #[test]
 fn a_rejected_plan_stops_the_run_and_applies_nothing() {
-    let mut run = Run::new(
-        "make add add",
-        Some(Intent::Edit),
-        budget(3, 15),
-        String::new(),
-    );
+    let mut run = new_run("make add add", Some(Intent::Edit));
     let e = step(&mut run, Event::Start);
     assert!(
         e.last().is_some_and(|e| is_call(e, Role::Coder)),
         "an edit goal goes straight to the coder"
     );
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Coder,
-            text: edit_answer("a + b"),
-        },
-    );
-    let Some(Effect::Locate(plan)) = e.last() else {
-        panic!()
-    };
-    step(&mut run, Event::Located(locate(plan)));
+    locate_answer(&mut run, &edit_answer("a + b"));
     let e = step(&mut run, Event::Rejected);
-    assert!(
-        matches!(&e[0], Effect::Finish { status: Phase::Failed, answer } if answer.contains("rejected"))
-    );
+    assert!(finishes(e.first(), Phase::Failed, "rejected"));
     assert!(run.files_changed.is_empty());
 }
 
@@ -247,17 +247,7 @@ fn a_rejected_plan_stops_the_run_and_applies_nothing() {
 fn a_refused_change_is_told_to_the_model_and_tried_again_within_the_budget() {
     let mut run = Run::new("edit", Some(Intent::Edit), budget(1, 15), String::new());
     step(&mut run, Event::Start);
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Coder,
-            text: edit_answer("a + b"),
-        },
-    );
-    let Some(Effect::Locate(plan)) = e.last() else {
-        panic!("{e:?}")
-    };
-    step(&mut run, Event::Located(locate(plan)));
+    locate_answer(&mut run, &edit_answer("a + b"));
     let e = step(
         &mut run,
         Event::Refused("it writes protected files (.git/config)".into()),
@@ -276,26 +266,10 @@ fn a_refused_change_is_told_to_the_model_and_tried_again_within_the_budget() {
     );
     assert!(run.pending.is_empty() && run.files_changed.is_empty());
     // A second refusal spends the last retry: the run stops, nothing applied.
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Coder,
-            text: edit_answer("a + b"),
-        },
-    );
-    let Some(Effect::Locate(plan)) = e.last() else {
-        panic!("{e:?}")
-    };
-    step(&mut run, Event::Located(locate(plan)));
+    locate_answer(&mut run, &edit_answer("a + b"));
     let e = step(&mut run, Event::Refused("again".into()));
     assert!(
-        e.iter().any(|e| matches!(
-            e,
-            Effect::Finish {
-                status: Phase::Failed,
-                ..
-            }
-        )),
+        e.iter().any(|e| finishes(Some(e), Phase::Failed, "")),
         "{e:?}"
     );
     assert!(run.files_changed.is_empty());
@@ -303,15 +277,9 @@ fn a_refused_change_is_told_to_the_model_and_tried_again_within_the_budget() {
 
 #[test]
 fn an_answer_that_does_not_parse_is_sent_back_once() {
-    let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
+    let mut run = new_run("edit", Some(Intent::Edit));
     step(&mut run, Event::Start);
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Coder,
-            text: "I would change the sign.".into(),
-        },
-    );
+    let e = answered(&mut run, Role::Coder, "I would change the sign.");
     assert!(matches!(&e[0], Effect::Warn(_)));
     let Effect::CallModel { messages, .. } = &e[1] else {
         panic!()
@@ -323,38 +291,16 @@ fn an_answer_that_does_not_parse_is_sent_back_once() {
             .content
             .contains("could not be read")
     );
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Coder,
-            text: "still prose".into(),
-        },
-    );
-    assert!(matches!(
-        &e[0],
-        Effect::Finish {
-            status: Phase::Failed,
-            ..
-        }
-    ));
+    let e = answered(&mut run, Role::Coder, "still prose");
+    assert!(finishes(e.first(), Phase::Failed, ""));
 }
 
 #[test]
 fn refused_edits_go_back_to_the_coder_with_the_reason() {
-    let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
+    let mut run = new_run("edit", Some(Intent::Edit));
     step(&mut run, Event::Start);
     let answer = "calc.py\n<<<<<<< SEARCH\nnothing like this exists\n=======\nx\n>>>>>>> REPLACE\n";
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Coder,
-            text: answer.into(),
-        },
-    );
-    let Some(Effect::Locate(plan)) = e.last() else {
-        panic!()
-    };
-    let e = step(&mut run, Event::Located(locate(plan)));
+    let e = locate_answer(&mut run, answer);
     let Some(Effect::CallModel { messages, .. }) = e.last() else {
         panic!("{e:?}")
     };
@@ -363,16 +309,10 @@ fn refused_edits_go_back_to_the_coder_with_the_reason() {
 
 #[test]
 fn cancel_ends_the_run_and_late_events_are_ignored() {
-    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    let mut run = new_run("fix", Some(Intent::Fix));
     step(&mut run, Event::Start);
     let e = step(&mut run, Event::Cancel);
-    assert!(matches!(
-        &e[0],
-        Effect::Finish {
-            status: Phase::Cancelled,
-            ..
-        }
-    ));
+    assert!(finishes(e.first(), Phase::Cancelled, ""));
     assert!(step(&mut run, Event::TestsFinished(failing("a"))).is_empty());
 }
 
@@ -399,19 +339,9 @@ fn goals_are_classified_by_their_obvious_words() {
 
 #[test]
 fn a_stale_buffer_redoes_the_step_on_fresh_text() {
-    let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
+    let mut run = new_run("edit", Some(Intent::Edit));
     step(&mut run, Event::Start);
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Coder,
-            text: edit_answer("a + b"),
-        },
-    );
-    let Some(Effect::Locate(plan)) = e.last() else {
-        panic!()
-    };
-    step(&mut run, Event::Located(locate(plan)));
+    locate_answer(&mut run, &edit_answer("a + b"));
     step(&mut run, Event::Approved);
     let e = step(
         &mut run,
@@ -424,21 +354,10 @@ fn a_stale_buffer_redoes_the_step_on_fresh_text() {
 
 #[test]
 fn an_unclear_goal_is_classified_by_the_intent_model() {
-    let mut run = Run::new(
-        "the prefix thing, but for suffixes",
-        None,
-        budget(3, 15),
-        String::new(),
-    );
+    let mut run = new_run("the prefix thing, but for suffixes", None);
     let e = step(&mut run, Event::Start);
     assert!(is_call(&e[0], Role::Intent));
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Intent,
-            text: r#"{"intent": "edit"}"#.into(),
-        },
-    );
+    let e = answered(&mut run, Role::Intent, r#"{"intent": "edit"}"#);
     assert!(is_call(e.last().unwrap(), Role::Coder));
     assert_eq!(run.intent, Some(Intent::Edit));
 }
@@ -446,18 +365,12 @@ fn an_unclear_goal_is_classified_by_the_intent_model() {
 #[test]
 fn a_large_goal_is_planned_and_its_tasks_run_in_order_then_evaluated() {
     let goal = "Add a subtract function. Then add a divide function that refuses zero. Then document both in the README.";
-    let mut run = Run::new(goal, Some(Intent::Edit), budget(3, 15), String::new());
+    let mut run = new_run(goal, Some(Intent::Edit));
     run.evaluation = crate::agent::Evaluation::Basic;
     let e = step(&mut run, Event::Start);
     assert!(is_call(&e[0], Role::Planner));
     let plan = r#"{"plan_id": "plan_0001", "tasks": [{"id": "T1", "title": "fix add", "acceptance": "add adds"}, {"id": "T2", "title": "fix add again", "acceptance": "still adds"}]}"#;
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Planner,
-            text: plan.into(),
-        },
-    );
+    let e = answered(&mut run, Role::Planner, plan);
     let messages = coder_call(&e);
     assert!(messages[1].content.contains("task 1 of 2 now: T1 fix add"));
     propose(&mut run, &edit_answer("a + b"));
@@ -470,25 +383,18 @@ fn a_large_goal_is_planned_and_its_tasks_run_in_order_then_evaluated() {
     propose(&mut run, &edit_answer("b + a"));
     let e = step(&mut run, Event::TestsFinished(passing()));
     assert!(is_call(&e[0], Role::Evaluator));
-    let e = step(
+    let e = answered(
         &mut run,
-        Event::ModelAnswered {
-            role: Role::Evaluator,
-            text: r#"{"score": 4, "reason": "small and tested"}"#.into(),
-        },
+        Role::Evaluator,
+        r#"{"score": 4, "reason": "small and tested"}"#,
     );
-    assert!(
-        matches!(&e[0], Effect::Finish { status: Phase::Done, answer } if answer.contains("evaluation: 4/5")),
-        "{e:?}"
-    );
+    assert!(finishes(e.first(), Phase::Done, "evaluation: 4/5"), "{e:?}");
 }
 
 #[test]
 fn the_evaluator_never_blocks() {
-    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    let mut run = fixing(budget(3, 15), "a");
     run.evaluation = crate::agent::Evaluation::Basic;
-    step(&mut run, Event::Start);
-    step(&mut run, Event::TestsFinished(failing("a")));
     propose(&mut run, &edit_answer("a + b"));
     step(&mut run, Event::TestsFinished(passing()));
     let e = step(
@@ -498,79 +404,39 @@ fn the_evaluator_never_blocks() {
             error: "down".into(),
         },
     );
-    assert!(matches!(
-        &e[0],
-        Effect::Finish {
-            status: Phase::Done,
-            ..
-        }
-    ));
+    assert!(finishes(e.first(), Phase::Done, ""));
 }
 
 #[test]
 fn a_plan_that_does_not_parse_is_asked_for_once_more() {
     let goal = "Do one thing. Then another thing. Then a third thing.";
-    let mut run = Run::new(goal, Some(Intent::Edit), budget(3, 15), String::new());
+    let mut run = new_run(goal, Some(Intent::Edit));
     step(&mut run, Event::Start);
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Planner,
-            text: "first I will...".into(),
-        },
-    );
+    let e = answered(&mut run, Role::Planner, "first I will...");
     assert!(is_call(&e[0], Role::Planner));
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Planner,
-            text: "still prose".into(),
-        },
-    );
-    assert!(matches!(
-        &e[0],
-        Effect::Finish {
-            status: Phase::Failed,
-            ..
-        }
-    ));
+    let e = answered(&mut run, Role::Planner, "still prose");
+    assert!(finishes(e.first(), Phase::Failed, ""));
 }
 
 #[test]
 fn a_test_goal_runs_the_tests_and_reports() {
-    let mut run = Run::new(
-        "run the tests",
-        Some(Intent::Test),
-        budget(3, 15),
-        String::new(),
-    );
+    let mut run = new_run("run the tests", Some(Intent::Test));
     assert!(
         step(&mut run, Event::Start)
             .iter()
             .any(|e| matches!(e, Effect::RunTests))
     );
     let e = step(&mut run, Event::TestsFinished(failing("x")));
-    assert!(
-        matches!(&e[0], Effect::Finish { status: Phase::Done, answer } if answer.contains("1 test(s) fail"))
-    );
+    assert!(finishes(e.first(), Phase::Done, "1 test(s) fail"));
 }
 
 #[test]
 fn a_checkpoint_round_trips_and_resume_calls_the_coder_with_what_was_learned() {
-    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
-    step(&mut run, Event::Start);
-    step(&mut run, Event::TestsFinished(failing("a")));
+    let mut run = fixing(budget(3, 15), "a");
     propose(&mut run, &edit_answer("a * b"));
     step(&mut run, Event::TestsFinished(failing("b")));
-    step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Reflector,
-            text: r#"{"task_id":"T1","passed":false,"report":"multiplied","next_step":"add"}"#
-                .into(),
-        },
-    );
-    // The shell checkpoints here, as the second coder call goes out.
+    answered(&mut run, Role::Reflector, REFLECTION);
+    // The driver checkpoints here, as the second coder call goes out.
     assert_eq!((run.phase, run.iterations), (Phase::Coding, 2));
     let saved = serde_json::to_string(&run).unwrap();
     let mut back: Run = serde_json::from_str(&saved).unwrap();
@@ -579,17 +445,12 @@ fn a_checkpoint_round_trips_and_resume_calls_the_coder_with_what_was_learned() {
     assert!(messages.last().unwrap().content.contains("Next step: add"));
     assert_eq!(back.iterations, 2, "the same iteration, not a new one");
     propose(&mut back, &edit_answer("a + b"));
-    assert!(matches!(
-        step(&mut back, Event::TestsFinished(passing()))[0],
-        Effect::Finish {
-            status: Phase::Done,
-            ..
-        }
-    ));
+    let e = step(&mut back, Event::TestsFinished(passing()));
+    assert!(finishes(e.first(), Phase::Done, ""));
     assert_eq!(back.failure_history, run.failure_history);
 
     // A run saved anywhere else starts over.
-    let mut fresh = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    let mut fresh = new_run("fix", Some(Intent::Fix));
     let e = resume(&mut fresh);
     assert!(e.iter().any(|e| matches!(e, Effect::RunTests)), "{e:?}");
 }
@@ -642,45 +503,23 @@ fn commands_in_free_form_goals_are_routed_without_a_model() {
 
 #[test]
 fn the_coder_reads_with_tools_within_its_turn_then_must_answer() {
-    use crate::conversation::{Speaker, ToolCall};
-    let mut run = Run::new(
-        "fix the failing tests",
-        Some(Intent::Fix),
-        budget(3, 15),
-        String::new(),
-    );
+    use crate::conversation::Speaker;
+    let mut run = new_run("fix the failing tests", Some(Intent::Fix));
     step(&mut run, Event::Start);
     let e = step(&mut run, Event::TestsFinished(failing("a")));
     assert!(matches!(
         e.last(),
         Some(Effect::CallModel { tools, .. }) if tools.iter().any(|t| t == "grep") && tools.iter().any(|t| t == "edit_file")
     ));
-    let grep = ToolCall {
-        id: "c1".into(),
-        name: "grep".into(),
-        arguments: serde_json::json!({"pattern": "def add"}),
-    };
+    let grep = call("c1", "grep", serde_json::json!({"pattern": "def add"}));
     for round in 1..=2 {
-        let e = step(
-            &mut run,
-            Event::ToolCalls {
-                text: String::new(),
-                calls: vec![grep.clone()],
-            },
-        );
+        let e = tool_calls(&mut run, vec![grep.clone()]);
         assert!(matches!(e.last(), Some(Effect::RunTools(c)) if c.len() == 1));
         let e = step(
             &mut run,
             Event::ToolResults(vec![(grep.clone(), "calc.py:4: def add(a, b):".into())]),
         );
-        let Some(Effect::CallModel {
-            role: Role::Coder,
-            messages,
-            tools,
-        }) = e.last()
-        else {
-            panic!("no coder call after the results: {e:?}")
-        };
+        let (messages, tools) = coder_turn(&e);
         // The call and its result follow the prompt, in order; the turn is still iteration 1.
         let tail: Vec<Speaker> = messages.iter().rev().take(2).map(|m| m.speaker).collect();
         assert_eq!(run.iterations, 1);
@@ -701,14 +540,10 @@ fn the_coder_reads_with_tools_within_its_turn_then_must_answer() {
     let mut e = step(&mut run, Event::TestsFinished(failing("b")));
     // A failure is reflected on first; the reflector's advice leads to the next coder turn.
     if e.last().is_some_and(|e| is_call(e, Role::Reflector)) {
-        e = step(
+        e = answered(
             &mut run,
-            Event::ModelAnswered {
-                role: Role::Reflector,
-                text:
-                    r#"{"task_id": "T1", "passed": false, "report": "wrong", "next_step": "sum"}"#
-                        .into(),
-            },
+            Role::Reflector,
+            r#"{"task_id": "T1", "passed": false, "report": "wrong", "next_step": "sum"}"#,
         );
     }
     assert!(
@@ -726,58 +561,22 @@ fn the_coder_reads_with_tools_within_its_turn_then_must_answer() {
     assert!(run.exchange.is_empty() && run.tool_steps == 0);
 }
 
-fn call(id: &str, name: &str, arguments: serde_json::Value) -> crate::conversation::ToolCall {
-    crate::conversation::ToolCall {
-        id: id.into(),
-        name: name.into(),
-        arguments,
-    }
-}
-
 #[test]
 fn editing_tools_are_proposals_that_go_through_locate_and_approval() {
-    let mut run = Run::new(
-        "change add",
-        Some(Intent::Edit),
-        budget(3, 15),
-        String::new(),
-    );
+    let mut run = new_run("change add", Some(Intent::Edit));
     step(&mut run, Event::Start);
-    let e = step(
-        &mut run,
-        Event::ToolCalls {
-            text: String::new(),
-            calls: vec![call(
-                "e1",
-                "edit_file",
-                serde_json::json!({"path": "calc.py", "search": "a - b", "replace": "a + b"}),
-            )],
-        },
-    );
+    let edit = serde_json::json!({"path": "calc.py", "search": "a - b", "replace": "a + b"});
+    let e = tool_calls(&mut run, vec![call("e1", "edit_file", edit)]);
     let Some(Effect::Locate(plan)) = e.last() else {
         panic!("an edit tool call is located like an answer: {e:?}")
     };
     assert_eq!(plan.paths(), ["calc.py"]);
     assert_eq!(run.phase, Phase::Locating);
     // A call with bad arguments is sent back once, like an unreadable answer.
-    let mut run = Run::new(
-        "change add",
-        Some(Intent::Edit),
-        budget(3, 15),
-        String::new(),
-    );
+    let mut run = new_run("change add", Some(Intent::Edit));
     step(&mut run, Event::Start);
-    let e = step(
-        &mut run,
-        Event::ToolCalls {
-            text: String::new(),
-            calls: vec![call(
-                "e1",
-                "write_file",
-                serde_json::json!({"path": "x.py"}),
-            )],
-        },
-    );
+    let write = serde_json::json!({"path": "x.py"});
+    let e = tool_calls(&mut run, vec![call("e1", "write_file", write)]);
     assert!(
         matches!(e.first(), Some(Effect::Warn(w)) if w.contains("content")),
         "{e:?}"
@@ -792,12 +591,7 @@ fn editing_tools_are_proposals_that_go_through_locate_and_approval() {
 
 #[test]
 fn a_reading_agent_answers_in_markdown_with_reading_tools_only() {
-    let mut run = Run::new(
-        "review calc.py",
-        Some(Intent::Edit),
-        budget(3, 15),
-        String::new(),
-    );
+    let mut run = new_run("review calc.py", Some(Intent::Edit));
     run.agent = AgentProfile::built_in("review").unwrap();
     let e = step(&mut run, Event::Start);
     let Some(Effect::CallModel {
@@ -819,16 +613,8 @@ fn a_reading_agent_answers_in_markdown_with_reading_tools_only() {
         !tools.iter().any(|t| t == "edit_file" || t == "run_command"),
         "{tools:?}"
     );
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Coder,
-            text: "- calc.py:2: subtracts".into(),
-        },
-    );
-    assert!(
-        matches!(e.last(), Some(Effect::Finish { status: Phase::Done, answer }) if answer.contains("subtracts"))
-    );
+    let e = answered(&mut run, Role::Coder, "- calc.py:2: subtracts");
+    assert!(finishes(e.last(), Phase::Done, "subtracts"));
 }
 
 #[test]
@@ -840,13 +626,7 @@ fn long_tool_turns_are_summarised() {
     step(&mut run, Event::Start);
     let grep = call("g", "grep", serde_json::json!({"pattern": "x"}));
     for round in 1..=2 {
-        step(
-            &mut run,
-            Event::ToolCalls {
-                text: String::new(),
-                calls: vec![grep.clone()],
-            },
-        );
+        tool_calls(&mut run, vec![grep.clone()]);
         let e = step(
             &mut run,
             Event::ToolResults(vec![(grep.clone(), format!("r{round}"))]),
@@ -863,22 +643,9 @@ fn long_tool_turns_are_summarised() {
             assert!(messages[1].content.contains("r1") && messages[1].content.contains("r2"));
         }
     }
-    let e = step(
-        &mut run,
-        Event::ModelAnswered {
-            role: Role::Summarizer,
-            text: "calc.py:4 has add".into(),
-        },
-    );
+    let e = answered(&mut run, Role::Summarizer, "calc.py:4 has add");
     assert_eq!(run.exchange.len(), 1);
-    let Some(Effect::CallModel {
-        role: Role::Coder,
-        messages,
-        tools,
-    }) = e.last()
-    else {
-        panic!("{e:?}")
-    };
+    let (messages, tools) = coder_turn(&e);
     assert!(
         messages
             .last()
@@ -897,24 +664,13 @@ fn evaluation_basic_ends_partial_and_full_corrects() {
         (crate::agent::Evaluation::Basic, false),
         (crate::agent::Evaluation::Full, true),
     ] {
-        let mut run = Run::new(
-            "add add and mul",
-            Some(Intent::Edit),
-            budget(3, 15),
-            String::new(),
-        );
+        let mut run = new_run("add add and mul", Some(Intent::Edit));
         run.evaluation = mode;
         step(&mut run, Event::Start);
         propose(&mut run, &edit_answer("a + b"));
         let e = step(&mut run, Event::TestsFinished(passing()));
         assert!(e.iter().any(|e| is_call(e, Role::Evaluator)), "{e:?}");
-        let e = step(
-            &mut run,
-            Event::ModelAnswered {
-                role: Role::Evaluator,
-                text: incomplete.into(),
-            },
-        );
+        let e = answered(&mut run, Role::Evaluator, incomplete);
         if corrects {
             assert!(
                 matches!(
@@ -933,8 +689,9 @@ fn evaluation_basic_ends_partial_and_full_corrects() {
             assert_eq!(run.corrections, 1);
         } else {
             assert!(run.partial);
+            assert!(finishes(e.last(), Phase::Failed, "mul is missing"), "{e:?}");
             assert!(
-                matches!(e.last(), Some(Effect::Finish { status: Phase::Failed, answer }) if answer.starts_with("partial:") && answer.contains("mul is missing")),
+                matches!(e.last(), Some(Effect::Finish { answer, .. }) if answer.starts_with("partial:")),
                 "{e:?}"
             );
         }

@@ -167,23 +167,67 @@ pub struct Reversal {
     pub deletes: Vec<String>,
 }
 
+/// Which way a step is moved: taken back, or applied again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Undo,
+    Redo,
+}
+
+impl std::fmt::Display for Direction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Direction::Undo => "undo",
+            Direction::Redo => "redo",
+        })
+    }
+}
+
+/// Why a step cannot be undone or redone on the files as they are now; each says which file
+/// is in the way, and that the user's typing is kept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    #[error(
+        "cannot undo step {step}: {path} was created by it and has changed since; undo never deletes your typing"
+    )]
+    CreatedFileChanged { step: u64, path: String },
+    #[error("cannot redo step {step}: {path} exists again")]
+    CreatedFileExists { step: u64, path: String },
+    #[error("cannot {direction} step {step}: {path} no longer exists")]
+    FileGone {
+        direction: Direction,
+        step: u64,
+        path: String,
+    },
+    /// `lines` names the step's lines in the file ("2", "4-6, 9").
+    #[error(
+        "cannot {direction} step {step}: {path} was changed at the lines the step touched (line {lines}); undo never overwrites your typing"
+    )]
+    LinesChanged {
+        direction: Direction,
+        step: u64,
+        path: String,
+        lines: String,
+    },
+}
+
 /// What reverts `step` on the current texts (`current(path)`). A file the step created is
 /// deleted, but only while it holds exactly what the step wrote.
 pub fn revert(
     step: &Step,
     current: impl Fn(&str) -> Option<String>,
     limits: &Limits,
-) -> Result<Reversal, String> {
+) -> Result<Reversal, StepError> {
     let mut out = Reversal::default();
     for c in &step.changes {
         let Some(before) = &c.original else {
             match current(&c.path) {
                 Some(now) if now == c.new_text => out.deletes.push(c.path.clone()),
                 Some(_) => {
-                    return Err(format!(
-                        "cannot undo step {}: {} was created by it and has changed since; undo never deletes your typing",
-                        step.id, c.path
-                    ));
+                    return Err(StepError::CreatedFileChanged {
+                        step: step.id,
+                        path: c.path.clone(),
+                    });
                 }
                 // Already gone: nothing to delete.
                 None => {}
@@ -197,8 +241,13 @@ pub fn revert(
             edits: c.inverse.clone(),
             inverse: c.edits.clone(),
         };
-        out.changes
-            .push(place(step.id, "undo", &inverse, current(&c.path), limits)?);
+        out.changes.push(place(
+            step.id,
+            Direction::Undo,
+            &inverse,
+            current(&c.path),
+            limits,
+        )?);
     }
     Ok(out)
 }
@@ -208,17 +257,17 @@ pub fn reapply(
     step: &Step,
     current: impl Fn(&str) -> Option<String>,
     limits: &Limits,
-) -> Result<Vec<FileChange>, String> {
+) -> Result<Vec<FileChange>, StepError> {
     step.changes
         .iter()
         .map(|c| match (c.creates(), current(&c.path)) {
             // A created file comes back only where nothing is in its way.
             (true, None) => Ok(c.clone()),
-            (true, Some(_)) => Err(format!(
-                "cannot redo step {}: {} exists again",
-                step.id, c.path
-            )),
-            (false, now) => place(step.id, "redo", c, now, limits),
+            (true, Some(_)) => Err(StepError::CreatedFileExists {
+                step: step.id,
+                path: c.path.clone(),
+            }),
+            (false, now) => place(step.id, Direction::Redo, c, now, limits),
         })
         .collect()
 }
@@ -226,16 +275,17 @@ pub fn reapply(
 /// Moves `change` onto the file's current text, or explains which lines block it.
 fn place(
     id: u64,
-    what: &str,
+    direction: Direction,
     change: &FileChange,
     now: Option<String>,
     limits: &Limits,
-) -> Result<FileChange, String> {
+) -> Result<FileChange, StepError> {
     let Some(now) = now else {
-        return Err(format!(
-            "cannot {what} step {id}: {} no longer exists",
-            change.path
-        ));
+        return Err(StepError::FileGone {
+            direction,
+            step: id,
+            path: change.path.clone(),
+        });
     };
     relocate(change, &now, limits).ok_or_else(|| {
         let from = change.original.as_deref().unwrap_or("");
@@ -245,14 +295,19 @@ fn place(
             .map(|e| {
                 let first = from[..e.range.start].matches('\n').count() + 1;
                 let last = first + from[e.range.clone()].matches('\n').count();
-                if first == last { format!("{first}") } else { format!("{first}-{last}") }
+                if first == last {
+                    format!("{first}")
+                } else {
+                    format!("{first}-{last}")
+                }
             })
             .collect();
-        format!(
-            "cannot {what} step {id}: {} was changed at the lines the step touched (line {}); undo never overwrites your typing",
-            change.path,
-            lines.join(", ")
-        )
+        StepError::LinesChanged {
+            direction,
+            step: id,
+            path: change.path.clone(),
+            lines: lines.join(", "),
+        }
     })
 }
 
@@ -305,8 +360,50 @@ mod tests {
             |_| Some("a = 1\nb = 21\nc = 3\n".into()),
             &Limits::default(),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("f.py") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn refusals_read_as_they_always_have() {
+        let path = || "f.py".to_string();
+        let cases = [
+            (
+                StepError::CreatedFileChanged {
+                    step: 3,
+                    path: path(),
+                },
+                "cannot undo step 3: f.py was created by it and has changed since; undo never deletes your typing",
+            ),
+            (
+                StepError::CreatedFileExists {
+                    step: 3,
+                    path: path(),
+                },
+                "cannot redo step 3: f.py exists again",
+            ),
+            (
+                StepError::FileGone {
+                    direction: Direction::Redo,
+                    step: 3,
+                    path: path(),
+                },
+                "cannot redo step 3: f.py no longer exists",
+            ),
+            (
+                StepError::LinesChanged {
+                    direction: Direction::Undo,
+                    step: 3,
+                    path: path(),
+                    lines: "2, 4-6".into(),
+                },
+                "cannot undo step 3: f.py was changed at the lines the step touched (line 2, 4-6); undo never overwrites your typing",
+            ),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.to_string(), message);
+        }
     }
 
     #[test]
@@ -341,7 +438,9 @@ mod tests {
         let undo = revert(&s, |_| Some("x = 1\n".into()), &limits).unwrap();
         assert_eq!(undo.deletes, vec!["new.py".to_string()]);
         assert!(undo.changes.is_empty());
-        let err = revert(&s, |_| Some("x = 2\n".into()), &limits).unwrap_err();
+        let err = revert(&s, |_| Some("x = 2\n".into()), &limits)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("new.py") && err.contains("changed"), "{err}");
         let redo = reapply(&s, |_| None, &limits).unwrap();
         assert!(redo[0].creates());

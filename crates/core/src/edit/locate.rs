@@ -339,105 +339,21 @@ impl<'a> Locator<'a> {
         chosen_by_line: bool,
     ) -> Result<Found, LocateError> {
         let file = &self.file;
-        let n = wanted.len();
         let ops = capture_diff_slices(similar::Algorithm::Myers, wanted, replacement);
         let reindent = Reindent::new(file, s, wanted, replacement, rule);
-        let differing: Vec<Differing> = (0..n)
-            .filter(|&i| file.lines[s + i] != wanted[i])
-            .map(|i| Differing {
-                line: s + i + 1,
-                file: file.lines[s + i].to_string(),
-                model: wanted[i].to_string(),
-            })
-            .collect();
         // The lines an edit only adds may already be where it would put them (the same edit
         // sent twice): then it changes nothing.
-        if already_inserted(file, s, n, &ops, replacement, &reindent) {
+        if already_inserted(file, s, wanted.len(), &ops, replacement, &reindent) {
             return Ok(Found::AlreadyApplied);
         }
-        enum Out {
-            File(usize),
-            New(String),
-        }
-        let mut out: Vec<Out> = Vec::new();
-        let removed = |from: usize, len: usize| -> Result<(), LocateError> {
-            for (i, model) in wanted.iter().enumerate().skip(from).take(len) {
-                if !rule.same(file.lines[s + i], model) {
-                    return Err(LocateError::ChangedLineDiffers {
-                        rule,
-                        line: s + i + 1,
-                        file: file.lines[s + i].to_string(),
-                        model: model.to_string(),
-                        closest: (s..s + n)
-                            .map(|k| NumberedLine {
-                                line: k + 1,
-                                text: file.lines[k].to_string(),
-                            })
-                            .collect(),
-                    });
-                }
-            }
-            Ok(())
+        let window = Window {
+            file,
+            s,
+            wanted,
+            rule,
         };
-        for op in &ops {
-            match *op {
-                DiffOp::Equal { old_index, len, .. } => {
-                    out.extend((old_index..old_index + len).map(|i| Out::File(s + i)));
-                }
-                DiffOp::Delete {
-                    old_index, old_len, ..
-                } => removed(old_index, old_len)?,
-                DiffOp::Insert {
-                    old_index,
-                    new_index,
-                    new_len,
-                } => {
-                    let anchor = old_index.saturating_sub(1).min(n - 1);
-                    out.extend(
-                        (new_index..new_index + new_len)
-                            .map(|k| Out::New(reindent.line(replacement[k], anchor))),
-                    );
-                }
-                DiffOp::Replace {
-                    old_index,
-                    old_len,
-                    new_index,
-                    new_len,
-                } => {
-                    removed(old_index, old_len)?;
-                    out.extend((new_index..new_index + new_len).map(|k| {
-                        // A replaced line takes its indentation from the line it replaces.
-                        let anchor = (old_index + (k - new_index)).min(old_index + old_len - 1);
-                        Out::New(reindent.line(replacement[k], anchor))
-                    }));
-                }
-            }
-        }
-        // The window is whole lines, its last line ending included; the text that replaces it
-        // ends the same way.
-        let mut range = file.starts[s]..file.starts[s + n];
-        let last_end = file.terminator(s + n - 1);
-        let mut text = String::new();
-        let count = out.len();
-        for (k, item) in out.into_iter().enumerate() {
-            let (content, own_end): (Cow<str>, &str) = match item {
-                Out::File(i) => (Cow::Borrowed(file.lines[i]), file.terminator(i)),
-                Out::New(t) => (Cow::Owned(t), file.eol),
-            };
-            text.push_str(&content);
-            if k + 1 == count {
-                text.push_str(last_end);
-            } else if own_end.is_empty() {
-                text.push_str(file.eol);
-            } else {
-                text.push_str(own_end);
-            }
-        }
-        // Removing the last lines of a file without a final line ending takes the ending
-        // before them, so no blank line is left behind.
-        if count == 0 && last_end.is_empty() && s > 0 {
-            range.start -= file.terminator(s - 1).len();
-        }
+        let out = window.spliced(&ops, replacement, &reindent)?;
+        let (range, text) = window.text(out);
         Ok(Found::At(Located {
             range,
             replacement: text,
@@ -447,7 +363,7 @@ impl<'a> Locator<'a> {
             differing: if rule == Rule::Exact {
                 Vec::new()
             } else {
-                differing
+                window.differing()
             },
         }))
     }
@@ -542,6 +458,137 @@ impl<'a> Locator<'a> {
             line: line_of(file, start) + 1,
             differing,
         }))
+    }
+}
+
+/// The file's lines `s..s + wanted.len()` where an edit was located under `rule`, and the
+/// model's copy of them: what `Locator::splice` writes its change onto.
+struct Window<'f, 'a> {
+    file: &'f Lines<'a>,
+    s: usize,
+    wanted: &'f [&'f str],
+    rule: Rule,
+}
+
+/// A line of a window after the change: a file line kept byte for byte, or one the model
+/// wrote (reindented).
+enum Spliced {
+    File(usize),
+    New(String),
+}
+
+impl Window<'_, '_> {
+    /// The located lines that differ from the model's copy of them.
+    fn differing(&self) -> Vec<Differing> {
+        let (file, s) = (self.file, self.s);
+        (0..self.wanted.len())
+            .filter(|&i| file.lines[s + i] != self.wanted[i])
+            .map(|i| Differing {
+                line: s + i + 1,
+                file: file.lines[s + i].to_string(),
+                model: self.wanted[i].to_string(),
+            })
+            .collect()
+    }
+
+    /// Refuses removing the model's lines `from..from + len` unless each matches the file's
+    /// by the rule's standard.
+    fn check_removed(&self, from: usize, len: usize) -> Result<(), LocateError> {
+        let (file, s, rule) = (self.file, self.s, self.rule);
+        for (i, model) in self.wanted.iter().enumerate().skip(from).take(len) {
+            if !rule.same(file.lines[s + i], model) {
+                return Err(LocateError::ChangedLineDiffers {
+                    rule,
+                    line: s + i + 1,
+                    file: file.lines[s + i].to_string(),
+                    model: model.to_string(),
+                    closest: (s..s + self.wanted.len())
+                        .map(|k| NumberedLine {
+                            line: k + 1,
+                            text: file.lines[k].to_string(),
+                        })
+                        .collect(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The window's lines after the line diff `ops` (of the model's copy → `replacement`).
+    fn spliced(
+        &self,
+        ops: &[DiffOp],
+        replacement: &[&str],
+        reindent: &Reindent<'_>,
+    ) -> Result<Vec<Spliced>, LocateError> {
+        let (s, n) = (self.s, self.wanted.len());
+        let mut out: Vec<Spliced> = Vec::new();
+        for op in ops {
+            match *op {
+                DiffOp::Equal { old_index, len, .. } => {
+                    out.extend((old_index..old_index + len).map(|i| Spliced::File(s + i)));
+                }
+                DiffOp::Delete {
+                    old_index, old_len, ..
+                } => self.check_removed(old_index, old_len)?,
+                DiffOp::Insert {
+                    old_index,
+                    new_index,
+                    new_len,
+                } => {
+                    let anchor = old_index.saturating_sub(1).min(n - 1);
+                    out.extend(
+                        (new_index..new_index + new_len)
+                            .map(|k| Spliced::New(reindent.line(replacement[k], anchor))),
+                    );
+                }
+                DiffOp::Replace {
+                    old_index,
+                    old_len,
+                    new_index,
+                    new_len,
+                } => {
+                    self.check_removed(old_index, old_len)?;
+                    out.extend((new_index..new_index + new_len).map(|k| {
+                        // A replaced line takes its indentation from the line it replaces.
+                        let anchor = (old_index + (k - new_index)).min(old_index + old_len - 1);
+                        Spliced::New(reindent.line(replacement[k], anchor))
+                    }));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The byte range the window covers and the text that replaces it, made of `out`.
+    fn text(&self, out: Vec<Spliced>) -> (Range<usize>, String) {
+        let (file, s, n) = (self.file, self.s, self.wanted.len());
+        // The window is whole lines, its last line ending included; the text that replaces it
+        // ends the same way.
+        let mut range = file.starts[s]..file.starts[s + n];
+        let last_end = file.terminator(s + n - 1);
+        let mut text = String::new();
+        let count = out.len();
+        for (k, item) in out.into_iter().enumerate() {
+            let (content, own_end): (Cow<str>, &str) = match item {
+                Spliced::File(i) => (Cow::Borrowed(file.lines[i]), file.terminator(i)),
+                Spliced::New(t) => (Cow::Owned(t), file.eol),
+            };
+            text.push_str(&content);
+            if k + 1 == count {
+                text.push_str(last_end);
+            } else if own_end.is_empty() {
+                text.push_str(file.eol);
+            } else {
+                text.push_str(own_end);
+            }
+        }
+        // Removing the last lines of a file without a final line ending takes the ending
+        // before them, so no blank line is left behind.
+        if count == 0 && last_end.is_empty() && s > 0 {
+            range.start -= file.terminator(s - 1).len();
+        }
+        (range, text)
     }
 }
 

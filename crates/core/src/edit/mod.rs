@@ -215,39 +215,9 @@ pub fn apply_plan(
     limits: &Limits,
     mut read: impl FnMut(&str) -> FileText,
 ) -> PlanOutcome {
-    let opts = LocateOptions {
-        line_window: limits.line_window,
-    };
     let mut reports: Vec<Option<EditReport>> = vec![None; plan.edits.len()];
-    let refuse = |reason: String| EditStatus::Refused {
-        reason,
-        closest: Vec::new(),
-    };
-
-    // Group edits by file, keeping plan order inside each file.
-    let mut by_file: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    let mut order: Vec<String> = Vec::new();
-    for (i, edit) in plan.edits.iter().enumerate() {
-        match normalize_path(root, &edit.path) {
-            Ok(path) => {
-                if !by_file.contains_key(&path) {
-                    order.push(path.clone());
-                }
-                by_file.entry(path).or_default().push(i);
-            }
-            Err(err) => {
-                reports[i] = Some(EditReport {
-                    index: i + 1,
-                    path: edit.path.clone(),
-                    status: refuse(err.to_string()),
-                })
-            }
-        }
-    }
-
     let mut changes = Vec::new();
-    for path in order {
-        let indices = &by_file[&path];
+    for (path, indices) in group_by_file(plan, root, &mut reports) {
         let mut report = |i: usize, status: EditStatus| {
             reports[i] = Some(EditReport {
                 index: i + 1,
@@ -255,168 +225,234 @@ pub fn apply_plan(
                 status,
             })
         };
-        let original = match read(&path) {
-            FileText::Text(t) => Some(t),
-            FileText::Missing => None,
-            FileText::Refused(reason) => {
-                for &i in indices {
-                    report(i, refuse(reason.clone()));
-                }
-                continue;
-            }
-        };
-        if indices.len() > limits.max_edits_per_file {
-            for &i in indices {
-                report(
-                    i,
-                    refuse(format!(
-                        "{} edits to one file is over the limit of {}; split the change into smaller steps",
-                        indices.len(),
-                        limits.max_edits_per_file
-                    )),
-                );
-            }
-            continue;
+        let text = read(&path);
+        if let Some(change) = change_file(plan, &path, &indices, text, limits, &mut report) {
+            changes.push(change);
         }
-        if let Some(text) = &original
-            && text.len() > limits.max_file_bytes
-        {
-            for &i in indices {
-                report(
-                    i,
-                    refuse(format!(
-                        "the file is {} bytes, over the {}-byte limit for model edits",
-                        text.len(),
-                        limits.max_file_bytes
-                    )),
-                );
-            }
-            continue;
-        }
-
-        // Locate every edit against the original text.
-        let base_text = original.clone().unwrap_or_default();
-        let locator = locate::Locator::new(&base_text);
-        let mut located: Vec<(usize, TextEdit)> = Vec::new();
-        for &i in indices {
-            let edit = &plan.edits[i];
-            let status = match (&edit.kind, &original) {
-                (EditKind::WholeFile { content }, Some(text)) if text == content => {
-                    EditStatus::AlreadyApplied
-                }
-                (EditKind::WholeFile { content }, original) => {
-                    let len = original.as_ref().map_or(0, String::len);
-                    located.push((
-                        i,
-                        TextEdit {
-                            range: 0..len,
-                            text: content.clone(),
-                        },
-                    ));
-                    EditStatus::Applied {
-                        rule: Rule::WholeFile,
-                        line: 1,
-                        chosen_by_line: false,
-                        differing: Vec::new(),
-                    }
-                }
-                // An empty SEARCH on a file that does not exist creates it, as the coder's
-                // prompt says.
-                (_, None) if edit.search_replace().is_some_and(|(s, _, _)| s.trim().is_empty()) => {
-                    let content = edit.search_replace().map_or("", |(_, r, _)| r).to_string();
-                    located.push((
-                        i,
-                        TextEdit {
-                            range: 0..0,
-                            text: content,
-                        },
-                    ));
-                    EditStatus::Applied {
-                        rule: Rule::WholeFile,
-                        line: 1,
-                        chosen_by_line: false,
-                        differing: Vec::new(),
-                    }
-                }
-                (_, None) => refuse(
-                    "the file does not exist; create it with an empty SEARCH, or a whole-file edit (path and content)"
-                        .into(),
-                ),
-                (_, Some(_)) => {
-                    let (search, replace, line) = edit.search_replace().unwrap_or(("", "", None));
-                    match locator.locate(search, replace, line, &opts) {
-                        Ok(Found::At(l)) => {
-                            located.push((
-                                i,
-                                TextEdit {
-                                    range: l.range,
-                                    text: l.replacement,
-                                },
-                            ));
-                            EditStatus::Applied {
-                                rule: l.rule,
-                                line: l.line,
-                                chosen_by_line: l.chosen_by_line,
-                                differing: l.differing,
-                            }
-                        }
-                        Ok(Found::AlreadyApplied) => EditStatus::AlreadyApplied,
-                        Err(err) => {
-                            let closest = match &err {
-                                LocateError::NotFound { closest } => closest.clone(),
-                                _ => Vec::new(),
-                            };
-                            EditStatus::Refused {
-                                reason: err.to_string(),
-                                closest,
-                            }
-                        }
-                    }
-                }
-            };
-            report(i, status);
-        }
-
-        // Refuse the later of any two edits that overlap, until none do.
-        loop {
-            let edits: Vec<TextEdit> = located.iter().map(|(_, e)| e.clone()).collect();
-            match apply::check_overlaps(&edits) {
-                Ok(_) => break,
-                Err(overlap) => {
-                    let (first, second) = (located[overlap.first].0, located[overlap.second].0);
-                    report(
-                        second,
-                        refuse(format!(
-                            "it overlaps edit {} to the same text; merge them into one edit",
-                            first + 1
-                        )),
-                    );
-                    located.remove(overlap.second);
-                }
-            }
-        }
-        if located.is_empty() {
-            continue;
-        }
-        let edits: Vec<TextEdit> = located.into_iter().map(|(_, e)| e).collect();
-        let base = original.clone().unwrap_or_default();
-        // Overlaps were removed above, so this cannot fail; an error would mean a bug, and
-        // dropping the file's change is the safe answer.
-        let Ok((new_text, inverse)) = apply::apply_to_string(&base, &edits) else {
-            continue;
-        };
-        changes.push(FileChange {
-            path,
-            original,
-            new_text,
-            edits,
-            inverse,
-        });
     }
-
     PlanOutcome {
         reports: reports.into_iter().flatten().collect(),
         changes,
+    }
+}
+
+/// The plan's edits grouped by their normalised path, files in the order the plan first
+/// names them and edits in plan order inside each; a path that may not be edited is
+/// reported refused here.
+fn group_by_file(
+    plan: &EditPlan,
+    root: &Path,
+    reports: &mut [Option<EditReport>],
+) -> Vec<(String, Vec<usize>)> {
+    let mut files: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut position: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, edit) in plan.edits.iter().enumerate() {
+        match normalize_path(root, &edit.path) {
+            Ok(path) => match position.get(&path) {
+                Some(&at) => files[at].1.push(i),
+                None => {
+                    position.insert(path.clone(), files.len());
+                    files.push((path, vec![i]));
+                }
+            },
+            Err(err) => {
+                reports[i] = Some(EditReport {
+                    index: i + 1,
+                    path: edit.path.clone(),
+                    status: refused(err.to_string()),
+                })
+            }
+        }
+    }
+    files
+}
+
+/// One file's edits (`indices` into the plan) on its text: each is reported through
+/// `report`, and the change made of those that apply is returned, if any do.
+fn change_file(
+    plan: &EditPlan,
+    path: &str,
+    indices: &[usize],
+    text: FileText,
+    limits: &Limits,
+    report: &mut impl FnMut(usize, EditStatus),
+) -> Option<FileChange> {
+    let original = match text {
+        FileText::Text(t) => Some(t),
+        FileText::Missing => None,
+        FileText::Refused(reason) => {
+            indices
+                .iter()
+                .for_each(|&i| report(i, refused(reason.clone())));
+            return None;
+        }
+    };
+    if let Some(reason) = over_limits(indices.len(), original.as_deref(), limits) {
+        indices
+            .iter()
+            .for_each(|&i| report(i, refused(reason.clone())));
+        return None;
+    }
+    let located = locate_all(plan, indices, original.as_deref(), limits, report);
+    let located = without_overlaps(located, report);
+    if located.is_empty() {
+        return None;
+    }
+    let edits: Vec<TextEdit> = located.into_iter().map(|(_, e)| e).collect();
+    let base = original.clone().unwrap_or_default();
+    // Overlaps were removed above, so this cannot fail; an error would mean a bug, and
+    // dropping the file's change is the safe answer.
+    let (new_text, inverse) = apply::apply_to_string(&base, &edits).ok()?;
+    Some(FileChange {
+        path: path.to_string(),
+        original,
+        new_text,
+        edits,
+        inverse,
+    })
+}
+
+/// Why a file's edits are all refused before any is located: too many for one file, or a
+/// file too large for model edits.
+fn over_limits(edits: usize, original: Option<&str>, limits: &Limits) -> Option<String> {
+    if edits > limits.max_edits_per_file {
+        return Some(format!(
+            "{} edits to one file is over the limit of {}; split the change into smaller steps",
+            edits, limits.max_edits_per_file
+        ));
+    }
+    match original {
+        Some(text) if text.len() > limits.max_file_bytes => Some(format!(
+            "the file is {} bytes, over the {}-byte limit for model edits",
+            text.len(),
+            limits.max_file_bytes
+        )),
+        _ => None,
+    }
+}
+
+/// Locates every edit against the original text (`None`: the file does not exist), reporting
+/// each; the located ones come back with their plan index.
+fn locate_all(
+    plan: &EditPlan,
+    indices: &[usize],
+    original: Option<&str>,
+    limits: &Limits,
+    report: &mut impl FnMut(usize, EditStatus),
+) -> Vec<(usize, TextEdit)> {
+    let opts = LocateOptions {
+        line_window: limits.line_window,
+    };
+    let locator = locate::Locator::new(original.unwrap_or_default());
+    let mut located = Vec::new();
+    for &i in indices {
+        let (status, edit) = locate_edit(&plan.edits[i], original, &locator, &opts);
+        if let Some(edit) = edit {
+            located.push((i, edit));
+        }
+        report(i, status);
+    }
+    located
+}
+
+/// One edit on the original text: what happened to it, and the text edit when it applies.
+fn locate_edit(
+    edit: &Edit,
+    original: Option<&str>,
+    locator: &locate::Locator,
+    opts: &LocateOptions,
+) -> (EditStatus, Option<TextEdit>) {
+    let whole_file = |range: std::ops::Range<usize>, text: String| {
+        let status = EditStatus::Applied {
+            rule: Rule::WholeFile,
+            line: 1,
+            chosen_by_line: false,
+            differing: Vec::new(),
+        };
+        (status, Some(TextEdit { range, text }))
+    };
+    match (&edit.kind, original) {
+        (EditKind::WholeFile { content }, Some(text)) if text == content.as_str() => {
+            (EditStatus::AlreadyApplied, None)
+        }
+        (EditKind::WholeFile { content }, original) => {
+            whole_file(0..original.map_or(0, str::len), content.clone())
+        }
+        // An empty SEARCH on a file that does not exist creates it, as the coder's prompt
+        // says.
+        (_, None) if edit.search_replace().is_some_and(|(s, _, _)| s.trim().is_empty()) => {
+            let content = edit.search_replace().map_or("", |(_, r, _)| r).to_string();
+            whole_file(0..0, content)
+        }
+        (_, None) => (
+            refused(
+                "the file does not exist; create it with an empty SEARCH, or a whole-file edit (path and content)"
+                    .into(),
+            ),
+            None,
+        ),
+        (_, Some(_)) => {
+            let (search, replace, line) = edit.search_replace().unwrap_or(("", "", None));
+            located_status(locator.locate(search, replace, line, opts))
+        }
+    }
+}
+
+/// What the locating cascade's answer means for one edit: its status, and the text edit
+/// when it applies.
+fn located_status(found: Result<Found, LocateError>) -> (EditStatus, Option<TextEdit>) {
+    match found {
+        Ok(Found::At(l)) => (
+            EditStatus::Applied {
+                rule: l.rule,
+                line: l.line,
+                chosen_by_line: l.chosen_by_line,
+                differing: l.differing,
+            },
+            Some(TextEdit {
+                range: l.range,
+                text: l.replacement,
+            }),
+        ),
+        Ok(Found::AlreadyApplied) => (EditStatus::AlreadyApplied, None),
+        Err(err) => {
+            let closest = match &err {
+                LocateError::NotFound { closest } => closest.clone(),
+                _ => Vec::new(),
+            };
+            let reason = err.to_string();
+            (EditStatus::Refused { reason, closest }, None)
+        }
+    }
+}
+
+/// Refuses the later of any two edits that overlap, until none do.
+fn without_overlaps(
+    mut located: Vec<(usize, TextEdit)>,
+    report: &mut impl FnMut(usize, EditStatus),
+) -> Vec<(usize, TextEdit)> {
+    loop {
+        let edits: Vec<TextEdit> = located.iter().map(|(_, e)| e.clone()).collect();
+        let Err(overlap) = apply::check_overlaps(&edits) else {
+            return located;
+        };
+        let (first, second) = (located[overlap.first].0, located[overlap.second].0);
+        report(
+            second,
+            refused(format!(
+                "it overlaps edit {} to the same text; merge them into one edit",
+                first + 1
+            )),
+        );
+        located.remove(overlap.second);
+    }
+}
+
+/// An edit refused for `reason`, with no closest lines to show.
+fn refused(reason: String) -> EditStatus {
+    EditStatus::Refused {
+        reason,
+        closest: Vec::new(),
     }
 }
 
@@ -469,6 +505,14 @@ pub fn relocate(change: &FileChange, current: &str, limits: &Limits) -> Option<F
     })
 }
 
+/// A file that changed while a change to it was prepared, where the change cannot be moved
+/// onto its new text: the step is to be redone on fresh text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path} changed while the change was prepared")]
+pub struct Stale {
+    pub path: String,
+}
+
 /// Moves a change onto the files as they are now, the one policy for text that moved on while
 /// a change was prepared (the user typed, the disk changed): a file that still holds the text
 /// the change was computed for keeps it as is; one that changed elsewhere gets it re-located
@@ -478,7 +522,7 @@ pub fn rebase(
     changes: &[FileChange],
     mut current: impl FnMut(&str) -> Option<String>,
     limits: &Limits,
-) -> Result<Vec<FileChange>, String> {
+) -> Result<Vec<FileChange>, Stale> {
     let mut out = Vec::with_capacity(changes.len());
     for c in changes {
         let now = current(&c.path);
@@ -488,7 +532,11 @@ pub fn rebase(
         }
         match now.as_deref().and_then(|t| relocate(c, t, limits)) {
             Some(moved) => out.push(moved),
-            None => return Err(format!("{} changed while the change was prepared", c.path)),
+            None => {
+                return Err(Stale {
+                    path: c.path.clone(),
+                });
+            }
         }
     }
     Ok(out)
@@ -498,14 +546,19 @@ pub fn rebase(
 mod tests {
     use super::*;
 
+    /// `b = 2` becomes `b = 20` in f.py, which holds `original`.
+    fn b_to_20(original: &str) -> PlanOutcome {
+        let plan =
+            parse_plan(r#"{"path": "f.py", "search": "b = 2", "replace": "b = 20"}"#).unwrap();
+        apply_plan(&plan, Path::new("/ws"), &Limits::default(), |_| {
+            FileText::Text(original.into())
+        })
+    }
+
     #[test]
     fn a_change_moves_onto_text_edited_elsewhere_but_not_onto_its_own_lines() {
         let original = "a = 1\nb = 2\nc = 3\n";
-        let plan =
-            parse_plan(r#"{"path": "f.py", "search": "b = 2", "replace": "b = 20"}"#).unwrap();
-        let outcome = apply_plan(&plan, Path::new("/ws"), &Limits::default(), |_| {
-            FileText::Text(original.into())
-        });
+        let outcome = b_to_20(original);
         let change = &outcome.changes[0];
         let typed_above = "# new comment\na = 1\nb = 2\nc = 3\n";
         let moved = relocate(change, typed_above, &Limits::default()).unwrap();
@@ -516,11 +569,7 @@ mod tests {
     #[test]
     fn rebase_keeps_relocates_or_names_the_file_that_moved_on() {
         let original = "a = 1\nb = 2\nc = 3\n";
-        let plan =
-            parse_plan(r#"{"path": "f.py", "search": "b = 2", "replace": "b = 20"}"#).unwrap();
-        let outcome = apply_plan(&plan, Path::new("/ws"), &Limits::default(), |_| {
-            FileText::Text(original.into())
-        });
+        let outcome = b_to_20(original);
         let limits = Limits::default();
         let same = rebase(&outcome.changes, |_| Some(original.into()), &limits).unwrap();
         assert_eq!(same, outcome.changes);
@@ -531,7 +580,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(moved[0].new_text, "# top\na = 1\nb = 20\nc = 3\n");
-        let err = rebase(&outcome.changes, |_| Some("a = 1\nb = 5\n".into()), &limits).unwrap_err();
+        let err = rebase(&outcome.changes, |_| Some("a = 1\nb = 5\n".into()), &limits)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("f.py changed"), "{err}");
         assert!(rebase(&outcome.changes, |_| None, &limits).is_err());
     }

@@ -195,26 +195,21 @@ fn parse_blocks(answer: &str) -> Result<EditPlan, ParseError> {
             i += 1;
             continue;
         }
-        let block_line = i + 1;
+        let bad = |message: String| ParseError::BadBlock {
+            line: i + 1,
+            message,
+        };
         let path = path_before(&lines, i)
             .or_else(|| last_path.clone())
-            .ok_or_else(|| ParseError::BadBlock {
-                line: block_line,
-                message: "no file path before the block; put the path on its own line above it"
-                    .into(),
+            .ok_or_else(|| {
+                bad("no file path before the block; put the path on its own line above it".into())
             })?;
         let divider = (i + 1..lines.len())
             .find(|&j| lines[j].trim_end() == DIVIDER)
-            .ok_or_else(|| ParseError::BadBlock {
-                line: block_line,
-                message: format!("no {DIVIDER} line"),
-            })?;
+            .ok_or_else(|| bad(format!("no {DIVIDER} line")))?;
         let end = (divider + 1..lines.len())
             .find(|&j| lines[j].trim_end() == REPLACE_MARK)
-            .ok_or_else(|| ParseError::BadBlock {
-                line: block_line,
-                message: format!("no {REPLACE_MARK} line"),
-            })?;
+            .ok_or_else(|| bad(format!("no {REPLACE_MARK} line")))?;
         let search = join_lines(&lines[i + 1..divider]);
         let replace = join_lines(&lines[divider + 1..end]);
         plan.edits.push(Edit {

@@ -219,24 +219,19 @@ mod tests {
             ),
         );
         let pos = |r: &[Ranked], p: &str| r.iter().position(|x| x.path == p).unwrap();
-        let named = rank(
-            &files,
-            &Focus {
+        let naming = |ident: &str| {
+            let focus = Focus {
                 files: vec![],
-                idents: vec!["lonely_helper".into()],
-            },
-        );
+                idents: vec![ident.into()],
+            };
+            rank(&files, &focus)
+        };
+        let named = naming("lonely_helper");
         assert!(
             pos(&named, "app/unused.py") < pos(&named, "app/discount.py"),
             "{named:?}"
         );
-        let other = rank(
-            &files,
-            &Focus {
-                files: vec![],
-                idents: vec!["apply_discount".into()],
-            },
-        );
+        let other = naming("apply_discount");
         assert!(
             pos(&other, "app/discount.py") < pos(&other, "app/unused.py"),
             "{other:?}"

@@ -61,23 +61,17 @@ pub fn parse_tap(output: &str, ctx: &Context<'_>) -> Parsed {
             {
                 continue;
             }
-            let mut frames = first_workspace_frame(block, ctx);
             let declared = block.iter().find_map(|l| {
                 let v = l.trim().strip_prefix("location: ")?.trim_matches('\'');
                 let (file, n, col) = split_location(v)?;
                 Some(ctx.location(file, n, col))
             });
-            let location = if frames.is_empty() {
-                declared
-            } else {
-                Some(frames.remove(0))
-            };
-            parsed.failures.push(Failure {
-                test_id: name,
-                location,
-                message: yaml_text(block, "error:").unwrap_or_else(|| "failed".into()),
-                frames,
-            });
+            parsed.failures.push(Failure::at_first_frame(
+                name,
+                yaml_text(block, "error:").unwrap_or_else(|| "failed".into()),
+                first_workspace_frame(block, ctx),
+                declared,
+            ));
             continue;
         }
         if let Some(n) = line.strip_prefix("# pass ") {
@@ -133,18 +127,12 @@ pub fn parse_jest(output: &str, ctx: &Context<'_>) -> Parsed {
                 .take_while(|l| !l.starts_with("at ") && !code_frame_line(l))
                 .filter(|l| !l.is_empty())
                 .collect();
-            let mut frames = first_workspace_frame(block, ctx);
-            let location = if frames.is_empty() {
-                None
-            } else {
-                Some(frames.remove(0))
-            };
-            parsed.failures.push(Failure {
-                test_id: name.replace(" › ", " > "),
-                location,
-                message: message.join("\n"),
-                frames,
-            });
+            parsed.failures.push(Failure::at_first_frame(
+                name.replace(" › ", " > "),
+                message.join("\n"),
+                first_workspace_frame(block, ctx),
+                None,
+            ));
             continue;
         }
         if line.starts_with("Tests:") {
@@ -189,18 +177,12 @@ pub fn parse_vitest(output: &str, ctx: &Context<'_>) -> Parsed {
                 .find(|l| !l.is_empty())
                 .unwrap_or("failed")
                 .to_string();
-            let mut frames = first_workspace_frame(block, ctx);
-            let location = if frames.is_empty() {
-                None
-            } else {
-                Some(frames.remove(0))
-            };
-            parsed.failures.push(Failure {
-                test_id: name,
-                location,
+            parsed.failures.push(Failure::at_first_frame(
+                name,
                 message,
-                frames,
-            });
+                first_workspace_frame(block, ctx),
+                None,
+            ));
             continue;
         }
         i += 1;

@@ -31,6 +31,29 @@ pub struct Failure {
     pub frames: Vec<Location>,
 }
 
+impl Failure {
+    /// A failure located at its first frame (taken out of `frames`), or at `declared` when it
+    /// has no frame: the runners whose stack's first workspace frame is where it failed.
+    fn at_first_frame(
+        test_id: String,
+        message: String,
+        mut frames: Vec<Location>,
+        declared: Option<Location>,
+    ) -> Failure {
+        let location = if frames.is_empty() {
+            declared
+        } else {
+            Some(frames.remove(0))
+        };
+        Failure {
+            test_id,
+            location,
+            message,
+            frames,
+        }
+    }
+}
+
 /// Which tool printed the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

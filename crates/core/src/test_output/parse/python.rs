@@ -199,17 +199,9 @@ pub fn parse_unittest(output: &str, ctx: &Context<'_>) -> Parsed {
                 .find(|l| !l.is_empty() && !l.starts_with("-----"))
                 .unwrap_or("failed")
                 .to_string();
-            let location = if frames.is_empty() {
-                None
-            } else {
-                Some(frames.remove(0))
-            };
-            parsed.failures.push(Failure {
-                test_id: id,
-                location,
-                message,
-                frames,
-            });
+            parsed
+                .failures
+                .push(Failure::at_first_frame(id, message, frames, None));
             i = end;
             continue;
         }
