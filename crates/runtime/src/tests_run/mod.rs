@@ -3,6 +3,7 @@
 
 pub mod command;
 pub mod process;
+mod summary;
 
 use agent_ls_core::test_output::{parse, report};
 
@@ -17,6 +18,7 @@ use crate::trust::sandbox::{self, Sandbox};
 pub use command::TestCommand;
 pub use parse::{Failure, Format, Location, Parsed};
 pub use process::RunEnd;
+pub use summary::{diagnostics_of, summary};
 
 /// What a finished run found.
 #[derive(Debug, Clone, Serialize)]

@@ -2,7 +2,11 @@
 //! headless `agent-ls run` and the server (and any other surface): only the `Shell` (how
 //! approval, applying, tests and progress reach the user) differs, so the loops cannot drift
 //! apart. Each effect is performed by one method that returns the event it produced; the
-//! journal and the store watch the run from one `Observer`.
+//! journal and the store watch the run from one `Observer` (`observer.rs`); a run is set up
+//! by `setup.rs`.
+
+mod observer;
+mod setup;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -11,14 +15,15 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::journal::Journal;
 use crate::model::{Message, ModelError, Models, OnToken, Request, Role, Totals};
-use crate::store::{Iteration, Store, StoreThread};
-use crate::tests_run::{self, RunEnd, RunError, RunResult};
+use crate::store::{Store, StoreThread};
+use crate::tests_run::{self, RunEnd, RunError, RunResult, diagnostics_of, summary};
 use crate::trust::Review;
-use agent_ls_core::agent::{self, Budget, Effect, Event, FailureKind, Run, RunStatus, TestSummary};
+use agent_ls_core::agent::{self, Effect, Event, FailureKind, Run, RunStatus};
 use agent_ls_core::edit::{self, FileChange, FileText};
+use observer::Observer;
 use serde_json::json;
+pub use setup::{ChosenAgent, choose_agent, new_run, new_run_id, resume_point};
 
 /// How the loop reaches the user and the files.
 #[allow(async_fn_in_trait)]
@@ -141,119 +146,6 @@ pub struct RunEvent {
 
 pub type OnEvent<'a> = &'a (dyn Fn(RunEvent) + Send + Sync);
 
-pub fn new_run_id() -> String {
-    format!("run_{:08x}", fastrand::u32(..))
-}
-
-/// A new run of `goal` under the configuration's budgets, by the configuration's default
-/// agent: the one way every surface builds one.
-pub fn new_run(config: &Config, goal: &str) -> Run {
-    let mut run = Run::new(
-        goal,
-        agent::classify(goal),
-        Budget {
-            max_retries: config.agent.max_retries,
-            max_iterations: config.agent.max_iterations,
-            max_tool_steps: config.agent.max_tool_steps,
-            summarize_after: config.context.summarize_after,
-            max_corrections: config.agent.max_corrections,
-        },
-        String::new(),
-    );
-    run.evaluation = config.agent.evaluate;
-    if let Ok(chosen) = choose_agent(config, &config.agent.default_agent) {
-        chosen.apply(&mut run);
-    }
-    run
-}
-
-/// A named agent as a run uses it: its profile, and what it overrides of the configuration.
-#[derive(Debug, Clone)]
-pub struct ChosenAgent {
-    pub profile: agent::AgentProfile,
-    pub approval: Option<crate::config::Approval>,
-    pub max_tool_steps: Option<u32>,
-}
-
-impl ChosenAgent {
-    pub fn apply(&self, run: &mut Run) {
-        run.agent = self.profile.clone();
-        if let Some(n) = self.max_tool_steps {
-            run.budget.max_tool_steps = n;
-        }
-    }
-}
-
-/// Finds an agent by name: a built-in one, or a custom one of `[agents]` with its prompt file
-/// read now. An unknown name, or a prompt file that cannot be read, is an error for the user.
-pub fn choose_agent(config: &Config, name: &str) -> Result<ChosenAgent, String> {
-    if let Some(custom) = config.agents.get(name) {
-        let prompt = match &custom.prompt {
-            Some(path) => std::fs::read_to_string(path).map_err(|e| {
-                format!(
-                    "agent `{name}`: its prompt {} cannot be read: {e}",
-                    path.display()
-                )
-            })?,
-            None => return Err(format!("agent `{name}` has no `prompt` file")),
-        };
-        return Ok(ChosenAgent {
-            profile: agent::AgentProfile::custom(name, &custom.tools, prompt)?,
-            approval: custom.approval,
-            max_tool_steps: custom.max_tool_steps,
-        });
-    }
-    match agent::AgentProfile::built_in(name) {
-        Some(profile) => Ok(ChosenAgent {
-            profile,
-            approval: None,
-            max_tool_steps: None,
-        }),
-        None => {
-            let mut names: Vec<String> = agent::agents::BUILT_IN
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            names.extend(config.agents.keys().cloned());
-            Err(format!(
-                "there is no agent `{name}`; the agents are {}",
-                names.join(", ")
-            ))
-        }
-    }
-}
-
-/// Where an interrupted run goes on from: its goal and last checkpoint (`None` when it was
-/// interrupted before its first coder call, and starts over). `active` is the run this
-/// process is running now, which is not interrupted. The one check every surface makes.
-pub fn resume_point(
-    store: &Store,
-    run_id: &str,
-    active: Option<&str>,
-) -> Result<(String, Option<Run>), String> {
-    let (goal, checkpoint, status) = store
-        .resume_point(run_id)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no run {run_id} in this workspace"))?;
-    if status != RunStatus::Running {
-        return Err(format!("run {run_id} already ended ({})", status.as_str()));
-    }
-    let interrupted = store.interrupted_runs(active).map_err(|e| e.to_string())?;
-    if !interrupted.iter().any(|r| r.run_id == run_id) {
-        return Err(format!(
-            "run {run_id} is still going in another agent-ls process"
-        ));
-    }
-    let run = match checkpoint {
-        Some(json) => Some(
-            serde_json::from_str::<Run>(&json)
-                .map_err(|e| format!("the checkpoint of {run_id} cannot be read: {e}"))?,
-        ),
-        None => None,
-    };
-    Ok((goal, run))
-}
-
 /// What a performed effect produced.
 enum Next {
     Event(Event),
@@ -291,7 +183,7 @@ impl Drive<'_> {
             shell.warn(&p);
         }
         let counter = self.counter();
-        observer.journal.write(
+        observer.write(
             "agent",
             "context",
             json!({"agent": run.agent.name, "prompt_files": used, "tokenizer": counter.name(),
@@ -856,7 +748,7 @@ impl Drive<'_> {
         for path in map
             .ranked_files(&focus)
             .into_iter()
-            .chain(workspace_files(self.root, 200))
+            .chain(crate::files::workspace_files(self.root, 200))
         {
             if !wanted.contains(&path) {
                 wanted.push(path);
@@ -909,286 +801,6 @@ impl Drive<'_> {
     }
 }
 
-/// How long a coder call waits for its checkpoint to be written (a healthy store takes
-/// milliseconds; a store locked by another process would take its whole busy timeout).
-const CHECKPOINT_WAIT: Duration = Duration::from_secs(2);
-
-/// Watches a run for the record: its journal (`.agent-ls/runs/`) and its figures, approvals,
-/// evaluations and checkpoints in the store, written on the store's own thread. A record that
-/// cannot be written costs the record, never the run.
-struct Observer<'a> {
-    journal: Journal,
-    store: Option<StoreThread>,
-    run_id: String,
-    current: Iteration,
-    events: Option<OnEvent<'a>>,
-}
-
-impl<'a> Observer<'a> {
-    fn open(
-        record: Option<&StoreThread>,
-        events: Option<OnEvent<'a>>,
-        root: &Path,
-        run_id: &str,
-        run: &Run,
-        resumed: bool,
-    ) -> Observer<'a> {
-        let journal = match (record.is_some(), resumed) {
-            (true, true) => Journal::append(root, run_id),
-            (true, false) => Journal::create(root, run_id),
-            (false, _) => Journal::disabled(run_id),
-        };
-        let mut o = Observer {
-            journal,
-            store: record.cloned(),
-            run_id: run_id.into(),
-            current: Iteration {
-                n: run.iterations,
-                ..Iteration::default()
-            },
-            events,
-        };
-        o.write(
-            "agent",
-            if resumed { "resumed" } else { "intent" },
-            json!({"goal": run.goal, "intent": run.intent, "iterations": run.iterations}),
-        );
-        let intent = run
-            .intent
-            .and_then(|i| serde_json::to_value(i).ok())
-            .and_then(|v| v.as_str().map(String::from));
-        let goal = run.goal.clone();
-        o.store("the run's start", move |s, id| {
-            s.run_started(id, &goal, intent.as_deref())
-        });
-        o
-    }
-
-    /// A line of the journal, which the live view also gets.
-    fn write(&mut self, role: &str, kind: &str, data: serde_json::Value) {
-        self.emit(role, kind, data.clone());
-        self.journal.write(role, kind, data);
-    }
-
-    fn emit(&self, role: &str, kind: &str, data: serde_json::Value) {
-        if let Some(events) = self.events {
-            events(RunEvent {
-                run_id: self.run_id.clone(),
-                iteration: self.current.n,
-                role: role.to_string(),
-                kind: kind.to_string(),
-                data,
-            });
-        }
-    }
-
-    fn store(
-        &self,
-        what: &'static str,
-        f: impl FnOnce(&Store, &str) -> Result<(), crate::store::StoreError> + Send + 'static,
-    ) {
-        if let Some(store) = &self.store {
-            let id = self.run_id.clone();
-            store.send(what, move |s| f(s, &id));
-        }
-    }
-
-    /// Before a coder call: the state to resume from, and a new iteration's row. The
-    /// checkpoint is written before the call goes out, so a process killed while the model
-    /// answers resumes from this iteration and not from the one before. A store that another
-    /// process holds locked gets `CHECKPOINT_WAIT`, and then the run goes on without waiting
-    /// for the write: a record never stalls a run.
-    async fn checkpoint(&mut self, run: &Run) {
-        if run.iterations != self.current.n {
-            self.flush();
-            self.current = Iteration {
-                n: run.iterations,
-                ..Iteration::default()
-            };
-            let task = run
-                .tasks
-                .get(run.task)
-                .map(|t| format!("{} {}", t.id, t.title));
-            self.emit(
-                "agent",
-                "iteration",
-                json!({"n": run.iterations, "task": task}),
-            );
-        }
-        match serde_json::to_string(run) {
-            Ok(state) => {
-                let n = run.iterations;
-                if let Some(store) = &self.store {
-                    let id = self.run_id.clone();
-                    let written = store.call(move |s| s.checkpoint(&id, n, &state));
-                    match tokio::time::timeout(CHECKPOINT_WAIT, written).await {
-                        Ok(Some(Err(e))) => {
-                            tracing::warn!("the store could not record a checkpoint: {e}")
-                        }
-                        Err(_) => tracing::warn!(
-                            "the store is slow to record a checkpoint; the run goes on without waiting"
-                        ),
-                        Ok(_) => {}
-                    }
-                }
-            }
-            Err(e) => tracing::warn!("no checkpoint: {e}"),
-        }
-    }
-
-    /// A model's answer: the journal gets the call and what the loop makes of a planner's,
-    /// reflector's or evaluator's answer (plan, reflection, score as data); the store gets
-    /// the figures.
-    fn model_answered(&mut self, role: Role, r: &crate::model::Response, totals: &Totals) {
-        self.journal.model_call(role, r);
-        self.emit(
-            role.as_str(),
-            "model_call",
-            json!({"provider": r.provider, "model": r.model, "usage": r.usage, "duration_ms": r.duration_ms,
-                   "tokens_total": totals.usage.input_tokens + totals.usage.output_tokens, "cost_usd_total": totals.cost_usd}),
-        );
-        match role {
-            Role::Planner => {
-                if let Ok(tasks) = agent::prompts::parse_plan(&r.text) {
-                    self.write("planner", "plan", json!({"tasks": tasks}));
-                }
-            }
-            Role::Reflector => {
-                let data = match agent::prompts::parse_reflection(&r.text) {
-                    Ok(x) => {
-                        json!({"task_id": x.task_id, "passed": x.passed, "report": x.report, "next_step": x.next_step})
-                    }
-                    Err(_) => json!({"text": r.text}),
-                };
-                self.write("reflector", "reflection", data);
-                self.current.reflection = Some(r.text.chars().take(4000).collect());
-            }
-            Role::Evaluator => {
-                if let Ok((score, reason, complete)) = agent::prompts::parse_evaluation(&r.text) {
-                    self.write(
-                        "evaluator",
-                        "evaluation",
-                        json!({"score": score, "reason": reason, "complete": complete}),
-                    );
-                    self.store("an evaluation", move |s, id| {
-                        s.evaluation(id, score, &reason)
-                    });
-                }
-            }
-            _ => {}
-        }
-        self.current.tokens += r.usage.input_tokens + r.usage.output_tokens;
-        self.current.model_ms += r.duration_ms;
-        if role == Role::Coder || self.current.model.is_none() {
-            self.current.model = Some(format!("{}/{}", r.provider, r.model));
-        }
-        self.flush();
-    }
-
-    /// What a model call was sent: its size in bytes and tokens (as `tokenizer` counts), the
-    /// figures of the context budget.
-    fn prompt(&mut self, role: Role, request: &Request, tokens: usize, tokenizer: &str) {
-        let bytes: usize = request
-            .messages
-            .iter()
-            .map(|m| {
-                m.content.len()
-                    + m.tool_calls
-                        .iter()
-                        .map(|c| c.name.len() + c.arguments.to_string().len())
-                        .sum::<usize>()
-            })
-            .sum();
-        self.journal.write(
-            role.as_str(),
-            "prompt",
-            json!({"messages": request.messages.len(), "bytes": bytes, "tokens": tokens,
-                   "tokenizer": tokenizer, "tools": request.tools.iter().map(|t| &t.name).collect::<Vec<_>>()}),
-        );
-    }
-
-    fn patch(&mut self, changes: &[FileChange], diff: &str, review: &Review) {
-        self.write(
-            "agent",
-            "patch",
-            json!({"files": changes.iter().map(|c| &c.path).collect::<Vec<_>>(), "diff": diff, "review": review}),
-        );
-    }
-
-    /// A tool call and its result; the journal keeps the result's head, the figures its size.
-    fn tool(
-        &mut self,
-        call: &crate::model::ToolCall,
-        out: &crate::tools::Output,
-        took: std::time::Duration,
-    ) {
-        self.write(
-            "coder",
-            "tool_call",
-            json!({"id": call.id, "name": call.name, "arguments": call.arguments}),
-        );
-        self.write(
-            "tools",
-            "tool_result",
-            json!({"id": call.id, "name": call.name, "is_error": out.is_error, "bytes": out.text.len(),
-                   "duration_ms": took.as_millis() as u64, "text": crate::tools::cap(&out.text, 2000)}),
-        );
-    }
-
-    fn approval(&mut self, iteration: u32, accepted: bool, changes: &[FileChange]) {
-        self.write("user", "approval", json!({"accepted": accepted}));
-        let files: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
-        self.store("an approval", move |s, id| {
-            s.approval(id, iteration, accepted, &files)
-        });
-    }
-
-    fn test_time(&mut self, took: std::time::Duration) {
-        self.current.test_ms += took.as_millis() as u64;
-    }
-
-    fn tests(&mut self, r: &RunResult, t: &TestSummary) {
-        self.write(
-            "tests",
-            "test_result",
-            json!({"state": r.state(), "passed": r.passed, "failed": r.failed, "failures": r.failures.len(),
-                   "duration_ms": r.duration_ms, "command": r.command.argv.join(" "), "environment": r.environment}),
-        );
-        self.current.tests_passed = Some(t.passed_count);
-        self.current.tests_failed = Some(t.failed_count);
-        self.current.fingerprint = (!t.passed).then(|| t.fingerprint.clone());
-        self.flush();
-    }
-
-    fn phase(&mut self, run: &Run) {
-        let phase = format!("{:?}", run.phase).to_lowercase();
-        // A step that starts the next iteration belongs to it, recorded at its checkpoint.
-        if run.iterations == self.current.n && phase != self.current.phase {
-            self.current.phase = phase;
-            self.flush();
-        }
-    }
-
-    fn flush(&mut self) {
-        let it = self.current.clone();
-        self.store("an iteration", move |s, id| s.iteration(id, &it));
-    }
-
-    fn finished(&mut self, status: RunStatus, run: &Run, answer: &str) {
-        self.write(
-            "agent",
-            "finished",
-            json!({"status": status, "answer": answer, "iterations": run.iterations, "files_changed": run.files_changed}),
-        );
-        self.flush();
-        let tests = run.tests.as_ref().map(|t| (t.passed_count, t.failed_count));
-        let (iterations, answer) = (run.iterations, answer.to_string());
-        self.store("the run's end", move |s, id| {
-            s.run_finished(id, status, iterations, tests, &answer)
-        });
-    }
-}
-
 /// The latest applied agent step of the workspace as a diff, for the review agent.
 fn latest_step_diff(root: &Path) -> Option<String> {
     let (store, _) = Store::open(root).ok()?;
@@ -1199,95 +811,4 @@ fn latest_step_diff(root: &Path) -> Option<String> {
         "The latest agent change (step {}, goal: {}):\n```diff\n{}```\n\n",
         step.id, step.goal, diff
     ))
-}
-
-/// The failures of a test run as `get_diagnostics` reports them: each failure at its place.
-pub fn diagnostics_of(r: Option<&RunResult>) -> Vec<crate::tools::Diagnostic> {
-    let Some(r) = r else {
-        return Vec::new();
-    };
-    r.failures
-        .iter()
-        .filter_map(|f| {
-            let l = f.location.as_ref()?;
-            Some(crate::tools::Diagnostic {
-                path: l.file.clone(),
-                line: l.line,
-                source: f.test_id.clone(),
-                message: f.message.clone(),
-            })
-        })
-        .collect()
-}
-
-/// A test run as the loop sees it; the fingerprint is the sorted set of failing tests and
-/// places, so the same failures compare equal across runs.
-pub fn summary(r: &tests_run::RunResult) -> TestSummary {
-    let mut keys: Vec<String> = r
-        .failures
-        .iter()
-        .map(|f| {
-            format!(
-                "{}@{}",
-                f.test_id,
-                f.location
-                    .as_ref()
-                    .map(|l| format!("{}:{}", l.file, l.line))
-                    .unwrap_or_default()
-            )
-        })
-        .collect();
-    keys.sort();
-    let failed = r.failed.unwrap_or(r.failures.len() as u32);
-    TestSummary {
-        passed: r.passed_all(),
-        passed_count: r.passed.unwrap_or(0),
-        failed_count: if r.passed_all() { 0 } else { failed.max(1) },
-        report: r.report.clone(),
-        fingerprint: if keys.is_empty() {
-            r.report.clone()
-        } else {
-            keys.join("\n")
-        },
-    }
-}
-
-/// Text files of the project as git would see them (skipping build output, dependencies and
-/// hidden folders), smallest paths first, at most `limit`.
-pub fn workspace_files(root: &Path, limit: usize) -> Vec<String> {
-    const SKIP: &[&str] = &[
-        "target",
-        "node_modules",
-        "__pycache__",
-        "dist",
-        "build",
-        "venv",
-    ];
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        let mut entries: Vec<_> = entries.flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') || SKIP.contains(&name.as_str()) {
-                continue;
-            }
-            let path = e.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if e.metadata().is_ok_and(|m| m.len() < 100_000)
-                && let Ok(rel) = path.strip_prefix(root)
-            {
-                out.push(rel.to_string_lossy().into_owned());
-                if out.len() >= limit {
-                    return out;
-                }
-            }
-        }
-    }
-    out
 }
