@@ -307,7 +307,7 @@ pub fn run(opts: Options) -> u8 {
         }
         agent::Route::Status => {
             for r in agent_ls_runtime::journal::list(&root).iter().take(10) {
-                println!("{}  {:<11}  {}", r.run_id, r.status, r.goal);
+                println!("{}  {:<11}  {}", r.run_id, r.status.as_str(), r.goal);
             }
             return exit::DONE;
         }

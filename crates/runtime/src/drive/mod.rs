@@ -21,8 +21,8 @@ use crate::tests_run::{self, RunEnd, RunError, RunResult, diagnostics_of, summar
 use crate::trust::Review;
 use agent_ls_core::agent::{self, Effect, Event, FailureKind, Run, RunStatus};
 use agent_ls_core::edit::{self, FileChange, FileText};
+use agent_ls_core::events::{LiveEvent, RunEvent};
 use observer::Observer;
-use serde_json::json;
 pub use setup::{ChosenAgent, choose_agent, new_run, new_run_id, resume_point};
 
 /// How the loop reaches the user and the files.
@@ -130,21 +130,9 @@ pub struct Drive<'a> {
     pub events: Option<OnEvent<'a>>,
 }
 
-/// One thing that happened in a run, as a live view shows it: a line of the run's journal
-/// (the same role, type and data; see docs/replay.md) with the iteration it belongs to, or
-/// a piece of the model's answer as it streams (`type` "token").
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RunEvent {
-    pub run_id: String,
-    pub iteration: u32,
-    pub role: String,
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub data: serde_json::Value,
-}
-
-pub type OnEvent<'a> = &'a (dyn Fn(RunEvent) + Send + Sync);
+/// Receives a run's events as a live view shows them (`agent_ls_core::events`): the journal's
+/// lines with the iteration they belong to, and the model's answer as it streams.
+pub type OnEvent<'a> = &'a (dyn Fn(LiveEvent) + Send + Sync);
 
 /// What a performed effect produced.
 enum Next {
@@ -183,12 +171,13 @@ impl Drive<'_> {
             shell.warn(&p);
         }
         let counter = self.counter();
-        observer.write(
-            "agent",
-            "context",
-            json!({"agent": run.agent.name, "prompt_files": used, "tokenizer": counter.name(),
-                   "context_tokens": self.config.model.context_tokens, "map_tokens": self.config.context.map_tokens}),
-        );
+        observer.record(RunEvent::Context {
+            agent: run.agent.name.clone(),
+            prompt_files: used,
+            tokenizer: counter.name().into(),
+            context_tokens: self.config.model.context_tokens,
+            map_tokens: self.config.context.map_tokens,
+        });
         // The run's MCP servers, started now and ended with the run.
         let (mcp, warnings) = crate::mcp_client::McpTools::connect(
             &self.config.mcp.servers,
@@ -360,11 +349,13 @@ impl Drive<'_> {
             .saturating_sub(self.config.model.max_tokens as usize);
         let fitted = agent::window::fit(messages, window, |t| counter.count(t));
         if fitted.dropped > 0 {
-            observer.write(
-                role.as_str(),
-                "context_cut",
-                json!({"dropped_messages": fitted.dropped, "tokens": fitted.tokens, "window": window, "tokenizer": counter.name()}),
-            );
+            observer.record(RunEvent::ContextCut {
+                role,
+                dropped_messages: fitted.dropped,
+                tokens: fitted.tokens,
+                window,
+                tokenizer: counter.name().into(),
+            });
         }
         let offered = !tools.is_empty() || !mcp_specs.is_empty();
         // A turn's first call may be made to read first (agent.first_tool).
@@ -392,12 +383,13 @@ impl Drive<'_> {
                 f(text);
             }
             if let Some(events) = self.events {
-                events(RunEvent {
+                events(LiveEvent {
                     run_id: run_id.clone(),
                     iteration,
-                    role: role.as_str().to_string(),
-                    kind: "token".into(),
-                    data: json!({"text": text}),
+                    event: RunEvent::Token {
+                        role,
+                        text: text.into(),
+                    },
                 });
             }
         };

@@ -5,9 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::json;
-
-use super::{OnEvent, RunEvent};
+use super::OnEvent;
 use crate::journal::Journal;
 use crate::model::{Request, Role, Totals};
 use crate::store::{Iteration, Store, StoreThread};
@@ -15,6 +13,7 @@ use crate::tests_run::RunResult;
 use crate::trust::Review;
 use agent_ls_core::agent::{self, Run, RunStatus, TestSummary};
 use agent_ls_core::edit::FileChange;
+use agent_ls_core::events::{self, LiveEvent, RunEvent};
 
 /// How long a coder call waits for its checkpoint to be written (a healthy store takes
 /// milliseconds; a store locked by another process would take its whole busy timeout).
@@ -55,11 +54,12 @@ impl<'a> Observer<'a> {
             },
             events,
         };
-        o.write(
-            "agent",
-            if resumed { "resumed" } else { "intent" },
-            json!({"goal": run.goal, "intent": run.intent, "iterations": run.iterations}),
-        );
+        o.record(RunEvent::Started {
+            goal: run.goal.clone(),
+            intent: run.intent,
+            iterations: run.iterations,
+            resumed,
+        });
         let intent = run
             .intent
             .and_then(|i| serde_json::to_value(i).ok())
@@ -71,20 +71,20 @@ impl<'a> Observer<'a> {
         o
     }
 
-    /// A line of the journal, which the live view also gets.
-    pub(super) fn write(&mut self, role: &str, kind: &str, data: serde_json::Value) {
-        self.emit(role, kind, data.clone());
-        self.journal.write(role, kind, data);
-    }
-
-    fn emit(&self, role: &str, kind: &str, data: serde_json::Value) {
-        if let Some(events) = self.events {
-            events(RunEvent {
+    /// The one way an event leaves the run: the journal gets it as a line when it is one
+    /// (`RunEvent::journaled`), and the live view gets it when it is shown live
+    /// (`RunEvent::live`), with the iteration it belongs to.
+    pub(super) fn record(&mut self, event: RunEvent) {
+        if event.journaled() {
+            self.journal.record(&event);
+        }
+        if let Some(events) = self.events
+            && event.live()
+        {
+            events(LiveEvent {
                 run_id: self.run_id.clone(),
                 iteration: self.current.n,
-                role: role.to_string(),
-                kind: kind.to_string(),
-                data,
+                event,
             });
         }
     }
@@ -116,11 +116,10 @@ impl<'a> Observer<'a> {
                 .tasks
                 .get(run.task)
                 .map(|t| format!("{} {}", t.id, t.title));
-            self.emit(
-                "agent",
-                "iteration",
-                json!({"n": run.iterations, "task": task}),
-            );
+            self.record(RunEvent::Iteration {
+                n: run.iterations,
+                task,
+            });
         }
         match serde_json::to_string(run) {
             Ok(state) => {
@@ -152,36 +151,46 @@ impl<'a> Observer<'a> {
         r: &crate::model::Response,
         totals: &Totals,
     ) {
-        self.journal.model_call(role, r);
-        self.emit(
-            role.as_str(),
-            "model_call",
-            json!({"provider": r.provider, "model": r.model, "usage": r.usage, "duration_ms": r.duration_ms,
-                   "tokens_total": totals.usage.input_tokens + totals.usage.output_tokens, "cost_usd_total": totals.cost_usd}),
-        );
+        self.record(RunEvent::ModelCall(events::ModelCall {
+            role,
+            provider: r.provider.clone(),
+            model: r.model.clone(),
+            usage: serde_json::to_value(r.usage).unwrap_or_default(),
+            duration_ms: r.duration_ms,
+            attempts: r.attempts,
+            tokens_total: totals.usage.input_tokens + totals.usage.output_tokens,
+            cost_usd_total: totals.cost_usd,
+            content: r.text.clone(),
+            tool_calls: r.tool_calls.clone(),
+        }));
         match role {
             Role::Planner => {
                 if let Ok(tasks) = agent::prompts::parse_plan(&r.text) {
-                    self.write("planner", "plan", json!({"tasks": tasks}));
+                    self.record(RunEvent::Plan { tasks });
                 }
             }
             Role::Reflector => {
-                let data = match agent::prompts::parse_reflection(&r.text) {
-                    Ok(x) => {
-                        json!({"task_id": x.task_id, "passed": x.passed, "report": x.report, "next_step": x.next_step})
-                    }
-                    Err(_) => json!({"text": r.text}),
+                let reflection = match agent::prompts::parse_reflection(&r.text) {
+                    Ok(x) => events::Reflection::Parsed {
+                        task_id: x.task_id,
+                        passed: x.passed,
+                        report: x.report,
+                        next_step: x.next_step,
+                    },
+                    Err(_) => events::Reflection::Unparsed {
+                        text: r.text.clone(),
+                    },
                 };
-                self.write("reflector", "reflection", data);
+                self.record(RunEvent::Reflection(reflection));
                 self.current.reflection = Some(r.text.chars().take(4000).collect());
             }
             Role::Evaluator => {
                 if let Ok((score, reason, complete)) = agent::prompts::parse_evaluation(&r.text) {
-                    self.write(
-                        "evaluator",
-                        "evaluation",
-                        json!({"score": score, "reason": reason, "complete": complete}),
-                    );
+                    self.record(RunEvent::Evaluation {
+                        score,
+                        reason: reason.clone(),
+                        complete,
+                    });
                     self.store("an evaluation", move |s, id| {
                         s.evaluation(id, score, &reason)
                     });
@@ -211,20 +220,22 @@ impl<'a> Observer<'a> {
                         .sum::<usize>()
             })
             .sum();
-        self.journal.write(
-            role.as_str(),
-            "prompt",
-            json!({"messages": request.messages.len(), "bytes": bytes, "tokens": tokens,
-                   "tokenizer": tokenizer, "tools": request.tools.iter().map(|t| &t.name).collect::<Vec<_>>()}),
-        );
+        self.record(RunEvent::Prompt {
+            role,
+            messages: request.messages.len(),
+            bytes,
+            tokens,
+            tokenizer: tokenizer.into(),
+            tools: request.tools.iter().map(|t| t.name.clone()).collect(),
+        });
     }
 
     pub(super) fn patch(&mut self, changes: &[FileChange], diff: &str, review: &Review) {
-        self.write(
-            "agent",
-            "patch",
-            json!({"files": changes.iter().map(|c| &c.path).collect::<Vec<_>>(), "diff": diff, "review": review}),
-        );
+        self.record(RunEvent::Patch {
+            files: changes.iter().map(|c| c.path.clone()).collect(),
+            diff: diff.into(),
+            review: serde_json::to_value(review).unwrap_or_default(),
+        });
     }
 
     /// A tool call and its result; the journal keeps the result's head, the figures its size.
@@ -234,21 +245,19 @@ impl<'a> Observer<'a> {
         out: &crate::tools::Output,
         took: std::time::Duration,
     ) {
-        self.write(
-            "coder",
-            "tool_call",
-            json!({"id": call.id, "name": call.name, "arguments": call.arguments}),
-        );
-        self.write(
-            "tools",
-            "tool_result",
-            json!({"id": call.id, "name": call.name, "is_error": out.is_error, "bytes": out.text.len(),
-                   "duration_ms": took.as_millis() as u64, "text": crate::tools::cap(&out.text, 2000)}),
-        );
+        self.record(RunEvent::ToolCall(call.clone()));
+        self.record(RunEvent::ToolResult {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            is_error: out.is_error,
+            bytes: out.text.len(),
+            duration_ms: took.as_millis() as u64,
+            text: crate::tools::cap(&out.text, 2000),
+        });
     }
 
     pub(super) fn approval(&mut self, iteration: u32, accepted: bool, changes: &[FileChange]) {
-        self.write("user", "approval", json!({"accepted": accepted}));
+        self.record(RunEvent::Approval { accepted });
         let files: Vec<String> = changes.iter().map(|c| c.path.clone()).collect();
         self.store("an approval", move |s, id| {
             s.approval(id, iteration, accepted, &files)
@@ -260,12 +269,15 @@ impl<'a> Observer<'a> {
     }
 
     pub(super) fn tests(&mut self, r: &RunResult, t: &TestSummary) {
-        self.write(
-            "tests",
-            "test_result",
-            json!({"state": r.state(), "passed": r.passed, "failed": r.failed, "failures": r.failures.len(),
-                   "duration_ms": r.duration_ms, "command": r.command.argv.join(" "), "environment": r.environment}),
-        );
+        self.record(RunEvent::TestResult {
+            state: r.state().as_str().into(),
+            passed: r.passed,
+            failed: r.failed,
+            failures: r.failures.len(),
+            duration_ms: r.duration_ms,
+            command: r.command.argv.join(" "),
+            environment: r.environment.clone(),
+        });
         self.current.tests_passed = Some(t.passed_count);
         self.current.tests_failed = Some(t.failed_count);
         self.current.fingerprint = (!t.passed).then(|| t.fingerprint.clone());
@@ -287,11 +299,12 @@ impl<'a> Observer<'a> {
     }
 
     pub(super) fn finished(&mut self, status: RunStatus, run: &Run, answer: &str) {
-        self.write(
-            "agent",
-            "finished",
-            json!({"status": status, "answer": answer, "iterations": run.iterations, "files_changed": run.files_changed}),
-        );
+        self.record(RunEvent::Finished {
+            status,
+            answer: answer.into(),
+            iterations: run.iterations,
+            files_changed: run.files_changed.clone(),
+        });
         self.flush();
         let tests = run.tests.as_ref().map(|t| (t.passed_count, t.failed_count));
         let (iterations, answer) = (run.iterations, answer.to_string());

@@ -1,0 +1,420 @@
+//! What happens in a run, as typed values: every line of a run's journal and every event a
+//! live run view gets is one `RunEvent`. Their wire form, the (role, type, data) triple of a
+//! journal line (docs/replay.md) and of `agent-ls/runEvent` (docs/lsp-extensions.md), is made
+//! in one place, `RunEvent::wire`, so the front ends match on variants and never on strings.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::agent::{Intent, RunStatus, Task};
+use crate::conversation::{Role, ToolCall};
+
+/// One thing that happened in a run. Records the runtime defines (a model's token usage, the
+/// review of a change) travel in their own wire form, as `Value`: the core does not know them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEvent {
+    /// The run starts (`intent`), or goes on after an interruption (`resumed`).
+    Started {
+        goal: String,
+        intent: Option<Intent>,
+        iterations: u32,
+        resumed: bool,
+    },
+    /// What the run's prompts are made of: the agent, the prompt files, the budgets. Journal
+    /// only.
+    Context {
+        agent: String,
+        prompt_files: Vec<String>,
+        tokenizer: String,
+        context_tokens: usize,
+        map_tokens: usize,
+    },
+    /// The conversation did not fit the model's window: the oldest messages were left out.
+    ContextCut {
+        role: Role,
+        dropped_messages: usize,
+        tokens: usize,
+        window: usize,
+        tokenizer: String,
+    },
+    /// What a model call was sent: its size, and the tools offered. Journal only.
+    Prompt {
+        role: Role,
+        messages: usize,
+        bytes: usize,
+        tokens: usize,
+        tokenizer: String,
+        tools: Vec<String>,
+    },
+    /// A new iteration begins, on this task of the plan ("T1 fix the tests"). Live only.
+    Iteration {
+        n: u32,
+        task: Option<String>,
+    },
+    /// A piece of a model's answer as it streams. Live only.
+    Token {
+        role: Role,
+        text: String,
+    },
+    ModelCall(ModelCall),
+    /// The planner's tasks.
+    Plan {
+        tasks: Vec<Task>,
+    },
+    Reflection(Reflection),
+    /// The evaluator's score of the run.
+    Evaluation {
+        score: u8,
+        reason: String,
+        complete: bool,
+    },
+    /// A proposed change: its files, its diff and the review (protected files, risky
+    /// constructs) in its wire form.
+    Patch {
+        files: Vec<String>,
+        diff: String,
+        review: Value,
+    },
+    /// A tool the coder called.
+    ToolCall(ToolCall),
+    /// What a tool answered: `text` is its head, `bytes` its whole size.
+    ToolResult {
+        id: String,
+        name: String,
+        is_error: bool,
+        bytes: usize,
+        duration_ms: u64,
+        text: String,
+    },
+    /// The user's verdict on a change.
+    Approval {
+        accepted: bool,
+    },
+    /// A test run's result; `state` is the test state's wire name ("passed", "timed_out").
+    TestResult {
+        state: String,
+        passed: Option<u32>,
+        failed: Option<u32>,
+        failures: usize,
+        duration_ms: u64,
+        command: String,
+        environment: Option<String>,
+    },
+    /// The run's end.
+    Finished {
+        status: RunStatus,
+        answer: String,
+        iterations: u32,
+        files_changed: Vec<String>,
+    },
+    /// An applied change became this step of the history. Live only.
+    Step {
+        step: u64,
+        files: Vec<String>,
+    },
+    /// A step was undone (`redo: false`) or redone, from any surface. Live only.
+    Undone {
+        step: u64,
+        redo: bool,
+    },
+}
+
+/// A model's answer: the figures of the call, the running totals of the run, and the answer
+/// itself (which the journal keeps, so a journal replays as a script).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCall {
+    pub role: Role,
+    pub provider: String,
+    pub model: String,
+    /// The call's token usage, in the runtime's wire form.
+    pub usage: Value,
+    pub duration_ms: u64,
+    /// Attempts the answer took, retries and fallbacks included.
+    pub attempts: u32,
+    pub tokens_total: u64,
+    pub cost_usd_total: Option<f64>,
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// The reflector's report, or its text when it did not parse.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reflection {
+    Parsed {
+        task_id: String,
+        passed: bool,
+        report: String,
+        next_step: String,
+    },
+    Unparsed {
+        text: String,
+    },
+}
+
+/// Who reads a line: the journal and the live view differ only in a model call's figures
+/// (the journal keeps the attempts, the live view the run's totals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    Journal,
+    Live,
+}
+
+/// A line's wire form: its role, its type and its data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Wire {
+    pub role: &'static str,
+    pub kind: &'static str,
+    pub data: Value,
+}
+
+impl RunEvent {
+    /// Whether the journal keeps this event (the live-only ones are not lines of it).
+    pub fn journaled(&self) -> bool {
+        !matches!(
+            self,
+            RunEvent::Iteration { .. }
+                | RunEvent::Token { .. }
+                | RunEvent::Step { .. }
+                | RunEvent::Undone { .. }
+        )
+    }
+
+    /// Whether a live run view gets this event. The context and prompt figures are for the
+    /// journal's reader: the run views' protocol (docs/lsp-extensions.md) has no place for
+    /// them, and its clients' outline is pinned by the tests.
+    pub fn live(&self) -> bool {
+        !matches!(self, RunEvent::Context { .. } | RunEvent::Prompt { .. })
+    }
+
+    /// The (role, type, data) triple of the journal line or the `agent-ls/runEvent`.
+    pub fn wire(&self, to: Audience) -> Wire {
+        let (role, kind, data) = match self {
+            RunEvent::Started {
+                goal,
+                intent,
+                iterations,
+                resumed,
+            } => (
+                "agent",
+                if *resumed { "resumed" } else { "intent" },
+                json!({"goal": goal, "intent": intent, "iterations": iterations}),
+            ),
+            RunEvent::Context {
+                agent,
+                prompt_files,
+                tokenizer,
+                context_tokens,
+                map_tokens,
+            } => (
+                "agent",
+                "context",
+                json!({"agent": agent, "prompt_files": prompt_files, "tokenizer": tokenizer,
+                       "context_tokens": context_tokens, "map_tokens": map_tokens}),
+            ),
+            RunEvent::ContextCut {
+                role,
+                dropped_messages,
+                tokens,
+                window,
+                tokenizer,
+            } => (
+                role.as_str(),
+                "context_cut",
+                json!({"dropped_messages": dropped_messages, "tokens": tokens, "window": window, "tokenizer": tokenizer}),
+            ),
+            RunEvent::Prompt {
+                role,
+                messages,
+                bytes,
+                tokens,
+                tokenizer,
+                tools,
+            } => (
+                role.as_str(),
+                "prompt",
+                json!({"messages": messages, "bytes": bytes, "tokens": tokens, "tokenizer": tokenizer, "tools": tools}),
+            ),
+            RunEvent::Iteration { n, task } => {
+                ("agent", "iteration", json!({"n": n, "task": task}))
+            }
+            RunEvent::Token { role, text } => (role.as_str(), "token", json!({"text": text})),
+            RunEvent::ModelCall(m) => (m.role.as_str(), "model_call", m.data(to)),
+            RunEvent::Plan { tasks } => ("planner", "plan", json!({"tasks": tasks})),
+            RunEvent::Reflection(Reflection::Parsed {
+                task_id,
+                passed,
+                report,
+                next_step,
+            }) => (
+                "reflector",
+                "reflection",
+                json!({"task_id": task_id, "passed": passed, "report": report, "next_step": next_step}),
+            ),
+            RunEvent::Reflection(Reflection::Unparsed { text }) => {
+                ("reflector", "reflection", json!({"text": text}))
+            }
+            RunEvent::Evaluation {
+                score,
+                reason,
+                complete,
+            } => (
+                "evaluator",
+                "evaluation",
+                json!({"score": score, "reason": reason, "complete": complete}),
+            ),
+            RunEvent::Patch {
+                files,
+                diff,
+                review,
+            } => (
+                "agent",
+                "patch",
+                json!({"files": files, "diff": diff, "review": review}),
+            ),
+            RunEvent::ToolCall(call) => (
+                "coder",
+                "tool_call",
+                json!({"id": call.id, "name": call.name, "arguments": call.arguments}),
+            ),
+            RunEvent::ToolResult {
+                id,
+                name,
+                is_error,
+                bytes,
+                duration_ms,
+                text,
+            } => (
+                "tools",
+                "tool_result",
+                json!({"id": id, "name": name, "is_error": is_error, "bytes": bytes,
+                       "duration_ms": duration_ms, "text": text}),
+            ),
+            RunEvent::Approval { accepted } => ("user", "approval", json!({"accepted": accepted})),
+            RunEvent::TestResult {
+                state,
+                passed,
+                failed,
+                failures,
+                duration_ms,
+                command,
+                environment,
+            } => (
+                "tests",
+                "test_result",
+                json!({"state": state, "passed": passed, "failed": failed, "failures": failures,
+                       "duration_ms": duration_ms, "command": command, "environment": environment}),
+            ),
+            RunEvent::Finished {
+                status,
+                answer,
+                iterations,
+                files_changed,
+            } => (
+                "agent",
+                "finished",
+                json!({"status": status, "answer": answer, "iterations": iterations, "files_changed": files_changed}),
+            ),
+            RunEvent::Step { step, files } => {
+                ("agent", "step", json!({"step": step, "files": files}))
+            }
+            RunEvent::Undone { step, redo } => (
+                "user",
+                if *redo { "redo" } else { "undo" },
+                json!({"step": step}),
+            ),
+        };
+        Wire { role, kind, data }
+    }
+}
+
+impl ModelCall {
+    fn data(&self, to: Audience) -> Value {
+        match to {
+            Audience::Journal => json!({"provider": self.provider, "model": self.model,
+                "usage": self.usage, "duration_ms": self.duration_ms, "attempts": self.attempts}),
+            Audience::Live => json!({"provider": self.provider, "model": self.model,
+                "usage": self.usage, "duration_ms": self.duration_ms,
+                "tokens_total": self.tokens_total, "cost_usd_total": self.cost_usd_total}),
+        }
+    }
+}
+
+/// A run's event as a live view gets it: the event with its run and the iteration it belongs
+/// to (0 before the first change).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveEvent {
+    pub run_id: String,
+    pub iteration: u32,
+    pub event: RunEvent,
+}
+
+/// `agent-ls/runEvent` on the wire: `{runId, iteration, role, type, data}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireEvent {
+    pub run_id: String,
+    pub iteration: u32,
+    pub role: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub data: Value,
+}
+
+impl From<&LiveEvent> for WireEvent {
+    fn from(e: &LiveEvent) -> WireEvent {
+        let Wire { role, kind, data } = e.event.wire(Audience::Live);
+        WireEvent {
+            run_id: e.run_id.clone(),
+            iteration: e.iteration,
+            role: role.into(),
+            kind: kind.into(),
+            data,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_call_keeps_attempts_in_the_journal_and_totals_live() {
+        let m = RunEvent::ModelCall(ModelCall {
+            role: Role::Coder,
+            provider: "p".into(),
+            model: "m".into(),
+            usage: json!({"input_tokens": 1}),
+            duration_ms: 5,
+            attempts: 2,
+            tokens_total: 9,
+            cost_usd_total: None,
+            content: "text".into(),
+            tool_calls: Vec::new(),
+        });
+        let journal = m.wire(Audience::Journal);
+        assert_eq!((journal.role, journal.kind), ("coder", "model_call"));
+        assert_eq!(journal.data["attempts"], 2);
+        assert!(journal.data.get("tokens_total").is_none());
+        let live = m.wire(Audience::Live);
+        assert_eq!(live.data["tokens_total"], 9);
+        assert!(live.data.get("attempts").is_none());
+    }
+
+    #[test]
+    fn live_events_carry_the_journal_names() {
+        let e = LiveEvent {
+            run_id: "run_1".into(),
+            iteration: 3,
+            event: RunEvent::Undone {
+                step: 4,
+                redo: true,
+            },
+        };
+        let wire = serde_json::to_value(WireEvent::from(&e)).unwrap();
+        assert_eq!(
+            wire,
+            json!({"runId": "run_1", "iteration": 3, "role": "user", "type": "redo", "data": {"step": 4}})
+        );
+        assert!(!e.event.journaled());
+    }
+}
