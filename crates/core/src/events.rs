@@ -11,13 +11,17 @@ use crate::conversation::{Role, ToolCall};
 
 /// One thing that happened in a run. Records the runtime defines (a model's token usage, the
 /// review of a change) travel in their own wire form, as `Value`: the core does not know them.
-#[derive(Debug, Clone, PartialEq)]
+/// The derived `Serialize` gives a line's `data` only (the fields named by role or type are
+/// skipped): `wire` gives the whole line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
 pub enum RunEvent {
     /// The run starts (`intent`), or goes on after an interruption (`resumed`).
     Started {
         goal: String,
         intent: Option<Intent>,
         iterations: u32,
+        #[serde(skip)]
         resumed: bool,
     },
     /// What the run's prompts are made of: the agent, the prompt files, the budgets. Journal
@@ -31,6 +35,7 @@ pub enum RunEvent {
     },
     /// The conversation did not fit the model's window: the oldest messages were left out.
     ContextCut {
+        #[serde(skip)]
         role: Role,
         dropped_messages: usize,
         tokens: usize,
@@ -39,6 +44,7 @@ pub enum RunEvent {
     },
     /// What a model call was sent: its size, and the tools offered. Journal only.
     Prompt {
+        #[serde(skip)]
         role: Role,
         messages: usize,
         bytes: usize,
@@ -53,9 +59,12 @@ pub enum RunEvent {
     },
     /// A piece of a model's answer as it streams. Live only.
     Token {
+        #[serde(skip)]
         role: Role,
         text: String,
     },
+    /// Its data depends on the audience: see `ModelCall`.
+    #[serde(skip_serializing)]
     ModelCall(ModelCall),
     /// The planner's tasks.
     Plan {
@@ -115,6 +124,7 @@ pub enum RunEvent {
     /// A step was undone (`redo: false`) or redone, from any surface. Live only.
     Undone {
         step: u64,
+        #[serde(skip)]
         redo: bool,
     },
 }
@@ -138,7 +148,8 @@ pub struct ModelCall {
 }
 
 /// The reflector's report, or its text when it did not parse.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
 pub enum Reflection {
     Parsed {
         task_id: String,
@@ -188,142 +199,65 @@ impl RunEvent {
 
     /// The (role, type, data) triple of the journal line or the `agent-ls/runEvent`.
     pub fn wire(&self, to: Audience) -> Wire {
-        let (role, kind, data) = match self {
-            RunEvent::Started {
-                goal,
-                intent,
-                iterations,
-                resumed,
-            } => (
-                "agent",
-                if *resumed { "resumed" } else { "intent" },
-                json!({"goal": goal, "intent": intent, "iterations": iterations}),
-            ),
-            RunEvent::Context {
-                agent,
-                prompt_files,
-                tokenizer,
-                context_tokens,
-                map_tokens,
-            } => (
-                "agent",
-                "context",
-                json!({"agent": agent, "prompt_files": prompt_files, "tokenizer": tokenizer,
-                       "context_tokens": context_tokens, "map_tokens": map_tokens}),
-            ),
-            RunEvent::ContextCut {
-                role,
-                dropped_messages,
-                tokens,
-                window,
-                tokenizer,
-            } => (
-                role.as_str(),
-                "context_cut",
-                json!({"dropped_messages": dropped_messages, "tokens": tokens, "window": window, "tokenizer": tokenizer}),
-            ),
-            RunEvent::Prompt {
-                role,
-                messages,
-                bytes,
-                tokens,
-                tokenizer,
-                tools,
-            } => (
-                role.as_str(),
-                "prompt",
-                json!({"messages": messages, "bytes": bytes, "tokens": tokens, "tokenizer": tokenizer, "tools": tools}),
-            ),
-            RunEvent::Iteration { n, task } => {
-                ("agent", "iteration", json!({"n": n, "task": task}))
-            }
-            RunEvent::Token { role, text } => (role.as_str(), "token", json!({"text": text})),
-            RunEvent::ModelCall(m) => (m.role.as_str(), "model_call", m.data(to)),
-            RunEvent::Plan { tasks } => ("planner", "plan", json!({"tasks": tasks})),
-            RunEvent::Reflection(Reflection::Parsed {
-                task_id,
-                passed,
-                report,
-                next_step,
-            }) => (
-                "reflector",
-                "reflection",
-                json!({"task_id": task_id, "passed": passed, "report": report, "next_step": next_step}),
-            ),
-            RunEvent::Reflection(Reflection::Unparsed { text }) => {
-                ("reflector", "reflection", json!({"text": text}))
-            }
-            RunEvent::Evaluation {
-                score,
-                reason,
-                complete,
-            } => (
-                "evaluator",
-                "evaluation",
-                json!({"score": score, "reason": reason, "complete": complete}),
-            ),
-            RunEvent::Patch {
-                files,
-                diff,
-                review,
-            } => (
-                "agent",
-                "patch",
-                json!({"files": files, "diff": diff, "review": review}),
-            ),
-            RunEvent::ToolCall(call) => (
-                "coder",
-                "tool_call",
-                json!({"id": call.id, "name": call.name, "arguments": call.arguments}),
-            ),
-            RunEvent::ToolResult {
-                id,
-                name,
-                is_error,
-                bytes,
-                duration_ms,
-                text,
-            } => (
-                "tools",
-                "tool_result",
-                json!({"id": id, "name": name, "is_error": is_error, "bytes": bytes,
-                       "duration_ms": duration_ms, "text": text}),
-            ),
-            RunEvent::Approval { accepted } => ("user", "approval", json!({"accepted": accepted})),
-            RunEvent::TestResult {
-                state,
-                passed,
-                failed,
-                failures,
-                duration_ms,
-                command,
-                environment,
-            } => (
-                "tests",
-                "test_result",
-                json!({"state": state, "passed": passed, "failed": failed, "failures": failures,
-                       "duration_ms": duration_ms, "command": command, "environment": environment}),
-            ),
-            RunEvent::Finished {
-                status,
-                answer,
-                iterations,
-                files_changed,
-            } => (
-                "agent",
-                "finished",
-                json!({"status": status, "answer": answer, "iterations": iterations, "files_changed": files_changed}),
-            ),
-            RunEvent::Step { step, files } => {
-                ("agent", "step", json!({"step": step, "files": files}))
-            }
-            RunEvent::Undone { step, redo } => (
-                "user",
-                if *redo { "redo" } else { "undo" },
-                json!({"step": step}),
-            ),
+        let data = match self {
+            RunEvent::ModelCall(m) => m.data(to),
+            // Every other variant's fields are its data, by the derived `Serialize`.
+            _ => serde_json::to_value(self).unwrap_or_default(),
         };
-        Wire { role, kind, data }
+        Wire {
+            role: self.role(),
+            kind: self.kind(),
+            data,
+        }
+    }
+
+    /// Who the line is of: the agent, a model's role, the user, the tools or the tests.
+    fn role(&self) -> &'static str {
+        match self {
+            RunEvent::ContextCut { role, .. }
+            | RunEvent::Prompt { role, .. }
+            | RunEvent::Token { role, .. } => role.as_str(),
+            RunEvent::ModelCall(m) => m.role.as_str(),
+            RunEvent::Plan { .. } => "planner",
+            RunEvent::Reflection(_) => "reflector",
+            RunEvent::Evaluation { .. } => "evaluator",
+            RunEvent::ToolCall(_) => "coder",
+            RunEvent::ToolResult { .. } => "tools",
+            RunEvent::Approval { .. } | RunEvent::Undone { .. } => "user",
+            RunEvent::TestResult { .. } => "tests",
+            RunEvent::Started { .. }
+            | RunEvent::Context { .. }
+            | RunEvent::Iteration { .. }
+            | RunEvent::Patch { .. }
+            | RunEvent::Finished { .. }
+            | RunEvent::Step { .. } => "agent",
+        }
+    }
+
+    /// The line's `type`.
+    fn kind(&self) -> &'static str {
+        match self {
+            RunEvent::Started { resumed: true, .. } => "resumed",
+            RunEvent::Started { .. } => "intent",
+            RunEvent::Context { .. } => "context",
+            RunEvent::ContextCut { .. } => "context_cut",
+            RunEvent::Prompt { .. } => "prompt",
+            RunEvent::Iteration { .. } => "iteration",
+            RunEvent::Token { .. } => "token",
+            RunEvent::ModelCall(_) => "model_call",
+            RunEvent::Plan { .. } => "plan",
+            RunEvent::Reflection(_) => "reflection",
+            RunEvent::Evaluation { .. } => "evaluation",
+            RunEvent::Patch { .. } => "patch",
+            RunEvent::ToolCall(_) => "tool_call",
+            RunEvent::ToolResult { .. } => "tool_result",
+            RunEvent::Approval { .. } => "approval",
+            RunEvent::TestResult { .. } => "test_result",
+            RunEvent::Finished { .. } => "finished",
+            RunEvent::Step { .. } => "step",
+            RunEvent::Undone { redo: true, .. } => "redo",
+            RunEvent::Undone { .. } => "undo",
+        }
     }
 }
 
@@ -398,6 +332,71 @@ mod tests {
         let live = m.wire(Audience::Live);
         assert_eq!(live.data["tokens_total"], 9);
         assert!(live.data.get("attempts").is_none());
+    }
+
+    #[test]
+    fn each_event_keeps_its_role_type_and_data_keys() {
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "grep".into(),
+            arguments: json!({"pattern": "x"}),
+        };
+        let cases = [
+            (
+                RunEvent::Started {
+                    goal: "g".into(),
+                    intent: None,
+                    iterations: 0,
+                    resumed: true,
+                },
+                ("agent", "resumed"),
+                json!({"goal": "g", "intent": null, "iterations": 0}),
+            ),
+            (
+                RunEvent::Prompt {
+                    role: Role::Planner,
+                    messages: 2,
+                    bytes: 10,
+                    tokens: 3,
+                    tokenizer: "bytes/4".into(),
+                    tools: Vec::new(),
+                },
+                ("planner", "prompt"),
+                json!({"messages": 2, "bytes": 10, "tokens": 3, "tokenizer": "bytes/4", "tools": []}),
+            ),
+            (
+                RunEvent::ToolCall(call),
+                ("coder", "tool_call"),
+                json!({"id": "c1", "name": "grep", "arguments": {"pattern": "x"}}),
+            ),
+            (
+                RunEvent::Reflection(Reflection::Unparsed { text: "t".into() }),
+                ("reflector", "reflection"),
+                json!({"text": "t"}),
+            ),
+            (
+                RunEvent::Finished {
+                    status: RunStatus::Done,
+                    answer: "a".into(),
+                    iterations: 1,
+                    files_changed: vec!["x".into()],
+                },
+                ("agent", "finished"),
+                json!({"status": "done", "answer": "a", "iterations": 1, "files_changed": ["x"]}),
+            ),
+            (
+                RunEvent::Token {
+                    role: Role::Coder,
+                    text: "t".into(),
+                },
+                ("coder", "token"),
+                json!({"text": "t"}),
+            ),
+        ];
+        for (event, (role, kind), data) in cases {
+            let wire = event.wire(Audience::Live);
+            assert_eq!((wire.role, wire.kind, wire.data), (role, kind, data));
+        }
     }
 
     #[test]

@@ -134,6 +134,18 @@ pub struct Drive<'a> {
 /// lines with the iteration they belong to, and the model's answer as it streams.
 pub type OnEvent<'a> = &'a (dyn Fn(LiveEvent) + Send + Sync);
 
+/// What a run's effects share while it goes: its recorder and figures, and what one effect
+/// leaves for the next (the last whole test run, the tools the last model call was offered:
+/// the only ones its calls may use, among them the run's MCP servers' tools).
+struct Going<'o> {
+    observer: Observer<'o>,
+    totals: Totals,
+    failure_kind: Option<FailureKind>,
+    last_tests: Option<RunResult>,
+    offered: Vec<String>,
+    mcp: crate::mcp_client::McpTools,
+}
+
 /// What a performed effect produced.
 enum Next {
     Event(Event),
@@ -161,24 +173,41 @@ impl Drive<'_> {
         resumed: bool,
     ) -> Outcome {
         let started = Instant::now();
-        let mut totals = Totals::default();
-        let mut failure_kind = None;
+        let mut going = self.open(run, shell, &run_id, resumed).await;
+        let first = if resumed {
+            agent::resume(run)
+        } else {
+            agent::step(run, Event::Start)
+        };
+        shell.refresh().await;
+        let (phase, answer) = self.perform_all(run, shell, &mut going, first).await;
+        self.finish(run, going, (run_id, started), phase, answer)
+            .await
+    }
+
+    /// Before the first step: the recorder, the prompts and the context figures, the run's
+    /// MCP servers (started now and ended with the run), and the coder's context.
+    async fn open<'o>(
+        &'o self,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        run_id: &str,
+        resumed: bool,
+    ) -> Going<'o> {
         let mut observer =
-            Observer::open(self.record, self.events, self.root, &run_id, run, resumed);
+            Observer::open(self.record, self.events, self.root, run_id, run, resumed);
         let (prompts, used, problems) = crate::config::load_prompts(&self.config.prompt_dirs);
         run.prompts = prompts;
         for p in problems {
             shell.warn(&p);
         }
-        let counter = self.counter();
         observer.record(RunEvent::Context {
             agent: run.agent.name.clone(),
             prompt_files: used,
-            tokenizer: counter.name().into(),
+            tokenizer: self.counter().name().into(),
             context_tokens: self.config.model.context_tokens,
             map_tokens: self.config.context.map_tokens,
         });
-        // The run's MCP servers, started now and ended with the run.
         let (mcp, warnings) = crate::mcp_client::McpTools::connect(
             &self.config.mcp.servers,
             self.root,
@@ -188,18 +217,27 @@ impl Drive<'_> {
         for w in warnings {
             shell.warn(&w);
         }
-        let mut last_tests: Option<RunResult> = None;
-        // The tools the last model call was offered: the only ones its calls may use.
-        let mut offered: Vec<String> = Vec::new();
         self.refresh_context(run, None, shell);
-        let mut queue: std::collections::VecDeque<Effect> = if resumed {
-            agent::resume(run)
-        } else {
-            agent::step(run, Event::Start)
+        Going {
+            observer,
+            totals: Totals::default(),
+            failure_kind: None,
+            last_tests: None,
+            offered: Vec::new(),
+            mcp,
         }
-        .into();
-        shell.refresh().await;
-        let mut finished = None;
+    }
+
+    /// Performs the effects, feeding each one's event back into `agent::step`, until one
+    /// finishes the run: its final phase and answer.
+    async fn perform_all(
+        &self,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        going: &mut Going<'_>,
+        first: Vec<Effect>,
+    ) -> (agent::Phase, String) {
+        let mut queue: std::collections::VecDeque<Effect> = first.into();
         while let Some(effect) = queue.pop_front() {
             // A cancel between effects ends the run before anything else is done.
             if self.cancel.is_cancelled() && !matches!(effect, Effect::Finish { .. }) {
@@ -207,73 +245,8 @@ impl Drive<'_> {
                 queue.extend(agent::step(run, Event::Cancel));
                 continue;
             }
-            let next = match effect {
-                Effect::Finish { status, answer } => Next::Finish(status, answer),
-                Effect::Progress(m) => {
-                    let step = format!(
-                        "{m} (iteration {} of {})",
-                        run.iterations.max(1),
-                        run.budget.max_iterations
-                    );
-                    shell.progress(&step);
-                    Next::Continue
-                }
-                Effect::Warn(m) => {
-                    shell.warn(&m);
-                    Next::Continue
-                }
-                Effect::CallModel {
-                    role,
-                    messages,
-                    tools,
-                } => Next::Event({
-                    let mcp_specs = mcp.specs(&tools);
-                    offered = tools.clone();
-                    offered.extend(mcp_specs.iter().map(|s| s.name.clone()));
-                    self.call_model(
-                        run,
-                        (role, messages, tools, mcp_specs),
-                        &mut observer,
-                        &mut totals,
-                        &mut failure_kind,
-                    )
-                    .await
-                }),
-                Effect::RunTools(calls) => Next::Event(
-                    self.run_tools(
-                        calls,
-                        shell,
-                        &mut observer,
-                        (&offered, &mcp),
-                        &mut last_tests,
-                    )
-                    .await,
-                ),
-                Effect::Locate(plan) => Next::Event(self.locate(&plan, shell).await),
-                Effect::AskApproval { changes, diff } => Next::Event(
-                    self.approve(run, &changes, &diff, shell, &mut observer)
-                        .await,
-                ),
-                Effect::Apply(changes) => Next::Event(self.apply(run, &changes, shell).await),
-                Effect::RunTests => {
-                    let baseline = run.phase == agent::Phase::Baseline;
-                    Next::Event(
-                        self.run_tests(
-                            shell,
-                            &mut observer,
-                            &mut failure_kind,
-                            baseline,
-                            &mut last_tests,
-                        )
-                        .await,
-                    )
-                }
-            };
-            let event = match next {
-                Next::Finish(status, answer) => {
-                    finished = Some((status, answer));
-                    break;
-                }
+            let event = match self.perform(effect, run, shell, going).await {
+                Next::Finish(phase, answer) => return (phase, answer),
                 Next::Continue => continue,
                 Next::Event(e) => e,
             };
@@ -286,12 +259,89 @@ impl Drive<'_> {
             };
             self.refresh_context(run, latest.as_deref(), shell);
             queue.extend(agent::step(run, event));
-            observer.phase(run);
+            going.observer.phase(run);
         }
-        let (phase, answer) = finished.unwrap_or((
+        (
             agent::Phase::Failed,
             "the run ended without an answer".into(),
-        ));
+        )
+    }
+
+    /// Performs one effect.
+    async fn perform(
+        &self,
+        effect: Effect,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        going: &mut Going<'_>,
+    ) -> Next {
+        let g = going;
+        let event = match effect {
+            Effect::Finish { status, answer } => return Next::Finish(status, answer),
+            Effect::Progress(m) => {
+                let (n, of) = (run.iterations.max(1), run.budget.max_iterations);
+                shell.progress(&format!("{m} (iteration {n} of {of})"));
+                return Next::Continue;
+            }
+            Effect::Warn(m) => {
+                shell.warn(&m);
+                return Next::Continue;
+            }
+            Effect::CallModel {
+                role,
+                messages,
+                tools,
+            } => {
+                let mcp_specs = g.mcp.specs(&tools);
+                g.offered = tools.clone();
+                g.offered.extend(mcp_specs.iter().map(|s| s.name.clone()));
+                let call = (role, messages, tools, mcp_specs);
+                self.call_model(
+                    run,
+                    call,
+                    &mut g.observer,
+                    &mut g.totals,
+                    &mut g.failure_kind,
+                )
+                .await
+            }
+            Effect::RunTools(calls) => {
+                let tools = (g.offered.as_slice(), &g.mcp);
+                self.run_tools(calls, shell, &mut g.observer, tools, &mut g.last_tests)
+                    .await
+            }
+            Effect::Locate(plan) => self.locate(&plan, shell).await,
+            Effect::AskApproval { changes, diff } => {
+                self.approve(run, &changes, &diff, shell, &mut g.observer)
+                    .await
+            }
+            Effect::Apply(changes) => self.apply(run, &changes, shell).await,
+            Effect::RunTests => {
+                let baseline = run.phase == agent::Phase::Baseline;
+                let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
+                self.run_tests(shell, observer, kind, baseline, &mut g.last_tests)
+                    .await
+            }
+        };
+        Next::Event(event)
+    }
+
+    /// The run's end: its MCP servers stop, the record of it, and its outcome.
+    async fn finish(
+        &self,
+        run: &Run,
+        going: Going<'_>,
+        (run_id, started): (String, Instant),
+        phase: agent::Phase,
+        answer: String,
+    ) -> Outcome {
+        let Going {
+            mut observer,
+            totals,
+            mut failure_kind,
+            mcp,
+            ..
+        } = going;
         mcp.shutdown().await;
         let status = RunStatus::from_phase(phase);
         if run.partial {
@@ -315,11 +365,7 @@ impl Drive<'_> {
             tokens: totals.usage.input_tokens + totals.usage.output_tokens,
             duration_ms: started.elapsed().as_millis() as u64,
             cost_usd: totals.cost_usd,
-            failure_kind: if status == RunStatus::Failed {
-                failure_kind
-            } else {
-                None
-            },
+            failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
         }
     }
 
