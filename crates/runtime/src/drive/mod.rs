@@ -369,6 +369,8 @@ impl Drive<'_> {
         }
     }
 
+    /// A model call: the request (within the model's window), the answer streamed to the
+    /// terminal and the live view, and the event it makes.
     async fn call_model(
         &self,
         run: &Run,
@@ -385,67 +387,22 @@ impl Drive<'_> {
         if role == Role::Coder {
             observer.checkpoint(run).await;
         }
-        // Level 3 of the context budget: the conversation fits the model's window, with room
-        // for the answer.
-        let counter = self.counter();
-        let window = self
-            .config
-            .model
-            .context_tokens
-            .saturating_sub(self.config.model.max_tokens as usize);
-        let fitted = agent::window::fit(messages, window, |t| counter.count(t));
-        if fitted.dropped > 0 {
-            observer.record(RunEvent::ContextCut {
-                role,
-                dropped_messages: fitted.dropped,
-                tokens: fitted.tokens,
-                window,
-                tokenizer: counter.name().into(),
-            });
-        }
         let offered = !tools.is_empty() || !mcp_specs.is_empty();
-        // A turn's first call may be made to read first (agent.first_tool).
-        let first = &self.config.agent.first_tool;
-        let tool_choice = (role == Role::Coder
-            && run.tool_steps == 0
-            && !first.is_empty()
-            && tools.contains(first))
-        .then(|| first.clone());
-        let request = Request {
-            messages: fitted.messages,
-            tools: {
-                let mut specs = crate::tools::specs_named(&tools);
-                specs.extend(mcp_specs);
-                specs
-            },
-            tool_choice,
-            ..Request::default()
-        };
-        observer.prompt(role, &request, fitted.tokens, counter.name());
-        // Streamed text goes to the terminal (`agent-ls run`) and to the live view.
-        let (run_id, iteration) = (observer.run_id.clone(), observer.current.n);
+        let request = self.request(run, role, messages, (tools, mcp_specs), observer);
+        let shown = &*observer;
         let stream = |text: &str| {
             if let Some(f) = self.on_token {
                 f(text);
             }
-            if let Some(events) = self.events {
-                events(LiveEvent {
-                    run_id: run_id.clone(),
-                    iteration,
-                    event: RunEvent::Token {
-                        role,
-                        text: text.into(),
-                    },
-                });
-            }
+            shown.token(role, text);
         };
         let on_token: Option<OnToken<'_>> =
             (self.on_token.is_some() || self.events.is_some()).then_some(&stream);
-        match self
+        let answer = self
             .models
             .call(role, &request, self.cancel, on_token)
-            .await
-        {
+            .await;
+        match answer {
             Ok(r) => {
                 totals.add(&r);
                 observer.model_answered(role, &r, totals);
@@ -471,6 +428,51 @@ impl Drive<'_> {
                 }
             }
         }
+    }
+
+    /// The request of a model call, recorded: level 3 of the context budget fits the
+    /// conversation to the model's window with room for the answer, and a turn's first call
+    /// may be made to read first (agent.first_tool).
+    fn request(
+        &self,
+        run: &Run,
+        role: Role,
+        messages: Vec<Message>,
+        (tools, mcp_specs): (Vec<String>, Vec<crate::model::ToolSpec>),
+        observer: &mut Observer<'_>,
+    ) -> Request {
+        let counter = self.counter();
+        let window = self
+            .config
+            .model
+            .context_tokens
+            .saturating_sub(self.config.model.max_tokens as usize);
+        let fitted = agent::window::fit(messages, window, |t| counter.count(t));
+        if fitted.dropped > 0 {
+            observer.record(RunEvent::ContextCut {
+                role,
+                dropped_messages: fitted.dropped,
+                tokens: fitted.tokens,
+                window,
+                tokenizer: counter.name().into(),
+            });
+        }
+        let first = &self.config.agent.first_tool;
+        let tool_choice = (role == Role::Coder
+            && run.tool_steps == 0
+            && !first.is_empty()
+            && tools.contains(first))
+        .then(|| first.clone());
+        let mut specs = crate::tools::specs_named(&tools);
+        specs.extend(mcp_specs);
+        let request = Request {
+            messages: fitted.messages,
+            tools: specs,
+            tool_choice,
+            ..Request::default()
+        };
+        observer.prompt(role, &request, fitted.tokens, counter.name());
+        request
     }
 
     /// The token counter of the coder's model: tiktoken where the model is OpenAI's, else
@@ -731,36 +733,8 @@ impl Drive<'_> {
     /// point at (of `latest`, the test report about to be recorded, else the run's last),
     /// then the rest of the project's small text files, within the byte budget.
     fn refresh_context(&self, run: &mut Run, latest: Option<&str>, shell: &impl Shell) {
-        let mut wanted: Vec<String> = Vec::new();
-        for word in run
-            .goal
-            .split(|c: char| c.is_whitespace() || c == '`' || c == '\'' || c == '"')
-        {
-            let w = word.trim_matches(|c: char| c == ',' || c == '.' || c == ':' || c == ';');
-            if !w.is_empty() && self.root.join(w).is_file() {
-                wanted.push(w.to_string());
-            }
-        }
-        if let Some(report) = latest.or(run.tests.as_ref().map(|t| t.report.as_str())) {
-            for line in report.lines() {
-                for token in line.split(|c: char| {
-                    c.is_whitespace() || c == '"' || c == '(' || c == ')' || c == ','
-                }) {
-                    let path = token
-                        .split(':')
-                        .next()
-                        .unwrap_or("")
-                        .trim_start_matches("./");
-                    if path.contains('.')
-                        && !path.contains("..")
-                        && self.root.join(path).is_file()
-                        && !wanted.iter().any(|w| w == path)
-                    {
-                        wanted.push(path.to_string());
-                    }
-                }
-            }
-        }
+        let report = latest.or(run.tests.as_ref().map(|t| t.report.as_str()));
+        let mut wanted = self.named_files(&run.goal, report);
         // The repo map, ranked toward the files above and the names the goal and the failure
         // mention; then the best-ranked files in full while the budget lasts, then the rest.
         let buffers: std::collections::HashMap<String, String> = shell
@@ -773,7 +747,7 @@ impl Drive<'_> {
             .collect();
         let map = crate::repomap::build(self.root, &buffers);
         let mut mentioned = run.goal.clone();
-        if let Some(report) = latest.or(run.tests.as_ref().map(|t| t.report.as_str())) {
+        if let Some(report) = report {
             mentioned.push('\n');
             mentioned.push_str(report);
         }
@@ -799,8 +773,52 @@ impl Drive<'_> {
         {
             context.push_str(&diff);
         }
+        self.fill_context(&mut context, &wanted, named, &map_text, shell);
+        run.context = context;
+    }
+
+    /// The files that the goal names, then those a test report's lines point at.
+    fn named_files(&self, goal: &str, report: Option<&str>) -> Vec<String> {
+        let mut wanted: Vec<String> = Vec::new();
+        for word in goal.split(|c: char| c.is_whitespace() || c == '`' || c == '\'' || c == '"') {
+            let w = word.trim_matches(|c: char| c == ',' || c == '.' || c == ':' || c == ';');
+            if !w.is_empty() && self.root.join(w).is_file() {
+                wanted.push(w.to_string());
+            }
+        }
+        for line in report.unwrap_or("").lines() {
+            for token in line
+                .split(|c: char| c.is_whitespace() || c == '"' || c == '(' || c == ')' || c == ',')
+            {
+                let path = token
+                    .split(':')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start_matches("./");
+                if path.contains('.')
+                    && !path.contains("..")
+                    && self.root.join(path).is_file()
+                    && !wanted.iter().any(|w| w == path)
+                {
+                    wanted.push(path.to_string());
+                }
+            }
+        }
+        wanted
+    }
+
+    /// Appends the `wanted` files in full while the byte budget lasts, the repo map after the
+    /// first `named` of them (the map has its own budget, context.map_tokens, so its bytes
+    /// are counted apart), then the names of the files left out.
+    fn fill_context(
+        &self,
+        context: &mut String,
+        wanted: &[String],
+        named: usize,
+        map_text: &str,
+        shell: &impl Shell,
+    ) {
         let mut listed = Vec::new();
-        // The map has its own budget (context.map_tokens): the files' bytes are counted apart.
         let map_block = format!(
             "Repo map (the definitions that matter most, as path:line: signature):\n{map_text}\n"
         );
@@ -835,7 +853,6 @@ impl Drive<'_> {
             listed.truncate(100);
             context.push_str(&format!("Other files (not shown): {}\n", listed.join(", ")));
         }
-        run.context = context;
     }
 }
 

@@ -25,8 +25,8 @@ const CHECKPOINT_WAIT: Duration = Duration::from_secs(2);
 pub(super) struct Observer<'a> {
     journal: Journal,
     store: Option<StoreThread>,
-    pub(super) run_id: String,
-    pub(super) current: Iteration,
+    run_id: String,
+    current: Iteration,
     events: Option<OnEvent<'a>>,
 }
 
@@ -78,9 +78,21 @@ impl<'a> Observer<'a> {
         if event.journaled() {
             self.journal.record(&event);
         }
-        if let Some(events) = self.events
-            && event.live()
-        {
+        if event.live() {
+            self.emit(event);
+        }
+    }
+
+    /// A piece of a model's answer as it streams: for the live view only.
+    pub(super) fn token(&self, role: Role, text: &str) {
+        self.emit(RunEvent::Token {
+            role,
+            text: text.into(),
+        });
+    }
+
+    fn emit(&self, event: RunEvent) {
+        if let Some(events) = self.events {
             events(LiveEvent {
                 run_id: self.run_id.clone(),
                 iteration: self.current.n,
