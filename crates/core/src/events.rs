@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::agent::{Intent, RunStatus, Task};
 use crate::conversation::{Role, ToolCall};
+use crate::test_output::TestState;
 
 /// One thing that happened in a run. Records the runtime defines (a model's token usage, the
 /// review of a change) travel in their own wire form, as `Value`: the core does not know them.
@@ -99,9 +100,9 @@ pub enum RunEvent {
     Approval {
         accepted: bool,
     },
-    /// A test run's result; `state` is the test state's wire name ("passed", "timed_out").
+    /// A test run's result.
     TestResult {
-        state: String,
+        state: TestState,
         passed: Option<u32>,
         failed: Option<u32>,
         failures: usize,

@@ -282,7 +282,7 @@ impl<'a> Observer<'a> {
 
     pub(super) fn tests(&mut self, r: &RunResult, t: &TestSummary) {
         self.record(RunEvent::TestResult {
-            state: r.state().as_str().into(),
+            state: r.state(),
             passed: r.passed,
             failed: r.failed,
             failures: r.failures.len(),
