@@ -776,10 +776,10 @@ impl Session {
             return Err("the goal is empty".into());
         }
         let agent = match &args.agent {
-            Some(name) => Some(agent_ls_runtime::drive::choose_agent(
-                &self.config.config,
-                name,
-            )?),
+            Some(name) => Some(
+                agent_ls_runtime::drive::choose_agent(&self.config.config, name)
+                    .map_err(|e| e.to_string())?,
+            ),
             None => None,
         };
         let goal = agent_runs::goal_with_selection(&args, &self.documents, &root, self.encoding);

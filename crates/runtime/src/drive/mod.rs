@@ -23,7 +23,10 @@ use agent_ls_core::agent::{self, Effect, Event, FailureKind, Run, RunStatus};
 use agent_ls_core::edit::{self, FileChange, FileText};
 use agent_ls_core::events::{LiveEvent, RunEvent};
 use observer::Observer;
-pub use setup::{ChosenAgent, choose_agent, new_run, new_run_id, resume_point};
+pub use setup::{
+    AgentError, ChosenAgent, ResumeError, choose_agent, new_run, new_run_id, recorded_store,
+    resume_point,
+};
 
 /// How the loop reaches the user and the files.
 #[allow(async_fn_in_trait)]

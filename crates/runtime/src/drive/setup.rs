@@ -2,8 +2,12 @@
 //! budgets, the named agent that runs it (whose prompt file is read here), and where an
 //! interrupted run goes on from.
 
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
 use crate::config::Config;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use agent_ls_core::agent::{self, Budget, Run, RunStatus};
 
 pub fn new_run_id() -> String {
@@ -49,21 +53,41 @@ impl ChosenAgent {
     }
 }
 
+/// Why a named agent cannot run.
+#[derive(Debug, Error)]
+pub enum AgentError {
+    #[error("agent `{name}`: its prompt {} cannot be read: {source}", path.display())]
+    PromptUnreadable {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("agent `{0}` has no `prompt` file")]
+    NoPrompt(String),
+    /// The profile is wrong (a tool that does not exist), in the core's words.
+    #[error("{0}")]
+    Profile(String),
+    #[error("there is no agent `{name}`; the agents are {}", known.join(", "))]
+    Unknown { name: String, known: Vec<String> },
+}
+
 /// Finds an agent by name: a built-in one, or a custom one of `[agents]` with its prompt file
 /// read now. An unknown name, or a prompt file that cannot be read, is an error for the user.
-pub fn choose_agent(config: &Config, name: &str) -> Result<ChosenAgent, String> {
+pub fn choose_agent(config: &Config, name: &str) -> Result<ChosenAgent, AgentError> {
     if let Some(custom) = config.agents.get(name) {
         let prompt = match &custom.prompt {
-            Some(path) => std::fs::read_to_string(path).map_err(|e| {
-                format!(
-                    "agent `{name}`: its prompt {} cannot be read: {e}",
-                    path.display()
-                )
-            })?,
-            None => return Err(format!("agent `{name}` has no `prompt` file")),
+            Some(path) => {
+                std::fs::read_to_string(path).map_err(|source| AgentError::PromptUnreadable {
+                    name: name.into(),
+                    path: path.clone(),
+                    source,
+                })?
+            }
+            None => return Err(AgentError::NoPrompt(name.into())),
         };
         return Ok(ChosenAgent {
-            profile: agent::AgentProfile::custom(name, &custom.tools, prompt)?,
+            profile: agent::AgentProfile::custom(name, &custom.tools, prompt)
+                .map_err(AgentError::Profile)?,
             approval: custom.approval,
             max_tool_steps: custom.max_tool_steps,
         });
@@ -75,17 +99,45 @@ pub fn choose_agent(config: &Config, name: &str) -> Result<ChosenAgent, String> 
             max_tool_steps: None,
         }),
         None => {
-            let mut names: Vec<String> = agent::agents::BUILT_IN
+            let mut known: Vec<String> = agent::agents::BUILT_IN
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
-            names.extend(config.agents.keys().cloned());
-            Err(format!(
-                "there is no agent `{name}`; the agents are {}",
-                names.join(", ")
-            ))
+            known.extend(config.agents.keys().cloned());
+            Err(AgentError::Unknown {
+                name: name.into(),
+                known,
+            })
         }
     }
+}
+
+/// Why a run cannot be resumed.
+#[derive(Debug, Error)]
+pub enum ResumeError {
+    #[error("no runs are recorded in {}", .0.display())]
+    NothingRecorded(PathBuf),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("no run {0} in this workspace")]
+    NoRun(String),
+    #[error("run {run_id} already ended ({})", status.as_str())]
+    Ended { run_id: String, status: RunStatus },
+    #[error("run {0} is still going in another agent-ls process")]
+    Elsewhere(String),
+    #[error("the checkpoint of {run_id} cannot be read: {source}")]
+    Checkpoint {
+        run_id: String,
+        source: serde_json::Error,
+    },
+}
+
+/// The workspace's store, to resume a run from: none is created where no run was recorded.
+pub fn recorded_store(root: &Path) -> Result<Store, ResumeError> {
+    if !root.join(crate::store::FILE).exists() {
+        return Err(ResumeError::NothingRecorded(root.to_path_buf()));
+    }
+    Ok(Store::open(root)?.0)
 }
 
 /// Where an interrupted run goes on from: its goal and last checkpoint (`None` when it was
@@ -95,26 +147,29 @@ pub fn resume_point(
     store: &Store,
     run_id: &str,
     active: Option<&str>,
-) -> Result<(String, Option<Run>), String> {
+) -> Result<(String, Option<Run>), ResumeError> {
     let (goal, checkpoint, status) = store
-        .resume_point(run_id)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no run {run_id} in this workspace"))?;
+        .resume_point(run_id)?
+        .ok_or_else(|| ResumeError::NoRun(run_id.into()))?;
     if status != RunStatus::Running {
-        return Err(format!("run {run_id} already ended ({})", status.as_str()));
+        return Err(ResumeError::Ended {
+            run_id: run_id.into(),
+            status,
+        });
     }
-    let interrupted = store.interrupted_runs(active).map_err(|e| e.to_string())?;
+    let interrupted = store.interrupted_runs(active)?;
     if !interrupted.iter().any(|r| r.run_id == run_id) {
-        return Err(format!(
-            "run {run_id} is still going in another agent-ls process"
-        ));
+        return Err(ResumeError::Elsewhere(run_id.into()));
     }
-    let run = match checkpoint {
-        Some(json) => Some(
-            serde_json::from_str::<Run>(&json)
-                .map_err(|e| format!("the checkpoint of {run_id} cannot be read: {e}"))?,
-        ),
-        None => None,
-    };
+    let run =
+        match checkpoint {
+            Some(json) => Some(serde_json::from_str::<Run>(&json).map_err(|source| {
+                ResumeError::Checkpoint {
+                    run_id: run_id.into(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
     Ok((goal, run))
 }
