@@ -515,31 +515,13 @@ impl Drive<'_> {
             buffers: shell.buffers().into_iter().collect(),
             diagnostics: diagnostics_of(last_tests.as_ref()),
         });
-        let timeout = Duration::from_secs(self.config.agent.tool_timeout_secs.max(1));
         let reads: Vec<_> = calls
             .iter()
             .map(|call| {
-                let reading = agent_ls_core::agent::agents::READ_TOOLS.contains(&call.name.as_str())
+                let reading = agent_ls_core::agent::agents::READ_TOOLS
+                    .contains(&call.name.as_str())
                     && allowed.contains(&call.name);
-                reading.then(|| {
-                    let (call, snapshot) = (call.clone(), snapshot.clone());
-                    let started = Instant::now();
-                    let job = tokio::task::spawn_blocking(move || {
-                        crate::tools::run(&call, &*snapshot, &limits)
-                    });
-                    async move {
-                        let out = match tokio::time::timeout(timeout, job).await {
-                            Ok(Ok(out)) => out,
-                            Ok(Err(e)) => Output::error(format!("the tool failed: {e}")),
-                            // The thread finishes on its own; its late result is dropped.
-                            Err(_) => Output::error(format!(
-                                "the tool did not finish within {} s (agent.tool_timeout_secs); narrow it",
-                                timeout.as_secs()
-                            )),
-                        };
-                        (out, started.elapsed())
-                    }
-                })
+                reading.then(|| self.read_tool(call.clone(), snapshot.clone(), limits))
             })
             .collect();
         let pending: Vec<usize> = reads
@@ -566,6 +548,33 @@ impl Drive<'_> {
             results.push((call, out.text));
         }
         Event::ToolResults(results)
+    }
+
+    /// A reading tool, started now on a blocking thread within `agent.tool_timeout_secs`:
+    /// its output and how long it took.
+    fn read_tool(
+        &self,
+        call: crate::model::ToolCall,
+        snapshot: std::sync::Arc<crate::tools::Snapshot>,
+        limits: crate::tools::Limits,
+    ) -> impl std::future::Future<Output = (crate::tools::Output, Duration)> + use<> {
+        use crate::tools::Output;
+        let timeout = Duration::from_secs(self.config.agent.tool_timeout_secs.max(1));
+        let started = Instant::now();
+        let job =
+            tokio::task::spawn_blocking(move || crate::tools::run(&call, &*snapshot, &limits));
+        async move {
+            let out = match tokio::time::timeout(timeout, job).await {
+                Ok(Ok(out)) => out,
+                Ok(Err(e)) => Output::error(format!("the tool failed: {e}")),
+                // The thread finishes on its own; its late result is dropped.
+                Err(_) => Output::error(format!(
+                    "the tool did not finish within {} s (agent.tool_timeout_secs); narrow it",
+                    timeout.as_secs()
+                )),
+            };
+            (out, started.elapsed())
+        }
     }
 
     /// A tool that is not a reading one: the tests or an allowlisted command, through the
@@ -597,36 +606,9 @@ impl Drive<'_> {
                 }
             };
         }
-        let command = match call.name.as_str() {
-            "run_tests" => match call.arguments.get("filter").and_then(|f| f.as_str()) {
-                Some(filter) if !filter.trim().is_empty() => {
-                    match tests_run::narrowed(self.root, &self.config.test, filter.trim()) {
-                        Ok(argv) => Some(argv),
-                        Err(e) => return Output::error(e),
-                    }
-                }
-                _ => None,
-            },
-            "run_command" => {
-                let argv: Option<Vec<String>> = call
-                    .arguments
-                    .get("argv")
-                    .and_then(|a| a.as_array())
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(String::from))
-                            .collect()
-                    });
-                match argv {
-                    Some(a) if !a.is_empty() => Some(a),
-                    _ => return Output::error("`argv` must be a non-empty list of strings"),
-                }
-            }
-            other => {
-                return Output::error(format!(
-                    "`{other}` cannot be called here (an editing tool is a proposal: call it alone, or answer with edits)"
-                ));
-            }
+        let command = match self.command_of(call) {
+            Ok(command) => command,
+            Err(why) => return why,
         };
         let whole = command.is_none() && call.name == "run_tests";
         match shell.run_tests(self.cancel, command).await {
@@ -639,6 +621,43 @@ impl Drive<'_> {
                 Output::ok(crate::tools::cap(&text, limits.result_bytes))
             }
             Err(e) => Output::error(e.to_string()),
+        }
+    }
+
+    /// The command a running tool asks for: `None` for the whole test run, or the model's
+    /// answer when the call cannot run.
+    fn command_of(
+        &self,
+        call: &crate::model::ToolCall,
+    ) -> Result<Option<Vec<String>>, crate::tools::Output> {
+        use crate::tools::Output;
+        match call.name.as_str() {
+            "run_tests" => match call.arguments.get("filter").and_then(|f| f.as_str()) {
+                Some(filter) if !filter.trim().is_empty() => {
+                    tests_run::narrowed(self.root, &self.config.test, filter.trim())
+                        .map(Some)
+                        .map_err(Output::error)
+                }
+                _ => Ok(None),
+            },
+            "run_command" => {
+                let argv: Option<Vec<String>> = call
+                    .arguments
+                    .get("argv")
+                    .and_then(|a| a.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(String::from))
+                            .collect()
+                    });
+                match argv {
+                    Some(a) if !a.is_empty() => Ok(Some(a)),
+                    _ => Err(Output::error("`argv` must be a non-empty list of strings")),
+                }
+            }
+            other => Err(Output::error(format!(
+                "`{other}` cannot be called here (an editing tool is a proposal: call it alone, or answer with edits)"
+            ))),
         }
     }
 
