@@ -185,7 +185,7 @@ pub fn spawn(s: StartRun) {
         };
         let outbox = c.outbox.clone();
         let on_event = move |e: agent_ls_core::events::LiveEvent| {
-            outbox.notify::<ext::RunEventNotification>((&e).into())
+            outbox.notify::<ext::RunEventNotification>(e.to_wire())
         };
         let driver = Drive {
             models: &models,

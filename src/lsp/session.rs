@@ -567,15 +567,15 @@ impl Session {
                 if let Some(step) = history.last_done() {
                     // The run view offers undo of this step by its id.
                     self.outbox.notify::<super::ext::RunEventNotification>(
-                        (&LiveEvent {
+                        LiveEvent {
                             run_id: run_id.clone(),
                             iteration,
                             event: RunEvent::Step {
                                 step: step.id,
                                 files: step.files.iter().map(|f| f.path.clone()).collect(),
                             },
-                        })
-                            .into(),
+                        }
+                        .to_wire(),
                     );
                     if let Some(store) = &self.store {
                         let step = step.clone();
@@ -624,12 +624,12 @@ impl Session {
                                 .map(|s| s.run_id.clone());
                             if let Some(run_id) = run_id {
                                 self.outbox.notify::<super::ext::RunEventNotification>(
-                                    (&LiveEvent {
+                                    LiveEvent {
                                         run_id,
                                         iteration: 0,
                                         event: RunEvent::Undone { step, redo },
-                                    })
-                                        .into(),
+                                    }
+                                    .to_wire(),
                                 );
                             }
                         }

@@ -295,12 +295,13 @@ pub struct WireEvent {
     pub data: Value,
 }
 
-impl From<&LiveEvent> for WireEvent {
-    fn from(e: &LiveEvent) -> WireEvent {
-        let Wire { role, kind, data } = e.event.wire(Audience::Live);
+impl LiveEvent {
+    /// The event as `agent-ls/runEvent` carries it.
+    pub fn to_wire(&self) -> WireEvent {
+        let Wire { role, kind, data } = self.event.wire(Audience::Live);
         WireEvent {
-            run_id: e.run_id.clone(),
-            iteration: e.iteration,
+            run_id: self.run_id.clone(),
+            iteration: self.iteration,
             role: role.into(),
             kind: kind.into(),
             data,
@@ -410,7 +411,7 @@ mod tests {
                 redo: true,
             },
         };
-        let wire = serde_json::to_value(WireEvent::from(&e)).unwrap();
+        let wire = serde_json::to_value(e.to_wire()).unwrap();
         assert_eq!(
             wire,
             json!({"runId": "run_1", "iteration": 3, "role": "user", "type": "redo", "data": {"step": 4}})
