@@ -489,7 +489,13 @@ fn list_runs(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode>
         );
     } else {
         for r in &runs {
-            println!("{}  {:<11}  {}  ({})", r.run_id, r.status, r.goal, r.path);
+            println!(
+                "{}  {:<11}  {}  ({})",
+                r.run_id,
+                r.status.as_str(),
+                r.goal,
+                r.path
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -28,9 +28,11 @@ use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Stdio};
 use tokio_util::sync::CancellationToken;
 
+use agent_ls_core::agent::RunStatus;
 use agent_ls_core::edit::{FileChange, FileText};
+use agent_ls_core::events::{LiveEvent, RunEvent};
 use agent_ls_runtime::config::{self, Config, McpServerConfig};
-use agent_ls_runtime::drive::{self, ApplyError, Drive, RunEvent, Shell, Verdict};
+use agent_ls_runtime::drive::{self, ApplyError, Drive, Shell, Verdict};
 use agent_ls_runtime::model::Models;
 use agent_ls_runtime::store::{Store, StoreThread};
 use agent_ls_runtime::tests_run::{RunError, RunResult};
@@ -263,7 +265,7 @@ fn prompt(
         let runs: Vec<String> = agent_ls_runtime::journal::list(&root)
             .iter()
             .take(10)
-            .map(|r| format!("- {} {} {}", r.run_id, r.status, r.goal))
+            .map(|r| format!("- {} {} {}", r.run_id, r.status.as_str(), r.goal))
             .collect();
         let answer = if runs.is_empty() {
             "no runs yet".to_string()
@@ -381,7 +383,7 @@ fn load(
             &id,
             SessionUpdate::AgentMessageChunk(text_chunk(format!(
                 "run {id} ended: {}",
-                recorded.status
+                recorded.status.as_str()
             ))),
         ),
     }
@@ -426,13 +428,13 @@ async fn run(
     };
     let (c2, s2) = (conn.clone(), session.clone());
     let plan = Mutex::new(PlanView::default());
-    let on_event = move |e: RunEvent| {
+    let on_event = move |e: LiveEvent| {
         if let Ok(mut plan) = plan.lock()
-            && let Some(entries) = plan.follow(&e)
+            && let Some(entries) = plan.follow(&e.event)
         {
             notify(&c2, &s2, SessionUpdate::Plan(Plan::new(entries)));
         }
-        event(&c2, &s2, &e);
+        event(&c2, &s2, &e.event);
     };
     let driver = Drive {
         models: &models,
@@ -483,22 +485,16 @@ struct PlanView {
 impl PlanView {
     /// The plan's entries after `e`, when `e` changed them.
     fn follow(&mut self, e: &RunEvent) -> Option<Vec<PlanEntry>> {
-        match e.kind.as_str() {
-            "plan" => {
-                self.tasks = e.data["tasks"]
-                    .as_array()?
+        match e {
+            RunEvent::Plan { tasks } => {
+                self.tasks = tasks
                     .iter()
-                    .map(|t| {
-                        (
-                            t["id"].as_str().unwrap_or("").to_string(),
-                            t["title"].as_str().unwrap_or("").to_string(),
-                        )
-                    })
+                    .map(|t| (t.id.clone(), t.title.clone()))
                     .collect();
                 self.current = None;
             }
-            "iteration" => {
-                let task = e.data["task"].as_str()?;
+            RunEvent::Iteration { task, .. } => {
+                let task = task.as_deref()?;
                 let i = self
                     .tasks
                     .iter()
@@ -508,7 +504,10 @@ impl PlanView {
                 }
                 self.current = Some(i);
             }
-            "finished" if e.data["status"] == "done" => self.done = true,
+            RunEvent::Finished {
+                status: RunStatus::Done,
+                ..
+            } => self.done = true,
             _ => return None,
         }
         if self.tasks.is_empty() {
@@ -534,30 +533,25 @@ impl PlanView {
 
 /// A run event as the client sees it: the tools the model calls and their results.
 fn event(conn: &ConnectionTo<Client>, session: &str, e: &RunEvent) {
-    match e.kind.as_str() {
-        "tool_call" => {
-            let name = e.data["name"].as_str().unwrap_or("tool");
-            let kind = match name {
-                "read_file" | "list_files" | "get_diagnostics" => ToolKind::Read,
-                "find_files" | "grep" => ToolKind::Search,
-                "run_tests" | "run_command" => ToolKind::Execute,
-                _ => ToolKind::Other,
-            };
-            let id = format!("tool_{}", e.data["id"].as_str().unwrap_or(""));
+    match e {
+        RunEvent::ToolCall(call) => {
+            let kind = acp_kind(agent_ls_runtime::tools::kind_of(&call.name));
+            let id = format!("tool_{}", call.id);
             notify(
                 conn,
                 session,
                 SessionUpdate::ToolCall(
-                    ToolCall::new(id, format!("{name} {}", e.data["arguments"]))
+                    ToolCall::new(id, format!("{} {}", call.name, call.arguments))
                         .kind(kind)
                         .status(ToolCallStatus::InProgress),
                 ),
             );
         }
-        "tool_result" => {
-            let id = format!("tool_{}", e.data["id"].as_str().unwrap_or(""));
-            let failed = e.data["is_error"].as_bool().unwrap_or(false);
-            let text = e.data["text"].as_str().unwrap_or("").to_string();
+        RunEvent::ToolResult {
+            id, is_error, text, ..
+        } => {
+            let id = format!("tool_{id}");
+            let (failed, text) = (*is_error, text.clone());
             notify(
                 conn,
                 session,
@@ -574,6 +568,18 @@ fn event(conn: &ConnectionTo<Client>, session: &str, e: &RunEvent) {
             );
         }
         _ => {}
+    }
+}
+
+/// ACP's name for a kind of tool.
+fn acp_kind(kind: agent_ls_runtime::tools::ToolKind) -> ToolKind {
+    use agent_ls_runtime::tools::ToolKind as Kind;
+    match kind {
+        Kind::Read => ToolKind::Read,
+        Kind::Search => ToolKind::Search,
+        Kind::Execute => ToolKind::Execute,
+        Kind::Edit => ToolKind::Edit,
+        Kind::Other => ToolKind::Other,
     }
 }
 

@@ -5,6 +5,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
+use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use agent_ls_core::agent::{self, FailureKind, Run, RunStatus};
@@ -137,12 +138,7 @@ impl Shell for CliShell<'_> {
     async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
         // Never overwrite what changed since the change was computed: move the change onto
         // the new text, or redo the step.
-        let mut refused = None;
-        let current = edit_rebase(changes, self.root, &self.config.edit.limits(), &mut refused);
-        if let Some(why) = refused {
-            return Err(ApplyError::Failed(why));
-        }
-        let changes = current.map_err(ApplyError::Stale)?;
+        let changes = rebase_on_disk(changes, self.root, &self.config.edit.limits())?;
         files::write_changes(self.root, &changes).map_err(ApplyError::Failed)?;
         // The step joins the workspace's history, so `agent-ls undo` (and the editor, on its
         // next start) can revert it; a history that cannot be written costs only that.
@@ -200,14 +196,15 @@ fn ask_terminal(question: &str) -> Verdict {
     }
 }
 
-/// `edit::rebase` against the disk; a file that may not be read sets `refused`.
-fn edit_rebase(
+/// `edit::rebase` against the disk: the changes moved onto the files' text now, `Stale` when
+/// that is impossible, `Failed` when a file may not be read.
+fn rebase_on_disk(
     changes: &[FileChange],
     root: &Path,
     limits: &agent_ls_core::edit::Limits,
-    refused: &mut Option<String>,
-) -> Result<Vec<FileChange>, String> {
-    agent_ls_core::edit::rebase(
+) -> Result<Vec<FileChange>, ApplyError> {
+    let mut refused = None;
+    let current = agent_ls_core::edit::rebase(
         changes,
         |path| match files::read_for_plan(root, path) {
             FileText::Text(t) => Some(t),
@@ -218,28 +215,126 @@ fn edit_rebase(
             }
         },
         limits,
-    )
-    .map_err(|e| e.to_string())
+    );
+    if let Some(why) = refused {
+        return Err(ApplyError::Failed(why));
+    }
+    current.map_err(|e| ApplyError::Stale(e.to_string()))
 }
+
+/// Why `agent-ls run` stops before its goal is run; each has its exit code.
+#[derive(Debug, Error)]
+enum Stop {
+    #[error("cannot open the workspace {}: {source}", path.display())]
+    Workspace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The configuration's errors, one a line.
+    #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\nagent-ls: "))]
+    Config(Vec<config::ConfigError>),
+    #[error(transparent)]
+    Agent(#[from] drive::AgentError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error(transparent)]
+    Resume(#[from] drive::ResumeError),
+    #[error(
+        "undo and redo act on the editor's buffers and the server's step history: \
+         use agent-ls.undo / agent-ls.redo (VS Code: Agent: Undo, Neovim: :AgentUndo)"
+    )]
+    UndoHere,
+    #[error(transparent)]
+    Lock(#[from] agent_ls_runtime::lock::LockError),
+}
+
+impl Stop {
+    fn code(&self) -> u8 {
+        match self {
+            Stop::Runtime(_) | Stop::Resume(_) | Stop::UndoHere => exit::FAILED,
+            Stop::Workspace { .. } | Stop::Config(_) | Stop::Agent(_) | Stop::Lock(_) => {
+                exit::CONFIG
+            }
+        }
+    }
+}
+
+/// An interrupted run to go on with (--resume): its id, goal and checkpoint.
+type Resume = (String, String, Option<Run>);
 
 /// Runs the goal and returns the process exit code.
 pub fn run(opts: Options) -> u8 {
-    let root = match opts.workspace.canonicalize() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!(
-                "agent-ls: cannot open the workspace {}: {e}",
-                opts.workspace.display()
-            );
-            return exit::CONFIG;
+    match run_goal(opts) {
+        Ok(code) => code,
+        Err(stop) => {
+            eprintln!("agent-ls: {stop}");
+            stop.code()
+        }
+    }
+}
+
+fn run_goal(opts: Options) -> Result<u8, Stop> {
+    let root = opts
+        .workspace
+        .canonicalize()
+        .map_err(|source| Stop::Workspace {
+            path: opts.workspace.clone(),
+            source,
+        })?;
+    let (cfg, chosen) = configure(&root, &opts)?;
+    let mode = match (opts.mode, cfg.agent.approval) {
+        (Mode::Ask, Approval::Auto) => Mode::Yes,
+        (m, _) => m,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Stop::Runtime)?;
+    let resume = match &opts.resume {
+        None => None,
+        Some(id) => {
+            let store = drive::recorded_store(&root)?;
+            let (goal, checkpoint) = drive::resume_point(&store, id, None)?;
+            Some((id.clone(), goal, checkpoint))
         }
     };
-    let loaded = config::load(&Inputs::from_process(Some(root.clone())));
+    if resume.is_none()
+        && let Some(code) = route(&root, &cfg, &opts, &runtime)?
+    {
+        return Ok(code);
+    }
+    let goal = resume
+        .as_ref()
+        .map_or(opts.goal.clone(), |(_, g, _)| g.clone());
+    // One run per workspace, whoever runs it: the lock is held until this process ends.
+    let _lock = RunLock::acquire(&root, &goal)?;
+    let store = StoreThread::open(root.clone(), |opened| match opened {
+        Ok(Some(notice)) => eprintln!("agent-ls: {notice}"),
+        Ok(None) => {}
+        Err(e) => eprintln!("agent-ls: the run's figures will not be kept: {e}"),
+    });
+    let setup = Setup {
+        root: &root,
+        cfg: &cfg,
+        mode,
+        chosen: chosen.as_ref(),
+        store: &store,
+    };
+    let code = runtime.block_on(drive_goal(setup, &opts, goal, resume));
+    // The record is written before the process says it is done.
+    store.flush_blocking();
+    Ok(code)
+}
+
+/// The configuration for this run: the layers, --replay, and the agent --agent names (whose
+/// approval mode wins over the configuration's).
+fn configure(
+    root: &Path,
+    opts: &Options,
+) -> Result<(config::Config, Option<drive::ChosenAgent>), Stop> {
+    let loaded = config::load(&Inputs::from_process(Some(root.to_path_buf())));
     if !loaded.errors.is_empty() {
-        for e in &loaded.errors {
-            eprintln!("agent-ls: {e}");
-        }
-        return exit::CONFIG;
+        return Err(Stop::Config(loaded.errors));
     }
     if !loaded.untrusted.is_empty() {
         eprintln!(
@@ -255,141 +350,93 @@ pub fn run(opts: Options) -> u8 {
         cfg.roles = Default::default();
     }
     let chosen = match &opts.agent {
-        Some(name) => match drive::choose_agent(&cfg, name) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                eprintln!("agent-ls: {e}");
-                return exit::CONFIG;
-            }
-        },
+        Some(name) => Some(drive::choose_agent(&cfg, name)?),
         None => None,
     };
     if let Some(a) = chosen.as_ref().and_then(|c| c.approval) {
         cfg.agent.approval = a;
     }
-    let mode = match (opts.mode, cfg.agent.approval) {
-        (Mode::Ask, Approval::Auto) => Mode::Yes,
-        (m, _) => m,
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("agent-ls: cannot start the async runtime: {e}");
-            return exit::FAILED;
-        }
-    };
-    // What to go on from, for --resume: the run's id, goal and checkpoint.
-    let resume = match &opts.resume {
-        None => None,
-        Some(id) => match resume_point(&root, id) {
-            Ok((goal, checkpoint)) => Some((id.clone(), goal, checkpoint)),
-            Err(why) => {
-                eprintln!("agent-ls: {why}");
-                return exit::FAILED;
-            }
-        },
-    };
-    let route = if resume.is_some() {
-        agent::Route::Agent
-    } else {
-        agent::route(&opts.goal)
-    };
-    match route {
-        agent::Route::Agent => {}
-        agent::Route::Undo(_) | agent::Route::Redo => {
-            eprintln!(
-                "agent-ls: undo and redo act on the editor's buffers and the server's step history: \
-                 use agent-ls.undo / agent-ls.redo (VS Code: Agent: Undo, Neovim: :AgentUndo)"
-            );
-            return exit::FAILED;
-        }
-        agent::Route::Status => {
-            for r in agent_ls_runtime::journal::list(&root).iter().take(10) {
-                println!("{}  {:<11}  {}", r.run_id, r.status, r.goal);
-            }
-            return exit::DONE;
-        }
-        agent::Route::Command(argv) => {
-            return runtime.block_on(run_command(&root, &cfg, argv, opts.json));
-        }
-    }
-    let goal = resume
-        .as_ref()
-        .map_or(opts.goal.clone(), |(_, g, _)| g.clone());
-    // One run per workspace, whoever runs it: the lock is held until this process ends.
-    let _lock = match RunLock::acquire(&root, &goal) {
-        Ok(lock) => lock,
-        Err(e) => {
-            eprintln!("agent-ls: {e}");
-            return exit::CONFIG;
-        }
-    };
-    let store = StoreThread::open(root.clone(), |opened| match opened {
-        Ok(Some(notice)) => eprintln!("agent-ls: {notice}"),
-        Ok(None) => {}
-        Err(e) => eprintln!("agent-ls: the run's figures will not be kept: {e}"),
-    });
-    let code = runtime.block_on(async {
-        let cancel = CancellationToken::new();
-        watch_signals(cancel.clone());
-        let models = Models::new(&cfg, Some(&root));
-        let mut run = drive::new_run(&cfg, &goal);
-        if let Some(c) = &chosen {
-            c.apply(&mut run);
-        }
-        let mut shell = CliShell {
-            root: &root,
-            mode,
-            proposed: None,
-            config: &cfg,
-            allow_protected: opts.allow_protected,
-            task: String::new(),
-        };
-        let on_token = |t: &str| {
-            let mut err = std::io::stderr();
-            let _ = err.write_all(visible(t).as_bytes());
-            let _ = err.flush();
-        };
-        let driver = Drive {
-            models: &models,
-            config: &cfg,
-            root: &root,
-            cancel: &cancel,
-            on_token: Some(&on_token),
-            record: Some(&store),
-            events: None,
-        };
-        let mut outcome = match resume {
-            Some((id, _, Some(checkpoint))) => {
-                run = checkpoint;
-                driver.resume(&mut run, &mut shell, id).await
-            }
-            // Interrupted before its first checkpoint: it starts over under its own id.
-            Some((id, _, None)) => driver.run(&mut run, &mut shell, id).await,
-            None => driver.run(&mut run, &mut shell, drive::new_run_id()).await,
-        };
-        if let Some(diff) = shell.proposed.take() {
-            outcome.status = RunStatus::Proposed;
-            outcome.answer = diff;
-        }
-        report(&outcome, opts.json);
-        code_for(&outcome)
-    });
-    // The record is written before the process says it is done.
-    store.flush_blocking();
-    code
+    Ok((cfg, chosen))
 }
 
-/// The goal and checkpoint of an interrupted run, or why it cannot be resumed.
-fn resume_point(root: &Path, id: &str) -> Result<(String, Option<Run>), String> {
-    if !root.join(agent_ls_runtime::store::FILE).exists() {
-        return Err(format!("no runs are recorded in {}", root.display()));
+/// A goal that is not for the agent: a command to run, the status to print, or undo (which
+/// is the editor's). The exit code when it was one of those.
+fn route(
+    root: &Path,
+    cfg: &config::Config,
+    opts: &Options,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Option<u8>, Stop> {
+    match agent::route(&opts.goal) {
+        agent::Route::Agent => Ok(None),
+        agent::Route::Undo(_) | agent::Route::Redo => Err(Stop::UndoHere),
+        agent::Route::Status => {
+            for r in agent_ls_runtime::journal::list(root).iter().take(10) {
+                println!("{}  {:<11}  {}", r.run_id, r.status.as_str(), r.goal);
+            }
+            Ok(Some(exit::DONE))
+        }
+        agent::Route::Command(argv) => Ok(Some(
+            runtime.block_on(run_command(root, cfg, argv, opts.json)),
+        )),
     }
-    let (store, _) = agent_ls_runtime::store::Store::open(root).map_err(|e| e.to_string())?;
-    drive::resume_point(&store, id, None)
+}
+
+/// What a run of the goal is made with.
+struct Setup<'a> {
+    root: &'a Path,
+    cfg: &'a config::Config,
+    mode: Mode,
+    chosen: Option<&'a drive::ChosenAgent>,
+    store: &'a StoreThread,
+}
+
+/// The agent's loop on the goal (or on the resumed run), to its outcome's exit code.
+async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<Resume>) -> u8 {
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let models = Models::new(s.cfg, Some(s.root));
+    let mut run = drive::new_run(s.cfg, &goal);
+    if let Some(c) = s.chosen {
+        c.apply(&mut run);
+    }
+    let mut shell = CliShell {
+        root: s.root,
+        mode: s.mode,
+        proposed: None,
+        config: s.cfg,
+        allow_protected: opts.allow_protected,
+        task: String::new(),
+    };
+    let on_token = |t: &str| {
+        let mut err = std::io::stderr();
+        let _ = err.write_all(visible(t).as_bytes());
+        let _ = err.flush();
+    };
+    let driver = Drive {
+        models: &models,
+        config: s.cfg,
+        root: s.root,
+        cancel: &cancel,
+        on_token: Some(&on_token),
+        record: Some(s.store),
+        events: None,
+    };
+    let mut outcome = match resume {
+        Some((id, _, Some(checkpoint))) => {
+            run = checkpoint;
+            driver.resume(&mut run, &mut shell, id).await
+        }
+        // Interrupted before its first checkpoint: it starts over under its own id.
+        Some((id, _, None)) => driver.run(&mut run, &mut shell, id).await,
+        None => driver.run(&mut run, &mut shell, drive::new_run_id()).await,
+    };
+    if let Some(diff) = shell.proposed.take() {
+        outcome.status = RunStatus::Proposed;
+        outcome.answer = diff;
+    }
+    report(&outcome, opts.json);
+    code_for(&outcome)
 }
 
 /// A goal that names a command ("run `make lint`"): run it like the tests (allowlist,

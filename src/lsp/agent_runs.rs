@@ -184,7 +184,9 @@ pub fn spawn(s: StartRun) {
             review: Review::default(),
         };
         let outbox = c.outbox.clone();
-        let on_event = move |e: drive::RunEvent| outbox.notify::<ext::RunEventNotification>(e);
+        let on_event = move |e: agent_ls_core::events::LiveEvent| {
+            outbox.notify::<ext::RunEventNotification>(e.to_wire())
+        };
         let driver = Drive {
             models: &models,
             config: &s.config,

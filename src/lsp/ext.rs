@@ -136,6 +136,6 @@ pub const RUN_EVENT: &str = "agent-ls/runEvent";
 pub enum RunEventNotification {}
 
 impl tower_lsp_server::ls_types::notification::Notification for RunEventNotification {
-    type Params = agent_ls_runtime::drive::RunEvent;
+    type Params = agent_ls_core::events::WireEvent;
     const METHOD: &'static str = RUN_EVENT;
 }

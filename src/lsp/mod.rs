@@ -340,7 +340,10 @@ impl Backend {
         let (goal, checkpoint) = {
             let run_id = run_id.clone();
             store
-                .call(move |s| agent_ls_runtime::drive::resume_point(s, &run_id, active.as_deref()))
+                .call(move |s| {
+                    agent_ls_runtime::drive::resume_point(s, &run_id, active.as_deref())
+                        .map_err(|e| e.to_string())
+                })
                 .await
                 .unwrap_or_else(|| Err("the store could not be opened".into()))
                 .map_err(|why| Error::invalid_request().tap_message(why))?

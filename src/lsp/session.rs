@@ -30,6 +30,7 @@ use super::workspace_edit::EditSupport;
 use super::{Report, convert};
 use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::edit::history::{History, Step};
+use agent_ls_core::events::{LiveEvent, RunEvent};
 use agent_ls_core::text::{Buffer, Encoding};
 use agent_ls_runtime::config::{self, Loaded};
 use agent_ls_runtime::drive::Outcome;
@@ -565,14 +566,17 @@ impl Session {
                 history.record(&run_id, &goal, &task, changes, files);
                 if let Some(step) = history.last_done() {
                     // The run view offers undo of this step by its id.
-                    self.outbox
-                        .notify::<super::ext::RunEventNotification>(agent_ls_runtime::drive::RunEvent {
+                    self.outbox.notify::<super::ext::RunEventNotification>(
+                        LiveEvent {
                             run_id: run_id.clone(),
                             iteration,
-                            role: "agent".into(),
-                            kind: "step".into(),
-                            data: serde_json::json!({"step": step.id, "files": step.files.iter().map(|f| &f.path).collect::<Vec<_>>()}),
-                        });
+                            event: RunEvent::Step {
+                                step: step.id,
+                                files: step.files.iter().map(|f| f.path.clone()).collect(),
+                            },
+                        }
+                        .to_wire(),
+                    );
                     if let Some(store) = &self.store {
                         let step = step.clone();
                         store.send("an agent step", move |s| s.record_step(&step));
@@ -620,13 +624,12 @@ impl Session {
                                 .map(|s| s.run_id.clone());
                             if let Some(run_id) = run_id {
                                 self.outbox.notify::<super::ext::RunEventNotification>(
-                                    agent_ls_runtime::drive::RunEvent {
+                                    LiveEvent {
                                         run_id,
                                         iteration: 0,
-                                        role: "user".into(),
-                                        kind: what.into(),
-                                        data: serde_json::json!({"step": step}),
-                                    },
+                                        event: RunEvent::Undone { step, redo },
+                                    }
+                                    .to_wire(),
                                 );
                             }
                         }
@@ -773,10 +776,10 @@ impl Session {
             return Err("the goal is empty".into());
         }
         let agent = match &args.agent {
-            Some(name) => Some(agent_ls_runtime::drive::choose_agent(
-                &self.config.config,
-                name,
-            )?),
+            Some(name) => Some(
+                agent_ls_runtime::drive::choose_agent(&self.config.config, name)
+                    .map_err(|e| e.to_string())?,
+            ),
             None => None,
         };
         let goal = agent_runs::goal_with_selection(&args, &self.documents, &root, self.encoding);

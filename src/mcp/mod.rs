@@ -77,7 +77,7 @@ impl AgentLsMcp {
             "run_tests" => self.run_tests(&args).await,
             "apply_edit" => self.apply_edit(&args),
             "get_diagnostics" | "read_file" | "list_files" | "find_files" | "grep" => {
-                let diagnostics = agent_ls_runtime::drive::diagnostics_of(
+                let diagnostics = agent_ls_runtime::tests_run::diagnostics_of(
                     self.last.lock().ok().as_deref().and_then(Option::as_ref),
                 );
                 let snapshot = Snapshot {

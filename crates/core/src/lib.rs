@@ -8,12 +8,15 @@
 //! - `agent`: the run's state machine (`step(&mut Run, Event) -> Vec<Effect>`), goal routing,
 //!   named agents, prompt rendering from the prompts handed in, the context window.
 //! - `conversation`: `Role`, `Speaker`, `Message`, `ToolCall`, `ToolSpec`.
+//! - `events`: what happens in a run (`RunEvent`), and its wire form for the journal and the
+//!   live run views.
 //! - `test_output`: test-run output to failures (`parse`), and the report a model reads.
 //! - `syntax` and `repomap`: tree-sitter parsing, tags and the ranking behind the repo map.
 
 pub mod agent;
 pub mod conversation;
 pub mod edit;
+pub mod events;
 pub mod repomap;
 pub mod syntax;
 pub mod test_output;

@@ -140,6 +140,51 @@ pub fn plan_on_disk(
     edit::apply_plan(plan, root, limits, |rel| read_for_plan(root, rel))
 }
 
+/// Up to `limit` files of the workspace, each under 100 KB, by a depth-first walk from `root`.
+/// It skips hidden entries (a leading `.`) and, at any depth, entries named `target`,
+/// `node_modules`, `__pycache__`, `dist`, `build` or `venv`; it does not read `.gitignore`,
+/// and it does not look inside files, so binary files are listed too (a reader skips what is
+/// not UTF-8 text). A folder's files come in name order before any of its subfolders, and the
+/// subfolders are walked last name first (the walk keeps a stack); symlinked folders are
+/// followed. The order is stable, not ranked: callers rank the files themselves.
+pub fn workspace_files(root: &Path, limit: usize) -> Vec<String> {
+    const SKIP: &[&str] = &[
+        "target",
+        "node_modules",
+        "__pycache__",
+        "dist",
+        "build",
+        "venv",
+    ];
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || SKIP.contains(&name.as_str()) {
+                continue;
+            }
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if e.metadata().is_ok_and(|m| m.len() < 100_000)
+                && let Ok(rel) = path.strip_prefix(root)
+            {
+                out.push(rel.to_string_lossy().into_owned());
+                if out.len() >= limit {
+                    return out;
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

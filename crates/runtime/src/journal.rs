@@ -10,7 +10,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::model::{Response, Role};
+use agent_ls_core::agent::RunStatus;
+use agent_ls_core::events::{Audience, RunEvent, Wire};
 
 pub const DIR: &str = ".agent-ls/runs";
 
@@ -76,21 +77,16 @@ impl Journal {
         }
     }
 
-    /// Appends one event; a write error stops the journal, never the run.
-    pub fn write(&mut self, role: &str, kind: &str, data: Value) {
-        self.line(json!({"ts": now_ms() as u64, "run_id": self.run_id, "role": role, "type": kind, "data": data}));
-    }
-
-    pub fn model_call(&mut self, role: Role, r: &Response) {
-        self.line(json!({
-            "ts": now_ms() as u64,
-            "run_id": self.run_id,
-            "role": role.as_str(),
-            "type": "model_call",
-            "content": r.text,
-            "tool_calls": r.tool_calls,
-            "data": {"provider": r.provider, "model": r.model, "usage": r.usage, "duration_ms": r.duration_ms, "attempts": r.attempts},
-        }));
+    /// Appends one event as its line; a write error stops the journal, never the run. A model
+    /// call's line also carries the answer at the top level, the replay provider's format.
+    pub fn record(&mut self, event: &RunEvent) {
+        let Wire { role, kind, data } = event.wire(Audience::Journal);
+        let mut line = json!({"ts": now_ms() as u64, "run_id": self.run_id, "role": role, "type": kind, "data": data});
+        if let RunEvent::ModelCall(m) = event {
+            line["content"] = json!(m.content);
+            line["tool_calls"] = json!(m.tool_calls);
+        }
+        self.line(line);
     }
 
     fn line(&mut self, value: Value) {
@@ -109,7 +105,8 @@ pub struct RunSummary {
     pub run_id: String,
     pub started_ms: u64,
     pub goal: String,
-    pub status: String,
+    /// How the run ended: its last `finished` line's status, or `interrupted` without one.
+    pub status: RunStatus,
     pub path: String,
 }
 
@@ -141,9 +138,9 @@ pub fn summary(path: &Path) -> Option<RunSummary> {
     let status = lines
         .iter()
         .rev()
-        .find(|l| l["type"] == "finished")
-        .map(|l| l["data"]["status"].as_str().unwrap_or("").to_string())
-        .unwrap_or_else(|| "interrupted".into());
+        .filter(|l| l["type"] == "finished")
+        .find_map(|l| l["data"]["status"].as_str().and_then(RunStatus::parse))
+        .unwrap_or(RunStatus::Interrupted);
     Some(RunSummary {
         run_id: first["run_id"].as_str().unwrap_or("").into(),
         started_ms: first["ts"].as_u64().unwrap_or(0),

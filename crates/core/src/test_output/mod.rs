@@ -1,7 +1,34 @@
 //! What a test run printed, read without running anything: `parse` turns output text into
-//! failures, `report` turns it into the text a model reads.
+//! failures, `report` turns it into the text a model reads; `TestState` names what a run
+//! came to.
 
 pub mod parse;
 pub mod report;
 
 pub use parse::{Failure, Format, Location, Parsed};
+
+/// What a test run came to, as `agent-ls/testStatus` and the journal name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TestState {
+    Running,
+    Passed,
+    Failed,
+    TimedOut,
+    Cancelled,
+    /// The run could not happen (no command, refused, would not start).
+    Error,
+}
+
+impl TestState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TestState::Running => "running",
+            TestState::Passed => "passed",
+            TestState::Failed => "failed",
+            TestState::TimedOut => "timed_out",
+            TestState::Cancelled => "cancelled",
+            TestState::Error => "error",
+        }
+    }
+}

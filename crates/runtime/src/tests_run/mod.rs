@@ -3,6 +3,7 @@
 
 pub mod command;
 pub mod process;
+mod summary;
 
 use agent_ls_core::test_output::{parse, report};
 
@@ -14,9 +15,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::TestConfig;
 use crate::trust::sandbox::{self, Sandbox};
+pub use agent_ls_core::test_output::TestState;
 pub use command::TestCommand;
 pub use parse::{Failure, Format, Location, Parsed};
 pub use process::RunEnd;
+pub use summary::{diagnostics_of, summary};
 
 /// What a finished run found.
 #[derive(Debug, Clone, Serialize)]
@@ -35,32 +38,6 @@ pub struct RunResult {
     /// `environment_problem`): what went wrong and what to fix.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub environment: Option<String>,
-}
-
-/// What a test run came to, as `agent-ls/testStatus` and the journal name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TestState {
-    Running,
-    Passed,
-    Failed,
-    TimedOut,
-    Cancelled,
-    /// The run could not happen (no command, refused, would not start).
-    Error,
-}
-
-impl TestState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TestState::Running => "running",
-            TestState::Passed => "passed",
-            TestState::Failed => "failed",
-            TestState::TimedOut => "timed_out",
-            TestState::Cancelled => "cancelled",
-            TestState::Error => "error",
-        }
-    }
 }
 
 impl RunResult {

@@ -119,6 +119,33 @@ impl Output {
     }
 }
 
+/// What a tool does to the workspace, for a front end that shows tool calls by kind (ACP's
+/// read, search, execute and edit icons). It says nothing of how a front end draws it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolKind {
+    /// Reads files or what is known of them.
+    Read,
+    /// Searches the workspace.
+    Search,
+    /// Runs a command (the tests, an allowlisted program).
+    Execute,
+    /// Proposes a change to the files.
+    Edit,
+    /// Not a built-in tool (another server's, or an unknown name).
+    Other,
+}
+
+/// The kind of the tool named `name`.
+pub fn kind_of(name: &str) -> ToolKind {
+    match name {
+        "read_file" | "list_files" | "get_diagnostics" => ToolKind::Read,
+        "find_files" | "grep" => ToolKind::Search,
+        "run_tests" | "run_command" => ToolKind::Execute,
+        "edit_file" | "write_file" | "apply_patch" => ToolKind::Edit,
+        _ => ToolKind::Other,
+    }
+}
+
 /// The specs of the tools named, in the registry's order (unknown names are skipped).
 pub fn specs_named(names: &[String]) -> Vec<ToolSpec> {
     specs()

@@ -1,0 +1,891 @@
+//! Performs the agent's effects and feeds the results back into `agent::step`. Shared by the
+//! headless `agent-ls run` and the server (and any other surface): only the `Shell` (how
+//! approval, applying, tests and progress reach the user) differs, so the loops cannot drift
+//! apart. Each effect is performed by one method that returns the event it produced; the
+//! journal and the store watch the run from one `Observer` (`observer.rs`); a run is set up
+//! by `setup.rs`.
+
+mod observer;
+mod setup;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::model::{Message, ModelError, Models, OnToken, Request, Role, Totals};
+use crate::store::{Store, StoreThread};
+use crate::tests_run::{self, RunEnd, RunError, RunResult, diagnostics_of, summary};
+use crate::trust::Review;
+use agent_ls_core::agent::{self, Effect, Event, FailureKind, Run, RunStatus};
+use agent_ls_core::edit::{self, FileChange, FileText};
+use agent_ls_core::events::{LiveEvent, RunEvent};
+use observer::Observer;
+pub use setup::{
+    AgentError, ChosenAgent, ResumeError, choose_agent, new_run, new_run_id, recorded_store,
+    resume_point,
+};
+
+/// How the loop reaches the user and the files.
+#[allow(async_fn_in_trait)]
+pub trait Shell {
+    /// The current text of a workspace file (the editor's buffer when it has one).
+    fn read(&self, relative: &str) -> FileText;
+    /// Shows the change, with what the review found (protected files, risky constructs),
+    /// and answers whether to apply it. A protected file needs the user's confirmation of that
+    /// file by name, whatever the approval mode; a change it may not make is `Refused`, and
+    /// the model hears why.
+    async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict;
+    /// Applies an approved change. A file that changed since the change was computed gets the
+    /// change re-located onto its new text (`edit::rebase`); where that is impossible the
+    /// answer is `Stale`, and the step is redone.
+    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError>;
+    /// Runs the workspace's tests (the server's through its one owner of test runs), or
+    /// `command` in their place under the same policy (a tool's narrowed run or allowlisted
+    /// command, whose result is the model's, not the editor's diagnostics).
+    async fn run_tests(
+        &mut self,
+        cancel: &CancellationToken,
+        command: Option<Vec<String>>,
+    ) -> Result<RunResult, RunError>;
+    /// The editor's open buffers, for the tools that read off the loop's task.
+    fn buffers(&self) -> Vec<(String, FileText)> {
+        Vec::new()
+    }
+    fn progress(&mut self, message: &str);
+    fn warn(&mut self, message: &str);
+    /// Called before each step, so `read` sees the latest text (the server takes a fresh
+    /// snapshot of the editor's buffers here).
+    async fn refresh(&mut self) {}
+    /// The plan's task the next change works on ("T1 fix the failing tests") and the
+    /// iteration it is made in, for the history and the run view.
+    fn task(&mut self, _task: &str, _iteration: u32) {}
+}
+
+/// What became of a proposed change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Approved,
+    Rejected,
+    /// Not applied, for this reason, which the model hears (a protected file nobody allowed).
+    Refused(String),
+}
+
+/// The review of a change before approval: the protected files it writes (their execute
+/// bits read from disk) and the risky constructs it introduces.
+pub fn review(root: &Path, changes: &[FileChange]) -> Review {
+    Review {
+        protected: crate::files::protected_in(root, changes)
+            .into_iter()
+            .map(|(p, why)| (p, why.to_string()))
+            .collect(),
+        findings: changes
+            .iter()
+            .flat_map(|c| {
+                crate::trust::scan::introduced(&c.path, c.original.as_deref(), &c.new_text)
+            })
+            .collect(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyError {
+    /// The files changed meanwhile and the change could not be re-located.
+    Stale(String),
+    Failed(String),
+}
+
+/// The outcome of a run, in the shape of `agent-ls/runFinished`.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Outcome {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub answer: String,
+    pub iterations: u32,
+    pub files_changed: Vec<String>,
+    pub tests: TestCounts,
+    pub tokens: u64,
+    pub duration_ms: u64,
+    pub cost_usd: Option<f64>,
+    /// Why a failed run failed, when the cause has a kind of its own.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub failure_kind: Option<FailureKind>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
+pub struct TestCounts {
+    pub passed: u32,
+    pub failed: u32,
+}
+
+pub struct Drive<'a> {
+    pub models: &'a Models,
+    pub config: &'a Config,
+    pub root: &'a Path,
+    pub cancel: &'a CancellationToken,
+    /// Receives streamed model text (the terminal's stderr for `agent-ls run`).
+    pub on_token: Option<OnToken<'a>>,
+    /// Record the run: its journal in `.agent-ls/runs/` and its figures in the store.
+    pub record: Option<&'a StoreThread>,
+    /// Receives the run's events as they happen (the editor's run view).
+    pub events: Option<OnEvent<'a>>,
+}
+
+/// Receives a run's events as a live view shows them (`agent_ls_core::events`): the journal's
+/// lines with the iteration they belong to, and the model's answer as it streams.
+pub type OnEvent<'a> = &'a (dyn Fn(LiveEvent) + Send + Sync);
+
+/// What a run's effects share while it goes: its recorder and figures, and what one effect
+/// leaves for the next (the last whole test run, the tools the last model call was offered:
+/// the only ones its calls may use, among them the run's MCP servers' tools).
+struct Going<'o> {
+    observer: Observer<'o>,
+    totals: Totals,
+    failure_kind: Option<FailureKind>,
+    last_tests: Option<RunResult>,
+    offered: Vec<String>,
+    mcp: crate::mcp_client::McpTools,
+}
+
+/// What a performed effect produced.
+enum Next {
+    Event(Event),
+    /// Nothing to feed back (progress, a warning).
+    Continue,
+    Finish(agent::Phase, String),
+}
+
+impl Drive<'_> {
+    pub async fn run(&self, run: &mut Run, shell: &mut impl Shell, run_id: String) -> Outcome {
+        self.drive(run, shell, run_id, false).await
+    }
+
+    /// Goes on with a run from its checkpoint (see `agent::resume`), under the same id: its
+    /// journal is appended to and its store row updated.
+    pub async fn resume(&self, run: &mut Run, shell: &mut impl Shell, run_id: String) -> Outcome {
+        self.drive(run, shell, run_id, true).await
+    }
+
+    async fn drive(
+        &self,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        run_id: String,
+        resumed: bool,
+    ) -> Outcome {
+        let started = Instant::now();
+        let mut going = self.open(run, shell, &run_id, resumed).await;
+        let first = if resumed {
+            agent::resume(run)
+        } else {
+            agent::step(run, Event::Start)
+        };
+        shell.refresh().await;
+        let (phase, answer) = self.perform_all(run, shell, &mut going, first).await;
+        self.finish(run, going, (run_id, started), phase, answer)
+            .await
+    }
+
+    /// Before the first step: the recorder, the prompts and the context figures, the run's
+    /// MCP servers (started now and ended with the run), and the coder's context.
+    async fn open<'o>(
+        &'o self,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        run_id: &str,
+        resumed: bool,
+    ) -> Going<'o> {
+        let mut observer =
+            Observer::open(self.record, self.events, self.root, run_id, run, resumed);
+        let (prompts, used, problems) = crate::config::load_prompts(&self.config.prompt_dirs);
+        run.prompts = prompts;
+        for p in problems {
+            shell.warn(&p);
+        }
+        observer.record(RunEvent::Context {
+            agent: run.agent.name.clone(),
+            prompt_files: used,
+            tokenizer: self.counter().name().into(),
+            context_tokens: self.config.model.context_tokens,
+            map_tokens: self.config.context.map_tokens,
+        });
+        let (mcp, warnings) = crate::mcp_client::McpTools::connect(
+            &self.config.mcp.servers,
+            self.root,
+            Duration::from_secs(self.config.mcp.call_timeout_secs.max(1)),
+        )
+        .await;
+        for w in warnings {
+            shell.warn(&w);
+        }
+        self.refresh_context(run, None, shell);
+        Going {
+            observer,
+            totals: Totals::default(),
+            failure_kind: None,
+            last_tests: None,
+            offered: Vec::new(),
+            mcp,
+        }
+    }
+
+    /// Performs the effects, feeding each one's event back into `agent::step`, until one
+    /// finishes the run: its final phase and answer.
+    async fn perform_all(
+        &self,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        going: &mut Going<'_>,
+        first: Vec<Effect>,
+    ) -> (agent::Phase, String) {
+        let mut queue: std::collections::VecDeque<Effect> = first.into();
+        while let Some(effect) = queue.pop_front() {
+            // A cancel between effects ends the run before anything else is done.
+            if self.cancel.is_cancelled() && !matches!(effect, Effect::Finish { .. }) {
+                queue.clear();
+                queue.extend(agent::step(run, Event::Cancel));
+                continue;
+            }
+            let event = match self.perform(effect, run, shell, going).await {
+                Next::Finish(phase, answer) => return (phase, answer),
+                Next::Continue => continue,
+                Next::Event(e) => e,
+            };
+            shell.refresh().await;
+            // A test result is not the run's until `step` takes it, but the prompt that step
+            // builds must already show the files it names (the failing test above all).
+            let latest = match &event {
+                Event::TestsFinished(t) => Some(t.report.clone()),
+                _ => None,
+            };
+            self.refresh_context(run, latest.as_deref(), shell);
+            queue.extend(agent::step(run, event));
+            going.observer.phase(run);
+        }
+        (
+            agent::Phase::Failed,
+            "the run ended without an answer".into(),
+        )
+    }
+
+    /// Performs one effect.
+    async fn perform(
+        &self,
+        effect: Effect,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        going: &mut Going<'_>,
+    ) -> Next {
+        let g = going;
+        let event = match effect {
+            Effect::Finish { status, answer } => return Next::Finish(status, answer),
+            Effect::Progress(m) => {
+                let (n, of) = (run.iterations.max(1), run.budget.max_iterations);
+                shell.progress(&format!("{m} (iteration {n} of {of})"));
+                return Next::Continue;
+            }
+            Effect::Warn(m) => {
+                shell.warn(&m);
+                return Next::Continue;
+            }
+            Effect::CallModel {
+                role,
+                messages,
+                tools,
+            } => {
+                let mcp_specs = g.mcp.specs(&tools);
+                g.offered = tools.clone();
+                g.offered.extend(mcp_specs.iter().map(|s| s.name.clone()));
+                let call = (role, messages, tools, mcp_specs);
+                self.call_model(
+                    run,
+                    call,
+                    &mut g.observer,
+                    &mut g.totals,
+                    &mut g.failure_kind,
+                )
+                .await
+            }
+            Effect::RunTools(calls) => {
+                let tools = (g.offered.as_slice(), &g.mcp);
+                self.run_tools(calls, shell, &mut g.observer, tools, &mut g.last_tests)
+                    .await
+            }
+            Effect::Locate(plan) => self.locate(&plan, shell).await,
+            Effect::AskApproval { changes, diff } => {
+                self.approve(run, &changes, &diff, shell, &mut g.observer)
+                    .await
+            }
+            Effect::Apply(changes) => self.apply(run, &changes, shell).await,
+            Effect::RunTests => {
+                let baseline = run.phase == agent::Phase::Baseline;
+                let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
+                self.run_tests(shell, observer, kind, baseline, &mut g.last_tests)
+                    .await
+            }
+        };
+        Next::Event(event)
+    }
+
+    /// The run's end: its MCP servers stop, the record of it, and its outcome.
+    async fn finish(
+        &self,
+        run: &Run,
+        going: Going<'_>,
+        (run_id, started): (String, Instant),
+        phase: agent::Phase,
+        answer: String,
+    ) -> Outcome {
+        let Going {
+            mut observer,
+            totals,
+            mut failure_kind,
+            mcp,
+            ..
+        } = going;
+        mcp.shutdown().await;
+        let status = RunStatus::from_phase(phase);
+        if run.partial {
+            failure_kind = Some(FailureKind::Partial);
+        }
+        observer.finished(status, run, &answer);
+        let tests = run
+            .tests
+            .as_ref()
+            .map_or(TestCounts::default(), |t| TestCounts {
+                passed: t.passed_count,
+                failed: t.failed_count,
+            });
+        Outcome {
+            run_id,
+            status,
+            answer,
+            iterations: run.iterations,
+            files_changed: run.files_changed.clone(),
+            tests,
+            tokens: totals.usage.input_tokens + totals.usage.output_tokens,
+            duration_ms: started.elapsed().as_millis() as u64,
+            cost_usd: totals.cost_usd,
+            failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
+        }
+    }
+
+    /// A model call: the request (within the model's window), the answer streamed to the
+    /// terminal and the live view, and the event it makes.
+    async fn call_model(
+        &self,
+        run: &Run,
+        (role, messages, tools, mcp_specs): (
+            Role,
+            Vec<Message>,
+            Vec<String>,
+            Vec<crate::model::ToolSpec>,
+        ),
+        observer: &mut Observer<'_>,
+        totals: &mut Totals,
+        failure_kind: &mut Option<FailureKind>,
+    ) -> Event {
+        if role == Role::Coder {
+            observer.checkpoint(run).await;
+        }
+        let offered = !tools.is_empty() || !mcp_specs.is_empty();
+        let request = self.request(run, role, messages, (tools, mcp_specs), observer);
+        let shown = &*observer;
+        let stream = |text: &str| {
+            if let Some(f) = self.on_token {
+                f(text);
+            }
+            shown.token(role, text);
+        };
+        let on_token: Option<OnToken<'_>> =
+            (self.on_token.is_some() || self.events.is_some()).then_some(&stream);
+        let answer = self
+            .models
+            .call(role, &request, self.cancel, on_token)
+            .await;
+        match answer {
+            Ok(r) => {
+                totals.add(&r);
+                observer.model_answered(role, &r, totals);
+                if offered && !r.tool_calls.is_empty() {
+                    return Event::ToolCalls {
+                        text: r.text,
+                        calls: r.tool_calls,
+                    };
+                }
+                Event::ModelAnswered { role, text: r.text }
+            }
+            Err(ModelError::Cancelled) => Event::Cancel,
+            Err(e) => {
+                *failure_kind = match &e {
+                    ModelError::Auth { .. } => Some(FailureKind::Auth),
+                    ModelError::NotConfigured(_) => Some(FailureKind::Config),
+                    ModelError::Timeout { .. } => Some(FailureKind::Timeout),
+                    _ => None,
+                };
+                Event::ModelFailed {
+                    role,
+                    error: e.to_string(),
+                }
+            }
+        }
+    }
+
+    /// The request of a model call, recorded: level 3 of the context budget fits the
+    /// conversation to the model's window with room for the answer, and a turn's first call
+    /// may be made to read first (agent.first_tool).
+    fn request(
+        &self,
+        run: &Run,
+        role: Role,
+        messages: Vec<Message>,
+        (tools, mcp_specs): (Vec<String>, Vec<crate::model::ToolSpec>),
+        observer: &mut Observer<'_>,
+    ) -> Request {
+        let counter = self.counter();
+        let window = self
+            .config
+            .model
+            .context_tokens
+            .saturating_sub(self.config.model.max_tokens as usize);
+        let fitted = agent::window::fit(messages, window, |t| counter.count(t));
+        if fitted.dropped > 0 {
+            observer.record(RunEvent::ContextCut {
+                role,
+                dropped_messages: fitted.dropped,
+                tokens: fitted.tokens,
+                window,
+                tokenizer: counter.name().into(),
+            });
+        }
+        let first = &self.config.agent.first_tool;
+        let tool_choice = (role == Role::Coder
+            && run.tool_steps == 0
+            && !first.is_empty()
+            && tools.contains(first))
+        .then(|| first.clone());
+        let mut specs = crate::tools::specs_named(&tools);
+        specs.extend(mcp_specs);
+        let request = Request {
+            messages: fitted.messages,
+            tools: specs,
+            tool_choice,
+            ..Request::default()
+        };
+        observer.prompt(role, &request, fitted.tokens, counter.name());
+        request
+    }
+
+    /// The token counter of the coder's model: tiktoken where the model is OpenAI's, else
+    /// bytes / 4.
+    fn counter(&self) -> crate::tokens::Counter {
+        let name = self
+            .config
+            .roles
+            .coder
+            .name
+            .as_deref()
+            .or(self.config.model.name.as_deref())
+            .unwrap_or("");
+        crate::tokens::Counter::for_model(name)
+    }
+
+    /// Runs a round of tool calls. The reading tools run at the same time, each on a blocking
+    /// thread over a snapshot of the workspace (the editor's buffers first) and within
+    /// `agent.tool_timeout_secs`; the running tools go through the shell's test policy one
+    /// after the other. The results come back in call order, and each call and result goes
+    /// to the journal. A tool the agent was not given, or that fails, is answered as such.
+    async fn run_tools(
+        &self,
+        calls: Vec<crate::model::ToolCall>,
+        shell: &mut impl Shell,
+        observer: &mut Observer<'_>,
+        (allowed, mcp): (&[String], &crate::mcp_client::McpTools),
+        last_tests: &mut Option<RunResult>,
+    ) -> Event {
+        use crate::tools::{Limits, Output};
+        let limits = Limits {
+            result_bytes: self.config.agent.tool_result_bytes,
+            ..Limits::default()
+        };
+        let snapshot = std::sync::Arc::new(crate::tools::Snapshot {
+            root: self.root.to_path_buf(),
+            buffers: shell.buffers().into_iter().collect(),
+            diagnostics: diagnostics_of(last_tests.as_ref()),
+        });
+        let reads: Vec<_> = calls
+            .iter()
+            .map(|call| {
+                let reading = agent_ls_core::agent::agents::READ_TOOLS
+                    .contains(&call.name.as_str())
+                    && allowed.contains(&call.name);
+                reading.then(|| self.read_tool(call.clone(), snapshot.clone(), limits))
+            })
+            .collect();
+        let pending: Vec<usize> = reads
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.is_some().then_some(i))
+            .collect();
+        let outputs = futures::future::join_all(reads.into_iter().flatten()).await;
+        let mut by_index: std::collections::HashMap<usize, (Output, std::time::Duration)> =
+            pending.into_iter().zip(outputs).collect();
+        let mut results = Vec::with_capacity(calls.len());
+        for (i, call) in calls.into_iter().enumerate() {
+            let (out, took) = match by_index.remove(&i) {
+                Some(r) => r,
+                None => {
+                    let started = Instant::now();
+                    let out = self
+                        .run_tool(&call, shell, (allowed, mcp), &limits, last_tests)
+                        .await;
+                    (out, started.elapsed())
+                }
+            };
+            observer.tool(&call, &out, took);
+            results.push((call, out.text));
+        }
+        Event::ToolResults(results)
+    }
+
+    /// A reading tool, started now on a blocking thread within `agent.tool_timeout_secs`:
+    /// its output and how long it took.
+    fn read_tool(
+        &self,
+        call: crate::model::ToolCall,
+        snapshot: std::sync::Arc<crate::tools::Snapshot>,
+        limits: crate::tools::Limits,
+    ) -> impl std::future::Future<Output = (crate::tools::Output, Duration)> + use<> {
+        use crate::tools::Output;
+        let timeout = Duration::from_secs(self.config.agent.tool_timeout_secs.max(1));
+        let started = Instant::now();
+        let job =
+            tokio::task::spawn_blocking(move || crate::tools::run(&call, &*snapshot, &limits));
+        async move {
+            let out = match tokio::time::timeout(timeout, job).await {
+                Ok(Ok(out)) => out,
+                Ok(Err(e)) => Output::error(format!("the tool failed: {e}")),
+                // The thread finishes on its own; its late result is dropped.
+                Err(_) => Output::error(format!(
+                    "the tool did not finish within {} s (agent.tool_timeout_secs); narrow it",
+                    timeout.as_secs()
+                )),
+            };
+            (out, started.elapsed())
+        }
+    }
+
+    /// A tool that is not a reading one: the tests or an allowlisted command, through the
+    /// shell; anything else is answered as not offered.
+    async fn run_tool(
+        &self,
+        call: &crate::model::ToolCall,
+        shell: &mut impl Shell,
+        (allowed, mcp): (&[String], &crate::mcp_client::McpTools),
+        limits: &crate::tools::Limits,
+        last_tests: &mut Option<RunResult>,
+    ) -> crate::tools::Output {
+        use crate::tools::Output;
+        if !allowed.contains(&call.name) {
+            return Output::error(format!(
+                "the tool `{}` is not offered to this agent; its tools are {}",
+                call.name,
+                allowed.join(", ")
+            ));
+        }
+        if call.name.starts_with(crate::mcp_client::PREFIX) {
+            return match mcp.call(&call.name, &call.arguments, self.root).await {
+                Ok(text) => Output::ok(crate::tools::cap(&text, limits.result_bytes)),
+                Err(why) => {
+                    if why.contains("withdrawn") {
+                        shell.warn(&why);
+                    }
+                    Output::error(crate::tools::cap(&why, limits.result_bytes))
+                }
+            };
+        }
+        let command = match self.command_of(call) {
+            Ok(command) => command,
+            Err(why) => return why,
+        };
+        let whole = command.is_none() && call.name == "run_tests";
+        match shell.run_tests(self.cancel, command).await {
+            Ok(r) => {
+                let text = r.summary();
+                // A whole run is what the server knows now; a narrowed one says less.
+                if whole {
+                    *last_tests = Some(r);
+                }
+                Output::ok(crate::tools::cap(&text, limits.result_bytes))
+            }
+            Err(e) => Output::error(e.to_string()),
+        }
+    }
+
+    /// The command a running tool asks for: `None` for the whole test run, or the model's
+    /// answer when the call cannot run.
+    fn command_of(
+        &self,
+        call: &crate::model::ToolCall,
+    ) -> Result<Option<Vec<String>>, crate::tools::Output> {
+        use crate::tools::Output;
+        match call.name.as_str() {
+            "run_tests" => match call.arguments.get("filter").and_then(|f| f.as_str()) {
+                Some(filter) if !filter.trim().is_empty() => {
+                    tests_run::narrowed(self.root, &self.config.test, filter.trim())
+                        .map(Some)
+                        .map_err(Output::error)
+                }
+                _ => Ok(None),
+            },
+            "run_command" => {
+                let argv: Option<Vec<String>> = call
+                    .arguments
+                    .get("argv")
+                    .and_then(|a| a.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(String::from))
+                            .collect()
+                    });
+                match argv {
+                    Some(a) if !a.is_empty() => Ok(Some(a)),
+                    _ => Err(Output::error("`argv` must be a non-empty list of strings")),
+                }
+            }
+            other => Err(Output::error(format!(
+                "`{other}` cannot be called here (an editing tool is a proposal: call it alone, or answer with edits)"
+            ))),
+        }
+    }
+
+    async fn locate(&self, plan: &edit::EditPlan, shell: &mut impl Shell) -> Event {
+        shell.refresh().await;
+        let limits = self.config.edit.limits();
+        Event::Located(edit::apply_plan(plan, self.root, &limits, |rel| {
+            shell.read(rel)
+        }))
+    }
+
+    async fn approve(
+        &self,
+        run: &Run,
+        changes: &[FileChange],
+        diff: &str,
+        shell: &mut impl Shell,
+        observer: &mut Observer<'_>,
+    ) -> Event {
+        if self.cancel.is_cancelled() {
+            return Event::Cancel;
+        }
+        let review = review(self.root, changes);
+        observer.patch(changes, diff, &review);
+        let verdict = shell.approve(changes, diff, &review).await;
+        observer.approval(run.iterations, verdict == Verdict::Approved, changes);
+        if self.cancel.is_cancelled() {
+            return Event::Cancel;
+        }
+        match verdict {
+            Verdict::Approved => Event::Approved,
+            Verdict::Rejected => Event::Rejected,
+            Verdict::Refused(why) => Event::Refused(why),
+        }
+    }
+
+    async fn apply(&self, run: &Run, changes: &[FileChange], shell: &mut impl Shell) -> Event {
+        let task = run
+            .tasks
+            .get(run.task)
+            .map(|t| format!("{} {}", t.id, t.title))
+            .unwrap_or_default();
+        shell.task(&task, run.iterations);
+        match shell.apply(changes).await {
+            Ok(()) => Event::Applied,
+            Err(ApplyError::Stale(e)) => Event::Stale(e),
+            Err(ApplyError::Failed(e)) => Event::ApplyFailed(e),
+        }
+    }
+
+    async fn run_tests(
+        &self,
+        shell: &mut impl Shell,
+        observer: &mut Observer<'_>,
+        failure_kind: &mut Option<FailureKind>,
+        baseline: bool,
+        last_tests: &mut Option<RunResult>,
+    ) -> Event {
+        let started = Instant::now();
+        let result = shell.run_tests(self.cancel, None).await;
+        if let Ok(r) = &result {
+            *last_tests = Some(r.clone());
+        }
+        observer.test_time(started.elapsed());
+        match result {
+            Ok(r) if r.end == RunEnd::Cancelled => Event::Cancel,
+            Err(RunError::Superseded) => Event::Cancel,
+            Ok(r) => {
+                if r.end == RunEnd::TimedOut {
+                    *failure_kind = Some(FailureKind::Timeout);
+                }
+                let summary = summary(&r);
+                observer.tests(&r, &summary);
+                match &r.environment {
+                    // Before any change, a command that cannot run the tests is the setup's
+                    // problem: the run stops before a model call is spent on good code.
+                    // After a change, its output goes to the model like any failure (the
+                    // change may be what broke the import).
+                    Some(why) if baseline => {
+                        *failure_kind = Some(FailureKind::Config);
+                        Event::TestsUnavailable(why.clone())
+                    }
+                    _ => Event::TestsFinished(summary),
+                }
+            }
+            Err(e) => {
+                if baseline && !matches!(e, RunError::Superseded) {
+                    *failure_kind = Some(FailureKind::Config);
+                }
+                Event::TestsUnavailable(e.to_string())
+            }
+        }
+    }
+    /// The coder sees the files that matter now: those the goal names, those the failures
+    /// point at (of `latest`, the test report about to be recorded, else the run's last),
+    /// then the rest of the project's small text files, within the byte budget.
+    fn refresh_context(&self, run: &mut Run, latest: Option<&str>, shell: &impl Shell) {
+        let report = latest.or(run.tests.as_ref().map(|t| t.report.as_str()));
+        let mut wanted = self.named_files(&run.goal, report);
+        // The repo map, ranked toward the files above and the names the goal and the failure
+        // mention; then the best-ranked files in full while the budget lasts, then the rest.
+        let buffers: std::collections::HashMap<String, String> = shell
+            .buffers()
+            .into_iter()
+            .filter_map(|(p, t)| match t {
+                FileText::Text(t) => Some((p, t)),
+                _ => None,
+            })
+            .collect();
+        let map = crate::repomap::build(self.root, &buffers);
+        let mut mentioned = run.goal.clone();
+        if let Some(report) = report {
+            mentioned.push('\n');
+            mentioned.push_str(report);
+        }
+        let focus = crate::repomap::Focus {
+            files: wanted.clone(),
+            idents: crate::repomap::idents_of(&mentioned),
+        };
+        let map_text = map.render(&focus, self.config.context.map_tokens, &self.counter());
+        let named = wanted.len();
+        for path in map
+            .ranked_files(&focus)
+            .into_iter()
+            .chain(crate::files::workspace_files(self.root, 200))
+        {
+            if !wanted.contains(&path) {
+                wanted.push(path);
+            }
+        }
+        let mut context = String::new();
+        // The review agent reviews the latest agent change when there is one: its diff leads.
+        if run.agent.kind == agent::AgentKind::Review
+            && let Some(diff) = latest_step_diff(self.root)
+        {
+            context.push_str(&diff);
+        }
+        self.fill_context(&mut context, &wanted, named, &map_text, shell);
+        run.context = context;
+    }
+
+    /// The files that the goal names, then those a test report's lines point at.
+    fn named_files(&self, goal: &str, report: Option<&str>) -> Vec<String> {
+        let mut wanted: Vec<String> = Vec::new();
+        for word in goal.split(|c: char| c.is_whitespace() || c == '`' || c == '\'' || c == '"') {
+            let w = word.trim_matches(|c: char| c == ',' || c == '.' || c == ':' || c == ';');
+            if !w.is_empty() && self.root.join(w).is_file() {
+                wanted.push(w.to_string());
+            }
+        }
+        for line in report.unwrap_or("").lines() {
+            for token in line
+                .split(|c: char| c.is_whitespace() || c == '"' || c == '(' || c == ')' || c == ',')
+            {
+                let path = token
+                    .split(':')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start_matches("./");
+                if path.contains('.')
+                    && !path.contains("..")
+                    && self.root.join(path).is_file()
+                    && !wanted.iter().any(|w| w == path)
+                {
+                    wanted.push(path.to_string());
+                }
+            }
+        }
+        wanted
+    }
+
+    /// Appends the `wanted` files in full while the byte budget lasts, the repo map after the
+    /// first `named` of them (the map has its own budget, context.map_tokens, so its bytes
+    /// are counted apart), then the names of the files left out.
+    fn fill_context(
+        &self,
+        context: &mut String,
+        wanted: &[String],
+        named: usize,
+        map_text: &str,
+        shell: &impl Shell,
+    ) {
+        let mut listed = Vec::new();
+        let map_block = format!(
+            "Repo map (the definitions that matter most, as path:line: signature):\n{map_text}\n"
+        );
+        let mut map_len = 0;
+        let budget = self.config.agent.context_bytes;
+        for (i, path) in wanted.iter().enumerate() {
+            if i == named && !map_text.is_empty() {
+                context.push_str(&map_block);
+                map_len = map_block.len();
+            }
+            let budget = budget + map_len;
+            // Once the budget is spent the rest are only named, not read: this runs before
+            // every step, and a project can have hundreds of files.
+            if context.len() >= budget {
+                listed.push(path.clone());
+                continue;
+            }
+            let FileText::Text(text) = shell.read(path) else {
+                continue;
+            };
+            let block = format!("{path}\n```\n{text}```\n\n");
+            if context.len() + block.len() > budget {
+                listed.push(path.clone());
+                continue;
+            }
+            context.push_str(&block);
+        }
+        if wanted.len() == named && !map_text.is_empty() {
+            context.push_str(&map_block);
+        }
+        if !listed.is_empty() {
+            listed.truncate(100);
+            context.push_str(&format!("Other files (not shown): {}\n", listed.join(", ")));
+        }
+    }
+}
+
+/// The latest applied agent step of the workspace as a diff, for the review agent.
+fn latest_step_diff(root: &Path) -> Option<String> {
+    let (store, _) = Store::open(root).ok()?;
+    let history = agent_ls_core::edit::history::History::restore(store.load_steps().ok()?);
+    let step = history.last_done()?;
+    let diff: String = step.changes.iter().map(edit::file_diff).collect();
+    Some(format!(
+        "The latest agent change (step {}, goal: {}):\n```diff\n{}```\n\n",
+        step.id, step.goal, diff
+    ))
+}
