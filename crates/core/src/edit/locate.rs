@@ -34,6 +34,14 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// Whether text matched by this rule stands at the indentation the model wrote.
+    pub fn keeps_indentation(self) -> bool {
+        matches!(
+            self,
+            Rule::Exact | Rule::TrailingWhitespace | Rule::UnicodeFolded | Rule::WholeFile
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Rule::Exact => "exact",
@@ -279,12 +287,14 @@ impl<'a> Locator<'a> {
         // Before anything looser, see whether the change is already there: a retry after a
         // partial application must not apply it twice, and the old text is often similar
         // enough to the new one to match fuzzily.
+        // Only a match that keeps the indentation counts: in Python a line at another
+        // indentation is another statement.
         if !replacement.is_empty()
             && replacement != wanted
             && find_lines(file, &replacement, stated_line, opts)
                 .ok()
                 .flatten()
-                .is_some()
+                .is_some_and(|(_, rule, _)| rule.keeps_indentation())
         {
             return Ok(Found::AlreadyApplied);
         }
@@ -316,8 +326,17 @@ impl<'a> Locator<'a> {
             return Ok(None);
         };
         let start = hits[index];
+        // A match that runs to the end of its line but for trailing spaces takes them along:
+        // the line the model rewrote ends as the model wrote it.
+        let rest = &file.text[start + needle.len()..];
+        let trailing = rest.len() - rest.trim_start_matches([' ', '\t']).len();
+        let at_line_end = matches!(
+            rest.as_bytes()[trailing..].first(),
+            None | Some(b'\n') | Some(b'\r')
+        );
+        let end = start + needle.len() + if at_line_end { trailing } else { 0 };
         Ok(Some(Located {
-            range: start..start + needle.len(),
+            range: start..end,
             replacement: adapt_eol(replace, file.eol),
             rule: Rule::Exact,
             chosen_by_line: by_line,
@@ -627,7 +646,7 @@ fn already_inserted(
                 let present = block
                     .iter()
                     .enumerate()
-                    .all(|(k, l)| folded_eq(file.lines[at + k], &reindent.line(l, anchor)));
+                    .all(|(k, l)| same_statement(file.lines[at + k], &reindent.line(l, anchor)));
                 if !present {
                     return false;
                 }
@@ -938,6 +957,13 @@ fn fold_chars(s: &str) -> impl Iterator<Item = char> + '_ {
 }
 
 /// Whether two lines are equal once trimmed and folded.
+/// Whether two lines say the same at the same indentation: the indentation compared byte for
+/// byte (it is meaning in Python and YAML), the rest folded as `folded_eq` does.
+fn same_statement(a: &str, b: &str) -> bool {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    a[..indent(a)] == b[..indent(b)] && folded_eq(a, b)
+}
+
 fn folded_eq(a: &str, b: &str) -> bool {
     trimmed_folded_eq(a.trim(), b.trim())
 }
