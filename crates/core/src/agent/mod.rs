@@ -400,6 +400,10 @@ pub struct Run {
     /// Fingerprints of failures after each applied edit, and a hash of each applied diff.
     pub failure_history: Vec<String>,
     pub edit_history: Vec<u64>,
+    /// Each change refused so far (a hash of its files' new text) with the reason: the same
+    /// change proposed again ends the run instead of being asked about again.
+    #[serde(default)]
+    pub refused: Vec<(u64, String)>,
     pub files_changed: Vec<String>,
     pub warned_budget: bool,
     /// The coder's tool calls and their results in the current turn, after its prompt.
@@ -442,6 +446,7 @@ impl Run {
             parse_retry_used: false,
             failure_history: Vec::new(),
             edit_history: Vec::new(),
+            refused: Vec::new(),
             files_changed: Vec::new(),
             warned_budget: false,
             exchange: Vec::new(),

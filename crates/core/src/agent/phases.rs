@@ -295,6 +295,14 @@ fn on_locating(run: &mut Run, event: Event) -> Vec<Effect> {
     if !outcome.all_applied() || outcome.changes.is_empty() {
         return not_located(run, &outcome);
     }
+    // The model was told why this very change was refused, and sent it again: asking again
+    // would only loop until the budget is spent.
+    let hash = diff_hash(&outcome.changes);
+    if let Some((_, why)) = run.refused.iter().find(|(h, _)| *h == hash) {
+        let answer =
+            format!("stopped: the model proposed again the change that was refused ({why})");
+        return fail(run, answer);
+    }
     let diff = outcome.unified_diff();
     run.pending = outcome.changes;
     run.phase = Phase::Approving;
@@ -335,6 +343,7 @@ fn on_approving(run: &mut Run, event: Event) -> Vec<Effect> {
             vec![Effect::Apply(run.pending.clone())]
         }
         Event::Refused(why) => {
+            run.refused.push((diff_hash(&run.pending), why.clone()));
             run.pending.clear();
             run.feedback.push(format!(
                 "The change was not applied: {why}. Make the change again without that."

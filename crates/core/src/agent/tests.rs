@@ -266,13 +266,42 @@ fn a_refused_change_is_told_to_the_model_and_tried_again_within_the_budget() {
     );
     assert!(run.pending.is_empty() && run.files_changed.is_empty());
     // A second refusal spends the last retry: the run stops, nothing applied.
-    locate_answer(&mut run, &edit_answer("a + b"));
+    locate_answer(&mut run, &edit_answer("a * b"));
     let e = step(&mut run, Event::Refused("again".into()));
     assert!(
         e.iter().any(|e| finishes(Some(e), Phase::Failed, "")),
         "{e:?}"
     );
     assert!(run.files_changed.is_empty());
+}
+
+#[test]
+fn the_same_refused_change_proposed_again_ends_the_run_with_the_reason() {
+    let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    locate_answer(&mut run, &edit_answer("a + b"));
+    step(
+        &mut run,
+        Event::Refused("it writes protected files (.git/config)".into()),
+    );
+    // The model sends the very same change: it is not asked about again.
+    let e = locate_answer(&mut run, &edit_answer("a + b"));
+    assert!(
+        !e.iter().any(|e| matches!(e, Effect::AskApproval { .. })),
+        "{e:?}"
+    );
+    assert!(
+        finishes(
+            e.first(),
+            Phase::Failed,
+            "proposed again the change that was refused"
+        ),
+        "{e:?}"
+    );
+    assert!(
+        finishes(e.first(), Phase::Failed, ".git/config"),
+        "the reason is in the answer: {e:?}"
+    );
 }
 
 #[test]
