@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::sse::{Events, Limits, read_capped};
+use super::http::bad_answer;
+use super::sse::{Events, Limits};
 use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
 
 const VERSION: &str = "2023-06-01";
@@ -22,28 +23,15 @@ pub async fn complete(
     let started = Instant::now();
     let schema_tool = request.json_schema.as_ref().map(|(name, _)| sanitize(name));
     let body = build_body(target, request, max_tokens, schema_tool.as_deref());
-    let mut builder = http
+    let builder = http
         .post(format!("{}/v1/messages", target.base_url))
         .header("anthropic-version", VERSION)
         .json(&body);
-    if let Some(k) = target.api_key.as_ref().filter(|k| !k.is_empty()) {
-        builder = builder.header("x-api-key", k.expose());
-    }
     let limits = Limits::for_answer(max_tokens, idle);
-    let response = builder
-        .send()
-        .await
-        .map_err(|e| super::connect_error(target, &e))?;
-    let status = response.status().as_u16();
-    if !(200..300).contains(&status) {
-        let retry_after = super::retry_after(response.headers());
-        // An error's text is read with the same bounds as an answer: it is only shown.
-        let text = read_capped(response, limits, target.label())
-            .await
-            .unwrap_or_default();
-        // 529 is Anthropic's "overloaded", a transient server error.
-        return Err(super::status_error(target, status, &text, retry_after));
-    }
+    // A refusal's text is only shown. 529 is Anthropic's "overloaded", a transient server error.
+    let response = super::http::send(builder, target, limits)
+        .await?
+        .map_err(|refused| refused.into_error(target))?;
     let mut answer = read_stream(target, response, limits, on_token).await?;
     // The schema answer came as the forced tool's input: hand it back as the text.
     if let Some(name) = &schema_tool
@@ -52,17 +40,13 @@ pub async fn complete(
         let call = answer.tool_calls.remove(pos);
         answer.text = call.arguments.to_string();
     }
-    let usage = answer.usage;
-    Ok(Response {
-        text: answer.text,
-        tool_calls: answer.tool_calls,
-        usage,
-        provider: target.provider.clone(),
-        model: target.model.clone(),
-        duration_ms: started.elapsed().as_millis() as u64,
-        attempts: 1,
-        cost_usd: None,
-    })
+    Ok(super::http::answered(
+        target,
+        answer.text,
+        answer.tool_calls,
+        answer.usage,
+        started,
+    ))
 }
 
 /// Tool names allow letters, digits, `_` and `-`.
@@ -198,10 +182,10 @@ async fn read_stream(
             Ok(v) => v,
             Err(_) if event.event == "ping" => continue,
             Err(e) => {
-                return Err(ModelError::BadAnswer {
-                    provider: target.label(),
-                    reason: format!("a stream event is not JSON ({e})"),
-                });
+                return Err(bad_answer(
+                    target,
+                    format!("a stream event is not JSON ({e})"),
+                ));
             }
         };
         match data["type"].as_str().unwrap_or(event.event.as_str()) {
@@ -256,10 +240,7 @@ async fn read_stream(
                         reason: format!("{kind}: {message}"),
                     }
                 } else {
-                    ModelError::BadAnswer {
-                        provider: target.label(),
-                        reason: format!("{kind}: {message}"),
-                    }
+                    bad_answer(target, format!("{kind}: {message}"))
                 });
             }
             _ => {}
@@ -274,24 +255,7 @@ async fn read_stream(
     let tool_calls = blocks
         .into_values()
         .filter(|b| b.is_tool)
-        .map(|b| {
-            let raw = if b.json.trim().is_empty() {
-                "{}"
-            } else {
-                b.json.as_str()
-            };
-            serde_json::from_str(raw)
-                .map(|arguments| ToolCall {
-                    id: b.id.clone(),
-                    name: b.name.clone(),
-                    arguments,
-                })
-                .map_err(|e| ModelError::InvalidToolCall {
-                    provider: target.label(),
-                    tool: b.name.clone(),
-                    reason: e.to_string(),
-                })
-        })
+        .map(|b| super::http::tool_call(target, b.id, b.name, &b.json))
         .collect::<Result<_, _>>()?;
     Ok(Answer {
         text,

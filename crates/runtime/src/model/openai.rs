@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::http::bad_answer;
 use super::sse::{Events, Limits, read_capped};
 use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
 
@@ -65,42 +66,13 @@ pub async fn complete(
     loop {
         let started = Instant::now();
         let body = build_body(target, request, max_tokens, mode);
-        let mut builder = http
+        let builder = http
             .post(format!("{}/chat/completions", target.base_url))
             .json(&body);
-        if let Some(k) = target.api_key.as_ref().filter(|k| !k.is_empty()) {
-            builder = builder.bearer_auth(k.expose());
-        }
-        let response = builder
-            .send()
-            .await
-            .map_err(|e| super::connect_error(target, &e))?;
-        let status = response.status().as_u16();
-        if !(200..300).contains(&status) {
-            let retry_after = super::retry_after(response.headers());
-            // An error's text is read with the same bounds as an answer.
-            let text = read_capped(response, limits, target.label())
-                .await
-                .unwrap_or_default();
-            // A server that does not know response_format or tools says so, with a 400 or
-            // 422 (or, llama-cpp-python, a 500 naming the field); ask again in a simpler form.
-            if status == 400 || status == 422 || status == 500 {
-                let lower = text.to_lowercase();
-                let schema_next = mode.schema.next().filter(|_| request.json_schema.is_some());
-                let wants_tools = !request.tools.is_empty() && mode.native_tools;
-                let names_schema =
-                    lower.contains("response_format") || lower.contains("json_schema");
-                let next = if let Some(schema) = schema_next.filter(|_| names_schema) {
-                    Some(Mode { schema, ..mode })
-                } else if wants_tools && lower.contains("tool") {
-                    Some(Mode {
-                        native_tools: false,
-                        ..mode
-                    })
-                } else {
-                    None
-                };
-                if let Some(next) = next {
+        let response = match super::http::send(builder, target, limits).await? {
+            Ok(response) => response,
+            Err(refused) => {
+                if let Some(next) = simpler_mode(mode, request, &refused) {
                     tracing::warn!(model = %target.label(), "the server rejected a native feature; using instructions instead");
                     if let Ok(mut m) = DOWNGRADED.lock() {
                         m.insert(key.clone(), next);
@@ -108,9 +80,9 @@ pub async fn complete(
                     mode = next;
                     continue;
                 }
+                return Err(refused.into_error(target));
             }
-            return Err(super::status_error(target, status, &text, retry_after));
-        }
+        };
         let is_stream = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -128,16 +100,35 @@ pub async fn complete(
         let usage = answer
             .usage
             .unwrap_or_else(|| super::estimate_usage(request, &answer.text));
-        return Ok(Response {
-            text: answer.text,
-            tool_calls: answer.tool_calls,
+        return Ok(super::http::answered(
+            target,
+            answer.text,
+            answer.tool_calls,
             usage,
-            provider: target.provider.clone(),
-            model: target.model.clone(),
-            duration_ms: started.elapsed().as_millis() as u64,
-            attempts: 1,
-            cost_usd: None,
-        });
+            started,
+        ));
+    }
+}
+
+/// A server that does not know response_format or tools says so, with a 400 or 422 (or,
+/// llama-cpp-python, a 500 naming the field): the form to ask again in, if one is left.
+fn simpler_mode(mode: Mode, request: &Request, refused: &super::http::Refused) -> Option<Mode> {
+    if !matches!(refused.status, 400 | 422 | 500) {
+        return None;
+    }
+    let lower = refused.text.to_lowercase();
+    let schema_next = mode.schema.next().filter(|_| request.json_schema.is_some());
+    let wants_tools = !request.tools.is_empty() && mode.native_tools;
+    let names_schema = lower.contains("response_format") || lower.contains("json_schema");
+    if let Some(schema) = schema_next.filter(|_| names_schema) {
+        Some(Mode { schema, ..mode })
+    } else if wants_tools && lower.contains("tool") {
+        Some(Mode {
+            native_tools: false,
+            ..mode
+        })
+    } else {
+        None
     }
 }
 
@@ -274,16 +265,10 @@ async fn read_stream(
             done = true;
             break;
         }
-        let chunk: Value =
-            serde_json::from_str(&event.data).map_err(|e| ModelError::BadAnswer {
-                provider: target.label(),
-                reason: format!("a stream event is not JSON ({e})"),
-            })?;
+        let chunk: Value = serde_json::from_str(&event.data)
+            .map_err(|e| bad_answer(target, format!("a stream event is not JSON ({e})")))?;
         if let Some(err) = chunk.get("error") {
-            return Err(ModelError::BadAnswer {
-                provider: target.label(),
-                reason: err.to_string(),
-            });
+            return Err(bad_answer(target, err.to_string()));
         }
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
             usage = Some(Usage {
@@ -331,7 +316,7 @@ async fn read_stream(
     }
     let tool_calls = calls
         .into_values()
-        .map(|c| finish_call(target, c.id, c.name, &c.arguments))
+        .map(|c| super::http::tool_call(target, c.id, c.name, &c.arguments))
         .collect::<Result<_, _>>()?;
     Ok(Answer {
         text,
@@ -341,23 +326,18 @@ async fn read_stream(
 }
 
 fn read_whole(target: &Target, body: &str) -> Result<Answer, ModelError> {
-    let v: Value = serde_json::from_str(body).map_err(|e| ModelError::BadAnswer {
-        provider: target.label(),
-        reason: format!("the answer is not JSON ({e})"),
-    })?;
+    let v: Value = serde_json::from_str(body)
+        .map_err(|e| bad_answer(target, format!("the answer is not JSON ({e})")))?;
     let message = &v["choices"][0]["message"];
     if message.is_null() {
-        return Err(ModelError::BadAnswer {
-            provider: target.label(),
-            reason: "no choices[0].message".into(),
-        });
+        return Err(bad_answer(target, "no choices[0].message"));
     }
     let tool_calls = message["tool_calls"]
         .as_array()
         .into_iter()
         .flatten()
         .map(|c| {
-            finish_call(
+            super::http::tool_call(
                 target,
                 c["id"].as_str().unwrap_or_default().to_string(),
                 c["function"]["name"]
@@ -377,29 +357,6 @@ fn read_whole(target: &Target, body: &str) -> Result<Answer, ModelError> {
         text: message["content"].as_str().unwrap_or_default().to_string(),
         tool_calls,
         usage,
-    })
-}
-
-fn finish_call(
-    target: &Target,
-    id: String,
-    name: String,
-    arguments: &str,
-) -> Result<ToolCall, ModelError> {
-    let args = if arguments.trim().is_empty() {
-        "{}"
-    } else {
-        arguments
-    };
-    let arguments = serde_json::from_str(args).map_err(|e| ModelError::InvalidToolCall {
-        provider: target.label(),
-        tool: name.clone(),
-        reason: e.to_string(),
-    })?;
-    Ok(ToolCall {
-        id,
-        name,
-        arguments,
     })
 }
 
