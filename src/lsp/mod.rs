@@ -247,7 +247,7 @@ impl Backend {
         tokio::task::spawn_blocking(move || RunLock::acquire(&root, &goal))
             .await
             .map_err(internal)?
-            .map_err(|e| Error::invalid_request().tap_message(e.to_string()))
+            .map_err(refused)
     }
 
     /// agent-ls.status: the session's view and the interrupted runs, which the store knows.
@@ -279,10 +279,7 @@ impl Backend {
             lock,
             reply,
         });
-        answer
-            .await
-            .map_err(internal)?
-            .map_err(|why| Error::invalid_request().tap_message(why))
+        answer.await.map_err(internal)?.map_err(refused)
     }
 
     async fn start_run(&self, args: agent_runs::RunArgs) -> Result<serde_json::Value> {
@@ -321,10 +318,7 @@ impl Backend {
         // The run goes on in the background; the command answers at once.
         let (reply, answer) = oneshot::channel();
         self.session.send(Event::StartRun { args, lock, reply });
-        answer
-            .await
-            .map_err(internal)?
-            .map_err(|why| Error::invalid_request().tap_message(why))
+        answer.await.map_err(internal)?.map_err(refused)
     }
 
     async fn resume(&self, run_id: String) -> Result<serde_json::Value> {
@@ -343,7 +337,7 @@ impl Backend {
                 .call(move |s| agent_ls_runtime::drive::resume_point(s, &run_id, active.as_deref()))
                 .await
                 .unwrap_or_else(|| Err("the store could not be opened".into()))
-                .map_err(|why| Error::invalid_request().tap_message(why))?
+                .map_err(refused)?
         };
         let lock = self.lock(&goal).await?;
         let (reply, answer) = oneshot::channel();
@@ -354,10 +348,7 @@ impl Backend {
             lock,
             reply,
         });
-        let id = answer
-            .await
-            .map_err(internal)?
-            .map_err(|why| Error::invalid_request().tap_message(why))?;
+        let id = answer.await.map_err(internal)?.map_err(refused)?;
         Ok(serde_json::json!({"run_id": id}))
     }
 }
@@ -656,6 +647,11 @@ impl WithMessage for Error {
         self.message = message.into();
         self
     }
+}
+
+/// A request the server will not do, with why (a run in progress, nothing to undo, ...).
+fn refused(why: impl std::fmt::Display) -> Error {
+    Error::invalid_request().tap_message(why.to_string())
 }
 
 fn internal(err: impl std::fmt::Display) -> Error {

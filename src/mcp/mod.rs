@@ -166,7 +166,7 @@ impl AgentLsMcp {
                 CallToolResult::structured(json!({"step": applied.step, "files": applied.files,
                 "diff": applied.diff, "written": !dry_run}))
             }
-            Err(e) => text_result(e, true),
+            Err(e) => text_result(e.to_string(), true),
         }
     }
 }
