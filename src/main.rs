@@ -596,7 +596,7 @@ fn doctor(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
         target: "sandbox".into(),
         check: "confines a command",
         ok: probe.is_ok(),
-        detail: probe.unwrap_or_else(|why| why),
+        detail: probe.unwrap_or_else(|why| why.to_string()),
     });
     if json {
         println!("{}", serde_json::to_string_pretty(&checks)?);

@@ -654,8 +654,9 @@ impl Drive<'_> {
         if call.name.starts_with(crate::mcp_client::PREFIX) {
             return match mcp.call(&call.name, &call.arguments, self.root).await {
                 Ok(text) => Output::ok(crate::tools::cap(&text, limits.result_bytes)),
-                Err(why) => {
-                    if why.contains("withdrawn") {
+                Err(e) => {
+                    let why = e.to_string();
+                    if e.withdraws_tools() {
                         shell.warn(&why);
                     }
                     Output::error(crate::tools::cap(&why, limits.result_bytes))
@@ -667,7 +668,7 @@ impl Drive<'_> {
                 Some(filter) if !filter.trim().is_empty() => {
                     match tests_run::narrowed(self.root, &self.config.test, filter.trim()) {
                         Ok(argv) => Some(argv),
-                        Err(e) => return Output::error(e),
+                        Err(e) => return Output::error(e.to_string()),
                     }
                 }
                 _ => None,

@@ -102,14 +102,33 @@ pub fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// A test command that may not run.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotAllowed {
+    #[error("the test command is empty")]
+    Empty,
+    #[error(
+        "the test command `{}` is not on the allowlist (test.allowlist: {}); add it there to run it{}",
+        argv.join(" "),
+        allowlist.join(", "),
+        if *in_workspace { " (a program inside the workspace must be listed by its exact path)" } else { "" }
+    )]
+    NotListed {
+        argv: Vec<String>,
+        allowlist: Vec<String>,
+        /// The program is inside the workspace, so only its exact path is allowed.
+        in_workspace: bool,
+    },
+}
+
 /// The allowlist holds command prefixes such as "cargo" or "python3 -m pytest"; a command is
 /// allowed when it starts with one of them. A bare program name matches the entry's name; a
 /// path matches by its file name only when it is outside the workspace (`/usr/bin/python3 -m
 /// pytest` matches "python3 -m pytest"), and a program inside the workspace (`./tools/cargo`)
 /// only an entry that names that exact path: a cloned repository's own `cargo` is not cargo.
-pub fn check_allowed(argv: &[String], allowlist: &[String], root: &Path) -> Result<(), String> {
+pub fn check_allowed(argv: &[String], allowlist: &[String], root: &Path) -> Result<(), NotAllowed> {
     let Some(program) = argv.first() else {
-        return Err("the test command is empty".into());
+        return Err(NotAllowed::Empty);
     };
     let path = Path::new(program);
     let bare = !program.contains('/');
@@ -132,16 +151,11 @@ pub fn check_allowed(argv: &[String], allowlist: &[String], root: &Path) -> Resu
     if allowed {
         Ok(())
     } else {
-        Err(format!(
-            "the test command `{}` is not on the allowlist (test.allowlist: {}); add it there to run it{}",
-            argv.join(" "),
-            allowlist.join(", "),
-            if in_workspace {
-                " (a program inside the workspace must be listed by its exact path)"
-            } else {
-                ""
-            }
-        ))
+        Err(NotAllowed::NotListed {
+            argv: argv.to_vec(),
+            allowlist: allowlist.to_vec(),
+            in_workspace,
+        })
     }
 }
 
