@@ -226,20 +226,14 @@ fn typing_is_answered_at_once_while_another_process_holds_the_store() {
     );
 }
 
-/// `agent-ls run` on `ws` with the model at `url` (an OpenAI-compatible test server).
-fn cli(ws: &Path, url: &str, goal: &str) -> Command {
-    let mut cmd = Command::new(support::binary());
-    cmd.arg("run")
-        .arg(goal)
-        .arg("--workspace")
-        .arg(ws)
-        .args(["--yes", "--json"])
-        .env("XDG_CONFIG_HOME", ws.join(".xdg"))
-        .env("AGENT_LS_MODEL__PROVIDER", "openai")
+/// `agent-ls run GOAL --yes` on `ws` with the model at `url` (an OpenAI-compatible test
+/// server), the user's folders in `ws/.xdg`.
+fn run_goal(ws: &Path, url: &str, goal: &str) -> Command {
+    let mut cmd = support::cli(&["run", goal, "--yes"], ws, &ws.join(".xdg"));
+    cmd.env("AGENT_LS_MODEL__PROVIDER", "openai")
         .env("AGENT_LS_MODEL__BASE_URL", format!("{url}/v1"))
         .env("AGENT_LS_MODEL__NAME", "m")
         .env("AGENT_LS_AGENT__EVALUATE", "false")
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
@@ -256,12 +250,12 @@ fn stalling_model() -> ModelServer {
 fn a_second_agent_ls_run_on_the_same_workspace_is_refused_naming_the_first() {
     let ws = support::example();
     let model = stalling_model();
-    let mut first = cli(ws.path(), &model.url, "fix the failing tests")
+    let mut first = run_goal(ws.path(), &model.url, "fix the failing tests")
         .spawn()
         .unwrap();
     // The first run is at its coder call, which stalls: it holds the workspace.
     model.wait_for_requests(1);
-    let second = cli(ws.path(), &model.url, "add a docstring to add")
+    let second = run_goal(ws.path(), &model.url, "add a docstring to add")
         .output()
         .unwrap();
     first.kill().unwrap();
@@ -273,7 +267,9 @@ fn a_second_agent_ls_run_on_the_same_workspace_is_refused_naming_the_first() {
         "{said}"
     );
     // The first run's process is gone, and with it the lock.
-    let third = cli(ws.path(), &model.url, "explain add").output().unwrap();
+    let third = run_goal(ws.path(), &model.url, "explain add")
+        .output()
+        .unwrap();
     assert_ne!(
         third.status.code(),
         Some(3),
@@ -302,7 +298,7 @@ fn the_server_and_agent_ls_run_take_turns_on_a_workspace() {
     model.wait_for_requests(1);
     let server_pid = c.pid();
     // A headless run while the editor's run goes on: refused, naming the server.
-    let out = cli(ws.path(), &model.url, "add a docstring")
+    let out = run_goal(ws.path(), &model.url, "add a docstring")
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
@@ -324,7 +320,7 @@ fn the_server_and_agent_ls_run_take_turns_on_a_workspace() {
     c.command("agent-ls.cancel", Value::Null).unwrap();
     c.wait_notification("agent-ls/runFinished", |_| true);
     let model2 = stalling_model();
-    let mut headless = cli(ws.path(), &model2.url, "fix the failing tests")
+    let mut headless = run_goal(ws.path(), &model2.url, "fix the failing tests")
         .spawn()
         .unwrap();
     model2.wait_for_requests(1);

@@ -33,22 +33,22 @@ fn home() -> tempfile::TempDir {
     home
 }
 
-/// `agent-ls ARGS` with a clean environment: HOME, the XDG folders under it, TMPDIR inside it,
-/// PATH and `env`.
-fn cli(home: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
-    let mut cmd = Command::new(support::binary());
-    cmd.args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("TMPDIR", home.join("tmp"))
+/// `agent-ls ARGS` for a user whose folders are all under `home`: the XDG config and state
+/// folders and TMPDIR inside it (see `support::agent_ls` for the rest of the environment).
+fn as_user(home: &Path, args: &[&str]) -> Command {
+    let mut cmd = support::agent_ls(args, home);
+    cmd.env("TMPDIR", home.join("tmp"))
         .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_STATE_HOME", home.join("state"))
-        .stdin(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
+        .env("XDG_STATE_HOME", home.join("state"));
+    cmd
+}
+
+/// `as_user` with `env` added, run to its end.
+fn cli(home: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+    as_user(home, args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap()
 }
 
 fn user_file(home: &Path, text: &str) {
@@ -249,17 +249,6 @@ class Escape(unittest.TestCase):
     )
 }
 
-fn alive(pid: i32) -> bool {
-    // A zombie has been ended; only a process that still runs counts.
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
-}
-
 #[test]
 fn test_commands_run_sandboxed_and_leave_no_survivor() {
     let home = home();
@@ -288,7 +277,10 @@ fn test_commands_run_sandboxed_and_leave_no_survivor() {
         "nothing connected to 127.0.0.1:{port}"
     );
     let pid: i32 = read(ws.path().join("child.pid")).trim().parse().unwrap();
-    assert!(!alive(pid), "the setsid child {pid} outlived the run");
+    assert!(
+        !support::alive(pid),
+        "the setsid child {pid} outlived the run"
+    );
 }
 
 #[test]
@@ -849,29 +841,25 @@ struct Bounded {
 fn run_against(server: &Hostile, interrupt: bool) -> Bounded {
     let home = home();
     let ws = support::example();
-    let mut cmd = Command::new(support::binary());
-    cmd.args([
-        "run",
-        "fix the failing tests",
-        "--yes",
-        "--json",
-        "--workspace",
-    ])
-    .arg(ws.path())
-    .env_clear()
-    .env("PATH", std::env::var("PATH").unwrap_or_default())
-    .env("HOME", home.path())
-    .env("XDG_CONFIG_HOME", home.path().join("config"))
-    .env("XDG_STATE_HOME", home.path().join("state"))
-    .env("AGENT_LS_MODEL__PROVIDER", "openai")
-    .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
-    .env("AGENT_LS_MODEL__NAME", "m")
-    .env("AGENT_LS_MODEL__TIMEOUT_SECS", "3")
-    .env("AGENT_LS_MODEL__MAX_RETRIES", "0")
-    .env("AGENT_LS_AGENT__EVALUATE", "false")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    let mut cmd = as_user(
+        home.path(),
+        &[
+            "run",
+            "fix the failing tests",
+            "--yes",
+            "--json",
+            "--workspace",
+        ],
+    );
+    cmd.arg(ws.path())
+        .env("AGENT_LS_MODEL__PROVIDER", "openai")
+        .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
+        .env("AGENT_LS_MODEL__NAME", "m")
+        .env("AGENT_LS_MODEL__TIMEOUT_SECS", "3")
+        .env("AGENT_LS_MODEL__MAX_RETRIES", "0")
+        .env("AGENT_LS_AGENT__EVALUATE", "false")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let pid = child.id();
     let mut peak = 0;
