@@ -39,34 +39,8 @@ enum Command {
     /// "explain src/lib.rs". Exit codes: 0 done, 1 failed, 2 partial (files changed, goal not
     /// reached), 3 configuration error, 4 authentication error, 5 timeout, 130 interrupted.
     Run {
-        /// What to do.
-        #[arg(required_unless_present = "resume")]
-        goal: Option<String>,
-        /// Go on with a run a crash or a kill interrupted (see `agent-ls stats` or the
-        /// editor's status), from its last checkpoint, instead of starting one.
-        #[arg(long, value_name = "RUN_ID", conflicts_with = "goal")]
-        resume: Option<String>,
-        /// The project (default: the current directory).
-        #[arg(long)]
-        workspace: Option<PathBuf>,
-        /// Print the runFinished object as JSON instead of the answer.
-        #[arg(long)]
-        json: bool,
-        /// Apply changes without asking.
-        #[arg(long, conflicts_with = "dry_run")]
-        yes: bool,
-        /// Show the proposed change and write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// With --yes, also write protected files (.git/, .agent-ls.toml, .vscode/,
-        /// executables, ...) and changes the static scan flagged; without it they are refused.
-        #[arg(long, requires = "yes")]
-        allow_protected: bool,
-        /// The agent to run the goal: build (every tool; edits need approval), plan (reads,
-        /// then writes a plan), review (reads, then comments in Markdown), or a custom agent
-        /// of the configuration's [agents]. Default: agent.default_agent.
-        #[arg(long, value_name = "NAME")]
-        agent: Option<String>,
+        #[command(flatten)]
+        args: headless::RunGoal,
     },
     /// Re-run a recorded run (a journal in .agent-ls/runs/) against the current files, with
     /// every model answer taken from the journal.
@@ -175,25 +149,7 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => or_exit_1(serve::lsp()),
         Command::Config { workspace, json } => or_exit_1(config::run(workspace, json)),
-        Command::Run {
-            goal,
-            resume,
-            workspace,
-            json,
-            yes,
-            dry_run,
-            allow_protected,
-            agent,
-        } => headless::run_goal(headless::RunGoal {
-            goal,
-            resume,
-            workspace,
-            json,
-            yes,
-            dry_run,
-            allow_protected,
-            agent,
-        }),
+        Command::Run { args } => headless::run_goal(args),
         Command::Replay {
             journal,
             workspace,

@@ -7,15 +7,37 @@ use std::process::ExitCode;
 use super::run::{self, Mode, Options, exit};
 use super::setup::{load_config, log_to_stderr, workspace_or_cwd};
 
-/// `agent-ls run`'s arguments.
+// `agent-ls run`'s arguments (a plain comment: clap would take a doc comment here for the
+// subcommand's description, which main.rs gives).
+#[derive(clap::Args)]
 pub struct RunGoal {
+    /// What to do.
+    #[arg(required_unless_present = "resume")]
     pub goal: Option<String>,
+    /// Go on with a run a crash or a kill interrupted (see `agent-ls stats` or the
+    /// editor's status), from its last checkpoint, instead of starting one.
+    #[arg(long, value_name = "RUN_ID", conflicts_with = "goal")]
     pub resume: Option<String>,
+    /// The project (default: the current directory).
+    #[arg(long)]
     pub workspace: Option<PathBuf>,
+    /// Print the runFinished object as JSON instead of the answer.
+    #[arg(long)]
     pub json: bool,
+    /// Apply changes without asking.
+    #[arg(long, conflicts_with = "dry_run")]
     pub yes: bool,
+    /// Show the proposed change and write nothing.
+    #[arg(long)]
     pub dry_run: bool,
+    /// With --yes, also write protected files (.git/, .agent-ls.toml, .vscode/,
+    /// executables, ...) and changes the static scan flagged; without it they are refused.
+    #[arg(long, requires = "yes")]
     pub allow_protected: bool,
+    /// The agent to run the goal: build (every tool; edits need approval), plan (reads,
+    /// then writes a plan), review (reads, then comments in Markdown), or a custom agent
+    /// of the configuration's [agents]. Default: agent.default_agent.
+    #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
 }
 

@@ -15,13 +15,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tower_lsp_server::ls_types::notification::Notification;
-use tower_lsp_server::ls_types::request::{
-    ApplyWorkspaceEdit, ShowMessageRequest, WorkDoneProgressCreate,
-};
+use tower_lsp_server::ls_types::request::{ApplyWorkspaceEdit, WorkDoneProgressCreate};
 use tower_lsp_server::ls_types::{
-    ApplyWorkspaceEditParams, MessageActionItem, MessageType, ProgressToken,
-    ShowMessageRequestParams, Uri, WorkDoneProgress, WorkDoneProgressBegin,
-    WorkDoneProgressCreateParams, WorkDoneProgressEnd, WorkDoneProgressReport, WorkspaceEdit,
+    ApplyWorkspaceEditParams, MessageType, ProgressToken, Uri, WorkDoneProgress,
+    WorkDoneProgressBegin, WorkDoneProgressCreateParams, WorkDoneProgressEnd,
+    WorkDoneProgressReport, WorkspaceEdit,
 };
 use tracing::{info, warn};
 
@@ -446,24 +444,17 @@ impl ServerShell {
             )
         };
         loop {
-            let actions = ["Accept", "Reject", "Show diff"].map(|t| MessageActionItem {
-                title: t.into(),
-                properties: Default::default(),
-            });
-            let request = self
-                .c
-                .outbox
-                .request::<ShowMessageRequest>(ShowMessageRequestParams {
-                    typ: MessageType::INFO,
-                    message: format!(
-                        "{}: apply the proposed change to {}?{flagged}",
-                        self.label,
-                        files.join(", ")
-                    ),
-                    actions: Some(actions.to_vec()),
-                });
+            let request = self.c.outbox.ask(
+                MessageType::INFO,
+                format!(
+                    "{}: apply the proposed change to {}?{flagged}",
+                    self.label,
+                    files.join(", ")
+                ),
+                &["Accept", "Reject", "Show diff"],
+            );
             let answer = tokio::select! {
-                r = request => r.ok().flatten().map(|a| a.title),
+                r = request => r,
                 d = self.decisions.recv() => d.map(|yes| if yes { "Accept".to_string() } else { "Reject".to_string() }),
                 _ = self.cancel.cancelled() => None,
             };
@@ -479,28 +470,16 @@ impl ServerShell {
     /// agent-ls.reject (or a cancel) refuses.
     async fn allow_protected(&mut self, path: &str, why: &str) -> bool {
         let allow = format!("Allow {path}");
-        let request = self
-            .c
-            .outbox
-            .request::<ShowMessageRequest>(ShowMessageRequestParams {
-                typ: MessageType::WARNING,
-                message: format!(
-                    "{}: the change writes {path}, which is protected: {why}. Allow the agent to write it?",
-                    self.label
-                ),
-                actions: Some(vec![
-                    MessageActionItem {
-                        title: allow.clone(),
-                        properties: Default::default(),
-                    },
-                    MessageActionItem {
-                        title: "Refuse".into(),
-                        properties: Default::default(),
-                    },
-                ]),
-            });
+        let request = self.c.outbox.ask(
+            MessageType::WARNING,
+            format!(
+                "{}: the change writes {path}, which is protected: {why}. Allow the agent to write it?",
+                self.label
+            ),
+            &[&allow, "Refuse"],
+        );
         tokio::select! {
-            r = request => r.ok().flatten().is_some_and(|a| a.title == allow),
+            r = request => r.is_some_and(|title| title == allow),
             // agent-ls.accept does not name the file, so it allows nothing here.
             _ = self.decisions.recv() => false,
             _ = self.cancel.cancelled() => false,

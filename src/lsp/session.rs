@@ -13,15 +13,14 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tower_lsp_server::ls_types::request::ShowMessageRequest;
 use tower_lsp_server::ls_types::{
-    ClientCapabilities, DidChangeTextDocumentParams, InitializeParams, MessageActionItem,
-    MessageType, NumberOrString, ShowMessageRequestParams, Uri,
+    ClientCapabilities, DidChangeTextDocumentParams, InitializeParams, MessageType, NumberOrString,
+    Uri,
 };
 use tracing::{debug, error, info, warn};
 
@@ -550,17 +549,9 @@ impl Session {
                 disk,
             } => {
                 let root = self.workspace_root.clone().unwrap_or_default();
-                let cx = test_runs::Context {
-                    outbox: &self.outbox,
-                    report: &self.test_report,
-                    root: &root,
-                    config: &self.config.config.test,
-                    sandbox: &self.config.config.sandbox,
-                    progress: progress_supported(&self.capabilities),
-                    documents: &self.documents,
-                    encoding: self.encoding,
-                };
-                self.tests.finished(&cx, generation, *result, &disk);
+                self.with_tests(&root, |tests, cx| {
+                    tests.finished(cx, generation, *result, &disk)
+                });
             }
             TestMessage::SaveSettled { generation } => {
                 if self.tests.is_latest_save(generation) {
@@ -862,17 +853,22 @@ impl Session {
             }
             return;
         };
+        self.with_tests(&root, |tests, cx| tests.start(cx, trigger));
+    }
+
+    /// Calls `f` with the test runs and what they need of the session for `root`.
+    fn with_tests(&mut self, root: &Path, f: impl FnOnce(&mut TestRuns, &test_runs::Context)) {
         let cx = test_runs::Context {
             outbox: &self.outbox,
             report: &self.test_report,
-            root: &root,
+            root,
             config: &self.config.config.test,
             sandbox: &self.config.config.sandbox,
             progress: progress_supported(&self.capabilities),
             documents: &self.documents,
             encoding: self.encoding,
         };
-        self.tests.start(&cx, trigger);
+        f(&mut self.tests, &cx);
     }
 
     fn initialize(
@@ -1013,23 +1009,17 @@ impl Session {
         let keys: Vec<String> = config::gated(&self.config.untrusted)
             .map(|k| format!("`{k}`"))
             .collect();
-        let actions = [TRUST_FOLDER, NOT_NOW, NEVER].map(|t| MessageActionItem {
-            title: t.into(),
-            properties: Default::default(),
-        });
-        let request = self
-            .outbox
-            .request::<ShowMessageRequest>(ShowMessageRequestParams {
-                typ: MessageType::WARNING,
-                message: format!(
-                    "agent-ls: {}'s {} sets {}, which run programs, name servers, send data or approve. \
-                     They are ignored unless you trust this folder. Trust it?",
-                    root.display(),
-                    config::WORKSPACE_FILE,
-                    keys.join(", ")
-                ),
-                actions: Some(actions.to_vec()),
-            });
+        let request = self.outbox.ask(
+            MessageType::WARNING,
+            format!(
+                "agent-ls: {}'s {} sets {}, which run programs, name servers, send data or approve. \
+                 They are ignored unless you trust this folder. Trust it?",
+                root.display(),
+                config::WORKSPACE_FILE,
+                keys.join(", ")
+            ),
+            &[TRUST_FOLDER, NOT_NOW, NEVER],
+        );
         let (me, outbox, trust_file) = (
             self.me.clone(),
             self.outbox.clone(),
@@ -1038,8 +1028,8 @@ impl Session {
         tokio::spawn(async move {
             use agent_ls_runtime::trust::{Decision, TrustStore};
             let decision = match request.await {
-                Ok(Some(item)) if item.title == TRUST_FOLDER => Decision::Trusted,
-                Ok(Some(item)) if item.title == NEVER => Decision::Declined,
+                Some(title) if title == TRUST_FOLDER => Decision::Trusted,
+                Some(title) if title == NEVER => Decision::Declined,
                 _ => return,
             };
             let stored = tokio::task::spawn_blocking(move || {
