@@ -435,12 +435,7 @@ impl ServerShell {
         } else {
             format!(
                 " The static scan flagged: {}.",
-                review
-                    .findings
-                    .iter()
-                    .map(|f| f.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ")
+                review.findings_joined("; ")
             )
         };
         loop {

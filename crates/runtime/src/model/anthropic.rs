@@ -1,14 +1,13 @@
 //! The Anthropic Messages API: streaming, tool use and system prompts. A JSON-schema answer
 //! is asked for as a forced call of a tool whose input schema is the schema.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::http::bad_answer;
-use super::sse::{Events, Limits};
-use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
+use super::http::{Answer, PartialCall, Streamed, bad_answer};
+use super::sse::Limits;
+use super::{ModelError, OnToken, Request, Response, Speaker, Target, Usage};
 
 const VERSION: &str = "2023-06-01";
 
@@ -32,7 +31,7 @@ pub async fn complete(
     let response = super::http::send(builder, target, limits)
         .await?
         .map_err(|refused| refused.into_error(target))?;
-    let mut answer = read_stream(target, response, limits, on_token).await?;
+    let mut answer = read_stream(target, Streamed::new(response, limits, target, on_token)).await?;
     // The schema answer came as the forced tool's input: hand it back as the text.
     if let Some(name) = &schema_tool
         && let Some(pos) = answer.tool_calls.iter().position(|c| &c.name == name)
@@ -44,7 +43,7 @@ pub async fn complete(
         target,
         answer.text,
         answer.tool_calls,
-        answer.usage,
+        answer.usage.unwrap_or_default(),
         started,
     ))
 }
@@ -149,35 +148,11 @@ fn build_body(
     body
 }
 
-struct Answer {
-    text: String,
-    tool_calls: Vec<ToolCall>,
-    usage: Usage,
-}
-
-#[derive(Default)]
-struct Block {
-    id: String,
-    name: String,
-    json: String,
-    is_tool: bool,
-}
-
-async fn read_stream(
-    target: &Target,
-    response: reqwest::Response,
-    limits: Limits,
-    on_token: Option<OnToken<'_>>,
-) -> Result<Answer, ModelError> {
-    let mut events = Events::new(response, limits, target.label());
-    let mut text = String::new();
-    let mut blocks: BTreeMap<u64, Block> = BTreeMap::new();
+async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer, ModelError> {
+    // Text blocks are streamed as text; only tool-use blocks are kept, as calls.
     let mut usage = Usage::default();
     let mut stopped = false;
-    loop {
-        let Some(event) = events.next().await? else {
-            break;
-        };
+    while let Some(event) = stream.next().await? {
         let data: Value = match serde_json::from_str(&event.data) {
             Ok(v) => v,
             Err(_) if event.event == "ping" => continue,
@@ -197,28 +172,26 @@ async fn read_stream(
             "content_block_start" => {
                 let index = data["index"].as_u64().unwrap_or(0);
                 let block = &data["content_block"];
-                blocks.insert(
-                    index,
-                    Block {
-                        id: block["id"].as_str().unwrap_or_default().into(),
-                        name: block["name"].as_str().unwrap_or_default().into(),
-                        json: String::new(),
-                        is_tool: block["type"] == "tool_use",
-                    },
-                );
+                if block["type"] == "tool_use" {
+                    stream.calls.insert(
+                        index,
+                        PartialCall {
+                            id: block["id"].as_str().unwrap_or_default().into(),
+                            name: block["name"].as_str().unwrap_or_default().into(),
+                            arguments: String::new(),
+                        },
+                    );
+                }
             }
             "content_block_delta" => {
                 let index = data["index"].as_u64().unwrap_or(0);
                 let delta = &data["delta"];
                 if let Some(piece) = delta["text"].as_str() {
-                    text.push_str(piece);
-                    if let Some(f) = on_token {
-                        f(piece);
-                    }
+                    stream.push_text(piece);
                 } else if let Some(part) = delta["partial_json"].as_str()
-                    && let Some(b) = blocks.get_mut(&index)
+                    && let Some(call) = stream.calls.get_mut(&index)
                 {
-                    b.json.push_str(part);
+                    call.arguments.push_str(part);
                 }
             }
             "message_delta" => {
@@ -252,14 +225,5 @@ async fn read_stream(
             reason: "the stream ended before message_stop".into(),
         });
     }
-    let tool_calls = blocks
-        .into_values()
-        .filter(|b| b.is_tool)
-        .map(|b| super::http::tool_call(target, b.id, b.name, &b.json))
-        .collect::<Result<_, _>>()?;
-    Ok(Answer {
-        text,
-        tool_calls,
-        usage,
-    })
+    stream.finish(target, Some(usage))
 }

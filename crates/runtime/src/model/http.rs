@@ -3,10 +3,11 @@
 //! into a `ModelError` the same way, a tool call's JSON arguments read, and the `Response`
 //! built from an answer. The wire formats themselves stay in each provider's file.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::sse::{Limits, read_capped};
-use super::{Kind, ModelError, Response, Target, ToolCall, Usage, redact};
+use super::sse::{Event, Events, Limits, read_capped};
+use super::{Kind, ModelError, OnToken, Response, Target, ToolCall, Usage, redact};
 use crate::config::Secret;
 
 /// Adds the target's API key (when it has a non-empty one) in its provider's header.
@@ -104,6 +105,74 @@ pub(crate) fn tool_call(
         name,
         arguments,
     })
+}
+
+/// A tool call as it streams in, keyed by index in `Streamed`: the id and name once, the
+/// arguments as fragments of a JSON string.
+#[derive(Default)]
+pub(crate) struct PartialCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A streamed answer being read: its events, the text so far (passed on to `on_token` piece
+/// by piece) and its tool calls by index.
+pub(crate) struct Streamed<'a> {
+    events: Events,
+    pub text: String,
+    pub calls: BTreeMap<u64, PartialCall>,
+    on_token: Option<OnToken<'a>>,
+}
+
+impl<'a> Streamed<'a> {
+    pub fn new(
+        response: reqwest::Response,
+        limits: Limits,
+        target: &Target,
+        on_token: Option<OnToken<'a>>,
+    ) -> Self {
+        Streamed {
+            events: Events::new(response, limits, target.label()),
+            text: String::new(),
+            calls: BTreeMap::new(),
+            on_token,
+        }
+    }
+
+    /// The next server-sent event; `None` when the stream ended.
+    pub async fn next(&mut self) -> Result<Option<Event>, ModelError> {
+        self.events.next().await
+    }
+
+    pub fn push_text(&mut self, piece: &str) {
+        self.text.push_str(piece);
+        if let Some(f) = self.on_token {
+            f(piece);
+        }
+    }
+
+    /// The answer: the text, and the tool calls in index order with their arguments parsed.
+    pub fn finish(self, target: &Target, usage: Option<Usage>) -> Result<Answer, ModelError> {
+        let tool_calls = self
+            .calls
+            .into_values()
+            .map(|c| tool_call(target, c.id, c.name, &c.arguments))
+            .collect::<Result<_, _>>()?;
+        Ok(Answer {
+            text: self.text,
+            tool_calls,
+            usage,
+        })
+    }
+}
+
+/// An answer as read off the wire, before it becomes a `Response`.
+pub(crate) struct Answer {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    /// `None` when the server reported none.
+    pub usage: Option<Usage>,
 }
 
 /// An answer that cannot be read.

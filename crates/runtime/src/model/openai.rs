@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::http::bad_answer;
-use super::sse::{Events, Limits, read_capped};
+use super::http::{Answer, Streamed, bad_answer};
+use super::sse::{Limits, read_capped};
 use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
 
 /// Servers that rejected native JSON schemas or tools, so later calls go straight to the
@@ -89,7 +89,7 @@ pub async fn complete(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("text/event-stream"));
         let mut answer = if is_stream {
-            read_stream(target, response, limits, on_token).await?
+            read_stream(target, Streamed::new(response, limits, target, on_token)).await?
         } else {
             let text = read_capped(response, limits, target.label()).await?;
             read_whole(target, &text)?
@@ -230,37 +230,10 @@ fn build_body(target: &Target, request: &Request, max_tokens: u32, mode: Mode) -
     body
 }
 
-struct Answer {
-    text: String,
-    tool_calls: Vec<ToolCall>,
-    usage: Option<Usage>,
-}
-
-/// Tool calls arrive in pieces keyed by index: the id and name once, the arguments as
-/// fragments of a JSON string.
-#[derive(Default)]
-struct PartialCall {
-    id: String,
-    name: String,
-    arguments: String,
-}
-
-async fn read_stream(
-    target: &Target,
-    response: reqwest::Response,
-    limits: Limits,
-    on_token: Option<OnToken<'_>>,
-) -> Result<Answer, ModelError> {
-    let mut events = Events::new(response, limits, target.label());
-    let mut text = String::new();
-    let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
+async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer, ModelError> {
     let mut usage = None;
-    let mut finished = false;
-    let mut done = false;
-    loop {
-        let Some(event) = events.next().await? else {
-            break;
-        };
+    let (mut finished, mut done) = (false, false);
+    while let Some(event) = stream.next().await? {
         if event.data.trim() == "[DONE]" {
             done = true;
             break;
@@ -285,14 +258,11 @@ async fn read_stream(
         }
         let delta = &choice["delta"];
         if let Some(piece) = delta["content"].as_str().filter(|s| !s.is_empty()) {
-            text.push_str(piece);
-            if let Some(f) = on_token {
-                f(piece);
-            }
+            stream.push_text(piece);
         }
         for call in delta["tool_calls"].as_array().into_iter().flatten() {
             let index = call["index"].as_u64().unwrap_or(0);
-            let entry = calls.entry(index).or_default();
+            let entry = stream.calls.entry(index).or_default();
             if let Some(id) = call["id"].as_str() {
                 entry.id = id.to_string();
             }
@@ -314,15 +284,7 @@ async fn read_stream(
             reason: "the stream ended without a finish reason or [DONE]".into(),
         });
     }
-    let tool_calls = calls
-        .into_values()
-        .map(|c| super::http::tool_call(target, c.id, c.name, &c.arguments))
-        .collect::<Result<_, _>>()?;
-    Ok(Answer {
-        text,
-        tool_calls,
-        usage,
-    })
+    stream.finish(target, usage)
 }
 
 fn read_whole(target: &Target, body: &str) -> Result<Answer, ModelError> {

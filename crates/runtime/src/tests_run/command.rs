@@ -22,7 +22,6 @@ pub fn choose(root: &Path, configured: &[String], nextest: bool) -> Option<TestC
         });
     }
     let has = |name: &str| root.join(name).is_file();
-    let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     if has("Cargo.toml") {
         let argv = if nextest && on_path("cargo-nextest") {
             argv(&["cargo", "nextest", "run", "--no-fail-fast"])
@@ -46,15 +45,7 @@ pub fn choose(root: &Path, configured: &[String], nextest: bool) -> Option<TestC
         .find(|m| has(m))
         .or(python_tests.then_some("tests/*.py"))
     {
-        let python = if on_path("python") {
-            "python"
-        } else {
-            "python3"
-        };
-        return Some(TestCommand {
-            argv: argv(&[python, "-m", "pytest"]),
-            reason: marker.into(),
-        });
+        return Some(python_module("pytest", marker));
     }
     // Test files at the root with nothing that asks for pytest: the standard library's
     // unittest, which needs nothing installed.
@@ -65,15 +56,7 @@ pub fn choose(root: &Path, configured: &[String], nextest: bool) -> Option<TestC
         })
     });
     if root_tests {
-        let python = if on_path("python") {
-            "python"
-        } else {
-            "python3"
-        };
-        return Some(TestCommand {
-            argv: argv(&[python, "-m", "unittest"]),
-            reason: "test_*.py".into(),
-        });
+        return Some(python_module("unittest", "test_*.py"));
     }
     if has("package.json") && package_has_test_script(&root.join("package.json")) {
         return Some(TestCommand {
@@ -95,6 +78,23 @@ fn package_has_test_script(path: &Path) -> bool {
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .is_some_and(|v| v["scripts"]["test"].is_string())
+}
+
+/// `python -m MODULE` (`python3` where there is no `python`), chosen because of `reason`.
+fn python_module(module: &str, reason: &str) -> TestCommand {
+    let python = if on_path("python") {
+        "python"
+    } else {
+        "python3"
+    };
+    TestCommand {
+        argv: argv(&[python, "-m", module]),
+        reason: reason.into(),
+    }
+}
+
+fn argv(words: &[&str]) -> Vec<String> {
+    words.iter().map(|s| s.to_string()).collect()
 }
 
 pub fn on_path(program: &str) -> bool {
