@@ -2,7 +2,8 @@
 //! way: stdin → `transport` (frames, parses once) → the `session` (document notifications,
 //! in wire order) or tower-lsp (requests, answered from the session's state) → subsystems
 //! (`test_runs`, `agent_runs`, the store) whose reports come back to the session → the
-//! `outbox` → stdout.
+//! `outbox` → stdout. `agent-ls serve` (`cli::serve::lsp`) starts it with `serve_stdio`; the
+//! agent runs themselves are the runtime's `Drive`, which `agent_runs` gives an editor Shell.
 
 pub mod agent_runs;
 pub mod convert;
