@@ -97,27 +97,7 @@ fn the_agents_test_run_supersedes_a_rerun_in_progress() {
 #[test]
 fn a_runs_messages_reach_the_client_in_the_order_they_were_produced() {
     let ws = support::example();
-    let replay = ws.path().join(".replay.jsonl");
-    std::fs::write(
-        &replay,
-        support::replay_script(&[json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"})]),
-    )
-    .unwrap();
-    let mut c = Client::spawn(support::Spawn {
-        env: vec![
-            ("AGENT_LS_MODEL__PROVIDER".into(), "replay".into()),
-            (
-                "AGENT_LS_MODEL__REPLAY_FILE".into(),
-                replay.display().to_string(),
-            ),
-        ],
-        ..Default::default()
-    });
-    c.initialize(
-        ws.path(),
-        json!({"window": {"workDoneProgress": true}}),
-        json!({"agent": {"approval": "auto", "evaluate": false}}),
-    );
+    let mut c = server_fixing_calc(ws.path(), json!({"window": {"workDoneProgress": true}}));
     let started = c.command("agent-ls.fixTests", Value::Null).unwrap();
     let run_id = started["run_id"].as_str().unwrap().to_string();
     let done = c.wait_notification("agent-ls/runFinished", |_| true);
@@ -170,27 +150,7 @@ fn a_runs_messages_reach_the_client_in_the_order_they_were_produced() {
 #[test]
 fn typing_is_answered_at_once_while_another_process_holds_the_store() {
     let ws = support::example();
-    let replay = ws.path().join(".replay.jsonl");
-    std::fs::write(
-        &replay,
-        support::replay_script(&[json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"})]),
-    )
-    .unwrap();
-    let mut c = Client::spawn(support::Spawn {
-        env: vec![
-            ("AGENT_LS_MODEL__PROVIDER".into(), "replay".into()),
-            (
-                "AGENT_LS_MODEL__REPLAY_FILE".into(),
-                replay.display().to_string(),
-            ),
-        ],
-        ..Default::default()
-    });
-    c.initialize(
-        ws.path(),
-        json!({}),
-        json!({"agent": {"approval": "auto", "evaluate": false}}),
-    );
+    let mut c = server_fixing_calc(ws.path(), json!({}));
     // The store is open once the status (which reads it) is answered.
     c.command("agent-ls.status", Value::Null).unwrap();
     let uri = "file:///notes/scratch.txt";
@@ -224,6 +184,33 @@ fn typing_is_answered_at_once_while_another_process_holds_the_store() {
         slowest < Duration::from_millis(50),
         "a change and a request took {slowest:?} with the store locked"
     );
+}
+
+/// A server for `ws` whose model (a replay script) fixes calc.py in one edit, applied
+/// without asking; `capabilities` are the client's.
+fn server_fixing_calc(ws: &Path, capabilities: Value) -> Client {
+    let replay = ws.join(".replay.jsonl");
+    std::fs::write(
+        &replay,
+        support::replay_script(&[json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"})]),
+    )
+    .unwrap();
+    let mut c = Client::spawn(support::Spawn {
+        env: vec![
+            ("AGENT_LS_MODEL__PROVIDER".into(), "replay".into()),
+            (
+                "AGENT_LS_MODEL__REPLAY_FILE".into(),
+                replay.display().to_string(),
+            ),
+        ],
+        ..Default::default()
+    });
+    c.initialize(
+        ws,
+        capabilities,
+        json!({"agent": {"approval": "auto", "evaluate": false}}),
+    );
+    c
 }
 
 /// `agent-ls run GOAL --yes` on `ws` with the model at `url` (an OpenAI-compatible test

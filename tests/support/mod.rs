@@ -174,6 +174,15 @@ impl Client {
         c
     }
 
+    /// The first request the server sent with `method`; the test fails when there is none.
+    pub fn server_request(&self, method: &str) -> Value {
+        self.server_requests
+            .iter()
+            .find(|r| r["method"] == method)
+            .unwrap_or_else(|| panic!("the server sent no {method}"))
+            .clone()
+    }
+
     pub fn initialize(&mut self, root: &Path, capabilities: Value, options: Value) -> Value {
         let uri = file_uri(root);
         let result = self
