@@ -316,8 +316,7 @@ fn a_run_is_journaled_listed_and_replays_to_the_same_files() {
     let first = outcome(&out);
 
     let home = tempfile::tempdir().unwrap();
-    let list = support::agent_ls(&["runs", "--json", "--workspace"], home.path())
-        .arg(ws.path())
+    let list = support::in_workspace(&["runs", "--json"], ws.path(), home.path())
         .output()
         .unwrap();
     let runs: Value = serde_json::from_slice(&list.stdout).unwrap();
@@ -930,8 +929,7 @@ fn the_review_agent_is_shown_the_latest_agent_change() {
     );
     assert!(prompt.contains("+    return a + b"), "{prompt}");
     // The run's step is in the workspace's history: `agent-ls undo` reverts it.
-    let undo = support::agent_ls(&["undo", "--workspace"], ws.path())
-        .arg(ws.path())
+    let undo = support::in_workspace(&["undo"], ws.path(), ws.path())
         .output()
         .unwrap();
     assert_eq!(

@@ -191,8 +191,7 @@ fn the_config_command_prints_values_with_sources_and_fails_on_a_bad_file() {
     let ws = workspace(&[(".agent-ls.toml", "[model]\nname = \"ws-model\"\n")]);
     let home = tempfile::tempdir().unwrap();
     let run = |dir: &std::path::Path| {
-        support::agent_ls(&["config", "--workspace"], home.path())
-            .arg(dir)
+        support::in_workspace(&["config"], dir, home.path())
             .env("AGENT_LS_LOG__LEVEL", "debug")
             .output()
             .unwrap()

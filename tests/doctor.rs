@@ -10,8 +10,7 @@ use support::model_server::{ModelServer, Reply, openai_text};
 fn doctor(env: &[(&str, String)]) -> Output {
     let ws = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
-    support::agent_ls(&["doctor", "--workspace"], home.path())
-        .arg(ws.path())
+    support::in_workspace(&["doctor"], ws.path(), home.path())
         .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap()

@@ -70,8 +70,7 @@ fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo(
     let calc = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
     assert!(calc.contains("    return a + b\n"), "{calc}");
     // `agent-ls undo` reverts the MCP client's step.
-    let undo = support::agent_ls(&["undo", "--workspace"], home.path())
-        .arg(ws.path())
+    let undo = support::in_workspace(&["undo"], ws.path(), home.path())
         .output()
         .unwrap();
     assert!(
@@ -85,8 +84,7 @@ fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo(
     );
     let calc = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
     assert!(calc.contains("    return a - b\n"), "{calc}");
-    let again = support::agent_ls(&["undo", "--workspace"], home.path())
-        .arg(ws.path())
+    let again = support::in_workspace(&["undo"], ws.path(), home.path())
         .output()
         .unwrap();
     assert_eq!(again.status.code(), Some(1));

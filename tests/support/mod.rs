@@ -36,10 +36,17 @@ pub fn agent_ls(args: &[&str], home: &Path) -> Command {
     cmd
 }
 
+/// `agent-ls ARGS --workspace WS`, as `agent_ls` runs it.
+pub fn in_workspace(args: &[&str], ws: &Path, home: &Path) -> Command {
+    let mut cmd = agent_ls(args, home);
+    cmd.arg("--workspace").arg(ws);
+    cmd
+}
+
 /// `agent-ls ARGS --workspace WS --json`, as `agent_ls` runs it.
 pub fn cli(args: &[&str], ws: &Path, home: &Path) -> Command {
-    let mut cmd = agent_ls(args, home);
-    cmd.arg("--workspace").arg(ws).arg("--json");
+    let mut cmd = in_workspace(args, ws, home);
+    cmd.arg("--json");
     cmd
 }
 
