@@ -67,6 +67,13 @@ fn outcome(out: &Output) -> Value {
     })
 }
 
+/// The run's outcome, once it is known the run exited with `code`.
+fn exited(out: &Output, code: i32) -> Value {
+    let o = outcome(out);
+    assert_eq!(out.status.code(), Some(code), "{o}");
+    o
+}
+
 fn calc(ws: &Path) -> String {
     std::fs::read_to_string(ws.join("calc.py")).unwrap()
 }
@@ -75,8 +82,7 @@ fn calc(ws: &Path) -> String {
 fn a_fix_in_one_iteration() {
     let ws = support::example();
     let out = fix_scripted(ws.path(), &[coder("a - b", "a + b")]);
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(0), "{o}");
+    let o = exited(&out, 0);
     assert_eq!(o["status"], "done");
     assert_eq!(o["iterations"], 1);
     assert_eq!(o["files_changed"], json!(["calc.py"]));
@@ -96,8 +102,7 @@ fn a_fix_that_needs_a_retry_after_a_failing_run() {
             coder("a * b", "a + b"),
         ],
     );
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(0), "{o}");
+    let o = exited(&out, 0);
     assert_eq!(o["iterations"], 2);
     assert!(calc(ws.path()).contains(FIX));
 }
@@ -119,8 +124,7 @@ fn failing_retries_stop_with_the_budget_message_and_exit_partial() {
     let mut env = replay_env(&file);
     env.push(("AGENT_LS_AGENT__MAX_RETRIES", "2".into()));
     let out = agent(ws.path(), &["fix the failing tests", "--yes"], &env);
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(2), "{o}");
+    let o = exited(&out, 2);
     assert_eq!(o["status"], "failed");
     assert!(
         o["answer"].as_str().unwrap().contains("agent.max_retries"),
@@ -135,8 +139,7 @@ fn a_rejected_plan_applies_nothing() {
     let file = script(ws.path(), &[coder("a - b", "a + b")]);
     // No --yes and no terminal to ask on: the change is not applied.
     let out = agent(ws.path(), &["fix the failing tests"], &replay_env(&file));
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(1), "{o}");
+    let o = exited(&out, 1);
     assert!(o["answer"].as_str().unwrap().contains("rejected"));
     assert_eq!(o["files_changed"], json!([]));
     assert!(calc(ws.path()).contains("return a - b"));
@@ -152,8 +155,7 @@ fn a_dry_run_shows_the_change_and_writes_nothing() {
         &["fix the failing tests", "--dry-run"],
         &replay_env(&file),
     );
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(0), "{o}");
+    let o = exited(&out, 0);
     assert_eq!(o["status"], "proposed");
     assert!(
         o["answer"].as_str().unwrap().contains("+    return a + b"),
@@ -167,8 +169,7 @@ fn a_reply_that_does_not_parse_is_sent_back_once_then_the_run_fails() {
     let ws = support::example();
     let prose = json!({"role": "coder", "content": "I think the sign is wrong in add."});
     let out = fix_scripted(ws.path(), &[prose.clone(), prose]);
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(1), "{o}");
+    let o = exited(&out, 1);
     assert!(
         o["answer"]
             .as_str()
@@ -290,8 +291,7 @@ fn with_no_model_configured_the_first_run_says_what_to_configure() {
             ("AGENT_LS_MODEL__MAX_RETRIES", "0".into()),
         ],
     );
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(1), "{o}");
+    let o = exited(&out, 1);
     let answer = o["answer"].as_str().unwrap();
     assert!(
         answer.contains("ollama serve")
@@ -845,8 +845,7 @@ fn a_basic_evaluation_that_finds_the_goal_unfinished_ends_the_run_partial() {
             json!({"role": "evaluator", "content": "{\"score\": 2, \"complete\": false, \"reason\": \"multiply has no negative test\"}"}),
         ],
     );
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(2), "{o}");
+    let o = exited(&out, 2);
     assert_eq!(o["failure_kind"], "partial");
     assert!(
         o["answer"]
