@@ -1,24 +1,19 @@
 //! The Anthropic Messages API: streaming, tool use and system prompts. A JSON-schema answer
 //! is asked for as a forced call of a tool whose input schema is the schema.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::http::{Answer, PartialCall, Streamed, bad_answer};
+use super::http::{Answer, Call, PartialCall, Streamed, bad_answer};
 use super::sse::Limits;
-use super::{ModelError, OnToken, Request, Response, Speaker, Target, Usage};
+use super::{ModelError, Request, Response, Speaker, Target, Usage};
 
 const VERSION: &str = "2023-06-01";
 
-pub async fn complete(
-    http: &reqwest::Client,
-    target: &Target,
-    request: &Request,
-    max_tokens: u32,
-    idle: Duration,
-    on_token: Option<OnToken<'_>>,
-) -> Result<Response, ModelError> {
+pub(super) async fn complete(call: Call<'_>, request: &Request) -> Result<Response, ModelError> {
+    let (http, target, max_tokens) = (call.http, call.target, call.max_tokens);
+    let (idle, on_token) = (call.idle, call.on_token);
     let started = Instant::now();
     let schema_tool = request.json_schema.as_ref().map(|(name, _)| sanitize(name));
     let body = build_body(target, request, max_tokens, schema_tool.as_deref());

@@ -207,16 +207,14 @@ async fn check_completion(models: &Models, t: &Target, report: &mut Report<'_>) 
         max_tokens: Some(1),
         ..Request::default()
     };
-    let result = match t.kind {
-        Kind::Anthropic => {
-            super::anthropic::complete(models.http(), t, &request, 1, Duration::from_secs(30), None)
-                .await
-        }
-        _ => {
-            super::openai::complete(models.http(), t, &request, 1, Duration::from_secs(30), None)
-                .await
-        }
+    let call = super::http::Call {
+        http: models.http(),
+        target: t,
+        max_tokens: 1,
+        idle: Duration::from_secs(30),
+        on_token: None,
     };
+    let result = call.complete(&request).await;
     match result {
         Ok(r) => report.push(
             "completion",

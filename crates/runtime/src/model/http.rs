@@ -7,8 +7,28 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::sse::{Event, Events, Limits, read_capped};
-use super::{Kind, ModelError, OnToken, Response, Target, ToolCall, Usage, redact};
+use super::{Kind, ModelError, OnToken, Request, Response, Target, ToolCall, Usage, redact};
 use crate::config::Secret;
+
+/// One request to a model over HTTP, all but the request itself.
+pub(crate) struct Call<'a> {
+    pub http: &'a reqwest::Client,
+    pub target: &'a Target,
+    pub max_tokens: u32,
+    /// The longest the answer's stream may stay silent.
+    pub idle: Duration,
+    pub on_token: Option<OnToken<'a>>,
+}
+
+impl Call<'_> {
+    /// Sends `request` in the wire format of the target: Anthropic's, or else OpenAI's.
+    pub async fn complete(self, request: &Request) -> Result<Response, ModelError> {
+        match self.target.kind {
+            Kind::Anthropic => super::anthropic::complete(self, request).await,
+            Kind::OpenAi | Kind::Replay => super::openai::complete(self, request).await,
+        }
+    }
+}
 
 /// Adds the target's API key (when it has a non-empty one) in its provider's header.
 pub(crate) fn authorize(

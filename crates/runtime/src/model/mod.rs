@@ -451,12 +451,15 @@ impl Models {
     ) -> Result<Response, ModelError> {
         let max_tokens = request.max_tokens.unwrap_or(self.max_tokens);
         match target.kind {
-            Kind::OpenAi => {
-                openai::complete(&self.http, target, request, max_tokens, self.idle, on_token).await
-            }
-            Kind::Anthropic => {
-                anthropic::complete(&self.http, target, request, max_tokens, self.idle, on_token)
-                    .await
+            Kind::OpenAi | Kind::Anthropic => {
+                let call = http::Call {
+                    http: &self.http,
+                    target,
+                    max_tokens,
+                    idle: self.idle,
+                    on_token,
+                };
+                call.complete(request).await
             }
             Kind::Replay => match &self.replay {
                 Some(r) => {

@@ -4,13 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::http::{Answer, Streamed, bad_answer};
+use super::http::{Answer, Call, Streamed, bad_answer};
 use super::sse::{Limits, read_capped};
-use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
+use super::{ModelError, Request, Response, Speaker, Target, ToolCall, Usage};
 
 /// Servers that rejected native JSON schemas or tools, so later calls go straight to the
 /// instruction-only form instead of failing first every time.
@@ -45,14 +45,9 @@ impl SchemaMode {
     }
 }
 
-pub async fn complete(
-    http: &reqwest::Client,
-    target: &Target,
-    request: &Request,
-    max_tokens: u32,
-    idle: Duration,
-    on_token: Option<OnToken<'_>>,
-) -> Result<Response, ModelError> {
+pub(super) async fn complete(call: Call<'_>, request: &Request) -> Result<Response, ModelError> {
+    let (http, target, max_tokens) = (call.http, call.target, call.max_tokens);
+    let (idle, on_token) = (call.idle, call.on_token);
     let key = format!("{} {}", target.base_url, target.model);
     let mut mode = DOWNGRADED
         .lock()
