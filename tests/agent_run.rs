@@ -5,7 +5,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -27,13 +27,18 @@ fn script(dir: &Path, lines: &[Value]) -> PathBuf {
     path
 }
 
+/// `agent-ls run "fix the failing tests" --yes` with the model's answers from `lines`.
+fn fix_scripted(ws: &Path, lines: &[Value]) -> Output {
+    let file = script(ws, lines);
+    agent(ws, &["fix the failing tests", "--yes"], &replay_env(&file))
+}
+
 fn agent(ws: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
     let home = tempfile::tempdir().unwrap();
-    let mut cmd = support::cli(&[&["run"], args].concat(), ws, home.path());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
+    support::cli(&[&["run"], args].concat(), ws, home.path())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap()
 }
 
 /// The environment that points the run at a scripted OpenAI-compatible server.
@@ -62,6 +67,13 @@ fn outcome(out: &Output) -> Value {
     })
 }
 
+/// The run's outcome, once it is known the run exited with `code`.
+fn exited(out: &Output, code: i32) -> Value {
+    let o = outcome(out);
+    assert_eq!(out.status.code(), Some(code), "{o}");
+    o
+}
+
 fn calc(ws: &Path) -> String {
     std::fs::read_to_string(ws.join("calc.py")).unwrap()
 }
@@ -69,14 +81,8 @@ fn calc(ws: &Path) -> String {
 #[test]
 fn a_fix_in_one_iteration() {
     let ws = support::example();
-    let file = script(ws.path(), &[coder("a - b", "a + b")]);
-    let out = agent(
-        ws.path(),
-        &["fix the failing tests", "--yes"],
-        &replay_env(&file),
-    );
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(0), "{o}");
+    let out = fix_scripted(ws.path(), &[coder("a - b", "a + b")]);
+    let o = exited(&out, 0);
     assert_eq!(o["status"], "done");
     assert_eq!(o["iterations"], 1);
     assert_eq!(o["files_changed"], json!(["calc.py"]));
@@ -88,7 +94,7 @@ fn a_fix_in_one_iteration() {
 #[test]
 fn a_fix_that_needs_a_retry_after_a_failing_run() {
     let ws = support::example();
-    let file = script(
+    let out = fix_scripted(
         ws.path(),
         &[
             coder("a - b", "a * b"),
@@ -96,13 +102,7 @@ fn a_fix_that_needs_a_retry_after_a_failing_run() {
             coder("a * b", "a + b"),
         ],
     );
-    let out = agent(
-        ws.path(),
-        &["fix the failing tests", "--yes"],
-        &replay_env(&file),
-    );
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(0), "{o}");
+    let o = exited(&out, 0);
     assert_eq!(o["iterations"], 2);
     assert!(calc(ws.path()).contains(FIX));
 }
@@ -124,8 +124,7 @@ fn failing_retries_stop_with_the_budget_message_and_exit_partial() {
     let mut env = replay_env(&file);
     env.push(("AGENT_LS_AGENT__MAX_RETRIES", "2".into()));
     let out = agent(ws.path(), &["fix the failing tests", "--yes"], &env);
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(2), "{o}");
+    let o = exited(&out, 2);
     assert_eq!(o["status"], "failed");
     assert!(
         o["answer"].as_str().unwrap().contains("agent.max_retries"),
@@ -140,8 +139,7 @@ fn a_rejected_plan_applies_nothing() {
     let file = script(ws.path(), &[coder("a - b", "a + b")]);
     // No --yes and no terminal to ask on: the change is not applied.
     let out = agent(ws.path(), &["fix the failing tests"], &replay_env(&file));
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(1), "{o}");
+    let o = exited(&out, 1);
     assert!(o["answer"].as_str().unwrap().contains("rejected"));
     assert_eq!(o["files_changed"], json!([]));
     assert!(calc(ws.path()).contains("return a - b"));
@@ -157,8 +155,7 @@ fn a_dry_run_shows_the_change_and_writes_nothing() {
         &["fix the failing tests", "--dry-run"],
         &replay_env(&file),
     );
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(0), "{o}");
+    let o = exited(&out, 0);
     assert_eq!(o["status"], "proposed");
     assert!(
         o["answer"].as_str().unwrap().contains("+    return a + b"),
@@ -171,14 +168,8 @@ fn a_dry_run_shows_the_change_and_writes_nothing() {
 fn a_reply_that_does_not_parse_is_sent_back_once_then_the_run_fails() {
     let ws = support::example();
     let prose = json!({"role": "coder", "content": "I think the sign is wrong in add."});
-    let file = script(ws.path(), &[prose.clone(), prose]);
-    let out = agent(
-        ws.path(),
-        &["fix the failing tests", "--yes"],
-        &replay_env(&file),
-    );
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(1), "{o}");
+    let out = fix_scripted(ws.path(), &[prose.clone(), prose]);
+    let o = exited(&out, 1);
     assert!(
         o["answer"]
             .as_str()
@@ -300,8 +291,7 @@ fn with_no_model_configured_the_first_run_says_what_to_configure() {
             ("AGENT_LS_MODEL__MAX_RETRIES", "0".into()),
         ],
     );
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(1), "{o}");
+    let o = exited(&out, 1);
     let answer = o["answer"].as_str().unwrap();
     assert!(
         answer.contains("ollama serve")
@@ -314,7 +304,7 @@ fn with_no_model_configured_the_first_run_says_what_to_configure() {
 #[test]
 fn a_run_is_journaled_listed_and_replays_to_the_same_files() {
     let ws = support::example();
-    let file = script(
+    let out = fix_scripted(
         ws.path(),
         &[
             coder("a - b", "a * b"),
@@ -322,19 +312,11 @@ fn a_run_is_journaled_listed_and_replays_to_the_same_files() {
             coder("a * b", "a + b"),
         ],
     );
-    let out = agent(
-        ws.path(),
-        &["fix the failing tests", "--yes"],
-        &replay_env(&file),
-    );
     assert_eq!(out.status.code(), Some(0));
     let first = outcome(&out);
 
     let home = tempfile::tempdir().unwrap();
-    let list = Command::new(support::binary())
-        .args(["runs", "--json", "--workspace"])
-        .arg(ws.path())
-        .env("HOME", home.path())
+    let list = support::in_workspace(&["runs", "--json"], ws.path(), home.path())
         .output()
         .unwrap();
     let runs: Value = serde_json::from_slice(&list.stdout).unwrap();
@@ -856,20 +838,14 @@ fn a_custom_agent_brings_its_prompt_file_and_tools() {
 #[test]
 fn a_basic_evaluation_that_finds_the_goal_unfinished_ends_the_run_partial() {
     let ws = support::example();
-    let file = script(
+    let out = fix_scripted(
         ws.path(),
         &[
             coder("a - b", "a + b"),
             json!({"role": "evaluator", "content": "{\"score\": 2, \"complete\": false, \"reason\": \"multiply has no negative test\"}"}),
         ],
     );
-    let out = agent(
-        ws.path(),
-        &["fix the failing tests", "--yes"],
-        &replay_env(&file),
-    );
-    let o = outcome(&out);
-    assert_eq!(out.status.code(), Some(2), "{o}");
+    let o = exited(&out, 2);
     assert_eq!(o["failure_kind"], "partial");
     assert!(
         o["answer"]
@@ -936,12 +912,7 @@ fn role_prompts_are_files_the_user_overrides_and_an_untrusted_workspace_does_not
 fn the_review_agent_is_shown_the_latest_agent_change() {
     use support::model_server::openai_text;
     let ws = support::example();
-    let file = script(ws.path(), &[coder("a - b", "a + b")]);
-    let out = agent(
-        ws.path(),
-        &["fix the failing tests", "--yes"],
-        &replay_env(&file),
-    );
+    let out = fix_scripted(ws.path(), &[coder("a - b", "a + b")]);
     assert_eq!(outcome(&out)["status"], "done");
     let server = ModelServer::start(vec![openai_text(&["- calc.py:5: fine."])]);
     let env = openai_env(&server.url);
@@ -957,10 +928,7 @@ fn the_review_agent_is_shown_the_latest_agent_change() {
     );
     assert!(prompt.contains("+    return a + b"), "{prompt}");
     // The run's step is in the workspace's history: `agent-ls undo` reverts it.
-    let undo = Command::new(support::binary())
-        .args(["undo", "--workspace"])
-        .arg(ws.path())
-        .env("HOME", ws.path())
+    let undo = support::in_workspace(&["undo"], ws.path(), ws.path())
         .output()
         .unwrap();
     assert_eq!(

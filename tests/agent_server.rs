@@ -107,13 +107,7 @@ fn fix_tests_applies_through_the_editor_writes_the_disk_and_tests_pass() {
         s.client.document_state(&s.uri)["text"],
         s.editor.lock().unwrap().0
     );
-    let apply = s
-        .client
-        .server_requests
-        .iter()
-        .find(|r| r["method"] == "workspace/applyEdit")
-        .unwrap()
-        .clone();
+    let apply = s.client.server_request("workspace/applyEdit");
     assert_eq!(
         apply["params"]["edit"]["documentChanges"][0]["textDocument"]["version"],
         1
@@ -140,13 +134,7 @@ fn confirm_mode_sends_annotations_and_a_rejection_applies_nothing() {
         "{done}"
     );
     assert_eq!(done["files_changed"], json!([]));
-    let apply = s
-        .client
-        .server_requests
-        .iter()
-        .find(|r| r["method"] == "workspace/applyEdit")
-        .unwrap()
-        .clone();
+    let apply = s.client.server_request("workspace/applyEdit");
     let annotations = &apply["params"]["edit"]["changeAnnotations"];
     assert_eq!(
         annotations["agent-ls:calc.py"]["needsConfirmation"], true,
@@ -201,13 +189,7 @@ fn prompt_mode_asks_first_and_the_user_typing_meanwhile_is_kept() {
         editor.starts_with("# typed by the user\n") && editor.contains("return a + b"),
         "{editor}"
     );
-    let apply = s
-        .client
-        .server_requests
-        .iter()
-        .find(|r| r["method"] == "workspace/applyEdit")
-        .unwrap()
-        .clone();
+    let apply = s.client.server_request("workspace/applyEdit");
     assert_eq!(
         apply["params"]["edit"]["documentChanges"][0]["textDocument"]["version"], 2,
         "sent against the new version"

@@ -14,15 +14,11 @@ fn apply(ws: &Path, plan: &str, args: &[&str]) -> Output {
     let plan_file = ws.join(".plan");
     fs::write(&plan_file, plan).unwrap();
     let home = tempfile::tempdir().unwrap();
-    Command::new(support::binary())
-        .arg("apply")
+    support::agent_ls(&["apply"], home.path())
         .arg(&plan_file)
         .arg("--workspace")
         .arg(ws)
         .args(args)
-        .env_clear()
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path())
         .output()
         .unwrap()
 }

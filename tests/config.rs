@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::process::Command;
-
 use serde_json::{Value, json};
 use support::{Client, Spawn, workspace};
 
@@ -193,12 +191,7 @@ fn the_config_command_prints_values_with_sources_and_fails_on_a_bad_file() {
     let ws = workspace(&[(".agent-ls.toml", "[model]\nname = \"ws-model\"\n")]);
     let home = tempfile::tempdir().unwrap();
     let run = |dir: &std::path::Path| {
-        Command::new(support::binary())
-            .args(["config", "--workspace"])
-            .arg(dir)
-            .env_clear()
-            .env("HOME", home.path())
-            .env("XDG_CONFIG_HOME", home.path())
+        support::in_workspace(&["config"], dir, home.path())
             .env("AGENT_LS_LOG__LEVEL", "debug")
             .output()
             .unwrap()

@@ -2,7 +2,7 @@
 
 mod support;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::json;
 use support::model_server::{ModelServer, Reply, openai_text};
@@ -10,16 +10,10 @@ use support::model_server::{ModelServer, Reply, openai_text};
 fn doctor(env: &[(&str, String)]) -> Output {
     let ws = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(support::binary());
-    cmd.args(["doctor", "--workspace"])
-        .arg(ws.path())
-        .env_clear()
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
+    support::in_workspace(&["doctor"], ws.path(), home.path())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap()
 }
 
 fn server_env(url: &str, model: &str) -> Vec<(&'static str, String)> {

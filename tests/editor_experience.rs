@@ -7,7 +7,6 @@
 mod support;
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -272,18 +271,15 @@ fn agent_ls_run_exits_3_on_a_broken_test_command_before_any_model_call() {
     let ws = support::example();
     let model = ModelServer::start(vec![openai_text(&["x"])]);
     let home = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(support::binary());
-    cmd.args(["run", "fix the failing tests", "--yes", "--workspace"])
-        .arg(ws.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path())
+    let mut cmd = support::agent_ls(
+        &["run", "fix the failing tests", "--yes", "--workspace"],
+        home.path(),
+    );
+    cmd.arg(ws.path())
         .env("XDG_STATE_HOME", home.path())
         .env("AGENT_LS_MODEL__PROVIDER", "openai")
         .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", model.url))
-        .envs(broken_runner_env())
-        .stdin(Stdio::null());
+        .envs(broken_runner_env());
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{stdout}");

@@ -70,11 +70,7 @@ fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo(
     let calc = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
     assert!(calc.contains("    return a + b\n"), "{calc}");
     // `agent-ls undo` reverts the MCP client's step.
-    let undo = Command::new(support::binary())
-        .args(["undo", "--workspace"])
-        .arg(ws.path())
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path())
+    let undo = support::in_workspace(&["undo"], ws.path(), home.path())
         .output()
         .unwrap();
     assert!(
@@ -88,10 +84,7 @@ fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo(
     );
     let calc = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
     assert!(calc.contains("    return a - b\n"), "{calc}");
-    let again = Command::new(support::binary())
-        .args(["undo", "--workspace"])
-        .arg(ws.path())
-        .env("HOME", home.path())
+    let again = support::in_workspace(&["undo"], ws.path(), home.path())
         .output()
         .unwrap();
     assert_eq!(again.status.code(), Some(1));

@@ -97,27 +97,7 @@ fn the_agents_test_run_supersedes_a_rerun_in_progress() {
 #[test]
 fn a_runs_messages_reach_the_client_in_the_order_they_were_produced() {
     let ws = support::example();
-    let replay = ws.path().join(".replay.jsonl");
-    std::fs::write(
-        &replay,
-        support::replay_script(&[json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"})]),
-    )
-    .unwrap();
-    let mut c = Client::spawn(support::Spawn {
-        env: vec![
-            ("AGENT_LS_MODEL__PROVIDER".into(), "replay".into()),
-            (
-                "AGENT_LS_MODEL__REPLAY_FILE".into(),
-                replay.display().to_string(),
-            ),
-        ],
-        ..Default::default()
-    });
-    c.initialize(
-        ws.path(),
-        json!({"window": {"workDoneProgress": true}}),
-        json!({"agent": {"approval": "auto", "evaluate": false}}),
-    );
+    let mut c = server_fixing_calc(ws.path(), json!({"window": {"workDoneProgress": true}}));
     let started = c.command("agent-ls.fixTests", Value::Null).unwrap();
     let run_id = started["run_id"].as_str().unwrap().to_string();
     let done = c.wait_notification("agent-ls/runFinished", |_| true);
@@ -170,27 +150,7 @@ fn a_runs_messages_reach_the_client_in_the_order_they_were_produced() {
 #[test]
 fn typing_is_answered_at_once_while_another_process_holds_the_store() {
     let ws = support::example();
-    let replay = ws.path().join(".replay.jsonl");
-    std::fs::write(
-        &replay,
-        support::replay_script(&[json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"})]),
-    )
-    .unwrap();
-    let mut c = Client::spawn(support::Spawn {
-        env: vec![
-            ("AGENT_LS_MODEL__PROVIDER".into(), "replay".into()),
-            (
-                "AGENT_LS_MODEL__REPLAY_FILE".into(),
-                replay.display().to_string(),
-            ),
-        ],
-        ..Default::default()
-    });
-    c.initialize(
-        ws.path(),
-        json!({}),
-        json!({"agent": {"approval": "auto", "evaluate": false}}),
-    );
+    let mut c = server_fixing_calc(ws.path(), json!({}));
     // The store is open once the status (which reads it) is answered.
     c.command("agent-ls.status", Value::Null).unwrap();
     let uri = "file:///notes/scratch.txt";
@@ -226,20 +186,41 @@ fn typing_is_answered_at_once_while_another_process_holds_the_store() {
     );
 }
 
-/// `agent-ls run` on `ws` with the model at `url` (an OpenAI-compatible test server).
-fn cli(ws: &Path, url: &str, goal: &str) -> Command {
-    let mut cmd = Command::new(support::binary());
-    cmd.arg("run")
-        .arg(goal)
-        .arg("--workspace")
-        .arg(ws)
-        .args(["--yes", "--json"])
-        .env("XDG_CONFIG_HOME", ws.join(".xdg"))
-        .env("AGENT_LS_MODEL__PROVIDER", "openai")
+/// A server for `ws` whose model (a replay script) fixes calc.py in one edit, applied
+/// without asking; `capabilities` are the client's.
+fn server_fixing_calc(ws: &Path, capabilities: Value) -> Client {
+    let replay = ws.join(".replay.jsonl");
+    std::fs::write(
+        &replay,
+        support::replay_script(&[json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"})]),
+    )
+    .unwrap();
+    let mut c = Client::spawn(support::Spawn {
+        env: vec![
+            ("AGENT_LS_MODEL__PROVIDER".into(), "replay".into()),
+            (
+                "AGENT_LS_MODEL__REPLAY_FILE".into(),
+                replay.display().to_string(),
+            ),
+        ],
+        ..Default::default()
+    });
+    c.initialize(
+        ws,
+        capabilities,
+        json!({"agent": {"approval": "auto", "evaluate": false}}),
+    );
+    c
+}
+
+/// `agent-ls run GOAL --yes` on `ws` with the model at `url` (an OpenAI-compatible test
+/// server), the user's folders in `ws/.xdg`.
+fn run_goal(ws: &Path, url: &str, goal: &str) -> Command {
+    let mut cmd = support::cli(&["run", goal, "--yes"], ws, &ws.join(".xdg"));
+    cmd.env("AGENT_LS_MODEL__PROVIDER", "openai")
         .env("AGENT_LS_MODEL__BASE_URL", format!("{url}/v1"))
         .env("AGENT_LS_MODEL__NAME", "m")
         .env("AGENT_LS_AGENT__EVALUATE", "false")
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
@@ -256,12 +237,12 @@ fn stalling_model() -> ModelServer {
 fn a_second_agent_ls_run_on_the_same_workspace_is_refused_naming_the_first() {
     let ws = support::example();
     let model = stalling_model();
-    let mut first = cli(ws.path(), &model.url, "fix the failing tests")
+    let mut first = run_goal(ws.path(), &model.url, "fix the failing tests")
         .spawn()
         .unwrap();
     // The first run is at its coder call, which stalls: it holds the workspace.
     model.wait_for_requests(1);
-    let second = cli(ws.path(), &model.url, "add a docstring to add")
+    let second = run_goal(ws.path(), &model.url, "add a docstring to add")
         .output()
         .unwrap();
     first.kill().unwrap();
@@ -273,7 +254,9 @@ fn a_second_agent_ls_run_on_the_same_workspace_is_refused_naming_the_first() {
         "{said}"
     );
     // The first run's process is gone, and with it the lock.
-    let third = cli(ws.path(), &model.url, "explain add").output().unwrap();
+    let third = run_goal(ws.path(), &model.url, "explain add")
+        .output()
+        .unwrap();
     assert_ne!(
         third.status.code(),
         Some(3),
@@ -302,7 +285,7 @@ fn the_server_and_agent_ls_run_take_turns_on_a_workspace() {
     model.wait_for_requests(1);
     let server_pid = c.pid();
     // A headless run while the editor's run goes on: refused, naming the server.
-    let out = cli(ws.path(), &model.url, "add a docstring")
+    let out = run_goal(ws.path(), &model.url, "add a docstring")
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
@@ -324,7 +307,7 @@ fn the_server_and_agent_ls_run_take_turns_on_a_workspace() {
     c.command("agent-ls.cancel", Value::Null).unwrap();
     c.wait_notification("agent-ls/runFinished", |_| true);
     let model2 = stalling_model();
-    let mut headless = cli(ws.path(), &model2.url, "fix the failing tests")
+    let mut headless = run_goal(ws.path(), &model2.url, "fix the failing tests")
         .spawn()
         .unwrap();
     model2.wait_for_requests(1);

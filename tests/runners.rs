@@ -48,12 +48,6 @@ fn run(root: &Path, cfg: &TestConfig) -> Result<RunResult, RunError> {
     ))
 }
 
-fn alive(pid: &str) -> bool {
-    Path::new(&format!("/proc/{}", pid.trim())).exists()
-        && !std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
-            .is_ok_and(|s| s.contains(") Z "))
-}
-
 #[test]
 fn a_hanging_test_is_stopped_at_the_timeout_with_its_whole_group() {
     let dir = tempfile::tempdir().unwrap();
@@ -74,7 +68,7 @@ fn a_hanging_test_is_stopped_at_the_timeout_with_its_whole_group() {
     assert!(result.report.contains("started"));
     assert!(result.report.contains("stopped after 1 s"));
     let pid = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
-    assert!(!alive(&pid), "the background child {pid} survived");
+    assert!(!support::alive(&pid), "the background child {pid} survived");
 }
 
 #[test]
@@ -90,7 +84,7 @@ fn a_grandchild_holding_stdout_does_not_hang_the_run() {
         started.elapsed()
     );
     let pid = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
-    assert!(!alive(&pid), "the background child {pid} survived");
+    assert!(!support::alive(&pid), "the background child {pid} survived");
 }
 
 #[test]
@@ -146,7 +140,7 @@ fn cancelling_stops_the_run_at_once() {
     assert_eq!(result.end, RunEnd::Cancelled);
     assert!(started.elapsed() < Duration::from_secs(3));
     let pid = std::fs::read_to_string(dir.path().join("leader.pid")).unwrap();
-    assert!(!alive(&pid));
+    assert!(!support::alive(&pid));
 }
 
 #[test]

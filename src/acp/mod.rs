@@ -623,7 +623,7 @@ impl Shell for AcpShell {
         }
         let path = match agent_ls_runtime::files::resolve(&self.root, relative) {
             Ok(p) => p,
-            Err(e) => return FileText::Refused(e),
+            Err(e) => return FileText::Refused(e.to_string()),
         };
         if !path.is_file() {
             return agent_ls_runtime::files::read_for_plan(&self.root, relative);
@@ -737,7 +737,7 @@ impl Shell for AcpShell {
         if self.fs.write {
             for c in &placed {
                 let path = agent_ls_runtime::files::resolve(&self.root, &c.path)
-                    .map_err(ApplyError::Failed)?;
+                    .map_err(|e| ApplyError::Failed(e.to_string()))?;
                 let request =
                     WriteTextFileRequest::new(self.session.clone(), path, c.new_text.clone());
                 self.conn
@@ -750,10 +750,10 @@ impl Shell for AcpShell {
             }
         } else {
             agent_ls_runtime::files::write_changes(&self.root, &placed)
-                .map_err(ApplyError::Failed)?;
+                .map_err(|e| ApplyError::Failed(e.to_string()))?;
         }
         let step = agent_ls_runtime::steps::record(&self.root, placed, "acp", &self.goal)
-            .map_err(ApplyError::Failed)?;
+            .map_err(|e| ApplyError::Failed(e.to_string()))?;
         if let Some(id) = self.approved.take() {
             self.update(
                 &id,

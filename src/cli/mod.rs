@@ -1,4 +1,14 @@
 //! The command line's subcommands, each a thin shell over the runtime. `main.rs` only parses
-//! arguments and dispatches here.
+//! arguments and dispatches here; `setup` is what they all start with.
 
+pub mod apply;
+pub mod config;
+pub mod doctor;
+pub mod headless;
 pub mod run;
+pub mod runs;
+pub mod serve;
+pub mod setup;
+pub mod stats;
+pub mod trust;
+pub mod undo;

@@ -139,7 +139,7 @@ impl Shell for CliShell<'_> {
         // Never overwrite what changed since the change was computed: move the change onto
         // the new text, or redo the step.
         let changes = rebase_on_disk(changes, self.root, &self.config.edit.limits())?;
-        files::write_changes(self.root, &changes).map_err(ApplyError::Failed)?;
+        files::write_changes(self.root, &changes).map_err(|e| ApplyError::Failed(e.to_string()))?;
         // The step joins the workspace's history, so `agent-ls undo` (and the editor, on its
         // next start) can revert it; a history that cannot be written costs only that.
         if let Err(e) = agent_ls_runtime::steps::record(self.root, changes, "run", &self.task) {

@@ -15,19 +15,18 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tower_lsp_server::ls_types::notification::Notification;
-use tower_lsp_server::ls_types::request::{
-    ApplyWorkspaceEdit, ShowMessageRequest, WorkDoneProgressCreate,
-};
+use tower_lsp_server::ls_types::request::{ApplyWorkspaceEdit, WorkDoneProgressCreate};
 use tower_lsp_server::ls_types::{
-    ApplyWorkspaceEditParams, MessageActionItem, MessageType, ProgressToken,
-    ShowMessageRequestParams, Uri, WorkDoneProgress, WorkDoneProgressBegin,
-    WorkDoneProgressCreateParams, WorkDoneProgressEnd, WorkDoneProgressReport, WorkspaceEdit,
+    ApplyWorkspaceEditParams, MessageType, ProgressToken, Uri, WorkDoneProgress,
+    WorkDoneProgressBegin, WorkDoneProgressCreateParams, WorkDoneProgressEnd,
+    WorkDoneProgressReport, WorkspaceEdit,
 };
 use tracing::{info, warn};
 
 use super::Report;
 use super::ext;
 use super::outbox::Outbox;
+use super::session::Refused;
 use super::workspace_edit::{self, EditSupport, Target};
 use agent_ls_core::agent::Run;
 use agent_ls_core::edit::history::{Reversal, Step, StepFile};
@@ -98,8 +97,37 @@ pub enum AgentMessage {
         step: u64,
         redo: bool,
         goal: String,
-        result: Result<(), String>,
+        result: Result<(), UndoFailed>,
     },
+}
+
+/// Why an undo or redo did not happen; the text follows "could not undo step N: ".
+#[derive(Debug, thiserror::Error)]
+pub enum UndoFailed {
+    /// The reversal cannot be computed from the files as they are now.
+    #[error("{0}")]
+    Reversal(String),
+    /// The editor or the disk did not take it.
+    #[error("{0}")]
+    Apply(String),
+}
+
+/// The editor said it applied an edit, but these documents do not hold it.
+#[derive(Debug, thiserror::Error)]
+#[error("the editor reported the change as applied, but {} does not hold it (was it declined?)", .0.join(", "))]
+struct NotHeld(Vec<String>);
+
+/// Why the disk could not be brought in step with an applied edit.
+#[derive(Debug, thiserror::Error)]
+enum DiskSync {
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0} has unsaved changes around the agent's edit; save it so the tests see the change")]
+    UnsavedAround(String),
+    #[error("{0} was created or deleted on disk meanwhile")]
+    CreatedOrDeleted(String),
+    #[error(transparent)]
+    Write(#[from] files::FileError),
 }
 
 /// What a run needs from the client connection, the same for every run of a session.
@@ -228,7 +256,7 @@ pub struct UndoStart {
     pub connection: Connection,
     pub limits: edit::Limits,
     /// The command's answer: the step's id once its reversal is computed, or why not.
-    pub reply: oneshot::Sender<Result<u64, String>>,
+    pub reply: oneshot::Sender<Result<u64, Refused>>,
     pub lock: RunLock,
 }
 
@@ -257,12 +285,12 @@ pub fn spawn_undo(u: UndoStart) {
                 r
             }
             Err(why) => {
-                let _ = u.reply.send(Err(why.clone()));
+                let _ = u.reply.send(Err(Refused::Reversal(why.to_string())));
                 (c.report)(AgentMessage::UndoFinished {
                     step: step_id,
                     redo: u.redo,
                     goal: u.step.goal.clone(),
-                    result: Err(why),
+                    result: Err(UndoFailed::Reversal(why.to_string())),
                 });
                 return;
             }
@@ -297,7 +325,8 @@ pub fn spawn_undo(u: UndoStart) {
             step: step_id,
             redo: u.redo,
             goal: u.step.goal,
-            result: result.map_err(|(ApplyError::Stale(e) | ApplyError::Failed(e))| e),
+            result: result
+                .map_err(|(ApplyError::Stale(e) | ApplyError::Failed(e))| UndoFailed::Apply(e)),
         });
     });
 }
@@ -408,33 +437,21 @@ impl ServerShell {
         } else {
             format!(
                 " The static scan flagged: {}.",
-                review
-                    .findings
-                    .iter()
-                    .map(|f| f.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ")
+                review.findings_joined("; ")
             )
         };
         loop {
-            let actions = ["Accept", "Reject", "Show diff"].map(|t| MessageActionItem {
-                title: t.into(),
-                properties: Default::default(),
-            });
-            let request = self
-                .c
-                .outbox
-                .request::<ShowMessageRequest>(ShowMessageRequestParams {
-                    typ: MessageType::INFO,
-                    message: format!(
-                        "{}: apply the proposed change to {}?{flagged}",
-                        self.label,
-                        files.join(", ")
-                    ),
-                    actions: Some(actions.to_vec()),
-                });
+            let request = self.c.outbox.ask(
+                MessageType::INFO,
+                format!(
+                    "{}: apply the proposed change to {}?{flagged}",
+                    self.label,
+                    files.join(", ")
+                ),
+                &["Accept", "Reject", "Show diff"],
+            );
             let answer = tokio::select! {
-                r = request => r.ok().flatten().map(|a| a.title),
+                r = request => r,
                 d = self.decisions.recv() => d.map(|yes| if yes { "Accept".to_string() } else { "Reject".to_string() }),
                 _ = self.cancel.cancelled() => None,
             };
@@ -450,28 +467,16 @@ impl ServerShell {
     /// agent-ls.reject (or a cancel) refuses.
     async fn allow_protected(&mut self, path: &str, why: &str) -> bool {
         let allow = format!("Allow {path}");
-        let request = self
-            .c
-            .outbox
-            .request::<ShowMessageRequest>(ShowMessageRequestParams {
-                typ: MessageType::WARNING,
-                message: format!(
-                    "{}: the change writes {path}, which is protected: {why}. Allow the agent to write it?",
-                    self.label
-                ),
-                actions: Some(vec![
-                    MessageActionItem {
-                        title: allow.clone(),
-                        properties: Default::default(),
-                    },
-                    MessageActionItem {
-                        title: "Refuse".into(),
-                        properties: Default::default(),
-                    },
-                ]),
-            });
+        let request = self.c.outbox.ask(
+            MessageType::WARNING,
+            format!(
+                "{}: the change writes {path}, which is protected: {why}. Allow the agent to write it?",
+                self.label
+            ),
+            &[&allow, "Refuse"],
+        );
         tokio::select! {
-            r = request => r.ok().flatten().is_some_and(|a| a.title == allow),
+            r = request => r.is_some_and(|title| title == allow),
             // agent-ls.accept does not name the file, so it allows nothing here.
             _ = self.decisions.recv() => false,
             _ = self.cancel.cancelled() => false,
@@ -480,7 +485,7 @@ impl ServerShell {
 
     /// Waits until the editor's buffers hold the new text (the `didChange` after an applied
     /// edit can come after the reply), for at most 5 seconds.
-    async fn confirm_applied(&mut self, changes: &[FileChange]) -> Result<(), String> {
+    async fn confirm_applied(&mut self, changes: &[FileChange]) -> Result<(), NotHeld> {
         // The documents open now, which includes those the editor opened as it applied the
         // edit (Neovim loads a buffer for a file it creates or edits, and reports its text
         // only after a debounce): each must come to hold its change.
@@ -500,19 +505,16 @@ impl ServerShell {
             let landed = tokio::time::timeout(Duration::from_secs(5), answer).await;
             self.snapshot = self.take_snapshot().await;
             if !matches!(landed, Ok(Ok(()))) {
-                let pending: Vec<&str> = changes
+                let pending = changes
                     .iter()
                     .filter(|c| {
                         self.snapshot
                             .get(&c.path)
                             .is_some_and(|(_, b)| b.text() != c.new_text)
                     })
-                    .map(|c| c.path.as_str())
+                    .map(|c| c.path.clone())
                     .collect();
-                return Err(format!(
-                    "the editor reported the change as applied, but {} does not hold it (was it declined?)",
-                    pending.join(", ")
-                ));
+                return Err(NotHeld(pending));
             }
         }
         Ok(())
@@ -585,13 +587,13 @@ impl ServerShell {
     /// text where the disk matched the buffer, else the change re-located onto the disk's text,
     /// so the user's unsaved typing is never saved behind their back. A new file the editor
     /// created as it applied the edit (empty, or already holding the text) is the step's.
-    fn sync_disk(&self, changes: &[FileChange]) -> Result<(), String> {
+    fn sync_disk(&self, changes: &[FileChange]) -> Result<(), DiskSync> {
         let mut writes = Vec::new();
         for c in changes {
             let disk = match files::read_for_plan(&self.c.root, &c.path) {
                 FileText::Text(t) => Some(t),
                 FileText::Missing => None,
-                FileText::Refused(why) => return Err(why),
+                FileText::Refused(why) => return Err(DiskSync::Refused(why)),
             };
             match (&disk, &c.original) {
                 (None, None) => writes.push(c.clone()),
@@ -601,22 +603,14 @@ impl ServerShell {
                 (Some(d), Some(_)) if *d == c.new_text => {}
                 (Some(d), Some(_)) => match edit::relocate(c, d, &self.limits) {
                     Some(moved) => writes.push(moved),
-                    None => {
-                        return Err(format!(
-                            "{} has unsaved changes around the agent's edit; save it so the tests see the change",
-                            c.path
-                        ));
-                    }
+                    None => return Err(DiskSync::UnsavedAround(c.path.clone())),
                 },
                 (None, Some(_)) | (Some(_), None) => {
-                    return Err(format!(
-                        "{} was created or deleted on disk meanwhile",
-                        c.path
-                    ));
+                    return Err(DiskSync::CreatedOrDeleted(c.path.clone()));
                 }
             }
         }
-        files::write_changes(&self.c.root, &writes)
+        Ok(files::write_changes(&self.c.root, &writes)?)
     }
 }
 
@@ -717,7 +711,7 @@ impl Shell for ServerShell {
             return Err(if typed {
                 ApplyError::Stale(format!("{why} while the edit was sent"))
             } else {
-                ApplyError::Failed(why)
+                ApplyError::Failed(why.to_string())
             });
         }
         // The editor saves what it can; the disk is brought in step for the rest.
@@ -727,7 +721,8 @@ impl Shell for ServerShell {
             .filter(|c| !saved.contains(&c.path))
             .cloned()
             .collect();
-        self.sync_disk(&unsaved).map_err(ApplyError::Failed)?;
+        self.sync_disk(&unsaved)
+            .map_err(|e| ApplyError::Failed(e.to_string()))?;
         if let Some((run_id, goal)) = &self.record {
             let files = Step::files_after(&current, |path| {
                 self.snapshot.get(path).map(|(_, b)| b.version())

@@ -2,7 +2,8 @@
 //! way: stdin → `transport` (frames, parses once) → the `session` (document notifications,
 //! in wire order) or tower-lsp (requests, answered from the session's state) → subsystems
 //! (`test_runs`, `agent_runs`, the store) whose reports come back to the session → the
-//! `outbox` → stdout.
+//! `outbox` → stdout. `agent-ls serve` (`cli::serve::lsp`) starts it with `serve_stdio`; the
+//! agent runs themselves are the runtime's `Drive`, which `agent_runs` gives an editor Shell.
 
 pub mod agent_runs;
 pub mod convert;
@@ -247,7 +248,7 @@ impl Backend {
         tokio::task::spawn_blocking(move || RunLock::acquire(&root, &goal))
             .await
             .map_err(internal)?
-            .map_err(|e| Error::invalid_request().tap_message(e.to_string()))
+            .map_err(refused)
     }
 
     /// agent-ls.status: the session's view and the interrupted runs, which the store knows.
@@ -279,10 +280,7 @@ impl Backend {
             lock,
             reply,
         });
-        answer
-            .await
-            .map_err(internal)?
-            .map_err(|why| Error::invalid_request().tap_message(why))
+        answer.await.map_err(internal)?.map_err(refused)
     }
 
     async fn start_run(&self, args: agent_runs::RunArgs) -> Result<serde_json::Value> {
@@ -321,10 +319,7 @@ impl Backend {
         // The run goes on in the background; the command answers at once.
         let (reply, answer) = oneshot::channel();
         self.session.send(Event::StartRun { args, lock, reply });
-        answer
-            .await
-            .map_err(internal)?
-            .map_err(|why| Error::invalid_request().tap_message(why))
+        answer.await.map_err(internal)?.map_err(refused)
     }
 
     async fn resume(&self, run_id: String) -> Result<serde_json::Value> {
@@ -346,7 +341,7 @@ impl Backend {
                 })
                 .await
                 .unwrap_or_else(|| Err("the store could not be opened".into()))
-                .map_err(|why| Error::invalid_request().tap_message(why))?
+                .map_err(refused)?
         };
         let lock = self.lock(&goal).await?;
         let (reply, answer) = oneshot::channel();
@@ -357,10 +352,7 @@ impl Backend {
             lock,
             reply,
         });
-        let id = answer
-            .await
-            .map_err(internal)?
-            .map_err(|why| Error::invalid_request().tap_message(why))?;
+        let id = answer.await.map_err(internal)?.map_err(refused)?;
         Ok(serde_json::json!({"run_id": id}))
     }
 }
@@ -659,6 +651,11 @@ impl WithMessage for Error {
         self.message = message.into();
         self
     }
+}
+
+/// A request the server will not do, with why (a run in progress, nothing to undo, ...).
+fn refused(why: impl std::fmt::Display) -> Error {
+    Error::invalid_request().tap_message(why.to_string())
 }
 
 fn internal(err: impl std::fmt::Display) -> Error {

@@ -18,10 +18,10 @@ use tokio::sync::{mpsc, oneshot};
 use tower_lsp_server::ls_types::notification::{
     Notification, Progress, PublishDiagnostics, ShowMessage,
 };
-use tower_lsp_server::ls_types::request::Request;
+use tower_lsp_server::ls_types::request::{Request, ShowMessageRequest};
 use tower_lsp_server::ls_types::{
-    Diagnostic, MessageType, ProgressParams, ProgressParamsValue, ProgressToken,
-    PublishDiagnosticsParams, ShowMessageParams, Uri, WorkDoneProgress,
+    Diagnostic, MessageActionItem, MessageType, ProgressParams, ProgressParamsValue, ProgressToken,
+    PublishDiagnosticsParams, ShowMessageParams, ShowMessageRequestParams, Uri, WorkDoneProgress,
 };
 use tracing::{debug, warn};
 
@@ -152,6 +152,29 @@ impl Outbox {
             }
             None => false,
         }
+    }
+
+    /// Asks the user with `window/showMessageRequest`, one button a title. The answer is the
+    /// title chosen, or `None` when the message was dismissed or the client did not answer.
+    pub fn ask(
+        &self,
+        typ: MessageType,
+        message: String,
+        titles: &[&str],
+    ) -> impl Future<Output = Option<String>> + Send + 'static {
+        let actions = titles
+            .iter()
+            .map(|t| MessageActionItem {
+                title: t.to_string(),
+                properties: Default::default(),
+            })
+            .collect();
+        let request = self.request::<ShowMessageRequest>(ShowMessageRequestParams {
+            typ,
+            message,
+            actions: Some(actions),
+        });
+        async move { request.await.ok().flatten().map(|item| item.title) }
     }
 
     pub fn show_message(&self, typ: MessageType, message: impl Into<String>) {

@@ -3,22 +3,24 @@
 //! order, commands from the request handlers, and the reports of the subsystems (test runs,
 //! agent runs, the store), each in a message type of their own.
 //!
-//! It does no IO: no file, process or database is touched on its task. What needs IO is
+//! It does no IO of its own but one small read: no process or database is touched on its
+//! task, and no file but the prompt file of a custom agent that a command names, which
+//! `choose_agent` reads as the run starts (a file the user wrote for this, read once, so that
+//! a missing one is the command's refusal rather than a failed run). What needs IO is
 //! started here as a job (a test run, an agent run, an undo, a configuration load, a store
 //! call) whose result comes back as an event, and everything for the client leaves through
 //! the outbox.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tower_lsp_server::ls_types::request::ShowMessageRequest;
 use tower_lsp_server::ls_types::{
-    ClientCapabilities, DidChangeTextDocumentParams, InitializeParams, MessageActionItem,
-    MessageType, NumberOrString, ShowMessageRequestParams, Uri,
+    ClientCapabilities, DidChangeTextDocumentParams, InitializeParams, MessageType, NumberOrString,
+    Uri,
 };
 use tracing::{debug, error, info, warn};
 
@@ -36,7 +38,7 @@ use agent_ls_runtime::config::{self, Loaded};
 use agent_ls_runtime::drive::Outcome;
 use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::logging::LogHandle;
-use agent_ls_runtime::store::StoreThread;
+use agent_ls_runtime::store::{StoreError, StoreThread};
 
 /// The answers of the trust question.
 const TRUST_FOLDER: &str = "Trust Folder";
@@ -71,7 +73,7 @@ pub enum Event {
     Tests(TestMessage),
     Agent(AgentMessage),
     /// The store opened (with what it had to move aside), or could not be.
-    StoreOpened(Result<Option<String>, String>),
+    StoreOpened(Result<Option<String>, StoreError>),
     /// The stored undo history, read once the store opened.
     HistoryLoaded(Vec<(Step, bool)>),
     /// Run the workspace's tests now (the rerun command), or `command` in their place (a
@@ -90,7 +92,7 @@ pub enum Event {
     StartRun {
         args: RunArgs,
         lock: RunLock,
-        reply: oneshot::Sender<Result<serde_json::Value, String>>,
+        reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
     },
     /// agent-ls.accept (true) or agent-ls.reject (false) for the proposal waiting.
     Decision(bool),
@@ -100,7 +102,7 @@ pub enum Event {
         /// Undo this step rather than the latest.
         step: Option<u64>,
         lock: RunLock,
-        reply: oneshot::Sender<Result<u64, String>>,
+        reply: oneshot::Sender<Result<u64, Refused>>,
     },
     /// agent-ls.resume: go on with an interrupted run from its checkpoint, which the handler
     /// read from the store.
@@ -109,8 +111,36 @@ pub enum Event {
         goal: String,
         checkpoint: Option<Box<Run>>,
         lock: RunLock,
-        reply: oneshot::Sender<Result<String, String>>,
+        reply: oneshot::Sender<Result<String, Refused>>,
     },
+}
+
+/// Why the session will not start a run, an undo or a resume: the text is the command's
+/// error message.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("a run is in progress ({id}: {goal}); cancel it first with agent-ls.cancel")]
+    RunInProgress { id: String, goal: String },
+    #[error("an undo of step {0} is in progress")]
+    UndoInProgress(u64),
+    #[error("agent-ls needs a workspace folder to run the agent")]
+    NoWorkspaceForRun,
+    #[error("no workspace folder")]
+    NoWorkspace,
+    #[error("the goal is empty")]
+    EmptyGoal,
+    /// The agent the command named cannot be used (`choose_agent` says why).
+    #[error("{0}")]
+    Agent(String),
+    #[error("the undo history is not loaded yet")]
+    HistoryNotLoaded,
+    #[error("no applied step {0} to undo (agent-ls.status lists the steps)")]
+    NoSuchStep(u64),
+    #[error("nothing to {}", if *.redo { "redo" } else { "undo" })]
+    NothingTo { redo: bool },
+    /// The step's reversal cannot be computed from the files as they are now.
+    #[error("{0}")]
+    Reversal(String),
 }
 
 /// The sending side, cloned into every handler. Sending never blocks or awaits, so a handler
@@ -136,13 +166,7 @@ impl SessionHandle {
         &self,
         f: impl FnOnce(&Session) -> R + Send + 'static,
     ) -> Result<R, SessionGone> {
-        let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(Event::Query(Box::new(move |s| {
-                let _ = reply.send(f(s));
-            })))
-            .map_err(|_| SessionGone)?;
-        answer.await.map_err(|_| SessionGone)
+        self.ask(Event::Query, f).await
     }
 
     /// Like `query`, once the undo history has been read from the store.
@@ -150,9 +174,18 @@ impl SessionHandle {
         &self,
         f: impl FnOnce(&Session) -> R + Send + 'static,
     ) -> Result<R, SessionGone> {
+        self.ask(Event::QueryReady, f).await
+    }
+
+    /// Sends `f` as the event `wrap` makes of it, and awaits its answer.
+    async fn ask<R: Send + 'static>(
+        &self,
+        wrap: fn(Query) -> Event,
+        f: impl FnOnce(&Session) -> R + Send + 'static,
+    ) -> Result<R, SessionGone> {
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(Event::QueryReady(Box::new(move |s| {
+            .send(wrap(Box::new(move |s| {
                 let _ = reply.send(f(s));
             })))
             .map_err(|_| SessionGone)?;
@@ -517,17 +550,9 @@ impl Session {
                 disk,
             } => {
                 let root = self.workspace_root.clone().unwrap_or_default();
-                let cx = test_runs::Context {
-                    outbox: &self.outbox,
-                    report: &self.test_report,
-                    root: &root,
-                    config: &self.config.config.test,
-                    sandbox: &self.config.config.sandbox,
-                    progress: progress_supported(&self.capabilities),
-                    documents: &self.documents,
-                    encoding: self.encoding,
-                };
-                self.tests.finished(&cx, generation, *result, &disk);
+                self.with_tests(&root, |tests, cx| {
+                    tests.finished(cx, generation, *result, &disk)
+                });
             }
             TestMessage::SaveSettled { generation } => {
                 if self.tests.is_latest_save(generation) {
@@ -689,12 +714,13 @@ impl Session {
     }
 
     /// Why no job can start now, if one is in progress.
-    fn busy(&self) -> Option<String> {
+    fn busy(&self) -> Option<Refused> {
         match &self.active {
-            Some(Active::Run { id, goal, .. }) => Some(format!(
-                "a run is in progress ({id}: {goal}); cancel it first with agent-ls.cancel"
-            )),
-            Some(Active::Undo { step }) => Some(format!("an undo of step {step} is in progress")),
+            Some(Active::Run { id, goal, .. }) => Some(Refused::RunInProgress {
+                id: id.clone(),
+                goal: goal.clone(),
+            }),
+            Some(Active::Undo { step }) => Some(Refused::UndoInProgress(*step)),
             None => None,
         }
     }
@@ -718,38 +744,30 @@ impl Session {
         redo: bool,
         target: Option<u64>,
         lock: RunLock,
-        reply: oneshot::Sender<Result<u64, String>>,
+        reply: oneshot::Sender<Result<u64, Refused>>,
     ) {
-        let refuse = |reply: oneshot::Sender<Result<u64, String>>, why: String| {
+        let refuse = |reply: oneshot::Sender<Result<u64, Refused>>, why: Refused| {
             let _ = reply.send(Err(why));
         };
         if let Some(why) = self.busy() {
             return refuse(reply, why);
         }
         let Some(connection) = self.connection() else {
-            return refuse(reply, "no workspace folder".into());
+            return refuse(reply, Refused::NoWorkspace);
         };
         let Some(history) = &self.history else {
-            return refuse(reply, "the undo history is not loaded yet".into());
+            return refuse(reply, Refused::HistoryNotLoaded);
         };
         let step = match (redo, target) {
             (true, _) => history.last_undone(),
             (false, None) => history.last_done(),
             (false, Some(id)) => match history.find_done(id) {
                 Some(s) => Some(s),
-                None => {
-                    return refuse(
-                        reply,
-                        format!("no applied step {id} to undo (agent-ls.status lists the steps)"),
-                    );
-                }
+                None => return refuse(reply, Refused::NoSuchStep(id)),
             },
         };
         let Some(step) = step.cloned() else {
-            return refuse(
-                reply,
-                format!("nothing to {}", if redo { "redo" } else { "undo" }),
-            );
+            return refuse(reply, Refused::NothingTo { redo });
         };
         self.active = Some(Active::Undo { step: step.id });
         agent_runs::spawn_undo(agent_runs::UndoStart {
@@ -765,20 +783,20 @@ impl Session {
 
     /// Starts an agent run for a goal, answering `{"run_id"}`. (A goal that names one of the
     /// commands was routed by the handler before it came here.)
-    fn start_run(&mut self, args: RunArgs, lock: RunLock) -> Result<serde_json::Value, String> {
+    fn start_run(&mut self, args: RunArgs, lock: RunLock) -> Result<serde_json::Value, Refused> {
         if let Some(why) = self.busy() {
             return Err(why);
         }
         let Some(root) = self.workspace_root.clone() else {
-            return Err("agent-ls needs a workspace folder to run the agent".into());
+            return Err(Refused::NoWorkspaceForRun);
         };
         if args.goal.trim().is_empty() {
-            return Err("the goal is empty".into());
+            return Err(Refused::EmptyGoal);
         }
         let agent = match &args.agent {
             Some(name) => Some(
                 agent_ls_runtime::drive::choose_agent(&self.config.config, name)
-                    .map_err(|e| e.to_string())?,
+                    .map_err(|e| Refused::Agent(e.to_string()))?,
             ),
             None => None,
         };
@@ -800,9 +818,9 @@ impl Session {
         goal: String,
         (resume, agent): (Option<Run>, Option<agent_ls_runtime::drive::ChosenAgent>),
         lock: RunLock,
-    ) -> Result<String, String> {
+    ) -> Result<String, Refused> {
         let Some(connection) = self.connection() else {
-            return Err("agent-ls needs a workspace folder to run the agent".into());
+            return Err(Refused::NoWorkspaceForRun);
         };
         let cancel = CancellationToken::new();
         let (decisions_tx, decisions) = mpsc::unbounded_channel();
@@ -838,17 +856,22 @@ impl Session {
             }
             return;
         };
+        self.with_tests(&root, |tests, cx| tests.start(cx, trigger));
+    }
+
+    /// Calls `f` with the test runs and what they need of the session for `root`.
+    fn with_tests(&mut self, root: &Path, f: impl FnOnce(&mut TestRuns, &test_runs::Context)) {
         let cx = test_runs::Context {
             outbox: &self.outbox,
             report: &self.test_report,
-            root: &root,
+            root,
             config: &self.config.config.test,
             sandbox: &self.config.config.sandbox,
             progress: progress_supported(&self.capabilities),
             documents: &self.documents,
             encoding: self.encoding,
         };
-        self.tests.start(&cx, trigger);
+        f(&mut self.tests, &cx);
     }
 
     fn initialize(
@@ -885,7 +908,7 @@ impl Session {
         };
         let me = self.me.clone();
         let store = StoreThread::open(root, move |r| {
-            me.send(Event::StoreOpened(r.map_err(|e| e.to_string())));
+            me.send(Event::StoreOpened(r));
         });
         let (reader, me) = (store.clone(), self.me.clone());
         tokio::spawn(async move {
@@ -989,23 +1012,17 @@ impl Session {
         let keys: Vec<String> = config::gated(&self.config.untrusted)
             .map(|k| format!("`{k}`"))
             .collect();
-        let actions = [TRUST_FOLDER, NOT_NOW, NEVER].map(|t| MessageActionItem {
-            title: t.into(),
-            properties: Default::default(),
-        });
-        let request = self
-            .outbox
-            .request::<ShowMessageRequest>(ShowMessageRequestParams {
-                typ: MessageType::WARNING,
-                message: format!(
-                    "agent-ls: {}'s {} sets {}, which run programs, name servers, send data or approve. \
-                     They are ignored unless you trust this folder. Trust it?",
-                    root.display(),
-                    config::WORKSPACE_FILE,
-                    keys.join(", ")
-                ),
-                actions: Some(actions.to_vec()),
-            });
+        let request = self.outbox.ask(
+            MessageType::WARNING,
+            format!(
+                "agent-ls: {}'s {} sets {}, which run programs, name servers, send data or approve. \
+                 They are ignored unless you trust this folder. Trust it?",
+                root.display(),
+                config::WORKSPACE_FILE,
+                keys.join(", ")
+            ),
+            &[TRUST_FOLDER, NOT_NOW, NEVER],
+        );
         let (me, outbox, trust_file) = (
             self.me.clone(),
             self.outbox.clone(),
@@ -1014,8 +1031,8 @@ impl Session {
         tokio::spawn(async move {
             use agent_ls_runtime::trust::{Decision, TrustStore};
             let decision = match request.await {
-                Ok(Some(item)) if item.title == TRUST_FOLDER => Decision::Trusted,
-                Ok(Some(item)) if item.title == NEVER => Decision::Declined,
+                Some(title) if title == TRUST_FOLDER => Decision::Trusted,
+                Some(title) if title == NEVER => Decision::Declined,
                 _ => return,
             };
             let stored = tokio::task::spawn_blocking(move || {

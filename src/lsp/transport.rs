@@ -174,7 +174,7 @@ impl Framer {
                     match length {
                         Err(reason) => {
                             self.state = State::Resync;
-                            return Some(parse_error(reason));
+                            return Some(parse_error(reason.to_string()));
                         }
                         Ok(length) if length > MAX_MESSAGE_BYTES => {
                             self.state = State::Skip { left: length };
@@ -204,35 +204,44 @@ fn parse_error(reason: String) -> Frame {
     }
 }
 
+/// A header block that does not give one readable `Content-Length`.
+#[derive(Debug, thiserror::Error)]
+enum BadHeader {
+    #[error("header line without a colon: {0:?}")]
+    NoColon(String),
+    #[error("two Content-Length headers")]
+    TwoLengths,
+    #[error("Content-Length is not a number: {0:?}")]
+    NotANumber(String),
+    #[error("no Content-Length header")]
+    NoLength,
+}
+
 /// The `Content-Length` of a header block; exactly one is required.
-fn content_length(header: &[u8]) -> Result<usize, String> {
+fn content_length(header: &[u8]) -> Result<usize, BadHeader> {
     let mut length = None;
     for line in header.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(colon) = memchr::memchr(b':', line) else {
-            return Err(format!(
-                "header line without a colon: {:?}",
-                String::from_utf8_lossy(line)
+            return Err(BadHeader::NoColon(
+                String::from_utf8_lossy(line).into_owned(),
             ));
         };
         let (name, value) = (line[..colon].trim_ascii(), line[colon + 1..].trim_ascii());
         if name.eq_ignore_ascii_case(b"content-length") {
             if length.is_some() {
-                return Err("two Content-Length headers".into());
+                return Err(BadHeader::TwoLengths);
             }
             let parsed = std::str::from_utf8(value)
                 .ok()
                 .and_then(|v| v.parse::<usize>().ok())
                 .ok_or_else(|| {
-                    format!(
-                        "Content-Length is not a number: {:?}",
-                        String::from_utf8_lossy(value)
-                    )
+                    BadHeader::NotANumber(String::from_utf8_lossy(value).into_owned())
                 })?;
             length = Some(parsed);
         }
     }
-    length.ok_or_else(|| "no Content-Length header".to_string())
+    length.ok_or(BadHeader::NoLength)
 }
 
 /// What to do with one message body.

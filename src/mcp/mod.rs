@@ -110,7 +110,7 @@ impl AgentLsMcp {
         {
             match agent_ls_runtime::tests_run::narrowed(&self.root, &test, filter.trim()) {
                 Ok(argv) => test = agent_ls_runtime::tests_run::with_command(&test, argv),
-                Err(e) => return text_result(e, true),
+                Err(e) => return text_result(e.to_string(), true),
             }
         }
         let whole = test.command == self.config.test.command;
@@ -166,7 +166,7 @@ impl AgentLsMcp {
                 CallToolResult::structured(json!({"step": applied.step, "files": applied.files,
                 "diff": applied.diff, "written": !dry_run}))
             }
-            Err(e) => text_result(e, true),
+            Err(e) => text_result(e.to_string(), true),
         }
     }
 }

@@ -22,20 +22,46 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_agent-ls"))
 }
 
-/// `agent-ls ARGS --workspace WS --json` as a new user's shell would run it: nothing of this
-/// machine's environment but PATH, `home` as HOME and the config folder, no stdin.
-pub fn cli(args: &[&str], ws: &Path, home: &Path) -> Command {
+/// `agent-ls ARGS` as a new user's shell would run it: nothing of this machine's environment
+/// but PATH, `home` as HOME and the config folder, no stdin. A test adds what its case needs
+/// (`.env(...)`, `.arg(...)`) to the command.
+pub fn agent_ls(args: &[&str], home: &Path) -> Command {
     let mut cmd = Command::new(binary());
     cmd.args(args)
-        .arg("--workspace")
-        .arg(ws)
-        .arg("--json")
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", home)
         .env("XDG_CONFIG_HOME", home)
         .stdin(Stdio::null());
     cmd
+}
+
+/// `agent-ls ARGS --workspace WS`, as `agent_ls` runs it.
+pub fn in_workspace(args: &[&str], ws: &Path, home: &Path) -> Command {
+    let mut cmd = agent_ls(args, home);
+    cmd.arg("--workspace").arg(ws);
+    cmd
+}
+
+/// `agent-ls ARGS --workspace WS --json`, as `agent_ls` runs it.
+pub fn cli(args: &[&str], ws: &Path, home: &Path) -> Command {
+    let mut cmd = in_workspace(args, ws, home);
+    cmd.arg("--json");
+    cmd
+}
+
+/// Whether process `pid` (as a pid file holds it, whitespace allowed) still runs. A zombie
+/// has ended, and does not count.
+pub fn alive(pid: impl std::fmt::Display) -> bool {
+    let pid = pid.to_string();
+    std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).is_ok_and(|s| {
+        // The state follows the command name, which is in parentheses and may hold any byte.
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
 }
 
 /// Answers a server request; the notifications it returns are sent after the answer, as a
@@ -153,6 +179,15 @@ impl Client {
         let mut c = Client::spawn(Spawn::default());
         c.initialize(root, capabilities, Value::Null);
         c
+    }
+
+    /// The first request the server sent with `method`; the test fails when there is none.
+    pub fn server_request(&self, method: &str) -> Value {
+        self.server_requests
+            .iter()
+            .find(|r| r["method"] == method)
+            .unwrap_or_else(|| panic!("the server sent no {method}"))
+            .clone()
     }
 
     pub fn initialize(&mut self, root: &Path, capabilities: Value, options: Value) -> Value {

@@ -7,12 +7,35 @@ use std::path::{Path, PathBuf};
 
 use agent_ls_core::edit::{self, FileChange, FileText};
 
+/// A workspace path that cannot be resolved, or changes that cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot open the workspace {}: {source}", root.display())]
+    Workspace {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot resolve {relative}: {source}")]
+    Resolve {
+        relative: String,
+        source: std::io::Error,
+    },
+    #[error("`{relative}` leads outside the workspace (to {})", real.display())]
+    Outside { relative: String, real: PathBuf },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// One write failed, and those before it were put back.
+    #[error("cannot write {path}: {cause}; no file was changed")]
+    NotWritten { path: String, cause: Box<FileError> },
+}
+
 /// Resolves a normalised relative path to the real file it names, refusing one that leads
 /// outside `root` through a symlink anywhere along the way. The file itself need not exist.
-pub fn resolve(root: &Path, relative: &str) -> Result<PathBuf, String> {
-    let real_root = root
-        .canonicalize()
-        .map_err(|e| format!("cannot open the workspace {}: {e}", root.display()))?;
+pub fn resolve(root: &Path, relative: &str) -> Result<PathBuf, FileError> {
+    let real_root = root.canonicalize().map_err(|source| FileError::Workspace {
+        root: root.to_path_buf(),
+        source,
+    })?;
     let joined = real_root.join(relative);
     // Canonicalise the nearest part that exists; what does not exist yet cannot be a link.
     let mut existing = joined.clone();
@@ -28,15 +51,18 @@ pub fn resolve(root: &Path, relative: &str) -> Result<PathBuf, String> {
     }
     let mut real = existing
         .canonicalize()
-        .map_err(|e| format!("cannot resolve {relative}: {e}"))?;
+        .map_err(|source| FileError::Resolve {
+            relative: relative.into(),
+            source,
+        })?;
     for name in rest.iter().rev() {
         real.push(name);
     }
     if !real.starts_with(&real_root) {
-        return Err(format!(
-            "`{relative}` leads outside the workspace (to {})",
-            real.display()
-        ));
+        return Err(FileError::Outside {
+            relative: relative.into(),
+            real,
+        });
     }
     Ok(real)
 }
@@ -45,7 +71,7 @@ pub fn resolve(root: &Path, relative: &str) -> Result<PathBuf, String> {
 pub fn read_for_plan(root: &Path, relative: &str) -> FileText {
     let path = match resolve(root, relative) {
         Ok(p) => p,
-        Err(reason) => return FileText::Refused(reason),
+        Err(reason) => return FileText::Refused(reason.to_string()),
     };
     match fs::read(&path) {
         Ok(bytes) => match String::from_utf8(bytes) {
@@ -104,13 +130,13 @@ pub fn protected_in(root: &Path, changes: &[FileChange]) -> Vec<(String, &'stati
 
 /// Writes every change, or none: when a write fails, the files already written are put back
 /// (and created ones removed) before the error is returned.
-pub fn write_changes(root: &Path, changes: &[FileChange]) -> Result<(), String> {
+pub fn write_changes(root: &Path, changes: &[FileChange]) -> Result<(), FileError> {
     let mut done: Vec<(PathBuf, &FileChange)> = Vec::new();
     for change in changes {
         let result = resolve(root, &change.path).and_then(|path| {
             write_atomic(&path, change.new_text.as_bytes())
                 .map(|_| path)
-                .map_err(|e| e.to_string())
+                .map_err(FileError::Io)
         });
         match result {
             Ok(path) => done.push((path, change)),
@@ -121,10 +147,10 @@ pub fn write_changes(root: &Path, changes: &[FileChange]) -> Result<(), String> 
                         None => fs::remove_file(path),
                     };
                 }
-                return Err(format!(
-                    "cannot write {}: {err}; no file was changed",
-                    change.path
-                ));
+                return Err(FileError::NotWritten {
+                    path: change.path.clone(),
+                    cause: Box::new(err),
+                });
             }
         }
     }

@@ -23,6 +23,73 @@ use crate::model::ToolSpec;
 pub const PREFIX: &str = "mcp__";
 pub const ALL: &str = "mcp__*";
 
+/// Why a server could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot start `{command}`: {source}")]
+    Start {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("it did not start an MCP session: {0}")]
+    Session(Box<rmcp::service::ClientInitializeError>),
+    #[error("it did not answer `initialize` within 30 s")]
+    NoAnswer,
+}
+
+/// Why an MCP tool call gave no answer. The text is the tool result the model reads.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("there is no MCP tool `{0}`")]
+    NoSuchTool(String),
+    #[error("the MCP server `{0}` crashed twice; its tools are withdrawn for this run")]
+    Withdrawn(String),
+    #[error("the arguments must be an object, not {0}")]
+    NotAnObject(Value),
+    #[error("the MCP server `{0}` is not running")]
+    NotRunning(String),
+    #[error("`{tool}` did not answer within {seconds} s (mcp.call_timeout_secs)")]
+    Timeout { tool: String, seconds: u64 },
+    /// The tool answered, with an error: its text.
+    #[error("{0}")]
+    Tool(String),
+    #[error("`{tool}` failed: {source}")]
+    Failed {
+        tool: String,
+        source: Box<rmcp::service::ServiceError>,
+    },
+    #[error(
+        "the MCP server `{server}` crashed again ({reason}); its tools are withdrawn for this run"
+    )]
+    CrashedAgain {
+        server: String,
+        reason: Box<rmcp::service::ServiceError>,
+    },
+    #[error(
+        "the MCP server `{server}` crashed and did not restart ({why}); its tools are withdrawn for this run"
+    )]
+    NoRestart {
+        server: String,
+        #[source]
+        why: ConnectError,
+    },
+    #[error("`{0}` failed twice")]
+    FailedTwice(String),
+    /// A thread panicked while it held the server's state.
+    #[error("poisoned")]
+    Poisoned,
+}
+
+impl McpError {
+    /// The server's tools are gone for the rest of the run: worth a warning to the user.
+    pub fn withdraws_tools(&self) -> bool {
+        matches!(
+            self,
+            McpError::Withdrawn(_) | McpError::CrashedAgain { .. } | McpError::NoRestart { .. }
+        )
+    }
+}
+
 struct Connection {
     service: RunningService<RoleClient, ()>,
     /// The server's process group, ended whole on shutdown.
@@ -53,7 +120,7 @@ pub struct McpTools {
     timeout: Duration,
 }
 
-async fn connect(config: &McpServerConfig, root: &Path) -> Result<Connection, String> {
+async fn connect(config: &McpServerConfig, root: &Path) -> Result<Connection, ConnectError> {
     let mut cmd = tokio::process::Command::new(&config.command);
     cmd.args(&config.args)
         .current_dir(root)
@@ -69,17 +136,20 @@ async fn connect(config: &McpServerConfig, root: &Path) -> Result<Connection, St
     let (transport, _) = TokioChildProcess::builder(cmd)
         .stderr(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start `{}`: {e}", config.command))?;
+        .map_err(|source| ConnectError::Start {
+            command: config.command.clone(),
+            source,
+        })?;
     let pgid = transport.id().map(|p| p as i32);
     match tokio::time::timeout(Duration::from_secs(30), ().serve(transport)).await {
         Ok(Ok(service)) => Ok(Connection { service, pgid }),
         Ok(Err(e)) => {
             end_group(pgid);
-            Err(format!("it did not start an MCP session: {e}"))
+            Err(ConnectError::Session(Box::new(e)))
         }
         Err(_) => {
             end_group(pgid);
-            Err("it did not answer `initialize` within 30 s".into())
+            Err(ConnectError::NoAnswer)
         }
     }
 }
@@ -181,36 +251,33 @@ impl McpTools {
 
     /// Calls an MCP tool by its registry name; the answer (or why there is none) is text for
     /// the model, and `Err` marks a failed call.
-    pub async fn call(&self, full: &str, args: &Value, root: &Path) -> Result<String, String> {
+    pub async fn call(&self, full: &str, args: &Value, root: &Path) -> Result<String, McpError> {
         let entry = self
             .tools
             .get(full)
-            .ok_or_else(|| format!("there is no MCP tool `{full}`"))?;
+            .ok_or_else(|| McpError::NoSuchTool(full.into()))?;
         let server = &self.servers[entry.server];
         if self.withdrawn(entry.server) {
-            return Err(format!(
-                "the MCP server `{}` crashed twice; its tools are withdrawn for this run",
-                server.name
-            ));
+            return Err(McpError::Withdrawn(server.name.clone()));
         }
         let arguments = match args {
             Value::Object(m) => m.clone(),
             Value::Null => serde_json::Map::new(),
-            other => return Err(format!("the arguments must be an object, not {other}")),
+            other => return Err(McpError::NotAnObject(other.clone())),
         };
         for attempt in 0..2 {
             let mut guard = server.connection.lock().await;
             let Some(conn) = guard.as_ref() else {
-                return Err(format!("the MCP server `{}` is not running", server.name));
+                return Err(McpError::NotRunning(server.name.clone()));
             };
             let params =
                 CallToolRequestParams::new(entry.tool.clone()).with_arguments(arguments.clone());
             match tokio::time::timeout(self.timeout, conn.service.call_tool(params)).await {
                 Err(_) => {
-                    return Err(format!(
-                        "`{full}` did not answer within {} s (mcp.call_timeout_secs)",
-                        self.timeout.as_secs()
-                    ));
+                    return Err(McpError::Timeout {
+                        tool: full.into(),
+                        seconds: self.timeout.as_secs(),
+                    });
                 }
                 Ok(Ok(result)) => {
                     let text: Vec<String> = result
@@ -225,7 +292,7 @@ impl McpTools {
                         text = s.to_string();
                     }
                     return if result.is_error == Some(true) {
-                        Err(text)
+                        Err(McpError::Tool(text))
                     } else {
                         Ok(text)
                     };
@@ -241,7 +308,10 @@ impl McpTools {
                                 | rmcp::service::ServiceError::Cancelled { .. }
                         ) =>
                 {
-                    return Err(format!("`{full}` failed: {e}"));
+                    return Err(McpError::Failed {
+                        tool: full.into(),
+                        source: Box::new(e),
+                    });
                 }
                 Ok(Err(e)) => {
                     // The server is gone: restart it once, then withdraw its tools.
@@ -249,7 +319,7 @@ impl McpTools {
                         end_group(old.pgid);
                     }
                     let first = {
-                        let mut s = server.state.lock().map_err(|_| "poisoned".to_string())?;
+                        let mut s = server.state.lock().map_err(|_| McpError::Poisoned)?;
                         if s.0 == 0 && attempt == 0 {
                             s.0 = 1;
                             true
@@ -259,10 +329,10 @@ impl McpTools {
                         }
                     };
                     if !first {
-                        return Err(format!(
-                            "the MCP server `{}` crashed again ({e}); its tools are withdrawn for this run",
-                            server.name
-                        ));
+                        return Err(McpError::CrashedAgain {
+                            server: server.name.clone(),
+                            reason: Box::new(e),
+                        });
                     }
                     tracing::warn!(server = %server.name, "the MCP server crashed ({e}); restarting it once");
                     match connect(&server.config, root).await {
@@ -271,16 +341,16 @@ impl McpTools {
                             if let Ok(mut s) = server.state.lock() {
                                 s.1 = true;
                             }
-                            return Err(format!(
-                                "the MCP server `{}` crashed and did not restart ({why}); its tools are withdrawn for this run",
-                                server.name
-                            ));
+                            return Err(McpError::NoRestart {
+                                server: server.name.clone(),
+                                why,
+                            });
                         }
                     }
                 }
             }
         }
-        Err(format!("`{full}` failed twice"))
+        Err(McpError::FailedTwice(full.into()))
     }
 
     /// Which servers were withdrawn during the run, for the warning at its end.

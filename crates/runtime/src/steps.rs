@@ -5,9 +5,43 @@
 
 use std::path::Path;
 
-use crate::store::Store;
+use crate::files::FileError;
+use crate::store::{Store, StoreError};
 use agent_ls_core::edit::history::{History, Step, StepFile, text_hash};
 use agent_ls_core::edit::{self, EditPlan, FileChange, Limits};
+
+/// Why a step was not applied, recorded, undone or redone.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("no file was changed; some edits could not be applied:\n{0}")]
+    NotApplied(String),
+    #[error("the edits are already in place; nothing to change")]
+    AlreadyInPlace,
+    #[error(
+        "no file was changed: {path} is protected ({why}); only the user may change it, in the editor or with agent-ls run --allow-protected"
+    )]
+    Protected { path: String, why: &'static str },
+    #[error(transparent)]
+    Files(#[from] FileError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the files were written, but the step was not recorded: {0}")]
+    NotRecorded(StoreError),
+    #[error("there is no undone step to redo")]
+    NothingToRedo,
+    #[error("there is no applied step {0} to undo")]
+    NoSuchStep(u64),
+    #[error("there is no applied step to undo")]
+    NothingToUndo,
+    /// The edit engine cannot move the step onto the files as they are now; it says why.
+    #[error("{0}")]
+    Reversal(String),
+    #[error("cannot delete {path}: {source}")]
+    Delete {
+        path: String,
+        source: std::io::Error,
+    },
+}
 
 /// What an applied step did.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -26,22 +60,20 @@ pub fn apply(
     source: &str,
     goal: &str,
     dry_run: bool,
-) -> Result<Applied, String> {
+) -> Result<Applied, StepError> {
     let outcome = crate::files::plan_on_disk(plan, root, limits);
     if !outcome.all_applied() {
-        return Err(format!(
-            "no file was changed; some edits could not be applied:\n{}",
-            outcome.refusal_report()
-        ));
+        return Err(StepError::NotApplied(outcome.refusal_report()));
     }
     if outcome.changes.is_empty() {
-        return Err("the edits are already in place; nothing to change".into());
+        return Err(StepError::AlreadyInPlace);
     }
     let protected = crate::files::protected_in(root, &outcome.changes);
     if let Some((path, why)) = protected.first() {
-        return Err(format!(
-            "no file was changed: {path} is protected ({why}); only the user may change it, in the editor or with agent-ls run --allow-protected"
-        ));
+        return Err(StepError::Protected {
+            path: path.clone(),
+            why,
+        });
     }
     let diff = outcome.unified_diff();
     let files: Vec<String> = outcome.changes.iter().map(|c| c.path.clone()).collect();
@@ -67,11 +99,10 @@ pub fn record(
     changes: Vec<FileChange>,
     source: &str,
     goal: &str,
-) -> Result<u64, String> {
-    let (mut store, _) = Store::open(root).map_err(|e| e.to_string())?;
+) -> Result<u64, StepError> {
+    let (mut store, _) = Store::open(root)?;
     let next = store
-        .load_steps()
-        .map_err(|e| e.to_string())?
+        .load_steps()?
         .iter()
         .map(|(s, _)| s.id)
         .max()
@@ -92,56 +123,47 @@ pub fn record(
             .collect(),
         changes,
     };
-    store
-        .record_step(&step)
-        .map_err(|e| format!("the files were written, but the step was not recorded: {e}"))?;
+    store.record_step(&step).map_err(StepError::NotRecorded)?;
     Ok(next)
 }
 
 /// Redoes the step undone last, on the files as they are now.
-pub fn redo(root: &Path, limits: &Limits) -> Result<(u64, Vec<String>), String> {
-    let (store, _) = Store::open(root).map_err(|e| e.to_string())?;
-    let history = History::restore(store.load_steps().map_err(|e| e.to_string())?);
-    let step = history
-        .last_undone()
-        .ok_or("there is no undone step to redo")?;
-    let current = |rel: &str| match crate::files::read_for_plan(root, rel) {
-        edit::FileText::Text(t) => Some(t),
-        _ => None,
-    };
-    let changes = edit::history::reapply(step, current, limits).map_err(|e| e.to_string())?;
+pub fn redo(root: &Path, limits: &Limits) -> Result<(u64, Vec<String>), StepError> {
+    let (store, _) = Store::open(root)?;
+    let history = History::restore(store.load_steps()?);
+    let step = history.last_undone().ok_or(StepError::NothingToRedo)?;
+    let changes = edit::history::reapply(step, |rel| on_disk(root, rel), limits)
+        .map_err(|e| StepError::Reversal(e.to_string()))?;
     crate::files::write_changes(root, &changes)?;
-    store
-        .set_undone(step.id, false)
-        .map_err(|e| e.to_string())?;
+    store.set_undone(step.id, false)?;
     Ok((step.id, changes.iter().map(|c| c.path.clone()).collect()))
 }
 
 /// Undoes step `id` (the latest applied one when `None`) on the files as they are now: the
 /// user's edits elsewhere stay; lines changed since are a refusal that says which.
-pub fn undo(root: &Path, id: Option<u64>, limits: &Limits) -> Result<(u64, Vec<String>), String> {
-    let (store, _) = Store::open(root).map_err(|e| e.to_string())?;
-    let history = History::restore(store.load_steps().map_err(|e| e.to_string())?);
+pub fn undo(
+    root: &Path,
+    id: Option<u64>,
+    limits: &Limits,
+) -> Result<(u64, Vec<String>), StepError> {
+    let (store, _) = Store::open(root)?;
+    let history = History::restore(store.load_steps()?);
     let step = match id {
-        Some(id) => history
-            .find_done(id)
-            .ok_or_else(|| format!("there is no applied step {id} to undo"))?,
-        None => history
-            .last_done()
-            .ok_or("there is no applied step to undo")?,
+        Some(id) => history.find_done(id).ok_or(StepError::NoSuchStep(id))?,
+        None => history.last_done().ok_or(StepError::NothingToUndo)?,
     };
-    let current = |rel: &str| match crate::files::read_for_plan(root, rel) {
-        edit::FileText::Text(t) => Some(t),
-        _ => None,
-    };
-    let reversal = edit::history::revert(step, current, limits).map_err(|e| e.to_string())?;
+    let reversal = edit::history::revert(step, |rel| on_disk(root, rel), limits)
+        .map_err(|e| StepError::Reversal(e.to_string()))?;
     crate::files::write_changes(root, &reversal.changes)?;
     for path in &reversal.deletes {
         if let Ok(p) = crate::files::resolve(root, path) {
-            std::fs::remove_file(&p).map_err(|e| format!("cannot delete {path}: {e}"))?;
+            std::fs::remove_file(&p).map_err(|source| StepError::Delete {
+                path: path.clone(),
+                source,
+            })?;
         }
     }
-    store.set_undone(step.id, true).map_err(|e| e.to_string())?;
+    store.set_undone(step.id, true)?;
     let mut files: Vec<String> = reversal
         .changes
         .iter()
@@ -149,6 +171,14 @@ pub fn undo(root: &Path, id: Option<u64>, limits: &Limits) -> Result<(u64, Vec<S
         .collect();
     files.extend(reversal.deletes);
     Ok((step.id, files))
+}
+
+/// A file's text on disk, for moving a step onto it; `None` when it cannot be read.
+fn on_disk(root: &Path, relative: &str) -> Option<String> {
+    match crate::files::read_for_plan(root, relative) {
+        edit::FileText::Text(t) => Some(t),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -189,7 +219,9 @@ mod tests {
             ".git/hooks/pre-commit\n<<<<<<< SEARCH\n=======\necho hi\n>>>>>>> REPLACE\n",
         )
         .unwrap();
-        let err = apply(root, &hook, &limits, "mcp", "hook", false).unwrap_err();
+        let err = apply(root, &hook, &limits, "mcp", "hook", false)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("protected"), "{err}");
         assert!(!root.join(".git/hooks/pre-commit").exists());
         let (id, files) = undo(root, None, &limits).unwrap();

@@ -598,8 +598,9 @@ impl Drive<'_> {
         if call.name.starts_with(crate::mcp_client::PREFIX) {
             return match mcp.call(&call.name, &call.arguments, self.root).await {
                 Ok(text) => Output::ok(crate::tools::cap(&text, limits.result_bytes)),
-                Err(why) => {
-                    if why.contains("withdrawn") {
+                Err(e) => {
+                    let why = e.to_string();
+                    if e.withdraws_tools() {
                         shell.warn(&why);
                     }
                     Output::error(crate::tools::cap(&why, limits.result_bytes))
@@ -636,7 +637,7 @@ impl Drive<'_> {
                 Some(filter) if !filter.trim().is_empty() => {
                     tests_run::narrowed(self.root, &self.config.test, filter.trim())
                         .map(Some)
-                        .map_err(Output::error)
+                        .map_err(|e| Output::error(e.to_string()))
                 }
                 _ => Ok(None),
             },

@@ -1,50 +1,32 @@
 //! The Anthropic Messages API: streaming, tool use and system prompts. A JSON-schema answer
 //! is asked for as a forced call of a tool whose input schema is the schema.
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::sse::{Events, Limits, read_capped};
-use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
+use super::http::{Answer, Call, PartialCall, Streamed, bad_answer};
+use super::sse::Limits;
+use super::{ModelError, Request, Response, Speaker, Target, Usage};
 
 const VERSION: &str = "2023-06-01";
 
-pub async fn complete(
-    http: &reqwest::Client,
-    target: &Target,
-    request: &Request,
-    max_tokens: u32,
-    idle: Duration,
-    on_token: Option<OnToken<'_>>,
-) -> Result<Response, ModelError> {
+pub(super) async fn complete(call: Call<'_>, request: &Request) -> Result<Response, ModelError> {
+    let (http, target, max_tokens) = (call.http, call.target, call.max_tokens);
+    let (idle, on_token) = (call.idle, call.on_token);
     let started = Instant::now();
     let schema_tool = request.json_schema.as_ref().map(|(name, _)| sanitize(name));
     let body = build_body(target, request, max_tokens, schema_tool.as_deref());
-    let mut builder = http
+    let builder = http
         .post(format!("{}/v1/messages", target.base_url))
         .header("anthropic-version", VERSION)
         .json(&body);
-    if let Some(k) = target.api_key.as_ref().filter(|k| !k.is_empty()) {
-        builder = builder.header("x-api-key", k.expose());
-    }
     let limits = Limits::for_answer(max_tokens, idle);
-    let response = builder
-        .send()
-        .await
-        .map_err(|e| super::connect_error(target, &e))?;
-    let status = response.status().as_u16();
-    if !(200..300).contains(&status) {
-        let retry_after = super::retry_after(response.headers());
-        // An error's text is read with the same bounds as an answer: it is only shown.
-        let text = read_capped(response, limits, target.label())
-            .await
-            .unwrap_or_default();
-        // 529 is Anthropic's "overloaded", a transient server error.
-        return Err(super::status_error(target, status, &text, retry_after));
-    }
-    let mut answer = read_stream(target, response, limits, on_token).await?;
+    // A refusal's text is only shown. 529 is Anthropic's "overloaded", a transient server error.
+    let response = super::http::send(builder, target, limits)
+        .await?
+        .map_err(|refused| refused.into_error(target))?;
+    let mut answer = read_stream(target, Streamed::new(response, limits, target, on_token)).await?;
     // The schema answer came as the forced tool's input: hand it back as the text.
     if let Some(name) = &schema_tool
         && let Some(pos) = answer.tool_calls.iter().position(|c| &c.name == name)
@@ -52,17 +34,13 @@ pub async fn complete(
         let call = answer.tool_calls.remove(pos);
         answer.text = call.arguments.to_string();
     }
-    let usage = answer.usage;
-    Ok(Response {
-        text: answer.text,
-        tool_calls: answer.tool_calls,
-        usage,
-        provider: target.provider.clone(),
-        model: target.model.clone(),
-        duration_ms: started.elapsed().as_millis() as u64,
-        attempts: 1,
-        cost_usd: None,
-    })
+    Ok(super::http::answered(
+        target,
+        answer.text,
+        answer.tool_calls,
+        answer.usage.unwrap_or_default(),
+        started,
+    ))
 }
 
 /// Tool names allow letters, digits, `_` and `-`.
@@ -165,43 +143,19 @@ fn build_body(
     body
 }
 
-struct Answer {
-    text: String,
-    tool_calls: Vec<ToolCall>,
-    usage: Usage,
-}
-
-#[derive(Default)]
-struct Block {
-    id: String,
-    name: String,
-    json: String,
-    is_tool: bool,
-}
-
-async fn read_stream(
-    target: &Target,
-    response: reqwest::Response,
-    limits: Limits,
-    on_token: Option<OnToken<'_>>,
-) -> Result<Answer, ModelError> {
-    let mut events = Events::new(response, limits, target.label());
-    let mut text = String::new();
-    let mut blocks: BTreeMap<u64, Block> = BTreeMap::new();
+async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer, ModelError> {
+    // Text blocks are streamed as text; only tool-use blocks are kept, as calls.
     let mut usage = Usage::default();
     let mut stopped = false;
-    loop {
-        let Some(event) = events.next().await? else {
-            break;
-        };
+    while let Some(event) = stream.next().await? {
         let data: Value = match serde_json::from_str(&event.data) {
             Ok(v) => v,
             Err(_) if event.event == "ping" => continue,
             Err(e) => {
-                return Err(ModelError::BadAnswer {
-                    provider: target.label(),
-                    reason: format!("a stream event is not JSON ({e})"),
-                });
+                return Err(bad_answer(
+                    target,
+                    format!("a stream event is not JSON ({e})"),
+                ));
             }
         };
         match data["type"].as_str().unwrap_or(event.event.as_str()) {
@@ -213,28 +167,26 @@ async fn read_stream(
             "content_block_start" => {
                 let index = data["index"].as_u64().unwrap_or(0);
                 let block = &data["content_block"];
-                blocks.insert(
-                    index,
-                    Block {
-                        id: block["id"].as_str().unwrap_or_default().into(),
-                        name: block["name"].as_str().unwrap_or_default().into(),
-                        json: String::new(),
-                        is_tool: block["type"] == "tool_use",
-                    },
-                );
+                if block["type"] == "tool_use" {
+                    stream.calls.insert(
+                        index,
+                        PartialCall {
+                            id: block["id"].as_str().unwrap_or_default().into(),
+                            name: block["name"].as_str().unwrap_or_default().into(),
+                            arguments: String::new(),
+                        },
+                    );
+                }
             }
             "content_block_delta" => {
                 let index = data["index"].as_u64().unwrap_or(0);
                 let delta = &data["delta"];
                 if let Some(piece) = delta["text"].as_str() {
-                    text.push_str(piece);
-                    if let Some(f) = on_token {
-                        f(piece);
-                    }
+                    stream.push_text(piece);
                 } else if let Some(part) = delta["partial_json"].as_str()
-                    && let Some(b) = blocks.get_mut(&index)
+                    && let Some(call) = stream.calls.get_mut(&index)
                 {
-                    b.json.push_str(part);
+                    call.arguments.push_str(part);
                 }
             }
             "message_delta" => {
@@ -256,10 +208,7 @@ async fn read_stream(
                         reason: format!("{kind}: {message}"),
                     }
                 } else {
-                    ModelError::BadAnswer {
-                        provider: target.label(),
-                        reason: format!("{kind}: {message}"),
-                    }
+                    bad_answer(target, format!("{kind}: {message}"))
                 });
             }
             _ => {}
@@ -271,31 +220,5 @@ async fn read_stream(
             reason: "the stream ended before message_stop".into(),
         });
     }
-    let tool_calls = blocks
-        .into_values()
-        .filter(|b| b.is_tool)
-        .map(|b| {
-            let raw = if b.json.trim().is_empty() {
-                "{}"
-            } else {
-                b.json.as_str()
-            };
-            serde_json::from_str(raw)
-                .map(|arguments| ToolCall {
-                    id: b.id.clone(),
-                    name: b.name.clone(),
-                    arguments,
-                })
-                .map_err(|e| ModelError::InvalidToolCall {
-                    provider: target.label(),
-                    tool: b.name.clone(),
-                    reason: e.to_string(),
-                })
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Answer {
-        text,
-        tool_calls,
-        usage,
-    })
+    stream.finish(target, Some(usage))
 }

@@ -43,57 +43,68 @@ pub async fn run(models: &Models) -> Vec<Check> {
     checks
 }
 
+/// The checks of one target, in order; each stops the rest when what follows cannot work.
 async fn check_target(models: &Models, t: &Target, out: &mut Vec<Check>) {
-    let label = t.label();
-    let mut push = |check: &'static str, ok: bool, detail: String| {
-        out.push(Check {
-            target: label.clone(),
-            check,
-            ok,
-            detail,
-        })
+    let mut report = Report {
+        label: t.label(),
+        out,
     };
     if t.kind == Kind::Replay {
         let r = super::replay::Replay::open(std::path::Path::new(&t.base_url));
         match r.next(Role::Planner) {
-            Err(super::ModelError::NotConfigured(e)) => push("replay file", false, e),
-            _ => push("replay file", true, format!("{} reads", t.base_url)),
+            Err(super::ModelError::NotConfigured(e)) => report.push("replay file", false, e),
+            _ => report.push("replay file", true, format!("{} reads", t.base_url)),
         }
         return;
     }
+    if check_key(t, &mut report) && check_server(models, t, &mut report).await {
+        check_completion(models, t, &mut report).await;
+    }
+}
+
+/// Where the checks of one target go.
+struct Report<'a> {
+    label: String,
+    out: &'a mut Vec<Check>,
+}
+
+impl Report<'_> {
+    fn push(&mut self, check: &'static str, ok: bool, detail: String) {
+        self.out.push(Check {
+            target: self.label.clone(),
+            check,
+            ok,
+            detail,
+        })
+    }
+}
+
+/// A key is needed for the official servers only. False when the rest cannot work.
+fn check_key(t: &Target, report: &mut Report) -> bool {
     let official = t.base_url.starts_with("https://api.openai.com")
         || t.base_url.starts_with("https://api.anthropic.com");
     match (&t.api_key, official) {
-        (Some(_), _) => push("key", true, "an API key is set".into()),
+        (Some(_), _) => report.push("key", true, "an API key is set".into()),
         (None, true) => {
-            push("key", false, format!("no API key: {}", t.key_hint));
-            return;
+            report.push("key", false, format!("no API key: {}", t.key_hint));
+            return false;
         }
-        (None, false) => push("key", true, "none needed for this server".into()),
+        (None, false) => report.push("key", true, "none needed for this server".into()),
     }
-    // Reachable, and is the model there?
-    let (url, mut req) = match t.kind {
-        Kind::Anthropic => {
-            let url = format!("{}/v1/models", t.base_url);
-            let mut r = models
-                .http()
-                .get(&url)
-                .header("anthropic-version", "2023-06-01");
-            if let Some(k) = &t.api_key {
-                r = r.header("x-api-key", k.expose());
-            }
-            (url, r)
-        }
-        _ => {
-            let url = format!("{}/models", t.base_url);
-            (url.clone(), models.http().get(&url))
-        }
+    true
+}
+
+/// Reachable, and is the model there? False when the rest cannot work.
+async fn check_server(models: &Models, t: &Target, report: &mut Report<'_>) -> bool {
+    let url = match t.kind {
+        Kind::Anthropic => format!("{}/v1/models", t.base_url),
+        _ => format!("{}/models", t.base_url),
     };
-    if t.kind == Kind::OpenAi
-        && let Some(k) = t.api_key.as_ref().filter(|k| !k.is_empty())
-    {
-        req = req.bearer_auth(k.expose());
+    let mut req = models.http().get(&url);
+    if t.kind == Kind::Anthropic {
+        req = req.header("anthropic-version", "2023-06-01");
     }
+    let req = super::http::authorize(req, t);
     match req.timeout(Duration::from_secs(15)).send().await {
         Err(e) => {
             let hint = if t.provider == "ollama" {
@@ -101,15 +112,18 @@ async fn check_target(models: &Models, t: &Target, out: &mut Vec<Check>) {
             } else {
                 ""
             };
-            push(
+            report.push(
                 "reachable",
                 false,
-                format!("cannot reach {url}: {}{hint}", super::connect_error(t, &e)),
+                format!(
+                    "cannot reach {url}: {}{hint}",
+                    super::http::connect_error(t, &e)
+                ),
             );
-            return;
+            false
         }
         Ok(resp) if resp.status().as_u16() == 401 || resp.status().as_u16() == 403 => {
-            push(
+            report.push(
                 "reachable",
                 false,
                 format!(
@@ -118,82 +132,95 @@ async fn check_target(models: &Models, t: &Target, out: &mut Vec<Check>) {
                     t.key_hint
                 ),
             );
-            return;
+            false
         }
         Ok(resp) if resp.status().is_success() => {
-            push("reachable", true, url.clone());
-            let listed: Vec<String> = resp
-                .json::<Value>()
-                .await
-                .ok()
-                .and_then(|v| v["data"].as_array().or(v["models"].as_array()).cloned())
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|m| {
-                    m["id"]
-                        .as_str()
-                        .or(m["name"].as_str())
-                        .or(m["model"].as_str())
-                        .map(String::from)
-                })
-                .collect();
-            if listed.iter().any(|m| m == &t.model) {
-                push("model listed", true, t.model.clone());
-            } else if listed.is_empty() {
-                push(
-                    "model listed",
-                    true,
-                    "the server lists no models; trying it anyway".into(),
-                );
-            } else {
-                let hint = if t.provider == "ollama" {
-                    format!(" (or `ollama pull {}`)", t.model)
-                } else {
-                    String::new()
-                };
-                push(
-                    "model listed",
-                    false,
-                    format!(
-                        "`{}` is not among the server's models ({}); set model.name to one of them{hint}",
-                        t.model,
-                        listed.join(", ")
-                    ),
-                );
-                return;
-            }
+            report.push("reachable", true, url.clone());
+            let listed = resp.json::<Value>().await.map(|v| models_listed(&v));
+            check_listed(t, &listed.unwrap_or_default(), report)
         }
-        Ok(resp) => push(
-            "reachable",
-            true,
-            format!(
-                "{url} answered HTTP {} (model list unavailable)",
-                resp.status().as_u16()
-            ),
-        ),
+        Ok(resp) => {
+            report.push(
+                "reachable",
+                true,
+                format!(
+                    "{url} answered HTTP {} (model list unavailable)",
+                    resp.status().as_u16()
+                ),
+            );
+            true
+        }
     }
-    // A one-token completion through the same client the agent uses.
+}
+
+/// The model names in a server's list (OpenAI's `data[].id`, Ollama's `models[].name`, ...).
+fn models_listed(v: &Value) -> Vec<String> {
+    v["data"]
+        .as_array()
+        .or(v["models"].as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            m["id"]
+                .as_str()
+                .or(m["name"].as_str())
+                .or(m["model"].as_str())
+                .map(String::from)
+        })
+        .collect()
+}
+
+/// Is the configured model among those the server lists? False when it is not.
+fn check_listed(t: &Target, listed: &[String], report: &mut Report) -> bool {
+    if listed.iter().any(|m| m == &t.model) {
+        report.push("model listed", true, t.model.clone());
+    } else if listed.is_empty() {
+        report.push(
+            "model listed",
+            true,
+            "the server lists no models; trying it anyway".into(),
+        );
+    } else {
+        let hint = if t.provider == "ollama" {
+            format!(" (or `ollama pull {}`)", t.model)
+        } else {
+            String::new()
+        };
+        report.push(
+            "model listed",
+            false,
+            format!(
+                "`{}` is not among the server's models ({}); set model.name to one of them{hint}",
+                t.model,
+                listed.join(", ")
+            ),
+        );
+        return false;
+    }
+    true
+}
+
+/// A one-token completion through the same client the agent uses.
+async fn check_completion(models: &Models, t: &Target, report: &mut Report<'_>) {
     let request = Request {
         messages: vec![Message::user("Say OK.")],
         max_tokens: Some(1),
         ..Request::default()
     };
-    let result = match t.kind {
-        Kind::Anthropic => {
-            super::anthropic::complete(models.http(), t, &request, 1, Duration::from_secs(30), None)
-                .await
-        }
-        _ => {
-            super::openai::complete(models.http(), t, &request, 1, Duration::from_secs(30), None)
-                .await
-        }
+    let call = super::http::Call {
+        http: models.http(),
+        target: t,
+        max_tokens: 1,
+        idle: Duration::from_secs(30),
+        on_token: None,
     };
+    let result = call.complete(&request).await;
     match result {
-        Ok(r) => push(
+        Ok(r) => report.push(
             "completion",
             true,
             format!("answered in {} ms", r.duration_ms),
         ),
-        Err(e) => push("completion", false, e.to_string()),
+        Err(e) => report.push("completion", false, e.to_string()),
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod anthropic;
 pub mod doctor;
+mod http;
 pub mod openai;
 pub mod replay;
 mod sse;
@@ -450,12 +451,15 @@ impl Models {
     ) -> Result<Response, ModelError> {
         let max_tokens = request.max_tokens.unwrap_or(self.max_tokens);
         match target.kind {
-            Kind::OpenAi => {
-                openai::complete(&self.http, target, request, max_tokens, self.idle, on_token).await
-            }
-            Kind::Anthropic => {
-                anthropic::complete(&self.http, target, request, max_tokens, self.idle, on_token)
-                    .await
+            Kind::OpenAi | Kind::Anthropic => {
+                let call = http::Call {
+                    http: &self.http,
+                    target,
+                    max_tokens,
+                    idle: self.idle,
+                    on_token,
+                };
+                call.complete(request).await
             }
             Kind::Replay => match &self.replay {
                 Some(r) => {
@@ -480,91 +484,11 @@ impl Models {
     }
 }
 
-/// Exponential backoff with full jitter: a random delay up to base × 2^retry.
+/// Exponential backoff with "equal jitter": a random delay between half of base × 2^retry
+/// and all of it (the exponent stops at 6), so retries spread out but never come at once.
 fn backoff(base: Duration, retry: u32) -> Duration {
     let ceiling = base.saturating_mul(1 << retry.min(6));
     ceiling.mul_f64(0.5 + fastrand::f64() * 0.5)
-}
-
-/// Reads `Retry-After` (seconds) from a response.
-pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .map(Duration::from_secs_f64)
-}
-
-/// An error for a failed HTTP status, with the key's source named for 401/403.
-pub(crate) fn status_error(
-    target: &Target,
-    status: u16,
-    body: &str,
-    retry_after: Option<Duration>,
-) -> ModelError {
-    let secrets: Vec<&Secret> = target.api_key.iter().collect();
-    let body = redact(&body.chars().take(500).collect::<String>(), &secrets);
-    if status == 401 || status == 403 {
-        let fix = if target.api_key.is_none() {
-            format!("no API key is set: {}", target.key_hint)
-        } else {
-            format!("check the API key: {}", target.key_hint)
-        };
-        return ModelError::Auth {
-            provider: target.label(),
-            status,
-            fix,
-        };
-    }
-    ModelError::Http {
-        provider: target.label(),
-        status,
-        body,
-        retry_after,
-    }
-}
-
-pub(crate) fn connect_error(target: &Target, e: &reqwest::Error) -> ModelError {
-    let secrets: Vec<&Secret> = target.api_key.iter().collect();
-    let mut reason = redact(&format!("{e}{}", e.source_chain()), &secrets);
-    // The default for a new user with no key set: say what to configure, not only what failed.
-    if target.provider == "ollama" {
-        reason.push_str(
-            "; start Ollama (`ollama serve`, then `ollama pull` the model), or set OPENAI_API_KEY or \
-             ANTHROPIC_API_KEY, or choose a model with model.provider and model.base_url; \
-             `agent-ls doctor` checks the setup",
-        );
-    }
-    if e.is_timeout() {
-        return ModelError::Timeout {
-            provider: target.label(),
-            seconds: 0,
-        };
-    }
-    ModelError::Connect {
-        provider: target.label(),
-        url: target.base_url.clone(),
-        reason,
-    }
-}
-
-trait SourceChain {
-    fn source_chain(&self) -> String;
-}
-
-impl SourceChain for reqwest::Error {
-    fn source_chain(&self) -> String {
-        let mut out = String::new();
-        let mut cur = std::error::Error::source(self);
-        while let Some(e) = cur {
-            out.push_str(&format!(": {e}"));
-            cur = e.source();
-        }
-        out
-    }
 }
 
 /// Estimated usage when a server reports none.

@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::sse::{Events, Limits, read_capped};
-use super::{ModelError, OnToken, Request, Response, Speaker, Target, ToolCall, Usage};
+use super::http::{Answer, Call, Streamed, bad_answer};
+use super::sse::{Limits, read_capped};
+use super::{ModelError, Request, Response, Speaker, Target, ToolCall, Usage};
 
 /// Servers that rejected native JSON schemas or tools, so later calls go straight to the
 /// instruction-only form instead of failing first every time.
@@ -44,14 +45,9 @@ impl SchemaMode {
     }
 }
 
-pub async fn complete(
-    http: &reqwest::Client,
-    target: &Target,
-    request: &Request,
-    max_tokens: u32,
-    idle: Duration,
-    on_token: Option<OnToken<'_>>,
-) -> Result<Response, ModelError> {
+pub(super) async fn complete(call: Call<'_>, request: &Request) -> Result<Response, ModelError> {
+    let (http, target, max_tokens) = (call.http, call.target, call.max_tokens);
+    let (idle, on_token) = (call.idle, call.on_token);
     let key = format!("{} {}", target.base_url, target.model);
     let mut mode = DOWNGRADED
         .lock()
@@ -65,42 +61,13 @@ pub async fn complete(
     loop {
         let started = Instant::now();
         let body = build_body(target, request, max_tokens, mode);
-        let mut builder = http
+        let builder = http
             .post(format!("{}/chat/completions", target.base_url))
             .json(&body);
-        if let Some(k) = target.api_key.as_ref().filter(|k| !k.is_empty()) {
-            builder = builder.bearer_auth(k.expose());
-        }
-        let response = builder
-            .send()
-            .await
-            .map_err(|e| super::connect_error(target, &e))?;
-        let status = response.status().as_u16();
-        if !(200..300).contains(&status) {
-            let retry_after = super::retry_after(response.headers());
-            // An error's text is read with the same bounds as an answer.
-            let text = read_capped(response, limits, target.label())
-                .await
-                .unwrap_or_default();
-            // A server that does not know response_format or tools says so, with a 400 or
-            // 422 (or, llama-cpp-python, a 500 naming the field); ask again in a simpler form.
-            if status == 400 || status == 422 || status == 500 {
-                let lower = text.to_lowercase();
-                let schema_next = mode.schema.next().filter(|_| request.json_schema.is_some());
-                let wants_tools = !request.tools.is_empty() && mode.native_tools;
-                let names_schema =
-                    lower.contains("response_format") || lower.contains("json_schema");
-                let next = if let Some(schema) = schema_next.filter(|_| names_schema) {
-                    Some(Mode { schema, ..mode })
-                } else if wants_tools && lower.contains("tool") {
-                    Some(Mode {
-                        native_tools: false,
-                        ..mode
-                    })
-                } else {
-                    None
-                };
-                if let Some(next) = next {
+        let response = match super::http::send(builder, target, limits).await? {
+            Ok(response) => response,
+            Err(refused) => {
+                if let Some(next) = simpler_mode(mode, request, &refused) {
                     tracing::warn!(model = %target.label(), "the server rejected a native feature; using instructions instead");
                     if let Ok(mut m) = DOWNGRADED.lock() {
                         m.insert(key.clone(), next);
@@ -108,16 +75,16 @@ pub async fn complete(
                     mode = next;
                     continue;
                 }
+                return Err(refused.into_error(target));
             }
-            return Err(super::status_error(target, status, &text, retry_after));
-        }
+        };
         let is_stream = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("text/event-stream"));
         let mut answer = if is_stream {
-            read_stream(target, response, limits, on_token).await?
+            read_stream(target, Streamed::new(response, limits, target, on_token)).await?
         } else {
             let text = read_capped(response, limits, target.label()).await?;
             read_whole(target, &text)?
@@ -128,16 +95,35 @@ pub async fn complete(
         let usage = answer
             .usage
             .unwrap_or_else(|| super::estimate_usage(request, &answer.text));
-        return Ok(Response {
-            text: answer.text,
-            tool_calls: answer.tool_calls,
+        return Ok(super::http::answered(
+            target,
+            answer.text,
+            answer.tool_calls,
             usage,
-            provider: target.provider.clone(),
-            model: target.model.clone(),
-            duration_ms: started.elapsed().as_millis() as u64,
-            attempts: 1,
-            cost_usd: None,
-        });
+            started,
+        ));
+    }
+}
+
+/// A server that does not know response_format or tools says so, with a 400 or 422 (or,
+/// llama-cpp-python, a 500 naming the field): the form to ask again in, if one is left.
+fn simpler_mode(mode: Mode, request: &Request, refused: &super::http::Refused) -> Option<Mode> {
+    if !matches!(refused.status, 400 | 422 | 500) {
+        return None;
+    }
+    let lower = refused.text.to_lowercase();
+    let schema_next = mode.schema.next().filter(|_| request.json_schema.is_some());
+    let wants_tools = !request.tools.is_empty() && mode.native_tools;
+    let names_schema = lower.contains("response_format") || lower.contains("json_schema");
+    if let Some(schema) = schema_next.filter(|_| names_schema) {
+        Some(Mode { schema, ..mode })
+    } else if wants_tools && lower.contains("tool") {
+        Some(Mode {
+            native_tools: false,
+            ..mode
+        })
+    } else {
+        None
     }
 }
 
@@ -239,51 +225,18 @@ fn build_body(target: &Target, request: &Request, max_tokens: u32, mode: Mode) -
     body
 }
 
-struct Answer {
-    text: String,
-    tool_calls: Vec<ToolCall>,
-    usage: Option<Usage>,
-}
-
-/// Tool calls arrive in pieces keyed by index: the id and name once, the arguments as
-/// fragments of a JSON string.
-#[derive(Default)]
-struct PartialCall {
-    id: String,
-    name: String,
-    arguments: String,
-}
-
-async fn read_stream(
-    target: &Target,
-    response: reqwest::Response,
-    limits: Limits,
-    on_token: Option<OnToken<'_>>,
-) -> Result<Answer, ModelError> {
-    let mut events = Events::new(response, limits, target.label());
-    let mut text = String::new();
-    let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
+async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer, ModelError> {
     let mut usage = None;
-    let mut finished = false;
-    let mut done = false;
-    loop {
-        let Some(event) = events.next().await? else {
-            break;
-        };
+    let (mut finished, mut done) = (false, false);
+    while let Some(event) = stream.next().await? {
         if event.data.trim() == "[DONE]" {
             done = true;
             break;
         }
-        let chunk: Value =
-            serde_json::from_str(&event.data).map_err(|e| ModelError::BadAnswer {
-                provider: target.label(),
-                reason: format!("a stream event is not JSON ({e})"),
-            })?;
+        let chunk: Value = serde_json::from_str(&event.data)
+            .map_err(|e| bad_answer(target, format!("a stream event is not JSON ({e})")))?;
         if let Some(err) = chunk.get("error") {
-            return Err(ModelError::BadAnswer {
-                provider: target.label(),
-                reason: err.to_string(),
-            });
+            return Err(bad_answer(target, err.to_string()));
         }
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
             usage = Some(Usage {
@@ -300,14 +253,11 @@ async fn read_stream(
         }
         let delta = &choice["delta"];
         if let Some(piece) = delta["content"].as_str().filter(|s| !s.is_empty()) {
-            text.push_str(piece);
-            if let Some(f) = on_token {
-                f(piece);
-            }
+            stream.push_text(piece);
         }
         for call in delta["tool_calls"].as_array().into_iter().flatten() {
             let index = call["index"].as_u64().unwrap_or(0);
-            let entry = calls.entry(index).or_default();
+            let entry = stream.calls.entry(index).or_default();
             if let Some(id) = call["id"].as_str() {
                 entry.id = id.to_string();
             }
@@ -329,35 +279,22 @@ async fn read_stream(
             reason: "the stream ended without a finish reason or [DONE]".into(),
         });
     }
-    let tool_calls = calls
-        .into_values()
-        .map(|c| finish_call(target, c.id, c.name, &c.arguments))
-        .collect::<Result<_, _>>()?;
-    Ok(Answer {
-        text,
-        tool_calls,
-        usage,
-    })
+    stream.finish(target, usage)
 }
 
 fn read_whole(target: &Target, body: &str) -> Result<Answer, ModelError> {
-    let v: Value = serde_json::from_str(body).map_err(|e| ModelError::BadAnswer {
-        provider: target.label(),
-        reason: format!("the answer is not JSON ({e})"),
-    })?;
+    let v: Value = serde_json::from_str(body)
+        .map_err(|e| bad_answer(target, format!("the answer is not JSON ({e})")))?;
     let message = &v["choices"][0]["message"];
     if message.is_null() {
-        return Err(ModelError::BadAnswer {
-            provider: target.label(),
-            reason: "no choices[0].message".into(),
-        });
+        return Err(bad_answer(target, "no choices[0].message"));
     }
     let tool_calls = message["tool_calls"]
         .as_array()
         .into_iter()
         .flatten()
         .map(|c| {
-            finish_call(
+            super::http::tool_call(
                 target,
                 c["id"].as_str().unwrap_or_default().to_string(),
                 c["function"]["name"]
@@ -377,29 +314,6 @@ fn read_whole(target: &Target, body: &str) -> Result<Answer, ModelError> {
         text: message["content"].as_str().unwrap_or_default().to_string(),
         tool_calls,
         usage,
-    })
-}
-
-fn finish_call(
-    target: &Target,
-    id: String,
-    name: String,
-    arguments: &str,
-) -> Result<ToolCall, ModelError> {
-    let args = if arguments.trim().is_empty() {
-        "{}"
-    } else {
-        arguments
-    };
-    let arguments = serde_json::from_str(args).map_err(|e| ModelError::InvalidToolCall {
-        provider: target.label(),
-        tool: name.clone(),
-        reason: e.to_string(),
-    })?;
-    Ok(ToolCall {
-        id,
-        name,
-        arguments,
     })
 }
 

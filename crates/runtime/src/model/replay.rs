@@ -30,23 +30,51 @@ struct ReplayToolCall {
     arguments: Value,
 }
 
+/// A script that cannot be used; reported at the first call, as `NotConfigured`.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    #[error("cannot read the replay file {file}: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{file}: {source}")]
+    Bad { file: String, source: BadLine },
+}
+
+/// A line of a script that is not JSON, or not an answer.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {source}")]
+pub struct BadLine {
+    line: usize,
+    source: serde_json::Error,
+}
+
 pub struct Replay {
     file: String,
     /// The script, or why it could not be read (reported at the first call).
-    lines: Result<Mutex<HashMap<Role, VecDeque<Line>>>, String>,
+    lines: Result<Mutex<HashMap<Role, VecDeque<Line>>>, ScriptError>,
 }
 
 impl Replay {
     pub fn open(path: &Path) -> Self {
         let file = path.display().to_string();
         let lines = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the replay file {file}: {e}"))
-            .and_then(|text| parse(&text).map_err(|e| format!("{file}: {e}")))
+            .map_err(|source| ScriptError::Read {
+                file: file.clone(),
+                source,
+            })
+            .and_then(|text| {
+                parse(&text).map_err(|source| ScriptError::Bad {
+                    file: file.clone(),
+                    source,
+                })
+            })
             .map(Mutex::new);
         Replay { file, lines }
     }
 
-    pub fn from_text(name: &str, text: &str) -> Result<Self, String> {
+    pub fn from_text(name: &str, text: &str) -> Result<Self, BadLine> {
         Ok(Replay {
             file: name.to_string(),
             lines: Ok(Mutex::new(parse(text)?)),
@@ -57,7 +85,7 @@ impl Replay {
         let lines = self
             .lines
             .as_ref()
-            .map_err(|e| ModelError::NotConfigured(e.clone()))?;
+            .map_err(|e| ModelError::NotConfigured(e.to_string()))?;
         let mut lines = lines.lock().unwrap_or_else(|e| e.into_inner());
         let line = lines
             .get_mut(&role)
@@ -92,20 +120,22 @@ impl Replay {
     }
 }
 
-fn parse(text: &str) -> Result<HashMap<Role, VecDeque<Line>>, String> {
+fn parse(text: &str) -> Result<HashMap<Role, VecDeque<Line>>, BadLine> {
     let mut by_role: HashMap<Role, VecDeque<Line>> = HashMap::new();
     for (i, raw) in text.lines().enumerate() {
         if raw.trim().is_empty() {
             continue;
         }
         // A run journal replays as is: its lines other than model answers are skipped.
-        let value: serde_json::Value =
-            serde_json::from_str(raw).map_err(|e| format!("line {}: {e}", i + 1))?;
+        let bad = |source| BadLine {
+            line: i + 1,
+            source,
+        };
+        let value: serde_json::Value = serde_json::from_str(raw).map_err(bad)?;
         if value.get("type").is_some_and(|t| t != "model_call") {
             continue;
         }
-        let line: Line =
-            serde_json::from_value(value).map_err(|e| format!("line {}: {e}", i + 1))?;
+        let line: Line = serde_json::from_value(value).map_err(bad)?;
         by_role.entry(line.role).or_default().push_back(line);
     }
     Ok(by_role)

@@ -22,7 +22,6 @@ pub fn choose(root: &Path, configured: &[String], nextest: bool) -> Option<TestC
         });
     }
     let has = |name: &str| root.join(name).is_file();
-    let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     if has("Cargo.toml") {
         let argv = if nextest && on_path("cargo-nextest") {
             argv(&["cargo", "nextest", "run", "--no-fail-fast"])
@@ -46,15 +45,7 @@ pub fn choose(root: &Path, configured: &[String], nextest: bool) -> Option<TestC
         .find(|m| has(m))
         .or(python_tests.then_some("tests/*.py"))
     {
-        let python = if on_path("python") {
-            "python"
-        } else {
-            "python3"
-        };
-        return Some(TestCommand {
-            argv: argv(&[python, "-m", "pytest"]),
-            reason: marker.into(),
-        });
+        return Some(python_module("pytest", marker));
     }
     // Test files at the root with nothing that asks for pytest: the standard library's
     // unittest, which needs nothing installed.
@@ -65,15 +56,7 @@ pub fn choose(root: &Path, configured: &[String], nextest: bool) -> Option<TestC
         })
     });
     if root_tests {
-        let python = if on_path("python") {
-            "python"
-        } else {
-            "python3"
-        };
-        return Some(TestCommand {
-            argv: argv(&[python, "-m", "unittest"]),
-            reason: "test_*.py".into(),
-        });
+        return Some(python_module("unittest", "test_*.py"));
     }
     if has("package.json") && package_has_test_script(&root.join("package.json")) {
         return Some(TestCommand {
@@ -97,9 +80,45 @@ fn package_has_test_script(path: &Path) -> bool {
         .is_some_and(|v| v["scripts"]["test"].is_string())
 }
 
+/// `python -m MODULE` (`python3` where there is no `python`), chosen because of `reason`.
+fn python_module(module: &str, reason: &str) -> TestCommand {
+    let python = if on_path("python") {
+        "python"
+    } else {
+        "python3"
+    };
+    TestCommand {
+        argv: argv(&[python, "-m", module]),
+        reason: reason.into(),
+    }
+}
+
+fn argv(words: &[&str]) -> Vec<String> {
+    words.iter().map(|s| s.to_string()).collect()
+}
+
 pub fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// A test command that may not run.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotAllowed {
+    #[error("the test command is empty")]
+    Empty,
+    #[error(
+        "the test command `{}` is not on the allowlist (test.allowlist: {}); add it there to run it{}",
+        argv.join(" "),
+        allowlist.join(", "),
+        if *in_workspace { " (a program inside the workspace must be listed by its exact path)" } else { "" }
+    )]
+    NotListed {
+        argv: Vec<String>,
+        allowlist: Vec<String>,
+        /// The program is inside the workspace, so only its exact path is allowed.
+        in_workspace: bool,
+    },
 }
 
 /// The allowlist holds command prefixes such as "cargo" or "python3 -m pytest"; a command is
@@ -107,9 +126,9 @@ pub fn on_path(program: &str) -> bool {
 /// path matches by its file name only when it is outside the workspace (`/usr/bin/python3 -m
 /// pytest` matches "python3 -m pytest"), and a program inside the workspace (`./tools/cargo`)
 /// only an entry that names that exact path: a cloned repository's own `cargo` is not cargo.
-pub fn check_allowed(argv: &[String], allowlist: &[String], root: &Path) -> Result<(), String> {
+pub fn check_allowed(argv: &[String], allowlist: &[String], root: &Path) -> Result<(), NotAllowed> {
     let Some(program) = argv.first() else {
-        return Err("the test command is empty".into());
+        return Err(NotAllowed::Empty);
     };
     let path = Path::new(program);
     let bare = !program.contains('/');
@@ -132,16 +151,11 @@ pub fn check_allowed(argv: &[String], allowlist: &[String], root: &Path) -> Resu
     if allowed {
         Ok(())
     } else {
-        Err(format!(
-            "the test command `{}` is not on the allowlist (test.allowlist: {}); add it there to run it{}",
-            argv.join(" "),
-            allowlist.join(", "),
-            if in_workspace {
-                " (a program inside the workspace must be listed by its exact path)"
-            } else {
-                ""
-            }
-        ))
+        Err(NotAllowed::NotListed {
+            argv: argv.to_vec(),
+            allowlist: allowlist.to_vec(),
+            in_workspace,
+        })
     }
 }
 

@@ -179,6 +179,17 @@ pub enum RunError {
     Superseded,
 }
 
+/// Why a test command cannot be narrowed to a filter; the model reads it.
+#[derive(Debug, thiserror::Error)]
+pub enum NarrowError {
+    #[error("{}", RunError::NoCommand)]
+    NoCommand,
+    #[error("the filter `{0}` may not be an option")]
+    OptionFilter(String),
+    #[error("`{command}` cannot be narrowed to `{filter}`; call run_tests without a filter")]
+    Unknown { command: String, filter: String },
+}
+
 /// The test configuration with `argv` run in place of the tests (a routed "run `make lint`"),
 /// under the same allowlist, timeout and output cap. Our own test-runner flags belong to the
 /// test command, not to this one.
@@ -194,14 +205,18 @@ pub fn with_command(config: &TestConfig, argv: Vec<String>) -> TestConfig {
 /// path or node id (`tests/test_x.py::test_y`) or else `-k filter`, unittest a dotted name,
 /// `cargo test` its name filter, `go test` a `-run` pattern, npm/npx/node test runners `--`
 /// then the filter. A runner we cannot narrow is an error the model reads (it may run all).
-pub fn narrowed(root: &Path, config: &TestConfig, filter: &str) -> Result<Vec<String>, String> {
-    let command = command::choose(root, &config.command, config.nextest)
-        .ok_or_else(|| RunError::NoCommand.to_string())?;
+pub fn narrowed(
+    root: &Path,
+    config: &TestConfig,
+    filter: &str,
+) -> Result<Vec<String>, NarrowError> {
+    let command =
+        command::choose(root, &config.command, config.nextest).ok_or(NarrowError::NoCommand)?;
     let mut argv = command.argv;
     let joined = argv.join(" ");
     let has = |w: &str| argv.iter().any(|a| a == w);
     if filter.starts_with('-') {
-        return Err(format!("the filter `{filter}` may not be an option"));
+        return Err(NarrowError::OptionFilter(filter.into()));
     }
     if has("pytest") || joined.contains("-m pytest") {
         if filter.contains('/') || filter.contains("::") || filter.ends_with(".py") {
@@ -220,9 +235,10 @@ pub fn narrowed(root: &Path, config: &TestConfig, filter: &str) -> Result<Vec<St
     } else if argv.first().is_some_and(|p| p == "npm" || p == "npx") {
         argv.extend(["--".to_string(), filter.to_string()]);
     } else {
-        return Err(format!(
-            "`{joined}` cannot be narrowed to `{filter}`; call run_tests without a filter"
-        ));
+        return Err(NarrowError::Unknown {
+            command: joined,
+            filter: filter.into(),
+        });
     }
     Ok(argv)
 }
@@ -231,7 +247,8 @@ pub fn narrowed(root: &Path, config: &TestConfig, filter: &str) -> Result<Vec<St
 pub fn prepare(root: &Path, config: &TestConfig) -> Result<TestCommand, RunError> {
     let command =
         command::choose(root, &config.command, config.nextest).ok_or(RunError::NoCommand)?;
-    command::check_allowed(&command.argv, &config.allowlist, root).map_err(RunError::Refused)?;
+    command::check_allowed(&command.argv, &config.allowlist, root)
+        .map_err(|e| RunError::Refused(e.to_string()))?;
     Ok(command)
 }
 

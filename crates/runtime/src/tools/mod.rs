@@ -15,7 +15,7 @@ use ignore::WalkBuilder;
 use serde_json::{Value, json};
 
 use crate::model::{ToolCall, ToolSpec};
-use agent_ls_core::edit::{FileText, normalize_path};
+use agent_ls_core::edit::{FileText, PathError, normalize_path};
 
 /// The workspace as the tools see it.
 pub trait Files {
@@ -146,6 +146,55 @@ pub fn kind_of(name: &str) -> ToolKind {
     }
 }
 
+/// Why a built-in tool call gave no answer; the model reads the text.
+#[derive(Debug, thiserror::Error)]
+enum ToolError {
+    #[error("there is no tool `{0}`; the tools are {names}", names = tool_names())]
+    NoSuchTool(String),
+    #[error("`{0}` is required")]
+    Required(&'static str),
+    #[error("`{name}` must be a string, not {value}")]
+    NotAString { name: String, value: Value },
+    #[error("`{name}` must be a line number from 1, not {value}")]
+    NotALine { name: String, value: Value },
+    #[error(transparent)]
+    Path(#[from] PathError),
+    #[error("`{0}` does not exist")]
+    Missing(String),
+    /// The file cannot be read (not UTF-8, out of sync with the editor, ...): why.
+    #[error("{0}")]
+    Unreadable(String),
+    #[error("`{path}` has {total} lines; start_line {start} is past its end")]
+    PastEnd {
+        path: String,
+        total: usize,
+        start: usize,
+    },
+    #[error("end_line {end} is before start_line {start}")]
+    EndBeforeStart { end: usize, start: usize },
+    #[error("`{}` is not a folder of the workspace", .0.display())]
+    NotAFolder(PathBuf),
+    #[error("bad glob `{glob}`: {source}")]
+    BadGlob {
+        glob: String,
+        source: globset::Error,
+    },
+    #[error("bad pattern `{pattern}`: {source}")]
+    BadPattern {
+        pattern: String,
+        source: grep_regex::Error,
+    },
+}
+
+/// The built-in tools' names, for the answer to an unknown one.
+fn tool_names() -> String {
+    specs()
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The specs of the tools named, in the registry's order (unknown names are skipped).
 pub fn specs_named(names: &[String]) -> Vec<ToolSpec> {
     specs()
@@ -245,18 +294,11 @@ pub fn run(call: &ToolCall, files: &dyn Files, limits: &Limits) -> Output {
         "find_files" => find_files(args, files, limits),
         "grep" => grep(args, files, limits),
         "get_diagnostics" => get_diagnostics(args, files),
-        other => Err(format!(
-            "there is no tool `{other}`; the tools are {}",
-            specs()
-                .iter()
-                .map(|s| s.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        other => Err(ToolError::NoSuchTool(other.into())),
     };
     match out {
         Ok(text) => Output::ok(cap(&text, limits.result_bytes)),
-        Err(why) => Output::error(cap(&why, limits.result_bytes)),
+        Err(why) => Output::error(cap(&why.to_string(), limits.result_bytes)),
     }
 }
 
@@ -282,36 +324,42 @@ pub fn cap(text: &str, max: usize) -> String {
     )
 }
 
-fn str_arg<'a>(args: &'a Value, name: &str) -> Result<Option<&'a str>, String> {
+fn str_arg<'a>(args: &'a Value, name: &str) -> Result<Option<&'a str>, ToolError> {
     match args.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(format!("`{name}` must be a string, not {other}")),
+        Some(other) => Err(ToolError::NotAString {
+            name: name.into(),
+            value: other.clone(),
+        }),
     }
 }
 
-fn line_arg(args: &Value, name: &str) -> Result<Option<usize>, String> {
+fn line_arg(args: &Value, name: &str) -> Result<Option<usize>, ToolError> {
     match args.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
             .filter(|n| *n >= 1)
             .map(|n| Some(n as usize))
-            .ok_or_else(|| format!("`{name}` must be a line number from 1, not {v}")),
+            .ok_or_else(|| ToolError::NotALine {
+                name: name.into(),
+                value: v.clone(),
+            }),
     }
 }
 
-fn relative(files: &dyn Files, raw: &str) -> Result<String, String> {
-    normalize_path(files.root(), raw).map_err(|e| e.to_string())
+fn relative(files: &dyn Files, raw: &str) -> Result<String, ToolError> {
+    Ok(normalize_path(files.root(), raw)?)
 }
 
-fn read_file(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, String> {
-    let path = str_arg(args, "path")?.ok_or("`path` is required")?;
+fn read_file(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, ToolError> {
+    let path = str_arg(args, "path")?.ok_or(ToolError::Required("path"))?;
     let rel = relative(files, path)?;
     let text = match files.read(&rel) {
         FileText::Text(t) => t,
-        FileText::Missing => return Err(format!("`{rel}` does not exist")),
-        FileText::Refused(why) => return Err(why),
+        FileText::Missing => return Err(ToolError::Missing(rel)),
+        FileText::Refused(why) => return Err(ToolError::Unreadable(why)),
     };
     let lines: Vec<&str> = text.lines().collect();
     let total = lines.len();
@@ -323,12 +371,14 @@ fn read_file(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String,
         return Ok(format!("{rel} is empty"));
     }
     if start > total {
-        return Err(format!(
-            "`{rel}` has {total} lines; start_line {start} is past its end"
-        ));
+        return Err(ToolError::PastEnd {
+            path: rel,
+            total,
+            start,
+        });
     }
     if end < start {
-        return Err(format!("end_line {end} is before start_line {start}"));
+        return Err(ToolError::EndBeforeStart { end, start });
     }
     let mut out = String::new();
     for (i, line) in lines[start - 1..end].iter().enumerate() {
@@ -360,17 +410,14 @@ fn rel_of(root: &Path, path: &Path) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
-fn list_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, String> {
+fn list_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, ToolError> {
     let root = files.root();
     let dir = match str_arg(args, "path")?.filter(|p| !p.trim().is_empty() && *p != ".") {
         Some(p) => root.join(relative(files, p)?),
         None => root.to_path_buf(),
     };
     if !dir.is_dir() {
-        return Err(format!(
-            "`{}` is not a folder of the workspace",
-            dir.display()
-        ));
+        return Err(ToolError::NotAFolder(dir));
     }
     let mut entries: Vec<String> = walker(&dir, Some(1))
         .build()
@@ -412,15 +459,18 @@ fn list_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String
     })
 }
 
-fn glob_set(glob: &str) -> Result<globset::GlobSet, String> {
-    let g = Glob::new(glob).map_err(|e| format!("bad glob `{glob}`: {e}"))?;
+fn glob_set(glob: &str) -> Result<globset::GlobSet, ToolError> {
+    let bad = |source| ToolError::BadGlob {
+        glob: glob.into(),
+        source,
+    };
     // A glob without a folder part matches a file name anywhere, as a user means `*.py`.
     let mut b = GlobSetBuilder::new();
-    b.add(g);
+    b.add(Glob::new(glob).map_err(bad)?);
     if !glob.contains('/') {
-        b.add(Glob::new(&format!("**/{glob}")).map_err(|e| format!("bad glob `{glob}`: {e}"))?);
+        b.add(Glob::new(&format!("**/{glob}")).map_err(bad)?);
     }
-    b.build().map_err(|e| format!("bad glob `{glob}`: {e}"))
+    b.build().map_err(bad)
 }
 
 /// The workspace's files (relative paths, sorted), those matching `glob` when given.
@@ -436,8 +486,8 @@ fn workspace_files(root: &Path, glob: Option<&globset::GlobSet>) -> Vec<String> 
     out
 }
 
-fn find_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, String> {
-    let glob = str_arg(args, "glob")?.ok_or("`glob` is required")?;
+fn find_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, ToolError> {
+    let glob = str_arg(args, "glob")?.ok_or(ToolError::Required("glob"))?;
     let set = glob_set(glob)?;
     let mut found = workspace_files(files.root(), Some(&set));
     found.extend(files.unsaved_only().into_iter().filter(|p| set.is_match(p)));
@@ -456,7 +506,7 @@ fn find_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String
     Ok(out)
 }
 
-fn get_diagnostics(args: &Value, files: &dyn Files) -> Result<String, String> {
+fn get_diagnostics(args: &Value, files: &dyn Files) -> Result<String, ToolError> {
     let only = str_arg(args, "path")?
         .map(|p| relative(files, p))
         .transpose()?;
@@ -478,12 +528,15 @@ fn get_diagnostics(args: &Value, files: &dyn Files) -> Result<String, String> {
     })
 }
 
-fn grep(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, String> {
-    let pattern = str_arg(args, "pattern")?.ok_or("`pattern` is required")?;
+fn grep(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, ToolError> {
+    let pattern = str_arg(args, "pattern")?.ok_or(ToolError::Required("pattern"))?;
     let matcher = RegexMatcherBuilder::new()
         .case_smart(true)
         .build(pattern)
-        .map_err(|e| format!("bad pattern `{pattern}`: {e}"))?;
+        .map_err(|source| ToolError::BadPattern {
+            pattern: pattern.into(),
+            source,
+        })?;
     let set = str_arg(args, "glob")?.map(glob_set).transpose()?;
     let mut searcher = SearcherBuilder::new().line_number(true).build();
     let mut hits: Vec<String> = Vec::new();

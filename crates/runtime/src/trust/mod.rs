@@ -24,6 +24,15 @@ impl Review {
         self.protected.is_empty() && self.findings.is_empty()
     }
 
+    /// The scan's findings, one after another with `separator` between them.
+    pub fn findings_joined(&self, separator: &str) -> String {
+        self.findings
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>()
+            .join(separator)
+    }
+
     /// The review as lines for a person (a terminal, a question, the journal).
     pub fn describe(&self) -> String {
         let mut out = String::new();

@@ -20,6 +20,59 @@ pub const REFUSED: i32 = 125;
 /// The first words of the helper's own messages on stderr.
 pub const MARK: &str = "agent-ls sandbox:";
 
+/// Why `probe` found that no command can run confined.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("cannot start {program}: {source}")]
+    Start {
+        program: String,
+        source: std::io::Error,
+    },
+    /// The helper refused: its own message.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// A helper command line that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{0} needs a value")]
+    NeedsValue(String),
+    #[error("unknown argument {0}")]
+    Unknown(String),
+    #[error(
+        "usage: agent-ls sandbox-run --workspace DIR [--write DIR]... [--deny-read DIR]... [--network] -- COMMAND..."
+    )]
+    Usage,
+}
+
+/// Why the helper cannot confine itself, so nothing runs.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    #[error("cannot set up Landlock: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    #[error(
+        "Landlock is built into this kernel but not enabled (add `landlock` to the lsm= boot parameter); commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\""
+    )]
+    NotEnabled,
+    #[error(
+        "this kernel has no Landlock; commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\""
+    )]
+    NotImplemented,
+    #[error(
+        "this kernel's Landlock (ABI {0}) cannot deny network access, which needs ABI 4; allow it with sandbox.network = true, or set sandbox.mode = \"off\" in the user file"
+    )]
+    NoNetworkRules(i32),
+    #[error(
+        "this kernel's Landlock (ABI {0}) cannot keep commands from truncating files outside the workspace, which needs ABI 3; commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\""
+    )]
+    NoTruncateRules(i32),
+    #[error(
+        "Landlock rules were not enforced; commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\""
+    )]
+    NotEnforced,
+}
+
 /// How commands are confined, resolved from the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
@@ -96,7 +149,7 @@ impl Sandbox {
 
     /// Runs a command under this sandbox for `agent-ls doctor`: what confines commands here,
     /// or why none can run.
-    pub fn probe(&self, root: &Path) -> Result<String, String> {
+    pub fn probe(&self, root: &Path) -> Result<String, ProbeError> {
         if self.mode == SandboxMode::Off {
             return Ok("sandbox.mode is \"off\": commands run unconfined".into());
         }
@@ -111,7 +164,10 @@ impl Sandbox {
             .args(&argv[1..])
             .current_dir(root)
             .output()
-            .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+            .map_err(|source| ProbeError::Start {
+                program: argv[0].clone(),
+                source,
+            })?;
         if out.status.success() {
             let abi = landlock_abi().map_or_else(|e| e.to_string(), |a| format!("ABI {a}"));
             Ok(format!(
@@ -120,10 +176,12 @@ impl Sandbox {
             ))
         } else {
             let stderr = String::from_utf8_lossy(&out.stderr);
-            Err(stderr
-                .lines()
-                .find_map(|l| l.strip_prefix(MARK))
-                .map_or_else(|| stderr.trim().to_string(), |l| l.trim().to_string()))
+            Err(ProbeError::Refused(
+                stderr
+                    .lines()
+                    .find_map(|l| l.strip_prefix(MARK))
+                    .map_or_else(|| stderr.trim().to_string(), |l| l.trim().to_string()),
+            ))
         }
     }
 
@@ -167,14 +225,14 @@ pub struct Policy {
 
 impl Policy {
     /// Reads `--workspace DIR [--write DIR]... [--deny-read DIR]... [--network] -- ARGV...`.
-    pub fn parse(args: &[String]) -> Result<Policy, String> {
+    pub fn parse(args: &[String]) -> Result<Policy, PolicyError> {
         let mut p = Policy::default();
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut value = || {
                 it.next()
                     .map(PathBuf::from)
-                    .ok_or_else(|| format!("{a} needs a value"))
+                    .ok_or_else(|| PolicyError::NeedsValue(a.clone()))
             };
             match a.as_str() {
                 "--workspace" => p.workspace = value()?,
@@ -185,11 +243,11 @@ impl Policy {
                     p.argv = it.cloned().collect();
                     break;
                 }
-                other => return Err(format!("unknown argument {other}")),
+                other => return Err(PolicyError::Unknown(other.into())),
             }
         }
         if p.argv.is_empty() || p.workspace.as_os_str().is_empty() {
-            return Err("usage: agent-ls sandbox-run --workspace DIR [--write DIR]... [--deny-read DIR]... [--network] -- COMMAND...".into());
+            return Err(PolicyError::Usage);
         }
         Ok(p)
     }
@@ -220,13 +278,13 @@ pub fn helper_main(args: &[String]) -> i32 {
 
 /// Applies the Landlock rules to this process (and so to all it starts), returning the ABI
 /// the kernel gave. Fails closed: when the kernel cannot enforce them all, nothing runs.
-fn confine(policy: &Policy) -> Result<String, String> {
+fn confine(policy: &Policy) -> Result<String, ConfineError> {
     use landlock::{
         ABI, Access, AccessFs, AccessNet, BitFlags, LandlockStatus, PathBeneath, PathFd, Ruleset,
         RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
     };
     let abi = ABI::V5;
-    let err = |e: landlock::RulesetError| format!("cannot set up Landlock: {e}");
+    let err = ConfineError::Ruleset;
     let mut ruleset = Ruleset::default()
         .handle_access(AccessFs::from_all(abi))
         .map_err(err)?;
@@ -295,12 +353,8 @@ fn confine(policy: &Policy) -> Result<String, String> {
     let status = created.restrict_self().map_err(err)?;
     let kernel = match status.landlock {
         LandlockStatus::Available { effective_abi, .. } => effective_abi as i32,
-        LandlockStatus::NotEnabled => {
-            return Err("Landlock is built into this kernel but not enabled (add `landlock` to the lsm= boot parameter); commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\"".into());
-        }
-        LandlockStatus::NotImplemented => {
-            return Err("this kernel has no Landlock; commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\"".into());
-        }
+        LandlockStatus::NotEnabled => return Err(ConfineError::NotEnabled),
+        LandlockStatus::NotImplemented => return Err(ConfineError::NotImplemented),
     };
     // ABI 4 enforces the network rules and the denial of truncating files outside the
     // writable folders; what later ABIs add (device ioctls, scopes) is taken where present.
@@ -309,15 +363,11 @@ fn confine(policy: &Policy) -> Result<String, String> {
         RulesetStatus::PartiallyEnforced if kernel >= 4 || (kernel == 3 && policy.network) => {
             Ok(kernel.to_string())
         }
-        RulesetStatus::PartiallyEnforced if kernel == 3 => Err(format!(
-            "this kernel's Landlock (ABI {kernel}) cannot deny network access, which needs ABI 4; allow it with sandbox.network = true, or set sandbox.mode = \"off\" in the user file"
-        )),
-        RulesetStatus::PartiallyEnforced => Err(format!(
-            "this kernel's Landlock (ABI {kernel}) cannot keep commands from truncating files outside the workspace, which needs ABI 3; commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\""
-        )),
-        RulesetStatus::NotEnforced => Err(
-            "Landlock rules were not enforced; commands do not run unsandboxed unless the user file sets sandbox.mode = \"off\"".into(),
-        ),
+        RulesetStatus::PartiallyEnforced if kernel == 3 => {
+            Err(ConfineError::NoNetworkRules(kernel))
+        }
+        RulesetStatus::PartiallyEnforced => Err(ConfineError::NoTruncateRules(kernel)),
+        RulesetStatus::NotEnforced => Err(ConfineError::NotEnforced),
     }
 }
 

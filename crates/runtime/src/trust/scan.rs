@@ -222,12 +222,51 @@ fn names_outside_path(call: &str) -> bool {
         .any(|p| call.contains(p))
 }
 
+/// The risks of one call: a write outside the workspace in any language, then what the
+/// language's own names say. One function per language: each is a table of names.
 fn classify(lang: Lang, callee: &str, call: &str) -> Vec<Risk> {
-    let (whole, last) = parts(callee);
-    let is = |names: &[&str]| names.contains(&whole.as_str());
-    let last_is = |names: &[&str]| names.contains(&last.as_str());
+    let c = Call::new(callee, call);
     let mut out = Vec::new();
-    let writes = last_is(&[
+    if writes_outside(&c) {
+        out.push(Risk::WritesOutside);
+    }
+    match lang {
+        Lang::Python => python_risks(&c, &mut out),
+        Lang::JavaScript | Lang::TypeScript | Lang::Tsx => javascript_risks(&c, &mut out),
+        Lang::Rust => rust_risks(&c, &mut out),
+        Lang::Go => go_risks(&c, &mut out),
+        Lang::Shell => shell_risks(&c, &mut out),
+    }
+    out
+}
+
+/// A call as `classify` reads it: its callee whole and by its last segment, and its text.
+struct Call<'a> {
+    whole: String,
+    last: String,
+    text: &'a str,
+}
+
+impl<'a> Call<'a> {
+    fn new(callee: &str, text: &'a str) -> Self {
+        let (whole, last) = parts(callee);
+        Call { whole, last, text }
+    }
+
+    /// The whole callee is one of `names`.
+    fn is(&self, names: &[&str]) -> bool {
+        names.contains(&self.whole.as_str())
+    }
+
+    /// The callee's last segment is one of `names`.
+    fn last_is(&self, names: &[&str]) -> bool {
+        names.contains(&self.last.as_str())
+    }
+}
+
+/// A write (in any language) to a path a string literal names outside the workspace.
+fn writes_outside(c: &Call) -> bool {
+    let writes = c.last_is(&[
         "open",
         "write_text",
         "write_bytes",
@@ -245,179 +284,180 @@ fn classify(lang: Lang, callee: &str, call: &str) -> Vec<Risk> {
         "move",
         "rename",
     ]);
-    if writes && names_outside_path(call) {
-        // `open` reads as often as it writes: count it only with a write mode.
-        let write_mode = last != "open"
-            || [
-                "'w", "\"w", "'a", "\"a", "'x", "\"x", "O_WRONLY", "O_CREATE",
-            ]
-            .iter()
-            .any(|m| call.contains(m));
-        if write_mode {
-            out.push(Risk::WritesOutside);
-        }
+    if !writes || !names_outside_path(c.text) {
+        return false;
     }
-    match lang {
-        Lang::Python => {
-            if whole.starts_with("subprocess.")
-                || is(&["os.system", "os.popen", "pty.spawn", "commands.getoutput"])
-                || whole.starts_with("os.exec")
-                || whole.starts_with("os.spawn")
-            {
-                out.push(Risk::SpawnsProcess);
-            }
-            if is(&["eval", "exec", "compile", "__import__"]) {
-                out.push(Risk::Eval);
-            }
-            if [
-                "requests.",
-                "urllib.",
-                "httpx.",
-                "aiohttp.",
-                "http.client.",
-                "socket.",
-                "ftplib.",
-                "smtplib.",
-            ]
-            .iter()
-            .any(|p| whole.starts_with(p))
-                || is(&["urlopen", "create_connection"])
-            {
-                out.push(Risk::Network);
-            }
-            if is(&["shutil.rmtree", "os.removedirs"]) || last == "rmtree" {
-                out.push(Risk::MassDeletion);
-            }
-            if is(&["pytest.skip", "self.skipTest", "unittest.skip"]) {
-                out.push(Risk::SkipsTest);
-            }
-        }
-        Lang::JavaScript | Lang::TypeScript | Lang::Tsx => {
-            if last_is(&[
-                "exec",
-                "execSync",
-                "spawn",
-                "spawnSync",
-                "execFile",
-                "execFileSync",
-                "fork",
-            ]) && !whole.starts_with("RegExp")
-                && !whole.ends_with("regex.exec")
-            {
-                out.push(Risk::SpawnsProcess);
-            }
-            if is(&[
-                "eval",
-                "Function",
-                "vm.runInNewContext",
-                "vm.runInThisContext",
-            ]) {
-                out.push(Risk::Eval);
-            }
-            if is(&[
-                "fetch",
-                "XMLHttpRequest",
-                "WebSocket",
-                "net.connect",
-                "net.createConnection",
-            ]) || whole.starts_with("axios")
-                || is(&["http.request", "https.request", "http.get", "https.get"])
-            {
-                out.push(Risk::Network);
-            }
-            if (last_is(&["rmSync", "rm", "rmdirSync", "rmdir"]) && call.contains("recursive"))
-                || last == "rimraf"
-            {
-                out.push(Risk::MassDeletion);
-            }
-            if is(&[
-                "it.skip",
-                "describe.skip",
-                "test.skip",
-                "xit",
-                "xdescribe",
-                "xtest",
-                "it.todo",
-            ]) {
-                out.push(Risk::SkipsTest);
-            }
-        }
-        Lang::Rust => {
-            if whole.ends_with("Command::new") {
-                out.push(Risk::SpawnsProcess);
-            }
-            if whole.ends_with("TcpStream::connect")
-                || whole.ends_with("UdpSocket::bind")
-                || whole.ends_with("TcpListener::bind")
-                || whole.starts_with("reqwest::")
-                || whole.starts_with("ureq::")
-            {
-                out.push(Risk::Network);
-            }
-            if last == "remove_dir_all" {
-                out.push(Risk::MassDeletion);
-            }
-        }
-        Lang::Go => {
-            if is(&[
-                "exec.Command",
-                "exec.CommandContext",
-                "syscall.Exec",
-                "os.StartProcess",
-            ]) {
-                out.push(Risk::SpawnsProcess);
-            }
-            if whole.starts_with("http.")
-                && last_is(&[
-                    "Get",
-                    "Post",
-                    "PostForm",
-                    "Head",
-                    "NewRequest",
-                    "ListenAndServe",
-                ])
-                || whole.starts_with("net.Dial")
-                || whole == "net.Listen"
-            {
-                out.push(Risk::Network);
-            }
-            if whole == "os.RemoveAll" {
-                out.push(Risk::MassDeletion);
-            }
-            if is(&["t.Skip", "t.Skipf", "t.SkipNow", "b.Skip"]) {
-                out.push(Risk::SkipsTest);
-            }
-        }
-        Lang::Shell => {
-            let words: Vec<&str> = call.split_whitespace().collect();
-            match last.as_str() {
-                "curl" | "wget" | "nc" | "ncat" | "ssh" | "scp" | "rsync" | "telnet" => {
-                    out.push(Risk::Network)
-                }
-                "sh" | "bash" | "zsh" | "eval" | "exec" | "source" | "." => {
-                    out.push(Risk::SpawnsProcess)
-                }
-                "rm" if words.iter().any(|w| {
-                    w.starts_with('-')
-                        && !w.starts_with("--")
-                        && (w.contains('r') || w.contains('R'))
-                }) || words.contains(&"--recursive") =>
-                {
-                    out.push(Risk::MassDeletion)
-                }
-                _ => {}
-            }
-            if words
-                .iter()
-                .skip(1)
-                .any(|w| names_outside_path(&format!("\"{w}")))
-                && ["cp", "mv", "tee", "dd", "install", "ln"].contains(&last.as_str())
-            {
-                out.push(Risk::WritesOutside);
-            }
-        }
+    // `open` reads as often as it writes: count it only with a write mode.
+    c.last != "open"
+        || [
+            "'w", "\"w", "'a", "\"a", "'x", "\"x", "O_WRONLY", "O_CREATE",
+        ]
+        .iter()
+        .any(|m| c.text.contains(m))
+}
+
+/// Python: subprocess and os.exec*, eval, the HTTP and socket modules, rmtree, skips.
+fn python_risks(c: &Call, out: &mut Vec<Risk>) {
+    if c.whole.starts_with("subprocess.")
+        || c.is(&["os.system", "os.popen", "pty.spawn", "commands.getoutput"])
+        || c.whole.starts_with("os.exec")
+        || c.whole.starts_with("os.spawn")
+    {
+        out.push(Risk::SpawnsProcess);
     }
-    out
+    if c.is(&["eval", "exec", "compile", "__import__"]) {
+        out.push(Risk::Eval);
+    }
+    if [
+        "requests.",
+        "urllib.",
+        "httpx.",
+        "aiohttp.",
+        "http.client.",
+        "socket.",
+        "ftplib.",
+        "smtplib.",
+    ]
+    .iter()
+    .any(|p| c.whole.starts_with(p))
+        || c.is(&["urlopen", "create_connection"])
+    {
+        out.push(Risk::Network);
+    }
+    if c.is(&["shutil.rmtree", "os.removedirs"]) || c.last == "rmtree" {
+        out.push(Risk::MassDeletion);
+    }
+    if c.is(&["pytest.skip", "self.skipTest", "unittest.skip"]) {
+        out.push(Risk::SkipsTest);
+    }
+}
+
+/// JavaScript and TypeScript: child_process, eval, fetch and sockets, recursive rm, skipped tests.
+fn javascript_risks(c: &Call, out: &mut Vec<Risk>) {
+    if c.last_is(&[
+        "exec",
+        "execSync",
+        "spawn",
+        "spawnSync",
+        "execFile",
+        "execFileSync",
+        "fork",
+    ]) && !c.whole.starts_with("RegExp")
+        && !c.whole.ends_with("regex.exec")
+    {
+        out.push(Risk::SpawnsProcess);
+    }
+    if c.is(&[
+        "eval",
+        "Function",
+        "vm.runInNewContext",
+        "vm.runInThisContext",
+    ]) {
+        out.push(Risk::Eval);
+    }
+    if c.is(&[
+        "fetch",
+        "XMLHttpRequest",
+        "WebSocket",
+        "net.connect",
+        "net.createConnection",
+    ]) || c.whole.starts_with("axios")
+        || c.is(&["http.request", "https.request", "http.get", "https.get"])
+    {
+        out.push(Risk::Network);
+    }
+    if (c.last_is(&["rmSync", "rm", "rmdirSync", "rmdir"]) && c.text.contains("recursive"))
+        || c.last == "rimraf"
+    {
+        out.push(Risk::MassDeletion);
+    }
+    if c.is(&[
+        "it.skip",
+        "describe.skip",
+        "test.skip",
+        "xit",
+        "xdescribe",
+        "xtest",
+        "it.todo",
+    ]) {
+        out.push(Risk::SkipsTest);
+    }
+}
+
+/// Rust: Command::new, sockets and HTTP clients, remove_dir_all.
+fn rust_risks(c: &Call, out: &mut Vec<Risk>) {
+    if c.whole.ends_with("Command::new") {
+        out.push(Risk::SpawnsProcess);
+    }
+    if c.whole.ends_with("TcpStream::connect")
+        || c.whole.ends_with("UdpSocket::bind")
+        || c.whole.ends_with("TcpListener::bind")
+        || c.whole.starts_with("reqwest::")
+        || c.whole.starts_with("ureq::")
+    {
+        out.push(Risk::Network);
+    }
+    if c.last == "remove_dir_all" {
+        out.push(Risk::MassDeletion);
+    }
+}
+
+/// Go: exec, net/http and net, os.RemoveAll, t.Skip.
+fn go_risks(c: &Call, out: &mut Vec<Risk>) {
+    if c.is(&[
+        "exec.Command",
+        "exec.CommandContext",
+        "syscall.Exec",
+        "os.StartProcess",
+    ]) {
+        out.push(Risk::SpawnsProcess);
+    }
+    if c.whole.starts_with("http.")
+        && c.last_is(&[
+            "Get",
+            "Post",
+            "PostForm",
+            "Head",
+            "NewRequest",
+            "ListenAndServe",
+        ])
+        || c.whole.starts_with("net.Dial")
+        || c.whole == "net.Listen"
+    {
+        out.push(Risk::Network);
+    }
+    if c.whole == "os.RemoveAll" {
+        out.push(Risk::MassDeletion);
+    }
+    if c.is(&["t.Skip", "t.Skipf", "t.SkipNow", "b.Skip"]) {
+        out.push(Risk::SkipsTest);
+    }
+}
+
+/// Shell: network tools, nested shells, `rm -r`, and copies or moves out of the workspace.
+fn shell_risks(c: &Call, out: &mut Vec<Risk>) {
+    let words: Vec<&str> = c.text.split_whitespace().collect();
+    match c.last.as_str() {
+        "curl" | "wget" | "nc" | "ncat" | "ssh" | "scp" | "rsync" | "telnet" => {
+            out.push(Risk::Network)
+        }
+        "sh" | "bash" | "zsh" | "eval" | "exec" | "source" | "." => out.push(Risk::SpawnsProcess),
+        "rm" if words.iter().any(|w| {
+            w.starts_with('-') && !w.starts_with("--") && (w.contains('r') || w.contains('R'))
+        }) || words.contains(&"--recursive") =>
+        {
+            out.push(Risk::MassDeletion)
+        }
+        _ => {}
+    }
+    if words
+        .iter()
+        .skip(1)
+        .any(|w| names_outside_path(&format!("\"{w}")))
+        && ["cp", "mv", "tee", "dd", "install", "ln"].contains(&c.last.as_str())
+    {
+        out.push(Risk::WritesOutside);
+    }
 }
 
 /// A decorator or attribute that skips a test.

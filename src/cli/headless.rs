@@ -1,0 +1,108 @@
+//! `agent-ls run` and `agent-ls replay` as the command line gives them: the workspace, logs on
+//! stderr, and the options `run.rs` drives the agent with.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use super::run::{self, Mode, Options, exit};
+use super::setup::{load_config, log_to_stderr, workspace_or_cwd};
+
+// `agent-ls run`'s arguments (a plain comment: clap would take a doc comment here for the
+// subcommand's description, which main.rs gives).
+#[derive(clap::Args)]
+pub struct RunGoal {
+    /// What to do.
+    #[arg(required_unless_present = "resume")]
+    pub goal: Option<String>,
+    /// Go on with a run a crash or a kill interrupted (see `agent-ls stats` or the
+    /// editor's status), from its last checkpoint, instead of starting one.
+    #[arg(long, value_name = "RUN_ID", conflicts_with = "goal")]
+    pub resume: Option<String>,
+    /// The project (default: the current directory).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    /// Print the runFinished object as JSON instead of the answer.
+    #[arg(long)]
+    pub json: bool,
+    /// Apply changes without asking.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub yes: bool,
+    /// Show the proposed change and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --yes, also write protected files (.git/, .agent-ls.toml, .vscode/,
+    /// executables, ...) and changes the static scan flagged; without it they are refused.
+    #[arg(long, requires = "yes")]
+    pub allow_protected: bool,
+    /// The agent to run the goal: build (every tool; edits need approval), plan (reads,
+    /// then writes a plan), review (reads, then comments in Markdown), or a custom agent
+    /// of the configuration's [agents]. Default: agent.default_agent.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+}
+
+/// `agent-ls run`: a goal (or an interrupted run) on the files on disk.
+pub fn run_goal(args: RunGoal) -> ExitCode {
+    let workspace = match workspace(args.workspace) {
+        Ok(w) => w,
+        Err(code) => return code,
+    };
+    log_for(&workspace);
+    let mode = if args.yes {
+        Mode::Yes
+    } else if args.dry_run {
+        Mode::DryRun
+    } else {
+        Mode::Ask
+    };
+    ExitCode::from(run::run(Options {
+        goal: args.goal.unwrap_or_default(),
+        workspace,
+        json: args.json,
+        mode,
+        replay: None,
+        resume: args.resume,
+        allow_protected: args.allow_protected,
+        agent: args.agent,
+    }))
+}
+
+/// `agent-ls replay`: a recorded run again, every model answer taken from its journal.
+pub fn replay(journal: PathBuf, workspace: Option<PathBuf>, json: bool, yes: bool) -> ExitCode {
+    let workspace = match self::workspace(workspace) {
+        Ok(w) => w,
+        Err(code) => return code,
+    };
+    let journal = journal.canonicalize().unwrap_or(journal);
+    let Some(summary) = agent_ls_runtime::journal::summary(&journal) else {
+        eprintln!(
+            "agent-ls: {} is not a run journal (no intent line)",
+            journal.display()
+        );
+        return ExitCode::from(exit::CONFIG);
+    };
+    log_for(&workspace);
+    ExitCode::from(run::run(Options {
+        goal: summary.goal,
+        workspace,
+        json,
+        mode: if yes { Mode::Yes } else { Mode::Ask },
+        replay: Some(journal),
+        resume: None,
+        allow_protected: false,
+        agent: None,
+    }))
+}
+
+/// The workspace; one that cannot be found is a configuration error.
+fn workspace(workspace: Option<PathBuf>) -> Result<PathBuf, ExitCode> {
+    workspace_or_cwd(workspace).map_err(|e| {
+        eprintln!("agent-ls: {e:#}");
+        ExitCode::from(exit::CONFIG)
+    })
+}
+
+/// Logs go to stderr like the server's, at warn unless the workspace configures otherwise.
+fn log_for(workspace: &Path) {
+    log_to_stderr(&load_config(Some(workspace.to_path_buf())));
+}

@@ -1,0 +1,92 @@
+//! `agent-ls stats`: figures per run and over all runs, from the workspace's store.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::setup::workspace_or_cwd;
+
+/// Prints the totals and the `last` runs; a run whose process is gone shows as interrupted.
+pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Result<ExitCode> {
+    let root = workspace_or_cwd(workspace)?;
+    if !root.join(agent_ls_runtime::store::FILE).exists() {
+        if json {
+            println!("{}", serde_json::json!({"total": null, "runs": []}));
+        } else {
+            println!(
+                "no runs recorded in {}",
+                root.join(agent_ls_runtime::store::FILE).display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (store, notice) = agent_ls_runtime::store::Store::open(&root)?;
+    if let Some(n) = notice {
+        eprintln!("agent-ls: {n}");
+    }
+    let mut stats = store.stats(last)?;
+    // A run still marked running whose process is gone was interrupted: say so, since
+    // `agent-ls run --resume` takes it up.
+    let interrupted: Vec<String> = store
+        .interrupted_runs(None)?
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    for r in &mut stats.runs {
+        if interrupted.contains(&r.run_id) {
+            r.status = agent_ls_core::agent::RunStatus::Interrupted;
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let t = &stats.total;
+    let pct = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0));
+    let secs = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    println!(
+        "{} runs: {} done, {} failed, {} cancelled; pass rate {}",
+        t.runs,
+        t.done,
+        t.failed,
+        t.cancelled,
+        pct(t.pass_rate)
+    );
+    println!(
+        "{} iterations, {} tokens, model time {}, test time {}",
+        t.iterations,
+        t.tokens,
+        secs(t.model_ms),
+        secs(t.test_ms)
+    );
+    println!(
+        "{} of {} proposed changes accepted ({})",
+        t.accepted,
+        t.proposals,
+        pct(t.acceptance_rate)
+    );
+    if !stats.runs.is_empty() {
+        println!();
+        println!(
+            "{:<12}  {:<9}  {:>4}  {:>7}  {:>8}  {:>8}  {:>7}  goal",
+            "run", "status", "iter", "tokens", "model", "tests", "passed"
+        );
+    }
+    for r in &stats.runs {
+        let tests = match (r.tests_passed, r.tests_failed) {
+            (Some(p), Some(f)) => format!("{p}/{}", p + f),
+            _ => "-".into(),
+        };
+        let goal: String = r.goal.chars().take(60).collect();
+        println!(
+            "{:<12}  {:<9}  {:>4}  {:>7}  {:>8}  {:>8}  {:>7}  {goal}",
+            r.run_id,
+            r.status.as_str(),
+            r.iterations,
+            r.tokens,
+            secs(r.model_ms),
+            secs(r.test_ms),
+            tests
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
