@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+/// The `[sandbox]` section is the sandbox's own type: it lives beside the code that applies it.
+pub use crate::trust::sandbox::{SandboxConfig, SandboxMode};
 use agent_ls_core::agent::Evaluation;
 use agent_ls_core::agent::prompts::{self, Prompts};
 use serde::{Deserialize, Serialize, Serializer};
@@ -115,59 +117,6 @@ pub struct Config {
     /// `.agent-ls/prompts/` when the folder is trusted. Filled in when the layers are merged.
     #[serde(skip)]
     pub prompt_dirs: Vec<PathBuf>,
-}
-
-/// How commands (test runs, routed commands) are confined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SandboxMode {
-    /// Landlock: writes only to the workspace, the temp folder and `writable`; no TCP unless
-    /// `network`. Where the kernel has no Landlock, commands do not run.
-    Landlock,
-    /// No sandbox (the user file only).
-    Off,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SandboxConfig {
-    pub mode: SandboxMode,
-    /// Allow TCP connect and bind.
-    pub network: bool,
-    /// Folders besides the workspace and the temp folder that commands may write (tool caches);
-    /// `~` is the home folder.
-    pub writable: Vec<String>,
-    /// Folders commands may not read.
-    pub deny_read: Vec<String>,
-}
-
-impl Default for SandboxConfig {
-    fn default() -> Self {
-        SandboxConfig {
-            mode: SandboxMode::Landlock,
-            network: false,
-            writable: [
-                "~/.cargo",
-                "~/.rustup",
-                "~/.cache",
-                "~/go",
-                "~/.npm",
-                "~/.local/share/virtualenvs",
-            ]
-            .map(String::from)
-            .to_vec(),
-            deny_read: [
-                "~/.ssh",
-                "~/.gnupg",
-                "~/.aws",
-                "~/.netrc",
-                "~/.config/agent-ls",
-                "~/.local/state/agent-ls",
-            ]
-            .map(String::from)
-            .to_vec(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,11 +7,65 @@
 //! (`setsid`) stays its descendant, and it ends the whole tree when the command ends or is
 //! stopped. Where Landlock is missing it fails closed, saying why.
 //!
-//! IO only; what the policy is comes from the configuration.
+//! IO but for its configuration section (`SandboxConfig`, `[sandbox]`), which lives here so
+//! that the configuration depends on the sandbox and not the other way round.
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{SandboxConfig, SandboxMode};
+use serde::{Deserialize, Serialize};
+
+/// How commands (test runs, routed commands) are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Landlock: writes only to the workspace, the temp folder and `writable`; no TCP unless
+    /// `network`. Where the kernel has no Landlock, commands do not run.
+    Landlock,
+    /// No sandbox (the user file only).
+    Off,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    pub mode: SandboxMode,
+    /// Allow TCP connect and bind.
+    pub network: bool,
+    /// Folders besides the workspace and the temp folder that commands may write (tool caches);
+    /// `~` is the home folder.
+    pub writable: Vec<String>,
+    /// Folders commands may not read.
+    pub deny_read: Vec<String>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            mode: SandboxMode::Landlock,
+            network: false,
+            writable: [
+                "~/.cargo",
+                "~/.rustup",
+                "~/.cache",
+                "~/go",
+                "~/.npm",
+                "~/.local/share/virtualenvs",
+            ]
+            .map(String::from)
+            .to_vec(),
+            deny_read: [
+                "~/.ssh",
+                "~/.gnupg",
+                "~/.aws",
+                "~/.netrc",
+                "~/.config/agent-ls",
+                "~/.local/state/agent-ls",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
+}
 
 /// The hidden subcommand of our binary that confines itself and runs a command.
 pub const SUBCOMMAND: &str = "sandbox-run";
