@@ -108,7 +108,9 @@ pub async fn run(
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| std::io::Error::other("empty command"))?;
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    crate::child::start_clean_async(&mut command);
+    let mut child = command
         .args(args)
         .current_dir(cwd)
         .env_clear()
