@@ -9,8 +9,10 @@
 //! - `store` (SQLite), `journal` (JSONL per run), `lock` (one run per workspace), `steps`.
 //! - `trust`: trusted folders, protected paths, the sandbox, the static scan of a change.
 //! - `config`: layered configuration; `files`: workspace paths and atomic writes.
+//! - `child`: the clean signal state every process we start begins with.
 //! - `repomap`, `tokens`, `logging`.
 
+pub mod child;
 pub mod config;
 pub mod drive;
 pub mod files;

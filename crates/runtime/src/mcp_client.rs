@@ -126,6 +126,7 @@ async fn connect(config: &McpServerConfig, root: &Path) -> Result<Connection, Co
         .current_dir(root)
         .env_clear()
         .process_group(0);
+    crate::child::start_clean_async(&mut cmd);
     // A server sees PATH and HOME, and the variables its configuration names.
     for key in ["PATH", "HOME", "LANG", "TMPDIR", "USER"] {
         if let Ok(v) = std::env::var(key) {

@@ -108,7 +108,9 @@ pub async fn run(
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| std::io::Error::other("empty command"))?;
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    crate::child::start_clean_async(&mut command);
+    let mut child = command
         .args(args)
         .current_dir(cwd)
         .env_clear()
@@ -117,9 +119,14 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
         .spawn()?;
     let pgid = child.id().map(|id| Pid::from_raw(id as i32));
+    // Ends the group if this future is dropped before the run ends (a cancelled MCP call, a
+    // front end shutting down), as a cancel would.
+    let mut guard = GroupGuard {
+        pgid,
+        grace: limits.grace,
+    };
     let stdout = Arc::new(Mutex::new(Capped::new(limits.output_cap)));
     let stderr = Arc::new(Mutex::new(Capped::new(limits.output_cap)));
     let readers = [
@@ -145,7 +152,7 @@ pub async fn run(
         }
     };
     // Background processes the tests started would keep the pipes open and outlive the run.
-    if let Some(pgid) = pgid {
+    if let Some(pgid) = guard.pgid.take() {
         let _ = killpg(pgid, Signal::SIGKILL);
     }
     // A process that left the group could still hold a pipe; do not wait on it for long.
@@ -172,6 +179,31 @@ fn status_end(status: std::process::ExitStatus) -> RunEnd {
     match status.code() {
         Some(code) => RunEnd::Exited { code },
         None => RunEnd::Signaled,
+    }
+}
+
+/// The process group of a run that has not ended yet. Dropped with it still set, it sends the
+/// group SIGTERM (the sandbox helper, its leader, then ends every descendant, those that left
+/// the group included) and SIGKILL after the grace period, from a thread of its own since a
+/// drop cannot wait.
+struct GroupGuard {
+    pgid: Option<Pid>,
+    grace: Duration,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        let Some(pgid) = self.pgid.take() else {
+            return;
+        };
+        if killpg(pgid, Signal::SIGTERM).is_err() {
+            return; // the group is gone already
+        }
+        let grace = self.grace;
+        std::thread::spawn(move || {
+            std::thread::sleep(grace);
+            let _ = killpg(pgid, Signal::SIGKILL);
+        });
     }
 }
 
@@ -206,6 +238,63 @@ async fn drain(mut pipe: impl AsyncRead + Unpin, into: Arc<Mutex<Capped>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run whose future is dropped mid-run (a cancelled MCP call, a front end shutting
+    /// down) leaves no process behind.
+    #[tokio::test]
+    async fn dropping_a_run_ends_its_group() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pid_file = dir.path().join("pid");
+        // The leader waits on a child of its own, as a test runner does: ending only the
+        // leader would leave the child running.
+        let script = format!(
+            "sleep 300 & echo $! > {0}.tmp && mv {0}.tmp {0} && wait",
+            pid_file.display()
+        );
+        let argv = ["sh".to_string(), "-c".into(), script];
+        let env = [(
+            "PATH".to_string(),
+            std::env::var("PATH").unwrap_or_default(),
+        )];
+        let limits = Limits {
+            timeout: Duration::from_secs(60),
+            grace: Duration::from_millis(200),
+            output_cap: 1024,
+        };
+        let cancel = CancellationToken::new();
+        let run = run(&argv, dir.path(), &env, &limits, &cancel);
+        let started = Instant::now();
+        let pid: i32 = tokio::select! {
+            _ = run => panic!("the run ended by itself"),
+            pid = async {
+                loop {
+                    if let Ok(text) = std::fs::read_to_string(&pid_file) {
+                        break text.trim().parse().expect("a pid");
+                    }
+                    assert!(started.elapsed() < Duration::from_secs(20), "never started");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            } => pid,
+        };
+        // The run's future is dropped by the select above.
+        let dropped = Instant::now();
+        let running = |pid: i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        while running(pid) {
+            assert!(
+                dropped.elapsed() < Duration::from_secs(5),
+                "process {pid} outlived its dropped run"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 
     #[test]
     fn capped_keeps_head_and_tail() {

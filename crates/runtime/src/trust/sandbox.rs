@@ -462,8 +462,8 @@ fn readable_roots(deny: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// Runs the command and waits for it, ending every descendant when it ends or when we are
-/// told to stop (SIGTERM, SIGINT: the command's tree gets SIGTERM, then SIGKILL a second
-/// later). Returns the command's exit status as a shell would.
+/// told to stop (SIGTERM, SIGINT, or agent-ls's own end: the command's tree gets SIGTERM,
+/// then SIGKILL a second later). Returns the command's exit status as a shell would.
 fn supervise(policy: &Policy) -> i32 {
     use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -475,9 +475,21 @@ fn supervise(policy: &Policy) -> i32 {
         mask.add(s);
     }
     // Blocked here and read from a descriptor instead; the command starts with an empty mask
-    // (the standard library resets it in the child).
+    // and default dispositions (`child::start_clean`), since exec keeps both.
     if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None) {
         eprintln!("{MARK} cannot block signals: {e}");
+        return REFUSED;
+    }
+    // When agent-ls dies, even of SIGKILL, the kernel sends us SIGTERM, which ends the tree
+    // below like any SIGTERM. (It is sent when the thread that started us ends; agent-ls
+    // starts helpers from its runtime's threads, which live as long as the process.) A parent
+    // gone before this line left us to init already: then nothing is started at all.
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM) {
+        eprintln!("{MARK} cannot ask to hear of agent-ls's end: {e}");
+        return REFUSED;
+    }
+    if nix::unistd::getppid().as_raw() == 1 {
+        eprintln!("{MARK} agent-ls ended before the command started");
         return REFUSED;
     }
     let signals = match SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK) {
@@ -491,7 +503,11 @@ fn supervise(policy: &Policy) -> i32 {
         eprintln!("{MARK} no command to run");
         return REFUSED;
     };
-    let mut child = match std::process::Command::new(program).args(args).spawn() {
+    let mut command = std::process::Command::new(program);
+    command.args(args);
+    // The signals blocked above, and SIGPIPE that Rust ignores, would be the command's too.
+    crate::child::start_clean(&mut command);
+    let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {
             // The command cannot start: as a shell says it, with its own status.
