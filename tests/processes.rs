@@ -93,11 +93,11 @@ fn a_test_run_ends_when_agent_ls_is_killed_with_sigkill() {
         .trim()
         .parse()
         .unwrap();
-    assert!(support::running(test_pid), "the test runs before the kill");
+    assert!(support::alive(test_pid), "the test runs before the kill");
     agent.kill().unwrap();
     agent.wait().unwrap();
     let killed = Instant::now();
-    while support::running(test_pid) {
+    while support::alive(test_pid) {
         assert!(
             killed.elapsed() < Duration::from_secs(5),
             "the test process {test_pid} outlived agent-ls's SIGKILL"

@@ -784,14 +784,3 @@ pub fn protocol_deps() -> Option<PathBuf> {
     eprintln!("skipped: tests/mcp/node_modules is not installed (scripts/test installs it)");
     None
 }
-
-/// Whether process `pid` still runs: it exists and is not a zombie (a zombie has ended).
-pub fn running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
-}
