@@ -194,7 +194,7 @@ impl Store {
             params![
                 run_id,
                 it.n as i64,
-                it.phase,
+                it.phase.map_or("", |p| p.as_str()),
                 it.model,
                 it.tokens as i64,
                 it.model_ms as i64,
@@ -462,7 +462,8 @@ impl Store {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Iteration {
     pub n: u32,
-    pub phase: String,
+    /// Where the iteration stands; none before its first step is seen.
+    pub phase: Option<agent_ls_core::agent::Phase>,
     pub model: Option<String>,
     pub tokens: u64,
     pub model_ms: u64,
@@ -721,7 +722,7 @@ mod tests {
 
         let it = Iteration {
             n: 1,
-            phase: "testing".into(),
+            phase: Some(agent_ls_core::agent::Phase::Testing),
             tokens: 100,
             model_ms: 40,
             test_ms: 300,

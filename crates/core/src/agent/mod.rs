@@ -195,6 +195,26 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// The phase's name in the store and the logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Baseline => "baseline",
+            Phase::Classifying => "classifying",
+            Phase::Planning => "planning",
+            Phase::Evaluating => "evaluating",
+            Phase::Explaining => "explaining",
+            Phase::Coding => "coding",
+            Phase::Locating => "locating",
+            Phase::Approving => "approving",
+            Phase::Applying => "applying",
+            Phase::Testing => "testing",
+            Phase::Reflecting => "reflecting",
+            Phase::Done => "done",
+            Phase::Failed => "failed",
+            Phase::Cancelled => "cancelled",
+        }
+    }
+
     pub fn is_final(self) -> bool {
         matches!(self, Phase::Done | Phase::Failed | Phase::Cancelled)
     }

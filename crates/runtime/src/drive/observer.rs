@@ -295,10 +295,9 @@ impl<'a> Observer<'a> {
     }
 
     pub(super) fn phase(&mut self, run: &Run) {
-        let phase = format!("{:?}", run.phase).to_lowercase();
         // A step that starts the next iteration belongs to it, recorded at its checkpoint.
-        if run.iterations == self.current.n && phase != self.current.phase {
-            self.current.phase = phase;
+        if run.iterations == self.current.n && self.current.phase != Some(run.phase) {
+            self.current.phase = Some(run.phase);
             self.flush();
         }
     }
