@@ -110,24 +110,6 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether a workspace file has an execute bit (a change to it is protected).
-pub fn is_executable(root: &Path, relative: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    fs::metadata(root.join(relative))
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// The protected files a change writes, with why each is protected.
-pub fn protected_in(root: &Path, changes: &[FileChange]) -> Vec<(String, &'static str)> {
-    changes
-        .iter()
-        .filter_map(|c| {
-            crate::trust::protected::reason(&c.path, is_executable(root, &c.path))
-                .map(|why| (c.path.clone(), why))
-        })
-        .collect()
-}
-
 /// Writes every change, or none: when a write fails, the files already written are put back
 /// (and created ones removed) before the error is returned.
 pub fn write_changes(root: &Path, changes: &[FileChange]) -> Result<(), FileError> {

@@ -68,7 +68,7 @@ pub fn apply(
     if outcome.changes.is_empty() {
         return Err(StepError::AlreadyInPlace);
     }
-    let protected = crate::files::protected_in(root, &outcome.changes);
+    let protected = crate::trust::protected::in_changes(&outcome.changes);
     if let Some((path, why)) = protected.first() {
         return Err(StepError::Protected {
             path: path.clone(),

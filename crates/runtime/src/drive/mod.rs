@@ -73,11 +73,11 @@ pub enum Verdict {
     Refused(String),
 }
 
-/// The review of a change before approval: the protected files it writes (their execute
-/// bits read from disk) and the risky constructs it introduces.
-pub fn review(root: &Path, changes: &[FileChange]) -> Review {
+/// The review of a change before approval: the protected files it writes and the risky
+/// constructs it introduces.
+pub fn review(changes: &[FileChange]) -> Review {
     Review {
-        protected: crate::files::protected_in(root, changes)
+        protected: crate::trust::protected::in_changes(changes)
             .into_iter()
             .map(|(p, why)| (p, why.to_string()))
             .collect(),
@@ -681,7 +681,7 @@ impl Drive<'_> {
         if self.cancel.is_cancelled() {
             return Event::Cancel;
         }
-        let review = review(self.root, changes);
+        let review = review(changes);
         observer.patch(changes, diff, &review);
         let verdict = shell.approve(changes, diff, &review).await;
         observer.approval(run.iterations, verdict == Verdict::Approved, changes);

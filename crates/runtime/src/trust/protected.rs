@@ -1,11 +1,24 @@
-//! Protected paths: files whose contents decide what runs on the user's machine (git's hooks
-//! and config, our own configuration and state, editor settings that run tasks, direnv, CI
-//! workflows) and executable files. A change to one needs the user's explicit confirmation of
-//! that file by name, whatever the approval mode. Pure: the caller says whether a file is
-//! executable.
+//! Protected paths: files whose contents decide what runs on the user's machine outside the
+//! sandbox (git's hooks and config, our own configuration and state, editor settings that run
+//! tasks, direnv, CI workflows). A change to one needs the user's explicit confirmation of
+//! that file by name, whatever the approval mode. Pure: a path in, a reason out.
+//!
+//! A file with the executable bit is not protected for that alone: it is most often a script
+//! or a module with a `#!` line, and what it does when the tests run it is bounded by the
+//! sandbox like any other code. Its mode never changes (docs/security.md).
+
+use agent_ls_core::edit::FileChange;
+
+/// The protected files a change writes, with why each is protected.
+pub fn in_changes(changes: &[FileChange]) -> Vec<(String, &'static str)> {
+    changes
+        .iter()
+        .filter_map(|c| reason(&c.path).map(|why| (c.path.clone(), why)))
+        .collect()
+}
 
 /// Why `path` (relative to the workspace, `/`-separated) is protected, if it is.
-pub fn reason(path: &str, executable: bool) -> Option<&'static str> {
+pub fn reason(path: &str) -> Option<&'static str> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     let name = parts.last().copied().unwrap_or("");
     if parts.contains(&".git") {
@@ -26,9 +39,6 @@ pub fn reason(path: &str, executable: bool) -> Option<&'static str> {
     }
     if parts.len() > 2 && parts[0] == ".github" && parts[1] == "workflows" {
         return Some("a CI workflow (it runs on push)");
-    }
-    if executable {
-        return Some("an executable file");
     }
     None
 }
@@ -51,16 +61,17 @@ mod tests {
             ".envrc",
             ".github/workflows/ci.yml",
         ] {
-            assert!(reason(p, false).is_some(), "{p}");
+            assert!(reason(p).is_some(), "{p}");
         }
         for p in [
             "src/main.rs",
             ".github/CODEOWNERS",
             "gitignore",
             "docs/.vscode.md",
+            "scripts/deploy.sh",
+            "bin/tool.py",
         ] {
-            assert!(reason(p, false).is_none(), "{p}");
+            assert!(reason(p).is_none(), "{p}");
         }
-        assert!(reason("scripts/deploy.sh", true).is_some());
     }
 }
