@@ -1,11 +1,13 @@
 //! The processes agent-ls starts for a test run begin clean and end with it: an empty signal
 //! mask and default dispositions (so `terminate()` works inside a test), and no process of the
-//! run left behind when agent-ls itself is killed, even with SIGKILL.
+//! run left behind when agent-ls itself is killed (even with SIGKILL), when an MCP client
+//! cancels the call, or when it closes agent-ls's stdin.
 
 mod support;
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
 /// A unittest that checks the signal state it was started with, and that a child it starts
@@ -104,4 +106,105 @@ fn a_test_run_ends_when_agent_ls_is_killed_with_sigkill() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits for the hanging test to write its pid, and returns it.
+fn hanging_test_pid(ws: &Path) -> i32 {
+    let pid_file = ws.join("test.pid");
+    let started = Instant::now();
+    while !pid_file.exists() {
+        assert!(
+            started.elapsed() < support::DEADLINE,
+            "the test never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits until process `pid` has ended, failing after `within`.
+fn ends_within(pid: i32, within: Duration, what: &str) {
+    let since = Instant::now();
+    while support::alive(pid) {
+        assert!(since.elapsed() < within, "process {pid} outlived {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `agent-ls mcp` on `ws`, initialised, with a `run_tests` call (id 2) in flight.
+fn mcp_running_tests(ws: &Path, home: &Path) -> (Child, ChildStdin, BufReader<ChildStdout>) {
+    let mut mcp = support::in_workspace(&["mcp"], ws, home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = mcp.stdin.take().unwrap();
+    let mut stdout = BufReader::new(mcp.stdout.take().unwrap());
+    let mut send = |m: serde_json::Value| writeln!(stdin, "{m}").unwrap();
+    send(
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "processes-test", "version": "0"}}}),
+    );
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("\"id\":1"), "{line}");
+    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "run_tests", "arguments": {}}}),
+    );
+    (mcp, stdin, stdout)
+}
+
+#[test]
+fn closing_the_mcp_servers_stdin_ends_its_test_run_and_the_server_at_once() {
+    let ws = support::workspace(&[("test_hang.py", HANGING_TEST)]);
+    let home = tempfile::tempdir().unwrap();
+    let (mut mcp, stdin, _stdout) = mcp_running_tests(ws.path(), home.path());
+    let test_pid = hanging_test_pid(ws.path());
+    drop(stdin);
+    let closed = Instant::now();
+    // rmcp alone would wait 5 s for the call to answer; the run hears of the end instead.
+    loop {
+        if mcp.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            closed.elapsed() < Duration::from_secs(3),
+            "agent-ls mcp still runs after its stdin closed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ends_within(test_pid, Duration::from_secs(3), "agent-ls mcp's end");
+}
+
+#[test]
+fn a_cancelled_mcp_run_tests_call_ends_its_test_run_and_the_server_serves_on() {
+    let ws = support::workspace(&[("test_hang.py", HANGING_TEST)]);
+    let home = tempfile::tempdir().unwrap();
+    let (mut mcp, mut stdin, mut stdout) = mcp_running_tests(ws.path(), home.path());
+    let test_pid = hanging_test_pid(ws.path());
+    let cancel = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 2, "reason": "the user stopped it"}});
+    writeln!(stdin, "{cancel}").unwrap();
+    ends_within(test_pid, Duration::from_secs(5), "the cancelled call");
+    let list = serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    writeln!(stdin, "{list}").unwrap();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "the server ended");
+        if line.contains("\"id\":3") {
+            break;
+        }
+    }
+    assert!(line.contains("run_tests"), "{line}");
+    drop(stdin);
+    mcp.wait().unwrap();
 }

@@ -37,14 +37,18 @@ pub struct AgentLsMcp {
     config: Arc<Config>,
     /// The last whole test run, for `get_diagnostics`.
     last: Arc<Mutex<Option<RunResult>>>,
+    /// Cancelled when the client closes our stdin: nothing more will be asked, so the test
+    /// runs still going end now rather than hold the exit.
+    closing: CancellationToken,
 }
 
 impl AgentLsMcp {
-    pub fn new(root: PathBuf, config: Config) -> Self {
+    pub fn new(root: PathBuf, config: Config, closing: CancellationToken) -> Self {
         AgentLsMcp {
             root,
             config: Arc::new(config),
             last: Arc::new(Mutex::new(None)),
+            closing,
         }
     }
 
@@ -72,9 +76,10 @@ impl AgentLsMcp {
         }
     }
 
-    async fn call(&self, name: &str, args: Value) -> CallToolResult {
+    /// Answers one tool call; `cancel` fires when the client cancels it or goes away.
+    async fn call(&self, name: &str, args: Value, cancel: &CancellationToken) -> CallToolResult {
         match name {
-            "run_tests" => self.run_tests(&args).await,
+            "run_tests" => self.run_tests(&args, cancel).await,
             "apply_edit" => self.apply_edit(&args),
             "get_diagnostics" | "read_file" | "list_files" | "find_files" | "grep" => {
                 let diagnostics = agent_ls_runtime::tests_run::diagnostics_of(
@@ -101,7 +106,7 @@ impl AgentLsMcp {
         }
     }
 
-    async fn run_tests(&self, args: &Value) -> CallToolResult {
+    async fn run_tests(&self, args: &Value, cancel: &CancellationToken) -> CallToolResult {
         let mut test = self.config.test.clone();
         if let Some(filter) = args
             .get("filter")
@@ -115,14 +120,7 @@ impl AgentLsMcp {
         }
         let whole = test.command == self.config.test.command;
         let sandbox = Sandbox::from_config(&self.config.sandbox);
-        match agent_ls_runtime::tests_run::run(
-            &self.root,
-            &test,
-            &sandbox,
-            &CancellationToken::new(),
-        )
-        .await
-        {
+        match agent_ls_runtime::tests_run::run(&self.root, &test, &sandbox, cancel).await {
             Ok(r) => {
                 let failures: Vec<Value> = r
                     .failures
@@ -133,7 +131,11 @@ impl AgentLsMcp {
                 let value = json!({"command": r.command.argv.join(" "), "state": r.state(), "passed": r.passed,
                     "failed": r.failed.or(Some(r.failures.len() as u32)), "duration_ms": r.duration_ms,
                     "failures": failures, "environment": r.environment, "report": r.report});
-                if whole && let Ok(mut last) = self.last.lock() {
+                let cancelled = matches!(r.end, agent_ls_runtime::tests_run::RunEnd::Cancelled);
+                if whole
+                    && !cancelled
+                    && let Ok(mut last) = self.last.lock()
+                {
                     *last = Some(r);
                 }
                 CallToolResult::structured(value)
@@ -210,20 +212,39 @@ impl ServerHandler for AgentLsMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request
             .arguments
             .map(Value::Object)
             .unwrap_or_else(|| json!({}));
-        Ok(self.call(&request.name, args).await.into())
+        // The call ends early when the client cancels it (`notifications/cancelled`) or closes
+        // our stdin; either way its test run's processes end with it.
+        let cancel = self.closing.child_token();
+        let watch = {
+            let (cancel, asked) = (cancel.clone(), context.ct.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = asked.cancelled() => cancel.cancel(),
+                    _ = cancel.cancelled() => {}
+                }
+            })
+        };
+        let answer = self.call(&request.name, args, &cancel).await;
+        watch.abort();
+        Ok(answer.into())
     }
 }
 
 /// Serves the workspace's tools on stdin and stdout until the client goes away.
 pub async fn serve(root: &Path, config: Config) -> anyhow::Result<()> {
-    let service = AgentLsMcp::new(root.to_path_buf(), config)
-        .serve(rmcp::transport::stdio())
+    let closing = CancellationToken::new();
+    let stdin = EndOfInput {
+        inner: tokio::io::stdin(),
+        closing: closing.clone(),
+    };
+    let service = AgentLsMcp::new(root.to_path_buf(), config, closing)
+        .serve((stdin, tokio::io::stdout()))
         .await
         .map_err(|e| anyhow::anyhow!("the MCP session did not start: {e}"))?;
     service
@@ -231,4 +252,31 @@ pub async fn serve(root: &Path, config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("the MCP session ended with an error: {e}"))?;
     Ok(())
+}
+
+/// Our stdin, which says when the client closed it. rmcp waits up to 5 s for the calls in
+/// flight to answer once its input ends; a test run would hold that long, and its processes
+/// with it, so the runs hear of the end at once and answer as cancelled.
+struct EndOfInput<R> {
+    inner: R,
+    closing: CancellationToken,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EndOfInput<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let (before, room) = (buf.filled().len(), buf.remaining());
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        // A read into room that fills nothing is the end of the input.
+        if matches!(polled, std::task::Poll::Ready(Ok(())))
+            && room > 0
+            && buf.filled().len() == before
+        {
+            self.closing.cancel();
+        }
+        polled
+    }
 }
