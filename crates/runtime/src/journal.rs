@@ -60,11 +60,18 @@ impl Journal {
                 .find(|p| p.to_string_lossy().ends_with(&suffix))
         });
         match existing.map(|p| (OpenOptions::new().append(true).open(&p), p)) {
-            Some((Ok(f), path)) => Journal {
-                file: Some(f),
-                run_id: run_id.into(),
-                path: Some(path),
-            },
+            Some((Ok(mut f), path)) => {
+                // A run killed mid-write may have left a torn last line: the resumed run's
+                // lines start on a line of their own.
+                if !ends_with_newline(&path) {
+                    let _ = f.write_all(b"\n");
+                }
+                Journal {
+                    file: Some(f),
+                    run_id: run_id.into(),
+                    path: Some(path),
+                }
+            }
             _ => Journal::create(root, run_id),
         }
     }
@@ -89,9 +96,13 @@ impl Journal {
         self.line(line);
     }
 
+    /// One `write` of the line and its newline together, so a process killed mid-run leaves
+    /// whole lines (or, at worst, one torn last line that readers skip).
     fn line(&mut self, value: Value) {
+        let mut text = value.to_string();
+        text.push('\n');
         if let Some(f) = &mut self.file
-            && writeln!(f, "{value}").and_then(|_| f.flush()).is_err()
+            && f.write_all(text.as_bytes()).is_err()
         {
             tracing::warn!("the run journal stopped: cannot write");
             self.file = None;
@@ -126,10 +137,7 @@ pub fn list(root: &Path) -> Vec<RunSummary> {
 
 pub fn summary(path: &Path) -> Option<RunSummary> {
     let text = std::fs::read_to_string(path).ok()?;
-    let lines: Vec<Value> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let lines = read_lines(&text, path);
     let first = lines.first()?;
     let goal = lines
         .iter()
@@ -148,4 +156,64 @@ pub fn summary(path: &Path) -> Option<RunSummary> {
         status,
         path: path.display().to_string(),
     })
+}
+
+/// Whether the file at `path` is empty or ends with a newline.
+fn ends_with_newline(path: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return true;
+    };
+    let mut last = [0u8; 1];
+    match f.seek(SeekFrom::End(-1)) {
+        Ok(_) => f.read_exact(&mut last).is_err() || last[0] == b'\n',
+        Err(_) => true, // empty
+    }
+}
+
+/// A journal's lines as JSON. A line that does not parse (the torn end of a run that was
+/// killed mid-write) is skipped with a warning naming the file and line.
+pub fn read_lines(text: &str, path: &Path) -> Vec<Value> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .filter_map(|(i, l)| match serde_json::from_str(l) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(
+                    "{}:{}: skipped a line that is not whole JSON ({e})",
+                    path.display(),
+                    i + 1
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_journal_after_a_torn_line_starts_on_a_line_of_its_own() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let dir = root.path().join(DIR);
+        std::fs::create_dir_all(&dir).expect("journal dir");
+        let path = dir.join("1-run_torn.jsonl");
+        let intent =
+            r#"{"ts":1,"run_id":"run_torn","role":"agent","type":"intent","data":{"goal":"g"}}"#;
+        std::fs::write(&path, format!("{intent}\n{{\"ts\":2,\"run_")).expect("write");
+        let mut journal = Journal::append(root.path(), "run_torn");
+        journal.line(
+            json!({"ts": 3, "run_id": "run_torn", "role": "agent", "type": "finished",
+            "data": {"status": "done"}}),
+        );
+        let text = std::fs::read_to_string(&path).expect("read");
+        let lines = read_lines(&text, &path);
+        assert_eq!(lines.len(), 2, "{text}");
+        let summary = summary(&path).expect("a summary");
+        assert_eq!(summary.status, RunStatus::Done);
+        assert_eq!(summary.goal, "g");
+    }
 }

@@ -122,8 +122,18 @@ impl Replay {
 
 fn parse(text: &str) -> Result<HashMap<Role, VecDeque<Line>>, BadLine> {
     let mut by_role: HashMap<Role, VecDeque<Line>> = HashMap::new();
+    let count = text.lines().count();
     for (i, raw) in text.lines().enumerate() {
         if raw.trim().is_empty() {
+            continue;
+        }
+        // The torn end of a journal whose run was killed mid-write: a last line without its
+        // newline that is not whole JSON. Every line before it is whole, so it is left out.
+        if i + 1 == count
+            && !text.ends_with('\n')
+            && serde_json::from_str::<serde_json::Value>(raw).is_err()
+        {
+            tracing::warn!("line {}: skipped a torn last line", i + 1);
             continue;
         }
         // A run journal replays as is: its lines other than model answers are skipped.
@@ -144,6 +154,17 @@ fn parse(text: &str) -> Result<HashMap<Role, VecDeque<Line>>, BadLine> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_torn_last_line_is_left_out_and_a_bad_line_before_it_is_an_error() {
+        let whole = r#"{"role": "coder", "content": "a"}"#;
+        let torn = format!("{whole}\n{{\"role\": \"coder\", \"cont");
+        let by_role = parse(&torn).expect("the torn end is skipped");
+        assert_eq!(by_role[&Role::Coder].len(), 1);
+        // The same bytes with a newline after them were written whole: a real error.
+        assert!(parse(&format!("{torn}\n")).is_err());
+        assert!(parse(&format!("{{\"role\"\n{whole}")).is_err());
+    }
 
     #[test]
     fn answers_come_in_order_per_role_and_run_out_clearly() {
