@@ -236,3 +236,34 @@ fn an_id_that_is_neither_a_string_nor_a_number_is_answered_with_a_null_id() {
     assert_eq!(err["id"], Value::Null);
     assert_alive(&mut c);
 }
+
+#[test]
+fn execute_command_with_null_arguments_means_no_arguments() {
+    // Emacs's eglot sends `"arguments": null` for a command without arguments.
+    let (mut c, _ws) = started(vec![]);
+    let status = c
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.status", "arguments": null}),
+        )
+        .expect("agent-ls.status answers");
+    assert!(status["steps"].is_array(), "{status}");
+    assert_alive(&mut c);
+}
+
+#[test]
+fn a_request_whose_params_nest_too_deep_is_answered_with_an_error() {
+    let (mut c, _ws) = started(vec![]);
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let body = format!(
+        r#"{{"jsonrpc": "2.0", "id": 41, "method": "workspace/executeCommand", "params": {{"command": "agent-ls.status", "arguments": {deep}}}}}"#
+    );
+    let mut frame = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+    frame.extend_from_slice(body.as_bytes());
+    c.send_raw(&frame);
+    let err = c
+        .wait_response(&json!(41))
+        .expect_err("an error answer, not silence");
+    assert_eq!(err["code"], -32602, "{err}");
+    assert_alive(&mut c);
+}

@@ -364,6 +364,21 @@ impl<'a> Envelope<'a> {
 /// A message for tower-lsp: its params are parsed here, once, into the value its router
 /// takes.
 fn forward(method: Cow<'_, str>, id: Option<Value>, params: Option<&RawValue>) -> Route {
+    let params = match params.map(|raw| serde_json::from_str::<Value>(raw.get())) {
+        None => None,
+        Some(Ok(v)) => Some(lenient(&method, v)),
+        // Too deep for the parser (over 128 levels), say: a request is still answered.
+        Some(Err(e)) => {
+            return match id {
+                Some(id) => Route::Reply(error_response(
+                    id,
+                    -32602,
+                    &format!("Invalid params: {e}"),
+                )),
+                None => Route::Drop(format!("params that do not parse: {e}")),
+            };
+        }
+    };
     let mut request = Request::build(method.into_owned());
     if let Some(id) = id {
         match serde_json::from_value::<Id>(id) {
@@ -371,13 +386,22 @@ fn forward(method: Cow<'_, str>, id: Option<Value>, params: Option<&RawValue>) -
             Err(e) => return Route::Drop(format!("an id tower-lsp cannot take: {e}")),
         }
     }
-    if let Some(raw) = params {
-        match serde_json::from_str::<Value>(raw.get()) {
-            Ok(v) => request = request.params(v),
-            Err(e) => return Route::Drop(format!("params that do not parse: {e}")),
-        }
+    if let Some(v) = params {
+        request = request.params(v);
     }
     Route::Forward(request.finish())
+}
+
+/// Params as clients that follow only the specification send them: `workspace/executeCommand`
+/// with `"arguments": null` (the natural call in Emacs Lisp, eglot) means no arguments.
+fn lenient(method: &str, mut params: Value) -> Value {
+    if method == "workspace/executeCommand"
+        && let Some(fields) = params.as_object_mut()
+        && fields.get("arguments").is_some_and(Value::is_null)
+    {
+        fields.insert("arguments".into(), Value::Array(Vec::new()));
+    }
+    params
 }
 
 /// An id as JSON-RPC allows it here: an integer or a string (or null, which the specification
