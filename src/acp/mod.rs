@@ -12,7 +12,7 @@
 //! recorded run and goes on with it when it was interrupted.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
@@ -29,7 +29,7 @@ use agent_client_protocol::{Agent, Client, Stdio};
 use tokio_util::sync::CancellationToken;
 
 use agent_ls_core::agent::RunStatus;
-use agent_ls_core::edit::{FileChange, FileText};
+use agent_ls_core::edit::{FileChange, FileText, Limits};
 use agent_ls_core::events::{LiveEvent, RunEvent};
 use agent_ls_runtime::config::{self, Config, McpServerConfig};
 use agent_ls_runtime::drive::{self, ApplyError, Drive, Shell, Verdict};
@@ -213,6 +213,39 @@ fn prompt_text(blocks: &[ContentBlock]) -> String {
         .join("\n")
 }
 
+/// The answer to one of the session's commands (`/undo [step]`, `/redo`, `/status`, and
+/// `/rerun` when there is no goal to run again); `None` for a goal, which starts a run.
+fn command_answer(command: &str, has_last: bool, root: &Path, limits: &Limits) -> Option<String> {
+    if let Some(rest) = command.strip_prefix("/undo") {
+        return Some(
+            match agent_ls_runtime::steps::undo(root, rest.trim().parse().ok(), limits) {
+                Ok((id, files)) => format!("undid step {id}: {}", files.join(", ")),
+                Err(e) => format!("nothing was undone: {e}"),
+            },
+        );
+    }
+    match command {
+        "/redo" => Some(match agent_ls_runtime::steps::redo(root, limits) {
+            Ok((id, files)) => format!("redid step {id}: {}", files.join(", ")),
+            Err(e) => format!("nothing was redone: {e}"),
+        }),
+        "/status" => {
+            let runs: Vec<String> = agent_ls_runtime::journal::list(root)
+                .iter()
+                .take(10)
+                .map(|r| format!("- {} {} {}", r.run_id, r.status.as_str(), r.goal))
+                .collect();
+            Some(if runs.is_empty() {
+                "no runs yet".to_string()
+            } else {
+                runs.join("\n")
+            })
+        }
+        "/rerun" if !has_last => Some("no goal to run again yet".to_string()),
+        _ => None,
+    }
+}
+
 fn prompt(
     state: &State,
     req: PromptRequest,
@@ -237,11 +270,7 @@ fn prompt(
     let limits = loaded.config.edit.limits();
     // The session's commands are answered at once, without a model.
     let command = text.trim();
-    if let Some(rest) = command.strip_prefix("/undo") {
-        let answer = match agent_ls_runtime::steps::undo(&root, rest.trim().parse().ok(), &limits) {
-            Ok((id, files)) => format!("undid step {id}: {}", files.join(", ")),
-            Err(e) => format!("nothing was undone: {e}"),
-        };
+    if let Some(answer) = command_answer(command, last.is_some(), &root, &limits) {
         notify(
             &conn,
             &session_id,
@@ -249,50 +278,9 @@ fn prompt(
         );
         return responder.respond(PromptResponse::new(StopReason::EndTurn));
     }
-    if command == "/redo" {
-        let answer = match agent_ls_runtime::steps::redo(&root, &limits) {
-            Ok((id, files)) => format!("redid step {id}: {}", files.join(", ")),
-            Err(e) => format!("nothing was redone: {e}"),
-        };
-        notify(
-            &conn,
-            &session_id,
-            SessionUpdate::AgentMessageChunk(text_chunk(answer)),
-        );
-        return responder.respond(PromptResponse::new(StopReason::EndTurn));
-    }
-    if command == "/status" {
-        let runs: Vec<String> = agent_ls_runtime::journal::list(&root)
-            .iter()
-            .take(10)
-            .map(|r| format!("- {} {} {}", r.run_id, r.status.as_str(), r.goal))
-            .collect();
-        let answer = if runs.is_empty() {
-            "no runs yet".to_string()
-        } else {
-            runs.join("\n")
-        };
-        notify(
-            &conn,
-            &session_id,
-            SessionUpdate::AgentMessageChunk(text_chunk(answer)),
-        );
-        return responder.respond(PromptResponse::new(StopReason::EndTurn));
-    }
-    let goal = if command == "/rerun" {
-        match last {
-            Some(g) => g,
-            None => {
-                notify(
-                    &conn,
-                    &session_id,
-                    SessionUpdate::AgentMessageChunk(text_chunk("no goal to run again yet")),
-                );
-                return responder.respond(PromptResponse::new(StopReason::EndTurn));
-            }
-        }
-    } else {
-        text.clone()
+    let goal = match last {
+        Some(g) if command == "/rerun" => g,
+        _ => text.clone(),
     };
     let cancel = CancellationToken::new();
     if let Ok(mut sessions) = state.sessions.lock()

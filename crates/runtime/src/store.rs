@@ -263,17 +263,8 @@ impl Store {
             "SELECT run_id, goal, pid, iterations, started_ms, checkpoint IS NOT NULL, proc_start FROM runs
              WHERE status = 'running' ORDER BY started_ms DESC",
         )?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, i64>(3)?,
-                r.get::<_, i64>(4)?,
-                r.get::<_, bool>(5)?,
-                r.get::<_, Option<i64>>(6)?,
-            ))
-        })?;
+        type Running = (String, String, i64, i64, i64, bool, Option<i64>);
+        let rows = stmt.query_map([], |r| Running::try_from(r))?;
         let me = std::process::id() as i64;
         let mut out = Vec::new();
         for row in rows {
@@ -394,17 +385,8 @@ impl Store {
         let mut stmt = self.conn.prepare(
             "SELECT id, run_id, goal, changes, undone, task, files FROM steps ORDER BY id",
         )?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, i64>(4)?,
-                r.get::<_, String>(5)?,
-                r.get::<_, String>(6)?,
-            ))
-        })?;
+        type StepRow = (i64, String, String, String, i64, String, String);
+        let rows = stmt.query_map([], |r| StepRow::try_from(r))?;
         let mut out = Vec::new();
         for row in rows {
             let (id, run_id, goal, changes, undone, task, files) = row?;

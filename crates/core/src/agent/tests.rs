@@ -243,15 +243,27 @@ fn a_rejected_plan_stops_the_run_and_applies_nothing() {
     assert!(run.files_changed.is_empty());
 }
 
-#[test]
-fn a_refused_change_is_told_to_the_model_and_tried_again_within_the_budget() {
-    let mut run = Run::new("edit", Some(Intent::Edit), budget(1, 15), String::new());
+/// A run whose first proposal (`a + b`) was refused for writing a protected file, with
+/// `max_retries` retries, and the refusal's effects.
+fn refused_once(max_retries: u32) -> (Run, Vec<Effect>) {
+    let mut run = Run::new(
+        "edit",
+        Some(Intent::Edit),
+        budget(max_retries, 15),
+        String::new(),
+    );
     step(&mut run, Event::Start);
     locate_answer(&mut run, &edit_answer("a + b"));
     let e = step(
         &mut run,
         Event::Refused("it writes protected files (.git/config)".into()),
     );
+    (run, e)
+}
+
+#[test]
+fn a_refused_change_is_told_to_the_model_and_tried_again_within_the_budget() {
+    let (mut run, e) = refused_once(1);
     let call = e
         .iter()
         .find_map(|e| match e {
@@ -277,13 +289,7 @@ fn a_refused_change_is_told_to_the_model_and_tried_again_within_the_budget() {
 
 #[test]
 fn the_same_refused_change_proposed_again_ends_the_run_with_the_reason() {
-    let mut run = Run::new("edit", Some(Intent::Edit), budget(3, 15), String::new());
-    step(&mut run, Event::Start);
-    locate_answer(&mut run, &edit_answer("a + b"));
-    step(
-        &mut run,
-        Event::Refused("it writes protected files (.git/config)".into()),
-    );
+    let (mut run, _) = refused_once(3);
     // The model sends the very same change: it is not asked about again.
     let e = locate_answer(&mut run, &edit_answer("a + b"));
     assert!(

@@ -25,6 +25,18 @@ pub struct Tags {
     pub refs: Vec<(String, u32)>,
 }
 
+/// The definitions JavaScript and TypeScript share (TypeScript's grammar extends
+/// JavaScript's); each adds its classes, which TypeScript names by a type identifier.
+macro_rules! js_defs {
+    () => {
+        "(function_declaration name: (identifier) @name) @def
+         (generator_function_declaration name: (identifier) @name) @def
+         (method_definition name: (property_identifier) @name) @def
+         (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)]) @def
+         "
+    };
+}
+
 /// The definitions of each language, captured as `@name` inside `@def`. Written for these
 /// grammars' node kinds; a test compiles every one.
 fn def_query(lang: Lang) -> Option<&'static str> {
@@ -50,24 +62,18 @@ fn def_query(lang: Lang) -> Option<&'static str> {
              (method_declaration name: (field_identifier) @name) @def
              (type_spec name: (type_identifier) @name) @def"
         }
-        Lang::JavaScript => {
-            "(function_declaration name: (identifier) @name) @def
-             (generator_function_declaration name: (identifier) @name) @def
-             (class_declaration name: (identifier) @name) @def
-             (method_definition name: (property_identifier) @name) @def
-             (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)]) @def"
-        }
-        Lang::TypeScript | Lang::Tsx => {
-            "(function_declaration name: (identifier) @name) @def
-             (generator_function_declaration name: (identifier) @name) @def
-             (class_declaration name: (type_identifier) @name) @def
+        Lang::JavaScript => concat!(
+            js_defs!(),
+            "(class_declaration name: (identifier) @name) @def"
+        ),
+        Lang::TypeScript | Lang::Tsx => concat!(
+            js_defs!(),
+            "(class_declaration name: (type_identifier) @name) @def
              (abstract_class_declaration name: (type_identifier) @name) @def
-             (method_definition name: (property_identifier) @name) @def
              (interface_declaration name: (type_identifier) @name) @def
              (type_alias_declaration name: (type_identifier) @name) @def
-             (enum_declaration name: (identifier) @name) @def
-             (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)]) @def"
-        }
+             (enum_declaration name: (identifier) @name) @def"
+        ),
         Lang::Shell => return None,
     })
 }

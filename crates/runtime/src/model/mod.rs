@@ -181,22 +181,16 @@ pub fn targets_for(
     let m = &config.model;
     // A role that names another provider does not inherit the default's URL, model or key.
     let same_provider = r.provider.is_none() || r.provider == m.provider;
-    let inherit = |role_value: &Option<String>, default: &Option<String>| {
+    fn inherit<T: Clone>(role_value: &Option<T>, default: &Option<T>, same: bool) -> Option<T> {
         role_value
             .clone()
-            .or_else(|| if same_provider { default.clone() } else { None })
-    };
+            .or_else(|| default.clone().filter(|_| same))
+    }
     let primary = TargetConfig {
         provider: r.provider.clone().or(m.provider.clone()),
-        base_url: inherit(&r.base_url, &m.base_url),
-        name: inherit(&r.name, &m.name),
-        api_key: r.api_key.clone().or_else(|| {
-            if same_provider {
-                m.api_key.clone()
-            } else {
-                None
-            }
-        }),
+        base_url: inherit(&r.base_url, &m.base_url, same_provider),
+        name: inherit(&r.name, &m.name, same_provider),
+        api_key: inherit(&r.api_key, &m.api_key, same_provider),
     };
     let fallback = r.fallback.as_ref().unwrap_or(&m.fallback);
     std::iter::once(&primary)

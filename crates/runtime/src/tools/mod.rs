@@ -206,83 +206,84 @@ pub fn specs_named(names: &[String]) -> Vec<ToolSpec> {
 /// Every built-in tool, as offered to the model.
 pub fn specs() -> Vec<ToolSpec> {
     vec![
-        ToolSpec {
-            name: "read_file".into(),
-            description: "Read a workspace file as numbered lines. Large files come a page at a time; ask for start_line to read on.".into(),
-            parameters: json!({"type": "object", "properties": {
+        tool(
+            "read_file",
+            "Read a workspace file as numbered lines. Large files come a page at a time; ask for start_line to read on.",
+            json!({"type": "object", "properties": {
                 "path": {"type": "string", "description": "relative to the workspace root"},
                 "start_line": {"type": "integer", "minimum": 1},
                 "end_line": {"type": "integer", "minimum": 1}
             }, "required": ["path"]}),
-        },
-        ToolSpec {
-            name: "list_files".into(),
-            description: "List one directory of the workspace (files, and folders with a trailing /), skipping what .gitignore ignores.".into(),
-            parameters: json!({"type": "object", "properties": {
+        ),
+        tool(
+            "list_files",
+            "List one directory of the workspace (files, and folders with a trailing /), skipping what .gitignore ignores.",
+            json!({"type": "object", "properties": {
                 "path": {"type": "string", "description": "a folder relative to the workspace root; empty for the root"}
             }}),
-        },
-        ToolSpec {
-            name: "find_files".into(),
-            description: "Find workspace files whose path matches a glob, such as **/*.py or src/**/test_*.rs, skipping what .gitignore ignores.".into(),
-            parameters: json!({"type": "object", "properties": {
-                "glob": {"type": "string"}
-            }, "required": ["glob"]}),
-        },
-        ToolSpec {
-            name: "grep".into(),
-            description: "Search the workspace's files for a regular expression (smart case); returns path:line: text for each match, skipping what .gitignore ignores.".into(),
-            parameters: json!({"type": "object", "properties": {
+        ),
+        tool(
+            "find_files",
+            "Find workspace files whose path matches a glob, such as **/*.py or src/**/test_*.rs, skipping what .gitignore ignores.",
+            json!({"type": "object", "properties": {"glob": {"type": "string"}}, "required": ["glob"]}),
+        ),
+        tool(
+            "grep",
+            "Search the workspace's files for a regular expression (smart case); returns path:line: text for each match, skipping what .gitignore ignores.",
+            json!({"type": "object", "properties": {
                 "pattern": {"type": "string", "maxLength": 200},
                 "glob": {"type": "string", "description": "only files whose path matches this glob"}
             }, "required": ["pattern"]}),
-        },
-        ToolSpec {
-            name: "get_diagnostics".into(),
-            description: "The failures the last test run found, per file, as path:line: [source] message. Give a path for one file only.".into(),
-            parameters: json!({"type": "object", "properties": {
-                "path": {"type": "string"}
-            }}),
-        },
-        ToolSpec {
-            name: "run_tests".into(),
-            description: "Run the workspace's tests (the configured command), or only those matching `filter` (a test name or path, passed to the test runner). Returns the failures and the output.".into(),
-            parameters: json!({"type": "object", "properties": {
-                "filter": {"type": "string"}
-            }}),
-        },
-        ToolSpec {
-            name: "run_command".into(),
-            description: "Run a command the test allowlist allows (an argument vector, no shell), in the sandbox; returns its output.".into(),
-            parameters: json!({"type": "object", "properties": {
+        ),
+        tool(
+            "get_diagnostics",
+            "The failures the last test run found, per file, as path:line: [source] message. Give a path for one file only.",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        ),
+        tool(
+            "run_tests",
+            "Run the workspace's tests (the configured command), or only those matching `filter` (a test name or path, passed to the test runner). Returns the failures and the output.",
+            json!({"type": "object", "properties": {"filter": {"type": "string"}}}),
+        ),
+        tool(
+            "run_command",
+            "Run a command the test allowlist allows (an argument vector, no shell), in the sandbox; returns its output.",
+            json!({"type": "object", "properties": {
                 "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1}
             }, "required": ["argv"]}),
-        },
-        ToolSpec {
-            name: "edit_file".into(),
-            description: "Propose replacing the exact text `search` in a file with `replace` (an empty search creates the file). The change is shown to the user for approval, then tested; it ends your turn.".into(),
-            parameters: json!({"type": "object", "properties": {
+        ),
+        tool(
+            "edit_file",
+            "Propose replacing the exact text `search` in a file with `replace` (an empty search creates the file). The change is shown to the user for approval, then tested; it ends your turn.",
+            json!({"type": "object", "properties": {
                 "path": {"type": "string"},
                 "search": {"type": "string"},
                 "replace": {"type": "string"}
             }, "required": ["path", "search", "replace"]}),
-        },
-        ToolSpec {
-            name: "write_file".into(),
-            description: "Propose a file's whole new content (or a new file). Shown for approval, then tested; it ends your turn.".into(),
-            parameters: json!({"type": "object", "properties": {
+        ),
+        tool(
+            "write_file",
+            "Propose a file's whole new content (or a new file). Shown for approval, then tested; it ends your turn.",
+            json!({"type": "object", "properties": {
                 "path": {"type": "string"},
                 "content": {"type": "string"}
             }, "required": ["path", "content"]}),
-        },
-        ToolSpec {
-            name: "apply_patch".into(),
-            description: "Propose a change as a unified diff (--- a/path, +++ b/path, @@ hunks). Shown for approval, then tested; it ends your turn.".into(),
-            parameters: json!({"type": "object", "properties": {
-                "patch": {"type": "string"}
-            }, "required": ["patch"]}),
-        },
+        ),
+        tool(
+            "apply_patch",
+            "Propose a change as a unified diff (--- a/path, +++ b/path, @@ hunks). Shown for approval, then tested; it ends your turn.",
+            json!({"type": "object", "properties": {"patch": {"type": "string"}}, "required": ["patch"]}),
+        ),
     ]
+}
+
+/// One tool's spec: its name, what it does (for the model) and its JSON Schema arguments.
+fn tool(name: &str, description: &str, parameters: Value) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        parameters,
+    }
 }
 
 /// Runs one call; every failure is an answer for the model, never an error of the run.

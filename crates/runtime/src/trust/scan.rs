@@ -223,7 +223,8 @@ fn names_outside_path(call: &str) -> bool {
 }
 
 /// The risks of one call: a write outside the workspace in any language, then what the
-/// language's own names say. One function per language: each is a table of names.
+/// language's own names say: a table of rules per language, and a function for shell, whose
+/// risks hang on the command's words.
 fn classify(lang: Lang, callee: &str, call: &str) -> Vec<Risk> {
     let c = Call::new(callee, call);
     let mut out = Vec::new();
@@ -231,10 +232,10 @@ fn classify(lang: Lang, callee: &str, call: &str) -> Vec<Risk> {
         out.push(Risk::WritesOutside);
     }
     match lang {
-        Lang::Python => python_risks(&c, &mut out),
-        Lang::JavaScript | Lang::TypeScript | Lang::Tsx => javascript_risks(&c, &mut out),
-        Lang::Rust => rust_risks(&c, &mut out),
-        Lang::Go => go_risks(&c, &mut out),
+        Lang::Python => table_risks(PYTHON, &c, &mut out),
+        Lang::JavaScript | Lang::TypeScript | Lang::Tsx => table_risks(JAVASCRIPT, &c, &mut out),
+        Lang::Rust => table_risks(RUST, &c, &mut out),
+        Lang::Go => table_risks(GO, &c, &mut out),
         Lang::Shell => shell_risks(&c, &mut out),
     }
     out
@@ -296,141 +297,201 @@ fn writes_outside(c: &Call) -> bool {
         .any(|m| c.text.contains(m))
 }
 
-/// Python: subprocess and os.exec*, eval, the HTTP and socket modules, rmtree, skips.
-fn python_risks(c: &Call, out: &mut Vec<Risk>) {
-    if c.whole.starts_with("subprocess.")
-        || c.is(&["os.system", "os.popen", "pty.spawn", "commands.getoutput"])
-        || c.whole.starts_with("os.exec")
-        || c.whole.starts_with("os.spawn")
-    {
-        out.push(Risk::SpawnsProcess);
-    }
-    if c.is(&["eval", "exec", "compile", "__import__"]) {
-        out.push(Risk::Eval);
-    }
-    if [
-        "requests.",
-        "urllib.",
-        "httpx.",
-        "aiohttp.",
-        "http.client.",
-        "socket.",
-        "ftplib.",
-        "smtplib.",
-    ]
-    .iter()
-    .any(|p| c.whole.starts_with(p))
-        || c.is(&["urlopen", "create_connection"])
-    {
-        out.push(Risk::Network);
-    }
-    if c.is(&["shutil.rmtree", "os.removedirs"]) || c.last == "rmtree" {
-        out.push(Risk::MassDeletion);
-    }
-    if c.is(&["pytest.skip", "self.skipTest", "unittest.skip"]) {
-        out.push(Risk::SkipsTest);
+/// How a rule names the calls it flags. `Is`, `Last`, `Prefix` and `Suffix` match the
+/// callee (whole, by its last segment, by how it starts or ends) against any of their names.
+enum Name {
+    Is(&'static [&'static str]),
+    Last(&'static [&'static str]),
+    Prefix(&'static [&'static str]),
+    Suffix(&'static [&'static str]),
+    /// The call's text (its arguments too) contains this.
+    Text(&'static str),
+    All(&'static [Name]),
+    Not(&'static Name),
+}
+
+impl Name {
+    fn matches(&self, c: &Call) -> bool {
+        match self {
+            Name::Is(names) => c.is(names),
+            Name::Last(names) => c.last_is(names),
+            Name::Prefix(p) => p.iter().any(|p| c.whole.starts_with(p)),
+            Name::Suffix(s) => s.iter().any(|s| c.whole.ends_with(s)),
+            Name::Text(t) => c.text.contains(t),
+            Name::All(all) => all.iter().all(|n| n.matches(c)),
+            Name::Not(n) => !n.matches(c),
+        }
     }
 }
+
+/// A risk and the calls that carry it: any of the names.
+type Rule = (Risk, &'static [Name]);
+
+use Name::{All, Is, Last, Not, Prefix, Suffix, Text};
+
+/// Python: subprocess and os.exec*, eval, the HTTP and socket modules, rmtree, skips.
+const PYTHON: &[Rule] = &[
+    (
+        Risk::SpawnsProcess,
+        &[
+            Prefix(&["subprocess.", "os.exec", "os.spawn"]),
+            Is(&["os.system", "os.popen", "pty.spawn", "commands.getoutput"]),
+        ],
+    ),
+    (
+        Risk::Eval,
+        &[Is(&["eval", "exec", "compile", "__import__"])],
+    ),
+    (
+        Risk::Network,
+        &[
+            Prefix(&[
+                "requests.",
+                "urllib.",
+                "httpx.",
+                "aiohttp.",
+                "http.client.",
+                "socket.",
+                "ftplib.",
+                "smtplib.",
+            ]),
+            Is(&["urlopen", "create_connection"]),
+        ],
+    ),
+    (
+        Risk::MassDeletion,
+        &[Is(&["shutil.rmtree", "os.removedirs"]), Last(&["rmtree"])],
+    ),
+    (
+        Risk::SkipsTest,
+        &[Is(&["pytest.skip", "self.skipTest", "unittest.skip"])],
+    ),
+];
 
 /// JavaScript and TypeScript: child_process, eval, fetch and sockets, recursive rm, skipped tests.
-fn javascript_risks(c: &Call, out: &mut Vec<Risk>) {
-    if c.last_is(&[
-        "exec",
-        "execSync",
-        "spawn",
-        "spawnSync",
-        "execFile",
-        "execFileSync",
-        "fork",
-    ]) && !c.whole.starts_with("RegExp")
-        && !c.whole.ends_with("regex.exec")
-    {
-        out.push(Risk::SpawnsProcess);
-    }
-    if c.is(&[
-        "eval",
-        "Function",
-        "vm.runInNewContext",
-        "vm.runInThisContext",
-    ]) {
-        out.push(Risk::Eval);
-    }
-    if c.is(&[
-        "fetch",
-        "XMLHttpRequest",
-        "WebSocket",
-        "net.connect",
-        "net.createConnection",
-    ]) || c.whole.starts_with("axios")
-        || c.is(&["http.request", "https.request", "http.get", "https.get"])
-    {
-        out.push(Risk::Network);
-    }
-    if (c.last_is(&["rmSync", "rm", "rmdirSync", "rmdir"]) && c.text.contains("recursive"))
-        || c.last == "rimraf"
-    {
-        out.push(Risk::MassDeletion);
-    }
-    if c.is(&[
-        "it.skip",
-        "describe.skip",
-        "test.skip",
-        "xit",
-        "xdescribe",
-        "xtest",
-        "it.todo",
-    ]) {
-        out.push(Risk::SkipsTest);
-    }
-}
+const JAVASCRIPT: &[Rule] = &[
+    (
+        Risk::SpawnsProcess,
+        &[All(&[
+            Last(&[
+                "exec",
+                "execSync",
+                "spawn",
+                "spawnSync",
+                "execFile",
+                "execFileSync",
+                "fork",
+            ]),
+            // `RegExp(...).exec` and `regex.exec` match text; they run nothing.
+            Not(&Prefix(&["RegExp"])),
+            Not(&Suffix(&["regex.exec"])),
+        ])],
+    ),
+    (
+        Risk::Eval,
+        &[Is(&[
+            "eval",
+            "Function",
+            "vm.runInNewContext",
+            "vm.runInThisContext",
+        ])],
+    ),
+    (
+        Risk::Network,
+        &[
+            Is(&[
+                "fetch",
+                "XMLHttpRequest",
+                "WebSocket",
+                "net.connect",
+                "net.createConnection",
+                "http.request",
+                "https.request",
+                "http.get",
+                "https.get",
+            ]),
+            Prefix(&["axios"]),
+        ],
+    ),
+    (
+        Risk::MassDeletion,
+        &[
+            All(&[
+                Last(&["rmSync", "rm", "rmdirSync", "rmdir"]),
+                Text("recursive"),
+            ]),
+            Last(&["rimraf"]),
+        ],
+    ),
+    (
+        Risk::SkipsTest,
+        &[Is(&[
+            "it.skip",
+            "describe.skip",
+            "test.skip",
+            "xit",
+            "xdescribe",
+            "xtest",
+            "it.todo",
+        ])],
+    ),
+];
 
 /// Rust: Command::new, sockets and HTTP clients, remove_dir_all.
-fn rust_risks(c: &Call, out: &mut Vec<Risk>) {
-    if c.whole.ends_with("Command::new") {
-        out.push(Risk::SpawnsProcess);
-    }
-    if c.whole.ends_with("TcpStream::connect")
-        || c.whole.ends_with("UdpSocket::bind")
-        || c.whole.ends_with("TcpListener::bind")
-        || c.whole.starts_with("reqwest::")
-        || c.whole.starts_with("ureq::")
-    {
-        out.push(Risk::Network);
-    }
-    if c.last == "remove_dir_all" {
-        out.push(Risk::MassDeletion);
-    }
-}
+const RUST: &[Rule] = &[
+    (Risk::SpawnsProcess, &[Suffix(&["Command::new"])]),
+    (
+        Risk::Network,
+        &[
+            Suffix(&["TcpStream::connect", "UdpSocket::bind", "TcpListener::bind"]),
+            Prefix(&["reqwest::", "ureq::"]),
+        ],
+    ),
+    (Risk::MassDeletion, &[Last(&["remove_dir_all"])]),
+];
 
 /// Go: exec, net/http and net, os.RemoveAll, t.Skip.
-fn go_risks(c: &Call, out: &mut Vec<Risk>) {
-    if c.is(&[
-        "exec.Command",
-        "exec.CommandContext",
-        "syscall.Exec",
-        "os.StartProcess",
-    ]) {
-        out.push(Risk::SpawnsProcess);
-    }
-    if c.whole.starts_with("http.")
-        && c.last_is(&[
-            "Get",
-            "Post",
-            "PostForm",
-            "Head",
-            "NewRequest",
-            "ListenAndServe",
-        ])
-        || c.whole.starts_with("net.Dial")
-        || c.whole == "net.Listen"
-    {
-        out.push(Risk::Network);
-    }
-    if c.whole == "os.RemoveAll" {
-        out.push(Risk::MassDeletion);
-    }
-    if c.is(&["t.Skip", "t.Skipf", "t.SkipNow", "b.Skip"]) {
-        out.push(Risk::SkipsTest);
+const GO: &[Rule] = &[
+    (
+        Risk::SpawnsProcess,
+        &[Is(&[
+            "exec.Command",
+            "exec.CommandContext",
+            "syscall.Exec",
+            "os.StartProcess",
+        ])],
+    ),
+    (
+        Risk::Network,
+        &[
+            All(&[
+                Prefix(&["http."]),
+                Last(&[
+                    "Get",
+                    "Post",
+                    "PostForm",
+                    "Head",
+                    "NewRequest",
+                    "ListenAndServe",
+                ]),
+            ]),
+            Prefix(&["net.Dial"]),
+            Is(&["net.Listen"]),
+        ],
+    ),
+    (Risk::MassDeletion, &[Is(&["os.RemoveAll"])]),
+    (
+        Risk::SkipsTest,
+        &[Is(&["t.Skip", "t.Skipf", "t.SkipNow", "b.Skip"])],
+    ),
+];
+
+/// The risks `rules` give one call, in the rules' order.
+fn table_risks(rules: &[Rule], c: &Call, out: &mut Vec<Risk>) {
+    for (risk, names) in rules {
+        if names.iter().any(|n| n.matches(c)) {
+            out.push(*risk);
+        }
     }
 }
 
