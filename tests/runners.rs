@@ -140,7 +140,12 @@ fn cancelling_stops_the_run_at_once() {
     assert_eq!(result.end, RunEnd::Cancelled);
     assert!(started.elapsed() < Duration::from_secs(3));
     let pid = std::fs::read_to_string(dir.path().join("leader.pid")).unwrap();
-    assert!(!support::alive(&pid));
+    // SIGKILL is delivered, not waited for: under load the process may take a moment to go.
+    let killed = Instant::now();
+    while support::alive(&pid) {
+        assert!(killed.elapsed() < Duration::from_secs(2), "{pid} outlived the cancel");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[test]
