@@ -143,7 +143,10 @@ fn cancelling_stops_the_run_at_once() {
     // SIGKILL is delivered, not waited for: under load the process may take a moment to go.
     let killed = Instant::now();
     while support::alive(&pid) {
-        assert!(killed.elapsed() < Duration::from_secs(2), "{pid} outlived the cancel");
+        assert!(
+            killed.elapsed() < Duration::from_secs(2),
+            "{pid} outlived the cancel"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -370,11 +370,9 @@ fn forward(method: Cow<'_, str>, id: Option<Value>, params: Option<&RawValue>) -
         // Too deep for the parser (over 128 levels), say: a request is still answered.
         Some(Err(e)) => {
             return match id {
-                Some(id) => Route::Reply(error_response(
-                    id,
-                    -32602,
-                    &format!("Invalid params: {e}"),
-                )),
+                Some(id) => {
+                    Route::Reply(error_response(id, -32602, &format!("Invalid params: {e}")))
+                }
                 None => Route::Drop(format!("params that do not parse: {e}")),
             };
         }
