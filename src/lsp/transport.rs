@@ -134,7 +134,7 @@ impl Framer {
                     }
                     self.state = State::Header;
                 }
-                State::Resync => match CONTENT_LENGTH.find(&self.buf) {
+                State::Resync => match find_content_length(&self.buf) {
                     Some(at) => {
                         self.buf.advance(at);
                         self.state = State::Header;
@@ -585,8 +585,17 @@ fn error_response(id: Value, code: i64, message: &str) -> Value {
 /// The searchers the framer uses on every read, built once.
 static HEADER_END: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
     std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\r\n\r\n"));
-static CONTENT_LENGTH: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"Content-Length"));
+
+/// Where the next `Content-Length` header name starts, in any case: header names are
+/// case-insensitive, and a client that writes `content-length` must not lose every message
+/// after one malformed header.
+fn find_content_length(buf: &[u8]) -> Option<usize> {
+    const NAME: &[u8] = b"content-length";
+    memchr::memchr2_iter(b'c', b'C', buf).find(|&at| {
+        buf.get(at..at + NAME.len())
+            .is_some_and(|name| name.eq_ignore_ascii_case(NAME))
+    })
+}
 
 pub fn frame_bytes(body: &[u8]) -> Vec<u8> {
     let mut out = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
@@ -672,6 +681,17 @@ pub fn widen_stdin_pipe() {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn after_a_bad_header_the_next_one_is_found_in_any_case() {
+        let mut f = Framer::default();
+        f.push(b"Content-Length: nope\r\n\r\n{}garbage content-length: 2\r\n\r\n{}");
+        assert!(matches!(f.next_frame(), Some(Frame::Malformed { .. })));
+        match f.next_frame() {
+            Some(Frame::Message(body)) => assert_eq!(&body[..], b"{}"),
+            other => panic!("the lower-case header was lost: {other:?}"),
+        }
+    }
     use super::*;
 
     fn frames(input: &[u8]) -> Vec<Frame> {
