@@ -796,16 +796,39 @@ fn workspace_hosts(
     out
 }
 
+/// The largest configuration file read: a hostile workspace's huge file costs no memory.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
 fn read_file_layer(source: Source, path: &Path) -> Result<Option<Layer>, Vec<ConfigError>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => parse_toml_layer(source, &text).map(Some),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(vec![ConfigError {
-            source,
-            line: None,
+    use std::io::Read;
+    let error = |line: Option<usize>, message: String| {
+        Err(vec![ConfigError {
+            source: source.clone(),
+            line,
             key: None,
-            message: format!("cannot read the file: {e}"),
-        }]),
+            message,
+        }])
+    };
+    let mut bytes = Vec::new();
+    let read =
+        std::fs::File::open(path).and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes));
+    match read {
+        Ok(_) if bytes.len() as u64 > MAX_FILE_BYTES => error(
+            None,
+            format!(
+                "the file is over {MAX_FILE_BYTES} bytes, the most a configuration file may be"
+            ),
+        ),
+        Ok(_) => match String::from_utf8(bytes) {
+            Ok(text) => parse_toml_layer(source, &text).map(Some),
+            Err(e) => {
+                let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+                let line = memchr::memchr_iter(b'\n', valid).count() + 1;
+                error(Some(line), "the file is not UTF-8 text".into())
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => error(None, format!("cannot read the file: {e}")),
     }
 }
 
@@ -1142,6 +1165,25 @@ mod tests {
         let err = ws_error("[log]\nlevel = \"info\"\nlevle = 3\n");
         assert_eq!(err.line, Some(3));
         assert!(err.message.contains("levle"), "{err}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_or_too_large_is_an_error_with_its_line() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(".agent-ls.toml");
+        let source = Source::WorkspaceFile(path.clone());
+        std::fs::write(&path, b"[log]\nlevel = \"info\"\n# caf\xe9\n").expect("write");
+        let err = read_file_layer(source.clone(), &path).expect_err("not UTF-8");
+        assert_eq!(err[0].line, Some(3), "{}", err[0]);
+        assert!(err[0].to_string().contains("not UTF-8"), "{}", err[0]);
+        let big = format!("# {}\n", "x".repeat(MAX_FILE_BYTES as usize));
+        std::fs::write(&path, big).expect("write");
+        let err = read_file_layer(source, &path).expect_err("too large");
+        assert!(
+            err[0].to_string().contains("over 1048576 bytes"),
+            "{}",
+            err[0]
+        );
     }
 
     #[test]
