@@ -347,3 +347,131 @@ fn a_planned_goal_streams_its_plan_with_each_tasks_status() {
         "{text}"
     );
 }
+
+/// `agent-ls acp` spoken to line by line, as a host that is not the TypeScript SDK does.
+struct RawAcp {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl RawAcp {
+    fn start(home: &std::path::Path) -> RawAcp {
+        use std::process::Stdio;
+        let mut child = support::agent_ls(&["acp"], home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut acp = RawAcp {
+            child,
+            stdin,
+            stdout,
+        };
+        acp.request(
+            0,
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        );
+        acp
+    }
+
+    /// Sends request `id` and returns its answer; the notifications before it are kept in
+    /// `seen`.
+    fn request(&mut self, id: u64, method: &str, params: Value) -> (Value, Vec<Value>) {
+        use std::io::{BufRead, Write};
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.stdin, "{message}").unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "acp ended");
+            let value: Value = serde_json::from_str(&line).unwrap();
+            if value["id"] == json!(id) && value.get("method").is_none() {
+                return (value, seen);
+            }
+            seen.push(value);
+        }
+    }
+
+    /// Notifications that arrive within a short while (those that follow an answer).
+    fn close(mut self) -> Vec<Value> {
+        use std::io::BufRead;
+        drop(self.stdin);
+        let mut rest = Vec::new();
+        let mut line = String::new();
+        while self.stdout.read_line(&mut line).unwrap_or(0) > 0 {
+            rest.extend(serde_json::from_str::<Value>(&line).ok());
+            line.clear();
+        }
+        self.child.wait().unwrap();
+        rest
+    }
+}
+
+#[test]
+fn a_session_loads_in_a_new_process_and_an_unknown_id_is_not_found() {
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut first = RawAcp::start(home.path());
+    let (created, _) = first.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].as_str().unwrap().to_string();
+    first.close();
+
+    let mut second = RawAcp::start(home.path());
+    let (loaded, _) = second.request(
+        1,
+        "session/load",
+        json!({"sessionId": id, "cwd": cwd, "mcpServers": []}),
+    );
+    assert!(loaded.get("error").is_none(), "{loaded}");
+    let (unknown, _) = second.request(
+        2,
+        "session/load",
+        json!({"sessionId": "sess_00000000", "cwd": cwd, "mcpServers": []}),
+    );
+    assert_eq!(unknown["error"]["code"], -32002, "{unknown}");
+    let (hostile, _) = second.request(
+        3,
+        "session/load",
+        json!({"sessionId": "../../etc/passwd", "cwd": cwd, "mcpServers": []}),
+    );
+    assert_eq!(hostile["error"]["code"], -32002, "{hostile}");
+    second.close();
+}
+
+#[test]
+fn an_unknown_slash_command_lists_the_commands_and_starts_nothing() {
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let before = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    let mut acp = RawAcp::start(home.path());
+    let (created, _) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].clone();
+    let (answer, seen) = acp.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "/bogus"}]}),
+    );
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let said: String = seen
+        .iter()
+        .filter_map(|n| n["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(said.contains("unknown command /bogus"), "{seen:?}");
+    assert!(said.contains("/undo"), "{said}");
+    acp.close();
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("calc.py")).unwrap(),
+        before
+    );
+    assert!(
+        !ws.path().join(".agent-ls/runs").exists(),
+        "no run was started"
+    );
+}

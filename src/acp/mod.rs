@@ -158,6 +158,14 @@ pub async fn serve() -> anyhow::Result<()> {
                         },
                     );
                 }
+                if let Some(root) = s2
+                    .sessions
+                    .lock()
+                    .ok()
+                    .and_then(|m| m.get(&id).map(|s| s.root.clone()))
+                {
+                    save_session(&root, &id, None);
+                }
                 responder.respond(NewSessionResponse::new(id.clone()))?;
                 notify(
                     &conn,
@@ -224,6 +232,22 @@ fn command_answer(command: &str, has_last: bool, root: &Path, limits: &Limits) -
             },
         );
     }
+    // A word like `/bogus` is a command nobody has: it starts nothing (a typo must not send
+    // the model to work). A path such as `/src/app.py ...` is a goal.
+    let word = command.split_whitespace().next().unwrap_or("");
+    let known = ["/undo", "/redo", "/rerun", "/status"];
+    if word.len() > 1
+        && word.starts_with('/')
+        && word[1..]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && !known.contains(&word)
+    {
+        return Some(format!(
+            "unknown command {word}; nothing was started. The commands are {}",
+            known.join(", ")
+        ));
+    }
     match command {
         "/redo" => Some(match agent_ls_runtime::steps::redo(root, limits) {
             Ok((id, files)) => format!("redid step {id}: {}", files.join(", ")),
@@ -289,6 +313,7 @@ fn prompt(
         s.cancel = Some(cancel.clone());
         s.last_goal = Some(goal.clone());
     }
+    save_session(&root, &session_id, Some(&goal));
     let fs = state.fs.lock().map(|f| *f).unwrap_or_default();
     let mut cfg = loaded.config;
     for (name, server) in mcp {
@@ -319,10 +344,20 @@ fn load(
         .into_iter()
         .find(|r| r.run_id == id)
     else {
-        return responder.respond_with_error(
-            agent_client_protocol::Error::invalid_params()
-                .data(format!("no recorded run {id} in {}", root.display())),
-        );
+        return match saved_session(&root, &id) {
+            Some(last_goal) => load_saved(state, &id, root, last_goal, &req, responder, conn),
+            // acpx and other hosts start a new session on exactly this code.
+            None => responder.respond_with_error(
+                agent_client_protocol::Error::new(
+                    agent_client_protocol::ErrorCode::RESOURCE_NOT_FOUND,
+                    "Resource not found",
+                )
+                .data(format!(
+                    "no session or recorded run {id} in {}",
+                    root.display()
+                )),
+            ),
+        };
     };
     notify(
         &conn,
@@ -376,6 +411,75 @@ fn load(
         ),
     }
     Ok(())
+}
+
+/// session/load of a session this agent issued earlier, perhaps in another process: it is
+/// open again, with its last goal shown and kept for `/rerun`.
+fn load_saved(
+    state: &State,
+    id: &str,
+    root: PathBuf,
+    last_goal: Option<String>,
+    req: &LoadSessionRequest,
+    responder: Responder<LoadSessionResponse>,
+    conn: ConnectionTo<Client>,
+) -> Result<(), agent_client_protocol::Error> {
+    if let Ok(mut sessions) = state.sessions.lock() {
+        sessions.insert(
+            id.to_string(),
+            Session {
+                root,
+                mcp: session_mcp(&req.mcp_servers),
+                cancel: None,
+                last_goal: last_goal.clone(),
+            },
+        );
+    }
+    responder.respond(LoadSessionResponse::new())?;
+    if let Some(goal) = last_goal {
+        notify(&conn, id, SessionUpdate::UserMessageChunk(text_chunk(goal)));
+    }
+    notify(
+        &conn,
+        id,
+        SessionUpdate::AvailableCommandsUpdate(AvailableCommandsUpdate::new(commands())),
+    );
+    Ok(())
+}
+
+/// Where a session is kept so that a new process can load it. Only ids of the form this
+/// agent issues (`sess_` and 8 hex digits) name a file: a client's id never makes a path.
+fn session_file(root: &Path, id: &str) -> Option<PathBuf> {
+    let hex = id.strip_prefix("sess_")?;
+    (hex.len() == 8 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| {
+        root.join(".agent-ls")
+            .join("acp-sessions")
+            .join(format!("{id}.json"))
+    })
+}
+
+/// Records a session (and the goal its latest prompt ran); a store that cannot be written
+/// costs only loading the session later.
+fn save_session(root: &Path, id: &str, last_goal: Option<&str>) {
+    let Some(path) = session_file(root, id) else {
+        return;
+    };
+    let text = serde_json::json!({"id": id, "last_goal": last_goal}).to_string();
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|_| std::fs::write(&path, text));
+    if let Err(e) = written {
+        tracing::warn!("cannot keep session {id} in {}: {e}", path.display());
+    }
+}
+
+/// A saved session's last goal (`Some(None)` before its first prompt), or `None` when this
+/// folder has no such session.
+fn saved_session(root: &Path, id: &str) -> Option<Option<String>> {
+    let text = std::fs::read_to_string(session_file(root, id)?).ok()?;
+    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some(value["last_goal"].as_str().map(String::from))
 }
 
 /// One run of the loop for a session, through the shared driver; the stop reason for the
