@@ -8,7 +8,7 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 #[test]
 fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo() {
@@ -223,5 +223,77 @@ fn a_crashing_mcp_server_is_restarted_once_then_its_tools_are_withdrawn() {
         std::fs::read_to_string(ws.path().join("calc.py"))
             .unwrap()
             .contains("a + b")
+    );
+}
+
+/// `agent-ls mcp` spoken to line by line, as hosts that are not the TypeScript SDK do.
+fn raw_session(ws: &std::path::Path, requests: &[Value]) -> Vec<Value> {
+    use std::io::{BufRead, Write};
+    let home = tempfile::tempdir().unwrap();
+    let mut mcp = support::in_workspace(&["mcp"], ws, home.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = mcp.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(mcp.stdout.take().unwrap());
+    let mut answers = Vec::new();
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}});
+    for (i, request) in std::iter::once(&init).chain(requests).enumerate() {
+        writeln!(stdin, "{request}").unwrap();
+        if i == 0 {
+            writeln!(
+                stdin,
+                "{}",
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            )
+            .unwrap();
+        }
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        answers.push(serde_json::from_str(&line).unwrap());
+    }
+    drop(stdin);
+    mcp.wait().unwrap();
+    answers.remove(0);
+    answers
+}
+
+#[test]
+fn every_tool_is_annotated_and_the_structured_ones_have_an_output_schema() {
+    let ws = support::example();
+    let answers = raw_session(
+        ws.path(),
+        &[
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "apply_edit", "arguments": {}}}),
+        ],
+    );
+    let tools = answers[0]["result"]["tools"].as_array().unwrap().clone();
+    assert!(tools.len() >= 7, "{tools:?}");
+    for t in &tools {
+        let a = &t["annotations"];
+        assert!(a["readOnlyHint"].is_boolean(), "{t}");
+        assert!(a["idempotentHint"].is_boolean(), "{t}");
+        assert!(a["destructiveHint"].is_boolean(), "{t}");
+    }
+    let named = |n: &str| tools.iter().find(|t| t["name"] == n).unwrap().clone();
+    assert_eq!(named("read_file")["annotations"]["readOnlyHint"], true);
+    assert_eq!(named("apply_edit")["annotations"]["readOnlyHint"], false);
+    assert_eq!(named("apply_edit")["annotations"]["destructiveHint"], true);
+    for structured in ["run_tests", "apply_edit"] {
+        assert_eq!(named(structured)["outputSchema"]["type"], "object");
+    }
+    let missing = &answers[1]["result"];
+    assert_eq!(missing["isError"], true, "{missing}");
+    assert!(
+        missing["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("`edits` is required")),
+        "{missing}"
     );
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    Tool,
+    Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
@@ -58,6 +58,24 @@ impl AgentLsMcp {
             .filter(|s| SERVED.contains(&s.name.as_str()))
             .map(|s| tool(&s.name, &s.description, s.parameters))
             .collect();
+        if let Some(run_tests) = out.iter_mut().find(|t| t.name == "run_tests") {
+            *run_tests = run_tests.clone().with_raw_output_schema(object(json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string"},
+                    "state": {"type": "string", "enum": ["passed", "failed", "error", "cancelled", "timed_out"]},
+                    "passed": {"type": ["integer", "null"]},
+                    "failed": {"type": ["integer", "null"]},
+                    "duration_ms": {"type": "integer"},
+                    "failures": {"type": "array", "items": {"type": "object", "properties": {
+                        "test_id": {"type": "string"}, "message": {"type": "string"},
+                        "file": {"type": ["string", "null"]}, "line": {"type": ["integer", "null"]}}}},
+                    "environment": {"type": ["string", "null"]},
+                    "report": {"type": "string"}
+                },
+                "required": ["command", "state", "failures", "report"]
+            })));
+        }
         out.push(tool(
             "apply_edit",
             "Apply edits to workspace files through agent-ls's edit engine: SEARCH/REPLACE blocks (path line, <<<<<<< SEARCH, =======, >>>>>>> REPLACE), JSON {\"edits\": [...]}, or a unified diff. Each edit is located even when the text moved or its indentation differs; if any edit cannot be located, or a protected file (.git/, hooks, editor settings, agent-ls's configuration) is touched, nothing is written. Writes are atomic. The change is recorded as a step that `agent-ls undo` reverts. Returns the step and the diff.",
@@ -65,8 +83,17 @@ impl AgentLsMcp {
                 "edits": {"type": "string", "description": "the edits, in any of the formats above"},
                 "dry_run": {"type": "boolean", "description": "locate and show the diff, write nothing"}
             }, "required": ["edits"]}),
-        ));
-        out
+        ).with_raw_output_schema(object(json!({
+            "type": "object",
+            "properties": {
+                "step": {"type": ["integer", "null"]},
+                "files": {"type": "array", "items": {"type": "string"}},
+                "diff": {"type": "string"},
+                "written": {"type": "boolean"}
+            },
+            "required": ["files", "diff", "written"]
+        }))));
+        out.into_iter().map(annotated).collect()
     }
 
     fn limits(&self) -> Limits {
@@ -145,8 +172,12 @@ impl AgentLsMcp {
     }
 
     fn apply_edit(&self, args: &Value) -> CallToolResult {
-        let Some(text) = args.get("edits").and_then(Value::as_str) else {
-            return text_result("`edits` must be a string".into(), true);
+        let text = match args.get("edits") {
+            None | Some(Value::Null) => return text_result("`edits` is required".into(), true),
+            Some(Value::String(text)) => text,
+            Some(other) => {
+                return text_result(format!("`edits` must be a string, not {other}"), true);
+            }
         };
         let dry_run = args
             .get("dry_run")
@@ -179,6 +210,37 @@ fn tool(name: &str, description: &str, schema: Value) -> Tool {
         _ => serde_json::Map::new(),
     };
     Tool::new(name.to_string(), description.to_string(), Arc::new(object))
+}
+
+fn object(schema: Value) -> Arc<serde_json::Map<String, Value>> {
+    match schema {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(serde_json::Map::new()),
+    }
+}
+
+/// What a host may assume of each tool (MCP's annotations): the reading ones change nothing,
+/// run_tests changes no file of the workspace but runs its code, and apply_edit rewrites
+/// files (sending the same edits again changes nothing more: they are already applied).
+fn annotated(tool: Tool) -> Tool {
+    let annotations = match tools::kind_of(&tool.name) {
+        tools::ToolKind::Read | tools::ToolKind::Search => ToolAnnotations::new()
+            .read_only(true)
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false),
+        tools::ToolKind::Execute => ToolAnnotations::new()
+            .read_only(false)
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false),
+        tools::ToolKind::Edit | tools::ToolKind::Other => ToolAnnotations::new()
+            .read_only(false)
+            .destructive(true)
+            .idempotent(true)
+            .open_world(false),
+    };
+    tool.annotate(annotations)
 }
 
 fn text_result(text: String, is_error: bool) -> CallToolResult {
