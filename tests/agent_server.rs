@@ -270,16 +270,18 @@ fn code_actions_offer_the_agent() {
         titles,
         [
             "Agent: fix this",
-            "Agent: implement",
-            "Agent: refactor",
             "Agent: explain",
             "Agent: review",
+            "Agent: implement",
+            "Agent: refactor",
             "Agent: fix failing tests"
         ]
     );
-    assert_eq!(actions[4]["command"]["arguments"][0]["agent"], "review");
+    assert_eq!(actions[2]["command"]["arguments"][0]["agent"], "review");
     let fix = &actions[0];
     assert_eq!(fix["kind"], "quickfix");
+    assert_eq!(fix["isPreferred"], true, "{fix}");
+    assert!(actions[1].get("isPreferred").is_none_or(|p| p == false));
     assert_eq!(fix["command"]["command"], "agent-ls.run");
     assert!(
         fix["command"]["arguments"][0]["goal"]

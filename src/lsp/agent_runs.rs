@@ -187,7 +187,7 @@ pub fn spawn(s: StartRun) {
                 token.clone(),
                 WorkDoneProgress::Begin(WorkDoneProgressBegin {
                     title: "agent-ls".into(),
-                    message: Some(s.goal.clone()),
+                    message: Some(agent_ls_core::agent::one_line(&s.goal)),
                     // The client's cancel button sends window/workDoneProgress/cancel.
                     cancellable: Some(true),
                     ..Default::default()
@@ -200,7 +200,7 @@ pub fn spawn(s: StartRun) {
         let mut shell = ServerShell {
             c: c.clone(),
             approval,
-            label: format!("agent-ls: {}", s.goal),
+            label: format!("agent-ls: {}", agent_ls_core::agent::one_line(&s.goal)),
             snapshot: HashMap::new(),
             decisions: s.decisions,
             cancel: s.cancel.clone(),

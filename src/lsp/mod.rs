@@ -559,11 +559,14 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
         if d.severity.is_some_and(|s| s != DiagnosticSeverity::ERROR) {
             continue;
         }
-        let what = match d.source.as_deref() {
-            Some(test_runs::SOURCE) => "test failure",
-            _ => "error",
+        let what = match (d.source.as_deref(), &d.code) {
+            (Some(test_runs::SOURCE), Some(NumberOrString::String(test))) => {
+                format!("test failure of {test}")
+            }
+            (Some(test_runs::SOURCE), _) => "test failure".to_string(),
+            _ => "error".to_string(),
         };
-        out.push(action(
+        let mut fix = action(
             "Agent: fix this",
             CodeActionKind::QUICKFIX,
             format!(
@@ -573,24 +576,18 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
             ),
             Some(d.range),
             Some(vec![d.clone()]),
-        ));
+        );
+        // The fix of the failure under the cursor is what a client applies on its own
+        // (eglot's and VS Code's "preferred" quick fix).
+        if let CodeActionOrCommand::CodeAction(a) = &mut fix {
+            a.is_preferred = Some(out.is_empty());
+        }
+        out.push(fix);
     }
     let r = params.range;
     if r.start != r.end && !out_of_sync {
-        out.push(action(
-            "Agent: implement",
-            CodeActionKind::REFACTOR_REWRITE,
-            "Implement the selected code".into(),
-            Some(r),
-            None,
-        ));
-        out.push(action(
-            "Agent: refactor",
-            CodeActionKind::REFACTOR,
-            "Refactor the selected code, keeping its behaviour".into(),
-            Some(r),
-            None,
-        ));
+        // The actions that only read come first: a client that takes the first action on
+        // a keypress must not start an edit run on a selection by accident.
         out.push(action(
             "Agent: explain",
             CodeActionKind::EMPTY,
@@ -603,6 +600,20 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
             CodeActionKind::EMPTY,
             "Review the selected code: bugs first, then risks, missing tests and unclear names"
                 .into(),
+            Some(r),
+            None,
+        ));
+        out.push(action(
+            "Agent: implement",
+            CodeActionKind::REFACTOR_REWRITE,
+            "Implement the selected code".into(),
+            Some(r),
+            None,
+        ));
+        out.push(action(
+            "Agent: refactor",
+            CodeActionKind::REFACTOR,
+            "Refactor the selected code, keeping its behaviour".into(),
             Some(r),
             None,
         ));

@@ -664,7 +664,10 @@ impl Session {
                         let did = if redo { "redid" } else { "undid" };
                         self.outbox.show_message(
                             MessageType::INFO,
-                            format!("agent-ls: {did} step {step} ({goal})"),
+                            format!(
+                                "agent-ls: {did} step {step} ({})",
+                                agent_ls_core::agent::one_line(&goal)
+                            ),
                         );
                     }
                     Err(e) => self.outbox.show_message(

@@ -525,9 +525,11 @@ fn diagnostics(
         entry.0.push(Diagnostic {
             range,
             severity: Some(DiagnosticSeverity::ERROR),
+            // The test is named once, as the code: editors show the code beside the message
+            // (Emacs as "[code] message"), and a message that repeated it read twice.
             code: Some(NumberOrString::String(failure.test_id.clone())),
             source: Some(SOURCE.into()),
-            message: format!("{}: {}", failure.test_id, failure.message),
+            message: failure.message.clone(),
             related_information: (!related.is_empty()).then_some(related),
             data: serde_json::to_value(failure).ok(),
             ..Diagnostic::default()

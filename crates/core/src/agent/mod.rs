@@ -510,6 +510,23 @@ fn alternating(history: &[u64]) -> bool {
     matches!(history, [.., a, b, c, d] if a == c && b == d && a != b)
 }
 
+/// A goal as a question or a status names it: its first line that has text, cut at about 80
+/// characters. A goal can be a whole selection with code fences; a dialog needs one line.
+pub fn one_line(goal: &str) -> String {
+    const MAX: usize = 80;
+    let first = goal
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let more = goal.trim().lines().count() > 1;
+    match first.char_indices().nth(MAX - 1) {
+        Some((cut, _)) => format!("{}…", first[..cut].trim_end()),
+        None if more => format!("{first} …"),
+        None => first.to_string(),
+    }
+}
+
 fn diff_hash(changes: &[FileChange]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -732,3 +732,17 @@ fn evaluation_basic_ends_partial_and_full_corrects() {
         }
     }
 }
+
+#[test]
+fn a_goal_is_named_in_one_line_of_at_most_80_characters() {
+    use crate::agent::one_line;
+    assert_eq!(one_line("fix the failing tests"), "fix the failing tests");
+    assert_eq!(
+        one_line("\n  implement this:\n```python\ndef f():\n    pass\n```\n"),
+        "implement this: …"
+    );
+    let long = "é".repeat(200);
+    let named = one_line(&long);
+    assert_eq!(named.chars().count(), 80, "{named}");
+    assert!(named.ends_with('…'));
+}
