@@ -121,6 +121,45 @@ fn fix_tests_applies_through_the_editor_writes_the_disk_and_tests_pass() {
 }
 
 #[test]
+fn a_client_without_work_done_progress_follows_the_run_in_its_log() {
+    // eglot 1.9 announces no window.workDoneProgress.
+    let mut s = setup(&[fix_line()], "auto", json!({}));
+    applies(&mut s);
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "done", "{done}");
+    let logged: Vec<String> = s
+        .client
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "window/logMessage")
+        .filter_map(|n| n["params"]["message"].as_str().map(String::from))
+        .collect();
+    assert!(
+        logged.iter().any(|m| m.contains("running the tests")),
+        "the start: {logged:?}"
+    );
+    assert!(
+        logged
+            .iter()
+            .any(|m| m.starts_with("agent-ls tests") && m.contains("passed: 3 passed, 0 failed")),
+        "each test result: {logged:?}"
+    );
+    assert!(
+        logged
+            .iter()
+            .any(|m| m.contains("fix the failing tests (done)")),
+        "the end: {logged:?}"
+    );
+    assert!(
+        !s.client
+            .server_requests
+            .iter()
+            .any(|r| r["method"] == "window/workDoneProgress/create")
+    );
+}
+
+#[test]
 fn confirm_mode_sends_annotations_and_a_rejection_applies_nothing() {
     let caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "changeAnnotationSupport": {"groupsOnLabel": true}}}});
     let mut s = setup(&[fix_line()], "confirm", caps);

@@ -229,13 +229,22 @@ pub fn spawn(s: StartRun) {
         } else {
             driver.run(&mut run, &mut shell, s.id.clone()).await
         };
-        if let Some(token) = shell.progress.take() {
-            c.outbox.progress(
+        match shell.progress.take() {
+            Some(token) => c.outbox.progress(
                 token,
                 WorkDoneProgress::End(WorkDoneProgressEnd {
                     message: Some(outcome.status.as_str().into()),
                 }),
-            );
+            ),
+            None => c.outbox.log_message(
+                MessageType::INFO,
+                format!(
+                    "agent-ls: {} ({}): {}",
+                    agent_ls_core::agent::one_line(&s.goal),
+                    outcome.status.as_str(),
+                    outcome.answer
+                ),
+            ),
         }
         info!(run = %s.id, status = outcome.status.as_str(), ms = started.elapsed().as_millis() as u64, "agent run finished");
         // The lock goes before the session hears of the end: a client that starts the next
@@ -763,14 +772,19 @@ impl Shell for ServerShell {
 
     fn progress(&mut self, message: &str) {
         info!("agent: {message}");
-        if let Some(token) = &self.progress {
-            self.c.outbox.progress(
+        match &self.progress {
+            Some(token) => self.c.outbox.progress(
                 token.clone(),
                 WorkDoneProgress::Report(WorkDoneProgressReport {
                     message: Some(message.to_string()),
                     ..Default::default()
                 }),
-            );
+            ),
+            // A client without workDoneProgress follows the run in its log instead.
+            None => self
+                .c
+                .outbox
+                .log_message(MessageType::INFO, format!("agent-ls: {message}")),
         }
     }
 

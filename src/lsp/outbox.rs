@@ -16,12 +16,13 @@ use serde_json::Value;
 use std::io::Write;
 use tokio::sync::{mpsc, oneshot};
 use tower_lsp_server::ls_types::notification::{
-    Notification, Progress, PublishDiagnostics, ShowMessage,
+    LogMessage, Notification, Progress, PublishDiagnostics, ShowMessage,
 };
 use tower_lsp_server::ls_types::request::{Request, ShowMessageRequest};
 use tower_lsp_server::ls_types::{
-    Diagnostic, MessageActionItem, MessageType, ProgressParams, ProgressParamsValue, ProgressToken,
-    PublishDiagnosticsParams, ShowMessageParams, ShowMessageRequestParams, Uri, WorkDoneProgress,
+    Diagnostic, LogMessageParams, MessageActionItem, MessageType, ProgressParams,
+    ProgressParamsValue, ProgressToken, PublishDiagnosticsParams, ShowMessageParams,
+    ShowMessageRequestParams, Uri, WorkDoneProgress,
 };
 use tracing::{debug, warn};
 
@@ -179,6 +180,15 @@ impl Outbox {
 
     pub fn show_message(&self, typ: MessageType, message: impl Into<String>) {
         self.notify::<ShowMessage>(ShowMessageParams {
+            typ,
+            message: message.into(),
+        });
+    }
+
+    /// A line for the client's log: where a client without `workDoneProgress` (eglot 1.9)
+    /// can still follow a run.
+    pub fn log_message(&self, typ: MessageType, message: impl Into<String>) {
+        self.notify::<LogMessage>(LogMessageParams {
             typ,
             message: message.into(),
         });

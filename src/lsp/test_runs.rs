@@ -415,21 +415,30 @@ async fn run(
         _ => false,
     };
     let result = tests_run::run(&root, &config, &sandbox, &cancel).await;
+    let summary = match &result {
+        Ok(r) => format!(
+            "{}: {} passed, {} failed",
+            r.state().as_str(),
+            r.passed.unwrap_or(0),
+            r.failed.unwrap_or(r.failures.len() as u32)
+        ),
+        Err(e) => e.to_string(),
+    };
     if ongoing {
-        let summary = match &result {
-            Ok(r) => format!(
-                "{}: {} passed, {} failed",
-                r.state().as_str(),
-                r.passed.unwrap_or(0),
-                r.failed.unwrap_or(r.failures.len() as u32)
-            ),
-            Err(e) => e.to_string(),
-        };
         outbox.progress(
             token,
             WorkDoneProgress::End(WorkDoneProgressEnd {
                 message: Some(summary),
             }),
+        );
+    } else if !progress {
+        // A client without workDoneProgress (eglot 1.9) sees each result in its log.
+        let command = command
+            .as_ref()
+            .map_or(String::new(), |c| format!(" ({c})"));
+        outbox.log_message(
+            MessageType::INFO,
+            format!("agent-ls tests{command}: {summary}"),
         );
     }
     let disk = match &result {
