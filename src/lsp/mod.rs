@@ -8,6 +8,7 @@
 pub mod agent_runs;
 pub mod convert;
 pub mod ext;
+mod json_text;
 pub mod outbox;
 pub mod session;
 pub mod test_runs;
