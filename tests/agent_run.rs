@@ -421,41 +421,7 @@ fn the_first_coder_prompt_shows_the_file_the_baseline_failure_names() {
 /// test's report names only the test file, and the first prompt's budget ends long before
 /// the package.
 fn deep_project() -> tempfile::TempDir {
-    let ws = tempfile::tempdir().unwrap();
-    let root = ws.path();
-    std::fs::write(
-        root.join("test_app.py"),
-        "import unittest\n\nfrom app.m29.pricing import net\n\n\nclass PricingTests(unittest.TestCase):\n    def test_net_adds_tax(self):\n        self.assertEqual(net(100, 20), 120)\n",
-    )
-    .unwrap();
-    std::fs::create_dir(root.join("app")).unwrap();
-    std::fs::write(root.join("app/__init__.py"), "").unwrap();
-    for m in 0..40 {
-        let dir = root.join(format!("app/m{m:02}"));
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::write(dir.join("__init__.py"), "").unwrap();
-        for f in 0..7 {
-            let body: String = (0..30)
-                .map(|i| format!("def helper_{f}_{i}(x):\n    return x + {i}\n\n"))
-                .collect();
-            std::fs::write(dir.join(format!("util{f}.py")), body).unwrap();
-        }
-    }
-    // Forty lines of history above the function: too large for a tight budget.
-    let history: String = (1..=40)
-        .map(|i| format!("# pricing rule {i}: kept for the auditors\n"))
-        .collect();
-    std::fs::write(
-        root.join("app/m29/pricing.py"),
-        format!("{history}def net(price, tax):\n    return price - tax\n"),
-    )
-    .unwrap();
-    std::fs::write(
-        root.join(".agent-ls.toml"),
-        "[agent]\ncontext_bytes = 4000\nevaluate = false\n",
-    )
-    .unwrap();
-    ws
+    support::deep::project("[agent]\ncontext_bytes = 4000\nevaluate = false\n")
 }
 
 /// The journal lines of every run in `ws`.
