@@ -94,6 +94,11 @@ fn main() {
         "280 files, defaults (tools on)",
         "[agent]\nevaluate = false\n",
     );
+    // A first prompt too small for the module: the model reads it through the tools.
+    measure(
+        "280 files, first_prompt_bytes = 2000",
+        "[agent]\nevaluate = false\n[context]\nfirst_prompt_bytes = 2000\n",
+    );
     measure(
         "280 files, no tools",
         "[agent]\nevaluate = false\nmax_tool_steps = 0\n",
