@@ -60,12 +60,21 @@ impl Context {
     /// at the rest), then the files in rank order, each whole or not at all; a file left out
     /// is named in a closing line while that line fits. Shown in the runtime's order.
     pub fn render(&self, room: usize) -> Rendered<'_> {
-        let blocks: Vec<String> = self.pieces.iter().map(Context::block).collect();
+        let room = room.min(usize::MAX / 2);
+        let mut blocks: Vec<String> = self.pieces.iter().map(Context::block).collect();
         let mut keep = vec![false; blocks.len()];
         let mut used = 0;
         for files in [false, true] {
             for (i, p) in self.pieces.iter().enumerate() {
-                if p.path.is_some() == files && used + blocks[i].len() <= room {
+                if p.path.is_some() != files {
+                    continue;
+                }
+                // A block too long for what is left keeps its first lines: the map's are
+                // its best-ranked ones.
+                if !files && used + blocks[i].len() > room {
+                    blocks[i] = head_lines(&blocks[i], room - used);
+                }
+                if !blocks[i].is_empty() && used + blocks[i].len() <= room {
                     keep[i] = true;
                     used += blocks[i].len();
                 }
@@ -103,6 +112,21 @@ impl Context {
         }
         Rendered { text, files }
     }
+}
+
+/// The whole lines of `text` that fit in `room` bytes; none when only its first line (a
+/// heading) or less would.
+fn head_lines(text: &str, room: usize) -> String {
+    let mut out = String::new();
+    let mut lines = 0;
+    for line in text.split_inclusive('\n') {
+        if out.len() + line.len() > room {
+            break;
+        }
+        out.push_str(line);
+        lines += 1;
+    }
+    if lines < 2 { String::new() } else { out }
 }
 
 /// A read_file result's path (from its call) and the numbered lines it shows.
@@ -239,6 +263,15 @@ mod tests {
         assert_eq!(all.files.len(), 3);
         // No room: nothing, not even the names.
         assert_eq!(cx.render(0).text, "");
+        // Room for part of a long map: its first (best-ranked) lines.
+        let map: String = (1..=5)
+            .map(|n| format!("m.py:{n}: def f{n}():\n"))
+            .collect();
+        let long = Context::from(format!("Repo map:\n{map}"));
+        let r = long.render(60);
+        assert_eq!(r.text, "Repo map:\nm.py:1: def f1():\nm.py:2: def f2():\n");
+        let r = long.render(20);
+        assert_eq!(r.text, "", "a heading alone is left out");
     }
 
     fn read(id: &str, path: &str, range: std::ops::RangeInclusive<usize>) -> Vec<Message> {
