@@ -1061,3 +1061,39 @@ fn edits_that_do_not_apply_are_told_to_the_model_and_a_repeat_ends_the_run() {
     );
     assert!(calc(ws.path()).contains("return a - b"));
 }
+
+#[test]
+fn after_an_applied_edit_the_next_turn_shows_the_new_text_only() {
+    use support::model_server::openai_text;
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\n",
+    )
+    .unwrap();
+    let edit = |from: &str, to: &str| {
+        format!(
+            "calc.py\n<<<<<<< SEARCH\n    return {from}\n=======\n    return {to}\n>>>>>>> REPLACE\n"
+        )
+    };
+    let server = ModelServer::start(vec![
+        openai_text(&[&edit("a - b", "b - a - 1")]),
+        openai_text(&[
+            r#"{"task_id": "T1", "passed": false, "report": "multiplied", "next_step": "add"}"#,
+        ]),
+        openai_text(&[&edit("b - a - 1", "a + b")]),
+    ]);
+    let out = agent(
+        ws.path(),
+        &["fix the failing tests", "--yes"],
+        &openai_env(&server.url),
+    );
+    assert_eq!(exited(&out, 0)["iterations"], 2);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    let first = said(&requests[0].body).concat();
+    let second = said(&requests[2].body).concat();
+    assert!(first.contains("    return a - b\n"), "{first}");
+    assert!(second.contains("    return b - a - 1\n"), "{second}");
+    assert!(!second.contains("    return a - b\n"), "{second}");
+}
