@@ -380,6 +380,39 @@ fn anthropic_streams_text_and_tool_use_with_a_system_prompt() {
 }
 
 #[test]
+fn a_tool_round_caches_the_conversation_so_far_within_four_breakpoints() {
+    let server = ModelServer::start(vec![anthropic_stream(&["ok"], None)]);
+    let mut c = Config::default();
+    c.model.provider = Some("anthropic".into());
+    c.model.base_url = Some(server.url.clone());
+    c.model.api_key = Some(Secret::new("k"));
+    let read = agent_ls_runtime::model::ToolCall {
+        id: "toolu_1".into(),
+        name: "propose_edit".into(),
+        arguments: json!({"path": "c.py"}),
+    };
+    let req = Request {
+        messages: vec![
+            Message::system("be brief"),
+            Message::user("the goal and the files"),
+            Message::calls("", vec![read.clone()]),
+            Message::tool_result(&read, "c.py:1: def f():"),
+        ],
+        tools: vec![edit_tool()],
+        ..Request::default()
+    };
+    call(&models(&c), Role::Coder, &req).unwrap();
+    let body = &server.requests()[0].body;
+    let ephemeral = json!({"type": "ephemeral"});
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["content"][0]["cache_control"], ephemeral);
+    let last = messages.last().unwrap()["content"].as_array().unwrap();
+    assert_eq!(last.last().unwrap()["type"], "tool_result");
+    assert_eq!(last.last().unwrap()["cache_control"], ephemeral);
+    assert_eq!(body.to_string().matches("\"cache_control\"").count(), 4);
+}
+
+#[test]
 fn cached_prompt_tokens_are_read_from_both_providers_usage() {
     let mut anthropic = anthropic_stream(&["ok"], None);
     if let Reply::Sse { events, .. } = &mut anthropic {
