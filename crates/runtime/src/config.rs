@@ -182,6 +182,10 @@ pub struct ContextConfig {
     /// Tool rounds in one turn after which the older rounds are replaced by a summary the
     /// model writes; 0 never summarises.
     pub summarize_after: u32,
+    /// The most bytes of a tool-using turn's first prompt (system prompt, goal, failures,
+    /// repo map and the files that fit); everything else the model reads through its tools.
+    /// 0: only agent.context_bytes limits it.
+    pub first_prompt_bytes: usize,
 }
 
 impl Default for ContextConfig {
@@ -189,6 +193,7 @@ impl Default for ContextConfig {
         ContextConfig {
             map_tokens: 1024,
             summarize_after: 5,
+            first_prompt_bytes: 16_384,
         }
     }
 }
