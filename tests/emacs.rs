@@ -165,3 +165,19 @@ fn undo_and_redo_with_eglot_alone_land_when_the_user_keeps_the_buffer() {
     }
     assert!(results.len() >= 16, "{results:#?}");
 }
+
+/// agent-ls.el's review question: Show diff opens the change in a diff-mode buffer and asks
+/// again, Reject leaves buffer and disk untouched; the mode line follows the run and a rerun,
+/// and the runs buffer shows the proposal and its rejection.
+#[test]
+fn the_review_question_in_emacs_shows_the_diff_and_a_rejection_changes_nothing() {
+    let results = scenario("review");
+    if results.is_empty() {
+        return;
+    }
+    assert!(
+        names(&results).contains(&"Show diff opens the change in diff-mode"),
+        "{results:#?}"
+    );
+    assert!(results.len() >= 12, "{results:#?}");
+}

@@ -77,7 +77,7 @@
 
 (defvar et-settings
   `(:model (:provider "replay" :replay_file ,(concat et-ws "/.replay.jsonl"))
-           :agent (:approval ,(if (equal scenario "plugin") "prompt" "auto"))))
+           :agent (:approval ,(if (member scenario (quote ("plugin" "review"))) "prompt" "auto"))))
 
 (defun et-start (class)
   (let* ((file (concat et-ws "/calc.py"))
@@ -149,6 +149,54 @@ too, but it is Emacs's bug, not the one under test."
                          :success-fn #'ignore
                          :error-fn (lambda (e) (et-record (format "%s answers" command) nil e))))
 
+(defun check-diff-buffer ()
+  "Records that the diff the server sent for Show diff is in a diff-mode buffer."
+  (let* ((diff (get-buffer "*agent-ls diff*"))
+         (text (and diff (with-current-buffer diff (buffer-string)))))
+    (et-record "Show diff opens the change in diff-mode"
+               (and diff (eq (buffer-local-value 'major-mode diff) 'diff-mode)
+                    (string-match-p (regexp-quote "+    return a + b") text))
+               text)))
+
+(defun review-scenario ()
+  "The review question: Show diff opens the diff, Reject leaves everything as it was; then
+the tests rerun, the mode line follows, and the runs buffer tells what happened."
+  (add-to-list 'load-path (getenv "PLUGIN"))
+  (require 'agent-ls)
+  (setq agent-ls-command (list (getenv "AGENT_LS") "serve")
+        agent-ls-settings et-settings)
+  (agent-ls-setup)
+  (let* ((asked 0) (finished nil) (mode-lines nil)
+         (agent-ls-ask-function
+          (lambda (_msg titles)
+            (setq asked (1+ asked))
+            (push (agent-ls-mode-line) mode-lines)
+            (cond ((= asked 1) (car (member "Show diff" titles)))
+                  (t (check-diff-buffer) "Reject")))))
+    (add-hook 'agent-ls-run-finished-hook (lambda (o) (setq finished o)))
+    (cl-destructuring-bind (file buf) (et-start 'agent-ls-server)
+      (with-current-buffer buf (agent-ls-fix))
+      (et-record "the run finishes" (wait-until (lambda () finished) 60))
+      (et-record "the question came back after the diff" (= asked 2) asked)
+      (et-record "the mode line showed the run at the question"
+                 (cl-every (lambda (m) (string-match-p "agent: fix the failing tests" m)) mode-lines)
+                 mode-lines)
+      (et-record "the mode line is idle after the run" (not (string-match-p "agent:" (agent-ls-mode-line)))
+                 (agent-ls-mode-line))
+      (in-step file buf "return a - b")
+      (setq agent-ls--tests nil)
+      (with-current-buffer buf (agent-ls-rerun))
+      (et-record "rerun: the mode line says the tests failed"
+                 (wait-until (lambda () (string-match-p "tests: failed" (agent-ls-mode-line))) 30)
+                 (agent-ls-mode-line))
+      (with-current-buffer buf (agent-ls-runs))
+      (let ((runs (with-current-buffer "*agent-ls runs*" (buffer-string))))
+        (et-record "the runs buffer shows the proposal and its rejection"
+                   (and (string-match-p "agent patch" runs) (string-match-p "user approval" runs))
+                   runs))
+      (et-record "no question from Emacs itself" (null questions) questions))))
+
+
 (defun et-exec (server command &optional arguments)
   (jsonrpc-request server :workspace/executeCommand
                    (list :command command :arguments (or arguments []))))
@@ -196,7 +244,10 @@ too, but it is Emacs's bug, not the one under test."
 (condition-case err
     (progn
       (require 'eglot)
-      (if (equal scenario "plugin") (plugin-scenario) (eglot-scenario)))
+      (pcase scenario
+        ("plugin" (plugin-scenario))
+        ("review" (review-scenario))
+        (_ (eglot-scenario))))
   (error (et-record "the scenario ran without an error" nil (error-message-string err))))
 (dump-events)
 (kill-emacs 0)
