@@ -181,3 +181,32 @@ fn the_review_question_in_emacs_shows_the_diff_and_a_rejection_changes_nothing()
     );
     assert!(results.len() >= 12, "{results:#?}");
 }
+
+/// agent-ls.el byte-compiles against eglot 1.9 with no warning (an unknown function or a
+/// free variable would be one).
+#[test]
+fn agent_ls_el_byte_compiles_without_warnings() {
+    let Some(emacs) = emacs() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("agent-ls.el");
+    std::fs::copy(support::repo("editors/emacs/agent-ls.el"), &copy).unwrap();
+    let out = Command::new(emacs)
+        .env("HOME", dir.path())
+        .args(["-Q", "--batch", "--eval"])
+        .arg(format!(
+            "(progn (dolist (d (file-expand-wildcards \"{ELPA}/*\")) (add-to-list 'load-path d)) \
+             (setq byte-compile-error-on-warn t))"
+        ))
+        .args(["-f", "batch-byte-compile"])
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && dir.path().join("agent-ls.elc").exists(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

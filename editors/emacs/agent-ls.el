@@ -45,15 +45,16 @@
   :type '(repeat symbol))
 
 (defcustom agent-ls-settings '(:agent (:approval "prompt"))
-  "Sent as initializationOptions: any key of the server's configuration, as a plist.
-The default asks the server to put its review question (Accept, Reject, Show diff) before
-each change; the edit that follows is applied without eglot's own confirmation, so each
-change gets one question."
+  "Sent as initializationOptions: any key of the server's configuration.
+A plist.  The default asks the server to put its review question (Accept,
+Reject, Show diff) before each change; the edit that follows is applied
+without eglot's own confirmation, so each change gets one question."
   :type 'sexp)
 
 (defcustom agent-ls-ask-function #'agent-ls-ask-with-completing-read
-  "Asks the server's questions: called with the MESSAGE and the list of button TITLES.
-Returns the chosen title, or nil to dismiss."
+  "Asks the server's questions.
+Called with the MESSAGE and the list of button TITLES; returns the chosen
+title, or nil to dismiss."
   :type 'function)
 
 (defclass agent-ls-server (eglot-lsp-server) ()
@@ -115,7 +116,7 @@ Returns the chosen title, or nil to dismiss."
 
 ;;;###autoload
 (defun agent-ls-setup ()
-  "Registers agent-ls with eglot for `agent-ls-modes' and puts it in the mode line."
+  "Registers agent-ls with eglot for `agent-ls-modes'; adds the mode line part."
   (setf (alist-get agent-ls-modes eglot-server-programs nil nil #'equal)
         (cons 'agent-ls-server agent-ls-command))
   (unless (member agent-ls--mode-line-entry mode-line-misc-info)
@@ -133,7 +134,8 @@ Returns the chosen title, or nil to dismiss."
 ;;; Requests from the server.
 
 (defun agent-ls--save (file)
-  "Saves FILE (a plist :uri :version) if its buffer is still at :version; t when on disk."
+  "Saves FILE (a plist :uri :version) if its buffer is still at :version.
+Returns t when the file on disk holds the buffer."
   (let* ((path (eglot--uri-to-path (plist-get file :uri)))
          (buf (find-buffer-visiting path))
          (version (plist-get file :version)))
@@ -163,8 +165,9 @@ Returns the chosen title, or nil to dismiss."
 
 (cl-defmethod eglot-handle-request
   ((_server agent-ls-server) (_method (eql workspace/applyEdit)) &key _label edit)
-  "Applies an agent edit the user already accepted in the server's question.
-Files not visited yet are visited first, so eglot applies the edit without asking again."
+  "Applies an agent EDIT the user already accepted in the server's question.
+Files not visited yet are visited first, so eglot applies the edit without
+asking again."
   (let ((changes (plist-get edit :documentChanges)))
     (mapc (lambda (c)
             (let ((doc (plist-get c :textDocument)))
@@ -188,7 +191,8 @@ Files not visited yet are visited first, so eglot applies the edit without askin
 (cl-defmethod eglot-handle-request
   ((_server agent-ls-server) (_method (eql window/showMessageRequest))
    &key _type message actions)
-  "The review question before a change (Accept, Reject, Show diff), and other questions."
+  "Asks MESSAGE with the ACTIONS as answers.
+The review question before a change (Accept, Reject, Show diff) comes here."
   (let* ((titles (mapcar (lambda (a) (plist-get a :title)) (append actions nil)))
          (answer (funcall agent-ls-ask-function message titles)))
     (if answer (list :title answer) nil)))
@@ -207,7 +211,9 @@ Files not visited yet are visited first, so eglot applies the edit without askin
 
 (cl-defmethod eglot-handle-notification
   ((_server agent-ls-server) (_method (eql window/showMessage)) &key type message)
-  "A diff (the answer to Show diff) or a long answer goes to a buffer; others to the echo area."
+  "Shows MESSAGE of TYPE.
+A diff (the answer to Show diff) or a long answer opens in a buffer; others
+go to the echo area."
   (cond
    ((or (string-prefix-p "--- " message) (string-match-p "\n@@ " message))
     (agent-ls--show "*agent-ls diff*" message #'diff-mode))
@@ -248,7 +254,8 @@ Files not visited yet are visited first, so eglot applies the edit without askin
 ;;; Commands.
 
 (defun agent-ls--exec (command arguments &optional on-result)
-  "Runs the server's COMMAND with ARGUMENTS (a vector); ON-RESULT gets the answer."
+  "Runs the server's COMMAND with ARGUMENTS (a vector).
+ON-RESULT gets the answer."
   (jsonrpc-async-request
    (agent-ls--server) :workspace/executeCommand
    (list :command command :arguments arguments)
@@ -257,7 +264,8 @@ Files not visited yet are visited first, so eglot applies the edit without askin
 
 ;;;###autoload
 (defun agent-ls-run (goal)
-  "Starts an agent run for GOAL; with an active region the goal carries the selection."
+  "Starts an agent run for GOAL.
+With an active region the goal carries the selection."
   (interactive "sGoal: ")
   (let ((args (list :goal goal :uri (eglot--path-to-uri (or buffer-file-name default-directory)))))
     (when (use-region-p)
