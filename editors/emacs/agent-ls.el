@@ -262,6 +262,16 @@ ON-RESULT gets the answer."
    :success-fn (lambda (result) (when on-result (funcall on-result result)))
    :error-fn (lambda (err) (message "agent-ls: %s" (plist-get err :message)))))
 
+(cl-defmethod eglot-execute-command ((server agent-ls-server) command arguments)
+  "Runs COMMAND with ARGUMENTS on SERVER without waiting (code actions come here).
+Every agent-ls command answers at once; waiting with Emacs 28's `jsonrpc-request'
+can leave a server request read with the answer (an undo's edit) unhandled."
+  (jsonrpc-async-request
+   server :workspace/executeCommand
+   (list :command (format "%s" command) :arguments (or arguments []))
+   :success-fn #'ignore
+   :error-fn (lambda (err) (message "agent-ls: %s" (plist-get err :message)))))
+
 ;;;###autoload
 (defun agent-ls-run (goal)
   "Starts an agent run for GOAL.

@@ -175,7 +175,11 @@ the tests rerun, the mode line follows, and the runs buffer tells what happened.
                   (t (check-diff-buffer) "Reject")))))
     (add-hook 'agent-ls-run-finished-hook (lambda (o) (setq finished o)))
     (cl-destructuring-bind (file buf) (et-start 'agent-ls-server)
-      (with-current-buffer buf (agent-ls-fix))
+      ;; The user's path through eglot's code actions: the fix action is the only one of its
+      ;; kind, so eglot runs it without a menu, through agent-ls.el's eglot-execute-command.
+      (with-current-buffer buf
+        (let ((last-nonmenu-event ?a))
+          (eglot-code-actions (point-min) nil "source.agent-ls.fixTests" t)))
       (et-record "the run finishes" (wait-until (lambda () finished) 60))
       (et-record "the question came back after the diff" (= asked 2) asked)
       (et-record "the mode line showed the run at the question"
