@@ -263,9 +263,10 @@ ON-RESULT gets the answer."
    :error-fn (lambda (err) (message "agent-ls: %s" (plist-get err :message)))))
 
 (cl-defmethod eglot-execute-command ((server agent-ls-server) command arguments)
-  "Runs COMMAND with ARGUMENTS on SERVER without waiting (code actions come here).
-Every agent-ls command answers at once; waiting with Emacs 28's `jsonrpc-request'
-can leave a server request read with the answer (an undo's edit) unhandled."
+  "Runs COMMAND with ARGUMENTS on SERVER without waiting for the answer.
+Code actions come here.  Every agent-ls command answers at once; waiting
+with Emacs 28's `jsonrpc-request' can leave a server request read with the
+answer (an undo's edit) unhandled."
   (jsonrpc-async-request
    server :workspace/executeCommand
    (list :command (format "%s" command) :arguments (or arguments []))
