@@ -260,6 +260,9 @@ pub struct Session {
     waiters: Vec<TextWaiter>,
     /// The trust question was asked in this session (it is asked at most once).
     trust_asked: bool,
+    /// Open documents whose file the server wrote under the editor (a client without
+    /// `agent-ls/saveFiles`), until the editor reads or saves the file again.
+    written_under: agent_runs::WrittenUnder,
 }
 
 impl Session {
@@ -291,6 +294,7 @@ impl Session {
             store: None,
             waiters: Vec::new(),
             trust_asked: false,
+            written_under: agent_runs::WrittenUnder::default(),
         };
         tokio::spawn(session.run(rx));
         me
@@ -483,6 +487,8 @@ impl Session {
         match notice {
             Notice::Opened(o) => {
                 debug!(uri = o.uri.as_str(), version = o.version, "opened");
+                // The editor (re)read the file: its idea of the disk is fresh again.
+                self.written_under.forget(&o.uri);
                 self.documents
                     .insert(o.uri, Buffer::from_text(o.text, o.version));
                 self.check_waiters();
@@ -492,6 +498,7 @@ impl Session {
                 self.check_waiters();
             }
             Notice::Closed(p) => {
+                self.written_under.forget(&p.text_document.uri);
                 let closed = self.documents.remove(&p.text_document.uri);
                 if closed.is_some_and(|b| b.len_bytes() > LARGE_DOCUMENT_BYTES) {
                     // An edited document's rope is many small allocations that the
@@ -500,6 +507,7 @@ impl Session {
                 }
             }
             Notice::Saved(p) => {
+                self.written_under.forget(&p.text_document.uri);
                 let is_workspace_config = match (
                     &self.workspace_root,
                     convert::path_from_uri(&p.text_document.uri),
@@ -755,6 +763,7 @@ impl Session {
             encoding: self.encoding,
             support: EditSupport::from_capabilities(&self.capabilities),
             progress: progress_supported(&self.capabilities),
+            written_under: self.written_under.clone(),
         })
     }
 
