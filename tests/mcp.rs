@@ -226,7 +226,8 @@ fn a_crashing_mcp_server_is_restarted_once_then_its_tools_are_withdrawn() {
     );
 }
 
-/// `agent-ls mcp` spoken to line by line, as hosts that are not the TypeScript SDK do.
+/// `agent-ls mcp` spoken to line by line, as hosts that are not the TypeScript SDK do; a
+/// request that is a JSON string is sent as its raw text.
 fn raw_session(ws: &std::path::Path, requests: &[Value]) -> Vec<Value> {
     use std::io::{BufRead, Write};
     let home = tempfile::tempdir().unwrap();
@@ -243,7 +244,11 @@ fn raw_session(ws: &std::path::Path, requests: &[Value]) -> Vec<Value> {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "0"}}});
     for (i, request) in std::iter::once(&init).chain(requests).enumerate() {
-        writeln!(stdin, "{request}").unwrap();
+        // A string is a line sent as it is (one that is not JSON).
+        match request.as_str() {
+            Some(raw) => writeln!(stdin, "{raw}").unwrap(),
+            None => writeln!(stdin, "{request}").unwrap(),
+        }
         if i == 0 {
             writeln!(
                 stdin,
@@ -295,5 +300,30 @@ fn every_tool_is_annotated_and_the_structured_ones_have_an_output_schema() {
             .as_str()
             .is_some_and(|t| t.contains("`edits` is required")),
         "{missing}"
+    );
+}
+
+#[test]
+fn a_line_that_is_not_json_gets_a_parse_error_and_the_server_keeps_serving() {
+    let ws = support::example();
+    let answers = raw_session(
+        ws.path(),
+        &[
+            json!("this is not json"),
+            json!("{\"jsonrpc\": \"2.0\", \"id\": 5, \"method\": "),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        ],
+    );
+    for bad in &answers[..2] {
+        assert_eq!(bad["error"]["code"], -32700, "{bad}");
+        // JSON-RPC: the id could not be read, so it is null (present, not left out).
+        assert!(bad.get("id").is_some_and(Value::is_null), "{bad}");
+    }
+    assert!(
+        answers[2]["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty()),
+        "{}",
+        answers[2]
     );
 }
