@@ -142,6 +142,48 @@ fn an_acp_client_grants_permission_and_the_fix_is_written_through_it() {
         .map(|(i, _)| i)
         .collect();
     assert!(runs.len() == 2 && runs[0] < edit && edit < runs[1], "{k:?}");
+    // Each tool call says what it does, how far it is, and where.
+    let updates = seen["updates"].as_array().unwrap();
+    let test_run = updates.iter().find(|u| u["kind"] == "execute").unwrap();
+    let title = test_run["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("Run the tests: ") && title.len() > "Run the tests: ".len(),
+        "{title}"
+    );
+    assert_eq!(test_run["status"], "in_progress");
+    let edit_call = updates.iter().find(|u| u["kind"] == "edit").unwrap();
+    // Pending is ACP's default status, which the schema leaves out of a tool call.
+    assert!(
+        edit_call.get("status").is_none_or(|s| s == "pending"),
+        "{edit_call}"
+    );
+    assert_eq!(seen["permissions"][0]["toolCall"]["status"], "pending");
+    let edit_statuses: Vec<&Value> = updates
+        .iter()
+        .filter(|u| {
+            u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == edit_call["toolCallId"]
+        })
+        .map(|u| &u["status"])
+        .collect();
+    assert_eq!(edit_statuses, [&json!("in_progress"), &json!("completed")]);
+    let location = &edit_call["locations"][0];
+    assert!(
+        location["path"].as_str().unwrap().ends_with("/calc.py"),
+        "{edit_call}"
+    );
+    assert_eq!(location["line"], 5, "{edit_call}");
+    assert_eq!(
+        seen["permissions"][0]["toolCall"]["locations"],
+        edit_call["locations"]
+    );
+    // The thoughts are prose: no edit block, which the edit tool call shows.
+    let thoughts: String = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(!thoughts.contains("<<<<<<<"), "{thoughts}");
+    assert!(!thoughts.contains("return a + b"), "{thoughts}");
     let permission = &seen["permissions"][0];
     assert_eq!(permission["options"][0]["kind"], "allow_once");
     let diff = &permission["toolCall"]["content"][0];
@@ -157,6 +199,15 @@ fn an_acp_client_grants_permission_and_the_fix_is_written_through_it() {
             .any(|p| p.as_str().unwrap().ends_with("calc.py"))
     );
     assert_eq!(seen["writes"].as_array().unwrap().len(), 1);
+    // Read through the client once for the turn, and once more just before the change is
+    // applied (to see whether the editor changed it since), not again in every phase.
+    let calc_reads = seen["reads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p.as_str().unwrap().ends_with("/calc.py"))
+        .count();
+    assert_eq!(calc_reads, 2, "{}", seen["reads"]);
     assert!(seen["final"].as_str().unwrap().contains("return a + b"));
     assert_eq!(
         messages(&seen).last().unwrap(),
@@ -203,15 +254,24 @@ fn an_acp_client_cancels_a_run_whose_tests_hang() {
 }
 
 #[test]
-fn an_acp_client_undoes_the_step_with_the_undo_command() {
+fn an_acp_client_undoes_and_redoes_the_step_through_its_own_fs() {
     if deps().is_none() {
         return;
     }
     let (seen, _ws) = client("undo", NO_EVAL);
     assert!(seen["afterFix"].as_str().unwrap().contains("return a + b"));
     assert_eq!(seen["undoStop"], "end_turn");
-    assert_eq!(messages(&seen).last().unwrap(), "undid step 1: calc.py");
-    assert!(seen["final"].as_str().unwrap().contains("return a - b"));
+    assert_eq!(seen["redoStop"], "end_turn");
+    let said = messages(&seen);
+    assert_eq!(
+        said[said.len() - 2..],
+        ["undid step 1: calc.py", "redid step 1: calc.py"]
+    );
+    assert!(seen["afterUndo"].as_str().unwrap().contains("return a - b"));
+    assert!(seen["final"].as_str().unwrap().contains("return a + b"));
+    // The client offered fs/write_text_file: the fix, the undo and the redo all went
+    // through it, so its buffers (and its own undo) saw each one.
+    assert_eq!(seen["writes"].as_array().unwrap().len(), 3, "{seen}");
 }
 
 #[test]
@@ -341,6 +401,19 @@ fn a_planned_goal_streams_its_plan_with_each_tasks_status() {
         "{plans:?}"
     );
     assert_eq!(plans[0][0].0, "make add return the sum");
+    // The planner answers in JSON; the thoughts say the plan in a sentence instead.
+    let thoughts: String = seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(!thoughts.contains("plan_id"), "{thoughts}");
+    assert!(
+        thoughts.contains("The plan: make add return the sum; document add."),
+        "{thoughts}"
+    );
     let text = seen["final"].as_str().unwrap();
     assert!(
         text.contains("return a + b") && text.contains("The sum."),
@@ -473,5 +546,86 @@ fn an_unknown_slash_command_lists_the_commands_and_starts_nothing() {
     assert!(
         !ws.path().join(".agent-ls/runs").exists(),
         "no run was started"
+    );
+}
+
+#[test]
+fn an_untrusted_folders_ignored_settings_are_told_in_the_session_with_how_to_trust_it() {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[test]\ncommand = [\"python3\", \"-m\", \"pytest\"]\n",
+    )
+    .unwrap();
+    // The user's own model: a replay that answers without a change, so the run ends at once.
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": "I see no change to make."})]),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(
+        home.path().join("agent-ls/config.toml"),
+        format!(
+            "[agent]\nevaluate = false\n[model]\nprovider = \"replay\"\nreplay_file = {:?}\n",
+            ws.path().join(".replay.jsonl")
+        ),
+    )
+    .unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let told = |notes: &[Value]| -> String {
+        notes
+            .iter()
+            .filter(|n| n["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+            .filter_map(|n| n["params"]["update"]["content"]["text"].as_str())
+            .filter(|t| t.contains("not trusted"))
+            .collect()
+    };
+    let mut acp = RawAcp::start(home.path());
+    let (created, _) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].clone();
+    let (_, in_turn) = acp.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "fix the failing tests"}]}),
+    );
+    // Said when the session starts, and again in its first turn: some clients show only what
+    // comes in a turn.
+    let said = told(&in_turn);
+    assert_eq!(said.matches("not trusted").count(), 2, "{in_turn:?}");
+    assert!(said.contains("`test.command`"), "{said}");
+    assert!(
+        said.contains(&format!("agent-ls trust {}", cwd.display())),
+        "{said}"
+    );
+    // The next turn does not say it again.
+    let (_, second_turn) = acp.request(
+        3,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "fix the failing tests"}]}),
+    );
+    assert_eq!(told(&second_turn), "", "{second_turn:?}");
+    acp.close();
+}
+
+#[test]
+fn a_folder_whose_settings_all_apply_says_nothing_of_trust() {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\n",
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut acp = RawAcp::start(home.path());
+    let (created, before) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    assert!(created.get("error").is_none(), "{created}");
+    let mut notes = before;
+    notes.extend(acp.close());
+    assert!(
+        !notes.iter().any(|n| n.to_string().contains("not trusted")),
+        "{notes:?}"
     );
 }
