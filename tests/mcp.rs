@@ -327,3 +327,92 @@ fn a_line_that_is_not_json_gets_a_parse_error_and_the_server_keeps_serving() {
         answers[2]
     );
 }
+
+/// The official MCP Inspector's CLI (`mcp-inspector --cli`) against `agent-ls mcp` in `ws`,
+/// each call a fresh server as the Inspector starts it; the answer's JSON, and its stderr.
+fn inspector(deps: &Path, ws: &Path, home: &Path, args: &[&str]) -> (Value, String) {
+    let out = std::process::Command::new(deps.join("node_modules/.bin/mcp-inspector"))
+        .arg("--cli")
+        .arg(support::binary())
+        .args(["mcp", "--workspace"])
+        .arg(ws)
+        .args(args)
+        .current_dir(ws)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "inspector {args:?}: {stderr}");
+    let answer = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
+    (answer, stderr)
+}
+
+#[test]
+fn the_mcp_inspector_lists_the_tools_with_schemas_and_annotations_and_calls_each() {
+    let Some(deps) = support::protocol_deps() else {
+        return;
+    };
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let (ws, home) = (ws.path(), home.path());
+    // --strict: the Inspector also checks that the schemas are portable to every client.
+    let (listed, warned) = inspector(&deps, ws, home, &["--method", "tools/list", "--strict"]);
+    assert!(!warned.contains("Warning"), "{warned}");
+    let tools = listed["tools"].as_array().unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "apply_edit",
+            "find_files",
+            "get_diagnostics",
+            "grep",
+            "list_files",
+            "read_file",
+            "run_tests"
+        ]
+    );
+    for t in tools {
+        assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+        for hint in ["readOnlyHint", "destructiveHint", "idempotentHint"] {
+            assert!(t["annotations"][hint].is_boolean(), "{t}");
+        }
+    }
+    let fix = "edits=calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let call = |tool: &str, args: &[&str]| -> Value {
+        let mut argv = vec!["--method", "tools/call", "--tool-name", tool];
+        for a in args {
+            argv.extend(["--tool-arg", a]);
+        }
+        let (answer, _) = inspector(&deps, ws, home, &argv);
+        assert_eq!(answer["isError"], false, "{tool}: {answer}");
+        answer
+    };
+    let text = |answer: &Value| answer["content"][0]["text"].as_str().unwrap().to_string();
+    assert!(text(&call("read_file", &["path=calc.py"])).contains("return a - b"));
+    assert!(text(&call("list_files", &[])).contains("test_calc.py"));
+    assert!(text(&call("find_files", &["glob=*.py"])).contains("calc.py"));
+    assert!(text(&call("grep", &["pattern=def add"])).contains("calc.py:4"));
+    let failing = call("run_tests", &[]);
+    assert_eq!(failing["structuredContent"]["state"], "failed", "{failing}");
+    assert!(
+        failing["structuredContent"]["failures"]
+            .to_string()
+            .contains("test_add"),
+        "{failing}"
+    );
+    // Each Inspector call is a new server, which knows of no run yet.
+    assert!(!text(&call("get_diagnostics", &[])).is_empty());
+    let dry = call("apply_edit", &[fix, "dry_run=true"]);
+    assert_eq!(dry["structuredContent"]["written"], false, "{dry}");
+    let applied = call("apply_edit", &[fix]);
+    assert_eq!(applied["structuredContent"]["step"], 1, "{applied}");
+    let passing = call("run_tests", &[]);
+    assert_eq!(passing["structuredContent"]["state"], "passed", "{passing}");
+}

@@ -64,13 +64,13 @@ impl AgentLsMcp {
                 "properties": {
                     "command": {"type": "string"},
                     "state": {"type": "string", "enum": ["passed", "failed", "error", "cancelled", "timed_out"]},
-                    "passed": {"type": ["integer", "null"]},
-                    "failed": {"type": ["integer", "null"]},
+                    "passed": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                    "failed": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
                     "duration_ms": {"type": "integer"},
                     "failures": {"type": "array", "items": {"type": "object", "properties": {
                         "test_id": {"type": "string"}, "message": {"type": "string"},
-                        "file": {"type": ["string", "null"]}, "line": {"type": ["integer", "null"]}}}},
-                    "environment": {"type": ["string", "null"]},
+                        "file": {"anyOf": [{"type": "string"}, {"type": "null"}]}, "line": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}}},
+                    "environment": {"anyOf": [{"type": "string"}, {"type": "null"}]},
                     "report": {"type": "string"}
                 },
                 "required": ["command", "state", "failures", "report"]
@@ -86,7 +86,7 @@ impl AgentLsMcp {
         ).with_raw_output_schema(object(json!({
             "type": "object",
             "properties": {
-                "step": {"type": ["integer", "null"]},
+                "step": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
                 "files": {"type": "array", "items": {"type": "string"}},
                 "diff": {"type": "string"},
                 "written": {"type": "boolean"}
