@@ -629,3 +629,149 @@ fn a_folder_whose_settings_all_apply_says_nothing_of_trust() {
         "{notes:?}"
     );
 }
+
+/// acpx, a headless ACP client from npm, driving `agent-ls acp` in `ws` as a user would:
+/// `acpx --agent "agent-ls acp" ARGS`. acpx keeps its sessions under `home`, and the user's
+/// agent-ls configuration is `home`'s too; the model is the replay in `ws`.
+fn acpx(ws: &std::path::Path, home: &std::path::Path) -> Command {
+    let deps = deps().expect("checked by the caller");
+    let mut cmd = Command::new(deps.join("node_modules/.bin/acpx"));
+    cmd.arg("--agent")
+        .arg(format!("{} acp", support::binary().display()))
+        // acpx keeps the agent for its next prompt; a second is enough between ours.
+        .args(["--ttl", "2", "--approve-all"])
+        .current_dir(ws)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("AGENT_LS_MODEL__PROVIDER", "replay")
+        .env("AGENT_LS_MODEL__REPLAY_FILE", ws.join(".replay.jsonl"))
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Runs acpx with `args`, which must succeed; its stdout and stderr together.
+fn acpx_ok(ws: &std::path::Path, home: &std::path::Path, args: &[&str]) -> String {
+    let out = acpx(ws, home).args(args).output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "acpx {args:?} failed:\n{said}");
+    said
+}
+
+/// A workspace copy of the example with the fix as the replayed answer, and acpx's home with
+/// the user's agent-ls configuration `user_config`.
+fn acpx_workspace(user_config: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": FIX})]),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(home.path().join("agent-ls/config.toml"), user_config).unwrap();
+    (ws, home)
+}
+
+#[test]
+fn acpx_prompts_a_saved_session_undoes_with_undo_and_a_typo_changes_nothing() {
+    if deps().is_none() {
+        return;
+    }
+    let (ws, home) = acpx_workspace(NO_EVAL);
+    let (ws, home) = (ws.path(), home.path());
+    let calc = || std::fs::read_to_string(ws.join("calc.py")).unwrap();
+    let created = acpx_ok(ws, home, &["sessions", "new"]);
+    let id = created
+        .split_whitespace()
+        .find(|w| w.starts_with("sess_"))
+        .unwrap_or_else(|| panic!("no session id: {created}"))
+        .trim_end_matches(')')
+        .to_string();
+    // `prompt` loads the saved session (acpx would start a new one only on -32002).
+    let fixed = acpx_ok(
+        ws,
+        home,
+        &["--format", "json", "prompt", "fix the failing tests"],
+    );
+    assert!(
+        fixed.contains("\"method\":\"session/load\"") && fixed.contains(&id),
+        "{fixed}"
+    );
+    assert!(
+        fixed.contains("done: the tests pass after 1 iteration(s)"),
+        "{fixed}"
+    );
+    // acpx offers fs/write_text_file: the change was written by it.
+    assert!(
+        fixed.contains("\"method\":\"fs/write_text_file\""),
+        "{fixed}"
+    );
+    assert!(calc().contains("return a + b"));
+    let runs = || {
+        std::fs::read_dir(ws.join(".agent-ls/runs"))
+            .unwrap()
+            .count()
+    };
+    let runs_after_fix = runs();
+
+    let typo = acpx_ok(ws, home, &["prompt", "/bogus"]);
+    assert!(typo.contains("unknown command /bogus"), "{typo}");
+    assert!(calc().contains("return a + b"), "/bogus changed calc.py");
+    assert_eq!(runs(), runs_after_fix, "/bogus started a run");
+
+    let undone = acpx_ok(ws, home, &["prompt", "/undo"]);
+    assert!(undone.contains("undid step 1: calc.py"), "{undone}");
+    assert!(calc().contains("return a - b"));
+    acpx_ok(ws, home, &["sessions", "close"]);
+}
+
+#[test]
+fn acpx_cancels_a_prompt_whose_tests_hang() {
+    if deps().is_none() {
+        return;
+    }
+    // The test command says its pid, then hangs.
+    let (ws, home) = acpx_workspace(
+        "[agent]\nevaluate = false\n[test]\ncommand = [\"sh\", \"-c\", \"echo $$ > test.pid; exec sleep 60\"]\nallowlist = [\"sh\"]\n",
+    );
+    let (ws, home) = (ws.path(), home.path());
+    acpx_ok(ws, home, &["sessions", "new"]);
+    let prompt = acpx(ws, home)
+        .args(["prompt", "fix the failing tests"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid_file = ws.join("test.pid");
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')) {
+        assert!(
+            started.elapsed() < support::DEADLINE,
+            "the tests never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let test_pid = std::fs::read_to_string(&pid_file).unwrap();
+    let cancel = acpx_ok(ws, home, &["cancel"]);
+    assert!(cancel.contains("cancel requested"), "{cancel}");
+    let out = prompt.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("[done] cancelled"), "{said}");
+    assert!(
+        !support::alive(&test_pid),
+        "the hanging test outlived the cancel"
+    );
+    assert!(
+        std::fs::read_to_string(ws.join("calc.py"))
+            .unwrap()
+            .contains("return a - b")
+    );
+    acpx_ok(ws, home, &["sessions", "close"]);
+}
