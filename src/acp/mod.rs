@@ -514,6 +514,7 @@ fn load(
         .ok()
         .and_then(|(store, _)| drive::resume_point(&store, &id, None).ok());
     responder.respond(LoadSessionResponse::new())?;
+    tell_trust(&conn, &id, &root, None);
     notify(
         &conn,
         &id,

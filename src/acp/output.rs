@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use agent_client_protocol::v1::schema::ToolCallLocation;
+use agent_ls_core::agent::Intent;
 use agent_ls_core::conversation::Role;
 use agent_ls_core::events::{Reflection, RunEvent};
 use serde_json::Value;
@@ -93,6 +94,19 @@ impl Thoughts {
 /// A JSON role's finished answer in a sentence, for the thoughts.
 pub fn sentence(e: &RunEvent) -> Option<String> {
     match e {
+        RunEvent::Started {
+            intent: Some(intent),
+            resumed: false,
+            ..
+        } => Some(format!(
+            "I take the goal as {}.",
+            match intent {
+                Intent::Fix => "a fix: the failing tests should pass",
+                Intent::Edit => "a change to the code",
+                Intent::Explain => "a question, so nothing will be edited",
+                Intent::Test => "a test run",
+            }
+        )),
         RunEvent::Plan { tasks } if !tasks.is_empty() => Some(format!(
             "The plan: {}.",
             tasks
@@ -227,6 +241,29 @@ mod tests {
         assert!(t.token(Role::Planner, "{\"tasks\": []}\n").is_empty());
         assert!(t.token(Role::Evaluator, "{\"score\": 9}\n").is_empty());
         assert!(t.flush().is_empty());
+    }
+
+    #[test]
+    fn the_json_roles_answers_are_told_in_sentences() {
+        let started = RunEvent::Started {
+            goal: "fix".into(),
+            intent: Some(Intent::Fix),
+            iterations: 15,
+            resumed: false,
+        };
+        assert_eq!(
+            sentence(&started).unwrap(),
+            "I take the goal as a fix: the failing tests should pass."
+        );
+        let evaluated = RunEvent::Evaluation {
+            score: 9,
+            reason: "the sum is right".into(),
+            complete: true,
+        };
+        assert_eq!(
+            sentence(&evaluated).unwrap(),
+            "The result scores 9, complete: the sum is right"
+        );
     }
 
     #[test]
