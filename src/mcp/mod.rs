@@ -305,7 +305,13 @@ pub async fn serve(root: &Path, config: Config) -> anyhow::Result<()> {
     let (rmcp_in, to_rmcp) = tokio::io::duplex(64 * 1024);
     let (rmcp_out, from_rmcp) = tokio::io::duplex(64 * 1024);
     let (tx, unparsable) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(sort_lines(tokio::io::stdin(), to_rmcp, tx, closing.clone()));
+    tokio::spawn(sort_lines(
+        tokio::io::stdin(),
+        to_rmcp,
+        tx,
+        closing.clone(),
+        MAX_LINE,
+    ));
     let writer = tokio::spawn(merge_lines(from_rmcp, unparsable, tokio::io::stdout()));
     let service = AgentLsMcp::new(root.to_path_buf(), config, closing)
         .serve((rmcp_in, rmcp_out))
@@ -320,6 +326,9 @@ pub async fn serve(root: &Path, config: Config) -> anyhow::Result<()> {
     ended.map(|_| ())
 }
 
+/// The longest line read, as rmcp bounds it: a longer one is skipped, never held whole.
+const MAX_LINE: usize = 16 * 1024 * 1024;
+
 /// Copies the JSON lines of `input` to rmcp and reports the others on `unparsable`: rmcp drops
 /// a line that is not JSON without a word, and the client would wait for an answer that never
 /// comes, where JSON-RPC answers a parse error. Cancels `closing` when the input ends: rmcp
@@ -331,15 +340,26 @@ async fn sort_lines(
     mut to_rmcp: tokio::io::DuplexStream,
     unparsable: tokio::sync::mpsc::UnboundedSender<String>,
     closing: CancellationToken,
+    max_line: usize,
 ) {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
     let mut input = tokio::io::BufReader::new(input);
     let mut line = Vec::new();
     loop {
         line.clear();
-        match input.read_until(b'\n', &mut line).await {
+        // A line of max_line bytes and its newline is whole; more is too long.
+        let limit = u64::try_from(max_line).map_or(u64::MAX, |m| m.saturating_add(1));
+        match (&mut input).take(limit).read_until(b'\n', &mut line).await {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
+        }
+        if line.len() > max_line && !line.ends_with(b"\n") {
+            let skipped = skip_line(&mut input).await;
+            let why = format!("a line longer than {max_line} bytes was skipped");
+            if !skipped || unparsable.send(why).is_err() {
+                break;
+            }
+            continue;
         }
         let text = line.strip_suffix(b"\n").unwrap_or(&line);
         let text = text.strip_suffix(b"\r").unwrap_or(text);
@@ -359,6 +379,24 @@ async fn sort_lines(
     }
     drop(to_rmcp);
     closing.cancel();
+}
+
+/// Reads past the rest of a line without keeping it; false when the input ended or failed.
+async fn skip_line(input: &mut (impl tokio::io::AsyncBufRead + Unpin)) -> bool {
+    use tokio::io::AsyncBufReadExt;
+    loop {
+        let (used, ended) = match input.fill_buf().await {
+            Ok([]) | Err(_) => return false,
+            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
+                Some(at) => (at + 1, true),
+                None => (buf.len(), false),
+            },
+        };
+        input.consume(used);
+        if ended {
+            return true;
+        }
+    }
 }
 
 /// Writes rmcp's messages and the parse errors to `out`, each line whole, so the two never
@@ -389,4 +427,29 @@ async fn merge_lines(
         }
     }
     let _ = out.flush().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_that_are_not_json_or_too_long_are_reported_and_the_rest_go_on() {
+        use tokio::io::AsyncReadExt;
+        let input: &[u8] = b"{\"a\": 1}\nnot json\n[\"a line too long\"]\n\n{\"b\": 2}\n";
+        let (to_rmcp, mut from_sorter) = tokio::io::duplex(1024);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let closing = CancellationToken::new();
+        sort_lines(input, to_rmcp, tx, closing.clone(), 16).await;
+        let mut passed = String::new();
+        from_sorter.read_to_string(&mut passed).await.unwrap();
+        assert_eq!(passed, "{\"a\": 1}\n\n{\"b\": 2}\n");
+        let mut reported = Vec::new();
+        while let Ok(why) = rx.try_recv() {
+            reported.push(why);
+        }
+        assert_eq!(reported.len(), 2, "{reported:?}");
+        assert!(reported[1].contains("longer than 16 bytes"), "{reported:?}");
+        assert!(closing.is_cancelled(), "the end of the input is said");
+    }
 }
