@@ -237,17 +237,20 @@ fn tell_trust(
     if loaded.untrusted.is_empty() {
         return false;
     }
-    let mut text = format!(
-        "agent-ls: {}",
-        config::untrusted_message(&loaded.untrusted, loaded.trusted)
+    let message = config::untrusted_message(&loaded.untrusted, loaded.trusted);
+    // The command with this folder, where the user runs it: a terminal, not this chat.
+    let how = format!(
+        "run `agent-ls trust {}` in a terminal to trust it, and the next prompt uses them",
+        root.display()
     );
-    if config::gated(&loaded.untrusted).next().is_some() && !loaded.trusted {
-        text.push_str(&format!(
-            ". To trust this folder, run `agent-ls trust {}` in a terminal; the next prompt uses its settings",
-            root.display()
-        ));
-    }
-    text.push('\n');
+    let generic = "`agent-ls trust` trusts it";
+    let text = if message.contains(generic) {
+        format!("agent-ls: {}\n", message.replace(generic, &how))
+    } else if config::gated(&loaded.untrusted).next().is_some() && !loaded.trusted {
+        format!("agent-ls: {message}; {how}\n")
+    } else {
+        format!("agent-ls: {message}\n")
+    };
     notify(
         conn,
         session,
