@@ -1,8 +1,8 @@
 //! The processes agent-ls starts for a test run begin clean and end with it: an empty signal
-//! mask and default dispositions (so `terminate()` works inside a test), and no process of the
-//! run left behind when agent-ls itself is killed (even with SIGKILL), when an MCP client
-//! cancels the call, or when it closes agent-ls's stdin, nor when `agent-ls acp` gets SIGTERM
-//! or SIGINT or its stdin closes mid-test.
+//! mask and default dispositions (so `terminate()` works inside a test) under `run`, `serve`
+//! and MCP, and no process of the run left behind when `run`, `serve`, `acp` or `mcp` is
+//! ended by SIGTERM, SIGINT, SIGKILL or its stdin closing, or when an MCP client cancels the
+//! call.
 
 mod support;
 
@@ -300,4 +300,136 @@ fn sigint_of_agent_ls_acp_ends_its_test_run() {
 #[test]
 fn closing_agent_ls_acps_stdin_ends_its_test_run() {
     acp_ended_mid_test(None);
+}
+
+#[test]
+fn sigkill_of_agent_ls_acp_ends_its_test_run() {
+    acp_ended_mid_test(Some(nix::sys::signal::Signal::SIGKILL));
+}
+
+/// Ends `agent-ls mcp` mid-`run_tests` with `signal`, then checks that it exits and that the
+/// test process ends with it.
+fn mcp_signalled_mid_test(signal: nix::sys::signal::Signal) {
+    let ws = support::workspace(&[("test_hang.py", HANGING_TEST)]);
+    let home = tempfile::tempdir().unwrap();
+    let (mut mcp, _stdin, _stdout) = mcp_running_tests(ws.path(), home.path());
+    let test_pid = hanging_test_pid(ws.path());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(mcp.id() as i32), signal).unwrap();
+    let since = Instant::now();
+    while mcp.try_wait().unwrap().is_none() {
+        assert!(
+            since.elapsed() < Duration::from_secs(3),
+            "agent-ls mcp still runs after {signal:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ends_within(
+        test_pid,
+        Duration::from_secs(3),
+        &format!("agent-ls mcp's end by {signal:?}"),
+    );
+}
+
+#[test]
+fn sigterm_sigint_and_sigkill_of_agent_ls_mcp_end_its_test_run() {
+    use nix::sys::signal::Signal;
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGKILL] {
+        mcp_signalled_mid_test(signal);
+    }
+}
+
+#[test]
+fn an_mcp_run_tests_call_starts_its_tests_with_clean_signals() {
+    let ws = support::workspace(&[("test_signals.py", SIGNALS_TEST)]);
+    let home = tempfile::tempdir().unwrap();
+    let (mut mcp, stdin, mut stdout) = mcp_running_tests(ws.path(), home.path());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "the server ended");
+        if line.contains("\"id\":2") {
+            break;
+        }
+    }
+    let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let result = &answer["result"]["structuredContent"];
+    assert_eq!(result["state"], "passed", "{answer}");
+    assert_eq!(result["passed"], 3, "{answer}");
+    drop(stdin);
+    mcp.wait().unwrap();
+}
+
+/// `agent-ls serve` on `ws`, trusted to run `python3 -m unittest`, with a test run started
+/// by `agent-ls.rerunTests`.
+fn serve_running_tests(ws: &Path) -> support::Client {
+    let mut c = support::Client::spawn(support::Spawn {
+        user_config: Some(
+            "[test]\ncommand = [\"python3\", \"-m\", \"unittest\"]\nallowlist = [\"python3\"]\n"
+                .into(),
+        ),
+        ..support::Spawn::default()
+    });
+    c.initialize(ws, serde_json::json!({}), serde_json::Value::Null);
+    c.command("agent-ls.rerunTests", serde_json::Value::Null)
+        .unwrap();
+    c
+}
+
+#[test]
+fn a_language_server_test_run_starts_with_clean_signals() {
+    let ws = support::workspace(&[("test_signals.py", SIGNALS_TEST)]);
+    let mut c = serve_running_tests(ws.path());
+    let status = c.wait_notification("agent-ls/testStatus", |p| p["state"] != "running");
+    assert_eq!(status["state"], "passed", "{status}");
+    assert_eq!(status["passed"], 3, "{status}");
+}
+
+#[test]
+fn sigterm_sigint_sigkill_and_stdin_close_of_agent_ls_serve_end_its_test_run() {
+    use nix::sys::signal::Signal;
+    for how in [
+        Some(Signal::SIGTERM),
+        Some(Signal::SIGINT),
+        Some(Signal::SIGKILL),
+        None,
+    ] {
+        let ws = support::workspace(&[("test_hang.py", HANGING_TEST)]);
+        let mut c = serve_running_tests(ws.path());
+        let test_pid = hanging_test_pid(ws.path());
+        match how {
+            Some(signal) => {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.pid() as i32), signal).unwrap()
+            }
+            None => c.close_stdin(),
+        }
+        ends_within(
+            test_pid,
+            Duration::from_secs(3),
+            &format!("agent-ls serve's end by {how:?}"),
+        );
+    }
+}
+
+#[test]
+fn an_acp_prompts_test_run_starts_with_clean_signals() {
+    let ws = support::workspace(&[("test_signals.py", SIGNALS_TEST)]);
+    let home = tempfile::tempdir().unwrap();
+    let (mut acp, stdin, mut stdout) = acp_running_tests(ws.path(), home.path());
+    let mut seen = String::new();
+    let mut line = String::new();
+    // The prompt's first step is the baseline test run, reported as a tool call.
+    while !seen.contains("(3 passed, 0 failed)") {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "acp ended before its test run was reported:\n{seen}"
+        );
+        assert!(
+            !line.contains("\"id\":2,"),
+            "the prompt ended without three passing tests:\n{seen}{line}"
+        );
+        seen.push_str(&line);
+    }
+    drop(stdin);
+    acp.wait().unwrap();
 }
