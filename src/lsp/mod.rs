@@ -8,6 +8,7 @@
 pub mod agent_runs;
 pub mod convert;
 pub mod ext;
+pub mod jobs;
 pub mod outbox;
 pub mod session;
 pub mod test_runs;
@@ -114,6 +115,13 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
         1
     }
 }
+
+/// How long agent-ls.status may wait, all waits included: it must answer within 200 ms, and
+/// this leaves room for the pipe and a loaded machine.
+const STATUS_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What status says of the store's part when the store did not answer in time.
+pub const STORE_BUSY: &str = "unknown (store busy)";
 
 /// Calls tower-lsp's service for each forwarded message and puts its answer on the outbox.
 struct Router {
@@ -252,18 +260,33 @@ impl Backend {
     }
 
     /// agent-ls.status: the session's view and the interrupted runs, which the store knows.
+    /// It answers within `STATUS_BUDGET` whatever the store does: the session's own state
+    /// always, and what the store did not give in time marked "unknown (store busy)" (another
+    /// process may hold its write lock, and our writes queue behind it).
     async fn status(&self) -> Result<serde_json::Value> {
-        let (mut status, store, active) = self
-            .session
-            .query_ready(|s| (s.agent_status(), s.store(), s.active_run()))
-            .await
-            .map_err(internal)?;
+        let started = tokio::time::Instant::now();
+        let state = |s: &Session| (s.agent_status(), s.store(), s.active_run());
+        // The steps need the history read from the store; wait for it only briefly.
+        let (mut status, store, active) =
+            match tokio::time::timeout(STATUS_BUDGET / 4, self.session.query_ready(state)).await {
+                Ok(answer) => answer.map_err(internal)?,
+                Err(_) => self.session.query(state).await.map_err(internal)?,
+            };
         let interrupted = match store {
-            Some(store) => store
-                .call(move |s| s.interrupted_runs(active.as_deref()))
-                .await
-                .and_then(|r| r.map_err(|e| error!("{e}")).ok())
-                .unwrap_or_default(),
+            Some(store) => {
+                let left = STATUS_BUDGET.saturating_sub(started.elapsed());
+                let read = store.call(move |s| s.interrupted_runs(active.as_deref()));
+                match tokio::time::timeout(left, read).await {
+                    Ok(answer) => answer
+                        .and_then(|r| r.map_err(|e| error!("{e}")).ok())
+                        .unwrap_or_default(),
+                    Err(_) => {
+                        info!("status: the store did not answer in time");
+                        status["interrupted_unknown"] = STORE_BUSY.into();
+                        Vec::new()
+                    }
+                }
+            }
             None => Vec::new(),
         };
         status["interrupted"] = serde_json::to_value(interrupted).map_err(internal)?;

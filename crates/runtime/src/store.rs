@@ -583,7 +583,12 @@ impl StoreThread {
                     }
                 };
                 while let Ok(job) = rx.recv() {
-                    job(store.as_mut());
+                    // A panicking job must not end the thread, or every later call would
+                    // find no store; its caller hears nothing (its reply is dropped).
+                    let run = std::panic::AssertUnwindSafe(|| job(store.as_mut()));
+                    if std::panic::catch_unwind(run).is_err() {
+                        tracing::error!("a store job panicked; the store goes on");
+                    }
                 }
             });
         if let Err(e) = spawned {
