@@ -872,3 +872,28 @@ fn a_panic_in_each_kind_of_job_ends_it_and_the_session_serves_the_next_request()
     told(&mut s.client, "configuration reload");
     not_busy(&mut s.client);
 }
+
+#[test]
+fn a_routed_command_keeps_a_quoted_argument_whole() {
+    // A `pytest` first on PATH that writes the arguments it got, one a line.
+    let bin = tempfile::tempdir().unwrap();
+    let fake = bin.path().join("pytest");
+    std::fs::write(&fake, "#!/bin/sh\nprintf '%s\\n' \"$@\" > args.txt\n").unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut s = setup_env(&[], "auto", json!({}), vec![("PATH".into(), path)]);
+    let answer = s
+        .client
+        .command("agent-ls.run", json!({"goal": "run \"pytest -k 'a b'\""}))
+        .unwrap();
+    assert_eq!(answer["routed"], "command", "{answer}");
+    assert_eq!(answer["command"], "pytest -k 'a b'", "{answer}");
+    s.client
+        .wait_notification("agent-ls/testStatus", |p| p["state"] != "running");
+    let args = std::fs::read_to_string(s.ws.path().join("args.txt")).unwrap();
+    assert_eq!(args, "-k\na b\n");
+}

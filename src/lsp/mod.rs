@@ -329,7 +329,7 @@ impl Backend {
                 );
             }
             Route::Command(argv) => {
-                let line = argv.join(" ");
+                let line = agent_ls_core::agent::command_line(&argv);
                 self.session.send(Event::RunTests {
                     reason: "command".into(),
                     command: Some(argv),

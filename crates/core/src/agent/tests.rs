@@ -520,6 +520,20 @@ fn commands_in_free_form_goals_are_routed_without_a_model() {
             "core".into()
         ])
     );
+    // Quotes group words as a shell's do, inside any of the three quotings of the command.
+    let grouped = Route::Command(vec!["pytest".into(), "-k".into(), "a b".into()]);
+    assert_eq!(route(r#"run "pytest -k 'a b'""#), grouped);
+    assert_eq!(route("run `pytest -k \"a b\"`"), grouped);
+    assert_eq!(
+        route("run make check ARGS='a b'"),
+        Route::Command(vec!["make".into(), "check".into(), "ARGS=a b".into()])
+    );
+    assert_eq!(
+        command_line(&["pytest".into(), "-k".into(), "a b".into()]),
+        "pytest -k 'a b'"
+    );
+    // Unbalanced quotes are not a command line.
+    assert_eq!(route("run make check ARGS='a b"), Route::Agent);
     // The loop's own goals stay with the loop.
     for goal in [
         "run the tests",
