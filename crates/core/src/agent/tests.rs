@@ -760,3 +760,27 @@ fn a_goal_is_named_in_one_line_of_at_most_80_characters() {
     assert_eq!(named.chars().count(), 80, "{named}");
     assert!(named.ends_with('…'));
 }
+
+#[test]
+fn a_data_answer_is_summarised_in_one_line_for_people() {
+    use crate::conversation::Role;
+    use prompts::role_summary;
+    let reflection = r#"{"task_id": "T1", "passed": false, "report": "add now multiplies:\nadd(2, 3) gives 6", "next_step": "Return a + b."}"#;
+    assert_eq!(
+        role_summary(Role::Reflector, reflection).unwrap(),
+        "the reflector finds T1 not done: add now multiplies: add(2, 3) gives 6; next: Return a + b."
+    );
+    assert_eq!(
+        role_summary(
+            Role::Evaluator,
+            r#"{"score": 4, "reason": "a one-line fix"}"#
+        )
+        .unwrap(),
+        "the evaluator gives 4/5: a one-line fix"
+    );
+    assert_eq!(
+        role_summary(Role::Evaluator, "not json").unwrap(),
+        "the evaluator answered in a form agent-ls could not read"
+    );
+    assert_eq!(role_summary(Role::Coder, "calc.py\n"), None);
+}
