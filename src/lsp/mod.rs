@@ -264,32 +264,43 @@ impl Backend {
     /// always, and what the store did not give in time marked "unknown (store busy)" (another
     /// process may hold its write lock, and our writes queue behind it).
     async fn status(&self) -> Result<serde_json::Value> {
-        let started = tokio::time::Instant::now();
-        let state = |s: &Session| (s.agent_status(), s.store(), s.active_run());
-        // The steps need the history read from the store; wait for it only briefly.
-        let (mut status, store, active) =
-            match tokio::time::timeout(STATUS_BUDGET / 4, self.session.query_ready(state)).await {
-                Ok(answer) => answer.map_err(internal)?,
-                Err(_) => self.session.query(state).await.map_err(internal)?,
+        let deadline = tokio::time::Instant::now() + STATUS_BUDGET;
+        let (store, active) = self
+            .session
+            .query(|s| (s.store(), s.active_run()))
+            .await
+            .map_err(internal)?;
+        // The steps need the history read from the store, and the interrupted runs need the
+        // store: both are asked at once, and neither is waited for past the deadline.
+        let state = async {
+            let ready = self.session.query_ready(|s| s.agent_status());
+            match tokio::time::timeout_at(deadline, ready).await {
+                Ok(answer) => answer,
+                Err(_) => self.session.query(|s| s.agent_status()).await,
+            }
+        };
+        let interrupted = async {
+            let Some(store) = store else {
+                return Some(Vec::new());
             };
-        let interrupted = match store {
-            Some(store) => {
-                let left = STATUS_BUDGET.saturating_sub(started.elapsed());
-                let read = store.call(move |s| s.interrupted_runs(active.as_deref()));
-                match tokio::time::timeout(left, read).await {
-                    Ok(answer) => answer
+            let read = store.call(move |s| s.interrupted_runs(active.as_deref()));
+            match tokio::time::timeout_at(deadline, read).await {
+                Ok(answer) => Some(
+                    answer
                         .and_then(|r| r.map_err(|e| error!("{e}")).ok())
                         .unwrap_or_default(),
-                    Err(_) => {
-                        info!("status: the store did not answer in time");
-                        status["interrupted_unknown"] = STORE_BUSY.into();
-                        Vec::new()
-                    }
-                }
+                ),
+                Err(_) => None,
             }
-            None => Vec::new(),
         };
-        status["interrupted"] = serde_json::to_value(interrupted).map_err(internal)?;
+        let (status, interrupted) = tokio::join!(state, interrupted);
+        let mut status = status.map_err(internal)?;
+        if interrupted.is_none() {
+            info!("status: the store did not answer in time");
+            status["interrupted_unknown"] = STORE_BUSY.into();
+        }
+        status["interrupted"] =
+            serde_json::to_value(interrupted.unwrap_or_default()).map_err(internal)?;
         Ok(status)
     }
 
