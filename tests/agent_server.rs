@@ -816,10 +816,12 @@ fn a_panic_in_each_kind_of_job_ends_it_and_the_session_serves_the_next_request()
             "agent_run,undo,test_run,config_reload".to_string(),
         ),
     ];
-    let mut s = setup_env(&[fix_line()], "auto", json!({}), hooks);
+    let progress = json!({"window": {"workDoneProgress": true}});
+    let mut s = setup_env(&[fix_line()], "auto", progress, hooks);
     applies(&mut s);
 
-    // A test run: it ends in "error" with the panic's message; the next one runs.
+    // A test run: it ends in "error" with the panic's message, its progress ends, and the
+    // next one runs.
     s.client
         .command("agent-ls.rerunTests", Value::Null)
         .unwrap();
@@ -829,6 +831,15 @@ fn a_panic_in_each_kind_of_job_ends_it_and_the_session_serves_the_next_request()
     assert!(
         error["message"].as_str().unwrap().contains("test run"),
         "{error}"
+    );
+    let end = s.client.wait_notification("$/progress", |p| {
+        p["token"] == "agent-ls/tests/1" && p["value"]["kind"] == "end"
+    });
+    assert!(
+        end["value"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("injected panic")),
+        "{end}"
     );
     not_busy(&mut s.client);
 

@@ -390,7 +390,6 @@ async fn run(
     progress: bool,
     cancel: CancellationToken,
 ) {
-    jobs::injected_panic(jobs::Kind::TestRun);
     let command = tests_run::prepare(&root, &config).map(|c| c.argv.join(" "));
     outbox.notify::<TestStatus>(TestStatusParams {
         state: TestState::Running,
@@ -427,7 +426,14 @@ async fn run(
         }
         _ => false,
     };
-    let result = tests_run::run(&root, &config, &sandbox, &cancel).await;
+    // Guarded here too, so a panic in the run still ends the progress it began.
+    let running = async {
+        jobs::injected_panic(jobs::Kind::TestRun);
+        tests_run::run(&root, &config, &sandbox, &cancel).await
+    };
+    let result = jobs::caught(jobs::Kind::TestRun, running)
+        .await
+        .unwrap_or_else(|why| Err(RunError::Internal(why)));
     let summary = match &result {
         Ok(r) => format!(
             "{}: {} passed, {} failed",
