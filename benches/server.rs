@@ -1,7 +1,8 @@
 //! Server figures through stdio, for agent-ls and, beside it in the same run, the framework's
 //! floor (an empty tower-lsp-server built from `benches/floor`): 2,000 one-character changes
 //! to a 100,000-line document, a 10 MB `didOpen` until the next request is answered, the
-//! latency of a change followed by a request, and the memory 1,000 open documents take.
+//! latency of a change followed by a request, the memory 1,000 open documents take, and the
+//! memory a 100 MB document takes at its peak, while open, and after it closed.
 //! Run with `cargo bench --bench server`; it prints figures and asserts nothing.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -134,11 +135,20 @@ impl Peer {
     }
 
     fn rss(&self) -> usize {
+        self.status_bytes("VmRSS:")
+    }
+
+    /// The most resident memory the process has had.
+    fn peak(&self) -> usize {
+        self.status_bytes("VmHWM:")
+    }
+
+    fn status_bytes(&self, field: &str) -> usize {
         std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .ok()
             .and_then(|s| {
                 s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
+                    .find(|l| l.starts_with(field))
                     .and_then(|l| l.split_whitespace().nth(1)?.parse::<usize>().ok())
             })
             .map_or(0, |kb| kb * 1024)
@@ -259,6 +269,37 @@ fn memory(peer: &mut Peer) -> (usize, usize) {
     (peer.rss().saturating_sub(before), held)
 }
 
+/// A 100 MB document through a fresh server: the peak while it opens, what stays while it
+/// is open, once one character of it changed, and after it closed, each as resident memory
+/// over the server's own before it opened, in MB.
+fn huge_document(peer: &mut Peer) -> (usize, [f64; 4]) {
+    let uri = "file:///bench/huge.rs";
+    let mut text = String::new();
+    let mut i = 0;
+    while text.len() < 100 * 1024 * 1024 {
+        text.push_str(&line(i));
+        i += 1;
+    }
+    let held = text.len();
+    let id = peer.code_action("file:///bench/none.rs");
+    peer.wait(id);
+    let before = peer.rss();
+    peer.write(&frame(&open(uri, &text)));
+    drop(text);
+    let id = peer.code_action(uri);
+    peer.wait(id);
+    let over = |bytes: usize| bytes.saturating_sub(before) as f64 / 1e6;
+    let (peak, open) = (over(peer.peak()), over(peer.rss()));
+    peer.write(&frame(&change(uri, 2, 7)));
+    let id = peer.code_action(uri);
+    peer.wait(id);
+    let edited = over(peer.rss());
+    peer.write(&frame(&json!({"jsonrpc": "2.0", "method": "textDocument/didClose", "params": {"textDocument": {"uri": uri}}})));
+    let id = peer.code_action("file:///bench/none.rs");
+    peer.wait(id);
+    (held, [peak, open, edited, over(peer.rss())])
+}
+
 /// Builds the floor server (release) and returns its path.
 fn floor_binary() -> PathBuf {
     let cargo = option_env!("CARGO").unwrap_or("cargo");
@@ -283,7 +324,7 @@ fn floor_binary() -> PathBuf {
 
 fn main() {
     // `cargo bench --bench server -- open` runs only the scenarios named (changes, open,
-    // memory) and only for the servers named (agent-ls, floor), when any are.
+    // memory, huge) and only for the servers named (agent-ls, floor), when any are.
     let only: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -291,7 +332,7 @@ fn main() {
     let wanted = |name: &str| {
         let named: Vec<&String> = only
             .iter()
-            .filter(|a| ["changes", "open", "memory"].contains(&a.as_str()))
+            .filter(|a| ["changes", "open", "memory", "huge"].contains(&a.as_str()))
             .collect();
         named.is_empty() || named.iter().any(|a| a.as_str() == name)
     };
@@ -374,6 +415,15 @@ fn main() {
             grown as f64 / held as f64
         );
         memories.push((grown, held));
+    }
+    for (name, program, args) in servers.iter().filter(|_| wanted("huge")) {
+        let mut peer = Peer::spawn(program, args);
+        let (held, [peak, open, edited, closed]) = huge_document(&mut peer);
+        let text = held as f64 / 1e6;
+        println!(
+            "{name:>8}: a {text:.0} MB didOpen: peak {peak:.0} MB ({:.2}x the text, target <= 2), open {open:.0} MB, after one change {edited:.0} MB, after didClose {closed:.0} MB (target: given back)",
+            peak / text
+        );
     }
     if servers.len() < 2 {
         return;

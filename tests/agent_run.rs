@@ -421,41 +421,7 @@ fn the_first_coder_prompt_shows_the_file_the_baseline_failure_names() {
 /// test's report names only the test file, and the first prompt's budget ends long before
 /// the package.
 fn deep_project() -> tempfile::TempDir {
-    let ws = tempfile::tempdir().unwrap();
-    let root = ws.path();
-    std::fs::write(
-        root.join("test_app.py"),
-        "import unittest\n\nfrom app.m29.pricing import net\n\n\nclass PricingTests(unittest.TestCase):\n    def test_net_adds_tax(self):\n        self.assertEqual(net(100, 20), 120)\n",
-    )
-    .unwrap();
-    std::fs::create_dir(root.join("app")).unwrap();
-    std::fs::write(root.join("app/__init__.py"), "").unwrap();
-    for m in 0..40 {
-        let dir = root.join(format!("app/m{m:02}"));
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::write(dir.join("__init__.py"), "").unwrap();
-        for f in 0..7 {
-            let body: String = (0..30)
-                .map(|i| format!("def helper_{f}_{i}(x):\n    return x + {i}\n\n"))
-                .collect();
-            std::fs::write(dir.join(format!("util{f}.py")), body).unwrap();
-        }
-    }
-    // Forty lines of history above the function: too large for a tight budget.
-    let history: String = (1..=40)
-        .map(|i| format!("# pricing rule {i}: kept for the auditors\n"))
-        .collect();
-    std::fs::write(
-        root.join("app/m29/pricing.py"),
-        format!("{history}def net(price, tax):\n    return price - tax\n"),
-    )
-    .unwrap();
-    std::fs::write(
-        root.join(".agent-ls.toml"),
-        "[agent]\ncontext_bytes = 4000\nevaluate = false\n",
-    )
-    .unwrap();
-    ws
+    support::deep::project("[agent]\ncontext_bytes = 4000\nevaluate = false\n")
 }
 
 /// The journal lines of every run in `ws`.
@@ -977,4 +943,198 @@ fn the_terminal_gets_one_line_per_data_answer_and_status_lines_start_their_own_l
             &stderr[i.saturating_sub(40)..(i + 40).min(stderr.len())]
         );
     }
+}
+
+/// The text of a request's messages (their contents and tool calls' arguments).
+fn said(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            let mut s = m["content"].as_str().unwrap_or("").to_string();
+            for c in m["tool_calls"].as_array().into_iter().flatten() {
+                s.push_str(c["function"]["arguments"].as_str().unwrap_or(""));
+            }
+            s
+        })
+        .collect()
+}
+
+/// An OpenAI answer with `text` whose usage says `cached` of the prompt's tokens came from
+/// the provider's cache.
+fn cached_answer(text: &str, cached: u64) -> Reply {
+    Reply::Sse {
+        events: vec![
+            json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]}).to_string(),
+            json!({"choices": [], "usage": {"prompt_tokens": 4000, "completion_tokens": 20, "prompt_tokens_details": {"cached_tokens": cached}}}).to_string(),
+            "[DONE]".into(),
+        ],
+        stall_after: None,
+    }
+}
+
+#[test]
+fn on_the_280_file_fixture_the_first_prompt_keeps_its_budget_and_the_fix_lands() {
+    use support::deep;
+    use support::model_server::openai_tool_call_as;
+    // The defaults but the evaluator: context.first_prompt_bytes is 16 KB.
+    let ws = deep::project("[agent]\nevaluate = false\n");
+    // A model that fixes the bug once its line is in the conversation, and reads otherwise.
+    let server = ModelServer::answering(|body| {
+        let text = said(body).concat();
+        if text.contains(deep::BUG) {
+            cached_answer(deep::FIX, 3000)
+        } else {
+            openai_tool_call_as(
+                "call_9",
+                "read_file",
+                &[r#"{"path": "app/m29/pricing.py"}"#],
+            )
+        }
+    });
+    let out = agent(
+        ws.path(),
+        &["fix the failing tests", "--yes"],
+        &openai_env(&server.url),
+    );
+    let o = exited(&out, 0);
+    assert_eq!(o["status"], "done");
+    assert!(
+        std::fs::read_to_string(ws.path().join("app/m29/pricing.py"))
+            .unwrap()
+            .contains("return price + tax")
+    );
+    for r in server.requests() {
+        let fixed: usize = said(&r.body).iter().take(2).map(String::len).sum();
+        assert!(fixed <= 16_384, "the first prompt is {fixed} bytes");
+    }
+    let first = said(&server.requests()[0].body).concat();
+    assert!(
+        first.contains("Repo map") && first.contains("Other files"),
+        "{first}"
+    );
+    // The cached tokens reach the journal and the stats.
+    let calls: Vec<Value> = journal(ws.path())
+        .into_iter()
+        .filter(|l| l["type"] == "model_call")
+        .collect();
+    assert_eq!(
+        calls.last().unwrap()["data"]["usage"]["cached_tokens"],
+        3000
+    );
+    let home = tempfile::tempdir().unwrap();
+    let stats = support::cli(&["stats"], ws.path(), home.path())
+        .output()
+        .unwrap();
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(stats["total"]["cached_tokens"], 3000, "{stats}");
+}
+
+#[test]
+fn a_file_read_twice_appears_once_in_the_next_request() {
+    use support::deep;
+    use support::model_server::openai_tool_call_as;
+    // A first prompt too small for the module: it comes through the tools.
+    let ws = deep::project("[agent]\nevaluate = false\n[context]\nfirst_prompt_bytes = 3000\n");
+    let read = r#"{"path": "app/m29/pricing.py"}"#;
+    let server = ModelServer::start(vec![
+        openai_tool_call_as("call_1", "read_file", &[read]),
+        openai_tool_call_as("call_2", "read_file", &[read]),
+        support::model_server::openai_text(&[deep::FIX]),
+    ]);
+    let out = agent(
+        ws.path(),
+        &["fix the failing tests", "--yes"],
+        &openai_env(&server.url),
+    );
+    let o = exited(&out, 0);
+    assert_eq!(o["status"], "done");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(!said(&requests[0].body).concat().contains(deep::BUG));
+    let second = said(&requests[1].body);
+    let third = said(&requests[2].body);
+    assert_eq!(third.iter().filter(|m| m.contains(deep::BUG)).count(), 1);
+    assert!(
+        third.contains(&"[file app/m29/pricing.py lines 1-42: shown again below]".to_string()),
+        "{third:?}"
+    );
+    // The prefix before the replaced copy is the same bytes as in the request before.
+    let n = second.len() - 1;
+    assert_eq!(
+        requests[1].body["messages"].as_array().unwrap()[..n],
+        requests[2].body["messages"].as_array().unwrap()[..n]
+    );
+}
+
+#[test]
+fn edits_that_do_not_apply_are_told_to_the_model_and_a_repeat_ends_the_run() {
+    use support::model_server::openai_text;
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\n",
+    )
+    .unwrap();
+    let wrong = "calc.py\n<<<<<<< SEARCH\nclass Nowhere:\n    pass\n=======\nclass Somewhere:\n    pass\n>>>>>>> REPLACE\n";
+    let server = ModelServer::start(vec![openai_text(&[wrong]), openai_text(&[wrong])]);
+    let out = agent(
+        ws.path(),
+        &["fix the failing tests", "--yes"],
+        &openai_env(&server.url),
+    );
+    let o = exited(&out, 1);
+    assert_eq!(o["status"], "failed");
+    let answer = o["answer"].as_str().unwrap();
+    assert!(
+        answer.contains("proposed again")
+            && answer.contains("calc.py")
+            && answer.contains("not found"),
+        "{answer}"
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "the repeat is not asked about again");
+    let told = said(&requests[1].body).concat();
+    assert!(
+        told.contains("edit 1 to calc.py: NOT applied") && told.contains("end the run"),
+        "{told}"
+    );
+    assert!(calc(ws.path()).contains("return a - b"));
+}
+
+#[test]
+fn after_an_applied_edit_the_next_turn_shows_the_new_text_only() {
+    use support::model_server::openai_text;
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\n",
+    )
+    .unwrap();
+    let edit = |from: &str, to: &str| {
+        format!(
+            "calc.py\n<<<<<<< SEARCH\n    return {from}\n=======\n    return {to}\n>>>>>>> REPLACE\n"
+        )
+    };
+    let server = ModelServer::start(vec![
+        openai_text(&[&edit("a - b", "b - a - 1")]),
+        openai_text(&[
+            r#"{"task_id": "T1", "passed": false, "report": "multiplied", "next_step": "add"}"#,
+        ]),
+        openai_text(&[&edit("b - a - 1", "a + b")]),
+    ]);
+    let out = agent(
+        ws.path(),
+        &["fix the failing tests", "--yes"],
+        &openai_env(&server.url),
+    );
+    assert_eq!(exited(&out, 0)["iterations"], 2);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    let first = said(&requests[0].body).concat();
+    let second = said(&requests[2].body).concat();
+    assert!(first.contains("    return a - b\n"), "{first}");
+    assert!(second.contains("    return b - a - 1\n"), "{second}");
+    assert!(!second.contains("    return a - b\n"), "{second}");
 }

@@ -908,3 +908,88 @@ fn a_routed_command_keeps_a_quoted_argument_whole() {
     let args = std::fs::read_to_string(s.ws.path().join("args.txt")).unwrap();
     assert_eq!(args, "-k\na b\n");
 }
+
+/// A client without saveFiles, like eglot: the server wrote calc.py under its buffer for the
+/// tests, so the next agent edit to it goes to the disk first. Kept buffer (Emacs answered
+/// "no" to "changed on disk"), a declined edit (the disk is put back) and a re-read file
+/// (answered "yes": the document reopens at version 0 and the sent edit is refused) all end
+/// with the buffer and the disk holding the same text.
+#[test]
+fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_goes_to_disk_first() {
+    let mut s = setup(&[fix_line()], "auto", json!({}));
+    applies(&mut s);
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
+    assert_eq!(finished(&mut s.client)["status"], "done");
+    assert!(disk(&s).contains("return a + b"));
+
+    // The buffer is kept and takes the edit; the disk was written before it was sent.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (editor, uri, ws, log) = (
+        s.editor.clone(),
+        s.uri.clone(),
+        s.ws.path().to_path_buf(),
+        seen.clone(),
+    );
+    s.client.on_request_then("workspace/applyEdit", move |p| {
+        log.lock()
+            .unwrap()
+            .push(std::fs::read_to_string(ws.join("calc.py")).unwrap());
+        let mut e = editor.lock().unwrap();
+        let op = &p["edit"]["documentChanges"][0];
+        e.0 = apply_lsp_edits(&e.0, op["edits"].as_array().unwrap());
+        e.1 += 1;
+        let change = json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": uri, "version": e.1}, "contentChanges": [{"text": e.0}]}});
+        (json!({"applied": true}), vec![change])
+    });
+    s.client.command("agent-ls.undo", Value::Null).unwrap();
+    s.client.wait_notification("window/showMessage", |p| {
+        p["message"].as_str().unwrap_or("").contains("undid step")
+    });
+    assert!(
+        seen.lock().unwrap()[0].contains("return a - b"),
+        "the disk held the undo before the edit was sent: {:?}",
+        seen.lock().unwrap()
+    );
+    assert_eq!(disk(&s), s.editor.lock().unwrap().0);
+
+    // A declined redo: the disk, written first, is put back.
+    s.client.on_request(
+        "workspace/applyEdit",
+        |_| json!({"applied": false, "failureReason": "declined"}),
+    );
+    s.client.command("agent-ls.redo", Value::Null).unwrap();
+    s.client.wait_notification("window/showMessage", |p| {
+        p["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("could not redo")
+    });
+    assert!(disk(&s).contains("return a - b"), "{}", disk(&s));
+    assert_eq!(disk(&s), s.editor.lock().unwrap().0);
+
+    // Emacs answered "yes": it re-reads the disk (which holds the redo), reopens the document
+    // at version 0, and refuses the edit sent for the old version. The redo has landed.
+    let (editor, uri, ws) = (s.editor.clone(), s.uri.clone(), s.ws.path().to_path_buf());
+    s.client.on_request_before("workspace/applyEdit", move |p| {
+        let mut e = editor.lock().unwrap();
+        e.0 = std::fs::read_to_string(ws.join("calc.py")).unwrap();
+        e.1 = 0;
+        let close = json!({"jsonrpc": "2.0", "method": "textDocument/didClose", "params": {
+            "textDocument": {"uri": uri}}});
+        let open = json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {
+            "textDocument": {"uri": uri, "languageId": "python", "version": 0, "text": e.0}}});
+        let sent = p["edit"]["documentChanges"][0]["textDocument"]["version"].clone();
+        (
+            json!({"applied": false, "failureReason": format!("edits require version {sent}, you have 0")}),
+            vec![close, open],
+        )
+    });
+    s.client.command("agent-ls.redo", Value::Null).unwrap();
+    s.client.wait_notification("window/showMessage", |p| {
+        p["message"].as_str().unwrap_or("").contains("redid step")
+    });
+    assert!(disk(&s).contains("return a + b"), "{}", disk(&s));
+    assert_eq!(disk(&s), s.editor.lock().unwrap().0);
+    assert_eq!(s.client.document_state(&s.uri)["text"], disk(&s));
+}

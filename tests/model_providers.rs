@@ -365,9 +365,90 @@ fn anthropic_streams_text_and_tool_use_with_a_system_prompt() {
     assert_eq!(sent.path, "/v1/messages");
     assert_eq!(sent.header("x-api-key"), Some("ant-key-456"));
     assert_eq!(sent.header("anthropic-version"), Some("2023-06-01"));
-    assert_eq!(sent.body["system"], "be brief");
+    assert_eq!(sent.body["system"][0]["text"], "be brief");
     assert_eq!(sent.body["messages"][0]["role"], "user");
     assert_eq!(sent.body["tools"][0]["input_schema"]["required"][0], "path");
+    // Cache breakpoints on what stays from call to call: the tools, the system prompt, the
+    // first user message.
+    let ephemeral = json!({"type": "ephemeral"});
+    assert_eq!(sent.body["tools"][0]["cache_control"], ephemeral);
+    assert_eq!(sent.body["system"][0]["cache_control"], ephemeral);
+    assert_eq!(
+        sent.body["messages"][0]["content"][0]["cache_control"],
+        ephemeral
+    );
+}
+
+#[test]
+fn a_tool_round_caches_the_conversation_so_far_within_four_breakpoints() {
+    let server = ModelServer::start(vec![anthropic_stream(&["ok"], None)]);
+    let mut c = Config::default();
+    c.model.provider = Some("anthropic".into());
+    c.model.base_url = Some(server.url.clone());
+    c.model.api_key = Some(Secret::new("k"));
+    let read = agent_ls_runtime::model::ToolCall {
+        id: "toolu_1".into(),
+        name: "propose_edit".into(),
+        arguments: json!({"path": "c.py"}),
+    };
+    let req = Request {
+        messages: vec![
+            Message::system("be brief"),
+            Message::user("the goal and the files"),
+            Message::calls("", vec![read.clone()]),
+            Message::tool_result(&read, "c.py:1: def f():"),
+        ],
+        tools: vec![edit_tool()],
+        ..Request::default()
+    };
+    call(&models(&c), Role::Coder, &req).unwrap();
+    let body = &server.requests()[0].body;
+    let ephemeral = json!({"type": "ephemeral"});
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["content"][0]["cache_control"], ephemeral);
+    let last = messages.last().unwrap()["content"].as_array().unwrap();
+    assert_eq!(last.last().unwrap()["type"], "tool_result");
+    assert_eq!(last.last().unwrap()["cache_control"], ephemeral);
+    assert_eq!(body.to_string().matches("\"cache_control\"").count(), 4);
+}
+
+#[test]
+fn cached_prompt_tokens_are_read_from_both_providers_usage() {
+    let mut anthropic = anthropic_stream(&["ok"], None);
+    if let Reply::Sse { events, .. } = &mut anthropic {
+        events[0] = format!(
+            "event: message_start\ndata: {}",
+            json!({"type": "message_start", "message": {"usage": {"input_tokens": 10, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 90, "output_tokens": 1}}})
+        );
+    }
+    let server = ModelServer::start(vec![anthropic]);
+    let mut c = Config::default();
+    c.model.provider = Some("anthropic".into());
+    c.model.base_url = Some(server.url.clone());
+    c.model.api_key = Some(Secret::new("k"));
+    let r = call(&models(&c), Role::Coder, &ask()).unwrap();
+    assert_eq!(
+        (
+            r.usage.input_tokens,
+            r.usage.cached_tokens,
+            r.usage.cache_write_tokens
+        ),
+        (1000, 900, 90)
+    );
+    let server = ModelServer::start(vec![Reply::Sse {
+        events: vec![
+            json!({"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}).to_string(),
+            json!({"choices": [], "usage": {"prompt_tokens": 500, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 384}}}).to_string(),
+            "[DONE]".into(),
+        ],
+        stall_after: None,
+    }]);
+    let mut c = Config::default();
+    c.model.provider = Some("openai".into());
+    c.model.base_url = Some(format!("{}/v1", server.url));
+    c.model.api_key = Some(Secret::new("k"));
+    let r = call(&models(&c), Role::Coder, &ask()).unwrap();
+    assert_eq!((r.usage.input_tokens, r.usage.cached_tokens), (500, 384));
 }
 
 #[test]

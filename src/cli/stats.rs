@@ -52,9 +52,10 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
         pct(t.pass_rate)
     );
     println!(
-        "{} iterations, {} tokens, model time {}, test time {}",
+        "{} iterations, {} tokens ({} of the prompts' from the provider's cache), model time {}, test time {}",
         t.iterations,
         t.tokens,
+        t.cached_tokens,
         secs(t.model_ms),
         secs(t.test_ms)
     );
@@ -67,8 +68,8 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
     if !stats.runs.is_empty() {
         println!();
         println!(
-            "{:<12}  {:<9}  {:>4}  {:>7}  {:>8}  {:>8}  {:>7}  goal",
-            "run", "status", "iter", "tokens", "model", "tests", "passed"
+            "{:<12}  {:<9}  {:>4}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  goal",
+            "run", "status", "iter", "tokens", "cached", "model", "tests", "passed"
         );
     }
     for r in &stats.runs {
@@ -78,11 +79,12 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
         };
         let goal: String = r.goal.chars().take(60).collect();
         println!(
-            "{:<12}  {:<9}  {:>4}  {:>7}  {:>8}  {:>8}  {:>7}  {goal}",
+            "{:<12}  {:<9}  {:>4}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  {goal}",
             r.run_id,
             r.status.as_str(),
             r.iterations,
             r.tokens,
+            r.cached_tokens,
             secs(r.model_ms),
             secs(r.test_ms),
             tests

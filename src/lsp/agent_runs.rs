@@ -131,6 +131,33 @@ enum DiskSync {
     Write(#[from] files::FileError),
 }
 
+/// The open documents whose file the server wrote on disk under the editor's buffer (for a
+/// client without `agent-ls/saveFiles`), until the editor reads or saves the file again.
+/// Such an editor knows the file changed behind it: Emacs asks "changed on disk; discard your
+/// edits?" before it applies the next edit to that buffer, and reverting reopens the document
+/// at a new version, which refuses the edit. So the next edit to such a file is written to the
+/// disk first, and whichever the answer, the buffer and the disk end up holding it.
+#[derive(Clone, Default)]
+pub struct WrittenUnder(std::sync::Arc<std::sync::Mutex<std::collections::HashSet<Uri>>>);
+
+impl WrittenUnder {
+    fn mark(&self, uri: &Uri) {
+        if let Ok(mut set) = self.0.lock() {
+            set.insert(uri.clone());
+        }
+    }
+
+    pub fn forget(&self, uri: &Uri) {
+        if let Ok(mut set) = self.0.lock() {
+            set.remove(uri);
+        }
+    }
+
+    fn contains(&self, uri: &Uri) -> bool {
+        self.0.lock().is_ok_and(|set| set.contains(uri))
+    }
+}
+
 /// What a run needs from the client connection, the same for every run of a session.
 #[derive(Clone)]
 pub struct Connection {
@@ -140,6 +167,7 @@ pub struct Connection {
     pub encoding: Encoding,
     pub support: EditSupport,
     pub progress: bool,
+    pub written_under: WrittenUnder,
 }
 
 /// Everything a run needs, taken from the session when it starts.
@@ -674,6 +702,39 @@ impl ServerShell {
         saved
     }
 
+    /// For a client without `agent-ls/saveFiles`: writes the change to the files the server
+    /// already wrote under the editor's buffer before the edit is sent (see `WrittenUnder`).
+    /// Returns the writes that put the disk back, for an edit that does not land.
+    fn write_early(&self, changes: &[FileChange]) -> Result<Vec<FileChange>, ApplyError> {
+        if self.c.support.save_files {
+            return Ok(Vec::new());
+        }
+        let early: Vec<FileChange> = changes
+            .iter()
+            .filter(|c| {
+                self.snapshot
+                    .get(&c.path)
+                    .is_some_and(|(uri, _)| self.c.written_under.contains(uri))
+            })
+            .cloned()
+            .collect();
+        let mut restore = Vec::new();
+        for c in &early {
+            if let FileText::Text(disk) = files::read_for_plan(&self.c.root, &c.path) {
+                restore.push(FileChange {
+                    path: c.path.clone(),
+                    original: Some(c.new_text.clone()),
+                    new_text: disk,
+                    edits: Vec::new(),
+                    inverse: Vec::new(),
+                });
+            }
+        }
+        self.sync_disk(&early)
+            .map_err(|e| ApplyError::Failed(e.to_string()))?;
+        Ok(restore)
+    }
+
     /// Tests run on the disk, which holds neither the editor's edit (editors do not save) nor,
     /// in a buffer with unsaved work, that work. The agent's change alone is written: the new
     /// text where the disk matched the buffer, else the change re-located onto the disk's text,
@@ -702,7 +763,17 @@ impl ServerShell {
                 }
             }
         }
-        Ok(files::write_changes(&self.c.root, &writes)?)
+        files::write_changes(&self.c.root, &writes)?;
+        // An editor that cannot save on request now holds a buffer whose file changed behind
+        // it; the next edit to it is written first.
+        if !self.c.support.save_files {
+            for w in &writes {
+                if let Some((uri, _)) = self.snapshot.get(&w.path) {
+                    self.c.written_under.mark(uri);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -790,8 +861,20 @@ impl Shell for ServerShell {
             &|path| review.note_for(path),
         )
         .map_err(|e| ApplyError::Failed(e.to_string()))?;
-        send_edit(&self.c.outbox, edit, Some(self.label.clone())).await?;
-        if let Err(why) = self.confirm_applied(&current).await {
+        let early = self.write_early(&current)?;
+        let sent = send_edit(&self.c.outbox, edit, Some(self.label.clone())).await;
+        if sent.is_err() && early.is_empty() {
+            return sent;
+        }
+        let held = self.confirm_applied(&current).await;
+        // An edit the editor refused but whose text the buffer holds anyway: it re-read the
+        // file written first (Emacs, answered "yes" to "changed on disk"), at a new version.
+        if held.is_err() {
+            // The disk goes back to what it held; the error below says why.
+            let _ = files::write_changes(&self.c.root, &early);
+            sent?;
+        }
+        if let Err(why) = held {
             // A buffer that moved past the version the edit was sent for means the user typed
             // while the edit was in flight, and the editor refused the stale edit: redo the
             // step on the fresh text rather than calling it a rejection.
@@ -808,9 +891,10 @@ impl Shell for ServerShell {
         }
         // The editor saves what it can; the disk is brought in step for the rest.
         let saved = self.save_in_editor(&current).await;
+        // Files written before the edit already hold it (re-located around unsaved typing).
         let unsaved: Vec<FileChange> = current
             .iter()
-            .filter(|c| !saved.contains(&c.path))
+            .filter(|c| !saved.contains(&c.path) && !early.iter().any(|e| e.path == c.path))
             .cloned()
             .collect();
         self.sync_disk(&unsaved)

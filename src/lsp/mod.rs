@@ -9,6 +9,7 @@ pub mod agent_runs;
 pub mod convert;
 pub mod ext;
 pub mod jobs;
+mod json_text;
 pub mod outbox;
 pub mod session;
 pub mod test_runs;

@@ -77,6 +77,9 @@ impl NoticeKind {
     }
 }
 
+/// A body past this size gets an allocation of its own that is freed when it is handled.
+const LARGE_BODY_BYTES: usize = 1024 * 1024;
+
 /// What the framer made of the next message in the input.
 #[derive(Debug, PartialEq)]
 pub enum Frame {
@@ -152,6 +155,13 @@ impl Framer {
                         return None;
                     }
                     let body = self.buf.split_to(length).freeze();
+                    if length > LARGE_BODY_BYTES {
+                        // The rest of the input moves to a buffer of its own, so the body's
+                        // allocation is freed with the body instead of living on under it.
+                        let mut rest = BytesMut::with_capacity(64 * 1024);
+                        rest.extend_from_slice(&self.buf);
+                        self.buf = rest;
+                    }
                     self.state = State::Header;
                     return Some(Frame::Message(body));
                 }
@@ -514,6 +524,7 @@ struct OpenParams {
 struct OpenItem {
     uri: Uri,
     version: i32,
+    #[serde(deserialize_with = "super::json_text::exact_string")]
     text: String,
 }
 
@@ -726,6 +737,31 @@ mod tests {
         }
         assert_eq!(out.len(), 2);
         assert!(out.iter().all(|f| matches!(f, Frame::Message(_))));
+    }
+
+    #[test]
+    fn a_large_body_leaves_the_rest_of_the_input_whole() {
+        let big = format!(
+            r#"{{"jsonrpc":"2.0","method":"a","params":"{}"}}"#,
+            "x".repeat(LARGE_BODY_BYTES + 10)
+        );
+        let small = r#"{"jsonrpc":"2.0","method":"b"}"#;
+        let input = [msg(&big), msg(small), msg(small)].concat();
+        let mut f = Framer::default();
+        let mut out = Vec::new();
+        // The second message arrives in the same read as the end of the first.
+        for chunk in input.chunks(700_000) {
+            f.push(chunk);
+            out.extend(std::iter::from_fn(|| f.next_frame()));
+        }
+        let bodies: Vec<&[u8]> = out
+            .iter()
+            .map(|f| match f {
+                Frame::Message(b) => &b[..],
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(bodies, [big.as_bytes(), small.as_bytes(), small.as_bytes()]);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod deep;
 pub mod model_server;
 
 use serde_json::{Value, json};

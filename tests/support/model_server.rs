@@ -65,6 +65,10 @@ impl Recorded {
     }
 }
 
+/// Answers a request from its body, when the script has no reply left: a stand-in model that
+/// reacts to what it was sent.
+pub type Responder = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
+
 #[derive(Clone)]
 pub struct ModelServer {
     pub url: String,
@@ -81,6 +85,15 @@ struct Recorder {
 
 impl ModelServer {
     pub fn start(script: Vec<Reply>) -> ModelServer {
+        ModelServer::serving(script, None)
+    }
+
+    /// A server whose every answer `respond` makes from the request's body.
+    pub fn answering(respond: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> ModelServer {
+        ModelServer::serving(Vec::new(), Some(Arc::new(respond)))
+    }
+
+    fn serving(script: Vec<Reply>, respond: Option<Responder>) -> ModelServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
         let url = format!("http://{}", listener.local_addr().unwrap());
         let script = Arc::new(Mutex::new(VecDeque::from(script)));
@@ -90,7 +103,8 @@ impl ModelServer {
             std::thread::spawn(move || {
                 for stream in listener.incoming().flatten() {
                     let (script, requests) = (script.clone(), requests.clone());
-                    std::thread::spawn(move || serve(stream, &script, &requests));
+                    let respond = respond.clone();
+                    std::thread::spawn(move || serve(stream, &script, &requests, respond));
                 }
             });
         }
@@ -129,7 +143,12 @@ impl ModelServer {
     }
 }
 
-fn serve(stream: TcpStream, script: &Mutex<VecDeque<Reply>>, requests: &Recorder) {
+fn serve(
+    stream: TcpStream,
+    script: &Mutex<VecDeque<Reply>>,
+    requests: &Recorder,
+    respond: Option<Responder>,
+) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut first = String::new();
     if reader.read_line(&mut first).unwrap_or(0) == 0 {
@@ -158,18 +177,18 @@ fn serve(stream: TcpStream, script: &Mutex<VecDeque<Reply>>, requests: &Recorder
     }
     let mut body = vec![0; length];
     let _ = reader.read_exact(&mut body);
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let scripted = script.lock().unwrap().pop_front();
+    let reply = scripted
+        .or_else(|| respond.map(|f| f(&body)))
+        .unwrap_or_else(|| Reply::status(500, "the test script has no more replies"));
     requests.list.lock().unwrap().push(Recorded {
         method,
         path,
         headers,
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        body,
     });
     requests.arrived.notify_all();
-    let reply = script
-        .lock()
-        .unwrap()
-        .pop_front()
-        .unwrap_or_else(|| Reply::status(500, "the test script has no more replies"));
     let mut out = stream;
     match reply {
         Reply::Status {
@@ -244,7 +263,12 @@ pub fn openai_text(pieces: &[&str]) -> Reply {
 
 /// An OpenAI stream with one tool call whose arguments arrive in `fragments`.
 pub fn openai_tool_call(name: &str, fragments: &[&str]) -> Reply {
-    let mut events = vec![json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": ""}}]}}]}).to_string()];
+    openai_tool_call_as("call_1", name, fragments)
+}
+
+/// As `openai_tool_call`, with the call's id.
+pub fn openai_tool_call_as(id: &str, name: &str, fragments: &[&str]) -> Reply {
+    let mut events = vec![json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}}]}).to_string()];
     for f in fragments {
         events.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": f}}]}}]}).to_string());
     }

@@ -182,6 +182,10 @@ pub struct ContextConfig {
     /// Tool rounds in one turn after which the older rounds are replaced by a summary the
     /// model writes; 0 never summarises.
     pub summarize_after: u32,
+    /// The most bytes of a tool-using turn's first prompt (system prompt, goal, failures,
+    /// repo map and the files that fit); everything else the model reads through its tools.
+    /// 0: only agent.context_bytes limits it.
+    pub first_prompt_bytes: usize,
 }
 
 impl Default for ContextConfig {
@@ -189,6 +193,7 @@ impl Default for ContextConfig {
         ContextConfig {
             map_tokens: 1024,
             summarize_after: 5,
+            first_prompt_bytes: 16_384,
         }
     }
 }
@@ -843,6 +848,16 @@ pub fn parse_toml_layer(source: Source, text: &str) -> Result<Layer, Vec<ConfigE
             message,
         }
     };
+    if let Some((line, depth)) = too_deep_key(text) {
+        return Err(vec![ConfigError {
+            source,
+            line: Some(line),
+            key: None,
+            message: format!(
+                "a key nests {depth} tables deep here; at most {MAX_KEY_DEPTH} are allowed"
+            ),
+        }]);
+    }
     let table: toml::Table = toml::from_str(text)
         .map_err(|e| vec![error_at(e.span(), None, e.message().to_string())])?;
     let deserializer = toml::Deserializer::parse(text)
@@ -1050,6 +1065,35 @@ fn line_of(text: &str, offset: usize) -> usize {
         + 1
 }
 
+/// The deepest dotted key a configuration file may use. Ours nest four deep at most; the
+/// limit is far above that and below the depth where the TOML parser gives up without saying
+/// where (about 85).
+const MAX_KEY_DEPTH: usize = 32;
+
+/// The first line whose table header or dotted key nests deeper than [`MAX_KEY_DEPTH`], with
+/// its depth. Dots inside quoted keys do not count.
+fn too_deep_key(text: &str) -> Option<(usize, usize)> {
+    text.lines().enumerate().find_map(|(i, line)| {
+        let line = line.trim_start();
+        let key = if line.starts_with('[') {
+            line.trim_start_matches('[')
+        } else {
+            line
+        };
+        let (mut depth, mut quote) = (1, None);
+        for c in key.chars() {
+            match (quote, c) {
+                (None, '"' | '\'') => quote = Some(c),
+                (Some(q), c) if c == q => quote = None,
+                (None, '.') => depth += 1,
+                (None, '=' | ']' | '#') => break,
+                _ => {}
+            }
+        }
+        (depth > MAX_KEY_DEPTH).then_some((i + 1, depth))
+    })
+}
+
 /// The dotted key assigned on a 1-based line, with the table header above it.
 fn key_on_line(text: &str, line: usize) -> Option<String> {
     let lines: Vec<&str> = text.lines().collect();
@@ -1184,6 +1228,20 @@ mod tests {
             "{}",
             err[0]
         );
+    }
+
+    #[test]
+    fn a_key_nested_too_deep_is_an_error_with_its_line() {
+        let deep = vec!["a"; 100].join(".");
+        let err = ws_error(&format!("[log]\nlevel = \"info\"\n[{deep}]\nx = 1\n"));
+        assert_eq!(err.line, Some(3), "{err}");
+        assert!(err.message.contains("100 tables deep"), "{err}");
+        let err = ws_error(&format!("[log]\n{deep} = 1\n"));
+        assert_eq!(err.line, Some(2), "{err}");
+        // Dots inside a quoted key are part of a name, not nesting.
+        let quoted = format!("\"{}\"", vec!["a"; 100].join("."));
+        let err = ws_error(&format!("[log]\n{quoted} = 1\n"));
+        assert!(!err.message.contains("deep"), "{err}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use rusqlite::{Connection, params};
 use agent_ls_core::agent::RunStatus;
 use agent_ls_core::edit::history::Step;
 
-const SCHEMA: i64 = 4;
+const SCHEMA: i64 = 5;
 pub const FILE: &str = ".agent-ls/store.sqlite";
 
 pub struct Store {
@@ -152,6 +152,15 @@ impl Store {
                  COMMIT;",
             )?;
         }
+        if version < 5 {
+            // The prompt tokens the provider's prompt cache served.
+            self.conn.execute_batch(
+                "BEGIN;
+                 ALTER TABLE iterations ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+                 PRAGMA user_version = 5;
+                 COMMIT;",
+            )?;
+        }
         Ok(())
     }
 
@@ -189,8 +198,8 @@ impl Store {
     /// Writes one iteration's figures (again, as they grow).
     pub fn iteration(&self, run_id: &str, it: &Iteration) -> Result<(), StoreError> {
         self.conn.execute(
-            "INSERT OR REPLACE INTO iterations (run_id, n, phase, model, tokens, model_ms, test_ms, tests_passed, tests_failed, fingerprint, reflection)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            "INSERT OR REPLACE INTO iterations (run_id, n, phase, model, tokens, model_ms, test_ms, tests_passed, tests_failed, fingerprint, reflection, cached_tokens)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 run_id,
                 it.n as i64,
@@ -202,7 +211,8 @@ impl Store {
                 it.tests_passed.map(i64::from),
                 it.tests_failed.map(i64::from),
                 it.fingerprint,
-                it.reflection
+                it.reflection,
+                it.cached_tokens as i64
             ],
         )?;
         Ok(())
@@ -318,7 +328,8 @@ impl Store {
                     COALESCE(SUM(i.tokens), 0), COALESCE(SUM(i.model_ms), 0), COALESCE(SUM(i.test_ms), 0),
                     (SELECT COUNT(*) FROM approvals a WHERE a.run_id = r.run_id),
                     (SELECT COUNT(*) FROM approvals a WHERE a.run_id = r.run_id AND a.accepted = 1),
-                    (SELECT MAX(score) FROM evaluations e WHERE e.run_id = r.run_id)
+                    (SELECT MAX(score) FROM evaluations e WHERE e.run_id = r.run_id),
+                    COALESCE(SUM(i.cached_tokens), 0)
              FROM runs r LEFT JOIN iterations i ON i.run_id = r.run_id
              GROUP BY r.run_id ORDER BY r.started_ms DESC",
         )?;
@@ -340,6 +351,7 @@ impl Store {
                 proposals: r.get::<_, i64>(11)? as u32,
                 accepted: r.get::<_, i64>(12)? as u32,
                 evaluation: r.get::<_, Option<i64>>(13)?.map(|v| v as u8),
+                cached_tokens: r.get::<_, i64>(14)? as u64,
             })
         })?;
         let runs: Vec<RunStats> = rows.collect::<Result<_, _>>()?;
@@ -361,6 +373,7 @@ impl Store {
                 .filter(|r| r.status == RunStatus::Cancelled)
                 .count() as u32,
             tokens: runs.iter().map(|r| r.tokens).sum(),
+            cached_tokens: runs.iter().map(|r| r.cached_tokens).sum(),
             model_ms: runs.iter().map(|r| r.model_ms).sum(),
             test_ms: runs.iter().map(|r| r.test_ms).sum(),
             iterations: runs.iter().map(|r| r.iterations).sum(),
@@ -448,6 +461,8 @@ pub struct Iteration {
     pub phase: Option<agent_ls_core::agent::Phase>,
     pub model: Option<String>,
     pub tokens: u64,
+    /// Of `tokens`, the prompt tokens the provider's prompt cache served.
+    pub cached_tokens: u64,
     pub model_ms: u64,
     pub test_ms: u64,
     pub tests_passed: Option<u32>,
@@ -477,6 +492,8 @@ pub struct RunStats {
     pub tests_passed: Option<u32>,
     pub tests_failed: Option<u32>,
     pub tokens: u64,
+    /// Of `tokens`, the prompt tokens the provider's prompt cache served.
+    pub cached_tokens: u64,
     pub model_ms: u64,
     pub test_ms: u64,
     /// Changes proposed for approval, and how many the user accepted.
@@ -492,6 +509,7 @@ pub struct Totals {
     pub failed: u32,
     pub cancelled: u32,
     pub tokens: u64,
+    pub cached_tokens: u64,
     pub model_ms: u64,
     pub test_ms: u64,
     pub iterations: u32,
@@ -753,7 +771,14 @@ mod tests {
         };
         store.iteration("run_a", &it).unwrap();
         store
-            .iteration("run_a", &Iteration { tokens: 150, ..it })
+            .iteration(
+                "run_a",
+                &Iteration {
+                    tokens: 150,
+                    cached_tokens: 90,
+                    ..it
+                },
+            )
             .unwrap();
         store.approval("run_a", 1, true, &["a.py".into()]).unwrap();
         store.approval("run_a", 2, false, &["a.py".into()]).unwrap();
@@ -764,10 +789,11 @@ mod tests {
         let stats = store.stats(10).unwrap();
         let a = stats.runs.iter().find(|r| r.run_id == "run_a").unwrap();
         assert_eq!(
-            (a.tokens, a.model_ms, a.test_ms),
-            (150, 40, 300),
+            (a.tokens, a.cached_tokens, a.model_ms, a.test_ms),
+            (150, 90, 40, 300),
             "rewritten, not added twice"
         );
+        assert_eq!(stats.total.cached_tokens, 90);
         assert_eq!((a.proposals, a.accepted, a.evaluation), (2, 1, Some(4)));
         assert_eq!(stats.total.acceptance_rate, Some(0.5));
         // run_b is still "running": pass rate counts finished runs only.

@@ -7,6 +7,7 @@
 //! `phases` holds what each phase does with an event.
 
 pub mod agents;
+pub mod context;
 mod phases;
 pub mod prompts;
 pub mod window;
@@ -379,6 +380,11 @@ pub struct Budget {
     /// Correction rounds a full evaluation may start.
     #[serde(default)]
     pub max_corrections: u32,
+    /// The most bytes of a tool-using turn's fixed prompt (the system prompt and the first
+    /// user message: goal, failures, repo map, files); the rest comes through the tools.
+    /// 0: no limit beyond the runtime's own.
+    #[serde(default)]
+    pub first_prompt_bytes: usize,
 }
 
 /// Everything the loop knows. The driver keeps it and passes every event through `step`.
@@ -413,10 +419,11 @@ pub struct Run {
     done_answer: String,
     pub phase: Phase,
     pub budget: Budget,
-    /// Files and their text the prompt shows, gathered by the driver before every step
-    /// (so a checkpoint leaves it out: it is gathered afresh on resume).
+    /// Files and their text the prompt may show, gathered by the driver before every step
+    /// (so a checkpoint leaves it out: it is gathered afresh on resume), and cut to the
+    /// first prompt's budget by the prompts.
     #[serde(skip)]
-    pub context: String,
+    pub context: context::Context,
     /// Coder attempts so far (each proposal counts).
     pub iterations: u32,
     /// Attempts for the current task since its last success.
@@ -434,6 +441,10 @@ pub struct Run {
     /// change proposed again ends the run instead of being asked about again.
     #[serde(default)]
     pub refused: Vec<(u64, String)>,
+    /// A hash of the edits the coder proposed last, kept until they are located: edits that
+    /// could not be applied and come again unchanged end the run.
+    #[serde(default)]
+    pub proposal: u64,
     pub files_changed: Vec<String>,
     pub warned_budget: bool,
     /// The coder's tool calls and their results in the current turn, after its prompt.
@@ -448,7 +459,12 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn new(goal: &str, intent: Option<Intent>, budget: Budget, context: String) -> Self {
+    pub fn new(
+        goal: &str,
+        intent: Option<Intent>,
+        budget: Budget,
+        context: impl Into<context::Context>,
+    ) -> Self {
         Run {
             goal: goal.to_string(),
             intent,
@@ -468,7 +484,7 @@ impl Run {
             done_answer: String::new(),
             phase: Phase::Baseline,
             budget,
-            context,
+            context: context.into(),
             iterations: 0,
             retries: 0,
             tests: None,
@@ -477,6 +493,7 @@ impl Run {
             failure_history: Vec::new(),
             edit_history: Vec::new(),
             refused: Vec::new(),
+            proposal: 0,
             files_changed: Vec::new(),
             warned_budget: false,
             exchange: Vec::new(),

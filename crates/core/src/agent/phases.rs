@@ -115,8 +115,9 @@ fn on_planning(run: &mut Run, event: Event) -> Vec<Effect> {
                 }
                 Err(e) if !run.parse_retry_used => {
                     run.parse_retry_used = true;
-                    let mut messages = prompts::plan(run, None);
+                    let (mut messages, shown) = prompts::plan(run, None);
                     messages.extend(run.exchange.iter().cloned());
+                    let mut messages = super::context::lean(messages, &shown);
                     messages.push(Message::user(format!(
                         "Your plan could not be read ({e}). Answer with the JSON only."
                     )));
@@ -206,6 +207,16 @@ fn on_coding(run: &mut Run, event: Event) -> Vec<Effect> {
 fn proposed(run: &mut Run, plan: Result<EditPlan, ParseError>) -> Vec<Effect> {
     match plan {
         Ok(plan) => {
+            // The very edits refused before, sent again: asking, locating or applying them
+            // again would only repeat the refusal until the budget is spent.
+            let hash = plan_hash(&plan);
+            if let Some((_, why)) = run.refused.iter().find(|(h, _)| *h == hash) {
+                let answer = format!(
+                    "stopped: the model proposed again the change that was refused ({why})"
+                );
+                return fail(run, answer);
+            }
+            run.proposal = hash;
             run.parse_retry_used = false;
             run.phase = Phase::Locating;
             vec![Effect::Locate(plan)]
@@ -328,8 +339,21 @@ fn not_located(run: &mut Run, outcome: &PlanOutcome) -> Vec<Effect> {
             Effect::RunTests,
         ];
     }
+    let why: Vec<String> = outcome
+        .refused()
+        .map(|r| match &r.status {
+            crate::edit::EditStatus::Refused { reason, .. } => {
+                // The rule, without the closest lines the feedback shows.
+                let rule = reason.split("; the closest lines").next().unwrap_or(reason);
+                format!("{}: {rule}", r.path)
+            }
+            _ => r.path.clone(),
+        })
+        .collect();
+    run.refused.push((run.proposal, why.join("; ")));
     run.feedback.push(format!(
-        "Some edits could not be applied, so none were. Fix them and send the whole change again:\n{}",
+        "Some edits could not be applied, so none were. Fix them and send the whole change again \
+         (the same edits again end the run):\n{}",
         outcome.refusal_report()
     ));
     retry_or_stop(run, "the proposed edits did not apply")
@@ -344,9 +368,11 @@ fn on_approving(run: &mut Run, event: Event) -> Vec<Effect> {
         }
         Event::Refused(why) => {
             run.refused.push((diff_hash(&run.pending), why.clone()));
+            run.refused.push((run.proposal, why.clone()));
             run.pending.clear();
             run.feedback.push(format!(
-                "The change was not applied: {why}. Make the change again without that."
+                "The change was not applied: {why}. Make the change again without that \
+                 (the same change again ends the run)."
             ));
             retry_or_stop(run, "the change was refused")
         }
@@ -627,7 +653,10 @@ fn call_coder(run: &mut Run) -> Effect {
 /// answer's): its prompt, then the tool calls and results so far, with the tools its phase
 /// allows while it has tool steps left.
 pub(super) fn continue_call(run: &mut Run) -> Effect {
-    let (role, mut messages, tools) = match run.phase {
+    if !matches!(run.phase, Phase::Planning | Phase::Explaining) {
+        run.phase = Phase::Coding;
+    }
+    let (role, (mut messages, shown), tools) = match run.phase {
         Phase::Planning => (
             Role::Planner,
             prompts::plan(run, None),
@@ -638,12 +667,11 @@ pub(super) fn continue_call(run: &mut Run) -> Effect {
             prompts::explain(run),
             run.agent.reading_tools(),
         ),
-        _ => {
-            run.phase = Phase::Coding;
-            (Role::Coder, prompts::code(run), run.agent.tools.clone())
-        }
+        _ => (Role::Coder, prompts::code(run), run.agent.tools.clone()),
     };
     messages.extend(run.exchange.iter().cloned());
+    // Each file's lines once: an earlier copy the turn read again becomes a pointer.
+    let messages = super::context::lean(messages, &shown);
     Effect::CallModel {
         role,
         messages,
@@ -690,6 +718,14 @@ fn retry_or_stop(run: &mut Run, why: &str) -> Vec<Effect> {
     )));
     effects.push(call_coder(run));
     effects
+}
+
+/// Identifies a proposal by its edits, so the same edits sent again are known.
+fn plan_hash(plan: &EditPlan) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(plan).unwrap_or_default().hash(&mut h);
+    h.finish()
 }
 
 /// The run ends failed, with `answer` saying why.

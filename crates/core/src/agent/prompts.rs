@@ -84,7 +84,11 @@ fn coder_system(run: &Run) -> String {
         .unwrap_or_else(|| run.prompts.get("coder").to_string())
 }
 
-pub fn code(run: &Run) -> Vec<Message> {
+/// The coder's prompt: the system prompt, then the fixed context (goal, task, failures, the
+/// context within the first prompt's budget), then what it must hear this turn (refusals,
+/// failures, advice). With the files it shows whole, for `context::lean`.
+pub fn code(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
+    let system = coder_system(run);
     let mut user = format!("Goal: {}\n\n", run.goal);
     if run.tasks.len() > 1
         && let Some(t) = run.tasks.get(run.task)
@@ -106,12 +110,35 @@ pub fn code(run: &Run) -> Vec<Message> {
             t.failed_count, t.passed_count, t.report
         ));
     }
-    user.push_str(&format!("Files:\n{}\n", run.context));
-    let mut messages = vec![Message::system(coder_system(run)), Message::user(user)];
+    let (files, shown) = fixed_context(run, &run.agent.tools, system.len() + user.len());
+    user.push_str(&files);
+    let mut messages = vec![Message::system(system), Message::user(user)];
     for f in &run.feedback {
         messages.push(Message::user(f.clone()));
     }
-    messages
+    (messages, shown)
+}
+
+/// "Files:" and the context, within what is left of the first prompt's budget after `used`
+/// bytes when the turn has tools to read the rest with (without tools, the runtime's
+/// agent.context_bytes is the only limit), and the files it shows whole.
+fn fixed_context<'r>(
+    run: &'r Run,
+    tools: &[String],
+    used: usize,
+) -> (String, Vec<(&'r str, &'r str)>) {
+    const HEAD: &str = "Files:\n";
+    let lean =
+        run.budget.first_prompt_bytes > 0 && run.budget.max_tool_steps > 0 && !tools.is_empty();
+    let room = if lean {
+        run.budget
+            .first_prompt_bytes
+            .saturating_sub(used + HEAD.len() + 1)
+    } else {
+        usize::MAX
+    };
+    let rendered = run.context.render(room);
+    (format!("{HEAD}{}\n", rendered.text), rendered.files)
 }
 
 pub fn reflect(run: &Run) -> Vec<Message> {
@@ -126,17 +153,22 @@ pub fn reflect(run: &Run) -> Vec<Message> {
 }
 
 /// An answer in Markdown: an explanation, or the plan or review agent's answer.
-pub fn explain(run: &Run) -> Vec<Message> {
+pub fn explain(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
     let system = match (&run.agent.prompt, run.agent.kind) {
         (Some(p), _) => p.clone(),
         (None, super::AgentKind::Plan) => run.prompts.get("plan").to_string(),
         (None, super::AgentKind::Review) => run.prompts.get("review").to_string(),
         (None, super::AgentKind::Build) => run.prompts.get("explain").to_string(),
     };
-    vec![
+    let head = format!("{}\n\nCode:\n", run.goal);
+    let tools = run.agent.reading_tools();
+    let (code, shown) = fixed_context(run, &tools, system.len() + head.len());
+    let code = code.strip_prefix("Files:\n").unwrap_or(&code);
+    let messages = vec![
         Message::system(system),
-        Message::user(format!("{}\n\nCode:\n{}", run.goal, run.context)),
-    ]
+        Message::user(format!("{head}{code}")),
+    ];
+    (messages, shown)
 }
 
 /// The summariser's prompt: the turn's tool calls and results so far, to be condensed.
@@ -215,17 +247,24 @@ pub fn parse_intent(text: &str) -> super::Intent {
     }
 }
 
-pub fn plan(run: &Run, parse_error: Option<&str>) -> Vec<Message> {
+pub fn plan<'r>(
+    run: &'r Run,
+    parse_error: Option<&str>,
+) -> (Vec<Message>, Vec<(&'r str, &'r str)>) {
+    let system = run.prompts.get("planner");
+    let head = format!("Goal: {}\n\n", run.goal);
+    let tools = run.agent.reading_tools();
+    let (files, shown) = fixed_context(run, &tools, system.len() + head.len());
     let mut messages = vec![
-        Message::system(run.prompts.get("planner")),
-        Message::user(format!("Goal: {}\n\nFiles:\n{}", run.goal, run.context)),
+        Message::system(system),
+        Message::user(format!("{head}{files}")),
     ];
     if let Some(e) = parse_error {
         messages.push(Message::user(format!(
             "Your plan could not be read ({e}). Answer with the JSON only."
         )));
     }
-    messages
+    (messages, shown)
 }
 
 #[derive(Debug, Deserialize)]

@@ -11,6 +11,7 @@ fn budget(max_retries: u32, max_iterations: u32) -> Budget {
         max_tool_steps: 2,
         summarize_after: 0,
         max_corrections: 2,
+        first_prompt_bytes: 0,
     }
 }
 
@@ -155,7 +156,7 @@ fn a_fix_in_one_iteration() {
         "fix the failing tests",
         Some(Intent::Fix),
         budget(3, 15),
-        "calc.py".into(),
+        "calc.py".to_string(),
     );
     assert!(matches!(
         step(&mut run, Event::Start).as_slice(),
@@ -290,10 +291,11 @@ fn a_refused_change_is_told_to_the_model_and_tried_again_within_the_budget() {
 #[test]
 fn the_same_refused_change_proposed_again_ends_the_run_with_the_reason() {
     let (mut run, _) = refused_once(3);
-    // The model sends the very same change: it is not asked about again.
-    let e = locate_answer(&mut run, &edit_answer("a + b"));
+    // The model sends the very same change: it is neither located nor asked about again.
+    let e = answered(&mut run, Role::Coder, &edit_answer("a + b"));
     assert!(
-        !e.iter().any(|e| matches!(e, Effect::AskApproval { .. })),
+        !e.iter()
+            .any(|e| matches!(e, Effect::AskApproval { .. } | Effect::Locate(_))),
         "{e:?}"
     );
     assert!(
@@ -308,6 +310,60 @@ fn the_same_refused_change_proposed_again_ends_the_run_with_the_reason() {
         finishes(e.first(), Phase::Failed, ".git/config"),
         "the reason is in the answer: {e:?}"
     );
+}
+
+/// Each kind of refusal reaches the coder's next call naming the file and what to do
+/// instead, and the same edits sent again end the run at once with the reason.
+#[test]
+fn every_refusal_reaches_the_model_and_a_repeat_ends_the_run() {
+    let not_found = "calc.py\n<<<<<<< SEARCH\nnothing like this\n=======\nx\n>>>>>>> REPLACE\n";
+    let outside = "../etc/passwd\n<<<<<<< SEARCH\nroot\n=======\nx\n>>>>>>> REPLACE\n";
+    let ambiguous =
+        "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let cases: [(&str, &str, &str); 3] = [
+        (not_found, "calc.py", "not found"),
+        (outside, "../etc/passwd", "edit only files inside it"),
+        (ambiguous, "calc.py", "add surrounding lines"),
+    ];
+    for (answer, file, rule) in cases {
+        let mut run = new_run("edit", Some(Intent::Edit));
+        step(&mut run, Event::Start);
+        let e = answered(&mut run, Role::Coder, answer);
+        let Some(Effect::Locate(plan)) = e.last() else {
+            panic!("{e:?}")
+        };
+        // The same function twice in the file makes the search text ambiguous.
+        let twice = format!("{FILE}\n{FILE}");
+        let outcome = edit::apply_plan(
+            plan,
+            std::path::Path::new("/ws"),
+            &Limits::default(),
+            |_| FileText::Text(twice.clone()),
+        );
+        let e = step(&mut run, Event::Located(outcome));
+        let told = &coder_call(&e).last().unwrap().content;
+        assert!(
+            told.contains(file) && told.contains(rule) && told.contains("end the run"),
+            "{rule}: {told}"
+        );
+        let e = answered(&mut run, Role::Coder, answer);
+        assert!(
+            finishes(e.first(), Phase::Failed, "proposed again")
+                && finishes(e.first(), Phase::Failed, file),
+            "{rule}: {e:?}"
+        );
+    }
+    // A stale change is redone on fresh text; the model hears why.
+    let mut run = new_run("edit", Some(Intent::Edit));
+    step(&mut run, Event::Start);
+    locate_answer(&mut run, &edit_answer("a + b"));
+    step(&mut run, Event::Approved);
+    let e = step(
+        &mut run,
+        Event::Stale("calc.py changed while the change was prepared".into()),
+    );
+    let told = &coder_call(&e).last().unwrap().content;
+    assert!(told.contains("calc.py changed"), "{told}");
 }
 
 #[test]
@@ -783,4 +839,103 @@ fn a_data_answer_is_summarised_in_one_line_for_people() {
         "the evaluator answered in a form agent-ls could not read"
     );
     assert_eq!(role_summary(Role::Coder, "calc.py\n"), None);
+}
+
+/// A fix on a large context with a first prompt budget of `bytes`: the coder is being asked.
+fn lean_fix(bytes: usize) -> (Run, Vec<Effect>) {
+    use super::context::{Context, Piece};
+    let file = |path: &str, text: String| Piece {
+        path: Some(path.into()),
+        text,
+    };
+    let context = Context {
+        pieces: vec![
+            file("test_calc.py", "from calc import add\n".into()),
+            Piece {
+                path: None,
+                text: "Repo map:\ncalc.py:1: def add(a, b):\n".into(),
+            },
+            file("calc.py", FILE.into()),
+            file("big.py", "x = 1\n".repeat(3000)),
+            file("other.py", "y = 2\n".repeat(3000)),
+        ],
+        unread: (0..100).map(|i| format!("m{i}.py")).collect(),
+    };
+    let mut b = budget(3, 15);
+    b.first_prompt_bytes = bytes;
+    b.max_tool_steps = 8;
+    let mut run = Run::new("fix the failing tests", Some(Intent::Fix), b, context);
+    step(&mut run, Event::Start);
+    let e = step(&mut run, Event::TestsFinished(failing("a")));
+    (run, e)
+}
+
+#[test]
+fn the_first_prompt_keeps_within_its_budget_when_tools_can_read_the_rest() {
+    let (mut run, e) = lean_fix(2000);
+    let messages = coder_call(&e);
+    let bytes: usize = messages.iter().map(|m| m.content.len()).sum();
+    assert!(bytes <= 2000, "{bytes}");
+    let first = &messages[1].content;
+    assert!(first.contains("FAILED a") && first.contains("Repo map:"));
+    assert!(
+        first.contains("def add(a, b):\n    return a - b"),
+        "{first}"
+    );
+    assert!(
+        !first.contains("x = 1"),
+        "a large file comes through the tools"
+    );
+    // Without tools, the runtime's own limit is the only one.
+    run.budget.max_tool_steps = 0;
+    let e = answered(&mut run, Role::Coder, "no edits here");
+    let whole: usize = coder_call(&e).iter().map(|m| m.content.len()).sum();
+    assert!(whole > 30_000, "{whole}");
+}
+
+#[test]
+fn a_file_read_twice_appears_once_in_the_next_call_and_the_prefix_stays() {
+    let (mut run, e) = lean_fix(2000);
+    let before = coder_call(&e).to_vec();
+    let read = |id: &str| call(id, "read_file", serde_json::json!({"path": "big.py"}));
+    let text: String = (1..=50).map(|n| format!("{n:>6}| x = 1\n")).collect();
+    tool_calls(&mut run, vec![read("r1")]);
+    let e = step(
+        &mut run,
+        Event::ToolResults(vec![(read("r1"), text.clone())]),
+    );
+    let after_one = coder_call(&e).to_vec();
+    assert_eq!(
+        after_one[..before.len()],
+        before[..],
+        "the prefix is byte-stable"
+    );
+    tool_calls(&mut run, vec![read("r2")]);
+    let e = step(
+        &mut run,
+        Event::ToolResults(vec![(read("r2"), text.clone())]),
+    );
+    let messages = coder_call(&e);
+    assert_eq!(
+        messages
+            .iter()
+            .filter(|m| m.content.contains(&text))
+            .count(),
+        1
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.content == "[file big.py lines 1-50: shown again below]")
+    );
+    // calc.py is whole in the first message: reading it again points there.
+    let calc = call("r3", "read_file", serde_json::json!({"path": "calc.py"}));
+    tool_calls(&mut run, vec![calc.clone()]);
+    let numbered = "     1| def add(a, b):\n     2|     return a - b\n";
+    let e = step(&mut run, Event::ToolResults(vec![(calc, numbered.into())]));
+    let last = coder_call(&e).last().unwrap();
+    assert_eq!(
+        last.content,
+        "[file calc.py lines 1-2: the same text is in the first message]"
+    );
 }

@@ -153,7 +153,7 @@ pub fn file_diff(change: &FileChange) -> String {
 pub enum PathError {
     #[error("the path is empty")]
     Empty,
-    #[error("`{0}` is outside the workspace")]
+    #[error("`{0}` is outside the workspace; edit only files inside it, named from its root")]
     Outside(String),
 }
 

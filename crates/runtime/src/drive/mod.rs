@@ -806,12 +806,15 @@ impl Drive<'_> {
                 wanted.push(path);
             }
         }
-        let mut context = String::new();
+        let mut context = agent::context::Context::default();
         // The review agent reviews the latest agent change when there is one: its diff leads.
         if run.agent.kind == agent::AgentKind::Review
             && let Some(diff) = latest_step_diff(self.root)
         {
-            context.push_str(&diff);
+            context.pieces.push(agent::context::Piece {
+                path: None,
+                text: diff,
+            });
         }
         self.fill_context(&mut context, &wanted, named, &map_text, shell);
         run.context = context;
@@ -847,51 +850,57 @@ impl Drive<'_> {
         wanted
     }
 
-    /// Appends the `wanted` files in full while the byte budget lasts, the repo map after the
-    /// first `named` of them (the map has its own budget, context.map_tokens, so its bytes
-    /// are counted apart), then the names of the files left out.
+    /// Appends the `wanted` files whole while agent.context_bytes lasts, the repo map after
+    /// the first `named` of them (the map has its own budget, context.map_tokens, so its
+    /// bytes are counted apart), and names the files left unread. The prompt then keeps what
+    /// fits its own budget (`Context::render`).
     fn fill_context(
         &self,
-        context: &mut String,
+        context: &mut agent::context::Context,
         wanted: &[String],
         named: usize,
         map_text: &str,
         shell: &impl Shell,
     ) {
-        let mut listed = Vec::new();
-        let map_block = format!(
-            "Repo map (the definitions that matter most, as path:line: signature):\n{map_text}\n"
-        );
-        let mut map_len = 0;
+        use agent::context::Piece;
+        let map = (!map_text.is_empty()).then(|| Piece {
+            path: None,
+            text: format!(
+                "Repo map (the definitions that matter most, as path:line: signature):\n{map_text}\n"
+            ),
+        });
         let budget = self.config.agent.context_bytes;
+        let mut used = 0;
         for (i, path) in wanted.iter().enumerate() {
-            if i == named && !map_text.is_empty() {
-                context.push_str(&map_block);
-                map_len = map_block.len();
+            if i == named
+                && let Some(map) = &map
+            {
+                context.pieces.push(map.clone());
             }
-            let budget = budget + map_len;
             // Once the budget is spent the rest are only named, not read: this runs before
             // every step, and a project can have hundreds of files.
-            if context.len() >= budget {
-                listed.push(path.clone());
+            if used >= budget {
+                context.unread.push(path.clone());
                 continue;
             }
             let FileText::Text(text) = shell.read(path) else {
                 continue;
             };
-            let block = format!("{path}\n```\n{text}```\n\n");
-            if context.len() + block.len() > budget {
-                listed.push(path.clone());
+            let bytes = path.len() + text.len() + 10;
+            if used + bytes > budget {
+                context.unread.push(path.clone());
                 continue;
             }
-            context.push_str(&block);
+            used += bytes;
+            context.pieces.push(Piece {
+                path: Some(path.clone()),
+                text,
+            });
         }
-        if wanted.len() == named && !map_text.is_empty() {
-            context.push_str(&map_block);
-        }
-        if !listed.is_empty() {
-            listed.truncate(100);
-            context.push_str(&format!("Other files (not shown): {}\n", listed.join(", ")));
+        if wanted.len() == named
+            && let Some(map) = map
+        {
+            context.pieces.push(map);
         }
     }
 }

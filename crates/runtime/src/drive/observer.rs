@@ -209,6 +209,7 @@ impl<'a> Observer<'a> {
             _ => {}
         }
         self.current.tokens += r.usage.input_tokens + r.usage.output_tokens;
+        self.current.cached_tokens += r.usage.cached_tokens;
         self.current.model_ms += r.duration_ms;
         if role == Role::Coder || self.current.model.is_none() {
             self.current.model = Some(format!("{}/{}", r.provider, r.model));

@@ -26,6 +26,7 @@ pub fn new_run(config: &Config, goal: &str) -> Run {
             max_tool_steps: config.agent.max_tool_steps,
             summarize_after: config.context.summarize_after,
             max_corrections: config.agent.max_corrections,
+            first_prompt_bytes: config.context.first_prompt_bytes,
         },
         String::new(),
     );

@@ -125,6 +125,18 @@ fn build_body(
         tools.push(json!({"name": name, "description": "Give the answer as this tool's input.", "input_schema": schema}));
         tool_choice = Some(json!({"type": "tool", "name": name}));
     }
+    // Prompt cache breakpoints on the parts that stay the same from call to call, in the
+    // order the cache reads them: the tools, the system prompt, the fixed context (the first
+    // user message), and the conversation so far (its last block), which the next tool round
+    // extends. Four is Anthropic's limit.
+    let cache = json!({"type": "ephemeral"});
+    if let Some(last) = tools.last_mut() {
+        last["cache_control"] = cache.clone();
+    }
+    breakpoint(messages.first_mut(), &cache);
+    if messages.len() > 1 {
+        breakpoint(messages.last_mut(), &cache);
+    }
     let mut body = json!({
         "model": target.model,
         "max_tokens": max_tokens,
@@ -132,7 +144,8 @@ fn build_body(
         "stream": true,
     });
     if !system.is_empty() {
-        body["system"] = json!(system.join("\n\n"));
+        body["system"] =
+            json!([{"type": "text", "text": system.join("\n\n"), "cache_control": cache}]);
     }
     if !tools.is_empty() {
         body["tools"] = Value::Array(tools);
@@ -141,6 +154,21 @@ fn build_body(
         body["tool_choice"] = choice;
     }
     body
+}
+
+/// Marks a message's last content block as a cache breakpoint (a text content becomes one
+/// text block to carry it).
+fn breakpoint(message: Option<&mut Value>, cache: &Value) {
+    let Some(m) = message else { return };
+    if let Some(text) = m["content"].as_str().map(String::from) {
+        if text.is_empty() {
+            return;
+        }
+        m["content"] = json!([{"type": "text", "text": text}]);
+    }
+    if let Some(last) = m["content"].as_array_mut().and_then(|b| b.last_mut()) {
+        last["cache_control"] = cache.clone();
+    }
 }
 
 async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer, ModelError> {
@@ -160,9 +188,13 @@ async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer
         };
         match data["type"].as_str().unwrap_or(event.event.as_str()) {
             "message_start" => {
-                usage.input_tokens = data["message"]["usage"]["input_tokens"]
-                    .as_u64()
-                    .unwrap_or(0);
+                // Anthropic counts the cached prompt apart; the total is the prompt's size.
+                let u = &data["message"]["usage"];
+                let n = |k: &str| u[k].as_u64().unwrap_or(0);
+                usage.cached_tokens = n("cache_read_input_tokens");
+                usage.cache_write_tokens = n("cache_creation_input_tokens");
+                usage.input_tokens =
+                    n("input_tokens") + usage.cached_tokens + usage.cache_write_tokens;
             }
             "content_block_start" => {
                 let index = data["index"].as_u64().unwrap_or(0);

@@ -36,11 +36,21 @@ pub struct Request {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
+    /// The prompt's tokens, those read from the provider's prompt cache and written to it
+    /// included.
     pub input_tokens: u64,
     pub output_tokens: u64,
     /// The server did not report usage, so it was estimated from the text (4 bytes a token).
     #[serde(default)]
     pub estimated: bool,
+    /// Of the prompt's tokens, those the provider read from its prompt cache (Anthropic's
+    /// `cache_read_input_tokens`, OpenAI's `prompt_tokens_details.cached_tokens`).
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Of the prompt's tokens, those written to the cache (Anthropic's
+    /// `cache_creation_input_tokens`).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
 }
 
 impl Usage {
@@ -48,6 +58,8 @@ impl Usage {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         self.estimated |= other.estimated;
+        self.cached_tokens += other.cached_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
     }
 }
 
@@ -492,6 +504,7 @@ pub(crate) fn estimate_usage(request: &Request, text: &str) -> Usage {
         input_tokens: (input / 4) as u64,
         output_tokens: (text.len() / 4).max(1) as u64,
         estimated: true,
+        ..Usage::default()
     }
 }
 

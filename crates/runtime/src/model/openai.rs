@@ -225,6 +225,18 @@ fn build_body(target: &Target, request: &Request, max_tokens: u32, mode: Mode) -
     body
 }
 
+/// An OpenAI usage object, with the prompt tokens its prompt cache served.
+fn usage_of(u: &Value) -> Usage {
+    Usage {
+        input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+        output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+        cached_tokens: u["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0),
+        ..Usage::default()
+    }
+}
+
 async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer, ModelError> {
     let mut usage = None;
     let (mut finished, mut done) = (false, false);
@@ -239,11 +251,7 @@ async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer
             return Err(bad_answer(target, err.to_string()));
         }
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
-            usage = Some(Usage {
-                input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
-                output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
-                estimated: false,
-            });
+            usage = Some(usage_of(u));
         }
         let Some(choice) = chunk["choices"].get(0) else {
             continue;
@@ -305,11 +313,7 @@ fn read_whole(target: &Target, body: &str) -> Result<Answer, ModelError> {
             )
         })
         .collect::<Result<_, _>>()?;
-    let usage = v.get("usage").filter(|u| !u.is_null()).map(|u| Usage {
-        input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
-        output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
-        estimated: false,
-    });
+    let usage = v.get("usage").filter(|u| !u.is_null()).map(usage_of);
     Ok(Answer {
         text: message["content"].as_str().unwrap_or_default().to_string(),
         tool_calls,

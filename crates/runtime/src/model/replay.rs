@@ -99,6 +99,7 @@ impl Replay {
                 input_tokens: 0,
                 output_tokens: (line.content.len() / 4) as u64,
                 estimated: true,
+                ..Usage::default()
             },
             text: line.content,
             tool_calls: line

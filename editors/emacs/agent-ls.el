@@ -1,0 +1,385 @@
+;;; agent-ls.el --- agent-ls, a coding agent in a language server, for eglot  -*- lexical-binding: t; -*-
+
+;; Version: 0.1
+;; Package-Requires: ((emacs "28.1") (eglot "1.9"))
+;; Keywords: tools, languages
+
+;;; Commentary:
+
+;; An eglot add-on for agent-ls (`agent-ls serve').  It
+;; - starts agent-ls through eglot as its own server class (`agent-ls-server'),
+;; - saves the buffers an accepted agent edit changed when the server asks
+;;   (`agent-ls/saveFiles'), so the disk the tests run on matches the buffers and Emacs
+;;   never asks "changed on disk" on the next undo or save,
+;; - asks one question per change: the server's review question (Accept, Reject, Show diff,
+;;   with the diff in a `diff-mode' buffer), and applies the accepted edit without eglot's own
+;;   second confirmation,
+;; - shows the run and the tests in the mode line (from `agent-ls/runEvent',
+;;   `agent-ls/testStatus' and `agent-ls/runFinished'),
+;; - and has commands: `agent-ls-fix', `agent-ls-run', `agent-ls-undo', `agent-ls-redo',
+;;   `agent-ls-rerun', `agent-ls-cancel', `agent-ls-status', `agent-ls-runs',
+;;   `agent-ls-accept' and `agent-ls-reject'.
+;;
+;; Use:
+;;   (require 'agent-ls)
+;;   (agent-ls-setup)                 ; registers agent-ls with eglot for `agent-ls-modes'
+;;   M-x eglot in a project file, then M-x agent-ls-fix.
+;; The protocol is described in docs/lsp-extensions.md of agent-ls.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'eglot)
+(require 'jsonrpc)
+
+(defgroup agent-ls nil
+  "The agent-ls coding agent through eglot."
+  :group 'tools)
+
+(defcustom agent-ls-command '("agent-ls" "serve")
+  "How to start the server."
+  :type '(repeat string))
+
+(defcustom agent-ls-modes '(python-mode rust-mode go-mode js-mode typescript-mode)
+  "Major modes whose buffers `agent-ls-setup' hands to agent-ls."
+  :type '(repeat symbol))
+
+(defcustom agent-ls-settings '(:agent (:approval "prompt"))
+  "Sent as initializationOptions: any key of the server's configuration.
+A plist.  The default asks the server to put its review question (Accept,
+Reject, Show diff) before each change; the edit that follows is applied
+without eglot's own confirmation, so each change gets one question."
+  :type 'sexp)
+
+(defcustom agent-ls-ask-function #'agent-ls-ask-with-completing-read
+  "Asks the server's questions.
+Called with the MESSAGE and the list of button TITLES; returns the chosen
+title, or nil to dismiss."
+  :type 'function)
+
+(defclass agent-ls-server (eglot-lsp-server) ()
+  :documentation "An eglot connection to agent-ls.")
+
+;;; State shown in the mode line.
+
+(defvar agent-ls--run nil
+  "The run going on: a plist (:id :goal :iteration :role :type), or nil.")
+(defvar agent-ls--tests nil
+  "The latest `agent-ls/testStatus' params.")
+(defvar agent-ls--last-run nil
+  "The latest `agent-ls/runFinished' params.")
+(defvar agent-ls--events nil
+  "The run events received, newest first (for `agent-ls-runs').")
+(defvar agent-ls-run-finished-hook nil
+  "Run with the `agent-ls/runFinished' params (a plist) when a run ends.")
+
+(defun agent-ls--one-line (text)
+  "TEXT's first line, cut at 60 characters."
+  (let ((line (car (split-string (or text "") "\n"))))
+    (if (> (length line) 60) (concat (substring line 0 59) "…") line)))
+
+(defun agent-ls-mode-line ()
+  "The mode line's agent-ls part: the run going on, else the last tests."
+  (cond
+   (agent-ls--run
+    (format " [agent: %s%s]"
+            (agent-ls--one-line (plist-get agent-ls--run :goal))
+            (let ((i (plist-get agent-ls--run :iteration))
+                  (what (plist-get agent-ls--run :type)))
+              (concat (if (and i (> i 0)) (format " #%d" i) "")
+                      (if what (format " %s" what) "")))))
+   (agent-ls--tests
+    (let ((state (plist-get agent-ls--tests :state)))
+      (if (member state '("passed" "failed"))
+          (format " [tests: %s %d/%d]" state
+                  (or (plist-get agent-ls--tests :passed) 0)
+                  (+ (or (plist-get agent-ls--tests :passed) 0)
+                     (or (plist-get agent-ls--tests :failed) 0)))
+        (format " [tests: %s]" state))))
+   (t "")))
+
+(defvar agent-ls--mode-line-entry '(:eval (agent-ls-mode-line)))
+
+(defun agent-ls--redisplay ()
+  (force-mode-line-update t))
+
+;;; Starting.
+
+(cl-defmethod eglot-initialization-options ((_server agent-ls-server))
+  "The user's settings for the server."
+  agent-ls-settings)
+
+(cl-defmethod eglot-client-capabilities :around ((_server agent-ls-server))
+  "Eglot's capabilities plus ours: this client answers `agent-ls/saveFiles'."
+  (let ((caps (cl-call-next-method)))
+    (plist-put caps :experimental '(:agentLs (:saveFiles t)))))
+
+;;;###autoload
+(defun agent-ls-setup ()
+  "Registers agent-ls with eglot for `agent-ls-modes'; adds the mode line part."
+  (setf (alist-get agent-ls-modes eglot-server-programs nil nil #'equal)
+        (cons 'agent-ls-server agent-ls-command))
+  (unless (member agent-ls--mode-line-entry mode-line-misc-info)
+    (push agent-ls--mode-line-entry mode-line-misc-info)))
+
+(defun agent-ls--server ()
+  "The agent-ls server of the current buffer's project."
+  (let ((server (or (ignore-errors (eglot-current-server))
+                    (cl-loop for servers being the hash-values of eglot--servers-by-project
+                             thereis (cl-find-if #'agent-ls-server-p servers)))))
+    (unless (agent-ls-server-p server)
+      (user-error "agent-ls is not running here (M-x eglot)"))
+    server))
+
+;;; Requests from the server.
+
+(defun agent-ls--save (file)
+  "Saves FILE (a plist :uri :version) if its buffer is still at :version.
+Returns t when the file on disk holds the buffer."
+  (let* ((path (eglot--uri-to-path (plist-get file :uri)))
+         (buf (find-buffer-visiting path))
+         (version (plist-get file :version)))
+    (when buf
+      (with-current-buffer buf
+        ;; Only at the version the server saw: typing that came after is never saved
+        ;; behind the user's back.
+        (when (or (null version) (equal version eglot--versioned-identifier))
+          (if (not (buffer-modified-p))
+              t
+            ;; No before-save hooks: a format-on-save would rewrite the accepted change,
+            ;; which undo checks against.  after-save-hook stays (eglot's didSave).
+            (let ((before-save-hook nil)
+                  (write-file-functions nil)
+                  (inhibit-message t))
+              (condition-case nil
+                  (progn (basic-save-buffer) (not (buffer-modified-p)))
+                (error nil)))))))))
+
+(cl-defmethod eglot-handle-request
+  ((_server agent-ls-server) (_method (eql agent-ls/saveFiles)) &key files)
+  "Saves the buffers an accepted agent edit changed, so disk and buffers agree."
+  (let (saved)
+    (mapc (lambda (f) (when (agent-ls--save f) (push (plist-get f :uri) saved)))
+          files)
+    (list :saved (vconcat (nreverse saved)))))
+
+(cl-defmethod eglot-handle-request
+  ((_server agent-ls-server) (_method (eql workspace/applyEdit)) &key _label edit)
+  "Applies an agent EDIT the user already accepted in the server's question.
+Files not visited yet are visited first, so eglot applies the edit without
+asking again."
+  (let ((changes (plist-get edit :documentChanges)))
+    (mapc (lambda (c)
+            (let ((doc (plist-get c :textDocument)))
+              (when doc (find-file-noselect (eglot--uri-to-path (plist-get doc :uri))))))
+          changes))
+  (eglot--apply-workspace-edit edit nil)
+  ;; The didChange goes out now rather than after eglot's idle delay, so the server sees
+  ;; the change land at once.
+  (dolist (c (append (plist-get edit :documentChanges) nil))
+    (let* ((doc (plist-get c :textDocument))
+           (buf (and doc (find-buffer-visiting
+                          (eglot--uri-to-path (plist-get doc :uri))))))
+      (when buf
+        (with-current-buffer buf (eglot--signal-textDocument/didChange)))))
+  '(:applied t))
+
+(defun agent-ls-ask-with-completing-read (message titles)
+  "Asks MESSAGE with the button TITLES in the minibuffer."
+  (completing-read (concat message "\n") titles nil t nil nil (car titles)))
+
+(cl-defmethod eglot-handle-request
+  ((_server agent-ls-server) (_method (eql window/showMessageRequest))
+   &key _type message actions)
+  "Asks MESSAGE with the ACTIONS as answers.
+The review question before a change (Accept, Reject, Show diff) comes here."
+  (let* ((titles (mapcar (lambda (a) (plist-get a :title)) (append actions nil)))
+         (answer (funcall agent-ls-ask-function message titles)))
+    (if answer (list :title answer) nil)))
+
+(defun agent-ls--show (name text mode)
+  "Shows TEXT in buffer NAME in MODE."
+  (with-current-buffer (get-buffer-create name)
+    (let ((inhibit-read-only t))
+      (erase-buffer)
+      (insert text)
+      (goto-char (point-min))
+      (funcall mode)
+      (setq buffer-read-only t))
+    (display-buffer (current-buffer))
+    (current-buffer)))
+
+(cl-defmethod eglot-handle-notification
+  ((_server agent-ls-server) (_method (eql window/showMessage)) &key type message)
+  "Shows MESSAGE of TYPE.
+A diff (the answer to Show diff) or a long answer opens in a buffer; others
+go to the echo area."
+  (cond
+   ((or (string-prefix-p "--- " message) (string-match-p "\n@@ " message))
+    (agent-ls--show "*agent-ls diff*" message #'diff-mode))
+   ((and (/= type 1) (or (> (cl-count ?\n message) 3) (> (length message) 400)))
+    (agent-ls--show "*agent-ls answer*"
+                    (replace-regexp-in-string "\\`agent-ls: " "" message)
+                    (if (fboundp 'markdown-mode) 'markdown-mode 'text-mode)))
+   (t (message "%s" message))))
+
+(cl-defmethod eglot-handle-notification
+  ((_server agent-ls-server) (_method (eql agent-ls/runEvent)) &rest event)
+  "One thing that happened in a run: the mode line follows it."
+  (push event agent-ls--events)
+  (let ((type (plist-get event :type))
+        (data (plist-get event :data)))
+    (setq agent-ls--run
+          (list :id (plist-get event :runId)
+                :goal (or (and (member type '("intent" "resumed")) (plist-get data :goal))
+                          (plist-get agent-ls--run :goal))
+                :iteration (plist-get event :iteration)
+                :type (unless (equal type "token") type)))
+    (unless (equal type "token") (agent-ls--redisplay))))
+
+(cl-defmethod eglot-handle-notification
+  ((_server agent-ls-server) (_method (eql agent-ls/testStatus)) &rest status)
+  "A test run started or ended."
+  (setq agent-ls--tests status)
+  (agent-ls--redisplay))
+
+(cl-defmethod eglot-handle-notification
+  ((_server agent-ls-server) (_method (eql agent-ls/runFinished)) &rest outcome)
+  "A run ended: the mode line goes idle and `agent-ls-run-finished-hook' runs."
+  (setq agent-ls--run nil agent-ls--last-run outcome)
+  (agent-ls--redisplay)
+  (message "agent-ls: %s" (agent-ls--one-line (plist-get outcome :answer)))
+  (run-hook-with-args 'agent-ls-run-finished-hook outcome))
+
+;;; Commands.
+
+(defun agent-ls--exec (command arguments &optional on-result)
+  "Runs the server's COMMAND with ARGUMENTS (a vector).
+ON-RESULT gets the answer."
+  (jsonrpc-async-request
+   (agent-ls--server) :workspace/executeCommand
+   (list :command command :arguments arguments)
+   :success-fn (lambda (result) (when on-result (funcall on-result result)))
+   :error-fn (lambda (err) (message "agent-ls: %s" (plist-get err :message)))))
+
+(cl-defmethod eglot-execute-command ((server agent-ls-server) command arguments)
+  "Runs COMMAND with ARGUMENTS on SERVER without waiting for the answer.
+Code actions come here.  Every agent-ls command answers at once; waiting
+with Emacs 28's `jsonrpc-request' can leave a server request read with the
+answer (an undo's edit) unhandled."
+  (jsonrpc-async-request
+   server :workspace/executeCommand
+   (list :command (format "%s" command) :arguments (or arguments []))
+   :success-fn #'ignore
+   :error-fn (lambda (err) (message "agent-ls: %s" (plist-get err :message)))))
+
+;;;###autoload
+(defun agent-ls-run (goal)
+  "Starts an agent run for GOAL.
+With an active region the goal carries the selection."
+  (interactive "sGoal: ")
+  (let ((args (list :goal goal :uri (eglot--path-to-uri (or buffer-file-name default-directory)))))
+    (when (use-region-p)
+      (setq args (append args
+                         (list :range (list :start (eglot--pos-to-lsp-position (region-beginning))
+                                            :end (eglot--pos-to-lsp-position (region-end)))))))
+    (agent-ls--exec "agent-ls.run" (vector args)
+                    (lambda (r)
+                      (when (plist-get r :run_id)
+                        (setq agent-ls--run (list :id (plist-get r :run_id) :goal goal))
+                        (agent-ls--redisplay))))))
+
+;;;###autoload
+(defun agent-ls-fix ()
+  "Runs the tests and has the agent fix what fails."
+  (interactive)
+  (agent-ls--exec "agent-ls.fixTests" []
+                  (lambda (r)
+                    (when (plist-get r :run_id)
+                      (setq agent-ls--run (list :id (plist-get r :run_id)
+                                                :goal "fix the failing tests"))
+                      (agent-ls--redisplay)))))
+
+(defun agent-ls-undo (&optional step)
+  "Reverts the latest agent step (with a prefix argument, asks which STEP)."
+  (interactive (list (when current-prefix-arg (read-number "Step: "))))
+  (agent-ls--exec "agent-ls.undo" (if step (vector (list :step step)) [])))
+
+(defun agent-ls-redo ()
+  "Applies the latest undone agent step again."
+  (interactive)
+  (agent-ls--exec "agent-ls.redo" []))
+
+(defun agent-ls-rerun ()
+  "Runs the workspace's tests now."
+  (interactive)
+  (agent-ls--exec "agent-ls.rerunTests" []))
+
+(defun agent-ls-cancel ()
+  "Stops the run or the test run going on."
+  (interactive)
+  (agent-ls--exec "agent-ls.cancel" []))
+
+(defun agent-ls-accept ()
+  "Accepts the proposal waiting for approval."
+  (interactive)
+  (agent-ls--exec "agent-ls.accept" []))
+
+(defun agent-ls-reject ()
+  "Rejects the proposal waiting for approval."
+  (interactive)
+  (agent-ls--exec "agent-ls.reject" []))
+
+(defun agent-ls--format-status (s)
+  "The text of an `agent-ls.status' answer S."
+  (let ((active (plist-get s :active))
+        (last (plist-get s :last)))
+    (concat
+     (if active (format "Running: %s (%s)\n" (agent-ls--one-line (plist-get active :goal))
+                        (plist-get active :run_id))
+       "No run going on.\n")
+     (if last (format "Last run: %s: %s\n" (plist-get last :status)
+                      (agent-ls--one-line (plist-get last :answer)))
+       "")
+     (if agent-ls--tests (format "Tests:%s\n" (agent-ls-mode-line)) "")
+     "\nSteps (newest first; `agent-ls-undo' with a prefix takes an id):\n"
+     (mapconcat (lambda (step)
+                  (format "  %s %s%s: %s" (plist-get step :id) (plist-get step :run_id)
+                          (if (eq (plist-get step :undone) t) " (undone)" "")
+                          (mapconcat #'identity (append (plist-get step :files) nil) ", ")))
+                (append (plist-get s :steps) nil) "\n")
+     "\n")))
+
+(defun agent-ls-status (&optional on-result)
+  "Shows the run going on, the last run and the recent agent steps.
+ON-RESULT, when given, gets the answer instead."
+  (interactive)
+  (agent-ls--exec "agent-ls.status" []
+                  (or on-result
+                      (lambda (s) (agent-ls--show "*agent-ls status*"
+                                                  (agent-ls--format-status s)
+                                                  #'special-mode)))))
+
+(defun agent-ls-runs ()
+  "Shows what happened in the runs of this session, oldest first."
+  (interactive)
+  (agent-ls--show
+   "*agent-ls runs*"
+   (mapconcat (lambda (e)
+                (let ((data (plist-get e :data)))
+                  (format "%s #%s %s %s%s" (plist-get e :runId) (plist-get e :iteration)
+                          (plist-get e :role) (plist-get e :type)
+                          (pcase (plist-get e :type)
+                            ((or "intent" "resumed") (format ": %s" (agent-ls--one-line (plist-get data :goal))))
+                            ("test_result" (format ": %s, %s passed, %s failed" (plist-get data :state)
+                                                   (plist-get data :passed) (plist-get data :failed)))
+                            ("step" (format ": step %s" (plist-get data :step)))
+                            ("finished" (format ": %s" (plist-get data :status)))
+                            (_ "")))))
+              (cl-remove-if (lambda (e) (equal (plist-get e :type) "token"))
+                            (reverse agent-ls--events))
+              "\n")
+   #'special-mode))
+
+(provide 'agent-ls)
+;;; agent-ls.el ends here
