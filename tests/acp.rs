@@ -142,6 +142,48 @@ fn an_acp_client_grants_permission_and_the_fix_is_written_through_it() {
         .map(|(i, _)| i)
         .collect();
     assert!(runs.len() == 2 && runs[0] < edit && edit < runs[1], "{k:?}");
+    // Each tool call says what it does, how far it is, and where.
+    let updates = seen["updates"].as_array().unwrap();
+    let test_run = updates.iter().find(|u| u["kind"] == "execute").unwrap();
+    let title = test_run["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("Run the tests: ") && title.len() > "Run the tests: ".len(),
+        "{title}"
+    );
+    assert_eq!(test_run["status"], "in_progress");
+    let edit_call = updates.iter().find(|u| u["kind"] == "edit").unwrap();
+    // Pending is ACP's default status, which the schema leaves out of a tool call.
+    assert!(
+        edit_call.get("status").is_none_or(|s| s == "pending"),
+        "{edit_call}"
+    );
+    assert_eq!(seen["permissions"][0]["toolCall"]["status"], "pending");
+    let edit_statuses: Vec<&Value> = updates
+        .iter()
+        .filter(|u| {
+            u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == edit_call["toolCallId"]
+        })
+        .map(|u| &u["status"])
+        .collect();
+    assert_eq!(edit_statuses, [&json!("in_progress"), &json!("completed")]);
+    let location = &edit_call["locations"][0];
+    assert!(
+        location["path"].as_str().unwrap().ends_with("/calc.py"),
+        "{edit_call}"
+    );
+    assert_eq!(location["line"], 5, "{edit_call}");
+    assert_eq!(
+        seen["permissions"][0]["toolCall"]["locations"],
+        edit_call["locations"]
+    );
+    // The thoughts are prose: no edit block, which the edit tool call shows.
+    let thoughts: String = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(!thoughts.contains("<<<<<<<"), "{thoughts}");
+    assert!(!thoughts.contains("return a + b"), "{thoughts}");
     let permission = &seen["permissions"][0];
     assert_eq!(permission["options"][0]["kind"], "allow_once");
     let diff = &permission["toolCall"]["content"][0];
@@ -157,6 +199,15 @@ fn an_acp_client_grants_permission_and_the_fix_is_written_through_it() {
             .any(|p| p.as_str().unwrap().ends_with("calc.py"))
     );
     assert_eq!(seen["writes"].as_array().unwrap().len(), 1);
+    // Read through the client once for the turn, and once more just before the change is
+    // applied (to see whether the editor changed it since), not again in every phase.
+    let calc_reads = seen["reads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p.as_str().unwrap().ends_with("/calc.py"))
+        .count();
+    assert_eq!(calc_reads, 2, "{}", seen["reads"]);
     assert!(seen["final"].as_str().unwrap().contains("return a + b"));
     assert_eq!(
         messages(&seen).last().unwrap(),
@@ -203,15 +254,24 @@ fn an_acp_client_cancels_a_run_whose_tests_hang() {
 }
 
 #[test]
-fn an_acp_client_undoes_the_step_with_the_undo_command() {
+fn an_acp_client_undoes_and_redoes_the_step_through_its_own_fs() {
     if deps().is_none() {
         return;
     }
     let (seen, _ws) = client("undo", NO_EVAL);
     assert!(seen["afterFix"].as_str().unwrap().contains("return a + b"));
     assert_eq!(seen["undoStop"], "end_turn");
-    assert_eq!(messages(&seen).last().unwrap(), "undid step 1: calc.py");
-    assert!(seen["final"].as_str().unwrap().contains("return a - b"));
+    assert_eq!(seen["redoStop"], "end_turn");
+    let said = messages(&seen);
+    assert_eq!(
+        said[said.len() - 2..],
+        ["undid step 1: calc.py", "redid step 1: calc.py"]
+    );
+    assert!(seen["afterUndo"].as_str().unwrap().contains("return a - b"));
+    assert!(seen["final"].as_str().unwrap().contains("return a + b"));
+    // The client offered fs/write_text_file: the fix, the undo and the redo all went
+    // through it, so its buffers (and its own undo) saw each one.
+    assert_eq!(seen["writes"].as_array().unwrap().len(), 3, "{seen}");
 }
 
 #[test]
@@ -341,6 +401,19 @@ fn a_planned_goal_streams_its_plan_with_each_tasks_status() {
         "{plans:?}"
     );
     assert_eq!(plans[0][0].0, "make add return the sum");
+    // The planner answers in JSON; the thoughts say the plan in a sentence instead.
+    let thoughts: String = seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(!thoughts.contains("plan_id"), "{thoughts}");
+    assert!(
+        thoughts.contains("The plan: make add return the sum; document add."),
+        "{thoughts}"
+    );
     let text = seen["final"].as_str().unwrap();
     assert!(
         text.contains("return a + b") && text.contains("The sum."),
@@ -474,4 +547,231 @@ fn an_unknown_slash_command_lists_the_commands_and_starts_nothing() {
         !ws.path().join(".agent-ls/runs").exists(),
         "no run was started"
     );
+}
+
+#[test]
+fn an_untrusted_folders_ignored_settings_are_told_in_the_session_with_how_to_trust_it() {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[test]\ncommand = [\"python3\", \"-m\", \"pytest\"]\n",
+    )
+    .unwrap();
+    // The user's own model: a replay that answers without a change, so the run ends at once.
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": "I see no change to make."})]),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(
+        home.path().join("agent-ls/config.toml"),
+        format!(
+            "[agent]\nevaluate = false\n[model]\nprovider = \"replay\"\nreplay_file = {:?}\n",
+            ws.path().join(".replay.jsonl")
+        ),
+    )
+    .unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let told = |notes: &[Value]| -> String {
+        notes
+            .iter()
+            .filter(|n| n["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+            .filter_map(|n| n["params"]["update"]["content"]["text"].as_str())
+            .filter(|t| t.contains("not trusted"))
+            .collect()
+    };
+    let mut acp = RawAcp::start(home.path());
+    let (created, _) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].clone();
+    let (_, in_turn) = acp.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "fix the failing tests"}]}),
+    );
+    // Said when the session starts, and again in its first turn: some clients show only what
+    // comes in a turn.
+    let said = told(&in_turn);
+    assert_eq!(said.matches("not trusted").count(), 2, "{in_turn:?}");
+    assert!(said.contains("`test.command`"), "{said}");
+    assert!(
+        said.contains(&format!("agent-ls trust {}", cwd.display())),
+        "{said}"
+    );
+    // The next turn does not say it again.
+    let (_, second_turn) = acp.request(
+        3,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "fix the failing tests"}]}),
+    );
+    assert_eq!(told(&second_turn), "", "{second_turn:?}");
+    acp.close();
+}
+
+#[test]
+fn a_folder_whose_settings_all_apply_says_nothing_of_trust() {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\n",
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut acp = RawAcp::start(home.path());
+    let (created, before) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    assert!(created.get("error").is_none(), "{created}");
+    let mut notes = before;
+    notes.extend(acp.close());
+    assert!(
+        !notes.iter().any(|n| n.to_string().contains("not trusted")),
+        "{notes:?}"
+    );
+}
+
+/// acpx, a headless ACP client from npm, driving `agent-ls acp` in `ws` as a user would:
+/// `acpx --agent "agent-ls acp" ARGS`. acpx keeps its sessions under `home`, and the user's
+/// agent-ls configuration is `home`'s too; the model is the replay in `ws`.
+fn acpx(ws: &std::path::Path, home: &std::path::Path) -> Command {
+    let deps = deps().expect("checked by the caller");
+    let mut cmd = Command::new(deps.join("node_modules/.bin/acpx"));
+    cmd.arg("--agent")
+        .arg(format!("{} acp", support::binary().display()))
+        // acpx keeps the agent for its next prompt; a second is enough between ours.
+        .args(["--ttl", "2", "--approve-all"])
+        .current_dir(ws)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("AGENT_LS_MODEL__PROVIDER", "replay")
+        .env("AGENT_LS_MODEL__REPLAY_FILE", ws.join(".replay.jsonl"))
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Runs acpx with `args`, which must succeed; its stdout and stderr together.
+fn acpx_ok(ws: &std::path::Path, home: &std::path::Path, args: &[&str]) -> String {
+    let out = acpx(ws, home).args(args).output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "acpx {args:?} failed:\n{said}");
+    said
+}
+
+/// A workspace copy of the example with the fix as the replayed answer, and acpx's home with
+/// the user's agent-ls configuration `user_config`.
+fn acpx_workspace(user_config: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": FIX})]),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(home.path().join("agent-ls/config.toml"), user_config).unwrap();
+    (ws, home)
+}
+
+#[test]
+fn acpx_prompts_a_saved_session_undoes_with_undo_and_a_typo_changes_nothing() {
+    if deps().is_none() {
+        return;
+    }
+    let (ws, home) = acpx_workspace(NO_EVAL);
+    let (ws, home) = (ws.path(), home.path());
+    let calc = || std::fs::read_to_string(ws.join("calc.py")).unwrap();
+    let created = acpx_ok(ws, home, &["sessions", "new"]);
+    let id = created
+        .split_whitespace()
+        .find(|w| w.starts_with("sess_"))
+        .unwrap_or_else(|| panic!("no session id: {created}"))
+        .trim_end_matches(')')
+        .to_string();
+    // `prompt` loads the saved session (acpx would start a new one only on -32002).
+    let fixed = acpx_ok(
+        ws,
+        home,
+        &["--format", "json", "prompt", "fix the failing tests"],
+    );
+    assert!(
+        fixed.contains("\"method\":\"session/load\"") && fixed.contains(&id),
+        "{fixed}"
+    );
+    assert!(
+        fixed.contains("done: the tests pass after 1 iteration(s)"),
+        "{fixed}"
+    );
+    // acpx offers fs/write_text_file: the change was written by it.
+    assert!(
+        fixed.contains("\"method\":\"fs/write_text_file\""),
+        "{fixed}"
+    );
+    assert!(calc().contains("return a + b"));
+    let runs = || {
+        std::fs::read_dir(ws.join(".agent-ls/runs"))
+            .unwrap()
+            .count()
+    };
+    let runs_after_fix = runs();
+
+    let typo = acpx_ok(ws, home, &["prompt", "/bogus"]);
+    assert!(typo.contains("unknown command /bogus"), "{typo}");
+    assert!(calc().contains("return a + b"), "/bogus changed calc.py");
+    assert_eq!(runs(), runs_after_fix, "/bogus started a run");
+
+    let undone = acpx_ok(ws, home, &["prompt", "/undo"]);
+    assert!(undone.contains("undid step 1: calc.py"), "{undone}");
+    assert!(calc().contains("return a - b"));
+    acpx_ok(ws, home, &["sessions", "close"]);
+}
+
+#[test]
+fn acpx_cancels_a_prompt_whose_tests_hang() {
+    if deps().is_none() {
+        return;
+    }
+    // The test command says its pid, then hangs.
+    let (ws, home) = acpx_workspace(
+        "[agent]\nevaluate = false\n[test]\ncommand = [\"sh\", \"-c\", \"echo $$ > test.pid; exec sleep 60\"]\nallowlist = [\"sh\"]\n",
+    );
+    let (ws, home) = (ws.path(), home.path());
+    acpx_ok(ws, home, &["sessions", "new"]);
+    let prompt = acpx(ws, home)
+        .args(["prompt", "fix the failing tests"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid_file = ws.join("test.pid");
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')) {
+        assert!(
+            started.elapsed() < support::DEADLINE,
+            "the tests never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let test_pid = std::fs::read_to_string(&pid_file).unwrap();
+    let cancel = acpx_ok(ws, home, &["cancel"]);
+    assert!(cancel.contains("cancel requested"), "{cancel}");
+    let out = prompt.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("[done] cancelled"), "{said}");
+    assert!(
+        !support::alive(&test_pid),
+        "the hanging test outlived the cancel"
+    );
+    assert!(
+        std::fs::read_to_string(ws.join("calc.py"))
+            .unwrap()
+            .contains("return a - b")
+    );
+    acpx_ok(ws, home, &["sessions", "close"]);
 }

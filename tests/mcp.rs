@@ -226,7 +226,8 @@ fn a_crashing_mcp_server_is_restarted_once_then_its_tools_are_withdrawn() {
     );
 }
 
-/// `agent-ls mcp` spoken to line by line, as hosts that are not the TypeScript SDK do.
+/// `agent-ls mcp` spoken to line by line, as hosts that are not the TypeScript SDK do; a
+/// request that is a JSON string is sent as its raw text.
 fn raw_session(ws: &std::path::Path, requests: &[Value]) -> Vec<Value> {
     use std::io::{BufRead, Write};
     let home = tempfile::tempdir().unwrap();
@@ -243,7 +244,11 @@ fn raw_session(ws: &std::path::Path, requests: &[Value]) -> Vec<Value> {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "0"}}});
     for (i, request) in std::iter::once(&init).chain(requests).enumerate() {
-        writeln!(stdin, "{request}").unwrap();
+        // A string is a line sent as it is (one that is not JSON).
+        match request.as_str() {
+            Some(raw) => writeln!(stdin, "{raw}").unwrap(),
+            None => writeln!(stdin, "{request}").unwrap(),
+        }
         if i == 0 {
             writeln!(
                 stdin,
@@ -296,4 +301,118 @@ fn every_tool_is_annotated_and_the_structured_ones_have_an_output_schema() {
             .is_some_and(|t| t.contains("`edits` is required")),
         "{missing}"
     );
+}
+
+#[test]
+fn a_line_that_is_not_json_gets_a_parse_error_and_the_server_keeps_serving() {
+    let ws = support::example();
+    let answers = raw_session(
+        ws.path(),
+        &[
+            json!("this is not json"),
+            json!("{\"jsonrpc\": \"2.0\", \"id\": 5, \"method\": "),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        ],
+    );
+    for bad in &answers[..2] {
+        assert_eq!(bad["error"]["code"], -32700, "{bad}");
+        // JSON-RPC: the id could not be read, so it is null (present, not left out).
+        assert!(bad.get("id").is_some_and(Value::is_null), "{bad}");
+    }
+    assert!(
+        answers[2]["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty()),
+        "{}",
+        answers[2]
+    );
+}
+
+/// The official MCP Inspector's CLI (`mcp-inspector --cli`) against `agent-ls mcp` in `ws`,
+/// each call a fresh server as the Inspector starts it; the answer's JSON, and its stderr.
+fn inspector(deps: &Path, ws: &Path, home: &Path, args: &[&str]) -> (Value, String) {
+    let out = std::process::Command::new(deps.join("node_modules/.bin/mcp-inspector"))
+        .arg("--cli")
+        .arg(support::binary())
+        .args(["mcp", "--workspace"])
+        .arg(ws)
+        .args(args)
+        .current_dir(ws)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "inspector {args:?}: {stderr}");
+    let answer = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
+    (answer, stderr)
+}
+
+#[test]
+fn the_mcp_inspector_lists_the_tools_with_schemas_and_annotations_and_calls_each() {
+    let Some(deps) = support::protocol_deps() else {
+        return;
+    };
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let (ws, home) = (ws.path(), home.path());
+    // --strict: the Inspector also checks that the schemas are portable to every client.
+    let (listed, warned) = inspector(&deps, ws, home, &["--method", "tools/list", "--strict"]);
+    assert!(!warned.contains("Warning"), "{warned}");
+    let tools = listed["tools"].as_array().unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "apply_edit",
+            "find_files",
+            "get_diagnostics",
+            "grep",
+            "list_files",
+            "read_file",
+            "run_tests"
+        ]
+    );
+    for t in tools {
+        assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+        for hint in ["readOnlyHint", "destructiveHint", "idempotentHint"] {
+            assert!(t["annotations"][hint].is_boolean(), "{t}");
+        }
+    }
+    let fix = "edits=calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let call = |tool: &str, args: &[&str]| -> Value {
+        let mut argv = vec!["--method", "tools/call", "--tool-name", tool];
+        for a in args {
+            argv.extend(["--tool-arg", a]);
+        }
+        let (answer, _) = inspector(&deps, ws, home, &argv);
+        assert_eq!(answer["isError"], false, "{tool}: {answer}");
+        answer
+    };
+    let text = |answer: &Value| answer["content"][0]["text"].as_str().unwrap().to_string();
+    assert!(text(&call("read_file", &["path=calc.py"])).contains("return a - b"));
+    assert!(text(&call("list_files", &[])).contains("test_calc.py"));
+    assert!(text(&call("find_files", &["glob=*.py"])).contains("calc.py"));
+    assert!(text(&call("grep", &["pattern=def add"])).contains("calc.py:4"));
+    let failing = call("run_tests", &[]);
+    assert_eq!(failing["structuredContent"]["state"], "failed", "{failing}");
+    assert!(
+        failing["structuredContent"]["failures"]
+            .to_string()
+            .contains("test_add"),
+        "{failing}"
+    );
+    // Each Inspector call is a new server, which knows of no run yet.
+    assert!(!text(&call("get_diagnostics", &[])).is_empty());
+    let dry = call("apply_edit", &[fix, "dry_run=true"]);
+    assert_eq!(dry["structuredContent"]["written"], false, "{dry}");
+    let applied = call("apply_edit", &[fix]);
+    assert_eq!(applied["structuredContent"]["step"], 1, "{applied}");
+    let passing = call("run_tests", &[]);
+    assert_eq!(passing["structuredContent"]["state"], "passed", "{passing}");
 }

@@ -1,7 +1,8 @@
 //! The processes agent-ls starts for a test run begin clean and end with it: an empty signal
 //! mask and default dispositions (so `terminate()` works inside a test), and no process of the
 //! run left behind when agent-ls itself is killed (even with SIGKILL), when an MCP client
-//! cancels the call, or when it closes agent-ls's stdin.
+//! cancels the call, or when it closes agent-ls's stdin, nor when `agent-ls acp` gets SIGTERM
+//! or SIGINT or its stdin closes mid-test.
 
 mod support;
 
@@ -207,4 +208,96 @@ fn a_cancelled_mcp_run_tests_call_ends_its_test_run_and_the_server_serves_on() {
     assert!(line.contains("run_tests"), "{line}");
     drop(stdin);
     mcp.wait().unwrap();
+}
+
+/// `agent-ls acp` with a session on `ws` whose prompt (id 2) is running the hanging test.
+fn acp_running_tests(ws: &Path, home: &Path) -> (Child, ChildStdin, BufReader<ChildStdout>) {
+    // The run's first step is the baseline test run, before any model call.
+    std::fs::create_dir_all(home.join("agent-ls")).unwrap();
+    std::fs::write(
+        home.join("agent-ls/config.toml"),
+        "[test]\ncommand = [\"python3\", \"-m\", \"unittest\"]\nallowlist = [\"python3\"]\n",
+    )
+    .unwrap();
+    let mut acp = support::agent_ls(&["acp"], home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = acp.stdin.take().unwrap();
+    let mut stdout = BufReader::new(acp.stdout.take().unwrap());
+    let mut ask = |id: u64, method: &str, params: serde_json::Value| {
+        let m = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{m}").unwrap();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "acp ended");
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id && v.get("method").is_none() {
+                return v;
+            }
+        }
+    };
+    ask(
+        0,
+        "initialize",
+        serde_json::json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let cwd = ws.canonicalize().unwrap();
+    let session = ask(
+        1,
+        "session/new",
+        serde_json::json!({"cwd": cwd, "mcpServers": []}),
+    );
+    let id = session["result"]["sessionId"].clone();
+    let prompt = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+        "params": {"sessionId": id, "prompt": [{"type": "text", "text": "fix the failing tests"}]}});
+    writeln!(stdin, "{prompt}").unwrap();
+    (acp, stdin, stdout)
+}
+
+/// Ends `agent-ls acp` mid-test with `how` (a signal, or closing its stdin), then checks that
+/// it exits and that the test process ends with it.
+fn acp_ended_mid_test(how: Option<nix::sys::signal::Signal>) {
+    let ws = support::workspace(&[("test_hang.py", HANGING_TEST)]);
+    let home = tempfile::tempdir().unwrap();
+    let (mut acp, stdin, _stdout) = acp_running_tests(ws.path(), home.path());
+    let test_pid = hanging_test_pid(ws.path());
+    match how {
+        Some(signal) => {
+            let pid = nix::unistd::Pid::from_raw(acp.id() as i32);
+            nix::sys::signal::kill(pid, signal).unwrap();
+        }
+        None => drop(stdin),
+    }
+    let since = Instant::now();
+    while acp.try_wait().unwrap().is_none() {
+        assert!(
+            since.elapsed() < Duration::from_secs(3),
+            "agent-ls acp still runs after {how:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ends_within(
+        test_pid,
+        Duration::from_secs(3),
+        &format!("agent-ls acp's end by {how:?}"),
+    );
+}
+
+#[test]
+fn sigterm_of_agent_ls_acp_ends_its_test_run() {
+    acp_ended_mid_test(Some(nix::sys::signal::Signal::SIGTERM));
+}
+
+#[test]
+fn sigint_of_agent_ls_acp_ends_its_test_run() {
+    acp_ended_mid_test(Some(nix::sys::signal::Signal::SIGINT));
+}
+
+#[test]
+fn closing_agent_ls_acps_stdin_ends_its_test_run() {
+    acp_ended_mid_test(None);
 }

@@ -11,6 +11,8 @@
 //! `/undo`, `/redo`, `/rerun` and `/status` are the session's commands; `session/load` shows a
 //! recorded run and goes on with it when it was interrupted.
 
+mod output;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -21,8 +23,8 @@ use agent_client_protocol::v1::schema::{
     LoadSessionResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
     PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, PromptRequest,
     PromptResponse, ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallStatus,
-    ToolCallUpdate, ToolCallUpdateFields, ToolKind, WriteTextFileRequest,
+    SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallLocation,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Stdio};
@@ -52,6 +54,8 @@ struct Session {
     mcp: Vec<(String, McpServerConfig)>,
     cancel: Option<CancellationToken>,
     last_goal: Option<String>,
+    /// The untrusted folder's ignored settings were told in a prompt turn.
+    told_trust: bool,
 }
 
 #[derive(Clone, Default)]
@@ -155,6 +159,7 @@ pub async fn serve() -> anyhow::Result<()> {
                             mcp: session_mcp(&req.mcp_servers),
                             cancel: None,
                             last_goal: None,
+                            told_trust: false,
                         },
                     );
                 }
@@ -165,8 +170,11 @@ pub async fn serve() -> anyhow::Result<()> {
                     .and_then(|m| m.get(&id).map(|s| s.root.clone()))
                 {
                     save_session(&root, &id, None);
+                    responder.respond(NewSessionResponse::new(id.clone()))?;
+                    tell_trust(&conn, &id, &root, None);
+                } else {
+                    responder.respond(NewSessionResponse::new(id.clone()))?;
                 }
-                responder.respond(NewSessionResponse::new(id.clone()))?;
                 notify(
                     &conn,
                     &id,
@@ -207,6 +215,110 @@ pub async fn serve() -> anyhow::Result<()> {
         .connect_to(Stdio::new())
         .await
         .map_err(|e| anyhow::anyhow!("the ACP connection failed: {e}"))
+}
+
+/// Tells the session when its folder is not trusted, so that `.agent-ls.toml` settings were
+/// left out, and how to trust it: otherwise the user sees only what the defaults lead to
+/// ("cannot reach ollama"). `loaded` is the folder's configuration when already at hand.
+fn tell_trust(
+    conn: &ConnectionTo<Client>,
+    session: &str,
+    root: &Path,
+    loaded: Option<&config::Loaded>,
+) -> bool {
+    let fresh;
+    let loaded = match loaded {
+        Some(l) => l,
+        None => {
+            fresh = config::load(&config::Inputs::from_process(Some(root.to_path_buf())));
+            &fresh
+        }
+    };
+    if loaded.untrusted.is_empty() {
+        return false;
+    }
+    let message = config::untrusted_message(&loaded.untrusted, loaded.trusted);
+    // The command with this folder, where the user runs it: a terminal, not this chat.
+    let how = format!(
+        "run `agent-ls trust {}` in a terminal to trust it, and the next prompt uses them",
+        root.display()
+    );
+    let generic = "`agent-ls trust` trusts it";
+    let text = if message.contains(generic) {
+        format!("agent-ls: {}\n", message.replace(generic, &how))
+    } else if config::gated(&loaded.untrusted).next().is_some() && !loaded.trusted {
+        format!("agent-ls: {message}; {how}\n")
+    } else {
+        format!("agent-ls: {message}\n")
+    };
+    notify(
+        conn,
+        session,
+        SessionUpdate::AgentMessageChunk(text_chunk(text)),
+    );
+    true
+}
+
+/// `/undo [N]` or `/redo`: which way, and the step named.
+fn step_move(command: &str) -> Option<(bool, Option<u64>)> {
+    if command == "/redo" {
+        return Some((false, None));
+    }
+    let rest = command.strip_prefix("/undo")?;
+    (rest.is_empty() || rest.starts_with(' ')).then(|| (true, rest.trim().parse().ok()))
+}
+
+/// `/undo` or `/redo` through the client that offered `fs/write_text_file`: the files are
+/// read and written through it, as the run's changes were, so its buffers and its own undo
+/// see the move. Files an undone step created are deleted on disk (ACP has no delete).
+async fn move_through_client(
+    (conn, session): (ConnectionTo<Client>, String),
+    root: PathBuf,
+    fs: ClientFs,
+    limits: Limits,
+    (undo, step): (bool, Option<u64>),
+) -> String {
+    let done = if undo { "undone" } else { "redone" };
+    let read = |rel: &str| match read_through(&conn, &session, &root, fs, rel) {
+        FileText::Text(t) => Some(t),
+        _ => None,
+    };
+    let planned = if undo {
+        agent_ls_runtime::steps::plan_undo(&root, step, &limits, read)
+    } else {
+        agent_ls_runtime::steps::plan_redo(&root, &limits, read)
+    };
+    let m = match planned {
+        Ok(m) => m,
+        Err(e) => return format!("nothing was {done}: {e}"),
+    };
+    for c in &m.changes {
+        let path = match agent_ls_runtime::files::resolve(&root, &c.path) {
+            Ok(p) => p,
+            Err(e) => return format!("step {} was not {done}: {e}", m.step),
+        };
+        let request = WriteTextFileRequest::new(session.clone(), path, c.new_text.clone());
+        if let Err(e) = conn.send_request(request).block_task().await {
+            return format!(
+                "step {} was not {done} whole: the client did not write {}: {e}",
+                m.step, c.path
+            );
+        }
+    }
+    let settled = agent_ls_runtime::steps::delete_created(&root, &m.deletes)
+        .and_then(|()| agent_ls_runtime::steps::settle(&root, &m));
+    match settled {
+        Ok(()) => format!(
+            "{} step {}: {}",
+            if undo { "undid" } else { "redid" },
+            m.step,
+            m.files().join(", ")
+        ),
+        Err(e) => format!(
+            "step {} was written but not recorded as {done}: {e}",
+            m.step
+        ),
+    }
 }
 
 /// The text of a prompt's blocks.
@@ -278,7 +390,8 @@ fn prompt(
 ) -> Result<(), agent_client_protocol::Error> {
     let session_id = req.session_id.to_string();
     let text = prompt_text(&req.prompt);
-    let (root, mcp, last) = {
+    let fs = state.fs.lock().map(|f| *f).unwrap_or_default();
+    let (root, mcp, last, told_trust) = {
         let Ok(sessions) = state.sessions.lock() else {
             return responder.respond_with_error(agent_client_protocol::Error::internal_error());
         };
@@ -288,12 +401,33 @@ fn prompt(
                     .data(format!("no session {session_id}")),
             );
         };
-        (s.root.clone(), s.mcp.clone(), s.last_goal.clone())
+        (
+            s.root.clone(),
+            s.mcp.clone(),
+            s.last_goal.clone(),
+            s.told_trust,
+        )
     };
     let loaded = config::load(&config::Inputs::from_process(Some(root.clone())));
     let limits = loaded.config.edit.limits();
     // The session's commands are answered at once, without a model.
     let command = text.trim();
+    if fs.write
+        && let Some(how) = step_move(command)
+    {
+        tokio::spawn(async move {
+            let answer =
+                move_through_client((conn.clone(), session_id.clone()), root, fs, limits, how)
+                    .await;
+            notify(
+                &conn,
+                &session_id,
+                SessionUpdate::AgentMessageChunk(text_chunk(answer)),
+            );
+            let _ = responder.respond(PromptResponse::new(StopReason::EndTurn));
+        });
+        return Ok(());
+    }
     if let Some(answer) = command_answer(command, last.is_some(), &root, &limits) {
         notify(
             &conn,
@@ -306,15 +440,17 @@ fn prompt(
         Some(g) if command == "/rerun" => g,
         _ => text.clone(),
     };
+    // Said again in the first turn: a client may show nothing sent outside a turn.
+    let told = told_trust || tell_trust(&conn, &session_id, &root, Some(&loaded));
     let cancel = CancellationToken::new();
     if let Ok(mut sessions) = state.sessions.lock()
         && let Some(s) = sessions.get_mut(&session_id)
     {
         s.cancel = Some(cancel.clone());
         s.last_goal = Some(goal.clone());
+        s.told_trust = told;
     }
     save_session(&root, &session_id, Some(&goal));
-    let fs = state.fs.lock().map(|f| *f).unwrap_or_default();
     let mut cfg = loaded.config;
     for (name, server) in mcp {
         cfg.mcp.servers.insert(name, server);
@@ -373,6 +509,7 @@ fn load(
                 mcp: session_mcp(&req.mcp_servers),
                 cancel: Some(cancel.clone()),
                 last_goal: Some(recorded.goal.clone()),
+                told_trust: false,
             },
         );
     }
@@ -380,6 +517,7 @@ fn load(
         .ok()
         .and_then(|(store, _)| drive::resume_point(&store, &id, None).ok());
     responder.respond(LoadSessionResponse::new())?;
+    tell_trust(&conn, &id, &root, None);
     notify(
         &conn,
         &id,
@@ -424,6 +562,7 @@ fn load_saved(
     responder: Responder<LoadSessionResponse>,
     conn: ConnectionTo<Client>,
 ) -> Result<(), agent_client_protocol::Error> {
+    let root_for_trust = root.clone();
     if let Ok(mut sessions) = state.sessions.lock() {
         sessions.insert(
             id.to_string(),
@@ -432,10 +571,12 @@ fn load_saved(
                 mcp: session_mcp(&req.mcp_servers),
                 cancel: None,
                 last_goal: last_goal.clone(),
+                told_trust: false,
             },
         );
     }
     responder.respond(LoadSessionResponse::new())?;
+    tell_trust(&conn, id, &root_for_trust, None);
     if let Some(goal) = last_goal {
         notify(&conn, id, SessionUpdate::UserMessageChunk(text_chunk(goal)));
     }
@@ -513,27 +654,42 @@ async fn run(
         goal: goal.clone(),
         calls: 0,
         approved: None,
+        read: Mutex::new(HashMap::new()),
     };
-    let (c1, s1) = (conn.clone(), session.clone());
-    let on_token = move |t: &str| {
-        notify(&c1, &s1, SessionUpdate::AgentThoughtChunk(text_chunk(t)));
-    };
-    let (c2, s2) = (conn.clone(), session.clone());
+    let (c2, s2, r2) = (conn.clone(), session.clone(), root.clone());
     let plan = Mutex::new(PlanView::default());
+    let thoughts = Mutex::new(output::Thoughts::default());
     let on_event = move |e: LiveEvent| {
         if let Ok(mut plan) = plan.lock()
             && let Some(entries) = plan.follow(&e.event)
         {
             notify(&c2, &s2, SessionUpdate::Plan(Plan::new(entries)));
         }
-        event(&c2, &s2, &e.event);
+        // The model's words as prose: its JSON and its edit blocks are not thoughts.
+        let lines = match (&e.event, thoughts.lock()) {
+            (RunEvent::Token { role, text }, Ok(mut t)) => t.token(*role, text),
+            (other, Ok(mut t)) => {
+                let mut lines = t.flush();
+                lines.extend(output::sentence(other));
+                lines
+            }
+            _ => Vec::new(),
+        };
+        for line in lines {
+            notify(
+                &c2,
+                &s2,
+                SessionUpdate::AgentThoughtChunk(text_chunk(format!("{line}\n"))),
+            );
+        }
+        event(&c2, &s2, &r2, &e.event);
     };
     let driver = Drive {
         models: &models,
         config: &config,
         root: &root,
         cancel: &cancel,
-        on_token: Some(&on_token),
+        on_token: None,
         record: Some(&store),
         events: Some(&on_event),
     };
@@ -624,7 +780,7 @@ impl PlanView {
 }
 
 /// A run event as the client sees it: the tools the model calls and their results.
-fn event(conn: &ConnectionTo<Client>, session: &str, e: &RunEvent) {
+fn event(conn: &ConnectionTo<Client>, session: &str, root: &Path, e: &RunEvent) {
     match e {
         RunEvent::ToolCall(call) => {
             let kind = acp_kind(agent_ls_runtime::tools::kind_of(&call.name));
@@ -633,9 +789,11 @@ fn event(conn: &ConnectionTo<Client>, session: &str, e: &RunEvent) {
                 conn,
                 session,
                 SessionUpdate::ToolCall(
-                    ToolCall::new(id, format!("{} {}", call.name, call.arguments))
+                    ToolCall::new(id, output::tool_title(&call.name, &call.arguments))
                         .kind(kind)
-                        .status(ToolCallStatus::InProgress),
+                        .status(ToolCallStatus::InProgress)
+                        .locations(output::tool_locations(root, &call.arguments))
+                        .raw_input(call.arguments.clone()),
                 ),
             );
         }
@@ -675,6 +833,39 @@ fn acp_kind(kind: agent_ls_runtime::tools::ToolKind) -> ToolKind {
     }
 }
 
+/// A file's text as the client has it (the editor's buffer, unsaved edits included) when it
+/// offers fs/read_text_file, else, or when it cannot say, as the disk has it.
+fn read_through(
+    conn: &ConnectionTo<Client>,
+    session: &str,
+    root: &Path,
+    fs: ClientFs,
+    relative: &str,
+) -> FileText {
+    if !fs.read {
+        return agent_ls_runtime::files::read_for_plan(root, relative);
+    }
+    let path = match agent_ls_runtime::files::resolve(root, relative) {
+        Ok(p) => p,
+        Err(e) => return FileText::Refused(e.to_string()),
+    };
+    if !path.is_file() {
+        return agent_ls_runtime::files::read_for_plan(root, relative);
+    }
+    let request = conn.send_request(ReadTextFileRequest::new(session.to_string(), path));
+    // A client that does not answer costs five seconds, then the disk is read.
+    let answer = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            request.block_task(),
+        ))
+    });
+    match answer {
+        Ok(Ok(r)) => FileText::Text(r.content),
+        _ => agent_ls_runtime::files::read_for_plan(root, relative),
+    }
+}
+
 /// How the loop reaches an ACP client: approval by `session/request_permission`, files by
 /// `fs/*` when offered, progress as thoughts, changes and test runs as tool calls.
 struct AcpShell {
@@ -687,6 +878,9 @@ struct AcpShell {
     calls: u32,
     /// The approved change's tool call, completed once it is applied.
     approved: Option<String>,
+    /// The files read through the client in this prompt turn: each is asked for once, not
+    /// again in every phase (the writes of the turn keep it current).
+    read: Mutex<HashMap<String, String>>,
 }
 
 impl AcpShell {
@@ -713,28 +907,14 @@ impl Shell for AcpShell {
         if !self.fs.read {
             return agent_ls_runtime::files::read_for_plan(&self.root, relative);
         }
-        let path = match agent_ls_runtime::files::resolve(&self.root, relative) {
-            Ok(p) => p,
-            Err(e) => return FileText::Refused(e.to_string()),
-        };
-        if !path.is_file() {
-            return agent_ls_runtime::files::read_for_plan(&self.root, relative);
+        if let Some(text) = self.read.lock().ok().and_then(|m| m.get(relative).cloned()) {
+            return FileText::Text(text);
         }
-        // The editor's buffer, unsaved edits included; the disk if the client cannot say.
-        let request = self
-            .conn
-            .send_request(ReadTextFileRequest::new(self.session.clone(), path));
-        // A client that does not answer costs five seconds, then the disk is read.
-        let answer = tokio::task::block_in_place(|| {
-            tokio::runtime::Handle::current().block_on(tokio::time::timeout(
-                std::time::Duration::from_secs(5),
-                request.block_task(),
-            ))
-        });
-        match answer {
-            Ok(Ok(r)) => FileText::Text(r.content),
-            _ => agent_ls_runtime::files::read_for_plan(&self.root, relative),
+        let text = read_through(&self.conn, &self.session, &self.root, self.fs, relative);
+        if let (FileText::Text(t), Ok(mut m)) = (&text, self.read.lock()) {
+            m.insert(relative.to_string(), t.clone());
         }
+        text
     }
 
     async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict {
@@ -761,6 +941,15 @@ impl Shell for AcpShell {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        let locations: Vec<ToolCallLocation> = changes
+            .iter()
+            .map(|c| {
+                ToolCallLocation::new(self.root.join(&c.path)).line(output::first_changed_line(
+                    c.original.as_deref(),
+                    &c.new_text,
+                ))
+            })
+            .collect();
         notify(
             &self.conn,
             &self.session,
@@ -768,6 +957,7 @@ impl Shell for AcpShell {
                 ToolCall::new(id.clone(), title.clone())
                     .kind(ToolKind::Edit)
                     .status(ToolCallStatus::Pending)
+                    .locations(locations.clone())
                     .content(diffs.clone()),
             ),
         );
@@ -776,7 +966,12 @@ impl Shell for AcpShell {
             self.session.clone(),
             ToolCallUpdate::new(
                 id.clone(),
-                ToolCallUpdateFields::new().title(title).content(diffs),
+                ToolCallUpdateFields::new()
+                    .title(title)
+                    .kind(ToolKind::Edit)
+                    .status(ToolCallStatus::Pending)
+                    .locations(locations)
+                    .content(diffs),
             ),
             vec![
                 PermissionOption::new("allow", "Apply", PermissionOptionKind::AllowOnce),
@@ -807,7 +1002,9 @@ impl Shell for AcpShell {
         // The text may have changed in the editor since the change was computed.
         let mut placed = Vec::with_capacity(changes.len());
         for c in changes {
-            match (self.read(&c.path), &c.original) {
+            // Read afresh, not from this turn's reads: the point is what changed since.
+            let now = read_through(&self.conn, &self.session, &self.root, self.fs, &c.path);
+            match (now, &c.original) {
                 (FileText::Text(now), Some(orig)) if &now != orig => {
                     match agent_ls_core::edit::relocate(
                         c,
@@ -844,6 +1041,11 @@ impl Shell for AcpShell {
             agent_ls_runtime::files::write_changes(&self.root, &placed)
                 .map_err(|e| ApplyError::Failed(e.to_string()))?;
         }
+        if let Ok(mut read) = self.read.lock() {
+            for c in &placed {
+                read.insert(c.path.clone(), c.new_text.clone());
+            }
+        }
         let step = agent_ls_runtime::steps::record(&self.root, placed, "acp", &self.goal)
             .map_err(|e| ApplyError::Failed(e.to_string()))?;
         if let Some(id) = self.approved.take() {
@@ -868,11 +1070,16 @@ impl Shell for AcpShell {
             None => cfg.test.clone(),
         };
         let id = self.next_id("tests");
+        // The command the run will be, as the user would type it.
+        let title = match agent_ls_runtime::tests_run::prepare(&self.root, &test) {
+            Ok(c) => format!("Run the tests: {}", c.argv.join(" ")),
+            Err(_) => "Run the tests".to_string(),
+        };
         notify(
             &self.conn,
             &self.session,
             SessionUpdate::ToolCall(
-                ToolCall::new(id.clone(), "Run the tests")
+                ToolCall::new(id.clone(), title)
                     .kind(ToolKind::Execute)
                     .status(ToolCallStatus::InProgress),
             ),

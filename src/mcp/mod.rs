@@ -64,13 +64,13 @@ impl AgentLsMcp {
                 "properties": {
                     "command": {"type": "string"},
                     "state": {"type": "string", "enum": ["passed", "failed", "error", "cancelled", "timed_out"]},
-                    "passed": {"type": ["integer", "null"]},
-                    "failed": {"type": ["integer", "null"]},
+                    "passed": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                    "failed": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
                     "duration_ms": {"type": "integer"},
                     "failures": {"type": "array", "items": {"type": "object", "properties": {
                         "test_id": {"type": "string"}, "message": {"type": "string"},
-                        "file": {"type": ["string", "null"]}, "line": {"type": ["integer", "null"]}}}},
-                    "environment": {"type": ["string", "null"]},
+                        "file": {"anyOf": [{"type": "string"}, {"type": "null"}]}, "line": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}}},
+                    "environment": {"anyOf": [{"type": "string"}, {"type": "null"}]},
                     "report": {"type": "string"}
                 },
                 "required": ["command", "state", "failures", "report"]
@@ -86,7 +86,7 @@ impl AgentLsMcp {
         ).with_raw_output_schema(object(json!({
             "type": "object",
             "properties": {
-                "step": {"type": ["integer", "null"]},
+                "step": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
                 "files": {"type": "array", "items": {"type": "string"}},
                 "diff": {"type": "string"},
                 "written": {"type": "boolean"}
@@ -301,44 +301,155 @@ impl ServerHandler for AgentLsMcp {
 /// Serves the workspace's tools on stdin and stdout until the client goes away.
 pub async fn serve(root: &Path, config: Config) -> anyhow::Result<()> {
     let closing = CancellationToken::new();
-    let stdin = EndOfInput {
-        inner: tokio::io::stdin(),
-        closing: closing.clone(),
-    };
+    // rmcp speaks through two pipes; tasks of ours stand between them and stdio.
+    let (rmcp_in, to_rmcp) = tokio::io::duplex(64 * 1024);
+    let (rmcp_out, from_rmcp) = tokio::io::duplex(64 * 1024);
+    let (tx, unparsable) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(sort_lines(
+        tokio::io::stdin(),
+        to_rmcp,
+        tx,
+        closing.clone(),
+        MAX_LINE,
+    ));
+    let writer = tokio::spawn(merge_lines(from_rmcp, unparsable, tokio::io::stdout()));
     let service = AgentLsMcp::new(root.to_path_buf(), config, closing)
-        .serve((stdin, tokio::io::stdout()))
+        .serve((rmcp_in, rmcp_out))
         .await
         .map_err(|e| anyhow::anyhow!("the MCP session did not start: {e}"))?;
-    service
+    let ended = service
         .waiting()
         .await
-        .map_err(|e| anyhow::anyhow!("the MCP session ended with an error: {e}"))?;
-    Ok(())
+        .map_err(|e| anyhow::anyhow!("the MCP session ended with an error: {e}"));
+    // rmcp's last answers are still on their way to stdout.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), writer).await;
+    ended.map(|_| ())
 }
 
-/// Our stdin, which says when the client closed it. rmcp waits up to 5 s for the calls in
-/// flight to answer once its input ends; a test run would hold that long, and its processes
-/// with it, so the runs hear of the end at once and answer as cancelled.
-struct EndOfInput<R> {
-    inner: R,
+/// The longest line read, as rmcp bounds it: a longer one is skipped, never held whole.
+const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// Copies the JSON lines of `input` to rmcp and reports the others on `unparsable`: rmcp drops
+/// a line that is not JSON without a word, and the client would wait for an answer that never
+/// comes, where JSON-RPC answers a parse error. Cancels `closing` when the input ends: rmcp
+/// waits up to 5 s for the calls in flight once its input ends; a test run would hold that
+/// long, and its processes with it, so the runs hear of the end at once and answer as
+/// cancelled.
+async fn sort_lines(
+    input: impl tokio::io::AsyncRead + Unpin,
+    mut to_rmcp: tokio::io::DuplexStream,
+    unparsable: tokio::sync::mpsc::UnboundedSender<String>,
     closing: CancellationToken,
+    max_line: usize,
+) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let mut input = tokio::io::BufReader::new(input);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // A line of max_line bytes and its newline is whole; more is too long.
+        let limit = u64::try_from(max_line).map_or(u64::MAX, |m| m.saturating_add(1));
+        match (&mut input).take(limit).read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.len() > max_line && !line.ends_with(b"\n") {
+            let skipped = skip_line(&mut input).await;
+            let why = format!("a line longer than {max_line} bytes was skipped");
+            if !skipped || unparsable.send(why).is_err() {
+                break;
+            }
+            continue;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
+        let parsed = if text.iter().all(u8::is_ascii_whitespace) {
+            Ok(())
+        } else {
+            serde_json::from_slice::<serde::de::IgnoredAny>(text).map(|_| ())
+        };
+        let passed = match parsed {
+            Ok(()) => to_rmcp.write_all(&line).await.is_ok(),
+            Err(e) => unparsable.send(e.to_string()).is_ok(),
+        };
+        if !passed {
+            break;
+        }
+    }
+    drop(to_rmcp);
+    closing.cancel();
 }
 
-impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EndOfInput<R> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let (before, room) = (buf.filled().len(), buf.remaining());
-        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        // A read into room that fills nothing is the end of the input.
-        if matches!(polled, std::task::Poll::Ready(Ok(())))
-            && room > 0
-            && buf.filled().len() == before
-        {
-            self.closing.cancel();
+/// Reads past the rest of a line without keeping it; false when the input ended or failed.
+async fn skip_line(input: &mut (impl tokio::io::AsyncBufRead + Unpin)) -> bool {
+    use tokio::io::AsyncBufReadExt;
+    loop {
+        let (used, ended) = match input.fill_buf().await {
+            Ok([]) | Err(_) => return false,
+            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
+                Some(at) => (at + 1, true),
+                None => (buf.len(), false),
+            },
+        };
+        input.consume(used);
+        if ended {
+            return true;
         }
-        polled
+    }
+}
+
+/// Writes rmcp's messages and the parse errors to `out`, each line whole, so the two never
+/// interleave. A parse error's id is null, as JSON-RPC asks (rmcp would leave it out).
+async fn merge_lines(
+    from_rmcp: tokio::io::DuplexStream,
+    mut unparsable: tokio::sync::mpsc::UnboundedReceiver<String>,
+    mut out: impl tokio::io::AsyncWrite + Unpin,
+) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut from_rmcp = tokio::io::BufReader::new(from_rmcp);
+    // Kept across the loop: a read that loses the race leaves its partial line here.
+    let mut line = Vec::new();
+    loop {
+        let whole = tokio::select! {
+            read = from_rmcp.read_until(b'\n', &mut line) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) => std::mem::take(&mut line),
+            },
+            Some(why) = unparsable.recv() => {
+                let answer = json!({"jsonrpc": "2.0", "id": null,
+                    "error": {"code": -32700, "message": "Parse error", "data": why}});
+                format!("{answer}\n").into_bytes()
+            }
+        };
+        if out.write_all(&whole).await.is_err() || out.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = out.flush().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_that_are_not_json_or_too_long_are_reported_and_the_rest_go_on() {
+        use tokio::io::AsyncReadExt;
+        let input: &[u8] = b"{\"a\": 1}\nnot json\n[\"a line too long\"]\n\n{\"b\": 2}\n";
+        let (to_rmcp, mut from_sorter) = tokio::io::duplex(1024);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let closing = CancellationToken::new();
+        sort_lines(input, to_rmcp, tx, closing.clone(), 16).await;
+        let mut passed = String::new();
+        from_sorter.read_to_string(&mut passed).await.unwrap();
+        assert_eq!(passed, "{\"a\": 1}\n\n{\"b\": 2}\n");
+        let mut reported = Vec::new();
+        while let Ok(why) = rx.try_recv() {
+            reported.push(why);
+        }
+        assert_eq!(reported.len(), 2, "{reported:?}");
+        assert!(reported[1].contains("longer than 16 bytes"), "{reported:?}");
+        assert!(closing.is_cancelled(), "the end of the input is said");
     }
 }

@@ -3,7 +3,7 @@
 // buffers), answers session/request_permission as the scenario says, and prints what it saw
 // as one JSON object for tests/acp.rs to check.
 // Usage: node acp-client.mjs AGENT_LS_BINARY WORKSPACE SCENARIO
-//   SCENARIO: allow | reject | cancel | undo | load:RUN_ID | mcp (the session brings the MCP filesystem
+//   SCENARIO: allow | reject | cancel | undo (then /redo) | load:RUN_ID | mcp (the session brings the MCP filesystem
 //   server, whose path is in ACP_MCP_FS)
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -66,6 +66,8 @@ await app.connectWith(stream, async (agent) => {
   if (scenario === "undo") {
     seen.afterFix = readFileSync(`${workspace}/calc.py`, "utf8");
     seen.undoStop = (await prompt("/undo")).stopReason;
+    seen.afterUndo = readFileSync(`${workspace}/calc.py`, "utf8");
+    seen.redoStop = (await prompt("/redo")).stopReason;
   }
 });
 seen.final = readFileSync(`${workspace}/calc.py`, "utf8");

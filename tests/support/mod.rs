@@ -769,13 +769,15 @@ pub fn apply_lsp_edits(text: &str, edits: &[Value]) -> String {
     out
 }
 
-/// tests/mcp with its node_modules (the official MCP and ACP SDKs and the MCP filesystem
-/// server), or `None` to skip in a plain `cargo test`; scripts/test installs them and sets
+/// tests/mcp with its node_modules (the official MCP and ACP SDKs, the MCP filesystem
+/// server, acpx and the MCP Inspector), or `None` to skip in a plain `cargo test`; scripts/test installs them and sets
 /// AGENT_LS_REQUIRE_PROTOCOL_TESTS, so CI always runs these tests.
 pub fn protocol_deps() -> Option<PathBuf> {
     let dir = repo("tests/mcp");
     if dir.join("node_modules/@modelcontextprotocol/sdk").is_dir()
         && dir.join("node_modules/@agentclientprotocol/sdk").is_dir()
+        && dir.join("node_modules/.bin/acpx").exists()
+        && dir.join("node_modules/.bin/mcp-inspector").exists()
     {
         return Some(dir);
     }

@@ -127,16 +127,52 @@ pub fn record(
     Ok(next)
 }
 
+/// A step moved back (undo) or forward (redo) onto the files as they are now, not yet
+/// written: a front end that writes through its client (ACP's `fs/write_text_file`) writes
+/// `changes` and deletes `deletes` itself, then `settle`s the move.
+#[derive(Debug, Clone)]
+pub struct Move {
+    pub step: u64,
+    pub undo: bool,
+    pub changes: Vec<FileChange>,
+    /// Files the undone step created, to delete.
+    pub deletes: Vec<String>,
+}
+
+impl Move {
+    /// The files it changes or deletes.
+    pub fn files(&self) -> Vec<String> {
+        let mut files: Vec<String> = self.changes.iter().map(|c| c.path.clone()).collect();
+        files.extend(self.deletes.iter().cloned());
+        files
+    }
+}
+
 /// Redoes the step undone last, on the files as they are now.
 pub fn redo(root: &Path, limits: &Limits) -> Result<(u64, Vec<String>), StepError> {
+    let m = plan_redo(root, limits, |rel| on_disk(root, rel))?;
+    write_move(root, &m)?;
+    settle(root, &m)?;
+    Ok((m.step, m.files()))
+}
+
+/// The redo of the step undone last, on the files as `read` gives them.
+pub fn plan_redo(
+    root: &Path,
+    limits: &Limits,
+    read: impl Fn(&str) -> Option<String>,
+) -> Result<Move, StepError> {
     let (store, _) = Store::open(root)?;
     let history = History::restore(store.load_steps()?);
     let step = history.last_undone().ok_or(StepError::NothingToRedo)?;
-    let changes = edit::history::reapply(step, |rel| on_disk(root, rel), limits)
+    let changes = edit::history::reapply(step, read, limits)
         .map_err(|e| StepError::Reversal(e.to_string()))?;
-    crate::files::write_changes(root, &changes)?;
-    store.set_undone(step.id, false)?;
-    Ok((step.id, changes.iter().map(|c| c.path.clone()).collect()))
+    Ok(Move {
+        step: step.id,
+        undo: false,
+        changes,
+        deletes: Vec::new(),
+    })
 }
 
 /// Undoes step `id` (the latest applied one when `None`) on the files as they are now: the
@@ -146,16 +182,45 @@ pub fn undo(
     id: Option<u64>,
     limits: &Limits,
 ) -> Result<(u64, Vec<String>), StepError> {
+    let m = plan_undo(root, id, limits, |rel| on_disk(root, rel))?;
+    write_move(root, &m)?;
+    settle(root, &m)?;
+    Ok((m.step, m.files()))
+}
+
+/// The undo of step `id` (the latest applied one when `None`), on the files as `read` gives
+/// them.
+pub fn plan_undo(
+    root: &Path,
+    id: Option<u64>,
+    limits: &Limits,
+    read: impl Fn(&str) -> Option<String>,
+) -> Result<Move, StepError> {
     let (store, _) = Store::open(root)?;
     let history = History::restore(store.load_steps()?);
     let step = match id {
         Some(id) => history.find_done(id).ok_or(StepError::NoSuchStep(id))?,
         None => history.last_done().ok_or(StepError::NothingToUndo)?,
     };
-    let reversal = edit::history::revert(step, |rel| on_disk(root, rel), limits)
+    let reversal = edit::history::revert(step, read, limits)
         .map_err(|e| StepError::Reversal(e.to_string()))?;
-    crate::files::write_changes(root, &reversal.changes)?;
-    for path in &reversal.deletes {
+    Ok(Move {
+        step: step.id,
+        undo: true,
+        changes: reversal.changes,
+        deletes: reversal.deletes,
+    })
+}
+
+/// Writes a move's changes to disk and deletes the files it removes.
+fn write_move(root: &Path, m: &Move) -> Result<(), StepError> {
+    crate::files::write_changes(root, &m.changes)?;
+    delete_created(root, &m.deletes)
+}
+
+/// Deletes the files an undone step had created.
+pub fn delete_created(root: &Path, deletes: &[String]) -> Result<(), StepError> {
+    for path in deletes {
         if let Ok(p) = crate::files::resolve(root, path) {
             std::fs::remove_file(&p).map_err(|source| StepError::Delete {
                 path: path.clone(),
@@ -163,14 +228,14 @@ pub fn undo(
             })?;
         }
     }
-    store.set_undone(step.id, true)?;
-    let mut files: Vec<String> = reversal
-        .changes
-        .iter()
-        .map(|c: &FileChange| c.path.clone())
-        .collect();
-    files.extend(reversal.deletes);
-    Ok((step.id, files))
+    Ok(())
+}
+
+/// Records in the store that a move's files were written: the step is undone, or done again.
+pub fn settle(root: &Path, m: &Move) -> Result<(), StepError> {
+    let (store, _) = Store::open(root)?;
+    store.set_undone(m.step, m.undo)?;
+    Ok(())
 }
 
 /// A file's text on disk, for moving a step onto it; `None` when it cannot be read.
