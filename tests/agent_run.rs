@@ -904,6 +904,47 @@ fn the_review_agent_is_shown_the_latest_agent_change() {
     assert!(calc(ws.path()).contains("return a - b"));
 }
 
+#[test]
+fn the_terminal_gets_one_line_per_data_answer_and_status_lines_start_their_own_line() {
+    let ws = support::example();
+    // The coder's answers end without a newline, as models' answers often do.
+    let bare = |from: &str, to: &str| {
+        let mut line = coder(from, to);
+        let text = line["content"].as_str().unwrap().trim_end().to_string();
+        line["content"] = text.into();
+        line
+    };
+    let out = fix_scripted(
+        ws.path(),
+        &[
+            bare("a - b", "a * b"),
+            reflector(),
+            bare("a * b", "a + b"),
+            json!({"role": "evaluator", "content": "{\"score\": 4, \"reason\": \"a one-line fix\"}"}),
+        ],
+    );
+    exited(&out, 0);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("\nagent-ls: the reflector finds T1 not done: still wrong; next: add\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\nagent-ls: the evaluator gives 4/5: a one-line fix\n"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("\"task_id\""), "no raw JSON: {stderr}");
+    assert!(!stderr.contains("\"score\""), "no raw JSON: {stderr}");
+    // Every status line starts a line: nothing streamed is glued in front of one.
+    for (i, _) in stderr.match_indices("agent-ls: ") {
+        assert!(
+            i == 0 || stderr[..i].ends_with('\n'),
+            "a status line glued to the text before it: {:?}",
+            &stderr[i.saturating_sub(40)..(i + 40).min(stderr.len())]
+        );
+    }
+}
+
 /// The text of a request's messages (their contents and tool calls' arguments).
 fn said(body: &Value) -> Vec<String> {
     body["messages"]

@@ -26,13 +26,26 @@ fn fix_line() -> Value {
 
 /// A server on a copy of the example with calc.py open, the model replayed from `lines`.
 fn setup(lines: &[Value], approval: &str, capabilities: Value) -> Setup {
+    setup_env(lines, approval, capabilities, Vec::new())
+}
+
+/// `setup` with extra environment for the server (test hooks).
+fn setup_env(
+    lines: &[Value],
+    approval: &str,
+    capabilities: Value,
+    env: Vec<(String, String)>,
+) -> Setup {
     let ws = support::example();
     std::fs::write(
         ws.path().join(".replay.jsonl"),
         support::replay_script(lines),
     )
     .unwrap();
-    let mut client = Client::spawn(Default::default());
+    let mut client = Client::spawn(support::Spawn {
+        env,
+        ..Default::default()
+    });
     client.initialize(
         ws.path(),
         capabilities,
@@ -706,6 +719,194 @@ fn the_progress_cancel_button_cancels_the_run() {
     let done = finished(&mut s.client);
     assert_eq!(done["status"], "cancelled", "{done}");
     assert!(disk(&s).contains("return a - b"));
+}
+
+/// Another process holding the store's write lock (`BEGIN EXCLUSIVE`) until it is killed;
+/// returns once it holds it.
+fn lock_store(ws: &std::path::Path) -> std::process::Child {
+    use std::io::BufRead;
+    let script = "import sqlite3, sys, time\n\
+c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+c.execute('BEGIN EXCLUSIVE')\n\
+print('locked', flush=True)\n\
+time.sleep(120)\n";
+    let mut child = std::process::Command::new(support::python())
+        .args(["-c", script])
+        .arg(ws.join(".agent-ls/store.sqlite"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 for the lock");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "locked");
+    child
+}
+
+#[test]
+fn status_answers_at_once_while_another_process_holds_the_store_lock() {
+    let mut s = setup(&[fix_line()], "prompt", json!({}));
+    s.client
+        .on_request("window/showMessageRequest", |_| json!(support::DEFER));
+    // The history is read, so the store is open and in WAL mode.
+    let before = s.client.command("agent-ls.status", Value::Null).unwrap();
+    assert_eq!(before["interrupted"], json!([]), "{before}");
+    let mut holder = lock_store(s.ws.path());
+    // The run records itself as it goes: those writes wait for the lock, and the store's
+    // queue with them. It stops at the approval question.
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
+    s.client.wait_deferred("window/showMessageRequest");
+    let started = std::time::Instant::now();
+    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let took = started.elapsed();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    eprintln!("agent-ls.status under a locked store: {took:?}");
+    assert!(
+        took < std::time::Duration::from_millis(200),
+        "status took {took:?}"
+    );
+    assert_eq!(
+        status["active"]["goal"], "fix the failing tests",
+        "{status}"
+    );
+    assert_eq!(
+        status["interrupted_unknown"], "unknown (store busy)",
+        "{status}"
+    );
+    assert_eq!(status["interrupted"], json!([]), "{status}");
+    s.client.command("agent-ls.cancel", Value::Null).unwrap();
+    s.client
+        .answer_deferred("window/showMessageRequest", json!({"title": "Accept"}));
+    assert_eq!(finished(&mut s.client)["status"], "cancelled");
+}
+
+/// Waits for a `window/showMessage` that contains `needle`.
+fn told(c: &mut Client, needle: &str) {
+    c.wait_until(
+        |c| {
+            c.notifications
+                .iter()
+                .any(|n| {
+                    n["method"] == "window/showMessage"
+                        && n["params"]["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains(needle))
+                })
+                .then_some(())
+        },
+        needle,
+    )
+}
+
+/// The session after a job panicked: it answers, and nothing is in progress.
+fn not_busy(c: &mut Client) -> Value {
+    let status = c.command("agent-ls.status", Value::Null).unwrap();
+    assert_eq!(status["active"], Value::Null, "{status}");
+    status
+}
+
+#[test]
+fn a_panic_in_each_kind_of_job_ends_it_and_the_session_serves_the_next_request() {
+    let hooks = vec![
+        ("AGENT_LS_TEST_HOOKS".to_string(), "1".to_string()),
+        (
+            "AGENT_LS_TEST_PANIC".to_string(),
+            "agent_run,undo,test_run,config_reload".to_string(),
+        ),
+    ];
+    let progress = json!({"window": {"workDoneProgress": true}});
+    let mut s = setup_env(&[fix_line()], "auto", progress, hooks);
+    applies(&mut s);
+
+    // A test run: it ends in "error" with the panic's message, its progress ends, and the
+    // next one runs.
+    s.client
+        .command("agent-ls.rerunTests", Value::Null)
+        .unwrap();
+    let error = s
+        .client
+        .wait_notification("agent-ls/testStatus", |p| p["state"] == "error");
+    assert!(
+        error["message"].as_str().unwrap().contains("test run"),
+        "{error}"
+    );
+    let end = s.client.wait_notification("$/progress", |p| {
+        p["token"] == "agent-ls/tests/1" && p["value"]["kind"] == "end"
+    });
+    assert!(
+        end["value"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("injected panic")),
+        "{end}"
+    );
+    not_busy(&mut s.client);
+
+    // An agent run: it ends "failed" with the panic's message; the next one fixes the bug.
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "failed", "{done}");
+    assert!(
+        done["answer"].as_str().unwrap().contains("injected panic"),
+        "{done}"
+    );
+    not_busy(&mut s.client);
+    s.client.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "done", "{done}");
+    assert!(disk(&s).contains("return a + b"));
+
+    // An undo: the command fails with the panic's message; the next undo reverts the step.
+    let err = s.client.command("agent-ls.undo", Value::Null).unwrap_err();
+    assert!(
+        err["message"].as_str().unwrap().contains("injected panic"),
+        "{err}"
+    );
+    told(&mut s.client, "could not undo");
+    not_busy(&mut s.client);
+    s.client.command("agent-ls.undo", Value::Null).unwrap();
+    told(&mut s.client, "undid step");
+    assert!(disk(&s).contains("return a - b"));
+
+    // A configuration reload: the user is told, and a request that waits for the reload
+    // is answered.
+    s.client.notify(
+        "workspace/didChangeConfiguration",
+        json!({"settings": {"agent-ls": {"test": {"on_save": false}}}}),
+    );
+    let config = s
+        .client
+        .request("agent-ls/configuration", Value::Null)
+        .unwrap();
+    assert!(config["entries"].is_array(), "{config}");
+    told(&mut s.client, "configuration reload");
+    not_busy(&mut s.client);
+}
+
+#[test]
+fn a_routed_command_keeps_a_quoted_argument_whole() {
+    // A `pytest` first on PATH that writes the arguments it got, one a line.
+    let bin = tempfile::tempdir().unwrap();
+    let fake = bin.path().join("pytest");
+    std::fs::write(&fake, "#!/bin/sh\nprintf '%s\\n' \"$@\" > args.txt\n").unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut s = setup_env(&[], "auto", json!({}), vec![("PATH".into(), path)]);
+    let answer = s
+        .client
+        .command("agent-ls.run", json!({"goal": "run \"pytest -k 'a b'\""}))
+        .unwrap();
+    assert_eq!(answer["routed"], "command", "{answer}");
+    assert_eq!(answer["command"], "pytest -k 'a b'", "{answer}");
+    s.client
+        .wait_notification("agent-ls/testStatus", |p| p["state"] != "running");
+    let args = std::fs::read_to_string(s.ws.path().join("args.txt")).unwrap();
+    assert_eq!(args, "-k\na b\n");
 }
 
 /// A client without saveFiles, like eglot: the server wrote calc.py under its buffer for the

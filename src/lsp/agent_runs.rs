@@ -25,10 +25,11 @@ use tracing::{info, warn};
 
 use super::Report;
 use super::ext;
+use super::jobs;
 use super::outbox::Outbox;
 use super::session::Refused;
 use super::workspace_edit::{self, EditSupport, Target};
-use agent_ls_core::agent::Run;
+use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::edit::history::{Reversal, Step, StepFile};
 use agent_ls_core::edit::{self, FileChange, FileText};
 use agent_ls_core::text::{Buffer, Encoding};
@@ -186,78 +187,45 @@ pub struct StartRun {
     pub lock: RunLock,
 }
 
-/// Runs the loop to its end on a task of its own; the outcome goes back to the session.
+/// Runs the loop to its end on a task of its own; the outcome goes back to the session. The
+/// loop runs under the panic guard: a panic ends the run "failed" with the panic's message,
+/// and the session still hears of the end, so it is never left busy.
 pub fn spawn(s: StartRun) {
     tokio::spawn(async move {
         let started = Instant::now();
-        let c = &s.connection;
-        let models = Models::new(&s.config, Some(&c.root));
-        let mut run = drive::new_run(&s.config, &s.goal);
-        let mut approval = s.config.agent.approval;
-        if let Some(chosen) = &s.agent {
-            chosen.apply(&mut run);
-            approval = chosen.approval.unwrap_or(approval);
-        }
-        let resumed = s.resume.is_some();
-        if let Some(checkpoint) = s.resume {
-            run = checkpoint;
-        }
-        let token = ProgressToken::String(format!("agent-ls/run/{}", s.id));
-        let progress = if c.progress
-            && c.outbox
-                .request::<WorkDoneProgressCreate>(WorkDoneProgressCreateParams {
-                    token: token.clone(),
-                })
-                .await
-                .is_ok()
+        let (id, goal, c, store) = (
+            s.id.clone(),
+            s.goal.clone(),
+            s.connection.clone(),
+            s.store.clone(),
+        );
+        let progress = begin_progress(&c, &id, &goal).await;
+        let outcome = match jobs::caught(jobs::Kind::AgentRun, drive_run(s, progress.clone())).await
         {
-            c.outbox.progress(
-                token.clone(),
-                WorkDoneProgress::Begin(WorkDoneProgressBegin {
-                    title: "agent-ls".into(),
-                    message: Some(agent_ls_core::agent::one_line(&s.goal)),
-                    // The client's cancel button sends window/workDoneProgress/cancel.
-                    cancellable: Some(true),
-                    ..Default::default()
-                }),
-            );
-            Some(token)
-        } else {
-            None
+            Ok(outcome) => outcome,
+            Err(why) => {
+                // The store would list the run as interrupted, and offer to resume what panicked.
+                if let Some(store) = store {
+                    let (id, why) = (id.clone(), why.clone());
+                    store.send("a failed run", move |s| {
+                        s.run_finished(&id, RunStatus::Failed, 0, None, &why)
+                    });
+                }
+                Outcome {
+                    run_id: id.clone(),
+                    status: RunStatus::Failed,
+                    answer: why,
+                    iterations: 0,
+                    files_changed: Vec::new(),
+                    tests: Default::default(),
+                    tokens: 0,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    cost_usd: None,
+                    failure_kind: None,
+                }
+            }
         };
-        let mut shell = ServerShell {
-            c: c.clone(),
-            approval,
-            label: format!("agent-ls: {}", agent_ls_core::agent::one_line(&s.goal)),
-            snapshot: HashMap::new(),
-            decisions: s.decisions,
-            cancel: s.cancel.clone(),
-            progress,
-            limits: s.config.edit.limits(),
-            record: Some((s.id.clone(), s.goal.clone())),
-            task: String::new(),
-            iteration: 0,
-            review: Review::default(),
-        };
-        let outbox = c.outbox.clone();
-        let on_event = move |e: agent_ls_core::events::LiveEvent| {
-            outbox.notify::<ext::RunEventNotification>(e.to_wire())
-        };
-        let driver = Drive {
-            models: &models,
-            config: &s.config,
-            root: &c.root,
-            cancel: &s.cancel,
-            on_token: None,
-            record: s.store.as_ref(),
-            events: Some(&on_event),
-        };
-        let outcome = if resumed {
-            driver.resume(&mut run, &mut shell, s.id.clone()).await
-        } else {
-            driver.run(&mut run, &mut shell, s.id.clone()).await
-        };
-        match shell.progress.take() {
+        match progress {
             Some(token) => c.outbox.progress(
                 token,
                 WorkDoneProgress::End(WorkDoneProgressEnd {
@@ -268,21 +236,97 @@ pub fn spawn(s: StartRun) {
                 MessageType::INFO,
                 format!(
                     "agent-ls: {} ({}): {}",
-                    agent_ls_core::agent::one_line(&s.goal),
+                    agent_ls_core::agent::one_line(&goal),
                     outcome.status.as_str(),
                     outcome.answer
                 ),
             ),
         }
-        info!(run = %s.id, status = outcome.status.as_str(), ms = started.elapsed().as_millis() as u64, "agent run finished");
-        // The lock goes before the session hears of the end: a client that starts the next
-        // run on runFinished must find the workspace free.
-        drop(s.lock);
+        info!(run = %id, status = outcome.status.as_str(), ms = started.elapsed().as_millis() as u64, "agent run finished");
         (c.report)(AgentMessage::Finished {
-            id: s.id,
+            id,
             outcome: Box::new(outcome),
         });
     });
+}
+
+/// Creates the run's `$/progress` token when the client takes progress, and begins it.
+async fn begin_progress(c: &Connection, id: &str, goal: &str) -> Option<ProgressToken> {
+    let token = ProgressToken::String(format!("agent-ls/run/{id}"));
+    let created = c.progress
+        && c.outbox
+            .request::<WorkDoneProgressCreate>(WorkDoneProgressCreateParams {
+                token: token.clone(),
+            })
+            .await
+            .is_ok();
+    if !created {
+        return None;
+    }
+    c.outbox.progress(
+        token.clone(),
+        WorkDoneProgress::Begin(WorkDoneProgressBegin {
+            title: "agent-ls".into(),
+            message: Some(agent_ls_core::agent::one_line(goal)),
+            // The client's cancel button sends window/workDoneProgress/cancel.
+            cancellable: Some(true),
+            ..Default::default()
+        }),
+    );
+    Some(token)
+}
+
+/// The loop itself. The run lock is released as this returns (or unwinds), before the
+/// session hears of the end: a client that starts the next run on runFinished must find the
+/// workspace free.
+async fn drive_run(s: StartRun, progress: Option<ProgressToken>) -> Outcome {
+    jobs::injected_panic(jobs::Kind::AgentRun);
+    let c = &s.connection;
+    let models = Models::new(&s.config, Some(&c.root));
+    let mut run = drive::new_run(&s.config, &s.goal);
+    let mut approval = s.config.agent.approval;
+    if let Some(chosen) = &s.agent {
+        chosen.apply(&mut run);
+        approval = chosen.approval.unwrap_or(approval);
+    }
+    let resumed = s.resume.is_some();
+    if let Some(checkpoint) = s.resume {
+        run = checkpoint;
+    }
+    let mut shell = ServerShell {
+        c: c.clone(),
+        approval,
+        label: format!("agent-ls: {}", agent_ls_core::agent::one_line(&s.goal)),
+        snapshot: HashMap::new(),
+        decisions: s.decisions,
+        cancel: s.cancel.clone(),
+        progress,
+        limits: s.config.edit.limits(),
+        record: Some((s.id.clone(), s.goal.clone())),
+        task: String::new(),
+        iteration: 0,
+        review: Review::default(),
+    };
+    let outbox = c.outbox.clone();
+    let on_event = move |e: agent_ls_core::events::LiveEvent| {
+        outbox.notify::<ext::RunEventNotification>(e.to_wire())
+    };
+    let driver = Drive {
+        models: &models,
+        config: &s.config,
+        root: &c.root,
+        cancel: &s.cancel,
+        on_token: None,
+        record: s.store.as_ref(),
+        events: Some(&on_event),
+    };
+    let outcome = if resumed {
+        driver.resume(&mut run, &mut shell, s.id.clone()).await
+    } else {
+        driver.run(&mut run, &mut shell, s.id.clone()).await
+    };
+    drop(s.lock);
+    outcome
 }
 
 /// What an undo or redo needs: the step, which way, and the documents as the session had them.
@@ -299,73 +343,112 @@ pub struct UndoStart {
 
 /// Computes and applies an undo or redo through workspace/applyEdit like any agent edit (so
 /// the editor's own undo sees it), on a task of its own: the files not open in the editor
-/// are read here, never on the session's task.
+/// are read here, never on the session's task. It runs under the panic guard: the command
+/// and the session hear of its end whatever happens.
 pub fn spawn_undo(u: UndoStart) {
+    let UndoStart {
+        step,
+        redo,
+        snapshot,
+        connection,
+        limits,
+        reply,
+        lock,
+    } = u;
     tokio::spawn(async move {
-        let c = u.connection;
-        let step_id = u.step.id;
-        let current = |rel: &str| match u.snapshot.get(rel) {
-            Some((_, b)) => Some(b.text()),
-            None => std::fs::read_to_string(c.root.join(rel)).ok(),
+        let (step_id, goal, report) = (step.id, step.goal.clone(), connection.report.clone());
+        let mut reply = Some(reply);
+        let job = UndoJob {
+            step,
+            redo,
+            snapshot,
+            c: connection,
+            limits,
+            lock,
         };
-        let reversal = if u.redo {
-            edit::history::reapply(&u.step, current, &u.limits).map(|changes| Reversal {
-                changes,
-                deletes: Vec::new(),
-            })
-        } else {
-            edit::history::revert(&u.step, current, &u.limits)
+        let result = match jobs::caught(jobs::Kind::Undo, undo(job, &mut reply)).await {
+            Ok(result) => result,
+            Err(why) => Err(UndoFailed::Apply(why)),
         };
-        let reversal = match reversal.map_err(|e| e.to_string()) {
-            Ok(r) => {
-                let _ = u.reply.send(Ok(step_id));
-                r
-            }
-            Err(why) => {
-                let _ = u.reply.send(Err(Refused::Reversal(why.to_string())));
-                (c.report)(AgentMessage::UndoFinished {
-                    step: step_id,
-                    redo: u.redo,
-                    goal: u.step.goal.clone(),
-                    result: Err(UndoFailed::Reversal(why.to_string())),
-                });
-                return;
-            }
-        };
-        let mut shell = ServerShell {
-            c: c.clone(),
-            approval: Approval::Auto,
-            label: format!(
-                "agent-ls: {} step {step_id}",
-                if u.redo { "redo" } else { "undo" }
-            ),
-            snapshot: u.snapshot,
-            decisions: mpsc::unbounded_channel().1,
-            cancel: CancellationToken::new(),
-            progress: None,
-            limits: u.limits,
-            record: None,
-            task: String::new(),
-            iteration: 0,
-            review: Review::default(),
-        };
-        let mut result = if reversal.changes.is_empty() {
-            Ok(())
-        } else {
-            shell.apply(&reversal.changes).await
-        };
-        if result.is_ok() {
-            result = delete_files(&c, &reversal.deletes).await;
+        // Not answered yet: the reversal could not be computed, or the job panicked first.
+        if let Some(reply) = reply.take() {
+            let _ = reply.send(match &result {
+                Ok(()) => Ok(step_id),
+                Err(UndoFailed::Reversal(why)) => Err(Refused::Reversal(why.clone())),
+                Err(UndoFailed::Apply(why)) => Err(Refused::Failed(why.clone())),
+            });
         }
-        drop(u.lock);
-        (c.report)(AgentMessage::UndoFinished {
+        report(AgentMessage::UndoFinished {
             step: step_id,
-            redo: u.redo,
-            goal: u.step.goal,
-            result: result
-                .map_err(|(ApplyError::Stale(e) | ApplyError::Failed(e))| UndoFailed::Apply(e)),
+            redo,
+            goal,
+            result,
         });
     });
+}
+
+/// An undo's parts once the command's reply is taken out.
+struct UndoJob {
+    step: Step,
+    redo: bool,
+    snapshot: Snapshot,
+    c: Connection,
+    limits: edit::Limits,
+    lock: RunLock,
+}
+
+/// The undo itself; `reply` is answered as soon as the reversal is computed. The lock is
+/// released as this returns (or unwinds).
+async fn undo(
+    u: UndoJob,
+    reply: &mut Option<oneshot::Sender<Result<u64, Refused>>>,
+) -> Result<(), UndoFailed> {
+    jobs::injected_panic(jobs::Kind::Undo);
+    let c = u.c;
+    let step_id = u.step.id;
+    let current = |rel: &str| match u.snapshot.get(rel) {
+        Some((_, b)) => Some(b.text()),
+        None => std::fs::read_to_string(c.root.join(rel)).ok(),
+    };
+    let reversal = if u.redo {
+        edit::history::reapply(&u.step, current, &u.limits).map(|changes| Reversal {
+            changes,
+            deletes: Vec::new(),
+        })
+    } else {
+        edit::history::revert(&u.step, current, &u.limits)
+    };
+    let reversal = reversal.map_err(|e| UndoFailed::Reversal(e.to_string()))?;
+    if let Some(reply) = reply.take() {
+        let _ = reply.send(Ok(step_id));
+    }
+    let mut shell = ServerShell {
+        c: c.clone(),
+        approval: Approval::Auto,
+        label: format!(
+            "agent-ls: {} step {step_id}",
+            if u.redo { "redo" } else { "undo" }
+        ),
+        snapshot: u.snapshot,
+        decisions: mpsc::unbounded_channel().1,
+        cancel: CancellationToken::new(),
+        progress: None,
+        limits: u.limits,
+        record: None,
+        task: String::new(),
+        iteration: 0,
+        review: Review::default(),
+    };
+    let mut result = if reversal.changes.is_empty() {
+        Ok(())
+    } else {
+        shell.apply(&reversal.changes).await
+    };
+    if result.is_ok() {
+        result = delete_files(&c, &reversal.deletes).await;
+    }
+    drop(u.lock);
+    result.map_err(|(ApplyError::Stale(e) | ApplyError::Failed(e))| UndoFailed::Apply(e))
 }
 
 /// Deletes files an undone step created: through workspace/applyEdit when the client can

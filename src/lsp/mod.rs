@@ -8,6 +8,7 @@
 pub mod agent_runs;
 pub mod convert;
 pub mod ext;
+pub mod jobs;
 mod json_text;
 pub mod outbox;
 pub mod session;
@@ -115,6 +116,13 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
         1
     }
 }
+
+/// How long agent-ls.status may wait, all waits included: it must answer within 200 ms, and
+/// this leaves room for the pipe and a loaded machine.
+const STATUS_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What status says of the store's part when the store did not answer in time.
+pub const STORE_BUSY: &str = "unknown (store busy)";
 
 /// Calls tower-lsp's service for each forwarded message and puts its answer on the outbox.
 struct Router {
@@ -253,21 +261,47 @@ impl Backend {
     }
 
     /// agent-ls.status: the session's view and the interrupted runs, which the store knows.
+    /// It answers within `STATUS_BUDGET` whatever the store does: the session's own state
+    /// always, and what the store did not give in time marked "unknown (store busy)" (another
+    /// process may hold its write lock, and our writes queue behind it).
     async fn status(&self) -> Result<serde_json::Value> {
-        let (mut status, store, active) = self
+        let deadline = tokio::time::Instant::now() + STATUS_BUDGET;
+        let (store, active) = self
             .session
-            .query_ready(|s| (s.agent_status(), s.store(), s.active_run()))
+            .query(|s| (s.store(), s.active_run()))
             .await
             .map_err(internal)?;
-        let interrupted = match store {
-            Some(store) => store
-                .call(move |s| s.interrupted_runs(active.as_deref()))
-                .await
-                .and_then(|r| r.map_err(|e| error!("{e}")).ok())
-                .unwrap_or_default(),
-            None => Vec::new(),
+        // The steps need the history read from the store, and the interrupted runs need the
+        // store: both are asked at once, and neither is waited for past the deadline.
+        let state = async {
+            let ready = self.session.query_ready(|s| s.agent_status());
+            match tokio::time::timeout_at(deadline, ready).await {
+                Ok(answer) => answer,
+                Err(_) => self.session.query(|s| s.agent_status()).await,
+            }
         };
-        status["interrupted"] = serde_json::to_value(interrupted).map_err(internal)?;
+        let interrupted = async {
+            let Some(store) = store else {
+                return Some(Vec::new());
+            };
+            let read = store.call(move |s| s.interrupted_runs(active.as_deref()));
+            match tokio::time::timeout_at(deadline, read).await {
+                Ok(answer) => Some(
+                    answer
+                        .and_then(|r| r.map_err(|e| error!("{e}")).ok())
+                        .unwrap_or_default(),
+                ),
+                Err(_) => None,
+            }
+        };
+        let (status, interrupted) = tokio::join!(state, interrupted);
+        let mut status = status.map_err(internal)?;
+        if interrupted.is_none() {
+            info!("status: the store did not answer in time");
+            status["interrupted_unknown"] = STORE_BUSY.into();
+        }
+        status["interrupted"] =
+            serde_json::to_value(interrupted.unwrap_or_default()).map_err(internal)?;
         Ok(status)
     }
 
@@ -307,7 +341,7 @@ impl Backend {
                 );
             }
             Route::Command(argv) => {
-                let line = argv.join(" ");
+                let line = agent_ls_core::agent::command_line(&argv);
                 self.session.send(Event::RunTests {
                     reason: "command".into(),
                     command: Some(argv),

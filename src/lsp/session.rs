@@ -84,6 +84,12 @@ pub enum Event {
         inputs: Box<config::Inputs>,
         loaded: Box<Loaded>,
     },
+    /// A configuration reload panicked (caught by its job's guard); the configuration in
+    /// force stays.
+    ConfigFailed {
+        generation: u64,
+        why: String,
+    },
     Tests(TestMessage),
     Agent(AgentMessage),
     /// The store opened (with what it had to move aside), or could not be.
@@ -155,6 +161,9 @@ pub enum Refused {
     /// The step's reversal cannot be computed from the files as they are now.
     #[error("{0}")]
     Reversal(String),
+    /// The job failed inside agent-ls (a panic, caught and reported).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// The sending side, cloned into every handler. Sending never blocks or awaits, so a handler
@@ -334,11 +343,16 @@ impl Session {
             Some(Active::Undo { step }) => Some(serde_json::json!({"undo": step})),
             None => None,
         };
-        serde_json::json!({
+        let mut status = serde_json::json!({
             "active": active,
             "last": self.last_outcome,
             "steps": self.history.as_ref().map(|h| h.summaries(10)).unwrap_or_default(),
-        })
+        });
+        if self.history.is_none() {
+            // The store has not given the history yet: no steps is not "no steps".
+            status["steps_unknown"] = super::STORE_BUSY.into();
+        }
+        status
     }
 
     /// The id of the run in progress, which is not interrupted though the store says running.
@@ -400,6 +414,7 @@ impl Session {
                 inputs,
                 loaded,
             } => self.config_loaded(generation, *inputs, *loaded),
+            Event::ConfigFailed { generation, why } => self.config_failed(generation, why),
             Event::Initialized => self.ask_trust(),
             Event::TrustDecided(decision) => self.trust_decided(decision),
             Event::Tests(m) => self.test_message(m),
@@ -999,13 +1014,36 @@ impl Session {
         let generation = self.config_generation;
         let me = self.me.clone();
         tokio::task::spawn_blocking(move || {
-            let loaded = config::load(&inputs);
-            me.send(Event::ConfigLoaded {
-                generation,
-                inputs: Box::new(inputs),
-                loaded: Box::new(loaded),
+            // Under the panic guard: a reload that panics ends too, or the session would
+            // hold every save and command behind "reloading" until a restart.
+            let loaded = super::jobs::caught_blocking(super::jobs::Kind::ConfigReload, || {
+                super::jobs::injected_panic(super::jobs::Kind::ConfigReload);
+                config::load(&inputs)
+            });
+            me.send(match loaded {
+                Ok(loaded) => Event::ConfigLoaded {
+                    generation,
+                    inputs: Box::new(inputs),
+                    loaded: Box::new(loaded),
+                },
+                Err(why) => Event::ConfigFailed { generation, why },
             });
         });
+    }
+
+    /// A reload failed inside agent-ls: the configuration in force stays, and the events
+    /// that waited for the reload go on under it.
+    fn config_failed(&mut self, generation: u64, why: String) {
+        if generation != self.config_generation {
+            return;
+        }
+        self.reloading = false;
+        error!("{why}");
+        self.outbox.show_message(
+            MessageType::ERROR,
+            format!("agent-ls: {why}; the previous configuration stays in force"),
+        );
+        self.replay_deferred();
     }
 
     /// When any layer is invalid, the previous configuration stays in force and the user is

@@ -31,6 +31,7 @@ use tower_lsp_server::ls_types::{
 use tracing::{debug, info, warn};
 
 use super::Report;
+use super::jobs;
 use super::outbox::Outbox;
 use agent_ls_core::text::{Buffer, Encoding, to_position};
 use agent_ls_runtime::config::{SandboxConfig, TestConfig};
@@ -173,7 +174,7 @@ impl TestRuns {
             cancel: cancel.clone(),
             trigger,
         });
-        tokio::spawn(run(
+        let job = run(
             generation,
             cx.outbox.clone(),
             cx.report.clone(),
@@ -184,7 +185,18 @@ impl TestRuns {
             },
             cx.progress,
             cancel,
-        ));
+        );
+        let report = cx.report.clone();
+        tokio::spawn(async move {
+            // A panic still ends the run: "error" status, and an agent waiting on it hears.
+            if let Err(why) = jobs::caught(jobs::Kind::TestRun, job).await {
+                report(TestMessage::Finished {
+                    generation,
+                    result: Box::new(Err(RunError::Internal(why))),
+                    disk: HashMap::new(),
+                });
+            }
+        });
     }
 
     /// Cancels the run in progress and forgets a queued one.
@@ -414,7 +426,14 @@ async fn run(
         }
         _ => false,
     };
-    let result = tests_run::run(&root, &config, &sandbox, &cancel).await;
+    // Guarded here too, so a panic in the run still ends the progress it began.
+    let running = async {
+        jobs::injected_panic(jobs::Kind::TestRun);
+        tests_run::run(&root, &config, &sandbox, &cancel).await
+    };
+    let result = jobs::caught(jobs::Kind::TestRun, running)
+        .await
+        .unwrap_or_else(|why| Err(RunError::Internal(why)));
     let summary = match &result {
         Ok(r) => format!(
             "{}: {} passed, {} failed",

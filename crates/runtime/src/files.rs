@@ -148,13 +148,13 @@ pub fn plan_on_disk(
     edit::apply_plan(plan, root, limits, |rel| read_for_plan(root, rel))
 }
 
-/// Up to `limit` files of the workspace, each under 100 KB, by a depth-first walk from `root`.
-/// It skips hidden entries (a leading `.`) and, at any depth, entries named `target`,
-/// `node_modules`, `__pycache__`, `dist`, `build` or `venv`; it does not read `.gitignore`,
-/// and it does not look inside files, so binary files are listed too (a reader skips what is
-/// not UTF-8 text). A folder's files come in name order before any of its subfolders, and the
-/// subfolders are walked last name first (the walk keeps a stack); symlinked folders are
-/// followed. The order is stable, not ranked: callers rank the files themselves.
+/// Up to `limit` files of the workspace, each under 100 KB, by the shared walk
+/// (`crate::walk`: `.gitignore` honoured, hidden entries and our state skipped). Folders named
+/// `target`, `node_modules`, `__pycache__`, `dist`, `build` or `venv` are skipped at any depth
+/// too, for a workspace whose `.gitignore` does not name them. It does not look inside files,
+/// so binary files are listed too (a reader skips what is not UTF-8 text). Shallow files come
+/// first, each depth in name order; the order is stable, not ranked: callers rank the files
+/// themselves.
 pub fn workspace_files(root: &Path, limit: usize) -> Vec<String> {
     const SKIP: &[&str] = &[
         "target",
@@ -164,38 +164,48 @@ pub fn workspace_files(root: &Path, limit: usize) -> Vec<String> {
         "build",
         "venv",
     ];
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        let mut entries: Vec<_> = entries.flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') || SKIP.contains(&name.as_str()) {
-                continue;
-            }
-            let path = e.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if e.metadata().is_ok_and(|m| m.len() < 100_000)
-                && let Ok(rel) = path.strip_prefix(root)
-            {
-                out.push(rel.to_string_lossy().into_owned());
-                if out.len() >= limit {
-                    return out;
-                }
-            }
-        }
-    }
-    out
+    let walk = crate::walk::builder_skipping(root, None, |e| {
+        e.file_type().is_some_and(|t| t.is_dir())
+            && e.file_name().to_str().is_some_and(|n| SKIP.contains(&n))
+    });
+    let mut out: Vec<(usize, String)> = walk
+        .build()
+        .flatten()
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .filter(|e| e.metadata().is_ok_and(|m| m.len() < 100_000))
+        .filter_map(|e| Some((e.depth(), crate::walk::relative(root, e.path())?)))
+        .collect();
+    out.sort();
+    out.into_iter().take(limit).map(|(_, rel)| rel).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn workspace_files_honour_gitignore_and_come_shallow_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for (path, text) in [
+            (".gitignore", "secret/\n"),
+            ("pkg/deep/mod.py", "x = 1\n"),
+            ("pkg/a.py", "x = 1\n"),
+            ("main.py", "x = 1\n"),
+            ("secret/keys.py", "KEY = 1\n"),
+            ("node_modules/lib/index.js", "x\n"),
+            (".agent-ls/store.sqlite", ""),
+        ] {
+            let p = root.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        assert_eq!(
+            workspace_files(root, 200),
+            ["main.py", "pkg/a.py", "pkg/deep/mod.py"]
+        );
+        assert_eq!(workspace_files(root, 2), ["main.py", "pkg/a.py"]);
+    }
 
     #[test]
     fn symlinks_leading_outside_are_refused_and_inside_ones_resolve() {

@@ -28,3 +28,4 @@ pub mod tests_run;
 pub mod tokens;
 pub mod tools;
 pub mod trust;
+pub mod walk;

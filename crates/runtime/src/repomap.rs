@@ -163,21 +163,11 @@ fn write_cache(state: &Path, cache: &Cache) {
     }
 }
 
-/// The workspace's files as git sees them (hidden folders and our state skipped), with their
+/// The workspace's files as git sees them (the shared walk of `crate::walk`), with their
 /// metadata, sorted.
 fn source_files(root: &Path) -> Vec<(String, std::fs::Metadata)> {
-    let mut out: Vec<(String, std::fs::Metadata)> = ignore::WalkBuilder::new(root)
-        .require_git(false)
-        .hidden(true)
-        .filter_entry(|e| e.file_name() != ".agent-ls" && e.file_name() != ".git")
-        .build()
-        .flatten()
-        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
-        .filter_map(|e| {
-            let rel = e.path().strip_prefix(root).ok()?.to_str()?.to_string();
-            let meta = e.metadata().ok()?;
-            Some((rel, meta))
-        })
+    let mut out: Vec<(String, std::fs::Metadata)> = crate::walk::files(root)
+        .filter_map(|(rel, e)| Some((rel, e.metadata().ok()?)))
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out

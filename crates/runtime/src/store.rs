@@ -559,14 +559,27 @@ fn check(path: &Path) -> Option<&'static str> {
         Err(_) => return Some("corrupt"),
     };
     let ok: Result<String, _> = conn.query_row("PRAGMA quick_check", [], |r| r.get(0));
-    if !matches!(ok.as_deref(), Ok("ok")) {
-        return Some("corrupt");
+    match ok.as_deref() {
+        Ok("ok") => {}
+        // Another process holds the lock: that says nothing of the file, which must not be
+        // moved aside for it. Opening it then waits for the lock like any other use.
+        Err(e) if busy(e) => return None,
+        _ => return Some("corrupt"),
     }
     match conn.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0)) {
         Ok(v) if v > SCHEMA => Some("newer"),
         Ok(_) => None,
+        Err(e) if busy(&e) => None,
         Err(_) => Some("corrupt"),
     }
+}
+
+/// SQLite's "the database is locked" (by another connection or process).
+fn busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// The store on a thread of its own. rusqlite is synchronous and SQLite may wait up to its
@@ -601,7 +614,12 @@ impl StoreThread {
                     }
                 };
                 while let Ok(job) = rx.recv() {
-                    job(store.as_mut());
+                    // A panicking job must not end the thread, or every later call would
+                    // find no store; its caller hears nothing (its reply is dropped).
+                    let run = std::panic::AssertUnwindSafe(|| job(store.as_mut()));
+                    if std::panic::catch_unwind(run).is_err() {
+                        tracing::error!("a store job panicked; the store goes on");
+                    }
                 }
             });
         if let Err(e) = spawned {
@@ -655,6 +673,29 @@ impl StoreThread {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_another_connection_holds_locked_is_not_moved_aside_as_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        // A store in rollback-journal mode (another tool made it), locked for writing.
+        let holder = Connection::open(&path).unwrap();
+        holder
+            .execute_batch("CREATE TABLE t (x); BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);")
+            .unwrap();
+        assert_eq!(check(&path), None);
+        holder.execute_batch("COMMIT").unwrap();
+        drop(holder);
+        let (_store, notice) = Store::open(dir.path()).unwrap();
+        assert_eq!(notice, None, "nothing was moved aside");
+        let aside = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("corrupt"))
+            .count();
+        assert_eq!(aside, 0);
+    }
 
     #[test]
     fn a_version_1_store_migrates_and_keeps_its_steps() {

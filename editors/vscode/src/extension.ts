@@ -58,6 +58,8 @@ interface Status {
   active: { run_id: string; goal: string } | null;
   last: RunFinished | null;
   interrupted?: { run_id: string; goal: string; iterations: number }[];
+  /** Set when the store did not answer in time: the list above is then not "none". */
+  interrupted_unknown?: string;
   steps: { id: number; run_id: string; goal: string; files: string[]; undone: boolean }[];
 }
 
@@ -335,6 +337,12 @@ async function statusCommand(): Promise<void> {
       description: run.run_id,
       detail: `interrupted after ${run.iterations} iteration(s): pick to resume`,
       action: () => execute('agent-ls.resume', { run_id: run.run_id }),
+    });
+  }
+  if (status.interrupted_unknown) {
+    items.push({
+      label: `$(warning) interrupted runs: ${status.interrupted_unknown}`,
+      detail: 'the store did not answer in time; ask again shortly',
     });
   }
   if (status.last) {

@@ -147,7 +147,11 @@ pub fn route(goal: &str) -> Route {
         } else {
             rest.strip_prefix(':').unwrap_or(rest).trim()
         };
-        let argv: Vec<String> = inner.split_whitespace().map(String::from).collect();
+        // Split as a shell would (`pytest -k 'a b'` is three words, the last `a b`), without
+        // running one; unbalanced quotes make it prose for the agent.
+        let Ok(argv) = shell_words::split(inner) else {
+            return Route::Agent;
+        };
         // Unquoted, it must read like a command line, not a sentence ("run the linter").
         let prose = [
             "the", "a", "an", "all", "every", "each", "my", "our", "this", "these",
@@ -165,6 +169,12 @@ pub fn route(goal: &str) -> Route {
         }
     }
     Route::Agent
+}
+
+/// A command's words as one line that splits back into the same words (`pytest -k 'a b'`),
+/// for showing the command.
+pub fn command_line(argv: &[String]) -> String {
+    shell_words::join(argv)
 }
 
 /// A goal long enough to be several tasks is planned first; a small one is one task.

@@ -329,3 +329,47 @@ fn strip_fence(text: &str) -> &str {
         .trim_end_matches("```")
         .trim()
 }
+
+/// One line for a person about a role's answer that is data (a plan, a reflection, an
+/// evaluation), shown in its place on a terminal or in a chat where the raw JSON would be
+/// noise; `None` for the roles whose answer is shown as it streams (the coder) or not at all.
+pub fn role_summary(role: crate::conversation::Role, text: &str) -> Option<String> {
+    use crate::conversation::Role;
+    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let unread = |who: &str| format!("the {who} answered in a form agent-ls could not read");
+    Some(match role {
+        Role::Planner => match parse_plan(text) {
+            Ok(tasks) => {
+                let titles: Vec<String> = tasks
+                    .iter()
+                    .map(|t| format!("{} {}", t.id, flat(&t.title)))
+                    .collect();
+                format!(
+                    "the planner split the goal into {} task(s): {}",
+                    tasks.len(),
+                    titles.join("; ")
+                )
+            }
+            Err(_) => unread("planner"),
+        },
+        Role::Reflector => match parse_reflection(text) {
+            Ok(r) if r.passed => format!(
+                "the reflector finds {} done: {}",
+                r.task_id,
+                flat(&r.report)
+            ),
+            Ok(r) => format!(
+                "the reflector finds {} not done: {}; next: {}",
+                r.task_id,
+                flat(&r.report).trim_end_matches(['.', ';']),
+                flat(&r.next_step)
+            ),
+            Err(_) => unread("reflector"),
+        },
+        Role::Evaluator => match parse_evaluation(text) {
+            Ok((score, reason, _)) => format!("the evaluator gives {score}/5: {}", flat(&reason)),
+            Err(_) => unread("evaluator"),
+        },
+        Role::Coder | Role::Intent | Role::Summarizer => return None,
+    })
+}

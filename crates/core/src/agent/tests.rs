@@ -576,6 +576,20 @@ fn commands_in_free_form_goals_are_routed_without_a_model() {
             "core".into()
         ])
     );
+    // Quotes group words as a shell's do, inside any of the three quotings of the command.
+    let grouped = Route::Command(vec!["pytest".into(), "-k".into(), "a b".into()]);
+    assert_eq!(route(r#"run "pytest -k 'a b'""#), grouped);
+    assert_eq!(route("run `pytest -k \"a b\"`"), grouped);
+    assert_eq!(
+        route("run make check ARGS='a b'"),
+        Route::Command(vec!["make".into(), "check".into(), "ARGS=a b".into()])
+    );
+    assert_eq!(
+        command_line(&["pytest".into(), "-k".into(), "a b".into()]),
+        "pytest -k 'a b'"
+    );
+    // Unbalanced quotes are not a command line.
+    assert_eq!(route("run make check ARGS='a b"), Route::Agent);
     // The loop's own goals stay with the loop.
     for goal in [
         "run the tests",
@@ -801,6 +815,30 @@ fn a_goal_is_named_in_one_line_of_at_most_80_characters() {
     let named = one_line(&long);
     assert_eq!(named.chars().count(), 80, "{named}");
     assert!(named.ends_with('…'));
+}
+
+#[test]
+fn a_data_answer_is_summarised_in_one_line_for_people() {
+    use crate::conversation::Role;
+    use prompts::role_summary;
+    let reflection = r#"{"task_id": "T1", "passed": false, "report": "add now multiplies:\nadd(2, 3) gives 6", "next_step": "Return a + b."}"#;
+    assert_eq!(
+        role_summary(Role::Reflector, reflection).unwrap(),
+        "the reflector finds T1 not done: add now multiplies: add(2, 3) gives 6; next: Return a + b."
+    );
+    assert_eq!(
+        role_summary(
+            Role::Evaluator,
+            r#"{"score": 4, "reason": "a one-line fix"}"#
+        )
+        .unwrap(),
+        "the evaluator gives 4/5: a one-line fix"
+    );
+    assert_eq!(
+        role_summary(Role::Evaluator, "not json").unwrap(),
+        "the evaluator answered in a form agent-ls could not read"
+    );
+    assert_eq!(role_summary(Role::Coder, "calc.py\n"), None);
 }
 
 /// A fix on a large context with a first prompt budget of `bytes`: the coder is being asked.

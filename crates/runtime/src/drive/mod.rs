@@ -393,9 +393,15 @@ impl Drive<'_> {
         let offered = !tools.is_empty() || !mcp_specs.is_empty();
         let request = self.request(run, role, messages, (tools, mcp_specs), observer);
         let shown = &*observer;
+        // Only the coder's prose streams to the terminal; a role whose answer is data gets
+        // one line once it is read (below). Whether the streamed text ended its line.
+        let line_open = std::sync::atomic::AtomicBool::new(false);
         let stream = |text: &str| {
-            if let Some(f) = self.on_token {
+            if let Some(f) = self.on_token.filter(|_| role == Role::Coder)
+                && !text.is_empty()
+            {
                 f(text);
+                line_open.store(!text.ends_with('\n'), std::sync::atomic::Ordering::Relaxed);
             }
             shown.token(role, text);
         };
@@ -405,6 +411,17 @@ impl Drive<'_> {
             .models
             .call(role, &request, self.cancel, on_token)
             .await;
+        if let Some(f) = self.on_token {
+            // The next status line starts on a line of its own.
+            if line_open.into_inner() {
+                f("\n");
+            }
+            if let Ok(r) = &answer
+                && let Some(line) = agent::prompts::role_summary(role, &r.text)
+            {
+                f(&format!("agent-ls: {line}\n"));
+            }
+        }
         match answer {
             Ok(r) => {
                 totals.add(&r);

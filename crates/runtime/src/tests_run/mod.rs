@@ -177,6 +177,9 @@ pub enum RunError {
     /// A newer run took this one's place before it ended.
     #[error("the test run was superseded by a newer one")]
     Superseded,
+    /// agent-ls itself failed while running it (a panic its job guard caught).
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// Why a test command cannot be narrowed to a filter; the model reads it.

@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use globset::{Glob, GlobSetBuilder};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{SearcherBuilder, sinks::UTF8};
-use ignore::WalkBuilder;
 use serde_json::{Value, json};
 
 use crate::model::{ToolCall, ToolSpec};
@@ -394,21 +393,8 @@ fn read_file(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String,
     Ok(out)
 }
 
-/// A walk of the workspace that honours .gitignore (also outside a git repository) and
-/// skips hidden files and our own state.
-fn walker(root: &Path, depth: Option<usize>) -> WalkBuilder {
-    let mut w = WalkBuilder::new(root);
-    w.max_depth(depth)
-        .require_git(false)
-        .hidden(true)
-        .filter_entry(|e| e.file_name() != ".agent-ls" && e.file_name() != ".git");
-    w
-}
-
 fn rel_of(root: &Path, path: &Path) -> Option<String> {
-    let rel = path.strip_prefix(root).ok()?;
-    let s = rel.to_str()?;
-    (!s.is_empty()).then(|| s.to_string())
+    crate::walk::relative(root, path)
 }
 
 fn list_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, ToolError> {
@@ -420,7 +406,7 @@ fn list_files(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String
     if !dir.is_dir() {
         return Err(ToolError::NotAFolder(dir));
     }
-    let mut entries: Vec<String> = walker(&dir, Some(1))
+    let mut entries: Vec<String> = crate::walk::builder(&dir, Some(1))
         .build()
         .flatten()
         .filter(|e| e.depth() == 1)
@@ -476,11 +462,8 @@ fn glob_set(glob: &str) -> Result<globset::GlobSet, ToolError> {
 
 /// The workspace's files (relative paths, sorted), those matching `glob` when given.
 fn workspace_files(root: &Path, glob: Option<&globset::GlobSet>) -> Vec<String> {
-    let mut out: Vec<String> = walker(root, None)
-        .build()
-        .flatten()
-        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
-        .filter_map(|e| rel_of(root, e.path()))
+    let mut out: Vec<String> = crate::walk::files(root)
+        .map(|(rel, _)| rel)
         .filter(|rel| glob.is_none_or(|g| g.is_match(rel)))
         .collect();
     out.sort();

@@ -243,6 +243,11 @@ function M.status()
       table.insert(lines, ('interrupted %s after %d iteration(s): %s (:AgentResume %s)'):format(
         r.run_id, r.iterations, r.goal, r.run_id))
     end
+    -- The store did not answer in time (another process holds its lock): say so, since an
+    -- empty list would read as "none".
+    if type(result.interrupted_unknown) == 'string' then
+      table.insert(lines, 'interrupted runs: ' .. result.interrupted_unknown)
+    end
     for _, st in ipairs(result.steps or {}) do
       table.insert(lines, ('step %d%s: %s [%s]'):format(
         st.id, st.undone and ' (undone)' or '', st.goal, table.concat(st.files, ', ')))

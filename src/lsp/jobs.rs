@@ -1,0 +1,103 @@
+//! The panic guard every job the session spawns runs under (agent runs, undo and redo, test
+//! runs, configuration reloads). A job that panics must still report its end, or the session
+//! would stay "busy" or "reloading" until a restart: `caught` turns the panic into an error
+//! the job's own end-report carries.
+//!
+//! It also holds the test hook that makes a job of a given kind panic once, so the tests can
+//! show the session serving the next request after each kind of panic.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::FutureExt;
+use tracing::error;
+
+use super::ext;
+
+/// The kinds of job the session spawns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    AgentRun,
+    Undo,
+    TestRun,
+    ConfigReload,
+}
+
+impl Kind {
+    const ALL: [Kind; 4] = [
+        Kind::AgentRun,
+        Kind::Undo,
+        Kind::TestRun,
+        Kind::ConfigReload,
+    ];
+
+    /// The name used in logs and in the test hook's variable.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::AgentRun => "agent_run",
+            Kind::Undo => "undo",
+            Kind::TestRun => "test_run",
+            Kind::ConfigReload => "config_reload",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Runs a job's body, turning a panic into the message that its end-report carries. The
+/// body's own values (a run lock, a reply channel) are dropped as it unwinds, so a lock is
+/// released before the end is reported.
+pub async fn caught<T>(kind: Kind, body: impl Future<Output = T>) -> Result<T, String> {
+    AssertUnwindSafe(body)
+        .catch_unwind()
+        .await
+        .map_err(|panic| {
+            let message = super::panic_message(&panic);
+            error!("a {} job panicked: {message}", kind.as_str());
+            format!("agent-ls failed inside the {}: {message}", kind.describe())
+        })
+}
+
+/// Like `caught`, for a job that runs on a blocking thread.
+pub fn caught_blocking<T>(kind: Kind, body: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(body)).map_err(|panic| {
+        let message = super::panic_message(&panic);
+        error!("a {} job panicked: {message}", kind.as_str());
+        format!("agent-ls failed inside the {}: {message}", kind.describe())
+    })
+}
+
+impl Kind {
+    fn describe(self) -> &'static str {
+        match self {
+            Kind::AgentRun => "agent run",
+            Kind::Undo => "undo",
+            Kind::TestRun => "test run",
+            Kind::ConfigReload => "configuration reload",
+        }
+    }
+}
+
+/// Test hook: panics when `AGENT_LS_TEST_HOOKS=1` and `AGENT_LS_TEST_PANIC` names this kind
+/// (a comma-separated list), the first time only, so the next job of the kind runs normally
+/// and shows the session recovered. Without both variables it does nothing.
+pub fn injected_panic(kind: Kind) {
+    static ARMED: OnceLock<[AtomicBool; 4]> = OnceLock::new();
+    let armed = ARMED.get_or_init(|| {
+        let hooks = std::env::var(ext::TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
+        let wanted = std::env::var(ext::TEST_PANIC_ENV).unwrap_or_default();
+        Kind::ALL
+            .map(|k| AtomicBool::new(hooks && wanted.split(',').any(|w| w.trim() == k.as_str())))
+    });
+    if armed[kind.index()].swap(false, Ordering::SeqCst) {
+        panic!(
+            "injected panic in a {} job ({})",
+            kind.as_str(),
+            ext::TEST_PANIC_ENV
+        );
+    }
+}
