@@ -1,21 +1,16 @@
-//! A document's text taken out of its JSON string in one exact allocation.
+//! A document's text taken out of its JSON string where it lies in the message body.
 //!
 //! serde_json unescapes a string with escapes into a scratch buffer that grows by doubling and
 //! then copies it into the `String`: for a 100 MB `didOpen` that is the body, the scratch and
-//! the copy alive at once, three times the text. Borrowing the raw string from the body and
-//! unescaping it here into a `String` sized once keeps the peak at the body plus the text.
+//! the copy alive at once, three times the text. The transport instead notes where the string
+//! literal lies in the body; when it holds the body alone (a large body always has its own
+//! allocation), the text is unescaped in place and the body's allocation becomes the `String`,
+//! so a document costs its text once.
 
-use serde::de::{Deserialize, Deserializer, Error as _};
-use serde_json::value::RawValue;
+use bytes::{Buf, Bytes, BytesMut};
+use std::ops::Range;
 
-/// Deserializes a JSON string field without serde_json's scratch copy. Needs a borrowing
-/// deserializer (`from_str`, `from_slice`), which is what the transport uses.
-pub fn exact_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let raw: &'de RawValue = Deserialize::deserialize(d)?;
-    unescape(raw.get()).map_err(D::Error::custom)
-}
-
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum Unescape {
     #[error("expected a JSON string")]
     NotAString,
@@ -23,59 +18,98 @@ pub enum Unescape {
     BadEscape(usize),
     #[error("a lone surrogate \\u{0:04x} in the string")]
     LoneSurrogate(u32),
+    #[error("the string is not UTF-8")]
+    NotUtf8,
 }
 
-/// The text of one JSON string literal, quotes included, as `raw` comes from a `RawValue`
-/// (already checked by serde_json to be a well-formed literal; errors here are kept anyway,
-/// since nothing on the wire is trusted).
-pub fn unescape(raw: &str) -> Result<String, Unescape> {
-    let inner = raw
-        .strip_prefix('"')
-        .and_then(|r| r.strip_suffix('"'))
-        .ok_or(Unescape::NotAString)?;
-    let bytes = inner.as_bytes();
-    // Unescaped text is never longer than its literal.
-    let mut out = String::with_capacity(inner.len());
-    let mut at = 0;
-    while let Some(found) = memchr::memchr(b'\\', &bytes[at..]) {
-        let slash = at + found;
-        out.push_str(&inner[at..slash]);
-        let escape = *bytes.get(slash + 1).ok_or(Unescape::BadEscape(slash))?;
-        at = slash + 2;
-        match escape {
-            b'"' => out.push('"'),
-            b'\\' => out.push('\\'),
-            b'/' => out.push('/'),
-            b'b' => out.push('\u{8}'),
-            b'f' => out.push('\u{c}'),
-            b'n' => out.push('\n'),
-            b'r' => out.push('\r'),
-            b't' => out.push('\t'),
-            b'u' => {
-                let (c, next) = code_point(inner, slash)?;
-                out.push(c);
-                at = next;
-            }
-            _ => return Err(Unescape::BadEscape(slash)),
-        }
+/// The text of the JSON string literal (quotes included) at `literal` in `body`, unescaped
+/// in place when nothing else holds the body, else from a copy of the literal.
+pub fn text_of(body: Bytes, literal: Range<usize>) -> Result<String, Unescape> {
+    if literal.end > body.len() || literal.start > literal.end {
+        return Err(Unescape::NotAString);
     }
-    out.push_str(&inner[at..]);
-    Ok(out)
+    let mut buf = match body.try_into_mut() {
+        Ok(mut own) => {
+            own.truncate(literal.end);
+            own.advance(literal.start);
+            own
+        }
+        Err(shared) => BytesMut::from(&shared[literal]),
+    };
+    let len = unescape_in_place(&mut buf)?;
+    buf.truncate(len);
+    // Zero-copy when `buf` owns its allocation: the text moves to its front.
+    let mut bytes: Vec<u8> = buf.into();
+    if bytes.capacity() > 2 * bytes.len() + 4096 {
+        bytes.shrink_to_fit();
+    }
+    String::from_utf8(bytes).map_err(|_| Unescape::NotUtf8)
+}
+
+/// The text of one JSON string literal (as `raw` comes from a `RawValue`), in a new `String`.
+#[cfg(test)]
+pub fn unescape(raw: &str) -> Result<String, Unescape> {
+    text_of(Bytes::copy_from_slice(raw.as_bytes()), 0..raw.len())
+}
+
+/// Rewrites the JSON string literal in `buf` (quotes included) as its text from `buf[0]`
+/// and returns the text's length. The text is never longer than its literal, so what is
+/// written never overtakes what is still to be read.
+fn unescape_in_place(buf: &mut [u8]) -> Result<usize, Unescape> {
+    let end = buf.len().checked_sub(1).ok_or(Unescape::NotAString)?;
+    if end == 0 || buf[0] != b'"' || buf[end] != b'"' {
+        return Err(Unescape::NotAString);
+    }
+    // Positions in errors count from the first byte inside the quotes.
+    let (mut read, mut write) = (1, 0);
+    while let Some(found) = memchr::memchr(b'\\', &buf[read..end]) {
+        let slash = read + found;
+        buf.copy_within(read..slash, write);
+        write += slash - read;
+        let escape = match buf.get(slash + 1) {
+            Some(&e) if slash + 1 < end => e,
+            _ => return Err(Unescape::BadEscape(slash - 1)),
+        };
+        read = slash + 2;
+        let simple = match escape {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let (c, next) = code_point(&buf[..end], slash)?;
+                write += c.encode_utf8(&mut buf[write..]).len();
+                read = next;
+                continue;
+            }
+            _ => return Err(Unescape::BadEscape(slash - 1)),
+        };
+        buf[write] = simple;
+        write += 1;
+    }
+    buf.copy_within(read..end, write);
+    Ok(write + end - read)
 }
 
 /// The character of the `\u` escape at `slash` (a surrogate pair takes two escapes), and where
 /// the text after it starts.
-fn code_point(inner: &str, slash: usize) -> Result<(char, usize), Unescape> {
+fn code_point(literal: &[u8], slash: usize) -> Result<(char, usize), Unescape> {
+    let bad = Unescape::BadEscape(slash - 1);
     let hex = |at: usize| {
-        inner
+        literal
             .get(at..at + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
             .and_then(|h| u32::from_str_radix(h, 16).ok())
-            .ok_or(Unescape::BadEscape(slash))
+            .ok_or(bad.clone())
     };
     let first = hex(slash + 2)?;
     let (unit, next) = match first {
         0xD800..=0xDBFF => {
-            if inner.get(slash + 6..slash + 8) != Some("\\u") {
+            if literal.get(slash + 6..slash + 8) != Some(b"\\u") {
                 return Err(Unescape::LoneSurrogate(first));
             }
             let low = hex(slash + 8)?;
@@ -90,9 +124,7 @@ fn code_point(inner: &str, slash: usize) -> Result<(char, usize), Unescape> {
         0xDC00..=0xDFFF => return Err(Unescape::LoneSurrogate(first)),
         _ => (first, slash + 6),
     };
-    char::from_u32(unit)
-        .map(|c| (c, next))
-        .ok_or(Unescape::BadEscape(slash))
+    char::from_u32(unit).map(|c| (c, next)).ok_or(bad)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 use std::io::Read;
+use std::ops::Range;
 
 use bytes::{Buf, Bytes, BytesMut};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
@@ -23,6 +24,7 @@ use tower_lsp_server::ls_types::{
 };
 use tracing::{error, warn};
 
+use super::json_text;
 use super::outbox::Outbox;
 
 /// Larger messages are refused rather than buffered; no editor sends documents this big.
@@ -270,6 +272,56 @@ pub enum Route {
     Reply(Value),
     /// Nothing to answer (a malformed notification or response); log why.
     Drop(String),
+    /// A `didOpen`, whose text is taken from the body after routing (see [`OpenedAt::take`]).
+    Open(OpenedAt),
+}
+
+/// A `didOpen` whose text is still the JSON string literal at `literal` in its body.
+#[derive(Debug)]
+pub struct OpenedAt {
+    uri: Uri,
+    version: i32,
+    literal: Range<usize>,
+}
+
+impl OpenedAt {
+    /// The notice, with the text unescaped in the body's own allocation when nothing else
+    /// holds it: a large document costs its text once, not body plus copies.
+    pub fn take(self, body: Bytes) -> Result<Notice, json_text::Unescape> {
+        Ok(Notice::Opened(Opened {
+            uri: self.uri,
+            version: self.version,
+            text: json_text::text_of(body, self.literal)?,
+        }))
+    }
+}
+
+/// What a document notification's params parsed into: the notice, or a `didOpen` whose text
+/// still lies in the body.
+enum Parsed<'a> {
+    Notice(Notice),
+    Open {
+        uri: Uri,
+        version: i32,
+        text: &'a RawValue,
+    },
+}
+
+impl Parsed<'_> {
+    fn route(self, body: &str) -> Route {
+        match self {
+            Parsed::Notice(n) => Route::Notice(n),
+            Parsed::Open { uri, version, text } => {
+                // `text` borrows from `body`: its place there is where its bytes start.
+                let start = text.get().as_ptr() as usize - body.as_ptr() as usize;
+                Route::Open(OpenedAt {
+                    uri,
+                    version,
+                    literal: start..start + text.get().len(),
+                })
+            }
+        }
+    }
 }
 
 /// Parses a body once and decides where it goes. A well-formed message takes one pass; only
@@ -280,7 +332,7 @@ pub fn route(body: &[u8]) -> Route {
         return explain(body, "the message is not UTF-8");
     };
     match serde_json::from_str::<Envelope<'_>>(text) {
-        Ok(envelope) => envelope.route(),
+        Ok(envelope) => envelope.route(text),
         Err(fast) => explain(body, &fast.to_string()),
     }
 }
@@ -294,13 +346,14 @@ struct Envelope<'a> {
     id: Option<&'a RawValue>,
     method: Option<Cow<'a, str>>,
     params: Option<&'a RawValue>,
-    notice: Option<Notice>,
+    notice: Option<Parsed<'a>>,
     result: Option<&'a RawValue>,
     error: Option<&'a RawValue>,
 }
 
 impl<'a> Envelope<'a> {
-    fn route(self) -> Route {
+    /// Where the message goes; `body` is the text the envelope was parsed from.
+    fn route(self, body: &str) -> Route {
         let invalid = |id: Value, why: &str| {
             Route::Reply(error_response(
                 id,
@@ -321,11 +374,11 @@ impl<'a> Envelope<'a> {
         match (self.method, id) {
             (Some(method), None) => match NoticeKind::of(&method) {
                 Some(kind) => match self.notice {
-                    Some(notice) => Route::Notice(notice),
+                    Some(parsed) => parsed.route(body),
                     None => {
                         let raw = self.params.map_or("null", RawValue::get);
                         match notice_from_str(kind, raw) {
-                            Ok(n) => Route::Notice(n),
+                            Ok(parsed) => parsed.route(body),
                             Err(e) => Route::Drop(format!("ignored malformed {method}: {e}")),
                         }
                     }
@@ -486,28 +539,29 @@ impl<'de> Deserialize<'de> for Str<'de> {
 struct NoticeSeed(NoticeKind);
 
 impl<'de> DeserializeSeed<'de> for NoticeSeed {
-    type Value = Notice;
+    type Value = Parsed<'de>;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Notice, D::Error> {
-        Ok(match self.0 {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Parsed<'de>, D::Error> {
+        let notice = match self.0 {
             NoticeKind::Open => {
                 let p = OpenParams::deserialize(d)?;
-                Notice::Opened(Opened {
-                    uri: p.text_document.uri,
-                    version: p.text_document.version,
-                    text: p.text_document.text,
-                })
+                let OpenItem { uri, version, text } = p.text_document;
+                if !text.get().starts_with('"') {
+                    return Err(de::Error::custom("text: expected a string"));
+                }
+                return Ok(Parsed::Open { uri, version, text });
             }
             NoticeKind::Change => Notice::Changed(Deserialize::deserialize(d)?),
             NoticeKind::Close => Notice::Closed(Deserialize::deserialize(d)?),
             NoticeKind::Save => Notice::Saved(Deserialize::deserialize(d)?),
             NoticeKind::Configuration => Notice::Configuration(Deserialize::deserialize(d)?),
             NoticeKind::ProgressCancel => Notice::ProgressCancel(Deserialize::deserialize(d)?),
-        })
+        };
+        Ok(Parsed::Notice(notice))
     }
 }
 
-fn notice_from_str(kind: NoticeKind, raw: &str) -> Result<Notice, serde_json::Error> {
+fn notice_from_str(kind: NoticeKind, raw: &str) -> Result<Parsed<'_>, serde_json::Error> {
     let mut d = serde_json::Deserializer::from_str(raw);
     let notice = NoticeSeed(kind).deserialize(&mut d)?;
     d.end()?;
@@ -516,16 +570,18 @@ fn notice_from_str(kind: NoticeKind, raw: &str) -> Result<Notice, serde_json::Er
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct OpenParams {
-    text_document: OpenItem,
+struct OpenParams<'a> {
+    #[serde(borrow)]
+    text_document: OpenItem<'a>,
 }
 
+/// The text stays a literal in the body here; it is unescaped once the body is free.
 #[derive(Deserialize)]
-struct OpenItem {
+struct OpenItem<'a> {
     uri: Uri,
     version: i32,
-    #[serde(deserialize_with = "super::json_text::exact_string")]
-    text: String,
+    #[serde(borrow)]
+    text: &'a RawValue,
 }
 
 /// Says what is wrong with a body the fast parse refused: not JSON (-32700), not a JSON-RPC
@@ -654,6 +710,10 @@ pub fn pump_input(
                 }
                 Frame::Message(body) => match route(&body) {
                     Route::Notice(n) => batch.push(n),
+                    Route::Open(at) => match at.take(body) {
+                        Ok(n) => batch.push(n),
+                        Err(e) => warn!("ignored malformed textDocument/didOpen: {e}"),
+                    },
                     Route::Forward(request) => {
                         flush(&mut batch);
                         if !forward(request) {
@@ -881,13 +941,29 @@ mod tests {
         let reordered = r#"{"params":{"textDocument":{"uri":"file:///a.rs","languageId":"rust","version":3,"text":"a\n\u00e9b"}},"method":"textDocument/didOpen","jsonrpc":"2.0"}"#;
         for body in [open, reordered] {
             match route(body.as_bytes()) {
-                Route::Notice(Notice::Opened(o)) => {
-                    assert_eq!(o.version, 3);
-                    assert_eq!(o.text, "a\néb");
-                }
+                Route::Open(at) => match at.take(Bytes::from(body.as_bytes().to_vec())) {
+                    Ok(Notice::Opened(o)) => {
+                        assert_eq!(o.version, 3);
+                        assert_eq!(o.text, "a\néb");
+                    }
+                    other => panic!("{other:?}"),
+                },
                 other => panic!("{other:?}"),
             }
         }
+        // A body still shared (a small one inside the framer's buffer) is read from a copy.
+        let shared = Bytes::from(open.as_bytes().to_vec());
+        let keep = shared.clone();
+        match route(&shared) {
+            Route::Open(at) => match at.take(shared) {
+                Ok(Notice::Opened(o)) => assert_eq!(o.text, "a\néb"),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(keep, open.as_bytes(), "the shared body is left as it was");
+        let not_text = r#"{"jsonrpc":"2.0","method":"textDocument/didOpen","params":{"textDocument":{"uri":"file:///a.rs","languageId":"rust","version":3,"text":5}}}"#;
+        assert!(matches!(route(not_text.as_bytes()), Route::Drop(_)));
         let bad =
             r#"{"jsonrpc":"2.0","method":"textDocument/didChange","params":{"textDocument":{}}}"#;
         assert!(matches!(route(bad.as_bytes()), Route::Drop(_)));
