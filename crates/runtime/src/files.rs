@@ -185,9 +185,7 @@ mod tests {
 
     #[test]
     fn workspace_files_honour_gitignore_and_come_shallow_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        for (path, text) in [
+        let dir = crate::walk::tests::tree(&[
             (".gitignore", "secret/\n"),
             ("pkg/deep/mod.py", "x = 1\n"),
             ("pkg/a.py", "x = 1\n"),
@@ -195,11 +193,8 @@ mod tests {
             ("secret/keys.py", "KEY = 1\n"),
             ("node_modules/lib/index.js", "x\n"),
             (".agent-ls/store.sqlite", ""),
-        ] {
-            let p = root.join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
+        ]);
+        let root = dir.path();
         assert_eq!(
             workspace_files(root, 200),
             ["main.py", "pkg/a.py", "pkg/deep/mod.py"]

@@ -14,7 +14,8 @@ use rusqlite::{Connection, params};
 use agent_ls_core::agent::RunStatus;
 use agent_ls_core::edit::history::Step;
 
-const SCHEMA: i64 = 5;
+/// The schema this agent-ls writes; a store with a higher `user_version` is from a newer one.
+const SCHEMA: i64 = MIGRATIONS.len() as i64;
 pub const FILE: &str = ".agent-ls/store.sqlite";
 
 pub struct Store {
@@ -28,6 +29,66 @@ pub enum StoreError {
     #[error("the store failed: {0}")]
     Sql(#[from] rusqlite::Error),
 }
+
+/// The store's schema, one migration per version: `MIGRATIONS[n]` takes a store from
+/// `user_version` n to n + 1, in one transaction.
+const MIGRATIONS: [&str; 5] = [
+    "CREATE TABLE IF NOT EXISTS steps (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        goal TEXT NOT NULL,
+        changes TEXT NOT NULL,
+        undone INTEGER NOT NULL DEFAULT 0,
+        created_ms INTEGER NOT NULL
+     );",
+    "CREATE TABLE IF NOT EXISTS runs (
+        run_id TEXT PRIMARY KEY,
+        goal TEXT NOT NULL,
+        intent TEXT,
+        status TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        started_ms INTEGER NOT NULL,
+        finished_ms INTEGER,
+        iterations INTEGER NOT NULL DEFAULT 0,
+        checkpoint TEXT,
+        tests_passed INTEGER,
+        tests_failed INTEGER,
+        answer TEXT
+     );
+     CREATE TABLE IF NOT EXISTS iterations (
+        run_id TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        phase TEXT NOT NULL,
+        model TEXT,
+        tokens INTEGER NOT NULL DEFAULT 0,
+        model_ms INTEGER NOT NULL DEFAULT 0,
+        test_ms INTEGER NOT NULL DEFAULT 0,
+        tests_passed INTEGER,
+        tests_failed INTEGER,
+        fingerprint TEXT,
+        reflection TEXT,
+        PRIMARY KEY (run_id, n)
+     );
+     CREATE TABLE IF NOT EXISTS approvals (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        iteration INTEGER NOT NULL,
+        accepted INTEGER NOT NULL,
+        files TEXT NOT NULL,
+        created_ms INTEGER NOT NULL
+     );
+     CREATE TABLE IF NOT EXISTS evaluations (
+        run_id TEXT NOT NULL,
+        score INTEGER NOT NULL,
+        reason TEXT NOT NULL,
+        created_ms INTEGER NOT NULL
+     );",
+    "ALTER TABLE steps ADD COLUMN task TEXT NOT NULL DEFAULT '';
+     ALTER TABLE steps ADD COLUMN files TEXT NOT NULL DEFAULT '[]';",
+    "ALTER TABLE runs ADD COLUMN proc_start INTEGER;",
+    // The prompt tokens the provider's prompt cache served.
+    "ALTER TABLE iterations ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;",
+];
 
 impl Store {
     /// Opens (or creates) the store. The second value says what was moved aside, if anything.
@@ -71,95 +132,12 @@ impl Store {
         let version: i64 = self
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))?;
-        if version < 1 {
-            self.conn.execute_batch(
-                "BEGIN;
-                 CREATE TABLE IF NOT EXISTS steps (
-                     id INTEGER PRIMARY KEY,
-                     run_id TEXT NOT NULL,
-                     goal TEXT NOT NULL,
-                     changes TEXT NOT NULL,
-                     undone INTEGER NOT NULL DEFAULT 0,
-                     created_ms INTEGER NOT NULL
-                 );
-                 PRAGMA user_version = 1;
-                 COMMIT;",
-            )?;
-        }
-        if version < 2 {
-            self.conn.execute_batch(
-                "BEGIN;
-                 CREATE TABLE IF NOT EXISTS runs (
-                     run_id TEXT PRIMARY KEY,
-                     goal TEXT NOT NULL,
-                     intent TEXT,
-                     status TEXT NOT NULL,
-                     pid INTEGER NOT NULL,
-                     started_ms INTEGER NOT NULL,
-                     finished_ms INTEGER,
-                     iterations INTEGER NOT NULL DEFAULT 0,
-                     checkpoint TEXT,
-                     tests_passed INTEGER,
-                     tests_failed INTEGER,
-                     answer TEXT
-                 );
-                 CREATE TABLE IF NOT EXISTS iterations (
-                     run_id TEXT NOT NULL,
-                     n INTEGER NOT NULL,
-                     phase TEXT NOT NULL,
-                     model TEXT,
-                     tokens INTEGER NOT NULL DEFAULT 0,
-                     model_ms INTEGER NOT NULL DEFAULT 0,
-                     test_ms INTEGER NOT NULL DEFAULT 0,
-                     tests_passed INTEGER,
-                     tests_failed INTEGER,
-                     fingerprint TEXT,
-                     reflection TEXT,
-                     PRIMARY KEY (run_id, n)
-                 );
-                 CREATE TABLE IF NOT EXISTS approvals (
-                     id INTEGER PRIMARY KEY,
-                     run_id TEXT NOT NULL,
-                     iteration INTEGER NOT NULL,
-                     accepted INTEGER NOT NULL,
-                     files TEXT NOT NULL,
-                     created_ms INTEGER NOT NULL
-                 );
-                 CREATE TABLE IF NOT EXISTS evaluations (
-                     run_id TEXT NOT NULL,
-                     score INTEGER NOT NULL,
-                     reason TEXT NOT NULL,
-                     created_ms INTEGER NOT NULL
-                 );
-                 PRAGMA user_version = 2;
-                 COMMIT;",
-            )?;
-        }
-        if version < 3 {
-            self.conn.execute_batch(
-                "BEGIN;
-                 ALTER TABLE steps ADD COLUMN task TEXT NOT NULL DEFAULT '';
-                 ALTER TABLE steps ADD COLUMN files TEXT NOT NULL DEFAULT '[]';
-                 PRAGMA user_version = 3;
-                 COMMIT;",
-            )?;
-        }
-        if version < 4 {
-            self.conn.execute_batch(
-                "BEGIN;
-                 ALTER TABLE runs ADD COLUMN proc_start INTEGER;
-                 PRAGMA user_version = 4;
-                 COMMIT;",
-            )?;
-        }
-        if version < 5 {
-            // The prompt tokens the provider's prompt cache served.
-            self.conn.execute_batch(
-                "BEGIN;
-                 ALTER TABLE iterations ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
-                 PRAGMA user_version = 5;
-                 COMMIT;",
-            )?;
+        let done = usize::try_from(version).unwrap_or(0);
+        for (from, sql) in MIGRATIONS.iter().enumerate().skip(done) {
+            self.conn.execute_batch(&format!(
+                "BEGIN; {sql} PRAGMA user_version = {}; COMMIT;",
+                from + 1
+            ))?;
         }
         Ok(())
     }

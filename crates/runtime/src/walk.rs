@@ -49,14 +49,23 @@ pub fn relative(root: &Path, path: &Path) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A temporary folder holding `files` (path, text).
+    pub(crate) fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        dir
+    }
 
     #[test]
     fn the_walk_honours_gitignore_outside_git_and_skips_hidden_and_our_state() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        for (path, text) in [
+        let dir = tree(&[
             (".gitignore", "build/\n*.log\n"),
             ("src/app.py", "x = 1\n"),
             ("src/debug.log", "noise\n"),
@@ -64,12 +73,8 @@ mod tests {
             (".env", "SECRET=1\n"),
             (".agent-ls/store.sqlite", ""),
             ("README.md", "hi\n"),
-        ] {
-            let p = root.join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
-        let found: Vec<String> = files(root).map(|(rel, _)| rel).collect();
+        ]);
+        let found: Vec<String> = files(dir.path()).map(|(rel, _)| rel).collect();
         assert_eq!(found, ["README.md", "src/app.py"]);
     }
 }
