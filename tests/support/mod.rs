@@ -28,6 +28,7 @@ pub fn binary() -> PathBuf {
 /// (`.env(...)`, `.arg(...)`) to the command.
 pub fn agent_ls(args: &[&str], home: &Path) -> Command {
     let mut cmd = Command::new(binary());
+    with_default_signals(&mut cmd);
     cmd.args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -35,6 +36,28 @@ pub fn agent_ls(args: &[&str], home: &Path) -> Command {
         .env("XDG_CONFIG_HOME", home)
         .stdin(Stdio::null());
     cmd
+}
+
+/// Starts the process with SIGINT, SIGQUIT and SIGTERM at their defaults and none blocked, as
+/// a terminal or an editor starts agent-ls. A test binary started in the background by a
+/// shell without job control (CI's launcher can be one) inherits SIGINT ignored, and an
+/// ignored signal stays ignored across exec: agent-ls rightly keeps it so, and a test that
+/// sends SIGINT would see nothing happen.
+pub fn with_default_signals(cmd: &mut Command) {
+    use nix::sys::signal::{SigHandler, SigSet, Signal, signal};
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only async-signal-safe calls are made (sigaction and
+    // sigprocmask), with no allocation.
+    unsafe {
+        cmd.pre_exec(|| {
+            for s in [Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTERM] {
+                signal(s, SigHandler::SigDfl).map_err(std::io::Error::from)?;
+            }
+            SigSet::empty()
+                .thread_set_mask()
+                .map_err(std::io::Error::from)
+        });
+    }
 }
 
 /// `agent-ls ARGS --workspace WS`, as `agent_ls` runs it.
@@ -124,6 +147,7 @@ impl Client {
             std::fs::write(config_home.join("agent-ls/config.toml"), text).unwrap();
         }
         let mut cmd = Command::new(binary());
+        with_default_signals(&mut cmd);
         cmd.arg("serve")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
