@@ -258,11 +258,7 @@ impl Git {
     }
 
     /// Runs `git args` within the time bound: its exit code, standard output and error.
-    pub fn status(
-        &self,
-        args: &[&str],
-        stdin: Option<&[u8]>,
-    ) -> Result<Ended, GitError> {
+    pub fn status(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<Ended, GitError> {
         let mut cmd = self.command(args);
         cmd.stdin(if stdin.is_some() {
             Stdio::piped()
