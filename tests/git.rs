@@ -61,6 +61,7 @@ fn agent(ws: &Path, args: &[&str], lines: &[Value], env: &[(&str, &str)]) -> Out
         .env("AGENT_LS_MODEL__PROVIDER", "replay")
         .env("AGENT_LS_MODEL__REPLAY_FILE", &script)
         .envs(env.iter().copied())
+        .envs(std::env::var("GIT_TRACE").ok().map(|t| ("GIT_TRACE", t)))
         .output()
         .unwrap()
 }
@@ -402,4 +403,58 @@ fn outside_a_repository_the_run_says_so_and_has_no_checkpoint() {
     );
     let out = cli(ws.path(), &["rollback"]);
     assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn a_repositorys_hooks_fsmonitor_filters_and_external_diff_never_run() {
+    let ws = repository(true);
+    let p = ws.path();
+    let bin = tempfile::tempdir().unwrap();
+    let log = bin.path().join("ran.log");
+    let script = bin.path().join("mark");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$0 $*\" >> '{}'\ncat\n", log.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hooks = bin.path().join("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for hook in ["reference-transaction", "post-index-change", "pre-commit"] {
+        std::os::unix::fs::symlink(&script, hooks.join(hook)).unwrap();
+    }
+    let s = script.to_str().unwrap();
+    for (key, value) in [
+        ("core.fsmonitor", s),
+        ("core.hooksPath", hooks.to_str().unwrap()),
+        ("filter.evil.clean", s),
+        ("filter.evil.smudge", s),
+        ("filter.evil.required", "true"),
+        ("diff.external", s),
+    ] {
+        git(p, &["config", key, value]);
+    }
+    std::fs::write(p.join(".gitattributes"), "* filter=evil diff=evil\n").unwrap();
+    std::fs::write(p.join(".git/info/attributes"), "* filter=evil\n").unwrap();
+
+    let (o, _) = run_fix(p);
+    assert!(o["checkpoint"].is_string(), "{o}");
+    let out = cli(p, &["diff"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("+    return a + b"));
+    assert!(cli(p, &["rollback"]).status.success());
+    assert!(cli(p, &["gc"]).status.success());
+    assert!(
+        !log.exists(),
+        "a repository's program ran: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // The stand-in does run when git is asked plainly, so the check above can fail.
+    git(p, &["add", "calc.py"]);
+    assert!(log.exists());
 }

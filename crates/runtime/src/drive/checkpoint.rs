@@ -52,6 +52,14 @@ impl Drive<'_> {
         );
         let taken = tokio::task::spawn_blocking(move || {
             let repo = Repo::discover(&root)?;
+            // A resumed run keeps the checkpoint taken before its first write.
+            if let Some(commit) = git::checkpoint::existing(&repo, &id) {
+                let kept = git::Checkpoint {
+                    id: commit,
+                    left_out: Vec::new(),
+                };
+                return Ok((repo, kept));
+            }
             let checkpoint = git::checkpoint::take(&repo, &id)?;
             // Older runs' checkpoints beyond the limit go now, as `agent-ls gc` would.
             git::checkpoint::gc(&repo, keep.max(1))?;

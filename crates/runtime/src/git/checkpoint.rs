@@ -73,6 +73,16 @@ pub fn head(repo: &Repo) -> Option<String> {
     Some(String::from_utf8_lossy(&out).trim().to_string())
 }
 
+/// The checkpoint `run_id` already has, if any (a resumed run's).
+pub fn existing(repo: &Repo, run_id: &str) -> Option<String> {
+    let name = format!("{REFS}{run_id}^{{commit}}");
+    let out = repo
+        .git(None)
+        .run(&["rev-parse", "--verify", "-q", &name], None)
+        .ok()?;
+    Some(String::from_utf8_lossy(&out).trim().to_string())
+}
+
 /// Records the working tree as a checkpoint of `run_id`.
 pub fn take(repo: &Repo, run_id: &str) -> Result<Checkpoint, GitError> {
     let index = TempIndex::new()?;
@@ -83,7 +93,7 @@ pub fn take(repo: &Repo, run_id: &str) -> Result<Checkpoint, GitError> {
     } else if let Some(h) = &head {
         repo.git(Some(&index.path)).run(&["read-tree", h], None)?;
     }
-    let raw = repo.git_raw(Some(&index.path))?;
+    let raw = repo.git(Some(&index.path));
     let left_out = left_out(repo, &index.path)?;
     let mut spec: Vec<u8> = b".\0".to_vec();
     for (p, _) in &left_out {
@@ -248,7 +258,7 @@ pub fn diff(repo: &Repo, checkpoint: &str, files: &[String]) -> Result<Vec<u8>, 
         paths.extend_from_slice(repo.path(f).as_bytes());
         paths.push(0);
     }
-    repo.git_raw(Some(&index.path))?.run_in(
+    repo.git(Some(&index.path)).run_in(
         &["update-index", "--add", "--remove", "-z", "--stdin"],
         &paths,
     )?;

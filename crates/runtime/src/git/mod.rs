@@ -46,7 +46,10 @@ pub struct Repo {
     /// The real index file, copied (never written) to seed a temporary one.
     pub index: PathBuf,
     /// The object id of the empty tree, the attribute source that turns attributes off.
-    empty_tree: OnceLock<String>,
+    empty_tree: String,
+    /// The filter drivers the config defines, each blanked on every call: an attribute in
+    /// `.git/info/attributes` would otherwise still name one.
+    filters: Vec<String>,
 }
 
 /// Checks that git is on PATH and new enough, once per process.
@@ -97,44 +100,16 @@ impl Repo {
             None,
         )?;
         let index = PathBuf::from(String::from_utf8_lossy(&index).trim());
-        Ok(Repo {
-            top,
-            prefix,
-            index,
-            empty_tree: OnceLock::new(),
-        })
-    }
-
-    /// A git call in the working tree, with the temporary index `index` when given.
-    pub fn git(&self, index: Option<&Path>) -> Git {
-        Git {
-            dir: self.top.clone(),
-            index: index.map(Path::to_path_buf),
-            attr_source: self.empty_tree.get().cloned(),
-            filters: Vec::new(),
-        }
-    }
-
-    /// A git call that reads no attributes and runs no filter driver the config names: what
-    /// `add` and `update-index` need so the recorded bytes are the file's own bytes.
-    pub fn git_raw(&self, index: Option<&Path>) -> Result<Git, GitError> {
-        if self.empty_tree.get().is_none() {
-            let id = self.git(None).run_in(&["mktree"], b"")?;
-            let _ = self
-                .empty_tree
-                .set(String::from_utf8_lossy(&id).trim().to_string());
-        }
-        let mut git = self.git(index);
-        // Filter drivers the config defines, each blanked: an attribute in
-        // .git/info/attributes would otherwise still name one.
-        let names = self
-            .git(None)
+        let top_git = Git::plain(&top);
+        let empty_tree = top_git.run_in(&["mktree"], b"")?;
+        let empty_tree = String::from_utf8_lossy(&empty_tree).trim().to_string();
+        let names = top_git
             .run(
                 &["config", "--name-only", "-z", "--get-regexp", r"^filter\."],
                 None,
             )
             .unwrap_or_default();
-        let mut drivers: Vec<String> = names
+        let mut filters: Vec<String> = names
             .split(|b| *b == 0)
             .filter_map(|n| {
                 let n = String::from_utf8_lossy(n);
@@ -142,10 +117,28 @@ impl Repo {
                 Some(rest.rsplit_once('.')?.0.to_string())
             })
             .collect();
-        drivers.sort();
-        drivers.dedup();
-        git.filters = drivers;
-        Ok(git)
+        filters.sort();
+        filters.dedup();
+        Ok(Repo {
+            top,
+            prefix,
+            index,
+            empty_tree,
+            filters,
+        })
+    }
+
+    /// A git call in the working tree, with the temporary index `index` when given. It reads
+    /// no attributes and runs no filter driver the config names, so the bytes recorded and
+    /// compared are the files' own (and `write-tree`'s re-check of a racily clean entry
+    /// runs no clean filter either).
+    pub fn git(&self, index: Option<&Path>) -> Git {
+        Git {
+            dir: self.top.clone(),
+            index: index.map(Path::to_path_buf),
+            attr_source: Some(self.empty_tree.clone()),
+            filters: self.filters.clone(),
+        }
     }
 
     /// A workspace path as git names it (relative to the top of the working tree).
