@@ -458,3 +458,41 @@ fn a_repositorys_hooks_fsmonitor_filters_and_external_diff_never_run() {
     git(p, &["add", "calc.py"]);
     assert!(log.exists());
 }
+
+#[test]
+fn a_file_the_checkpoint_left_out_is_never_deleted_by_a_rollback() {
+    let ws = repository(true);
+    let p = ws.path();
+    std::fs::create_dir_all(p.join("many")).unwrap();
+    for i in 0..1001 {
+        std::fs::write(p.join(format!("many/f{i}")), "x\n").unwrap();
+    }
+    let original = std::fs::read(p.join("calc.py")).unwrap();
+    let answer = json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n\nmany/f1\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n"});
+    let out = agent(
+        p,
+        &["run", "fix the failing tests", "--yes", "--json"],
+        &[answer],
+        &[],
+    );
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(o["files_changed"], json!(["calc.py", "many/f1"]), "{o}");
+
+    let out = cli(p, &["rollback"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("many/f1") && said.contains("left out"),
+        "{said}"
+    );
+    assert_ne!(std::fs::read(p.join("calc.py")).unwrap(), original);
+
+    let out = cli(p, &["rollback", "--force"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(p.join("calc.py")).unwrap(), original);
+    assert_eq!(std::fs::read_to_string(p.join("many/f1")).unwrap(), "y\n");
+}

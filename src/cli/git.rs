@@ -62,7 +62,7 @@ pub fn rollback(
     match checkpoint::rollback(&repo, &commit, &files, force) {
         Ok(done) if done.is_empty() => println!("run {id} changed no files"),
         Ok(done) => println!("rolled back run {id}: {}", done.join(", ")),
-        Err(e @ RollbackError::ChangedSince(_)) => {
+        Err(e @ (RollbackError::ChangedSince(_) | RollbackError::LeftOut(_))) => {
             eprintln!("agent-ls: run {id}: {e}");
             return Ok(ExitCode::from(1));
         }

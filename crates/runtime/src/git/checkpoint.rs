@@ -113,7 +113,15 @@ pub fn take(repo: &Repo, run_id: &str) -> Result<Checkpoint, GitError> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    let message = format!("agent-ls checkpoint {run_id} {stamp}\n");
+    // The paths left out are named in the message, so a rollback never deletes one as if
+    // the run had created it.
+    let mut message = format!("agent-ls checkpoint {run_id} {stamp}\n");
+    if !left_out.is_empty() {
+        message.push('\n');
+        for (p, _) in &left_out {
+            message.push_str(&format!("left-out: {p}\n"));
+        }
+    }
     let mut args = vec!["commit-tree", "--no-gpg-sign", tree.as_str()];
     if let Some(h) = &head {
         args.extend(["-p", h.as_str()]);
@@ -291,6 +299,11 @@ pub enum RollbackError {
         .0.join(", ")
     )]
     ChangedSince(Vec<String>),
+    #[error(
+        "not in the checkpoint (too big, left out): {}; --force rolls back the other files",
+        .0.join(", ")
+    )]
+    LeftOut(Vec<String>),
     #[error("the checkpoint {0} is no longer in the repository (dropped by `agent-ls gc`?)")]
     Gone(String),
     #[error(transparent)]
@@ -300,8 +313,9 @@ pub enum RollbackError {
 }
 
 /// Restores each file the run changed (`left`'s keys) from the checkpoint, deleting those it
-/// created. A file whose bytes differ from what the run left is a refusal unless `force`.
-/// Returns the files restored or deleted.
+/// created. A file whose bytes differ from what the run left is a refusal unless `force`, and
+/// so is a file the checkpoint left out (with `force` it is left as it is). Returns the files
+/// restored or deleted.
 pub fn rollback(
     repo: &Repo,
     checkpoint: &str,
@@ -316,7 +330,23 @@ pub fn rollback(
     {
         return Err(RollbackError::Gone(checkpoint.to_string()));
     }
-    let files: Vec<String> = left.keys().cloned().collect();
+    let body = repo
+        .git(None)
+        .run(&["cat-file", "commit", checkpoint], None)?;
+    let left_out: Vec<String> = String::from_utf8_lossy(&body)
+        .lines()
+        .filter_map(|l| l.strip_prefix("left-out: ").map(str::to_string))
+        .collect();
+    let outside = |f: &String| {
+        let path = repo.path(f);
+        left_out
+            .iter()
+            .any(|l| path == *l || path.starts_with(&format!("{l}/")))
+    };
+    let (unrecorded, files): (Vec<String>, Vec<String>) = left.keys().cloned().partition(outside);
+    if !unrecorded.is_empty() && !force {
+        return Err(RollbackError::LeftOut(unrecorded));
+    }
     let now = files_now(repo, &files)?;
     let changed: Vec<String> = files
         .iter()
