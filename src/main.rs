@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agent_ls::cli::setup::or_exit_1;
-use agent_ls::cli::{apply, config, doctor, headless, runs, serve, stats, trust, undo};
+use agent_ls::cli::{apply, config, doctor, git, headless, runs, serve, stats, trust, undo};
 use agent_ls_runtime::trust::Decision;
 use clap::{Parser, Subcommand};
 
@@ -119,6 +119,34 @@ enum Command {
         #[arg(long)]
         workspace: Option<PathBuf>,
     },
+    /// Print a run's change (default: the latest run's) as a unified diff from its git
+    /// checkpoint to the files it changed as they are now; `git apply` takes it.
+    Diff {
+        /// The run's id (see `agent-ls runs`); default: the latest run with a checkpoint.
+        run: Option<String>,
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
+    /// Roll a whole run back (default: the latest): every file it changed is restored from
+    /// its git checkpoint and every file it created is deleted; nothing else is touched. A
+    /// file changed since the run is a refusal, unless --force.
+    Rollback {
+        /// The run's id (see `agent-ls runs`); default: the latest run with a checkpoint.
+        run: Option<String>,
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Roll back even files changed since the run (those changes are lost).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Drop the git checkpoints of all but the last `git.keep_checkpoints` runs.
+    Gc {
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
     /// Apply an edit plan (JSON, SEARCH/REPLACE blocks or a unified diff) to files on disk.
     /// Without --write it prints the diff and changes nothing. Exit codes: 0 every edit
     /// applied, 2 some did (nothing is written unless all did), 1 error.
@@ -174,5 +202,12 @@ fn main() -> ExitCode {
         Command::Mcp { workspace } => or_exit_1(serve::mcp(workspace)),
         Command::Acp => or_exit_1(serve::acp()),
         Command::Undo { step, workspace } => or_exit_1(undo::run(step, workspace)),
+        Command::Diff { run, workspace } => or_exit_1(git::diff(run, workspace)),
+        Command::Rollback {
+            run,
+            workspace,
+            force,
+        } => or_exit_1(git::rollback(run, workspace, force)),
+        Command::Gc { workspace } => or_exit_1(git::gc(workspace)),
     }
 }

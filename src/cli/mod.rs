@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod config;
 pub mod doctor;
+pub mod git;
 pub mod headless;
 pub mod run;
 pub mod runs;

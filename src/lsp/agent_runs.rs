@@ -221,6 +221,7 @@ pub fn spawn(s: StartRun) {
                     tokens: 0,
                     duration_ms: started.elapsed().as_millis() as u64,
                     cost_usd: None,
+                    checkpoint: None,
                     failure_kind: None,
                 }
             }

@@ -108,6 +108,7 @@ pub struct Config {
     pub edit: EditConfig,
     pub test: TestConfig,
     pub sandbox: SandboxConfig,
+    pub git: GitConfig,
     /// Model server addresses a workspace file named (in a trusted folder): no API key is ever
     /// sent to them. Not a configuration key; filled in when the layers are merged.
     #[serde(skip)]
@@ -194,6 +195,25 @@ impl Default for ContextConfig {
             map_tokens: 1024,
             summarize_after: 5,
             first_prompt_bytes: 16_384,
+        }
+    }
+}
+
+/// Git checkpoints (docs/git.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GitConfig {
+    /// Record the working tree as a checkpoint before each run (in a git repository).
+    pub checkpoints: bool,
+    /// How many runs' checkpoints are kept; older ones are dropped (and by `agent-ls gc`).
+    pub keep_checkpoints: usize,
+}
+
+impl Default for GitConfig {
+    fn default() -> Self {
+        GitConfig {
+            checkpoints: true,
+            keep_checkpoints: 50,
         }
     }
 }

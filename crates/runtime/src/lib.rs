@@ -9,6 +9,7 @@
 //! - `store` (SQLite), `journal` (JSONL per run), `lock` (one run per workspace), `steps`.
 //! - `trust`: trusted folders, protected paths, the sandbox, the static scan of a change.
 //! - `config`: layered configuration; `files`: workspace paths and atomic writes.
+//! - `git`: checkpoints of the working tree, a run's diff and its rollback, via `git`.
 //! - `child`: the clean signal state every process we start begins with.
 //! - `repomap`, `tokens`, `logging`.
 
@@ -16,6 +17,7 @@ pub mod child;
 pub mod config;
 pub mod drive;
 pub mod files;
+pub mod git;
 pub mod journal;
 pub mod lock;
 pub mod logging;

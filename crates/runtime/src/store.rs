@@ -32,7 +32,7 @@ pub enum StoreError {
 
 /// The store's schema, one migration per version: `MIGRATIONS[n]` takes a store from
 /// `user_version` n to n + 1, in one transaction.
-const MIGRATIONS: [&str; 5] = [
+const MIGRATIONS: [&str; 6] = [
     "CREATE TABLE IF NOT EXISTS steps (
         id INTEGER PRIMARY KEY,
         run_id TEXT NOT NULL,
@@ -88,6 +88,10 @@ const MIGRATIONS: [&str; 5] = [
     "ALTER TABLE runs ADD COLUMN proc_start INTEGER;",
     // The prompt tokens the provider's prompt cache served.
     "ALTER TABLE iterations ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;",
+    // The run's git checkpoint (a commit id) and what it left in each file it changed
+    // (JSON: path to blob id, or null for a deleted file), for `agent-ls diff` and `rollback`.
+    "ALTER TABLE runs ADD COLUMN git_checkpoint TEXT;
+     ALTER TABLE runs ADD COLUMN git_files TEXT;",
 ];
 
 impl Store {
@@ -275,6 +279,42 @@ impl Store {
             }
         }
         Ok(out)
+    }
+
+    /// The run's git checkpoint, taken before it wrote anything.
+    pub fn git_checkpoint(&self, run_id: &str, commit: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE runs SET git_checkpoint = ?2 WHERE run_id = ?1",
+            params![run_id, commit],
+        )?;
+        Ok(())
+    }
+
+    /// What the run left in each file it changed (JSON), at its end.
+    pub fn git_files(&self, run_id: &str, files: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE runs SET git_files = ?2 WHERE run_id = ?1",
+            params![run_id, files],
+        )?;
+        Ok(())
+    }
+
+    /// A run with a git checkpoint (`run_id`, or the latest one): its id, checkpoint and
+    /// the JSON of what it left in the files it changed (None when it never finished).
+    pub fn git_run(
+        &self,
+        run_id: Option<&str>,
+    ) -> Result<Option<(String, String, Option<String>)>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT run_id, git_checkpoint, git_files FROM runs
+             WHERE git_checkpoint IS NOT NULL AND (?1 IS NULL OR run_id = ?1)
+             ORDER BY started_ms DESC, rowid DESC LIMIT 1",
+        )?;
+        let mut rows = stmt.query(params![run_id])?;
+        match rows.next()? {
+            Some(r) => Ok(Some((r.get(0)?, r.get(1)?, r.get(2)?))),
+            None => Ok(None),
+        }
     }
 
     /// The goal, last checkpoint (the loop's state as JSON) and status of a run.

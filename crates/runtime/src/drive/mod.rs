@@ -5,6 +5,7 @@
 //! journal and the store watch the run from one `Observer` (`observer.rs`); a run is set up
 //! by `setup.rs`.
 
+mod checkpoint;
 mod observer;
 mod setup;
 
@@ -109,6 +110,10 @@ pub struct Outcome {
     pub tokens: u64,
     pub duration_ms: u64,
     pub cost_usd: Option<f64>,
+    /// The git checkpoint taken before the run's first write (a commit id), when there is one:
+    /// `agent-ls diff` and `agent-ls rollback` work from it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub checkpoint: Option<String>,
     /// Why a failed run failed, when the cause has a kind of its own.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub failure_kind: Option<FailureKind>,
@@ -147,6 +152,9 @@ struct Going<'o> {
     last_tests: Option<RunResult>,
     offered: Vec<String>,
     mcp: crate::mcp_client::McpTools,
+    /// The run's git checkpoint, taken before its first write.
+    git: checkpoint::GitState,
+    run_id: String,
 }
 
 /// What a performed effect produced.
@@ -228,6 +236,8 @@ impl Drive<'_> {
             last_tests: None,
             offered: Vec::new(),
             mcp,
+            git: checkpoint::GitState::NotYet,
+            run_id: run_id.to_string(),
         }
     }
 
@@ -318,7 +328,11 @@ impl Drive<'_> {
                 self.approve(run, &changes, &diff, shell, &mut g.observer)
                     .await
             }
-            Effect::Apply(changes) => self.apply(run, &changes, shell).await,
+            Effect::Apply(changes) => {
+                let id = g.run_id.clone();
+                self.checkpoint_before_write(&id, g, shell).await;
+                self.apply(run, &changes, shell).await
+            }
             Effect::RunTests => {
                 let baseline = run.phase == agent::Phase::Baseline;
                 let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
@@ -333,11 +347,13 @@ impl Drive<'_> {
     async fn finish(
         &self,
         run: &Run,
-        going: Going<'_>,
+        mut going: Going<'_>,
         (run_id, started): (String, Instant),
         phase: agent::Phase,
         answer: String,
     ) -> Outcome {
+        self.record_run_files(&mut going, &run.files_changed).await;
+        let checkpoint = going.git.id();
         let Going {
             mut observer,
             totals,
@@ -368,6 +384,7 @@ impl Drive<'_> {
             tokens: totals.usage.input_tokens + totals.usage.output_tokens,
             duration_ms: started.elapsed().as_millis() as u64,
             cost_usd: totals.cost_usd,
+            checkpoint,
             failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
         }
     }

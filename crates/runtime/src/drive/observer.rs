@@ -99,6 +99,19 @@ impl<'a> Observer<'a> {
         }
     }
 
+    /// The run's git checkpoint, kept with its row in the store.
+    pub(super) fn git_checkpoint(&self, commit: &str) {
+        let commit = commit.to_string();
+        self.store("the git checkpoint", move |s, id| {
+            s.git_checkpoint(id, &commit)
+        });
+    }
+
+    /// What the run left in the files it changed (JSON), kept with its row.
+    pub(super) fn git_files(&self, files: String) {
+        self.store("the run's files", move |s, id| s.git_files(id, &files));
+    }
+
     fn store(
         &self,
         what: &'static str,

@@ -1,0 +1,117 @@
+//! The run's git checkpoint: the working tree recorded just before the run's first write (a
+//! run that writes nothing leaves no ref behind), and at the run's end what it left in each
+//! file it changed, so `agent-ls rollback` can tell a later edit of the user's from its own.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use super::{Drive, Going, Shell};
+use crate::git::{self, GitError, Repo};
+
+/// Where a run stands with its checkpoint.
+#[derive(Default)]
+pub(super) enum GitState {
+    /// Nothing written yet.
+    #[default]
+    NotYet,
+    /// Taken: the repository and the checkpoint's commit.
+    Taken(Repo, String),
+    /// Not in a repository, or turned off, or it failed (said once).
+    Without,
+}
+
+/// Folders already told they have no checkpoints, so the notice is said once per process.
+static TOLD: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+fn first_time(root: &std::path::Path) -> bool {
+    let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
+    told.get_or_insert_with(HashSet::new)
+        .insert(root.to_path_buf())
+}
+
+impl Drive<'_> {
+    /// Takes the checkpoint before the run's first write.
+    pub(super) async fn checkpoint_before_write(
+        &self,
+        run_id: &str,
+        going: &mut Going<'_>,
+        shell: &mut impl Shell,
+    ) {
+        if !matches!(going.git, GitState::NotYet) {
+            return;
+        }
+        going.git = GitState::Without;
+        if !self.config.git.checkpoints {
+            return;
+        }
+        let (root, id, keep) = (
+            self.root.to_path_buf(),
+            run_id.to_string(),
+            self.config.git.keep_checkpoints,
+        );
+        let taken = tokio::task::spawn_blocking(move || {
+            let repo = Repo::discover(&root)?;
+            // A resumed run keeps the checkpoint taken before its first write.
+            if let Some(commit) = git::checkpoint::existing(&repo, &id) {
+                let kept = git::Checkpoint {
+                    id: commit,
+                    left_out: Vec::new(),
+                };
+                return Ok((repo, kept));
+            }
+            let checkpoint = git::checkpoint::take(&repo, &id)?;
+            // Older runs' checkpoints beyond the limit go now, as `agent-ls gc` would.
+            git::checkpoint::gc(&repo, keep.max(1))?;
+            Ok::<_, GitError>((repo, checkpoint))
+        })
+        .await;
+        match taken {
+            Ok(Ok((repo, checkpoint))) => {
+                if let Some(w) = checkpoint.warning() {
+                    shell.warn(&w);
+                }
+                tracing::info!(checkpoint = %checkpoint.id, "git checkpoint taken");
+                going.observer.git_checkpoint(&checkpoint.id);
+                going.git = GitState::Taken(repo, checkpoint.id);
+            }
+            Ok(Err(GitError::NotARepo(_))) => {
+                if first_time(self.root) {
+                    let m = "not a git repository: no checkpoint of the whole tree; agent-ls undo still undoes each step";
+                    tracing::info!("{m}");
+                    shell.progress(m);
+                }
+            }
+            Ok(Err(e)) => shell.warn(&format!("no git checkpoint for this run: {e}")),
+            Err(e) => shell.warn(&format!("no git checkpoint for this run: {e}")),
+        }
+    }
+
+    /// At the run's end: what it left in each file it changed, recorded with the run.
+    pub(super) async fn record_run_files(&self, going: &mut Going<'_>, files: &[String]) {
+        let GitState::Taken(repo, _) = &going.git else {
+            return;
+        };
+        let (repo, files) = (repo.clone(), files.to_vec());
+        let now =
+            tokio::task::spawn_blocking(move || git::checkpoint::files_now(&repo, &files)).await;
+        match now {
+            Ok(Ok(now)) => match serde_json::to_string(&now) {
+                Ok(json) => going.observer.git_files(json),
+                Err(e) => tracing::warn!("the run's files could not be recorded: {e}"),
+            },
+            Ok(Err(e)) => tracing::warn!("the run's files could not be recorded: {e}"),
+            Err(e) => tracing::warn!("the run's files could not be recorded: {e}"),
+        }
+    }
+}
+
+impl GitState {
+    /// The checkpoint's commit id, when one was taken.
+    pub(super) fn id(&self) -> Option<String> {
+        match self {
+            GitState::Taken(_, id) => Some(id.clone()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,413 @@
+//! Checkpoints: the whole working tree (tracked changes and untracked files git does not
+//! ignore) recorded as a commit in the user's own object database before a run writes, built
+//! through a temporary index so the user's index, HEAD, branch and stash are never touched,
+//! and kept alive by `refs/agent-ls/checkpoints/<run>`. A run's change is then a diff against
+//! it, and rolling the run back restores the files it changed from it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::{GitError, Repo};
+
+/// Where checkpoints are kept, one ref per run.
+pub const REFS: &str = "refs/agent-ls/checkpoints/";
+/// Untracked files larger than this are left out of a checkpoint.
+pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Untracked folders with more files than this are left out of a checkpoint.
+pub const MAX_FOLDER_FILES: usize = 1000;
+
+/// What a run left in each file it changed: the blob id of its bytes, or `None` when the run
+/// deleted it. Keys are workspace paths.
+pub type RunFiles = BTreeMap<String, Option<String>>;
+
+/// A recorded working tree.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    /// The checkpoint commit's id.
+    pub id: String,
+    /// Untracked paths left out, each with why ("24 MiB", "1,204 files").
+    pub left_out: Vec<(String, String)>,
+}
+
+impl Checkpoint {
+    /// The one warning naming everything left out, if anything was.
+    pub fn warning(&self) -> Option<String> {
+        if self.left_out.is_empty() {
+            return None;
+        }
+        let named: Vec<String> = self
+            .left_out
+            .iter()
+            .map(|(p, why)| format!("{p} ({why})"))
+            .collect();
+        Some(format!(
+            "the checkpoint leaves out untracked files over 10 MiB and folders of over {MAX_FOLDER_FILES} files; rollback cannot restore: {}",
+            named.join(", ")
+        ))
+    }
+}
+
+/// A temporary index file (in a folder of its own, since git wants to create the file and
+/// its lock beside it), removed when dropped.
+struct TempIndex {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+}
+
+impl TempIndex {
+    fn new() -> Result<TempIndex, GitError> {
+        let dir = tempfile::Builder::new()
+            .prefix("agent-ls-index")
+            .tempdir()?;
+        let path = dir.path().join("index");
+        Ok(TempIndex { _dir: dir, path })
+    }
+}
+
+/// The commit HEAD points at, if the repository has one yet.
+pub fn head(repo: &Repo) -> Option<String> {
+    let out = repo
+        .git(None)
+        .run(&["rev-parse", "--verify", "-q", "HEAD^{commit}"], None)
+        .ok()?;
+    Some(String::from_utf8_lossy(&out).trim().to_string())
+}
+
+/// The checkpoint `run_id` already has, if any (a resumed run's).
+pub fn existing(repo: &Repo, run_id: &str) -> Option<String> {
+    let name = format!("{REFS}{run_id}^{{commit}}");
+    let out = repo
+        .git(None)
+        .run(&["rev-parse", "--verify", "-q", &name], None)
+        .ok()?;
+    Some(String::from_utf8_lossy(&out).trim().to_string())
+}
+
+/// Records the working tree as a checkpoint of `run_id`.
+pub fn take(repo: &Repo, run_id: &str) -> Result<Checkpoint, GitError> {
+    let index = TempIndex::new()?;
+    let head = head(repo);
+    // Seeded from the real index, whose file stat data lets `add` skip unchanged files.
+    if repo.index.exists() {
+        std::fs::copy(&repo.index, &index.path)?;
+    } else if let Some(h) = &head {
+        repo.git(Some(&index.path)).run(&["read-tree", h], None)?;
+    }
+    let raw = repo.git(Some(&index.path));
+    let left_out = left_out(repo, &index.path)?;
+    let mut spec: Vec<u8> = b".\0".to_vec();
+    for (p, _) in &left_out {
+        spec.extend_from_slice(format!(":(exclude,literal){p}\0").as_bytes());
+    }
+    raw.run_in(
+        &[
+            "add",
+            "--all",
+            "--pathspec-from-file=-",
+            "--pathspec-file-nul",
+        ],
+        &spec,
+    )?;
+    let tree = repo.git(Some(&index.path)).run(&["write-tree"], None)?;
+    let tree = String::from_utf8_lossy(&tree).trim().to_string();
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    // The paths left out are named in the message, so a rollback never deletes one as if
+    // the run had created it.
+    let mut message = format!("agent-ls checkpoint {run_id} {stamp}\n");
+    if !left_out.is_empty() {
+        message.push('\n');
+        for (p, _) in &left_out {
+            message.push_str(&format!("left-out: {p}\n"));
+        }
+    }
+    let mut args = vec!["commit-tree", "--no-gpg-sign", tree.as_str()];
+    if let Some(h) = &head {
+        args.extend(["-p", h.as_str()]);
+    }
+    let id = repo.git(None).run_in(&args, message.as_bytes())?;
+    let id = String::from_utf8_lossy(&id).trim().to_string();
+    let name = format!("{REFS}{run_id}");
+    repo.git(None).run(
+        &[
+            "update-ref",
+            "--no-deref",
+            "-m",
+            "agent-ls checkpoint",
+            &name,
+            &id,
+        ],
+        None,
+    )?;
+    Ok(Checkpoint { id, left_out })
+}
+
+/// The untracked paths git does not ignore that are too big to record: files over
+/// `MAX_FILE_BYTES`, and wholly untracked folders of more than `MAX_FOLDER_FILES` files.
+fn left_out(repo: &Repo, index: &Path) -> Result<Vec<(String, String)>, GitError> {
+    let git = repo.git(Some(index));
+    let files = git.run(&["ls-files", "-z", "--others", "--exclude-standard"], None)?;
+    let dirs = git.run(
+        &[
+            "ls-files",
+            "-z",
+            "--others",
+            "--exclude-standard",
+            "--directory",
+        ],
+        None,
+    )?;
+    let files: Vec<String> = nul_list(&files);
+    let mut out = Vec::new();
+    let mut big_dirs: Vec<String> = Vec::new();
+    for d in nul_list(&dirs).into_iter().filter(|d| d.ends_with('/')) {
+        let n = files.iter().filter(|f| f.starts_with(&d)).count();
+        if n > MAX_FOLDER_FILES {
+            out.push((d.trim_end_matches('/').to_string(), format!("{n} files")));
+            big_dirs.push(d);
+        }
+    }
+    for f in &files {
+        if big_dirs.iter().any(|d| f.starts_with(d)) {
+            continue;
+        }
+        let size = std::fs::symlink_metadata(repo.top.join(f)).map_or(0, |m| m.len());
+        if size > MAX_FILE_BYTES {
+            out.push((f.clone(), format!("{} MiB", size / (1024 * 1024))));
+        }
+    }
+    Ok(out)
+}
+
+fn nul_list(bytes: &[u8]) -> Vec<String> {
+    bytes
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+/// The checkpoint refs, newest first: (ref name, commit, when it was taken in ms).
+pub fn list(repo: &Repo) -> Result<Vec<(String, String, u128)>, GitError> {
+    let out = repo.git(None).run(
+        &[
+            "for-each-ref",
+            "--format=%(refname)%00%(objectname)%00%(contents:subject)",
+            REFS,
+        ],
+        None,
+    )?;
+    let mut refs: Vec<(String, String, u128)> = String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| {
+            let mut p = l.split('\0');
+            let (name, id, subject) = (p.next()?, p.next()?, p.next()?);
+            let stamp = subject.rsplit(' ').next()?.parse().unwrap_or(0);
+            Some((name.to_string(), id.to_string(), stamp))
+        })
+        .collect();
+    refs.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| b.0.cmp(&a.0)));
+    Ok(refs)
+}
+
+/// Drops every checkpoint ref but the newest `keep`: the names of the runs dropped.
+pub fn gc(repo: &Repo, keep: usize) -> Result<Vec<String>, GitError> {
+    let old: Vec<_> = list(repo)?.into_iter().skip(keep).collect();
+    if old.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut script = String::new();
+    for (name, id, _) in &old {
+        script.push_str(&format!("delete {name} {id}\n"));
+    }
+    repo.git(None)
+        .run_in(&["update-ref", "--stdin"], script.as_bytes())?;
+    Ok(old
+        .into_iter()
+        .map(|(n, _, _)| n.trim_start_matches(REFS).to_string())
+        .collect())
+}
+
+/// The blob id of each workspace file's bytes as they are now (`None`: no such file).
+pub fn files_now(repo: &Repo, files: &[String]) -> Result<RunFiles, GitError> {
+    let present: Vec<&String> = files
+        .iter()
+        .filter(|f| std::fs::symlink_metadata(repo.top.join(repo.path(f))).is_ok())
+        .collect();
+    let mut ids = Vec::new();
+    if !present.is_empty() {
+        let paths: String = present.iter().map(|f| repo.path(f) + "\n").collect();
+        let out = repo.git(None).run_in(
+            &["hash-object", "--no-filters", "--stdin-paths"],
+            paths.as_bytes(),
+        )?;
+        ids = String::from_utf8_lossy(&out)
+            .lines()
+            .map(str::to_string)
+            .collect();
+    }
+    let mut now: RunFiles = files.iter().map(|f| (f.clone(), None)).collect();
+    for (f, id) in present.into_iter().zip(ids) {
+        now.insert(f.clone(), Some(id));
+    }
+    Ok(now)
+}
+
+/// The run's change to `files` (workspace paths) as a unified diff from the checkpoint to
+/// the files as they are now, paths relative to the top of the working tree, which
+/// `git apply --check` accepts on the checkpoint.
+pub fn diff(repo: &Repo, checkpoint: &str, files: &[String]) -> Result<Vec<u8>, GitError> {
+    let index = TempIndex::new()?;
+    repo.git(Some(&index.path))
+        .run(&["read-tree", checkpoint], None)?;
+    let mut paths = Vec::new();
+    for f in files {
+        paths.extend_from_slice(repo.path(f).as_bytes());
+        paths.push(0);
+    }
+    repo.git(Some(&index.path)).run_in(
+        &["update-index", "--add", "--remove", "-z", "--stdin"],
+        &paths,
+    )?;
+    let mut args = vec![
+        "diff",
+        "--cached",
+        "--binary",
+        "--full-index",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-color",
+        "--no-renames",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        checkpoint,
+        "--",
+    ];
+    let named: Vec<String> = files
+        .iter()
+        .map(|f| format!(":(literal){}", repo.path(f)))
+        .collect();
+    args.extend(named.iter().map(String::as_str));
+    repo.git(Some(&index.path)).run(&args, None)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RollbackError {
+    #[error(
+        "changed since the run: {}; rollback would lose those changes (--force rolls back anyway)",
+        .0.join(", ")
+    )]
+    ChangedSince(Vec<String>),
+    #[error(
+        "not in the checkpoint (too big, left out): {}; --force rolls back the other files",
+        .0.join(", ")
+    )]
+    LeftOut(Vec<String>),
+    #[error("the checkpoint {0} is no longer in the repository (dropped by `agent-ls gc`?)")]
+    Gone(String),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("{0}: {1}")]
+    Write(String, std::io::Error),
+}
+
+/// Restores each file the run changed (`left`'s keys) from the checkpoint, deleting those it
+/// created. A file whose bytes differ from what the run left is a refusal unless `force`, and
+/// so is a file the checkpoint left out (with `force` it is left as it is). Returns the files
+/// restored or deleted.
+pub fn rollback(
+    repo: &Repo,
+    checkpoint: &str,
+    left: &RunFiles,
+    force: bool,
+) -> Result<Vec<String>, RollbackError> {
+    let probe = format!("{checkpoint}^{{commit}}");
+    if repo
+        .git(None)
+        .run(&["cat-file", "-e", &probe], None)
+        .is_err()
+    {
+        return Err(RollbackError::Gone(checkpoint.to_string()));
+    }
+    let body = repo
+        .git(None)
+        .run(&["cat-file", "commit", checkpoint], None)?;
+    let left_out: Vec<String> = String::from_utf8_lossy(&body)
+        .lines()
+        .filter_map(|l| l.strip_prefix("left-out: ").map(str::to_string))
+        .collect();
+    let outside = |f: &String| {
+        let path = repo.path(f);
+        left_out
+            .iter()
+            .any(|l| path == *l || path.starts_with(&format!("{l}/")))
+    };
+    let (unrecorded, files): (Vec<String>, Vec<String>) = left.keys().cloned().partition(outside);
+    if !unrecorded.is_empty() && !force {
+        return Err(RollbackError::LeftOut(unrecorded));
+    }
+    let now = files_now(repo, &files)?;
+    let changed: Vec<String> = files
+        .iter()
+        .filter(|f| now.get(*f) != left.get(*f))
+        .cloned()
+        .collect();
+    if !changed.is_empty() && !force {
+        return Err(RollbackError::ChangedSince(changed));
+    }
+    for f in &files {
+        restore(repo, checkpoint, f)?;
+    }
+    Ok(files)
+}
+
+/// Puts one workspace file back as the checkpoint has it, or deletes it when the checkpoint
+/// has none.
+fn restore(repo: &Repo, checkpoint: &str, file: &str) -> Result<(), RollbackError> {
+    let path = repo.path(file);
+    let on_disk = repo.top.join(&path);
+    let literal = format!(":(literal){path}");
+    let entry = repo
+        .git(None)
+        .run(&["ls-tree", "-z", checkpoint, "--", &literal], None)?;
+    let entry = String::from_utf8_lossy(&entry);
+    let werr = |e| RollbackError::Write(file.to_string(), e);
+    // "<mode> blob <id>\t<path>"
+    let Some((meta, _)) = entry.split_once('\t') else {
+        return match std::fs::remove_file(&on_disk) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(werr(e)),
+            _ => Ok(()),
+        };
+    };
+    let mut parts = meta.split(' ');
+    let (mode, _kind, id) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let bytes = repo.git(None).run(&["cat-file", "blob", id], None)?;
+    if let Some(parent) = on_disk.parent() {
+        std::fs::create_dir_all(parent).map_err(werr)?;
+    }
+    if mode == "120000" {
+        let _ = std::fs::remove_file(&on_disk);
+        let target = String::from_utf8_lossy(&bytes).into_owned();
+        return std::os::unix::fs::symlink(target, &on_disk).map_err(werr);
+    }
+    if std::fs::symlink_metadata(&on_disk).is_ok_and(|m| m.file_type().is_symlink()) {
+        std::fs::remove_file(&on_disk).map_err(werr)?;
+    }
+    crate::files::write_atomic(&on_disk, &bytes).map_err(werr)?;
+    use std::os::unix::fs::PermissionsExt;
+    let exec = mode == "100755";
+    let meta = std::fs::metadata(&on_disk).map_err(werr)?;
+    let mut perm = meta.permissions();
+    let bits = perm.mode();
+    let want = if exec { bits | 0o111 } else { bits & !0o111 };
+    if want != bits {
+        perm.set_mode(want);
+        std::fs::set_permissions(&on_disk, perm).map_err(werr)?;
+    }
+    Ok(())
+}
