@@ -221,3 +221,44 @@ fn the_config_command_prints_values_with_sources_and_fails_on_a_bad_file() {
         "{stderr}"
     );
 }
+
+#[test]
+fn trusting_the_folder_while_the_settings_change_keeps_both() {
+    let ws = workspace(&[(
+        ".agent-ls.toml",
+        "[model]\nname = \"from-workspace\"\nbase_url = \"http://ws\"\n",
+    )]);
+    let mut c = Client::spawn(Spawn::default());
+    c.on_request("window/showMessageRequest", |_| json!(support::DEFER));
+    c.initialize(
+        ws.path(),
+        json!({}),
+        json!({"model": {"provider": "replay"}}),
+    );
+    // The trust question waits while the client's settings change; then the user trusts.
+    c.wait_deferred("window/showMessageRequest");
+    c.notify(
+        "workspace/didChangeConfiguration",
+        json!({"settings": {"agent-ls": {"model": {"name": "from-client"}}}}),
+    );
+    c.answer_deferred(
+        "window/showMessageRequest",
+        json!({"title": "Trust Folder"}),
+    );
+    c.wait_notification("window/showMessage", |p| {
+        p["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("this folder is trusted")
+    });
+    let config = configuration(&mut c);
+    assert_eq!(
+        entry(&config, "model.name"),
+        (
+            json!("from-client"),
+            "LSP workspace/didChangeConfiguration".into()
+        )
+    );
+    // The trust applies too: the workspace file's address is used now.
+    assert_eq!(entry(&config, "model.base_url").0, "http://ws");
+}

@@ -81,7 +81,6 @@ pub enum Event {
     /// `didChangeConfiguration`); only the latest one applies.
     ConfigLoaded {
         generation: u64,
-        inputs: Box<config::Inputs>,
         loaded: Box<Loaded>,
     },
     /// A configuration reload panicked (caught by its job's guard); the configuration in
@@ -409,11 +408,7 @@ impl Session {
                     self.handle(Event::Notice(n));
                 }
             }
-            Event::ConfigLoaded {
-                generation,
-                inputs,
-                loaded,
-            } => self.config_loaded(generation, *inputs, *loaded),
+            Event::ConfigLoaded { generation, loaded } => self.config_loaded(generation, *loaded),
             Event::ConfigFailed { generation, why } => self.config_failed(generation, why),
             Event::Initialized => self.ask_trust(),
             Event::TrustDecided(decision) => self.trust_decided(decision),
@@ -1009,6 +1004,10 @@ impl Session {
     /// Loads the configuration again off this task (it reads files); the answer comes back as
     /// `ConfigLoaded`, and only the latest load applies.
     fn reload_config(&mut self, inputs: config::Inputs) {
+        // The inputs are the latest facts (the client's settings, the folder's trust) whether
+        // or not their load succeeds: a reload that starts before this one ends (the trust
+        // question answered meanwhile) builds on them instead of undoing them.
+        self.inputs = inputs.clone();
         self.reloading = true;
         self.config_generation += 1;
         let generation = self.config_generation;
@@ -1023,7 +1022,6 @@ impl Session {
             me.send(match loaded {
                 Ok(loaded) => Event::ConfigLoaded {
                     generation,
-                    inputs: Box::new(inputs),
                     loaded: Box::new(loaded),
                 },
                 Err(why) => Event::ConfigFailed { generation, why },
@@ -1048,7 +1046,7 @@ impl Session {
 
     /// When any layer is invalid, the previous configuration stays in force and the user is
     /// told what to fix.
-    fn config_loaded(&mut self, generation: u64, inputs: config::Inputs, loaded: Loaded) {
+    fn config_loaded(&mut self, generation: u64, loaded: Loaded) {
         if generation != self.config_generation {
             debug!(generation, "dropped a superseded configuration load");
             return;
@@ -1056,7 +1054,6 @@ impl Session {
         self.reloading = false;
         self.config_errors = loaded.errors.clone();
         if loaded.errors.is_empty() {
-            self.inputs = inputs;
             self.config = loaded;
             self.log.set_level(self.config.config.log.level);
             info!("configuration reloaded");
