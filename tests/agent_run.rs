@@ -78,6 +78,18 @@ fn calc(ws: &Path) -> String {
     std::fs::read_to_string(ws.join("calc.py")).unwrap()
 }
 
+/// The bundled example with the evaluator turned off, so a scripted model answers only the
+/// calls a test names.
+fn example_without_evaluation() -> tempfile::TempDir {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\n",
+    )
+    .unwrap();
+    ws
+}
+
 #[test]
 fn a_fix_in_one_iteration() {
     let ws = support::example();
@@ -663,12 +675,7 @@ fn a_replayed_tool_session_runs_calls_together_answers_errors_caps_results_and_e
 #[test]
 fn a_server_without_tools_gets_the_text_protocol_and_the_loop_runs_its_call() {
     use support::model_server::{Reply, openai_text};
-    let ws = support::example();
-    std::fs::write(
-        ws.path().join(".agent-ls.toml"),
-        "[agent]\nevaluate = false\n",
-    )
-    .unwrap();
+    let ws = example_without_evaluation();
     let fix =
         "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
     let server = ModelServer::start(vec![
@@ -826,12 +833,7 @@ fn a_basic_evaluation_that_finds_the_goal_unfinished_ends_the_run_partial() {
 #[test]
 fn role_prompts_are_files_the_user_overrides_and_an_untrusted_workspace_does_not() {
     use support::model_server::openai_text;
-    let ws = support::example();
-    std::fs::write(
-        ws.path().join(".agent-ls.toml"),
-        "[agent]\nevaluate = false\n",
-    )
-    .unwrap();
+    let ws = example_without_evaluation();
     std::fs::create_dir_all(ws.path().join(".agent-ls/prompts")).unwrap();
     std::fs::write(
         ws.path().join(".agent-ls/prompts/coder.md"),
@@ -1071,12 +1073,7 @@ fn a_file_read_twice_appears_once_in_the_next_request() {
 #[test]
 fn edits_that_do_not_apply_are_told_to_the_model_and_a_repeat_ends_the_run() {
     use support::model_server::openai_text;
-    let ws = support::example();
-    std::fs::write(
-        ws.path().join(".agent-ls.toml"),
-        "[agent]\nevaluate = false\n",
-    )
-    .unwrap();
+    let ws = example_without_evaluation();
     let wrong = "calc.py\n<<<<<<< SEARCH\nclass Nowhere:\n    pass\n=======\nclass Somewhere:\n    pass\n>>>>>>> REPLACE\n";
     let server = ModelServer::start(vec![openai_text(&[wrong]), openai_text(&[wrong])]);
     let out = agent(
@@ -1106,12 +1103,7 @@ fn edits_that_do_not_apply_are_told_to_the_model_and_a_repeat_ends_the_run() {
 #[test]
 fn after_an_applied_edit_the_next_turn_shows_the_new_text_only() {
     use support::model_server::openai_text;
-    let ws = support::example();
-    std::fs::write(
-        ws.path().join(".agent-ls.toml"),
-        "[agent]\nevaluate = false\n",
-    )
-    .unwrap();
+    let ws = example_without_evaluation();
     let edit = |from: &str, to: &str| {
         format!(
             "calc.py\n<<<<<<< SEARCH\n    return {from}\n=======\n    return {to}\n>>>>>>> REPLACE\n"
