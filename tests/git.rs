@@ -496,3 +496,45 @@ fn a_file_the_checkpoint_left_out_is_never_deleted_by_a_rollback() {
     assert_eq!(std::fs::read(p.join("calc.py")).unwrap(), original);
     assert_eq!(std::fs::read_to_string(p.join("many/f1")).unwrap(), "y\n");
 }
+
+#[test]
+fn a_run_killed_midway_is_rolled_back_from_the_steps_it_recorded() {
+    use support::model_server::{ModelServer, Reply, openai_text};
+    let ws = repository(true);
+    let p = ws.path();
+    let original = std::fs::read(p.join("calc.py")).unwrap();
+    // A wrong fix, a reflection, then the second coder call hangs: the run is killed there.
+    let wrong = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return b - a\n>>>>>>> REPLACE\n\nnotes.py\n<<<<<<< SEARCH\n=======\nNOTE = 1\n>>>>>>> REPLACE\n";
+    let reflection = r#"{"task_id": "T1", "passed": false, "report": "wrong way round", "next_step": "return a + b"}"#;
+    let model = ModelServer::start(vec![
+        openai_text(&[wrong]),
+        openai_text(&[reflection]),
+        Reply::Sse {
+            events: vec![],
+            stall_after: Some(0),
+        },
+    ]);
+    let home = tempfile::tempdir().unwrap();
+    let mut child =
+        support::in_workspace(&["run", "fix the failing tests", "--yes"], p, home.path())
+            .env("AGENT_LS_MODEL__PROVIDER", "openai")
+            .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", model.url))
+            .env("AGENT_LS_MODEL__NAME", "m")
+            .env("AGENT_LS_AGENT__EVALUATE", "false")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+    model.wait_for_requests(3);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(p.join("notes.py").exists());
+
+    let out = cli(p, &["rollback"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("did not finish"), "{said}");
+    assert_eq!(std::fs::read(p.join("calc.py")).unwrap(), original);
+    assert!(!p.join("notes.py").exists());
+    assert_eq!(git(p, &["status", "--porcelain"]), "");
+}
