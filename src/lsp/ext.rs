@@ -87,6 +87,12 @@ pub const STATUS_COMMAND: &str = "agent-ls.status";
 /// `{"step": id}` at once.
 pub const UNDO_COMMAND: &str = "agent-ls.undo";
 
+/// Command `agent-ls.rollback` `[{"run"?: id, "force"?: bool}]`: restores every file a run
+/// changed from its git checkpoint (default: the latest run with one) through
+/// workspace/applyEdit. Answers `{run_id, rolled_back}` once done, or `{run_id, refused,
+/// changed}` when files changed since the run and `force` is not set.
+pub const ROLLBACK_COMMAND: &str = "agent-ls.rollback";
+
 /// Command `agent-ls.redo`: applies the latest undone step again.
 pub const REDO_COMMAND: &str = "agent-ls.redo";
 
