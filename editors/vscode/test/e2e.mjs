@@ -245,7 +245,9 @@ try {
     await page.keyboard.type('# mine');
     await page.keyboard.press('Enter');
     await until('the typing in the editor', async () =>
-      (await page.locator('.tabs-container .tab.dirty').count()) > 0, 10000);
+      (await page.locator('.monaco-editor .view-lines', { hasText: 'def add' }).first().innerText()).replace(/\u00a0/g, ' ').includes('# mine'), 10000);
+    // The server has seen it once the buffer it holds says so (didChange is sent at once).
+    await page.waitForTimeout(500);
     await palette('Agent: Roll back run');
     // The server refuses and names the file; the modal asks a second time.
     const dialog = page.locator('.monaco-dialog-box');
