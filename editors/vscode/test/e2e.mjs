@@ -239,6 +239,19 @@ try {
     const buttons = await offered.locator('.monaco-button').allInnerTexts();
     check('the finished run offers Roll back, Commit and Create PR',
       ['Roll back', 'Commit', 'Create PR'].every((b) => buttons.includes(b)), JSON.stringify(buttons));
+    // The run's row in the Agent Runs view shows the checkpoint, with the actions inline.
+    const view = page.locator('.pane', { has: page.locator('.pane-header', { hasText: 'Agent Runs' }) });
+    const header = view.locator('.pane-header');
+    if ((await header.getAttribute('aria-expanded')) !== 'true') {
+      await header.click();
+    }
+    const runRow = view.locator('.monaco-list-row', { hasText: 'checkpoint' }).first();
+    await runRow.waitFor({ timeout: 20000 });
+    await runRow.hover();
+    const inline = await runRow.locator('.action-label').evaluateAll((els) => els.map((e) => e.getAttribute('aria-label') ?? ''));
+    check('the run view shows the checkpoint and offers the actions on its row',
+      ['Roll back run', 'Commit Run', 'Create Pull Request'].every((a) => inline.some((l) => l.includes(a))),
+      `${(await runRow.innerText()).replace(/\s+/g, ' ')} ${JSON.stringify(inline)}`);
     // The user types in calc.py after the run, and does not save.
     await page.locator('.monaco-editor .view-lines', { hasText: 'def add' }).first().click();
     await page.keyboard.press('Control+Home');
