@@ -155,6 +155,19 @@ fn a_dirty_tree_is_byte_identical_after_a_run_and_its_rollback() {
         &["rev-parse", &format!("refs/agent-ls/checkpoints/{id}")],
     );
     assert_eq!(kept.trim(), checkpoint);
+    // The journal names the checkpoint too.
+    let journal = std::fs::read_dir(p.join(".agent-ls/runs"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().contains(id))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .expect("the run's journal");
+    let line = journal
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["type"] == "checkpoint")
+        .expect("a checkpoint line in the journal");
+    assert_eq!(line["data"]["commit"], checkpoint, "{line}");
     assert_eq!(
         git(p, &["rev-parse", &format!("{checkpoint}^")]).trim(),
         before.3.lines().next().unwrap()

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use super::{Drive, Going, Shell};
 use crate::git::{self, GitError, Repo};
+use agent_ls_core::events::RunEvent;
 
 /// Where a run stands with its checkpoint.
 #[derive(Default)]
@@ -73,6 +74,10 @@ impl Drive<'_> {
                 }
                 tracing::info!(checkpoint = %checkpoint.id, "git checkpoint taken");
                 going.observer.git_checkpoint(&checkpoint.id);
+                going.observer.record(RunEvent::Checkpoint {
+                    commit: checkpoint.id.clone(),
+                    left_out: checkpoint.left_out.iter().map(|(p, _)| p.clone()).collect(),
+                });
                 going.git = GitState::Taken(repo, checkpoint.id);
             }
             Ok(Err(GitError::NotARepo(_))) => {
