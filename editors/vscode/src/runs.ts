@@ -160,6 +160,10 @@ export class Runs {
         if (p) p.step = num(d.step) ?? undefined;
         break;
       }
+      case 'checkpoint':
+        // Taken before the run's first write: the run can be rolled back from now on.
+        run.checkpoint = str(d.commit) || run.checkpoint;
+        break;
       case 'undo':
       case 'redo':
         for (const i of run.iterations) {

@@ -101,6 +101,8 @@ test("a run's end brings its checkpoint, branch and commit, and a rollback's und
   runs.add(ev(1, 'agent', 'patch', { files: ['calc.py'], diff: '--- a', review: {} }));
   runs.add(ev(1, 'agent', 'step', { step: 3, files: ['calc.py'] }));
   runs.add(ev(0, 'agent', 'finished', { status: 'done', answer: 'ok' }));
+  runs.add(ev(0, 'agent', 'checkpoint', { commit: 'abcdef0123', left_out: [] }));
+  assert.equal(runs.get('run_1')?.checkpoint, 'abcdef0123');
   const run = runs.finished({ run_id: 'run_1', status: 'done', checkpoint: 'abcdef0123', branch: null, commit: null });
   assert.equal(run.checkpoint, 'abcdef0123');
   assert.equal(run.branch, undefined);

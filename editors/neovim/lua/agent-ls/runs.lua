@@ -110,6 +110,9 @@ function R.add(e)
         break
       end
     end
+  elseif t == 'checkpoint' then
+    -- Taken before the run's first write: the run can be rolled back from now on.
+    if str(d.commit) ~= '' then run.checkpoint = str(d.commit) end
   elseif t == 'undo' or t == 'redo' then
     for _, it in ipairs(run.iterations) do
       for _, p in ipairs(it.patches) do
