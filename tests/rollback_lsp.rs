@@ -72,6 +72,11 @@ struct Setup {
 /// A committed repository, calc.py open in the editor, and a run that fixes calc.py and
 /// creates notes.py, finished.
 fn after_a_run() -> Setup {
+    after_a_run_with(Vec::new())
+}
+
+/// The same, with the server started with `env`.
+fn after_a_run_with(env: Vec<(String, String)>) -> Setup {
     let ws = example_repository();
     std::fs::write(
         ws.path().join(".replay.jsonl"),
@@ -80,7 +85,10 @@ fn after_a_run() -> Setup {
     .unwrap();
     let options = json!({"model": {"provider": "replay", "replay_file": ".replay.jsonl"}, "agent": {"approval": "auto", "evaluate": false}});
     let caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create", "delete"]}}});
-    let mut c = Client::spawn(Spawn::default());
+    let mut c = Client::spawn(Spawn {
+        env,
+        ..Default::default()
+    });
     c.initialize(ws.path(), caps, options);
     let calc = file_uri(&ws.path().join("calc.py"));
     c.open(&calc, BROKEN);
@@ -230,4 +238,26 @@ fn rollback_outside_a_repository_or_of_an_unknown_run_is_a_clear_error() {
             .contains("is not inside a git repository"),
         "{err}"
     );
+}
+
+#[test]
+fn a_panic_in_a_rollback_is_its_error_and_the_next_rollback_runs() {
+    let hooks = vec![
+        ("AGENT_LS_TEST_HOOKS".to_string(), "1".to_string()),
+        ("AGENT_LS_TEST_PANIC".to_string(), "rollback".to_string()),
+    ];
+    let mut s = after_a_run_with(hooks);
+    let err = s.c.command("agent-ls.rollback", json!({})).unwrap_err();
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed inside the rollback"),
+        "{err}"
+    );
+    let status = s.c.command("agent-ls.status", Value::Null).unwrap();
+    assert_eq!(status["active"], Value::Null, "{status}");
+    let answer = s.c.command("agent-ls.rollback", json!({})).unwrap();
+    assert!(answer["rolled_back"].is_array(), "{answer}");
+    assert_eq!(buffer(&s, &s.calc).as_deref(), Some(BROKEN));
 }

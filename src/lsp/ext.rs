@@ -31,7 +31,7 @@ pub const DEBUG_PANIC_COMMAND: &str = "agent-ls.debug.panic";
 pub const TEST_HOOKS_ENV: &str = "AGENT_LS_TEST_HOOKS";
 
 /// Test hook, honoured only with `AGENT_LS_TEST_HOOKS=1`: the kinds of job (`agent_run`,
-/// `undo`, `test_run`, `config_reload`, comma-separated) whose first job panics, so tests can
+/// `undo`, `test_run`, `config_reload`, `rollback`, comma-separated) whose first job panics, so tests can
 /// check the session reports its end and serves the next request.
 pub const TEST_PANIC_ENV: &str = "AGENT_LS_TEST_PANIC";
 
