@@ -31,8 +31,8 @@ pub const DEBUG_PANIC_COMMAND: &str = "agent-ls.debug.panic";
 pub const TEST_HOOKS_ENV: &str = "AGENT_LS_TEST_HOOKS";
 
 /// Test hook, honoured only with `AGENT_LS_TEST_HOOKS=1`: the kinds of job (`agent_run`,
-/// `undo`, `test_run`, `config_reload`, `rollback`, comma-separated) whose first job panics, so tests can
-/// check the session reports its end and serves the next request.
+/// `undo`, `test_run`, `config_reload`, `rollback`, comma-separated) whose first job panics,
+/// so tests can check the session reports its end and serves the next request.
 pub const TEST_PANIC_ENV: &str = "AGENT_LS_TEST_PANIC";
 
 /// Request `agent-ls/configuration`: the effective configuration, one entry per key with the
