@@ -166,6 +166,16 @@ fn rollback_restores_an_open_buffer_and_the_disk_and_deletes_the_created_file() 
     );
     let undo = s.c.command("agent-ls.undo", Value::Null);
     assert!(undo.is_err(), "{undo:?}");
+    // Rolling back again finds every file already at the checkpoint: no refusal, no edit.
+    s.edits.lock().unwrap().clear();
+    let again = s.c.command("agent-ls.rollback", json!({})).unwrap();
+    assert_eq!(again["rolled_back"], json!([]), "{again}");
+    assert_eq!(
+        again["already_rolled_back"].as_array().map(Vec::len),
+        Some(2),
+        "{again}"
+    );
+    assert!(s.edits.lock().unwrap().is_empty());
 }
 
 #[test]

@@ -55,8 +55,11 @@ struct Planned {
     checkpoint: String,
     interrupted: bool,
     plan: RollbackPlan,
-    /// Files whose content (buffer or disk) differs from what the run left.
+    /// Files whose content (buffer or disk) differs from what the run left, and from what the
+    /// checkpoint holds.
     changed: Vec<String>,
+    /// Files that already hold what the checkpoint has (rolled back before): left alone.
+    already: Vec<String>,
 }
 
 /// How each file of the plan goes back.
@@ -128,12 +131,21 @@ async fn rollback(
         answer["changed"] = json!(p.changed);
         return (run_id, Ok(answer));
     }
-    let ways = ways(&p.plan, &snapshot, &c);
+    let ways = ways(&p.plan, &p.already, &snapshot, &c);
     let label = format!("agent-ls: roll back run {}", p.run_id);
     match restore(&c, &p.repo, snapshot, limits, label, &ways).await {
         Ok(()) => {
-            let files: Vec<&String> = p.plan.files.iter().map(|(f, _)| f).collect();
+            let files: Vec<&String> = p
+                .plan
+                .files
+                .iter()
+                .map(|(f, _)| f)
+                .filter(|f| !p.already.contains(f))
+                .collect();
             answer["rolled_back"] = json!(files);
+            if !p.already.is_empty() {
+                answer["already_rolled_back"] = json!(p.already);
+            }
             if !ways.disk.is_empty() {
                 let on_disk: Vec<&String> = ways.disk.iter().map(|(f, _)| f).collect();
                 answer["written_on_disk"] = json!(on_disk);
@@ -176,8 +188,17 @@ fn plan(
     let plan =
         checkpoint::plan_rollback(&repo, &run.checkpoint, &run.files).map_err(|e| e.to_string())?;
     let names: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
-    let changed =
-        checkpoint::changed_since(&repo, &run.files, &names, texts).map_err(|e| e.to_string())?;
+    let already: Vec<String> = plan
+        .files
+        .iter()
+        .filter(|(f, restore)| already_restored(root, f, restore, texts))
+        .map(|(f, _)| f.clone())
+        .collect();
+    let changed = checkpoint::changed_since(&repo, &run.files, &names, texts)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|f| !already.contains(f))
+        .collect();
     Ok(Planned {
         repo,
         run_id: run.run_id,
@@ -185,13 +206,40 @@ fn plan(
         interrupted: run.interrupted,
         plan,
         changed,
+        already,
     })
 }
 
+/// Whether `path` already holds what the rollback would give it (rolled back before, or put
+/// back by hand): no conflict, and nothing to send for it.
+fn already_restored(
+    root: &Path,
+    path: &str,
+    restore: &Restore,
+    texts: &BTreeMap<String, Vec<u8>>,
+) -> bool {
+    let on_disk = root.join(path);
+    let meta = std::fs::symlink_metadata(&on_disk);
+    match restore {
+        Restore::Delete => !texts.contains_key(path) && meta.is_err(),
+        Restore::Symlink(target) => {
+            meta.is_ok_and(|m| m.file_type().is_symlink())
+                && std::fs::read_link(&on_disk).is_ok_and(|t| t.to_string_lossy() == *target)
+        }
+        Restore::File { bytes, .. } => match texts.get(path) {
+            Some(text) => text == bytes,
+            None => {
+                meta.is_ok_and(|m| m.is_file())
+                    && std::fs::read(&on_disk).is_ok_and(|b| b == *bytes)
+            }
+        },
+    }
+}
+
 /// Sorts the plan's files into the ways they go back, from the buffers and the disk now.
-fn ways(plan: &RollbackPlan, snapshot: &Snapshot, c: &Connection) -> Ways {
+fn ways(plan: &RollbackPlan, already: &[String], snapshot: &Snapshot, c: &Connection) -> Ways {
     let mut w = Ways::default();
-    for (path, restore) in &plan.files {
+    for (path, restore) in plan.files.iter().filter(|(f, _)| !already.contains(f)) {
         let Restore::File { bytes, executable } = restore else {
             match restore {
                 Restore::Delete => w.deletes.push(path.clone()),

@@ -16,6 +16,7 @@ export interface RollbackAnswer {
   changed?: string[];
   left_out?: string[];
   rolled_back?: string[];
+  already_rolled_back?: string[];
   written_on_disk?: string[];
 }
 
@@ -80,7 +81,9 @@ export async function rollback(execute: Execute, runId: string | undefined): Pro
   vscode.window.showInformationMessage(
     files.length
       ? `agent-ls: rolled back run ${answer.run_id}: ${files.join(', ')}${disk}`
-      : `agent-ls: run ${answer.run_id} changed no files`,
+      : answer.already_rolled_back?.length
+        ? `agent-ls: run ${answer.run_id} is already rolled back`
+        : `agent-ls: run ${answer.run_id} changed no files`,
   );
 }
 

@@ -234,7 +234,11 @@ function M.rollback(run, force)
       end)
       return
     end
-    notify(('rolled back run %s: %s'):format(result.run_id, listed(result.rolled_back)))
+    if type(result.rolled_back) == 'table' and #result.rolled_back == 0 then
+      notify(('run %s is already rolled back'):format(result.run_id))
+    else
+      notify(('rolled back run %s: %s'):format(result.run_id, listed(result.rolled_back)))
+    end
     vim.api.nvim_exec_autocmds('User', { pattern = 'AgentRollbackDone', data = result })
   end)
 end
