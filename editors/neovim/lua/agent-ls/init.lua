@@ -288,6 +288,8 @@ function M.status()
     if result.last ~= vim.NIL and result.last then
       table.insert(lines, ('last run %s: %s, %d iteration(s), %s'):format(
         result.last.run_id, result.last.status, result.last.iterations, result.last.answer))
+      local actions = runs.actions_line(result.last)
+      if actions then table.insert(lines, actions) end
     end
     for _, r in ipairs(result.interrupted or {}) do
       table.insert(lines, ('interrupted %s after %d iteration(s): %s (:AgentResume %s)'):format(
