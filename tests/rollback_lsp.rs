@@ -104,6 +104,8 @@ fn after_a_run_with(env: Vec<(String, String)>) -> Setup {
     assert!(done["checkpoint"].is_string(), "{done}");
     assert!(ws.path().join("notes.py").exists());
     edits.lock().unwrap().clear();
+    // What the run's own test runs said is past: a test status from here on is a new run.
+    c.notifications.clear();
     Setup {
         ws,
         c,
@@ -139,6 +141,11 @@ fn rollback_restores_an_open_buffer_and_the_disk_and_deletes_the_created_file() 
         BROKEN
     );
     assert!(!s.ws.path().join("notes.py").exists());
+    // The tests run again on the code as it is back to: add is broken there.
+    let tests = s.c.wait_notification("agent-ls/testStatus", |p| {
+        p["state"] != "running" && p["failed"].as_u64().is_some_and(|n| n > 0)
+    });
+    assert_eq!(tests["state"], "failed", "{tests}");
     // Only the changed line was edited, and the created file went with a DeleteFile.
     let edits = s.edits.lock().unwrap().clone();
     let ops: Vec<&Value> = edits

@@ -93,10 +93,12 @@ pub enum AgentMessage {
     },
     /// The run ended.
     Finished { id: String, outcome: Box<Outcome> },
-    /// A rollback ended; `rolled_back` when the run's files are back to its checkpoint.
+    /// A rollback ended; `rolled_back` when the run's files are back to its checkpoint,
+    /// `changed` when that changed any file.
     RollbackFinished {
         run_id: Option<String>,
         rolled_back: bool,
+        changed: bool,
     },
     /// An undo (or redo) ended.
     UndoFinished {

@@ -87,12 +87,13 @@ pub fn spawn_rollback(r: RollbackStart) {
             Err(why) => (None, Err(Refused::Failed(why))),
         };
         drop(lock);
-        let rolled_back = answer
-            .as_ref()
-            .is_ok_and(|v| v.get("rolled_back").is_some());
+        let files = answer.as_ref().ok().and_then(|v| v.get("rolled_back"));
         report(AgentMessage::RollbackFinished {
             run_id,
-            rolled_back,
+            rolled_back: files.is_some(),
+            changed: files
+                .and_then(|f| f.as_array())
+                .is_some_and(|f| !f.is_empty()),
         });
         let _ = reply.send(answer);
     });

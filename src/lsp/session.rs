@@ -676,7 +676,8 @@ impl Session {
             AgentMessage::RollbackFinished {
                 run_id,
                 rolled_back,
-            } => self.rollback_finished(run_id, rolled_back),
+                changed,
+            } => self.rollback_finished(run_id, rolled_back, changed),
             AgentMessage::UndoFinished {
                 step,
                 redo,
@@ -865,13 +866,21 @@ impl Session {
         });
     }
 
-    /// A rollback ended: the workspace is free, and a rolled-back run's steps are undone.
-    fn rollback_finished(&mut self, run_id: Option<String>, rolled_back: bool) {
+    /// A rollback ended: the workspace is free, a rolled-back run's steps are undone, and
+    /// when files changed the tests run again, so the diagnostics (the run's last results)
+    /// describe the code as it is back to, not as the run left it.
+    fn rollback_finished(&mut self, run_id: Option<String>, rolled_back: bool, changed: bool) {
         if matches!(self.active, Some(Active::Rollback)) {
             self.active = None;
         }
         if let (Some(run_id), true) = (run_id, rolled_back) {
             self.mark_run_undone(&run_id);
+        }
+        if changed {
+            self.start_tests(Trigger::User {
+                reason: "rollback".into(),
+                command: None,
+            });
         }
     }
 
