@@ -411,3 +411,144 @@ fn pr_without_gh_pushes_and_prints_the_compare_url_and_refuses_the_default_branc
         git(p, &["rev-parse", "HEAD"])
     );
 }
+
+const BROKEN: &str = "\"\"\"A tiny calculator with a bug for the agent to fix.\"\"\"\n\n\ndef add(a, b):\n    return a - b\n\n\ndef multiply(a, b):\n    return a * b\n";
+
+/// A language server on the project (trusted by the editor) with calc.py open, edits applied
+/// as an editor applies them, the model replayed: the fix of calc.py.
+fn server(project: &Project, commit_answer: &'static str) -> support::Client {
+    let p = project.path();
+    assert_eq!(std::fs::read_to_string(p.join("calc.py")).unwrap(), BROKEN);
+    let fix = json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"});
+    std::fs::write(p.join(".replay.jsonl"), support::replay_script(&[fix])).unwrap();
+    let mut c = support::Client::spawn(support::Spawn::default());
+    c.initialize(
+        p,
+        json!({}),
+        json!({"model": {"provider": "replay", "replay_file": ".replay.jsonl"}, "agent": {"approval": "auto"}, "workspaceTrusted": true}),
+    );
+    let uri = support::file_uri(&p.join("calc.py"));
+    c.open(&uri, BROKEN);
+    let editor = std::sync::Arc::new(std::sync::Mutex::new((BROKEN.to_string(), 1)));
+    c.on_request_then("workspace/applyEdit", move |params| {
+        let mut e = editor.lock().unwrap();
+        for op in params["edit"]["documentChanges"].as_array().unwrap() {
+            if op["textDocument"]["uri"] == uri.as_str() {
+                e.0 = support::apply_lsp_edits(&e.0, op["edits"].as_array().unwrap());
+                e.1 += 1;
+            }
+        }
+        let change = json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": uri, "version": e.1}, "contentChanges": [{"text": e.0}]}});
+        (json!({"applied": true}), vec![change])
+    });
+    c.on_request("window/showMessageRequest", move |params| {
+        let message = params["message"].as_str().unwrap_or_default();
+        if message.contains("commit the run's") {
+            json!({"title": commit_answer})
+        } else {
+            params["actions"][0].clone()
+        }
+    });
+    c
+}
+
+#[test]
+fn the_editor_asks_after_a_successful_run_and_commits_on_commit() {
+    let project = Project::new(false);
+    let p = project.path();
+    users_changes(p);
+    let start = git(p, &["rev-parse", "HEAD"]);
+    let mut c = server(&project, "Commit");
+    c.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(
+        done["commit"],
+        Value::Null,
+        "asked after runFinished: {done}"
+    );
+    assert_eq!(done["branch"], "main", "{done}");
+    assert!(done["checkpoint"].is_string(), "{done}");
+    let committed = c.wait_notification("agent-ls/runCommitted", |_| true);
+    let asked = c.server_request("window/showMessageRequest");
+    assert!(
+        asked["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("commit the run's 1 file (calc.py)?"),
+        "{asked}"
+    );
+    assert_eq!(
+        asked["params"]["actions"],
+        json!([{"title": "Commit"}, {"title": "Not now"}])
+    );
+    let head = git(p, &["rev-parse", "HEAD"]);
+    assert_eq!(committed["commit"], head.trim(), "{committed}");
+    assert_eq!(committed["run_id"], done["run_id"]);
+    assert_eq!(git(p, &["rev-parse", "HEAD^"]), start);
+    assert_eq!(
+        git(p, &["show", "--name-only", "--format=", "HEAD"]).trim(),
+        "calc.py"
+    );
+    let message = git(p, &["show", "-s", "--format=%an|%B", "HEAD"]);
+    assert!(
+        message.starts_with("Ada Lovelace|fix: fix the failing tests"),
+        "{message}"
+    );
+    assert!(
+        message.contains("Co-authored-by: agent-ls <agent-ls@localhost>"),
+        "{message}"
+    );
+    let staged = git(p, &["diff", "--cached", "--name-only"]);
+    assert_eq!(
+        staged.lines().collect::<Vec<_>>(),
+        ["staged_new.py", "util.py"]
+    );
+    assert_eq!(git(p, &["diff", "--name-only"]).trim(), "other.py");
+}
+
+#[test]
+fn not_now_commits_nothing_and_the_commit_command_commits_later() {
+    let project = Project::new(false);
+    let p = project.path();
+    let start = git(p, &["rev-parse", "HEAD"]);
+    let mut c = server(&project, "Not now");
+    c.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(done["status"], "done", "{done}");
+    c.wait_until(
+        |c| {
+            c.server_requests
+                .iter()
+                .any(|r| {
+                    r["method"] == "window/showMessageRequest"
+                        && r["params"]["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("commit the run's"))
+                })
+                .then_some(())
+        },
+        "the question about committing",
+    );
+
+    let answer = c
+        .command("agent-ls.commit", json!({"run": done["run_id"]}))
+        .unwrap();
+    let head = git(p, &["rev-parse", "HEAD"]);
+    assert_eq!(answer["commit"], head.trim(), "{answer}");
+    // The only commit since the start: "Not now" made none.
+    assert_eq!(git(p, &["rev-parse", "HEAD^"]), start);
+    assert_eq!(answer["branch"], "main");
+    assert_eq!(answer["files"], json!(["calc.py"]));
+    assert_eq!(answer["subject"], "fix: fix the failing tests");
+    // Nothing left of the run's to commit: refused with the reason.
+    let again = c.command("agent-ls.commit", Value::Null).unwrap_err();
+    assert!(
+        again["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing to commit"),
+        "{again}"
+    );
+}
