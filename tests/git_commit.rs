@@ -552,3 +552,78 @@ fn not_now_commits_nothing_and_the_commit_command_commits_later() {
         "{again}"
     );
 }
+
+/// `agent-ls acp` spoken to line by line: each request's answer and the messages before it.
+struct Acp {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Acp {
+    fn request(&mut self, id: u64, method: &str, params: Value) -> (Value, Vec<Value>) {
+        use std::io::{BufRead, Write};
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.stdin, "{message}").unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "acp ended");
+            let value: Value = serde_json::from_str(&line).unwrap();
+            if value["id"] == json!(id) && value.get("method").is_none() {
+                return (value, seen);
+            }
+            seen.push(value);
+        }
+    }
+}
+
+#[test]
+fn acp_advertises_and_answers_commit() {
+    let project = Project::new(true);
+    let p = project.path();
+    let start = git(p, &["rev-parse", "HEAD"]);
+    let o = project.run_fix(&[]);
+    use std::process::Stdio;
+    let mut child = support::agent_ls(&["acp"], project.home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut acp = Acp {
+        stdin: child.stdin.take().unwrap(),
+        stdout: std::io::BufReader::new(child.stdout.take().unwrap()),
+        child,
+    };
+    acp.request(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let cwd = p.canonicalize().unwrap();
+    let (created, mut seen) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].clone();
+    let (answer, more) = acp.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "/commit"}]}),
+    );
+    seen.extend(more);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let advertised = seen.iter().any(|n| {
+        n["params"]["update"]["availableCommands"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["name"] == "commit"))
+    });
+    assert!(advertised, "{seen:?}");
+    let said: String = seen
+        .iter()
+        .filter_map(|n| n["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    let run = o["run_id"].as_str().unwrap();
+    assert!(said.contains(&format!("committed run {run}")), "{said}");
+    assert_eq!(git(p, &["rev-parse", "HEAD^"]), start);
+    drop(acp.stdin);
+    acp.child.wait().unwrap();
+}
