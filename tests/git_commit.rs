@@ -205,7 +205,7 @@ fn a_failing_pre_commit_hook_is_reported_and_nothing_is_lost_and_no_verify_skips
     let project = Project::new(true);
     let p = project.path();
     users_changes(p);
-    project.run_fix(&[]);
+    // The user's hook, there before the run.
     let hook = p.join(".git/hooks/pre-commit");
     std::fs::write(
         &hook,
@@ -214,6 +214,8 @@ fn a_failing_pre_commit_hook_is_reported_and_nothing_is_lost_and_no_verify_skips
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    project.run_fix(&[]);
     let head = git(p, &["rev-parse", "HEAD"]);
     let before = (index_state(p), git(p, &["status", "--porcelain"]));
     let calc = std::fs::read(p.join("calc.py")).unwrap();
@@ -626,4 +628,30 @@ fn acp_advertises_and_answers_commit() {
     assert_eq!(git(p, &["rev-parse", "HEAD^"]), start);
     drop(acp.stdin);
     acp.child.wait().unwrap();
+}
+
+#[test]
+fn a_hook_that_changed_after_the_run_began_is_not_run() {
+    let project = Project::new(true);
+    let p = project.path();
+    project.run_fix(&[]);
+    // As a test run could have written it: .git/ is inside the workspace.
+    let hook = p.join(".git/hooks/pre-commit");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\ntouch \"$(git rev-parse --git-dir)/planted-ran\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let head = git(p, &["rev-parse", "HEAD"]);
+    let out = project.agent(&["commit"], &[], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = stderr(&out);
+    assert!(
+        said.contains("pre-commit") && said.contains("changed after the run began"),
+        "{said}"
+    );
+    assert!(!p.join(".git/planted-ran").exists(), "the planted hook ran");
+    assert_eq!(git(p, &["rev-parse", "HEAD"]), head);
 }

@@ -31,6 +31,9 @@ pub struct CommitOptions {
     pub no_verify: bool,
     /// Commit the files as they are now even when they changed since the run.
     pub force: bool,
+    /// When the run's checkpoint was taken (Unix milliseconds): a hook changed since then is
+    /// not run, since the run's test runs could write `.git/`.
+    pub since: Option<u128>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +49,11 @@ pub enum CommitError {
         "the commit was refused (by a pre-commit or commit-msg hook, or by git); nothing was committed, and the files and the index are as they were. Its output:\n{0}"
     )]
     Refused(String),
+    #[error(
+        "the git hook(s) {} changed after the run began; a test run may write .git/, so agent-ls does not run them. Look at them, then commit with git yourself (or set git.no_verify = true)",
+        .0.join(", ")
+    )]
+    HookChanged(Vec<String>),
     #[error(transparent)]
     Git(#[from] GitError),
 }
@@ -149,6 +157,12 @@ pub fn commit(
             return Err(CommitError::ChangedSince(changed));
         }
     }
+    if let (false, Some(since)) = (opts.no_verify, opts.since) {
+        let changed = hooks_changed_since(repo, since)?;
+        if !changed.is_empty() {
+            return Err(CommitError::HookChanged(changed));
+        }
+    }
     let (take, new) = committable(repo, &files)?;
     if take.is_empty() || (new.is_empty() && same_as_head(repo, &take)?) {
         return Err(CommitError::NothingToCommit);
@@ -184,6 +198,34 @@ pub fn commit(
         files: take,
         branch: current_branch(repo),
     })
+}
+
+/// The hooks (in the folder the user's git takes them from) written at or after `since`.
+fn hooks_changed_since(repo: &Repo, since: u128) -> Result<Vec<String>, GitError> {
+    // Asked of the user's git with hooks on, so `core.hooksPath` is the user's (rev-parse
+    // runs no hook).
+    let out = repo.user_git(true).run(
+        &["rev-parse", "--path-format=absolute", "--git-path", "hooks"],
+        None,
+    )?;
+    let dir = std::path::PathBuf::from(String::from_utf8_lossy(&out).trim());
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut changed: Vec<String> = entries
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().ends_with(".sample"))
+        .filter(|e| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .is_some_and(|t| t.as_millis() > since)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    changed.sort();
+    Ok(changed)
 }
 
 /// Whether the files on disk are as HEAD has them (so a commit would be empty; said before

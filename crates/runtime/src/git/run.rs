@@ -112,12 +112,20 @@ pub async fn commit_run(
             }
         }
     };
-    let opts = CommitOptions {
-        no_verify: config.git.no_verify,
-        force,
-    };
-    let files = rec.files.clone();
-    let made = blocking(move || commit::commit(&repo, &files, &message, opts)).await?;
+    let (no_verify, files, checkpoint) = (
+        config.git.no_verify,
+        rec.files.clone(),
+        rec.checkpoint.clone(),
+    );
+    let made = blocking(move || {
+        let opts = CommitOptions {
+            no_verify,
+            force,
+            since: super::checkpoint::taken_at(&repo, &checkpoint),
+        };
+        commit::commit(&repo, &files, &message, opts)
+    })
+    .await?;
     Ok(made)
 }
 
