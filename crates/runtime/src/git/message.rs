@@ -45,7 +45,7 @@ pub struct RunReport {
     /// The first test run (the baseline) and the last.
     pub tests_before: Option<Tests>,
     pub tests_after: Option<Tests>,
-    /// The evaluator's score (0 to 10) and reason.
+    /// The evaluator's score (1 to 5) and reason.
     pub evaluation: Option<(u64, String)>,
     pub files: Vec<String>,
 }
@@ -234,7 +234,7 @@ pub fn pr_body(r: &RunReport, commit: &str) -> String {
     b.push_str(&format!("- after: {}\n", or_none(&r.tests_after)));
     if let Some((score, reason)) = &r.evaluation {
         b.push_str(&format!(
-            "\n## Evaluation\n\n{score}/10: {}\n",
+            "\n## Evaluation\n\n{score}/5: {}\n",
             reason.trim()
         ));
     }
