@@ -91,7 +91,9 @@ pub async fn on_success(cx: &GitContext, outcome: &mut Outcome, outbox: &Outbox)
     }
     match CommitMode::or_default(cx.config.git.commit, CommitMode::Ask) {
         CommitMode::Never => false,
-        CommitMode::Ask => true,
+        // Committing runs the repository's hooks, which an untrusted folder may not: asking
+        // would only lead to a refusal.
+        CommitMode::Ask => cx.trusted,
         CommitMode::OnSuccess => {
             if let Some(c) = commit_run(cx, &outcome.run_id, outbox).await {
                 outcome.commit = Some(c.id);
