@@ -419,6 +419,11 @@ const BROKEN: &str = "\"\"\"A tiny calculator with a bug for the agent to fix.\"
 /// A language server on the project (trusted by the editor) with calc.py open, edits applied
 /// as an editor applies them, the model replayed: the fix of calc.py.
 fn server(project: &Project, commit_answer: &'static str) -> support::Client {
+    server_with(project, commit_answer, json!({}))
+}
+
+/// `server` with more settings (the `git` section).
+fn server_with(project: &Project, commit_answer: &'static str, git: Value) -> support::Client {
     let p = project.path();
     assert_eq!(std::fs::read_to_string(p.join("calc.py")).unwrap(), BROKEN);
     let fix = json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"});
@@ -427,7 +432,7 @@ fn server(project: &Project, commit_answer: &'static str) -> support::Client {
     c.initialize(
         p,
         json!({}),
-        json!({"model": {"provider": "replay", "replay_file": ".replay.jsonl"}, "agent": {"approval": "auto"}, "workspaceTrusted": true}),
+        json!({"model": {"provider": "replay", "replay_file": ".replay.jsonl"}, "agent": {"approval": "auto"}, "git": git, "workspaceTrusted": true}),
     );
     let uri = support::file_uri(&p.join("calc.py"));
     c.open(&uri, BROKEN);
@@ -654,4 +659,26 @@ fn a_hook_that_changed_after_the_run_began_is_not_run() {
     );
     assert!(!p.join(".git/planted-ran").exists(), "the planted hook ran");
     assert_eq!(git(p, &["rev-parse", "HEAD"]), head);
+}
+
+#[test]
+fn on_success_in_the_editor_commits_before_run_finished_without_asking() {
+    let project = Project::new(false);
+    let p = project.path();
+    let mut c = server_with(&project, "Not now", json!({"commit": "on_success"}));
+    c.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(done["status"], "done", "{done}");
+    let head = git(p, &["rev-parse", "HEAD"]);
+    assert_eq!(done["commit"], head.trim(), "{done}");
+    assert_eq!(done["branch"], "main");
+    assert!(
+        !c.server_requests
+            .iter()
+            .any(|r| r["method"] == "window/showMessageRequest"),
+        "asked: {:?}",
+        c.server_requests
+    );
+    let message = git(p, &["show", "-s", "--format=%B", "HEAD"]);
+    assert!(message.contains("Co-authored-by: agent-ls"), "{message}");
 }
