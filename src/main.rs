@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agent_ls::cli::setup::or_exit_1;
-use agent_ls::cli::{apply, config, doctor, git, headless, runs, serve, stats, trust, undo};
+use agent_ls::cli::{
+    apply, commit, config, doctor, git, headless, runs, serve, stats, trust, undo,
+};
 use agent_ls_runtime::trust::Decision;
 use clap::{Parser, Subcommand};
 
@@ -141,6 +143,31 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Commit a run's own files (default: the latest run's) as you, with a
+    /// `Co-authored-by: agent-ls` trailer; your other changes, staged or not, stay as they
+    /// are. The message is the model's (Conventional Commits) or a plain one.
+    Commit {
+        /// The run's id (see `agent-ls runs`); default: the latest run with a checkpoint.
+        run: Option<String>,
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// The commit message, in place of the one the model writes.
+        #[arg(long, short)]
+        message: Option<String>,
+        /// Commit the run's files as they are now even if they changed since the run.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Push the branch holding a run's commit to `git.remote` and open its pull request with
+    /// gh (glab for GitLab) when on PATH; otherwise print the compare URL.
+    Pr {
+        /// The run's id (see `agent-ls runs`); default: the latest run with a checkpoint.
+        run: Option<String>,
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
     /// Drop the git checkpoints of all but the last `git.keep_checkpoints` runs.
     Gc {
         /// The project (default: the current directory).
@@ -209,5 +236,12 @@ fn main() -> ExitCode {
             force,
         } => or_exit_1(git::rollback(run, workspace, force)),
         Command::Gc { workspace } => or_exit_1(git::gc(workspace)),
+        Command::Commit {
+            run,
+            workspace,
+            message,
+            force,
+        } => or_exit_1(commit::commit(run, workspace, message, force)),
+        Command::Pr { run, workspace } => or_exit_1(commit::pr(run, workspace)),
     }
 }

@@ -8,7 +8,7 @@
 //! tool call with its diffs, each test run as an execute tool call), asks
 //! `session/request_permission` before every change, reads and writes through the client's
 //! `fs/*` methods when it offers them, and ends with the answer. `session/cancel` stops it;
-//! `/undo`, `/redo`, `/rerun` and `/status` are the session's commands; `session/load` shows a
+//! `/undo`, `/redo`, `/rerun`, `/status` and `/commit` are the session's commands; `session/load` shows a
 //! recorded run and goes on with it when it was interrupted.
 
 mod output;
@@ -70,6 +70,10 @@ fn commands() -> Vec<AvailableCommand> {
         AvailableCommand::new("redo", "Redo the step undone last"),
         AvailableCommand::new("rerun", "Run the last goal again"),
         AvailableCommand::new("status", "The recent runs of this folder"),
+        AvailableCommand::new(
+            "commit",
+            "Commit the latest run's own files as you (or /commit RUN), with a Co-authored-by: agent-ls trailer",
+        ),
     ]
 }
 
@@ -347,7 +351,7 @@ fn command_answer(command: &str, has_last: bool, root: &Path, limits: &Limits) -
     // A word like `/bogus` is a command nobody has: it starts nothing (a typo must not send
     // the model to work). A path such as `/src/app.py ...` is a goal.
     let word = command.split_whitespace().next().unwrap_or("");
-    let known = ["/undo", "/redo", "/rerun", "/status"];
+    let known = ["/undo", "/redo", "/rerun", "/status", "/commit"];
     if word.len() > 1
         && word.starts_with('/')
         && word[1..]
@@ -379,6 +383,30 @@ fn command_answer(command: &str, has_last: bool, root: &Path, limits: &Limits) -
         }
         "/rerun" if !has_last => Some("no goal to run again yet".to_string()),
         _ => None,
+    }
+}
+
+/// `/commit [RUN]`: the run's own files committed as the user (docs/git.md); what became of it.
+async fn commit(root: &Path, loaded: &config::Loaded, run: Option<String>) -> String {
+    let store = agent_ls_runtime::store::StoreThread::open(root.to_path_buf(), |_| {});
+    let models = agent_ls_runtime::model::Models::new(&loaded.config, Some(root));
+    let setting = (root, &loaded.config, loaded.trusted);
+    let made = agent_ls_runtime::git::run::commit_recorded(
+        &store,
+        setting,
+        Some(&models),
+        run,
+        (None, false),
+    )
+    .await;
+    match made {
+        Ok((id, c)) => format!(
+            "committed run {id} as {} on {}: {}",
+            &c.id[..c.id.len().min(12)],
+            c.branch.as_deref().unwrap_or("a detached HEAD"),
+            c.subject
+        ),
+        Err(e) => format!("nothing was committed: {e}"),
     }
 }
 
@@ -419,6 +447,20 @@ fn prompt(
             let answer =
                 move_through_client((conn.clone(), session_id.clone()), root, fs, limits, how)
                     .await;
+            notify(
+                &conn,
+                &session_id,
+                SessionUpdate::AgentMessageChunk(text_chunk(answer)),
+            );
+            let _ = responder.respond(PromptResponse::new(StopReason::EndTurn));
+        });
+        return Ok(());
+    }
+    if command == "/commit" || command.starts_with("/commit ") {
+        let run = command["/commit".len()..].trim();
+        let run = (!run.is_empty()).then(|| run.to_string());
+        tokio::spawn(async move {
+            let answer = commit(&root, &loaded, run).await;
             notify(
                 &conn,
                 &session_id,

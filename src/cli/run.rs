@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use agent_ls_core::agent::{self, FailureKind, Run, RunStatus};
 use agent_ls_core::edit::{FileChange, FileText};
 use agent_ls_core::text::visible;
-use agent_ls_runtime::config::{self, Approval, Inputs};
+use agent_ls_runtime::config::{self, Approval, CommitMode, Inputs};
 use agent_ls_runtime::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
 use agent_ls_runtime::files;
 use agent_ls_runtime::lock::RunLock;
@@ -285,7 +285,7 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
             path: opts.workspace.clone(),
             source,
         })?;
-    let (cfg, chosen) = configure(&root, &opts)?;
+    let (cfg, chosen, trusted) = configure(&root, &opts)?;
     let mode = match (opts.mode, cfg.agent.approval) {
         (Mode::Ask, Approval::Auto) => Mode::Yes,
         (m, _) => m,
@@ -323,11 +323,13 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
         mode,
         chosen: chosen.as_ref(),
         store: &store,
+        trusted,
     };
-    let code = runtime.block_on(drive_goal(setup, &opts, goal, resume));
+    let outcome = runtime.block_on(drive_goal(setup, &opts, goal, resume));
     // The record is written before the process says it is done.
     store.flush_blocking();
-    Ok(code)
+    report(&outcome, opts.json);
+    Ok(code_for(&outcome))
 }
 
 /// The configuration for this run: the layers, --replay, and the agent --agent names (whose
@@ -335,7 +337,7 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
 fn configure(
     root: &Path,
     opts: &Options,
-) -> Result<(config::Config, Option<drive::ChosenAgent>), Stop> {
+) -> Result<(config::Config, Option<drive::ChosenAgent>, bool), Stop> {
     let loaded = config::load(&Inputs::from_process(Some(root.to_path_buf())));
     if !loaded.errors.is_empty() {
         return Err(Stop::Config(loaded.errors));
@@ -360,7 +362,7 @@ fn configure(
     if let Some(a) = chosen.as_ref().and_then(|c| c.approval) {
         cfg.agent.approval = a;
     }
-    Ok((cfg, chosen))
+    Ok((cfg, chosen, loaded.trusted))
 }
 
 /// A goal that is not for the agent: a command to run, the status to print, or undo (which
@@ -393,10 +395,13 @@ struct Setup<'a> {
     mode: Mode,
     chosen: Option<&'a drive::ChosenAgent>,
     store: &'a StoreThread,
+    /// The folder is trusted: committing may run its git hooks.
+    trusted: bool,
 }
 
-/// The agent's loop on the goal (or on the resumed run), to its outcome's exit code.
-async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<Resume>) -> u8 {
+/// The agent's loop on the goal (or on the resumed run), to its outcome (its files committed
+/// when it succeeded and `git.commit = "on_success"`).
+async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<Resume>) -> Outcome {
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
     let models = Models::new(s.cfg, Some(s.root));
@@ -443,8 +448,22 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
         outcome.status = RunStatus::Proposed;
         outcome.answer = diff;
     }
-    report(&outcome, opts.json);
-    code_for(&outcome)
+    // `agent-ls run` has no one to ask after the run: unset, it does not commit.
+    let mode = CommitMode::or_default(s.cfg.git.commit, CommitMode::Never);
+    if mode == CommitMode::OnSuccess
+        && outcome.status == RunStatus::Done
+        && outcome.checkpoint.is_some()
+    {
+        let setting = (s.root, s.cfg, s.trusted);
+        let run_id = outcome.run_id.clone();
+        if let Some((id, branch)) =
+            super::commit::commit_after_run(s.store, setting, &models, &run_id).await
+        {
+            outcome.commit = Some(id);
+            outcome.branch = branch.or(outcome.branch);
+        }
+    }
+    outcome
 }
 
 /// A goal that names a command ("run `make lint`"): run it like the tests (allowlist,

@@ -25,6 +25,7 @@ use tracing::{info, warn};
 
 use super::Report;
 use super::ext;
+use super::git_commands;
 use super::jobs;
 use super::outbox::Outbox;
 use super::session::Refused;
@@ -192,12 +193,14 @@ pub struct StartRun {
     pub agent: Option<drive::ChosenAgent>,
     /// Held until the run ends: one run per workspace.
     pub lock: RunLock,
+    /// What committing the run's files needs (`git.commit`), when there is a store.
+    pub git: Option<git_commands::GitContext>,
 }
 
 /// Runs the loop to its end on a task of its own; the outcome goes back to the session. The
 /// loop runs under the panic guard: a panic ends the run "failed" with the panic's message,
 /// and the session still hears of the end, so it is never left busy.
-pub fn spawn(s: StartRun) {
+pub fn spawn(mut s: StartRun) {
     tokio::spawn(async move {
         let started = Instant::now();
         let (id, goal, c, store) = (
@@ -206,33 +209,36 @@ pub fn spawn(s: StartRun) {
             s.connection.clone(),
             s.store.clone(),
         );
+        let git = s.git.take();
         let progress = begin_progress(&c, &id, &goal).await;
-        let outcome = match jobs::caught(jobs::Kind::AgentRun, drive_run(s, progress.clone())).await
-        {
-            Ok(outcome) => outcome,
-            Err(why) => {
-                // The store would list the run as interrupted, and offer to resume what panicked.
-                if let Some(store) = store {
-                    let (id, why) = (id.clone(), why.clone());
-                    store.send("a failed run", move |s| {
-                        s.run_finished(&id, RunStatus::Failed, 0, None, &why)
-                    });
+        let mut outcome =
+            match jobs::caught(jobs::Kind::AgentRun, drive_run(s, progress.clone())).await {
+                Ok(outcome) => outcome,
+                Err(why) => {
+                    // The store would list the run as interrupted, and offer to resume what panicked.
+                    if let Some(store) = store {
+                        let (id, why) = (id.clone(), why.clone());
+                        store.send("a failed run", move |s| {
+                            s.run_finished(&id, RunStatus::Failed, 0, None, &why)
+                        });
+                    }
+                    Outcome {
+                        run_id: id.clone(),
+                        status: RunStatus::Failed,
+                        answer: why,
+                        iterations: 0,
+                        files_changed: Vec::new(),
+                        tests: Default::default(),
+                        tokens: 0,
+                        duration_ms: started.elapsed().as_millis() as u64,
+                        cost_usd: None,
+                        checkpoint: None,
+                        commit: None,
+                        branch: None,
+                        failure_kind: None,
+                    }
                 }
-                Outcome {
-                    run_id: id.clone(),
-                    status: RunStatus::Failed,
-                    answer: why,
-                    iterations: 0,
-                    files_changed: Vec::new(),
-                    tests: Default::default(),
-                    tokens: 0,
-                    duration_ms: started.elapsed().as_millis() as u64,
-                    cost_usd: None,
-                    checkpoint: None,
-                    failure_kind: None,
-                }
-            }
-        };
+            };
         match progress {
             Some(token) => c.outbox.progress(
                 token,
@@ -250,11 +256,27 @@ pub fn spawn(s: StartRun) {
                 ),
             ),
         }
+        // With git.commit = "on_success" the files are committed before runFinished; with
+        // "ask" the question comes after it, so an unanswered one keeps nothing waiting.
+        let ask = match &git {
+            Some(cx) => {
+                let committing = git_commands::on_success(cx, &mut outcome, &c.outbox);
+                jobs::caught(jobs::Kind::AgentRun, committing)
+                    .await
+                    .unwrap_or(false)
+            }
+            None => false,
+        };
         info!(run = %id, status = outcome.status.as_str(), ms = started.elapsed().as_millis() as u64, "agent run finished");
+        let ended = outcome.clone();
         (c.report)(AgentMessage::Finished {
             id,
             outcome: Box::new(outcome),
         });
+        if let (true, Some(cx)) = (ask, &git) {
+            let asked = git_commands::ask(cx, &ended, &c.outbox);
+            let _ = jobs::caught(jobs::Kind::AgentRun, asked).await;
+        }
     });
 }
 

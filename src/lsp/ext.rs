@@ -65,6 +65,20 @@ pub const CANCEL_COMMAND: &str = "agent-ls.cancel";
 /// Notification `agent-ls/runFinished`: an agent run ended, with its outcome.
 pub const RUN_FINISHED: &str = "agent-ls/runFinished";
 
+/// Notification `agent-ls/runCommitted`: a run's files were committed after its end (the
+/// user answered "Commit"): `{run_id, commit, branch, subject, files}`.
+pub const RUN_COMMITTED: &str = "agent-ls/runCommitted";
+
+/// Command `agent-ls.commit` `[{"run": id}?]`: commits the run's own files (default: the
+/// latest run's) as the user, with a Co-authored-by trailer. Returns
+/// `{run_id, commit, branch, subject, files}` once committed.
+pub const COMMIT_COMMAND: &str = "agent-ls.commit";
+
+/// Command `agent-ls.pr` `[{"run": id}?]`: pushes the branch holding the run's commit to
+/// `git.remote` and opens its pull request with gh or glab. Returns
+/// `{branch, base, push_command, opened_with, url, compare_url}`.
+pub const PR_COMMAND: &str = "agent-ls.pr";
+
 /// Command `agent-ls.run` `{goal, uri?, range?}`: starts an agent run; returns `{run_id}` at once.
 /// A goal that names a command ("undo", "status", "run `make lint`") is done instead and
 /// answered with `{routed, ...}`.

@@ -8,6 +8,7 @@
 pub mod agent_runs;
 pub mod convert;
 pub mod ext;
+pub mod git_commands;
 pub mod jobs;
 mod json_text;
 pub mod outbox;
@@ -233,6 +234,8 @@ impl Backend {
             ext::REDO_COMMAND,
             ext::RESUME_COMMAND,
             ext::ROLLBACK_COMMAND,
+            ext::COMMIT_COMMAND,
+            ext::PR_COMMAND,
             ext::RERUN_TESTS_COMMAND,
             ext::CANCEL_COMMAND,
         ]
@@ -260,6 +263,25 @@ impl Backend {
             .await
             .map_err(internal)?
             .map_err(refused)
+    }
+
+    /// agent-ls.commit and agent-ls.pr, done on this request's task.
+    async fn git_command(&self, pr: bool, run: Option<String>) -> Result<serde_json::Value> {
+        let cx = self
+            .session
+            .query(|s| s.git_context())
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| {
+                Error::invalid_request()
+                    .tap_message("agent-ls needs a workspace folder and its store for git".into())
+            })?;
+        let done = if pr {
+            git_commands::pr(cx, run).await
+        } else {
+            git_commands::commit(cx, run).await
+        };
+        done.map_err(refused)
     }
 
     /// agent-ls.status: the session's view and the interrupted runs, which the store knows.
@@ -565,6 +587,24 @@ impl LanguageServer for Backend {
                         })?,
                     };
                     self.rollback(args).await.map(Some)
+                }
+                ext::COMMIT_COMMAND | ext::PR_COMMAND => {
+                    let run = match params.arguments.first() {
+                        None | Some(serde_json::Value::Null) => None,
+                        Some(v) => match v.get("run") {
+                            None | Some(serde_json::Value::Null) => None,
+                            Some(serde_json::Value::String(r)) => Some(r.clone()),
+                            Some(_) => {
+                                return Err(Error::invalid_params(format!(
+                                    "{} takes no argument or {{\"run\": id}}",
+                                    params.command
+                                )));
+                            }
+                        },
+                    };
+                    self.git_command(params.command == ext::PR_COMMAND, run)
+                        .await
+                        .map(Some)
                 }
                 ext::STATUS_COMMAND => self.status().await.map(Some),
                 ext::RERUN_TESTS_COMMAND => {

@@ -365,6 +365,16 @@ impl Session {
     }
 
     /// The id of the run in progress, which is not interrupted though the store says running.
+    /// What a run's commit or pull request needs (none without a folder or a store).
+    pub fn git_context(&self) -> Option<super::git_commands::GitContext> {
+        Some(super::git_commands::GitContext {
+            root: self.workspace_root.clone()?,
+            config: self.config.config.clone(),
+            trusted: self.config.trusted,
+            store: self.store.clone()?,
+        })
+    }
+
     pub fn active_run(&self) -> Option<String> {
         match &self.active {
             Some(Active::Run { id, .. }) => Some(id.clone()),
@@ -956,6 +966,7 @@ impl Session {
             cancel: cancel.clone(),
             decisions: decisions_tx,
         });
+        let git = self.git_context();
         agent_runs::spawn(agent_runs::StartRun {
             id: id.clone(),
             goal,
@@ -967,6 +978,7 @@ impl Session {
             resume,
             agent,
             lock,
+            git,
         });
         Ok(id)
     }

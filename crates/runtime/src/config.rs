@@ -40,11 +40,14 @@ pub const TRUSTED_KEYS: &[&str] = &[
     "agent.approval",
     "log.file",
     "sandbox",
+    "git.commit",
+    "git.remote",
 ];
 
-/// Keys a workspace file never sets, trusted or not: which secrets reach test processes, and
-/// whether commands run without the sandbox, are the user's own choices.
-pub const USER_ONLY_KEYS: &[&str] = &["test.env_allow", "sandbox.mode"];
+/// Keys a workspace file never sets, trusted or not: which secrets reach test processes,
+/// whether commands run without the sandbox, and whether the user's git hooks are skipped,
+/// are the user's own choices.
+pub const USER_ONLY_KEYS: &[&str] = &["test.env_allow", "sandbox.mode", "git.no_verify"];
 
 /// What to tell the user about the workspace keys that were left out.
 pub fn untrusted_message(keys: &[String], trusted: bool) -> String {
@@ -199,7 +202,7 @@ impl Default for ContextConfig {
     }
 }
 
-/// Git checkpoints (docs/git.md).
+/// Git checkpoints, commits and pull requests (docs/git.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GitConfig {
@@ -207,6 +210,13 @@ pub struct GitConfig {
     pub checkpoints: bool,
     /// How many runs' checkpoints are kept; older ones are dropped (and by `agent-ls gc`).
     pub keep_checkpoints: usize,
+    /// Whether a successful run's files are committed. Unset, the front end decides: the
+    /// editor asks, `agent-ls run` does not commit (`CommitMode::or_default`).
+    pub commit: Option<CommitMode>,
+    /// Commit without running the repository's pre-commit and commit-msg hooks.
+    pub no_verify: bool,
+    /// The remote `agent-ls pr` pushes to.
+    pub remote: String,
 }
 
 impl Default for GitConfig {
@@ -214,7 +224,28 @@ impl Default for GitConfig {
         GitConfig {
             checkpoints: true,
             keep_checkpoints: 50,
+            commit: None,
+            no_verify: false,
+            remote: "origin".into(),
         }
+    }
+}
+
+/// When a successful run's files are committed (`git.commit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommitMode {
+    Never,
+    /// Ask the user after each successful run (the editor); `agent-ls run` has no one to ask
+    /// after the run, so there it is `never`.
+    Ask,
+    OnSuccess,
+}
+
+impl CommitMode {
+    /// The mode in effect: the configured one, or the front end's own default when unset.
+    pub fn or_default(configured: Option<CommitMode>, front_end: CommitMode) -> CommitMode {
+        configured.unwrap_or(front_end)
     }
 }
 

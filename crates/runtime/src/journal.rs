@@ -51,15 +51,7 @@ impl Journal {
     /// Opens a run's existing journal to go on with it (a resumed run); a new one when it is
     /// gone.
     pub fn append(root: &Path, run_id: &str) -> Journal {
-        let dir = root.join(DIR);
-        let suffix = format!("-{run_id}.jsonl");
-        let existing = std::fs::read_dir(&dir).ok().and_then(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| p.to_string_lossy().ends_with(&suffix))
-        });
-        match existing.map(|p| (OpenOptions::new().append(true).open(&p), p)) {
+        match path_of(root, run_id).map(|p| (OpenOptions::new().append(true).open(&p), p)) {
             Some((Ok(mut f), path)) => {
                 // A run killed mid-write may have left a torn last line: the resumed run's
                 // lines start on a line of their own.
@@ -108,6 +100,17 @@ impl Journal {
             self.file = None;
         }
     }
+}
+
+/// The journal of run `run_id` under `root`, if it has one.
+pub fn path_of(root: &Path, run_id: &str) -> Option<PathBuf> {
+    let suffix = format!("-{run_id}.jsonl");
+    std::fs::read_dir(root.join(DIR)).ok().and_then(|entries| {
+        entries
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with(&suffix))
+    })
 }
 
 /// A journal's summary for `agent-ls runs`.

@@ -32,7 +32,7 @@ pub enum StoreError {
 
 /// The store's schema, one migration per version: `MIGRATIONS[n]` takes a store from
 /// `user_version` n to n + 1, in one transaction.
-const MIGRATIONS: [&str; 6] = [
+const MIGRATIONS: [&str; 7] = [
     "CREATE TABLE IF NOT EXISTS steps (
         id INTEGER PRIMARY KEY,
         run_id TEXT NOT NULL,
@@ -92,6 +92,8 @@ const MIGRATIONS: [&str; 6] = [
     // (JSON: path to blob id, or null for a deleted file), for `agent-ls diff` and `rollback`.
     "ALTER TABLE runs ADD COLUMN git_checkpoint TEXT;
      ALTER TABLE runs ADD COLUMN git_files TEXT;",
+    // The commit made of the run's files (`agent-ls commit`), which `agent-ls pr` pushes.
+    "ALTER TABLE runs ADD COLUMN git_commit TEXT;",
 ];
 
 impl Store {
@@ -297,6 +299,27 @@ impl Store {
             params![run_id, files],
         )?;
         Ok(())
+    }
+
+    /// The commit made of the run's files.
+    pub fn git_commit(&self, run_id: &str, commit: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE runs SET git_commit = ?2 WHERE run_id = ?1",
+            params![run_id, commit],
+        )?;
+        Ok(())
+    }
+
+    /// The commit made of the run's files, if one was.
+    pub fn git_commit_of(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT git_commit FROM runs WHERE run_id = ?1")?;
+        let mut rows = stmt.query(params![run_id])?;
+        match rows.next()? {
+            Some(r) => Ok(r.get(0)?),
+            None => Ok(None),
+        }
     }
 
     /// A run with a git checkpoint (`run_id`, or the latest one): its id, checkpoint and

@@ -92,22 +92,37 @@ impl Drive<'_> {
         }
     }
 
-    /// At the run's end: what it left in each file it changed, recorded with the run.
-    pub(super) async fn record_run_files(&self, going: &mut Going<'_>, files: &[String]) {
+    /// At the run's end: what it left in each file it changed, recorded with the run. Returns
+    /// the branch the repository is on.
+    pub(super) async fn record_run_files(
+        &self,
+        going: &mut Going<'_>,
+        files: &[String],
+    ) -> Option<String> {
         let GitState::Taken(repo, _) = &going.git else {
-            return;
+            return None;
         };
         let (repo, files) = (repo.clone(), files.to_vec());
-        let now =
-            tokio::task::spawn_blocking(move || git::checkpoint::files_now(&repo, &files)).await;
+        let now = tokio::task::spawn_blocking(move || {
+            let branch = git::commit::current_branch(&repo);
+            (git::checkpoint::files_now(&repo, &files), branch)
+        })
+        .await;
+        let (now, branch) = match now {
+            Ok((now, branch)) => (now, branch),
+            Err(e) => {
+                tracing::warn!("the run's files could not be recorded: {e}");
+                return None;
+            }
+        };
         match now {
-            Ok(Ok(now)) => match serde_json::to_string(&now) {
+            Ok(now) => match serde_json::to_string(&now) {
                 Ok(json) => going.observer.git_files(json),
                 Err(e) => tracing::warn!("the run's files could not be recorded: {e}"),
             },
-            Ok(Err(e)) => tracing::warn!("the run's files could not be recorded: {e}"),
             Err(e) => tracing::warn!("the run's files could not be recorded: {e}"),
         }
+        branch
     }
 }
 

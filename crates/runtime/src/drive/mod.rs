@@ -115,6 +115,12 @@ pub struct Outcome {
     /// `agent-ls diff` and `agent-ls rollback` work from it.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub checkpoint: Option<String>,
+    /// The commit made of the run's files when it ended (`git.commit`), else null.
+    #[serde(default)]
+    pub commit: Option<String>,
+    /// The branch the run's repository is on (null: no checkpoint, or a detached HEAD).
+    #[serde(default)]
+    pub branch: Option<String>,
     /// Why a failed run failed, when the cause has a kind of its own.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub failure_kind: Option<FailureKind>,
@@ -353,7 +359,7 @@ impl Drive<'_> {
         phase: agent::Phase,
         answer: String,
     ) -> Outcome {
-        self.record_run_files(&mut going, &run.files_changed).await;
+        let branch = self.record_run_files(&mut going, &run.files_changed).await;
         let checkpoint = going.git.id();
         let Going {
             mut observer,
@@ -386,6 +392,8 @@ impl Drive<'_> {
             duration_ms: started.elapsed().as_millis() as u64,
             cost_usd: totals.cost_usd,
             checkpoint,
+            commit: None,
+            branch,
             failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
         }
     }

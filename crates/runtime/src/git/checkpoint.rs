@@ -211,6 +211,16 @@ pub fn list(repo: &Repo) -> Result<Vec<(String, String, u128)>, GitError> {
     Ok(refs)
 }
 
+/// When a checkpoint was taken (Unix milliseconds, from its message).
+pub fn taken_at(repo: &Repo, checkpoint: &str) -> Option<u128> {
+    let out = repo
+        .git(None)
+        .run(&["show", "-s", "--format=%s", checkpoint], None)
+        .ok()?;
+    let subject = String::from_utf8_lossy(&out);
+    subject.trim().rsplit(' ').next()?.parse().ok()
+}
+
 /// Drops every checkpoint ref but the newest `keep`: the names of the runs dropped.
 pub fn gc(repo: &Repo, keep: usize) -> Result<Vec<String>, GitError> {
     let old: Vec<_> = list(repo)?.into_iter().skip(keep).collect();

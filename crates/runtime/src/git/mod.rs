@@ -4,6 +4,10 @@
 //! not trusted (docs/security.md). `checkpoint` builds on it.
 
 pub mod checkpoint;
+pub mod commit;
+pub mod message;
+pub mod pr;
+pub mod run;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -12,6 +16,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 pub use checkpoint::{Checkpoint, Restore, RollbackPlan, RunFiles};
+pub use commit::{CommitError, Committed};
 
 /// The oldest git that has everything used here (`--attr-source`, which reads attributes from
 /// an empty tree so no filter or line-ending conversion applies, is 2.40's).
@@ -138,6 +143,21 @@ impl Repo {
             index: index.map(Path::to_path_buf),
             attr_source: Some(self.empty_tree.clone()),
             filters: self.filters.clone(),
+            user: None,
+        }
+    }
+
+    /// A git call as the user's own `git` would make it, for the commands the user asked for
+    /// (commit, push) in a folder they trust: their hooks (unless `hooks` is false), filters,
+    /// attributes, credential helpers and ssh command apply, and the author and committer are
+    /// theirs. It still never waits on a person: no pager, editor or terminal prompt.
+    pub fn user_git(&self, hooks: bool) -> Git {
+        Git {
+            dir: self.top.clone(),
+            index: None,
+            attr_source: None,
+            filters: Vec::new(),
+            user: Some(UserMode { hooks }),
         }
     }
 
@@ -156,7 +176,42 @@ pub struct Git {
     index: Option<PathBuf>,
     attr_source: Option<String>,
     filters: Vec<String>,
+    /// Run as the user's own git (`Repo::user_git`), not with the repository's programs off.
+    user: Option<UserMode>,
 }
+
+/// What a call made as the user's own git keeps of the safe call's overrides.
+#[derive(Debug, Clone, Copy)]
+struct UserMode {
+    /// Run the repository's hooks.
+    hooks: bool,
+}
+
+/// Overrides every call gets, the user's own included: nothing waits on a person.
+const ALWAYS: &[&str] = &[
+    "core.fsmonitor=false",
+    "core.pager=cat",
+    "core.editor=true",
+    "core.askPass=true",
+    "core.untrackedCache=false",
+    "diff.noprefix=false",
+    "diff.mnemonicPrefix=false",
+    "commit.gpgSign=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "advice.addEmbeddedRepo=false",
+];
+
+/// Overrides of the safe calls only: the repository's programs, its attributes and line
+/// ending conversion off, and no network.
+const SAFE: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "core.sshCommand=false",
+    "core.attributesFile=/dev/null",
+    "core.autocrlf=false",
+    "core.safecrlf=false",
+    "protocol.allow=never",
+];
 
 impl Git {
     fn plain(dir: &Path) -> Git {
@@ -165,6 +220,7 @@ impl Git {
             index: None,
             attr_source: None,
             filters: Vec::new(),
+            user: None,
         }
     }
 
@@ -172,26 +228,13 @@ impl Git {
         let mut c = Command::new("git");
         c.current_dir(&self.dir);
         // Settings of the repository that would run a program of its choosing, or wait on a
-        // person, are overridden on every call.
-        for setting in [
-            "core.fsmonitor=false",
-            "core.hooksPath=/dev/null",
-            "core.pager=cat",
-            "core.editor=true",
-            "core.askPass=true",
-            "core.sshCommand=false",
-            "core.attributesFile=/dev/null",
-            "core.autocrlf=false",
-            "core.safecrlf=false",
-            "core.untrackedCache=false",
-            "diff.noprefix=false",
-            "diff.mnemonicPrefix=false",
-            "commit.gpgSign=false",
-            "gc.auto=0",
-            "maintenance.auto=false",
-            "advice.addEmbeddedRepo=false",
-            "protocol.allow=never",
-        ] {
+        // person, are overridden on every call (the user's own calls keep their programs).
+        let safe = match self.user {
+            None => SAFE,
+            Some(UserMode { hooks: false }) => &SAFE[..1],
+            Some(UserMode { hooks: true }) => &[],
+        };
+        for setting in ALWAYS.iter().chain(safe) {
             c.args(["-c", setting]);
         }
         for name in &self.filters {
@@ -210,10 +253,11 @@ impl Git {
             "GIT_INDEX_FILE",
             "GIT_OBJECT_DIRECTORY",
             "GIT_EXTERNAL_DIFF",
-            "GIT_SSH",
-            "GIT_SSH_COMMAND",
         ] {
             c.env_remove(var);
+        }
+        if self.user.is_none() {
+            c.env_remove("GIT_SSH").env_remove("GIT_SSH_COMMAND");
         }
         if let Some(index) = &self.index {
             c.env("GIT_INDEX_FILE", index);
@@ -222,12 +266,14 @@ impl Git {
             .env("PAGER", "cat")
             .env("GIT_EDITOR", "true")
             .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_OPTIONAL_LOCKS", "0")
-            .env("LC_ALL", "C")
-            .env("GIT_AUTHOR_NAME", "agent-ls")
-            .env("GIT_AUTHOR_EMAIL", "agent-ls@localhost")
-            .env("GIT_COMMITTER_NAME", "agent-ls")
-            .env("GIT_COMMITTER_EMAIL", "agent-ls@localhost");
+            .env("LC_ALL", "C");
+        if self.user.is_none() {
+            c.env("GIT_OPTIONAL_LOCKS", "0")
+                .env("GIT_AUTHOR_NAME", "agent-ls")
+                .env("GIT_AUTHOR_EMAIL", "agent-ls@localhost")
+                .env("GIT_COMMITTER_NAME", "agent-ls")
+                .env("GIT_COMMITTER_EMAIL", "agent-ls@localhost");
+        }
         crate::child::start_clean(&mut c);
         c
     }
@@ -252,60 +298,65 @@ impl Git {
 
     /// Runs `git args` within the time bound: its exit code, standard output and error.
     pub fn status(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<Ended, GitError> {
-        let mut cmd = self.command(args);
-        cmd.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => GitError::Missing,
-            _ => GitError::Io(e),
-        })?;
-        let pid = child.id();
-        let input = stdin.map(<[u8]>::to_vec);
-        let mut pipe_in = child.stdin.take();
-        let mut pipe_out = child.stdout.take();
-        let mut pipe_err = child.stderr.take();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let writer = std::thread::spawn(move || {
-                if let (Some(p), Some(i)) = (pipe_in.as_mut(), input) {
-                    let _ = p.write_all(&i);
-                }
-                drop(pipe_in);
-            });
-            let errs = std::thread::spawn(move || {
-                let mut e = Vec::new();
-                if let Some(p) = pipe_err.as_mut() {
-                    let _ = p.read_to_end(&mut e);
-                }
-                e
-            });
-            let mut out = Vec::new();
-            if let Some(p) = pipe_out.as_mut() {
-                let _ = p.read_to_end(&mut out);
+        bounded(self.command(args), &args.join(" "), stdin)
+    }
+}
+
+/// Runs `cmd` within the time bound (killed after it): its exit code, standard output and
+/// error. `label` names it in a timeout's error.
+pub fn bounded(mut cmd: Command, label: &str, stdin: Option<&[u8]>) -> Result<Ended, GitError> {
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => GitError::Missing,
+        _ => GitError::Io(e),
+    })?;
+    let pid = child.id();
+    let input = stdin.map(<[u8]>::to_vec);
+    let mut pipe_in = child.stdin.take();
+    let mut pipe_out = child.stdout.take();
+    let mut pipe_err = child.stderr.take();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let writer = std::thread::spawn(move || {
+            if let (Some(p), Some(i)) = (pipe_in.as_mut(), input) {
+                let _ = p.write_all(&i);
             }
-            let _ = writer.join();
-            let err = errs.join().unwrap_or_default();
-            let status = child.wait();
-            let _ = tx.send(status.map(|s| (s.code(), out, err)));
+            drop(pipe_in);
         });
-        match rx.recv_timeout(TIMEOUT) {
-            Ok(r) => Ok(r?),
-            Err(_) => {
-                // SAFETY: kill(2) on the child we started and have not reaped (its waiter is
-                // still blocked), so the pid is still ours.
-                unsafe {
-                    libc::kill(pid as i32, libc::SIGKILL);
-                }
-                Err(GitError::Timeout {
-                    args: args.join(" "),
-                    secs: TIMEOUT.as_secs(),
-                })
+        let errs = std::thread::spawn(move || {
+            let mut e = Vec::new();
+            if let Some(p) = pipe_err.as_mut() {
+                let _ = p.read_to_end(&mut e);
             }
+            e
+        });
+        let mut out = Vec::new();
+        if let Some(p) = pipe_out.as_mut() {
+            let _ = p.read_to_end(&mut out);
+        }
+        let _ = writer.join();
+        let err = errs.join().unwrap_or_default();
+        let status = child.wait();
+        let _ = tx.send(status.map(|s| (s.code(), out, err)));
+    });
+    match rx.recv_timeout(TIMEOUT) {
+        Ok(r) => Ok(r?),
+        Err(_) => {
+            // SAFETY: kill(2) on the child we started and have not reaped (its waiter is
+            // still blocked), so the pid is still ours.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+            Err(GitError::Timeout {
+                args: label.to_string(),
+                secs: TIMEOUT.as_secs(),
+            })
         }
     }
 }
