@@ -11,9 +11,11 @@ use tokio_util::sync::CancellationToken;
 use agent_ls_core::agent::{self, FailureKind, Run, RunStatus};
 use agent_ls_core::edit::{FileChange, FileText};
 use agent_ls_core::text::visible;
-use agent_ls_runtime::config::{self, Approval, Inputs};
+use agent_ls_runtime::config::{self, Approval, Inputs, Isolation};
 use agent_ls_runtime::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
 use agent_ls_runtime::files;
+use agent_ls_runtime::git::Repo;
+use agent_ls_runtime::git::isolate::{self, IsolateError, Isolated};
 use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::model::Models;
 use agent_ls_runtime::store::StoreThread;
@@ -45,6 +47,8 @@ pub struct Options {
     pub allow_protected: bool,
     /// The agent to run the goal (--agent); the configuration's default when `None`.
     pub agent: Option<String>,
+    /// --isolated: work in a new worktree whatever `git.isolation` says.
+    pub isolated: bool,
 }
 
 /// Exit codes of `agent-ls run`.
@@ -246,15 +250,19 @@ enum Stop {
     UndoHere,
     #[error(transparent)]
     Lock(#[from] agent_ls_runtime::lock::LockError),
+    #[error("cannot isolate the run: {0}")]
+    Isolate(#[from] IsolateError),
 }
 
 impl Stop {
     fn code(&self) -> u8 {
         match self {
             Stop::Runtime(_) | Stop::Resume(_) | Stop::UndoHere => exit::FAILED,
-            Stop::Workspace { .. } | Stop::Config(_) | Stop::Agent(_) | Stop::Lock(_) => {
-                exit::CONFIG
-            }
+            Stop::Workspace { .. }
+            | Stop::Config(_)
+            | Stop::Agent(_)
+            | Stop::Lock(_)
+            | Stop::Isolate(_) => exit::CONFIG,
         }
     }
 }
@@ -306,6 +314,14 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
     let goal = resume
         .as_ref()
         .map_or(opts.goal.clone(), |(_, g, _)| g.clone());
+    let isolated = match resume {
+        Some(_) => None,
+        None if mode == Mode::DryRun => None,
+        None => isolate(&root, &cfg, opts.isolated, &goal)?,
+    };
+    // An isolated run in a worktree works there: its tools, tests, checkpoint, journal,
+    // store and lock are the worktree's (docs/git.md says why).
+    let root = isolated.as_ref().map_or(root, |i| i.root.clone());
     // One run per workspace, whoever runs it: the lock is held until this process ends.
     let _lock = RunLock::acquire(&root, &goal)?;
     let store = StoreThread::open(root.clone(), |opened| match opened {
@@ -319,6 +335,7 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
         mode,
         chosen: chosen.as_ref(),
         store: &store,
+        isolated: isolated.as_ref(),
     };
     let code = runtime.block_on(drive_goal(setup, &opts, goal, resume));
     // The record is written before the process says it is done.
@@ -389,6 +406,41 @@ struct Setup<'a> {
     mode: Mode,
     chosen: Option<&'a drive::ChosenAgent>,
     store: &'a StoreThread,
+    /// Where an isolated run works (`git.isolation`, --isolated).
+    isolated: Option<&'a Isolated>,
+}
+
+/// Starts the run on a new branch, or in a new worktree, as `git.isolation` (or --isolated)
+/// says; `None` when the run works in the checkout as it is.
+fn isolate(
+    root: &Path,
+    cfg: &config::Config,
+    worktree: bool,
+    goal: &str,
+) -> Result<Option<Isolated>, Stop> {
+    let mode = if worktree {
+        Isolation::Worktree
+    } else {
+        cfg.git.isolation
+    };
+    if mode == Isolation::None {
+        return Ok(None);
+    }
+    let repo = Repo::discover(root).map_err(IsolateError::from)?;
+    let done = if mode == Isolation::Branch {
+        isolate::start_branch(&repo, root, goal)?
+    } else {
+        isolate::add_worktree(&repo, root, goal)?
+    };
+    match &done.worktree {
+        Some(w) => eprintln!(
+            "agent-ls: working in the worktree {} on the new branch {}",
+            w.display(),
+            done.branch
+        ),
+        None => eprintln!("agent-ls: working on the new branch {}", done.branch),
+    }
+    Ok(Some(done))
 }
 
 /// The agent's loop on the goal (or on the resumed run), to its outcome's exit code.
@@ -434,6 +486,10 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
     if let Some(diff) = shell.proposed.take() {
         outcome.status = RunStatus::Proposed;
         outcome.answer = diff;
+    }
+    if let Some(i) = s.isolated {
+        outcome.branch = Some(i.branch.clone());
+        outcome.worktree = i.worktree.as_ref().map(|w| w.display().to_string());
     }
     report(&outcome, opts.json);
     code_for(&outcome)
@@ -496,6 +552,15 @@ fn report(o: &Outcome, json: bool) {
         o.tokens,
         o.duration_ms
     );
+    match (&o.branch, &o.worktree) {
+        (Some(b), Some(w)) => eprintln!(
+            "agent-ls: the run worked on branch {b} in the worktree {w} (agent-ls diff --workspace {w}; git worktree remove {w} when done)"
+        ),
+        (Some(b), None) => eprintln!(
+            "agent-ls: the run worked on branch {b} (git switch - goes back to where you were)"
+        ),
+        _ => {}
+    }
 }
 
 pub fn code_for(o: &Outcome) -> u8 {

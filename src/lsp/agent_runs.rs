@@ -222,6 +222,8 @@ pub fn spawn(s: StartRun) {
                     duration_ms: started.elapsed().as_millis() as u64,
                     cost_usd: None,
                     checkpoint: None,
+                    branch: None,
+                    worktree: None,
                     failure_kind: None,
                 }
             }

@@ -207,6 +207,21 @@ pub struct GitConfig {
     pub checkpoints: bool,
     /// How many runs' checkpoints are kept; older ones are dropped (and by `agent-ls gc`).
     pub keep_checkpoints: usize,
+    /// Where `agent-ls run` works: the checkout itself, a new branch in it, or a worktree.
+    pub isolation: Isolation,
+}
+
+/// Where a run of `agent-ls run` works (docs/git.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// In the checkout as it is.
+    #[default]
+    None,
+    /// On a new branch `agent/<slug>` from HEAD, in a clean checkout.
+    Branch,
+    /// In a new worktree under `.agent-ls/worktrees/`, on a new branch.
+    Worktree,
 }
 
 impl Default for GitConfig {
@@ -214,6 +229,7 @@ impl Default for GitConfig {
         GitConfig {
             checkpoints: true,
             keep_checkpoints: 50,
+            isolation: Isolation::None,
         }
     }
 }

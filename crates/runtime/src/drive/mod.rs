@@ -114,6 +114,13 @@ pub struct Outcome {
     /// `agent-ls diff` and `agent-ls rollback` work from it.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub checkpoint: Option<String>,
+    /// The branch an isolated run worked on (`git.isolation`, `agent-ls run --isolated`);
+    /// null when the run worked in the checkout as it was.
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// The worktree an isolated run worked in (`git.isolation = "worktree"`), else null.
+    #[serde(default)]
+    pub worktree: Option<String>,
     /// Why a failed run failed, when the cause has a kind of its own.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub failure_kind: Option<FailureKind>,
@@ -385,6 +392,8 @@ impl Drive<'_> {
             duration_ms: started.elapsed().as_millis() as u64,
             cost_usd: totals.cost_usd,
             checkpoint,
+            branch: None,
+            worktree: None,
             failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
         }
     }
