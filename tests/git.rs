@@ -155,6 +155,19 @@ fn a_dirty_tree_is_byte_identical_after_a_run_and_its_rollback() {
         &["rev-parse", &format!("refs/agent-ls/checkpoints/{id}")],
     );
     assert_eq!(kept.trim(), checkpoint);
+    // The journal names the checkpoint too.
+    let journal = std::fs::read_dir(p.join(".agent-ls/runs"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().contains(id))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .expect("the run's journal");
+    let line = journal
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["type"] == "checkpoint")
+        .expect("a checkpoint line in the journal");
+    assert_eq!(line["data"]["commit"], checkpoint, "{line}");
     assert_eq!(
         git(p, &["rev-parse", &format!("{checkpoint}^")]).trim(),
         before.3.lines().next().unwrap()
@@ -653,4 +666,46 @@ fn worktree_isolation_leaves_the_users_checkout_byte_identical() {
         diff.contains("+    return a + b") && diff.contains("b/notes.py"),
         "{diff}"
     );
+}
+
+#[test]
+fn a_run_killed_midway_is_rolled_back_from_the_steps_it_recorded() {
+    use support::model_server::{ModelServer, Reply, openai_text};
+    let ws = repository(true);
+    let p = ws.path();
+    let original = std::fs::read(p.join("calc.py")).unwrap();
+    // A wrong fix, a reflection, then the second coder call hangs: the run is killed there.
+    let wrong = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return b - a\n>>>>>>> REPLACE\n\nnotes.py\n<<<<<<< SEARCH\n=======\nNOTE = 1\n>>>>>>> REPLACE\n";
+    let reflection = r#"{"task_id": "T1", "passed": false, "report": "wrong way round", "next_step": "return a + b"}"#;
+    let model = ModelServer::start(vec![
+        openai_text(&[wrong]),
+        openai_text(&[reflection]),
+        Reply::Sse {
+            events: vec![],
+            stall_after: Some(0),
+        },
+    ]);
+    let home = tempfile::tempdir().unwrap();
+    let mut child =
+        support::in_workspace(&["run", "fix the failing tests", "--yes"], p, home.path())
+            .env("AGENT_LS_MODEL__PROVIDER", "openai")
+            .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", model.url))
+            .env("AGENT_LS_MODEL__NAME", "m")
+            .env("AGENT_LS_AGENT__EVALUATE", "false")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+    model.wait_for_requests(3);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(p.join("notes.py").exists());
+
+    let out = cli(p, &["rollback"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("did not finish"), "{said}");
+    assert_eq!(std::fs::read(p.join("calc.py")).unwrap(), original);
+    assert!(!p.join("notes.py").exists());
+    assert_eq!(git(p, &["status", "--porcelain"]), "");
 }

@@ -646,12 +646,18 @@ async fn run(
     };
     let store = StoreThread::open(root.clone(), |_| {});
     let models = Models::new(&config, Some(&root));
+    // A resumed session's run goes on under the session's id.
+    let run_id = match resume {
+        Some(_) => session.clone(),
+        None => drive::new_run_id(),
+    };
     let mut shell = AcpShell {
         root: root.clone(),
         session: session.clone(),
         conn: conn.clone(),
         fs,
         goal: goal.clone(),
+        run_id: run_id.clone(),
         calls: 0,
         approved: None,
         read: Mutex::new(HashMap::new()),
@@ -694,17 +700,10 @@ async fn run(
         events: Some(&on_event),
     };
     let outcome = match resume {
-        Some(Some(mut checkpoint)) => {
-            let id = session.clone();
-            driver.resume(&mut checkpoint, &mut shell, id).await
-        }
-        Some(None) => {
+        Some(Some(mut checkpoint)) => driver.resume(&mut checkpoint, &mut shell, run_id).await,
+        Some(None) | None => {
             let mut run = drive::new_run(&config, &goal);
-            driver.run(&mut run, &mut shell, session.clone()).await
-        }
-        None => {
-            let mut run = drive::new_run(&config, &goal);
-            driver.run(&mut run, &mut shell, drive::new_run_id()).await
+            driver.run(&mut run, &mut shell, run_id).await
         }
     };
     store.flush_blocking();
@@ -874,6 +873,8 @@ struct AcpShell {
     conn: ConnectionTo<Client>,
     fs: ClientFs,
     goal: String,
+    /// The run's id, which its steps carry (a rollback of an interrupted run finds them by it).
+    run_id: String,
     /// Tool calls made so far, for their ids.
     calls: u32,
     /// The approved change's tool call, completed once it is applied.
@@ -1046,7 +1047,7 @@ impl Shell for AcpShell {
                 read.insert(c.path.clone(), c.new_text.clone());
             }
         }
-        let step = agent_ls_runtime::steps::record(&self.root, placed, "acp", &self.goal)
+        let step = agent_ls_runtime::steps::record(&self.root, placed, &self.run_id, &self.goal)
             .map_err(|e| ApplyError::Failed(e.to_string()))?;
         if let Some(id) = self.approved.take() {
             self.update(

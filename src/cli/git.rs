@@ -5,47 +5,30 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
-
 use super::setup::{load_config, open_workspace};
-use agent_ls_runtime::drive::recorded_store;
-use agent_ls_runtime::git::checkpoint::{self, RollbackError, RunFiles};
+use agent_ls_runtime::drive::{RecordedRun, recorded_run};
+use agent_ls_runtime::git::checkpoint::{self, RollbackError};
 use agent_ls_runtime::git::{GitError, Repo};
 
-/// A recorded run's id, checkpoint and what it left in the files it changed.
-fn recorded(
-    root: &std::path::Path,
-    run: Option<&str>,
-) -> anyhow::Result<(String, String, RunFiles)> {
-    let store = recorded_store(root)?;
-    let Some((id, commit, files)) = store.git_run(run)? else {
-        match run {
-            Some(r) => {
-                bail!("run {r} has no git checkpoint (it wrote nothing, or not in a repository)")
-            }
-            None => bail!("no run has a git checkpoint here yet"),
-        }
-    };
-    let Some(files) = files else {
-        bail!(
-            "run {id} did not finish, so what it changed is not known; its checkpoint is {commit}"
-        )
-    };
-    let files: RunFiles = serde_json::from_str(&files).context("the run's files are unreadable")?;
-    Ok((id, commit, files))
-}
-
-fn repo(root: &std::path::Path) -> anyhow::Result<Repo> {
-    Ok(Repo::discover(root)?)
+/// The recorded run `run` (default: the latest with a checkpoint) and its repository.
+fn recorded(root: &std::path::Path, run: Option<&str>) -> anyhow::Result<(Repo, RecordedRun)> {
+    let repo = Repo::discover(root)?;
+    let run = recorded_run(root, &repo, run)?;
+    if run.interrupted {
+        eprintln!(
+            "agent-ls: run {} did not finish; its files are taken from the steps it recorded",
+            run.run_id
+        );
+    }
+    Ok((repo, run))
 }
 
 /// Prints the run's change (checkpoint to the files as they are now) as a unified diff.
 pub fn diff(run: Option<String>, workspace: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let root = open_workspace(workspace)?;
-    let (_, commit, files) = recorded(&root, run.as_deref())?;
-    let repo = repo(&root)?;
-    let names: Vec<String> = files.keys().cloned().collect();
-    let patch = checkpoint::diff(&repo, &commit, &names)?;
+    let (repo, run) = recorded(&root, run.as_deref())?;
+    let names: Vec<String> = run.files.keys().cloned().collect();
+    let patch = checkpoint::diff(&repo, &run.checkpoint, &names)?;
     std::io::stdout().write_all(&patch)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -57,9 +40,9 @@ pub fn rollback(
     force: bool,
 ) -> anyhow::Result<ExitCode> {
     let root = open_workspace(workspace)?;
-    let (id, commit, files) = recorded(&root, run.as_deref())?;
-    let repo = repo(&root)?;
-    match checkpoint::rollback(&repo, &commit, &files, force) {
+    let (repo, run) = recorded(&root, run.as_deref())?;
+    let id = &run.run_id;
+    match checkpoint::rollback(&repo, &run.checkpoint, &run.files, force) {
         Ok(done) if done.is_empty() => println!("run {id} changed no files"),
         Ok(done) => println!("rolled back run {id}: {}", done.join(", ")),
         Err(e @ (RollbackError::ChangedSince(_) | RollbackError::LeftOut(_))) => {

@@ -71,6 +71,8 @@ struct CliShell<'a> {
     allow_protected: bool,
     /// The plan's task the change being applied works on, for the history.
     task: String,
+    /// The run's id, which its steps carry (a rollback of an interrupted run finds them by it).
+    run_id: String,
 }
 
 impl Shell for CliShell<'_> {
@@ -146,7 +148,9 @@ impl Shell for CliShell<'_> {
         files::write_changes(self.root, &changes).map_err(|e| ApplyError::Failed(e.to_string()))?;
         // The step joins the workspace's history, so `agent-ls undo` (and the editor, on its
         // next start) can revert it; a history that cannot be written costs only that.
-        if let Err(e) = agent_ls_runtime::steps::record(self.root, changes, "run", &self.task) {
+        if let Err(e) =
+            agent_ls_runtime::steps::record(self.root, changes, &self.run_id, &self.task)
+        {
             eprintln!("agent-ls: warning: the change is written but not in the undo history: {e}");
         }
         Ok(())
@@ -452,6 +456,10 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
     if let Some(c) = s.chosen {
         c.apply(&mut run);
     }
+    let run_id = match &resume {
+        Some((id, _, _)) => id.clone(),
+        None => drive::new_run_id(),
+    };
     let mut shell = CliShell {
         root: s.root,
         mode: s.mode,
@@ -459,6 +467,7 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
         config: s.cfg,
         allow_protected: opts.allow_protected,
         task: String::new(),
+        run_id: run_id.clone(),
     };
     let on_token = |t: &str| {
         let mut err = std::io::stderr();
@@ -475,13 +484,12 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
         events: None,
     };
     let mut outcome = match resume {
-        Some((id, _, Some(checkpoint))) => {
+        Some((_, _, Some(checkpoint))) => {
             run = checkpoint;
-            driver.resume(&mut run, &mut shell, id).await
+            driver.resume(&mut run, &mut shell, run_id).await
         }
         // Interrupted before its first checkpoint: it starts over under its own id.
-        Some((id, _, None)) => driver.run(&mut run, &mut shell, id).await,
-        None => driver.run(&mut run, &mut shell, drive::new_run_id()).await,
+        Some((_, _, None)) | None => driver.run(&mut run, &mut shell, run_id).await,
     };
     if let Some(diff) = shell.proposed.take() {
         outcome.status = RunStatus::Proposed;

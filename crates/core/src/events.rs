@@ -117,6 +117,12 @@ pub enum RunEvent {
         iterations: u32,
         files_changed: Vec<String>,
     },
+    /// The working tree was recorded as a git checkpoint before the run's first write
+    /// (docs/git.md): its commit, and the untracked paths it left out.
+    Checkpoint {
+        commit: String,
+        left_out: Vec<String>,
+    },
     /// An applied change became this step of the history. Live only.
     Step {
         step: u64,
@@ -224,6 +230,7 @@ impl RunEvent {
             | RunEvent::Iteration { .. }
             | RunEvent::Patch { .. }
             | RunEvent::Finished { .. }
+            | RunEvent::Checkpoint { .. }
             | RunEvent::Step { .. } => "agent",
         }
     }
@@ -248,6 +255,7 @@ impl RunEvent {
             RunEvent::Approval { .. } => "approval",
             RunEvent::TestResult { .. } => "test_result",
             RunEvent::Finished { .. } => "finished",
+            RunEvent::Checkpoint { .. } => "checkpoint",
             RunEvent::Step { .. } => "step",
             RunEvent::Undone { redo: true, .. } => "redo",
             RunEvent::Undone { .. } => "undo",

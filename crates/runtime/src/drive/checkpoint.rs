@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use super::{Drive, Going, Shell};
 use crate::git::{self, GitError, Repo};
+use agent_ls_core::events::RunEvent;
 
 /// Where a run stands with its checkpoint.
 #[derive(Default)]
@@ -73,6 +74,10 @@ impl Drive<'_> {
                 }
                 tracing::info!(checkpoint = %checkpoint.id, "git checkpoint taken");
                 going.observer.git_checkpoint(&checkpoint.id);
+                going.observer.record(RunEvent::Checkpoint {
+                    commit: checkpoint.id.clone(),
+                    left_out: checkpoint.left_out.iter().map(|(p, _)| p.clone()).collect(),
+                });
                 going.git = GitState::Taken(repo, checkpoint.id);
             }
             Ok(Err(GitError::NotARepo(_))) => {
@@ -114,4 +119,83 @@ impl GitState {
             _ => None,
         }
     }
+}
+
+/// A recorded run's checkpoint and what it left in each file it changed: what every front end
+/// needs for `diff`, `rollback` and `commit`.
+#[derive(Debug, Clone)]
+pub struct RecordedRun {
+    pub run_id: String,
+    /// The checkpoint's commit id.
+    pub checkpoint: String,
+    /// What the run left in each file it changed.
+    pub files: git::RunFiles,
+    /// The run did not finish: its files are known from its recorded steps instead.
+    pub interrupted: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordedRunError {
+    #[error(transparent)]
+    Resume(#[from] super::ResumeError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("run {0} has no git checkpoint (it wrote nothing, or not in a git repository)")]
+    NoCheckpoint(String),
+    #[error("no run has a git checkpoint here yet")]
+    NoneYet,
+    #[error("the files run {0} changed are unreadable in the store: {1}")]
+    Unreadable(String, serde_json::Error),
+    #[error(transparent)]
+    Git(#[from] GitError),
+}
+
+/// The run `run` (default: the latest with a checkpoint) in the workspace at `root`. A run
+/// that did not finish (killed, or the machine went down) has no record of what it left, so
+/// that is rebuilt from the steps it recorded: the text each file had after its last step
+/// that was not undone.
+pub fn recorded_run(
+    root: &std::path::Path,
+    repo: &Repo,
+    run: Option<&str>,
+) -> Result<RecordedRun, RecordedRunError> {
+    let store = super::recorded_store(root)?;
+    let Some((run_id, checkpoint, files)) = store.git_run(run)? else {
+        return Err(match run {
+            Some(r) => RecordedRunError::NoCheckpoint(r.to_string()),
+            None => RecordedRunError::NoneYet,
+        });
+    };
+    if let Some(files) = files {
+        let files = serde_json::from_str(&files)
+            .map_err(|e| RecordedRunError::Unreadable(run_id.clone(), e))?;
+        return Ok(RecordedRun {
+            run_id,
+            checkpoint,
+            files,
+            interrupted: false,
+        });
+    }
+    let mut last: std::collections::BTreeMap<String, String> = Default::default();
+    for (step, undone) in store.load_steps()? {
+        if step.run_id != run_id || undone {
+            continue;
+        }
+        for change in step.changes {
+            last.insert(change.path, change.new_text);
+        }
+    }
+    let mut files = git::RunFiles::new();
+    for (path, text) in last {
+        let id = repo
+            .git(None)
+            .run_in(&["hash-object", "--no-filters", "--stdin"], text.as_bytes())?;
+        files.insert(path, Some(String::from_utf8_lossy(&id).trim().to_string()));
+    }
+    Ok(RecordedRun {
+        run_id,
+        checkpoint,
+        files,
+        interrupted: true,
+    })
 }

@@ -23,6 +23,7 @@ use crate::trust::Review;
 use agent_ls_core::agent::{self, Effect, Event, FailureKind, Run, RunStatus};
 use agent_ls_core::edit::{self, FileChange, FileText};
 use agent_ls_core::events::{LiveEvent, RunEvent};
+pub use checkpoint::{RecordedRun, RecordedRunError, recorded_run};
 use observer::Observer;
 pub use setup::{
     AgentError, ChosenAgent, ResumeError, choose_agent, new_run, new_run_id, recorded_store,

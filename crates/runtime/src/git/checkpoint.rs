@@ -312,16 +312,35 @@ pub enum RollbackError {
     Write(String, std::io::Error),
 }
 
-/// Restores each file the run changed (`left`'s keys) from the checkpoint, deleting those it
-/// created. A file whose bytes differ from what the run left is a refusal unless `force`, and
-/// so is a file the checkpoint left out (with `force` it is left as it is). Returns the files
-/// restored or deleted.
-pub fn rollback(
+/// What one file becomes when a run is rolled back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restore {
+    /// A regular file with these bytes (`executable`: mode 100755 in the checkpoint).
+    File { bytes: Vec<u8>, executable: bool },
+    /// A symbolic link to this target.
+    Symlink(String),
+    /// Deleted: the run created it.
+    Delete,
+}
+
+/// A rollback computed but not yet written, so a front end can apply it its own way (an
+/// editor through a WorkspaceEdit, so unsaved buffers stay right; ACP through the client).
+#[derive(Debug, Clone)]
+pub struct RollbackPlan {
+    /// Each file the run changed that the checkpoint recorded (workspace paths), and what it
+    /// becomes.
+    pub files: Vec<(String, Restore)>,
+    /// Files the run changed that the checkpoint left out (too big): never touched.
+    pub left_out: Vec<String>,
+}
+
+/// Computes the rollback of a run that left `left` in the files it changed, without writing
+/// anything. Errors when the checkpoint is gone.
+pub fn plan_rollback(
     repo: &Repo,
     checkpoint: &str,
     left: &RunFiles,
-    force: bool,
-) -> Result<Vec<String>, RollbackError> {
+) -> Result<RollbackPlan, RollbackError> {
     let probe = format!("{checkpoint}^{{commit}}");
     if repo
         .git(None)
@@ -333,52 +352,98 @@ pub fn rollback(
     let body = repo
         .git(None)
         .run(&["cat-file", "commit", checkpoint], None)?;
-    let left_out: Vec<String> = String::from_utf8_lossy(&body)
+    let recorded_left_out: Vec<String> = String::from_utf8_lossy(&body)
         .lines()
         .filter_map(|l| l.strip_prefix("left-out: ").map(str::to_string))
         .collect();
     let outside = |f: &String| {
         let path = repo.path(f);
-        left_out
+        recorded_left_out
             .iter()
             .any(|l| path == *l || path.starts_with(&format!("{l}/")))
     };
-    let (unrecorded, files): (Vec<String>, Vec<String>) = left.keys().cloned().partition(outside);
-    if !unrecorded.is_empty() && !force {
-        return Err(RollbackError::LeftOut(unrecorded));
+    let (left_out, files): (Vec<String>, Vec<String>) = left.keys().cloned().partition(outside);
+    let mut planned = Vec::with_capacity(files.len());
+    for f in files {
+        let restore = restore_of(repo, checkpoint, &f)?;
+        planned.push((f, restore));
     }
-    let now = files_now(repo, &files)?;
-    let changed: Vec<String> = files
+    Ok(RollbackPlan {
+        files: planned,
+        left_out,
+    })
+}
+
+/// The files among `files` whose content now differs from what the run left in them: the
+/// bytes on disk, or for a file in `texts` (an editor's unsaved buffer) that text.
+pub fn changed_since(
+    repo: &Repo,
+    left: &RunFiles,
+    files: &[String],
+    texts: &BTreeMap<String, Vec<u8>>,
+) -> Result<Vec<String>, GitError> {
+    let on_disk: Vec<String> = files
+        .iter()
+        .filter(|f| !texts.contains_key(*f))
+        .cloned()
+        .collect();
+    let mut now = files_now(repo, &on_disk)?;
+    for (f, bytes) in texts.iter().filter(|(f, _)| files.contains(f)) {
+        let id = repo
+            .git(None)
+            .run_in(&["hash-object", "--no-filters", "--stdin"], bytes)?;
+        now.insert(
+            f.clone(),
+            Some(String::from_utf8_lossy(&id).trim().to_string()),
+        );
+    }
+    Ok(files
         .iter()
         .filter(|f| now.get(*f) != left.get(*f))
         .cloned()
-        .collect();
+        .collect())
+}
+
+/// Writes a planned rollback to disk; returns the files restored or deleted.
+pub fn apply(repo: &Repo, plan: &RollbackPlan) -> Result<Vec<String>, RollbackError> {
+    for (f, restore) in &plan.files {
+        write_restore(repo, f, restore)?;
+    }
+    Ok(plan.files.iter().map(|(f, _)| f.clone()).collect())
+}
+
+/// Restores each file the run changed (`left`'s keys) from the checkpoint, deleting those it
+/// created. A file whose bytes differ from what the run left is a refusal unless `force`, and
+/// so is a file the checkpoint left out (with `force` it is left as it is). Returns the files
+/// restored or deleted.
+pub fn rollback(
+    repo: &Repo,
+    checkpoint: &str,
+    left: &RunFiles,
+    force: bool,
+) -> Result<Vec<String>, RollbackError> {
+    let plan = plan_rollback(repo, checkpoint, left)?;
+    if !plan.left_out.is_empty() && !force {
+        return Err(RollbackError::LeftOut(plan.left_out));
+    }
+    let files: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
+    let changed = changed_since(repo, left, &files, &BTreeMap::new())?;
     if !changed.is_empty() && !force {
         return Err(RollbackError::ChangedSince(changed));
     }
-    for f in &files {
-        restore(repo, checkpoint, f)?;
-    }
-    Ok(files)
+    apply(repo, &plan)
 }
 
-/// Puts one workspace file back as the checkpoint has it, or deletes it when the checkpoint
-/// has none.
-fn restore(repo: &Repo, checkpoint: &str, file: &str) -> Result<(), RollbackError> {
-    let path = repo.path(file);
-    let on_disk = repo.top.join(&path);
-    let literal = format!(":(literal){path}");
+/// What the checkpoint has for one workspace file.
+fn restore_of(repo: &Repo, checkpoint: &str, file: &str) -> Result<Restore, RollbackError> {
+    let literal = format!(":(literal){}", repo.path(file));
     let entry = repo
         .git(None)
         .run(&["ls-tree", "-z", checkpoint, "--", &literal], None)?;
     let entry = String::from_utf8_lossy(&entry);
-    let werr = |e| RollbackError::Write(file.to_string(), e);
     // "<mode> blob <id>\t<path>"
     let Some((meta, _)) = entry.split_once('\t') else {
-        return match std::fs::remove_file(&on_disk) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(werr(e)),
-            _ => Ok(()),
-        };
+        return Ok(Restore::Delete);
     };
     let mut parts = meta.split(' ');
     let (mode, _kind, id) = (
@@ -387,24 +452,51 @@ fn restore(repo: &Repo, checkpoint: &str, file: &str) -> Result<(), RollbackErro
         parts.next().unwrap_or_default(),
     );
     let bytes = repo.git(None).run(&["cat-file", "blob", id], None)?;
+    Ok(match mode {
+        "120000" => Restore::Symlink(String::from_utf8_lossy(&bytes).into_owned()),
+        _ => Restore::File {
+            bytes,
+            executable: mode == "100755",
+        },
+    })
+}
+
+/// Puts one workspace file on disk as planned.
+fn write_restore(repo: &Repo, file: &str, restore: &Restore) -> Result<(), RollbackError> {
+    let on_disk = repo.top.join(repo.path(file));
+    let werr = |e| RollbackError::Write(file.to_string(), e);
+    let (bytes, executable) = match restore {
+        Restore::Delete => {
+            return match std::fs::remove_file(&on_disk) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(werr(e)),
+                _ => Ok(()),
+            };
+        }
+        Restore::Symlink(target) => {
+            if let Some(parent) = on_disk.parent() {
+                std::fs::create_dir_all(parent).map_err(werr)?;
+            }
+            let _ = std::fs::remove_file(&on_disk);
+            return std::os::unix::fs::symlink(target, &on_disk).map_err(werr);
+        }
+        Restore::File { bytes, executable } => (bytes, *executable),
+    };
     if let Some(parent) = on_disk.parent() {
         std::fs::create_dir_all(parent).map_err(werr)?;
-    }
-    if mode == "120000" {
-        let _ = std::fs::remove_file(&on_disk);
-        let target = String::from_utf8_lossy(&bytes).into_owned();
-        return std::os::unix::fs::symlink(target, &on_disk).map_err(werr);
     }
     if std::fs::symlink_metadata(&on_disk).is_ok_and(|m| m.file_type().is_symlink()) {
         std::fs::remove_file(&on_disk).map_err(werr)?;
     }
-    crate::files::write_atomic(&on_disk, &bytes).map_err(werr)?;
+    crate::files::write_atomic(&on_disk, bytes).map_err(werr)?;
     use std::os::unix::fs::PermissionsExt;
-    let exec = mode == "100755";
     let meta = std::fs::metadata(&on_disk).map_err(werr)?;
     let mut perm = meta.permissions();
     let bits = perm.mode();
-    let want = if exec { bits | 0o111 } else { bits & !0o111 };
+    let want = if executable {
+        bits | 0o111
+    } else {
+        bits & !0o111
+    };
     if want != bits {
         perm.set_mode(want);
         std::fs::set_permissions(&on_disk, perm).map_err(werr)?;

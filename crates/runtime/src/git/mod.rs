@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-pub use checkpoint::{Checkpoint, RunFiles};
+pub use checkpoint::{Checkpoint, Restore, RollbackPlan, RunFiles};
 
 /// The oldest git that has everything used here (`--attr-source`, which reads attributes from
 /// an empty tree so no filter or line-ending conversion applies, is 2.40's).
