@@ -775,3 +775,125 @@ fn acpx_cancels_a_prompt_whose_tests_hang() {
     );
     acpx_ok(ws, home, &["sessions", "close"]);
 }
+
+/// The coder's answer that fixes `add` and creates notes.py.
+const FIX_AND_CREATE: &str = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n\nnotes.py\n<<<<<<< SEARCH\n=======\nNOTE = 1\n>>>>>>> REPLACE\n";
+
+/// `git ARGS` in `dir`, which must succeed.
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// A copy of the example as a git repository with one commit, the model's answer
+/// `FIX_AND_CREATE`.
+fn example_repository() -> tempfile::TempDir {
+    let ws = support::example();
+    let p = ws.path();
+    std::fs::write(
+        p.join(".gitignore"),
+        ".agent-ls/\n__pycache__/\n.replay.jsonl\n",
+    )
+    .unwrap();
+    git(p, &["init", "-q", "-b", "main"]);
+    git(p, &["add", "-A"]);
+    git(p, &["commit", "-qm", "start"]);
+    std::fs::write(
+        p.join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": FIX_AND_CREATE})]),
+    )
+    .unwrap();
+    ws
+}
+
+#[test]
+fn an_acp_client_rolls_a_run_back_through_its_fs_refusing_an_unsaved_edit_unless_forced() {
+    if deps().is_none() {
+        return;
+    }
+    let ws = example_repository();
+    let original = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    let (seen, ws) = client_in(ws, "rollback", NO_EVAL);
+    let commands = seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["sessionUpdate"] == "available_commands_update")
+        .expect("the commands are advertised");
+    assert!(
+        commands["availableCommands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "rollback"),
+        "{commands}"
+    );
+    let fixed = seen["afterFix"].as_str().unwrap();
+    assert!(fixed.contains("return a + b"), "{seen}");
+    let said = messages(&seen);
+    // The unsaved edit in calc.py's buffer is a change since the run: refused, nothing
+    // written.
+    let refusal = &said[said.len() - 2];
+    assert!(
+        refusal.contains("nothing was rolled back")
+            && refusal.contains("calc.py")
+            && refusal.contains("/rollback force")
+            && !refusal.contains("notes.py"),
+        "{refusal}"
+    );
+    assert_eq!(seen["afterRefusal"].as_str().unwrap(), fixed);
+    // Forced: calc.py written back through the client (its buffer replaced), notes.py
+    // deleted on disk.
+    let last = &said[said.len() - 1];
+    assert!(
+        last.starts_with("rolled back run ") && last.ends_with(": calc.py, notes.py"),
+        "{last}"
+    );
+    assert_eq!(seen["final"].as_str().unwrap(), original);
+    assert!(!ws.path().join("notes.py").exists());
+    assert_eq!(seen["bufferLeft"], false);
+    let writes = seen["writes"].as_array().unwrap();
+    assert!(
+        writes
+            .last()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .ends_with("/calc.py"),
+        "{seen}"
+    );
+    assert_eq!(seen["refusedStop"], "end_turn");
+    assert_eq!(seen["forcedStop"], "end_turn");
+}
+
+#[test]
+fn acpx_rolls_a_run_back_with_rollback() {
+    if deps().is_none() {
+        return;
+    }
+    let ws = example_repository();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(home.path().join("agent-ls/config.toml"), NO_EVAL).unwrap();
+    let (ws, home) = (ws.path(), home.path());
+    let original = std::fs::read_to_string(ws.join("calc.py")).unwrap();
+    acpx_ok(ws, home, &["sessions", "new"]);
+    acpx_ok(ws, home, &["prompt", "fix the failing tests"]);
+    assert!(ws.join("notes.py").exists());
+    let rolled = acpx_ok(ws, home, &["prompt", "/rollback"]);
+    assert!(
+        rolled.contains("rolled back run ") && rolled.contains("calc.py, notes.py"),
+        "{rolled}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("calc.py")).unwrap(),
+        original
+    );
+    assert!(!ws.join("notes.py").exists());
+    acpx_ok(ws, home, &["sessions", "close"]);
+}

@@ -8,10 +8,11 @@
 //! tool call with its diffs, each test run as an execute tool call), asks
 //! `session/request_permission` before every change, reads and writes through the client's
 //! `fs/*` methods when it offers them, and ends with the answer. `session/cancel` stops it;
-//! `/undo`, `/redo`, `/rerun` and `/status` are the session's commands; `session/load` shows a
+//! `/undo`, `/redo`, `/rollback`, `/rerun` and `/status` are the session's commands; `session/load` shows a
 //! recorded run and goes on with it when it was interrupted.
 
 mod output;
+mod rollback;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -68,6 +69,10 @@ fn commands() -> Vec<AvailableCommand> {
     vec![
         AvailableCommand::new("undo", "Undo the latest agent step (or /undo N)"),
         AvailableCommand::new("redo", "Redo the step undone last"),
+        AvailableCommand::new(
+            "rollback",
+            "Roll the latest run (or /rollback RUN) back whole from its git checkpoint; /rollback force even over later edits",
+        ),
         AvailableCommand::new("rerun", "Run the last goal again"),
         AvailableCommand::new("status", "The recent runs of this folder"),
     ]
@@ -347,7 +352,7 @@ fn command_answer(command: &str, has_last: bool, root: &Path, limits: &Limits) -
     // A word like `/bogus` is a command nobody has: it starts nothing (a typo must not send
     // the model to work). A path such as `/src/app.py ...` is a goal.
     let word = command.split_whitespace().next().unwrap_or("");
-    let known = ["/undo", "/redo", "/rerun", "/status"];
+    let known = ["/undo", "/redo", "/rollback", "/rerun", "/status"];
     if word.len() > 1
         && word.starts_with('/')
         && word[1..]
@@ -412,6 +417,18 @@ fn prompt(
     let limits = loaded.config.edit.limits();
     // The session's commands are answered at once, without a model.
     let command = text.trim();
+    if let Some(how) = rollback::parse(command) {
+        tokio::spawn(async move {
+            let answer = rollback::answer((conn.clone(), session_id.clone()), root, fs, how).await;
+            notify(
+                &conn,
+                &session_id,
+                SessionUpdate::AgentMessageChunk(text_chunk(answer)),
+            );
+            let _ = responder.respond(PromptResponse::new(StopReason::EndTurn));
+        });
+        return Ok(());
+    }
     if fs.write
         && let Some(how) = step_move(command)
     {
