@@ -184,6 +184,80 @@ pub fn add_worktree(repo: &Repo, workspace: &Path, goal: &str) -> Result<Isolate
 mod tests {
     use super::*;
 
+    /// `git ARGS` in `dir` as a user runs it: its output, trimmed.
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .current_dir(dir)
+            .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+            .args(args)
+            .env_remove("GIT_INDEX_FILE")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// A repository with `sub/a.txt` committed (or not).
+    fn repository(commit: bool) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        git(p, &["init", "-q", "-b", "main"]);
+        std::fs::create_dir_all(p.join("sub")).unwrap();
+        std::fs::write(p.join("sub/a.txt"), "a\n").unwrap();
+        if commit {
+            git(p, &["add", "-A"]);
+            git(p, &["commit", "-qm", "start"]);
+        }
+        dir
+    }
+
+    #[test]
+    fn agent_ls_state_is_not_dirt_and_a_repository_with_no_commits_gets_its_branch() {
+        let dir = repository(false);
+        let p = dir.path();
+        // Nothing committed: `sub/a.txt` is untracked, so dirty.
+        let repo = Repo::discover(p).unwrap();
+        assert_eq!(dirty(&repo).unwrap(), ["sub/a.txt (untracked)"]);
+        std::fs::remove_file(p.join("sub/a.txt")).unwrap();
+        std::fs::create_dir_all(p.join(".agent-ls")).unwrap();
+        std::fs::write(p.join(".agent-ls/store.sqlite"), "x").unwrap();
+        assert!(dirty(&repo).unwrap().is_empty());
+        let done = start_branch(&repo, p, "First steps").unwrap();
+        assert_eq!(done.branch, "agent/first-steps");
+        assert_eq!(
+            git(p, &["symbolic-ref", "HEAD"]),
+            "refs/heads/agent/first-steps"
+        );
+        assert!(matches!(
+            add_worktree(&repo, p, "x"),
+            Err(IsolateError::NoCommit)
+        ));
+    }
+
+    #[test]
+    fn a_workspace_below_the_top_works_at_its_place_in_the_worktree() {
+        let dir = repository(true);
+        let sub = dir.path().join("sub").canonicalize().unwrap();
+        let repo = Repo::discover(&sub).unwrap();
+        let done = add_worktree(&repo, &sub, "Edit a").unwrap();
+        let top = sub.join(".agent-ls/worktrees/edit-a");
+        assert_eq!(done.worktree.as_deref(), Some(top.as_path()));
+        assert_eq!(done.root, top.join("sub"));
+        assert_eq!(
+            std::fs::read_to_string(done.root.join("a.txt")).unwrap(),
+            "a\n"
+        );
+        assert_eq!(
+            git(&top, &["symbolic-ref", "HEAD"]),
+            "refs/heads/agent/edit-a"
+        );
+        // The user's status is clean, worktree and all; a second one gets a suffix.
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        let again = add_worktree(&repo, &sub, "Edit a").unwrap();
+        assert_eq!(again.branch, "agent/edit-a-2");
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+    }
+
     #[test]
     fn a_slug_is_lowercase_ascii_words_joined_by_dashes_and_bounded() {
         assert_eq!(slug("Fix the failing tests!"), "fix-the-failing-tests");
