@@ -530,3 +530,80 @@ fn the_official_sdk_takes_a_checkpoint_and_rolls_the_workspace_back_to_it() {
     let gone = r["gone"]["content"][0]["text"].as_str().unwrap_or("");
     assert!(gone.contains("no checkpoint mcp_00000000"), "{gone}");
 }
+
+#[test]
+fn mcp_rollback_of_an_agent_ls_run_refuses_a_later_edit_unless_forced() {
+    let Some(deps) = support::protocol_deps() else {
+        return;
+    };
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let (p, home) = (ws.path(), home.path());
+    std::fs::write(
+        p.join(".gitignore"),
+        ".agent-ls/\n__pycache__/\n.replay.jsonl\n",
+    )
+    .unwrap();
+    git(p, &["init", "-q", "-b", "main"]);
+    git(p, &["add", "-A"]);
+    git(p, &["commit", "-qm", "start"]);
+    let original = std::fs::read(p.join("calc.py")).unwrap();
+    let fix = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n\nnotes.py\n<<<<<<< SEARCH\n=======\nNOTE = 1\n>>>>>>> REPLACE\n";
+    let script = p.join(".replay.jsonl");
+    std::fs::write(
+        &script,
+        support::replay_script(&[json!({"role": "coder", "content": fix})]),
+    )
+    .unwrap();
+    let run = support::in_workspace(
+        &["run", "fix the failing tests", "--yes", "--json"],
+        p,
+        home,
+    )
+    .env("AGENT_LS_MODEL__PROVIDER", "replay")
+    .env("AGENT_LS_MODEL__REPLAY_FILE", &script)
+    .output()
+    .unwrap();
+    let o: Value = serde_json::from_slice(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&run.stderr)));
+    assert_eq!(o["status"], "done", "{o}");
+    let edited = std::fs::read_to_string(p.join("calc.py")).unwrap() + "# mine\n";
+    std::fs::write(p.join("calc.py"), &edited).unwrap();
+
+    // Each call a session of its own, as a host that restarts the server would make it.
+    let call = |args: Value| -> Value {
+        let out = Command::new("node")
+            .arg(deps.join("mcp-calls.mjs"))
+            .arg(support::binary())
+            .arg(p)
+            .arg(json!([["rollback", args]]).to_string())
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{said}");
+        let r: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
+        r[0].clone()
+    };
+    let refused = call(json!({}));
+    assert_eq!(refused["isError"], true, "{refused}");
+    let said = refused["content"][0]["text"].as_str().unwrap_or("");
+    assert!(
+        said.contains("calc.py") && said.contains("force: true") && !said.contains("notes.py"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_to_string(p.join("calc.py")).unwrap(), edited);
+    assert!(p.join("notes.py").exists());
+
+    let forced = call(json!({"force": true}));
+    assert_ne!(forced["isError"], true, "{forced}");
+    assert_eq!(forced["structuredContent"]["run"], o["run_id"]);
+    assert_eq!(
+        forced["structuredContent"]["files"],
+        json!(["calc.py", "notes.py"])
+    );
+    assert_eq!(std::fs::read(p.join("calc.py")).unwrap(), original);
+    assert!(!p.join("notes.py").exists());
+}
