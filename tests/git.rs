@@ -589,13 +589,48 @@ fn branch_isolation_refuses_a_dirty_tree_naming_what_is_dirty_and_changes_nothin
     assert_eq!(git(p, &["for-each-ref", "refs/agent-ls/"]), "");
 }
 
+/// A Python test that fails when the user's checkout (USER, appended) is not as
+/// `.expected.json` there says; run by the run in its worktree.
+const THROUGHOUT: &str = r#"import json
+import os
+import unittest
+
+
+class UserCheckout(unittest.TestCase):
+    def test_the_users_checkout_is_untouched_while_the_run_goes_on(self):
+        self.assertNotEqual(os.path.realpath(os.getcwd()), USER)
+        with open(os.path.join(USER, ".expected.json")) as f:
+            expected = json.load(f)
+        with open(os.path.join(USER, "calc.py")) as f:
+            self.assertEqual(f.read(), expected["calc"])
+        self.assertFalse(os.path.exists(os.path.join(USER, "notes.py")))
+        with open(os.path.join(USER, ".git", "HEAD")) as f:
+            self.assertEqual(f.read(), expected["head"])
+        with open(os.path.join(USER, ".git", "index"), "rb") as f:
+            self.assertEqual(list(f.read()), expected["index"])
+
+
+"#;
+
 #[test]
 fn worktree_isolation_leaves_the_users_checkout_byte_identical() {
     // `.agent-ls/` is not ignored here: the worktrees' folder must keep itself out of the
     // user's status.
     let ws = repository(false);
     let p = ws.path();
-    std::fs::write(p.join(".gitignore"), "__pycache__/\n.replay.jsonl\n").unwrap();
+    std::fs::write(
+        p.join(".gitignore"),
+        "__pycache__/\n.replay.jsonl\n.expected.json\n",
+    )
+    .unwrap();
+    // A test the run runs in its worktree, while it goes on: the user's checkout is still
+    // as it was (the file, no created file, HEAD, the index to the byte).
+    let user = p.canonicalize().unwrap();
+    std::fs::write(
+        p.join("test_user_checkout.py"),
+        format!("{THROUGHOUT}USER = {:?}\n", user.display().to_string()),
+    )
+    .unwrap();
     git(p, &["add", "-A"]);
     git(p, &["commit", "-qm", "start"]);
     // A dirty checkout: worktree isolation takes the run elsewhere, so it may stay dirty.
@@ -605,6 +640,8 @@ fn worktree_isolation_leaves_the_users_checkout_byte_identical() {
     git(p, &["add", "staged.py"]);
     std::fs::write(p.join("scratch.txt"), "untracked\n").unwrap();
     let index = std::fs::read(p.join(".git/index")).unwrap();
+    let expected = json!({"calc": calc, "index": index, "head": "ref: refs/heads/main\n"});
+    std::fs::write(p.join(".expected.json"), expected.to_string()).unwrap();
     let before = (state(p), status(p));
 
     let out = agent(
@@ -659,6 +696,9 @@ fn worktree_isolation_leaves_the_users_checkout_byte_identical() {
     );
     assert!(wt.join("notes.py").exists());
     assert!(!wt.join("scratch.txt").exists());
+    // The tests ran in the worktree, the user's checkout test among them, and passed.
+    assert_eq!(o["tests"]["failed"], 0, "{o}");
+    assert!(o["tests"]["passed"].as_u64().unwrap() >= 4, "{o}");
     // The run is recorded in the worktree, where `agent-ls diff` finds it.
     let diff = cli(&wt, &["diff"]);
     let diff = String::from_utf8_lossy(&diff.stdout);
