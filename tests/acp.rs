@@ -897,3 +897,68 @@ fn acpx_rolls_a_run_back_with_rollback() {
     assert!(!ws.join("notes.py").exists());
     acpx_ok(ws, home, &["sessions", "close"]);
 }
+
+/// `git ARGS` in `dir`: its output, trimmed.
+fn git_out(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn an_acp_run_isolated_on_a_branch_or_in_a_worktree_says_where_it_works() {
+    if deps().is_none() {
+        return;
+    }
+    // "branch": the run's change is in the folder, on a new branch from HEAD.
+    let ws = example_repository();
+    let head = git_out(ws.path(), &["rev-parse", "HEAD"]);
+    let config = format!("{NO_EVAL}[git]\nisolation = \"branch\"\n");
+    let (seen, ws) = client_in(ws, "allow", &config);
+    let said = messages(&seen).join("");
+    assert!(
+        said.contains("working on the new branch agent/fix-the-failing-tests"),
+        "{said}"
+    );
+    assert!(seen["final"].as_str().unwrap().contains("return a + b"));
+    assert_eq!(
+        git_out(ws.path(), &["symbolic-ref", "HEAD"]),
+        "refs/heads/agent/fix-the-failing-tests"
+    );
+    assert_eq!(git_out(ws.path(), &["rev-parse", "HEAD"]), head);
+
+    // "worktree": the client writes into the worktree; the folder's own files stay.
+    let ws = example_repository();
+    let original = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    let config = format!("{NO_EVAL}[git]\nisolation = \"worktree\"\n");
+    let (seen, ws) = client_in(ws, "allow", &config);
+    let said = messages(&seen).join("");
+    let wt = ws
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join(".agent-ls/worktrees/fix-the-failing-tests");
+    assert!(
+        said.contains(&format!("working in the worktree {}", wt.display())),
+        "{said}"
+    );
+    assert_eq!(seen["final"].as_str().unwrap(), original);
+    assert_eq!(git_out(ws.path(), &["status", "--porcelain"]), "");
+    assert!(
+        std::fs::read_to_string(wt.join("calc.py"))
+            .unwrap()
+            .contains("return a + b")
+    );
+    let writes = seen["writes"].as_array().unwrap();
+    assert!(!writes.is_empty(), "{seen}");
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.as_str().unwrap().starts_with(&wt.display().to_string())),
+        "{seen}"
+    );
+}

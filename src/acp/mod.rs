@@ -472,11 +472,41 @@ fn prompt(
     for (name, server) in mcp {
         cfg.mcp.servers.insert(name, server);
     }
+    let Some(root) = isolated_root(&conn, &session_id, root, &cfg, &goal) else {
+        return responder.respond(PromptResponse::new(StopReason::EndTurn));
+    };
     tokio::spawn(async move {
         let stop = run(cfg, root, goal, None, (session_id, conn, fs), cancel).await;
         let _ = responder.respond(PromptResponse::new(stop));
     });
     Ok(())
+}
+
+/// Where the run of `goal` works: the session's folder, or as `git.isolation` says a new
+/// branch there or a new worktree (said in the session). `None` when it cannot start so (a
+/// dirty tree on `"branch"`), which is said too.
+fn isolated_root(
+    conn: &ConnectionTo<Client>,
+    session: &str,
+    root: PathBuf,
+    cfg: &Config,
+    goal: &str,
+) -> Option<PathBuf> {
+    let said = match agent_ls_runtime::git::isolate::start(&root, cfg.git.isolation, goal) {
+        Ok(None) => return Some(root),
+        Ok(Some(i)) => Ok(i),
+        Err(e) => Err(format!("agent-ls: cannot isolate the run: {e}\n")),
+    };
+    let (text, root) = match said {
+        Ok(i) => (format!("agent-ls: {}\n", i.describe()), Some(i.root)),
+        Err(text) => (text, None),
+    };
+    notify(
+        conn,
+        session,
+        SessionUpdate::AgentMessageChunk(text_chunk(text)),
+    );
+    root
 }
 
 /// session/load: the recorded run's goal and answer are shown; an interrupted run goes on

@@ -14,7 +14,6 @@ use agent_ls_core::text::visible;
 use agent_ls_runtime::config::{self, Approval, Inputs, Isolation};
 use agent_ls_runtime::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
 use agent_ls_runtime::files;
-use agent_ls_runtime::git::Repo;
 use agent_ls_runtime::git::isolate::{self, IsolateError, Isolated};
 use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::model::Models;
@@ -427,24 +426,11 @@ fn isolate(
     } else {
         cfg.git.isolation
     };
-    if mode == Isolation::None {
-        return Ok(None);
+    let done = isolate::start(root, mode, goal)?;
+    if let Some(d) = &done {
+        eprintln!("agent-ls: {}", d.describe());
     }
-    let repo = Repo::discover(root).map_err(IsolateError::from)?;
-    let done = if mode == Isolation::Branch {
-        isolate::start_branch(&repo, root, goal)?
-    } else {
-        isolate::add_worktree(&repo, root, goal)?
-    };
-    match &done.worktree {
-        Some(w) => eprintln!(
-            "agent-ls: working in the worktree {} on the new branch {}",
-            w.display(),
-            done.branch
-        ),
-        None => eprintln!("agent-ls: working on the new branch {}", done.branch),
-    }
-    Ok(Some(done))
+    Ok(done)
 }
 
 /// The agent's loop on the goal (or on the resumed run), to its outcome's exit code.

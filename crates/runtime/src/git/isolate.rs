@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{GitError, Repo};
+use crate::config::Isolation;
 
 /// Where worktrees are made, below the workspace.
 pub const WORKTREES: &str = ".agent-ls/worktrees";
@@ -39,6 +40,34 @@ pub struct Isolated {
     pub worktree: Option<PathBuf>,
     /// The folder the run works in: the workspace, or its place in the worktree.
     pub root: PathBuf,
+}
+
+/// Starts a run of `goal` in the workspace `root` as `mode` says: `None` for
+/// `Isolation::None`, else where the run works.
+pub fn start(root: &Path, mode: Isolation, goal: &str) -> Result<Option<Isolated>, IsolateError> {
+    if mode == Isolation::None {
+        return Ok(None);
+    }
+    let repo = Repo::discover(root)?;
+    let done = match mode {
+        Isolation::Branch => start_branch(&repo, root, goal)?,
+        _ => add_worktree(&repo, root, goal)?,
+    };
+    Ok(Some(done))
+}
+
+impl Isolated {
+    /// Where the run works, as said to the user.
+    pub fn describe(&self) -> String {
+        match &self.worktree {
+            Some(w) => format!(
+                "working in the worktree {} on the new branch {}",
+                w.display(),
+                self.branch
+            ),
+            None => format!("working on the new branch {}", self.branch),
+        }
+    }
 }
 
 /// The goal as a branch name's last part: its ASCII letters and digits, lowercased, the words
