@@ -40,6 +40,8 @@ pub struct Isolated {
     pub worktree: Option<PathBuf>,
     /// The folder the run works in: the workspace, or its place in the worktree.
     pub root: PathBuf,
+    /// The branch (and worktree) were made for this run, not found already.
+    pub new: bool,
 }
 
 /// Starts a run of `goal` in the workspace `root` as `mode` says: `None` for
@@ -49,6 +51,21 @@ pub fn start(root: &Path, mode: Isolation, goal: &str) -> Result<Option<Isolated
         return Ok(None);
     }
     let repo = Repo::discover(root)?;
+    // A run in one of our worktrees is isolated already: it goes on there, on its branch,
+    // rather than nesting a worktree in a worktree.
+    if let Some(top) = ours(&repo) {
+        let branch = repo
+            .git(None)
+            .run(&["symbolic-ref", "--short", "-q", "HEAD"], None)
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+            .unwrap_or_default();
+        return Ok(Some(Isolated {
+            branch,
+            worktree: Some(top),
+            root: root.to_path_buf(),
+            new: false,
+        }));
+    }
     let done = match mode {
         Isolation::Branch => start_branch(&repo, root, goal)?,
         _ => add_worktree(&repo, root, goal)?,
@@ -56,16 +73,23 @@ pub fn start(root: &Path, mode: Isolation, goal: &str) -> Result<Option<Isolated
     Ok(Some(done))
 }
 
+/// The top of the working tree when it is one of our worktrees (`.agent-ls/worktrees/<slug>`).
+fn ours(repo: &Repo) -> Option<PathBuf> {
+    let parent = repo.top.parent()?;
+    parent.ends_with(WORKTREES).then(|| repo.top.clone())
+}
+
 impl Isolated {
     /// Where the run works, as said to the user.
     pub fn describe(&self) -> String {
+        let new = if self.new { "the new" } else { "its" };
         match &self.worktree {
             Some(w) => format!(
-                "working in the worktree {} on the new branch {}",
+                "working in the worktree {} on {new} branch {}",
                 w.display(),
                 self.branch
             ),
-            None => format!("working on the new branch {}", self.branch),
+            None => format!("working on {new} branch {}", self.branch),
         }
     }
 }
@@ -172,6 +196,7 @@ pub fn start_branch(repo: &Repo, workspace: &Path, goal: &str) -> Result<Isolate
         branch,
         worktree: None,
         root: workspace.to_path_buf(),
+        new: true,
     })
 }
 
@@ -206,6 +231,7 @@ pub fn add_worktree(repo: &Repo, workspace: &Path, goal: &str) -> Result<Isolate
         branch,
         worktree: Some(top),
         root,
+        new: true,
     })
 }
 
@@ -285,6 +311,14 @@ mod tests {
         let again = add_worktree(&repo, &sub, "Edit a").unwrap();
         assert_eq!(again.branch, "agent/edit-a-2");
         assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        // A run started in the worktree goes on there, on its branch: no nested worktree.
+        let inside = start(&done.root, Isolation::Worktree, "more")
+            .unwrap()
+            .unwrap();
+        assert_eq!(inside.branch, "agent/edit-a");
+        assert_eq!(inside.worktree.as_deref(), Some(top.as_path()));
+        assert_eq!(inside.root, done.root);
+        assert!(!done.root.join(WORKTREES).exists());
     }
 
     #[test]
