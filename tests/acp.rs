@@ -838,7 +838,7 @@ fn an_acp_client_rolls_a_run_back_through_its_fs_refusing_an_unsaved_edit_unless
     let said = messages(&seen);
     // The unsaved edit in calc.py's buffer is a change since the run: refused, nothing
     // written.
-    let refusal = &said[said.len() - 2];
+    let refusal = &said[said.len() - 3];
     assert!(
         refusal.contains("nothing was rolled back")
             && refusal.contains("calc.py")
@@ -849,10 +849,18 @@ fn an_acp_client_rolls_a_run_back_through_its_fs_refusing_an_unsaved_edit_unless
     assert_eq!(seen["afterRefusal"].as_str().unwrap(), fixed);
     // Forced: calc.py written back through the client (its buffer replaced), notes.py
     // deleted on disk.
-    let last = &said[said.len() - 1];
+    let forced = &said[said.len() - 2];
     assert!(
-        last.starts_with("rolled back run ") && last.ends_with(": calc.py, notes.py"),
-        "{last}"
+        forced.starts_with("rolled back run ") && forced.ends_with(": calc.py, notes.py"),
+        "{forced}"
+    );
+    // Again: the files hold the checkpoint's content, so nothing is refused or written.
+    let again = &said[said.len() - 1];
+    assert!(again.contains("rolled back already"), "{again}");
+    assert_eq!(seen["againStop"], "end_turn");
+    assert_eq!(
+        seen["writes"].as_array().unwrap().len() as u64,
+        seen["writesAfterForce"].as_u64().unwrap()
     );
     assert_eq!(seen["final"].as_str().unwrap(), original);
     assert!(!ws.path().join("notes.py").exists());

@@ -37,7 +37,9 @@ fn scenario_with(
     prepare(ws.path());
     // A project's root marker, as a real checkout has: the plugin takes the nearest folder
     // with one as the workspace (without one, Neovim's working directory).
-    std::fs::create_dir(ws.path().join(".git")).unwrap();
+    if !ws.path().join(".git").exists() {
+        std::fs::create_dir(ws.path().join(".git")).unwrap();
+    }
     std::fs::write(ws.path().join(".replay.jsonl"), replay).unwrap();
     let state = tempfile::tempdir().unwrap();
     let result = state.path().join("result.jsonl");
@@ -177,5 +179,18 @@ fn a_test_command_that_cannot_run_is_an_error_not_failing_tests_in_neovim() {
         return;
     }
     assert!(results.len() >= 7, "{results:#?}");
+    assert_all(&results);
+}
+
+#[test]
+fn a_run_rolled_back_in_neovim_after_a_second_confirmation() {
+    let replay = support::replay_script(&[serde_json::json!(
+        {"role": "coder", "content": support::git::FIX_AND_CREATE}
+    )]);
+    let results = scenario_with("rollback", &replay, support::git::commit_all);
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 12, "{results:#?}");
     assert_all(&results);
 }

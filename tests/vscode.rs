@@ -49,6 +49,12 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
             support::create_module_replay()
         }
         "runview" => support::two_iterations_replay(),
+        "rollback" => {
+            support::git::commit_all(ws.path());
+            support::replay_script(&[serde_json::json!(
+                {"role": "coder", "content": support::git::FIX_AND_CREATE}
+            )])
+        }
         _ => FIX.to_string(),
     };
     std::fs::write(ws.path().join(".replay.jsonl"), script).unwrap();
@@ -166,6 +172,19 @@ fn a_test_command_that_cannot_run_is_an_error_not_failing_tests_in_real_vs_code(
         checks
             .iter()
             .any(|c| c["name"] == "the fix run stops before any model call"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn a_run_rolled_back_from_the_palette_after_a_second_confirmation_in_real_vs_code() {
+    let Some(checks) = scenario("rollback") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "git sees the tree as at the checkpoint"),
         "{checks:#?}"
     );
 }

@@ -49,7 +49,7 @@ pub(super) async fn answer(
         let plan = checkpoint::plan_rollback(&repo, &recorded.checkpoint, &recorded.files)?;
         Ok::<_, anyhow::Error>((repo, recorded, plan))
     });
-    let (repo, recorded, plan) = match planned {
+    let (repo, recorded, mut plan) = match planned {
         Ok(p) => p,
         Err(e) => return format!("nothing was rolled back: {e:#}"),
     };
@@ -62,14 +62,22 @@ pub(super) async fn answer(
     }
     // The files as the client's buffers have them, so an unsaved edit counts.
     let mut texts = BTreeMap::new();
-    let names: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
     if fs.read {
-        for f in names.iter().filter(|f| root.join(f).is_file()) {
+        for (f, _) in plan.files.iter().filter(|(f, _)| root.join(f).is_file()) {
             if let FileText::Text(t) = read_through(&conn, &session, &root, fs, f) {
                 texts.insert(f.clone(), t.into_bytes());
             }
         }
     }
+    // A file that already holds the checkpoint's content (rolled back before, or put back by
+    // hand) is no conflict and needs nothing: a second /rollback changes nothing.
+    let planned = plan.files.len();
+    plan.files
+        .retain(|(f, restore)| !holds(&root, f, restore, &texts));
+    if planned > 0 && plan.files.is_empty() {
+        return format!("run {id} is rolled back already: its files hold the checkpoint's content");
+    }
+    let names: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
     let changed = tokio::task::block_in_place(|| {
         checkpoint::changed_since(&repo, &recorded.files, &names, &texts)
     });
@@ -136,6 +144,30 @@ async fn write_through(
     done.extend(written);
     done.sort();
     Ok(done)
+}
+
+/// Whether `file` already holds what the rollback gives it, as the client's buffer (`texts`)
+/// or the disk has it.
+fn holds(
+    root: &std::path::Path,
+    file: &str,
+    restore: &Restore,
+    texts: &BTreeMap<String, Vec<u8>>,
+) -> bool {
+    let path = root.join(file);
+    let meta = std::fs::symlink_metadata(&path);
+    match restore {
+        Restore::Delete => meta.is_err(),
+        Restore::Symlink(target) => {
+            std::fs::read_link(&path).is_ok_and(|t| t.to_string_lossy() == *target)
+        }
+        Restore::File { bytes, .. } => match texts.get(file) {
+            Some(text) => text == bytes,
+            None => {
+                meta.is_ok_and(|m| m.is_file()) && std::fs::read(&path).is_ok_and(|b| b == *bytes)
+            }
+        },
+    }
 }
 
 /// The executable bit as the checkpoint has it, on a file the client wrote (it writes text,

@@ -93,6 +93,13 @@ pub enum AgentMessage {
     },
     /// The run ended.
     Finished { id: String, outcome: Box<Outcome> },
+    /// A rollback ended; `rolled_back` when the run's files are back to its checkpoint,
+    /// `changed` when that changed any file.
+    RollbackFinished {
+        run_id: Option<String>,
+        rolled_back: bool,
+        changed: bool,
+    },
     /// An undo (or redo) ended.
     UndoFinished {
         step: u64,
@@ -309,6 +316,7 @@ async fn drive_run(s: StartRun, progress: Option<ProgressToken>) -> Outcome {
         task: String::new(),
         iteration: 0,
         review: Review::default(),
+        exact_disk: false,
     };
     let outbox = c.outbox.clone();
     let on_event = move |e: agent_ls_core::events::LiveEvent| {
@@ -441,6 +449,7 @@ async fn undo(
         task: String::new(),
         iteration: 0,
         review: Review::default(),
+        exact_disk: false,
     };
     let mut result = if reversal.changes.is_empty() {
         Ok(())
@@ -454,9 +463,39 @@ async fn undo(
     result.map_err(|(ApplyError::Stale(e) | ApplyError::Failed(e))| UndoFailed::Apply(e))
 }
 
+/// Applies changes that restore known texts (a rollback) through workspace/applyEdit like an
+/// undo, without asking, then writes exactly their texts to the disk the editor did not save.
+pub(super) async fn apply_restore(
+    c: &Connection,
+    snapshot: Snapshot,
+    limits: edit::Limits,
+    label: String,
+    changes: &[FileChange],
+) -> Result<(), ApplyError> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let mut shell = ServerShell {
+        c: c.clone(),
+        approval: Approval::Auto,
+        label,
+        snapshot,
+        decisions: mpsc::unbounded_channel().1,
+        cancel: CancellationToken::new(),
+        progress: None,
+        limits,
+        record: None,
+        task: String::new(),
+        iteration: 0,
+        review: Review::default(),
+        exact_disk: true,
+    };
+    shell.apply(changes).await
+}
+
 /// Deletes files an undone step created: through workspace/applyEdit when the client can
 /// delete (so an open editor closes), then on disk if the file is still there.
-async fn delete_files(c: &Connection, paths: &[String]) -> Result<(), ApplyError> {
+pub(super) async fn delete_files(c: &Connection, paths: &[String]) -> Result<(), ApplyError> {
     use tower_lsp_server::ls_types::{
         DeleteFile, DeleteFileOptions, DocumentChangeOperation, DocumentChanges, ResourceOp,
     };
@@ -535,6 +574,9 @@ struct ServerShell {
     record: Option<(String, String)>,
     /// The review of the change being applied, for the preview's labels.
     review: Review,
+    /// The disk gets exactly each change's new text, whatever it holds now (a rollback, which
+    /// restores known contents; forced, it overwrites the user's changes on purpose).
+    exact_disk: bool,
 }
 
 impl ServerShell {
@@ -752,6 +794,7 @@ impl ServerShell {
                 FileText::Refused(why) => return Err(DiskSync::Refused(why)),
             };
             match (&disk, &c.original) {
+                _ if self.exact_disk => writes.push(c.clone()),
                 (None, None) => writes.push(c.clone()),
                 (Some(d), None) if *d == c.new_text => {}
                 (Some(d), None) if d.is_empty() => writes.push(c.clone()),

@@ -31,8 +31,8 @@ pub const DEBUG_PANIC_COMMAND: &str = "agent-ls.debug.panic";
 pub const TEST_HOOKS_ENV: &str = "AGENT_LS_TEST_HOOKS";
 
 /// Test hook, honoured only with `AGENT_LS_TEST_HOOKS=1`: the kinds of job (`agent_run`,
-/// `undo`, `test_run`, `config_reload`, comma-separated) whose first job panics, so tests can
-/// check the session reports its end and serves the next request.
+/// `undo`, `test_run`, `config_reload`, `rollback`, comma-separated) whose first job panics,
+/// so tests can check the session reports its end and serves the next request.
 pub const TEST_PANIC_ENV: &str = "AGENT_LS_TEST_PANIC";
 
 /// Request `agent-ls/configuration`: the effective configuration, one entry per key with the
@@ -86,6 +86,12 @@ pub const STATUS_COMMAND: &str = "agent-ls.status";
 /// through workspace/applyEdit, unless the user changed the lines it touched. Returns
 /// `{"step": id}` at once.
 pub const UNDO_COMMAND: &str = "agent-ls.undo";
+
+/// Command `agent-ls.rollback` `[{"run"?: id, "force"?: bool}]`: restores every file a run
+/// changed from its git checkpoint (default: the latest run with one) through
+/// workspace/applyEdit. Answers `{run_id, rolled_back}` once done, or `{run_id, refused,
+/// changed}` when files changed since the run and `force` is not set.
+pub const ROLLBACK_COMMAND: &str = "agent-ls.rollback";
 
 /// Command `agent-ls.redo`: applies the latest undone step again.
 pub const REDO_COMMAND: &str = "agent-ls.redo";

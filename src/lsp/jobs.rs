@@ -1,5 +1,5 @@
 //! The panic guard every job the session spawns runs under (agent runs, undo and redo, test
-//! runs, configuration reloads). A job that panics must still report its end, or the session
+//! runs, configuration reloads, rollbacks). A job that panics must still report its end, or the session
 //! would stay "busy" or "reloading" until a restart: `caught` turns the panic into an error
 //! the job's own end-report carries.
 //!
@@ -23,14 +23,16 @@ pub enum Kind {
     Undo,
     TestRun,
     ConfigReload,
+    Rollback,
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [
+    const ALL: [Kind; 5] = [
         Kind::AgentRun,
         Kind::Undo,
         Kind::TestRun,
         Kind::ConfigReload,
+        Kind::Rollback,
     ];
 
     /// The name used in logs and in the test hook's variable.
@@ -40,6 +42,7 @@ impl Kind {
             Kind::Undo => "undo",
             Kind::TestRun => "test_run",
             Kind::ConfigReload => "config_reload",
+            Kind::Rollback => "rollback",
         }
     }
 
@@ -78,6 +81,7 @@ impl Kind {
             Kind::Undo => "undo",
             Kind::TestRun => "test run",
             Kind::ConfigReload => "configuration reload",
+            Kind::Rollback => "rollback",
         }
     }
 }
@@ -86,7 +90,7 @@ impl Kind {
 /// (a comma-separated list), the first time only, so the next job of the kind runs normally
 /// and shows the session recovered. Without both variables it does nothing.
 pub fn injected_panic(kind: Kind) {
-    static ARMED: OnceLock<[AtomicBool; 4]> = OnceLock::new();
+    static ARMED: OnceLock<[AtomicBool; 5]> = OnceLock::new();
     let armed = ARMED.get_or_init(|| {
         let hooks = std::env::var(ext::TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
         let wanted = std::env::var(ext::TEST_PANIC_ENV).unwrap_or_default();

@@ -11,6 +11,7 @@ pub mod ext;
 pub mod jobs;
 mod json_text;
 pub mod outbox;
+pub mod rollback;
 pub mod session;
 pub mod test_runs;
 pub mod transport;
@@ -231,6 +232,7 @@ impl Backend {
             ext::UNDO_COMMAND,
             ext::REDO_COMMAND,
             ext::RESUME_COMMAND,
+            ext::ROLLBACK_COMMAND,
             ext::RERUN_TESTS_COMMAND,
             ext::CANCEL_COMMAND,
         ]
@@ -315,6 +317,19 @@ impl Backend {
             lock,
             reply,
         });
+        answer.await.map_err(internal)?.map_err(refused)
+    }
+
+    /// Rolls a run back to its git checkpoint; answers once the files are back, or with the
+    /// files that changed since the run (a refusal the client may confirm with `force`).
+    async fn rollback(&self, args: rollback::RollbackArgs) -> Result<serde_json::Value> {
+        let what = match &args.run {
+            Some(run) => format!("roll back run {run}"),
+            None => "roll back the latest run".to_string(),
+        };
+        let lock = self.lock(&what).await?;
+        let (reply, answer) = oneshot::channel();
+        self.session.send(Event::Rollback { args, lock, reply });
         answer.await.map_err(internal)?.map_err(refused)
     }
 
@@ -539,6 +554,17 @@ impl LanguageServer for Backend {
                             )
                         })?;
                     self.resume(run_id).await.map(Some)
+                }
+                ext::ROLLBACK_COMMAND => {
+                    let args = match params.arguments.first() {
+                        None | Some(serde_json::Value::Null) => Default::default(),
+                        Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                            Error::invalid_params(format!(
+                                "agent-ls.rollback takes {{run?, force?}}: {e}"
+                            ))
+                        })?,
+                    };
+                    self.rollback(args).await.map(Some)
                 }
                 ext::STATUS_COMMAND => self.status().await.map(Some),
                 ext::RERUN_TESTS_COMMAND => {

@@ -123,6 +123,12 @@ pub enum Event {
         lock: RunLock,
         reply: oneshot::Sender<Result<u64, Refused>>,
     },
+    /// agent-ls.rollback: restore a run's files from its git checkpoint.
+    Rollback {
+        args: super::rollback::RollbackArgs,
+        lock: RunLock,
+        reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
+    },
     /// agent-ls.resume: go on with an interrupted run from its checkpoint, which the handler
     /// read from the store.
     Resume {
@@ -142,6 +148,8 @@ pub enum Refused {
     RunInProgress { id: String, goal: String },
     #[error("an undo of step {0} is in progress")]
     UndoInProgress(u64),
+    #[error("a rollback is in progress")]
+    RollbackInProgress,
     #[error("agent-ls needs a workspace folder to run the agent")]
     NoWorkspaceForRun,
     #[error("no workspace folder")]
@@ -232,6 +240,7 @@ enum Active {
     Undo {
         step: u64,
     },
+    Rollback,
 }
 
 /// A run waiting for documents to hold given texts.
@@ -340,6 +349,7 @@ impl Session {
                 Some(serde_json::json!({"run_id": id, "goal": goal}))
             }
             Some(Active::Undo { step }) => Some(serde_json::json!({"undo": step})),
+            Some(Active::Rollback) => Some(serde_json::json!({"rollback": true})),
             None => None,
         };
         let mut status = serde_json::json!({
@@ -389,6 +399,7 @@ impl Session {
             }
             e @ (Event::StartRun { .. }
             | Event::Undo { .. }
+            | Event::Rollback { .. }
             | Event::Resume { .. }
             | Event::RunTests { .. }
             | Event::QueryReady(_)
@@ -459,6 +470,7 @@ impl Session {
                 lock,
                 reply,
             } => self.undo(redo, step, lock, reply),
+            Event::Rollback { args, lock, reply } => self.rollback(args, lock, reply),
             Event::Resume {
                 run_id,
                 goal,
@@ -661,6 +673,11 @@ impl Session {
                 self.outbox.notify::<RunFinished>((*outcome).clone());
                 self.last_outcome = Some(*outcome);
             }
+            AgentMessage::RollbackFinished {
+                run_id,
+                rolled_back,
+                changed,
+            } => self.rollback_finished(run_id, rolled_back, changed),
             AgentMessage::UndoFinished {
                 step,
                 redo,
@@ -761,6 +778,7 @@ impl Session {
                 goal: goal.clone(),
             }),
             Some(Active::Undo { step }) => Some(Refused::UndoInProgress(*step)),
+            Some(Active::Rollback) => Some(Refused::RollbackInProgress),
             None => None,
         }
     }
@@ -820,6 +838,73 @@ impl Session {
             reply,
             lock,
         });
+    }
+
+    /// Starts rolling a run back to its checkpoint; refuses while a run or an undo goes on.
+    fn rollback(
+        &mut self,
+        args: super::rollback::RollbackArgs,
+        lock: RunLock,
+        reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
+    ) {
+        if let Some(why) = self.busy() {
+            let _ = reply.send(Err(why));
+            return;
+        }
+        let Some(connection) = self.connection() else {
+            let _ = reply.send(Err(Refused::NoWorkspace));
+            return;
+        };
+        self.active = Some(Active::Rollback);
+        super::rollback::spawn_rollback(super::rollback::RollbackStart {
+            args,
+            snapshot: self.snapshot(),
+            connection,
+            limits: self.config.config.edit.limits(),
+            reply,
+            lock,
+        });
+    }
+
+    /// A rollback ended: the workspace is free, a rolled-back run's steps are undone, and
+    /// when files changed the tests run again, so the diagnostics (the run's last results)
+    /// describe the code as it is back to, not as the run left it.
+    fn rollback_finished(&mut self, run_id: Option<String>, rolled_back: bool, changed: bool) {
+        if matches!(self.active, Some(Active::Rollback)) {
+            self.active = None;
+        }
+        if let (Some(run_id), true) = (run_id, rolled_back) {
+            self.mark_run_undone(&run_id);
+        }
+        if changed {
+            self.start_tests(Trigger::User {
+                reason: "rollback".into(),
+                command: None,
+            });
+        }
+    }
+
+    /// A rolled-back run's steps are no longer applied: each is marked undone (newest
+    /// first, so redo goes through them in order), in the history, the store and the run
+    /// view, so undo never offers to take them back again.
+    fn mark_run_undone(&mut self, run_id: &str) {
+        let Some(history) = &mut self.history else {
+            return;
+        };
+        for step in history.done_of_run(run_id) {
+            history.mark_undone(step);
+            self.outbox.notify::<super::ext::RunEventNotification>(
+                LiveEvent {
+                    run_id: run_id.to_string(),
+                    iteration: 0,
+                    event: RunEvent::Undone { step, redo: false },
+                }
+                .to_wire(),
+            );
+            if let Some(store) = &self.store {
+                store.send("a rollback", move |s| s.set_undone(step, true));
+            }
+        }
     }
 
     /// Starts an agent run for a goal, answering `{"run_id"}`. (A goal that names one of the

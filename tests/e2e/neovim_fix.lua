@@ -48,7 +48,14 @@ local ok, err = pcall(function()
   end
   -- The user's answer to the question before the change is applied.
   local asked = false
+  -- The answer to the rollback's second confirmation, set by the rollback scenario.
+  local rollback_answer, rollback_prompt
   vim.ui.select = function(items, opts, on_choice)
+    if opts.prompt:find('Roll back anyway', 1, true) then
+      rollback_prompt = opts.prompt
+      on_choice(rollback_answer)
+      return
+    end
     asked = true
     record('question names the file', opts.prompt:find('calc.py', 1, true) ~= nil, opts.prompt)
     -- In the cancel scenario the user walks away from the question.
@@ -180,6 +187,65 @@ local ok, err = pcall(function()
       return vim.fn.filereadable(helpers) == 1
         and table.concat(vim.fn.readfile(helpers), '\n'):find('return 2 * x', 1, true) ~= nil
     end, 20))
+    return
+  end
+
+  if scenario == 'rollback' then
+    -- A run in a git repository fixes calc.py and creates notes.py; the user types in calc.py
+    -- and rolls the run back: refused and kept, then confirmed a second time.
+    local original = table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n')
+    local rolled
+    vim.api.nvim_create_autocmd('User', {
+      pattern = 'AgentRollbackDone',
+      callback = function(ev) rolled = ev.data end,
+    })
+    vim.cmd('AgentFix')
+    record('run finished', run_finished())
+    record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
+    local checkpoint = finished and finished.checkpoint
+    record('the run has a checkpoint', type(checkpoint) == 'string', vim.inspect(finished))
+    if type(checkpoint) ~= 'string' then return end
+    local notes = ws .. '/notes.py'
+    record('notes.py created', vim.fn.filereadable(notes) == 1)
+    record('the summary names the commands', (agent.runs.actions_line(finished) or ''):find(
+      ':AgentRollback ' .. finished.run_id, 1, true) ~= nil, agent.runs.actions_line(finished))
+    vim.cmd('AgentRuns')
+    local view = vim.api.nvim_get_current_buf()
+    local text
+    record('the run view shows the checkpoint and its actions', vim.wait(5000, function()
+      text = table.concat(vim.api.nvim_buf_get_lines(view, 0, -1, false), '\n')
+      return text:find('checkpoint ' .. checkpoint:sub(1, 7), 1, true) ~= nil
+        and text:find('X roll back', 1, true) ~= nil
+    end, 20), text)
+    vim.cmd('close')
+    -- The user types in calc.py after the run and does not save.
+    vim.api.nvim_buf_set_lines(buf, 0, 0, false, { '# mine' })
+    rollback_answer = 'Keep my changes'
+    vim.cmd('AgentRollback')
+    record('the rollback asks a second time, naming the file', vim.wait(10000, function()
+      return rollback_prompt ~= nil
+    end, 20) and rollback_prompt:find('calc.py', 1, true) ~= nil, rollback_prompt)
+    vim.wait(500)
+    local lines = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+    record('kept: nothing rolled back', rolled == nil and lines:find('# mine', 1, true) ~= nil
+      and vim.fn.filereadable(notes) == 1, lines)
+    rollback_prompt = nil
+    rollback_answer = 'Roll back anyway'
+    vim.cmd('AgentRollback')
+    record('confirmed: rolled back', vim.wait(15000, function() return rolled ~= nil end, 20))
+    lines = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+    record('the buffer holds the checkpoint', lines == original, lines)
+    record('the disk holds the checkpoint', vim.wait(5000, function()
+      return table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n') == original
+    end, 20), table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n'))
+    record('the created file is gone, and its buffer', vim.wait(5000, function()
+      local b = vim.fn.bufnr(notes)
+      return vim.fn.filereadable(notes) == 0 and (b == -1 or not vim.api.nvim_buf_is_loaded(b))
+    end, 20), tostring(vim.fn.bufnr(notes)))
+    local status = vim.fn.system({ 'git', '-C', ws, 'status', '--porcelain' })
+    record('git sees the tree as at the checkpoint', status == '', status)
+    record('u undoes the rollback in the buffer', pcall(vim.cmd, 'normal! u') and
+      table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n') ~= original)
     return
   end
 

@@ -5,7 +5,7 @@
 // Usage: node acp-client.mjs AGENT_LS_BINARY WORKSPACE SCENARIO
 //   SCENARIO: allow | reject | cancel | undo (then /redo) | load:RUN_ID | mcp (the session brings the MCP filesystem
 //   server, whose path is in ACP_MCP_FS) | rollback (the user edits calc.py's buffer without
-//   saving, /rollback is refused, then /rollback force)
+//   saving, /rollback is refused, then /rollback force, then /rollback again)
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { Readable, Writable } from "node:stream";
@@ -81,6 +81,8 @@ await app.connectWith(stream, async (agent) => {
     seen.afterRefusal = readFileSync(calc, "utf8");
     seen.forcedStop = (await prompt("/rollback force")).stopReason;
     seen.bufferLeft = buffers.has(calc);
+    seen.writesAfterForce = seen.writes.length;
+    seen.againStop = (await prompt("/rollback")).stopReason;
   }
 });
 seen.final = readFileSync(`${workspace}/calc.py`, "utf8");

@@ -26,6 +26,7 @@ import {
   WorkDoneProgressCreateRequest,
   WorkDoneProgressReport,
 } from 'vscode-languageclient/node';
+import { RunChoice, gitAction, offerActions, pickRun, rollback, runIdOf } from './gitActions';
 import { isDiff, isLong } from './messages';
 import { RunEvent, figures } from './runs';
 import { RunView } from './runView';
@@ -51,6 +52,10 @@ interface RunFinished {
   tests: { passed: number; failed: number } | null;
   tokens: number;
   duration_ms: number;
+  /** The git checkpoint taken before the run wrote, its branch and commit (docs/git.md). */
+  checkpoint?: string | null;
+  branch?: string | null;
+  commit?: string | null;
 }
 
 /** The answer of `agent-ls.status`. */
@@ -105,6 +110,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       return step === undefined ? undefined : execute('agent-ls.undo', { step });
     }],
     ['agentLs.showModelOutput', () => modelOutput.show(true)],
+    // From the palette (a pick among the recent runs), the run view's row, or with a run id.
+    ['agentLs.rollback', rollbackCommand],
+    ['agentLs.commit', (arg?: unknown) => gitCommand('agent-ls.commit', arg)],
+    ['agentLs.pr', (arg?: unknown) => gitCommand('agent-ls.pr', arg)],
   ];
   for (const [id, fn] of commands) {
     context.subscriptions.push(vscode.commands.registerCommand(id, fn));
@@ -186,7 +195,13 @@ async function start(): Promise<void> {
   client.onNotification('agent-ls/runFinished', (r: RunFinished) => {
     shown.run = undefined;
     shown.last = r;
+    runView.finished(r);
     render();
+    // A run that wrote has a checkpoint: its message offers to roll it back, commit it, or
+    // open a pull request.
+    if (r.checkpoint) {
+      void offerActions(execute, r.run_id, `agent-ls: run ${r.run_id} ${r.status}; checkpoint ${r.checkpoint.slice(0, 7)}`);
+    }
   });
   client.onNotification('agent-ls/runEvent', (e: RunEvent) => {
     const run = runView.add(e);
@@ -355,6 +370,15 @@ async function statusCommand(): Promise<void> {
       action: () => showRunLog(),
     });
   }
+  if (status.last?.checkpoint) {
+    const l = status.last;
+    const at = `checkpoint ${status.last.checkpoint.slice(0, 7)}`;
+    items.push(
+      { label: '$(discard) roll back the last run', description: at, action: () => rollback(execute, l.run_id) },
+      { label: '$(git-commit) commit the last run', description: l.run_id, action: () => gitAction(execute, 'agent-ls.commit', l.run_id) },
+      { label: '$(git-pull-request) open a pull request for the last run', description: l.run_id, action: () => gitAction(execute, 'agent-ls.pr', l.run_id) },
+    );
+  }
   for (const step of status.steps) {
     items.push({
       label: `${step.undone ? '$(redo)' : '$(discard)'} step ${step.id}: ${step.goal}`,
@@ -369,6 +393,39 @@ async function statusCommand(): Promise<void> {
   }
   const pick = await vscode.window.showQuickPick(items, { title: 'agent-ls status' });
   await pick?.action?.();
+}
+
+/** The runs with a checkpoint this window saw, newest first, for a pick. */
+function runsWithCheckpoints(): RunChoice[] {
+  const out: RunChoice[] = runView.runs.runs
+    .filter((r) => r.checkpoint)
+    .map((r) => ({ runId: r.id, goal: r.goal, checkpoint: r.checkpoint }));
+  const last = shown.last;
+  if (last?.checkpoint && !out.some((r) => r.runId === last.run_id)) {
+    out.push({ runId: last.run_id, goal: '', checkpoint: last.checkpoint });
+  }
+  return out;
+}
+
+/** Agent: Roll back run: the run given, or picked among the recent ones (the server's latest when none). */
+async function rollbackCommand(arg?: unknown): Promise<void> {
+  let runId = runIdOf(arg);
+  if (!runId) {
+    const picked = await pickRun(runsWithCheckpoints(), 'Agent: Roll back run');
+    if (picked === null) return;
+    runId = picked;
+  }
+  await rollback(execute, runId);
+}
+
+async function gitCommand(command: 'agent-ls.commit' | 'agent-ls.pr', arg?: unknown): Promise<void> {
+  let runId = runIdOf(arg);
+  if (!runId) {
+    const picked = await pickRun(runsWithCheckpoints(), command === 'agent-ls.commit' ? 'Agent: Commit Run' : 'Agent: Create Pull Request');
+    if (picked === null) return;
+    runId = picked;
+  }
+  await gitAction(execute, command, runId);
 }
 
 /** Opens the journal of the last run (.agent-ls/runs/<time>-<run_id>.jsonl). */

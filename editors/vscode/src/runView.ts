@@ -3,7 +3,7 @@
 //! reflections, evaluation and figures, fed by `agent-ls/runEvent` (see runs.ts).
 
 import * as vscode from 'vscode';
-import { Iteration, Patch, Run, RunEvent, Runs, figures, taskState, testsLabel } from './runs';
+import { Finished, Iteration, Patch, Run, RunEvent, Runs, figures, taskState, testsLabel } from './runs';
 
 /** A row of the tree; `contextValue` picks its inline actions in package.json. */
 class Node extends vscode.TreeItem {
@@ -36,6 +36,12 @@ export class RunView implements vscode.TreeDataProvider<Node> {
     return run;
   }
 
+  /** A run's end: its checkpoint, branch and commit show on its row. */
+  finished(f: Finished): void {
+    this.runs.finished(f);
+    this.changed.fire(undefined);
+  }
+
   getTreeItem(n: Node): vscode.TreeItem {
     return n;
   }
@@ -54,12 +60,20 @@ export class RunView implements vscode.TreeDataProvider<Node> {
 function runNode(r: Run): Node {
   const node = new Node(r.goal || r.id, () => runChildren(r), vscode.TreeItemCollapsibleState.Expanded);
   node.id = r.id;
-  node.description = `${r.status ?? 'running'} · ${figures(r.tokens, r.costUsd)}`;
+  const git = [
+    r.checkpoint ? `checkpoint ${r.checkpoint.slice(0, 7)}` : '',
+    r.branch ? `branch ${r.branch}` : '',
+    r.commit ? `commit ${r.commit.slice(0, 7)}` : '',
+  ].filter(Boolean);
+  node.description = [`${r.status ?? 'running'}`, figures(r.tokens, r.costUsd), ...git].join(' · ');
   node.tooltip = r.answer ?? r.goal;
   node.iconPath = new vscode.ThemeIcon(
     r.status === null ? 'sync~spin' : r.status === 'done' ? 'pass' : r.status === 'cancelled' ? 'circle-slash' : 'error',
   );
-  node.contextValue = r.status === null ? 'run.active' : 'run';
+  // A finished run with a checkpoint offers roll back, commit and pull request (package.json).
+  node.contextValue = r.status === null ? 'run.active' : r.checkpoint ? 'run.git' : 'run';
+  // The row's actions pass the node; the run rides on it.
+  (node as Node & { runId?: string }).runId = r.id;
   return node;
 }
 

@@ -57,6 +57,19 @@ export interface Run {
   evaluation?: { score: number; reason: string };
   tokens: number;
   costUsd: number | null;
+  /** The git checkpoint taken before the run wrote, and its branch and commit. */
+  checkpoint?: string;
+  branch?: string;
+  commit?: string;
+}
+
+/** What `agent-ls/runFinished` says of a run's git state. */
+export interface Finished {
+  run_id: string;
+  status: string;
+  checkpoint?: string | null;
+  branch?: string | null;
+  commit?: string | null;
 }
 
 /** The runs, newest first, at most `keep`. */
@@ -71,6 +84,21 @@ export class Runs {
   /** The run in progress, if any. */
   current(): Run | undefined {
     return this.runs.find((r) => r.status === null);
+  }
+
+  /** Takes a run's end from `agent-ls/runFinished`: its checkpoint, branch and commit. */
+  finished(f: Finished): Run {
+    let run = this.get(f.run_id);
+    if (!run) {
+      run = { id: f.run_id, goal: '', status: f.status, answer: null, plan: [], iterations: [], tokens: 0, costUsd: null };
+      this.runs.unshift(run);
+      this.runs.splice(this.keep);
+    }
+    run.status ??= f.status;
+    run.checkpoint = f.checkpoint ?? run.checkpoint;
+    run.branch = f.branch ?? run.branch;
+    run.commit = f.commit ?? run.commit;
+    return run;
   }
 
   /** Folds one event in; returns the run it changed. */
@@ -132,6 +160,10 @@ export class Runs {
         if (p) p.step = num(d.step) ?? undefined;
         break;
       }
+      case 'checkpoint':
+        // Taken before the run's first write: the run can be rolled back from now on.
+        run.checkpoint = str(d.commit) || run.checkpoint;
+        break;
       case 'undo':
       case 'redo':
         for (const i of run.iterations) {

@@ -23,7 +23,9 @@ const ws = env('WORKSPACE');
 // "accept" (the default): apply the preview, then undo and redo; "reject": discard it;
 // "explain": ask a question through Agent: Run…; "create": a change that creates a module,
 // then Save All, undo and redo; "runview": a two-iteration run followed in the Agent Runs
-// view, whose first step is undone from the view.
+// view, whose first step is undone from the view; "rollback": a run in a git repository that
+// fixes calc.py and creates notes.py, rolled back from the palette after the user typed in
+// calc.py (refused, then confirmed in the modal).
 const scenario = process.env.SCENARIO ?? 'accept';
 // Screenshots for docs/ (the run view, the refactor preview), taken by the flow itself.
 const screenshots = process.env.SCREENSHOTS;
@@ -79,7 +81,7 @@ fs.writeFileSync(
     'agentLs.server.path': env('AGENT_LS'),
     'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false } },
     // The run view's run applies each step without a preview.
-    ...(scenario === 'runview' ? { 'agentLs.approval': 'auto' } : {}),
+    ...(scenario === 'runview' || scenario === 'rollback' ? { 'agentLs.approval': 'auto' } : {}),
     // A test command that cannot run: python without the module it names.
     ...(scenario === 'broken'
       ? { 'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false }, test: { command: ['python3', '-m', 'no_such_runner'], allowlist: ['python3 -m no_such_runner'] } } }
@@ -221,6 +223,70 @@ try {
     const problems = labels.find((l) => /problems|errors?\b/i.test(l)) ?? '';
     check('Problems stays empty', /no problems|errors?:\s*0|\b0 errors?/i.test(problems), problems);
     check('nothing was edited', fs.readFileSync(path.join(ws, 'calc.py'), 'utf8').includes('return a - b'));
+    throw new Done();
+  }
+
+  if (scenario === 'rollback') {
+    const file = path.join(ws, 'calc.py');
+    const notes = path.join(ws, 'notes.py');
+    const original = fs.readFileSync(file, 'utf8');
+    await palette('Agent: Fix Failing Tests');
+    await until('calc.py fixed and notes.py created', () =>
+      fs.readFileSync(file, 'utf8').includes('return a + b') && fs.existsSync(notes), 60000);
+    // The run's message names its checkpoint and offers its actions.
+    const offered = page.locator('.notification-list-item', { hasText: 'checkpoint' }).first();
+    await offered.waitFor({ timeout: 30000 });
+    const buttons = await offered.locator('.monaco-button').allInnerTexts();
+    check('the finished run offers Roll back, Commit and Create PR',
+      ['Roll back', 'Commit', 'Create PR'].every((b) => buttons.includes(b)), JSON.stringify(buttons));
+    // The run's row in the Agent Runs view shows the checkpoint, with the actions inline.
+    const view = page.locator('.pane', { has: page.locator('.pane-header', { hasText: 'Agent Runs' }) });
+    const header = view.locator('.pane-header');
+    if ((await header.getAttribute('aria-expanded')) !== 'true') {
+      await header.click();
+    }
+    const runRow = view.locator('.monaco-list-row', { hasText: 'checkpoint' }).first();
+    await runRow.waitFor({ timeout: 20000 });
+    await runRow.hover();
+    const inline = await runRow.locator('.action-label').evaluateAll((els) => els.map((e) => e.getAttribute('aria-label') ?? ''));
+    check('the run view shows the checkpoint and offers the actions on its row',
+      ['Roll back run', 'Commit Run', 'Create Pull Request'].every((a) => inline.some((l) => l.includes(a))),
+      `${(await runRow.innerText()).replace(/\s+/g, ' ')} ${JSON.stringify(inline)}`);
+    // The user types in calc.py after the run, and does not save.
+    await page.locator('.monaco-editor .view-lines', { hasText: 'def add' }).first().click();
+    await page.keyboard.press('Control+Home');
+    await page.keyboard.type('# mine');
+    await page.keyboard.press('Enter');
+    await until('the typing in the editor', async () =>
+      (await page.locator('.monaco-editor .view-lines', { hasText: 'def add' }).first().innerText()).replace(/\u00a0/g, ' ').includes('# mine'), 10000);
+    // The server has seen it once the buffer it holds says so (didChange is sent at once).
+    await page.waitForTimeout(500);
+    await palette('Agent: Roll back run');
+    // The server refuses and names the file; the modal asks a second time.
+    const dialog = page.locator('.monaco-dialog-box');
+    await dialog.waitFor({ timeout: 30000 });
+    const asked = await dialog.innerText();
+    check('the rollback asks a second time, naming calc.py', asked.includes('calc.py') && asked.includes('changed since the run'), asked.replace(/\s+/g, ' '));
+    check('nothing is rolled back before the answer', fs.existsSync(notes));
+    await dialog.locator('.monaco-button', { hasText: 'Roll back anyway' }).first().click();
+    await until('calc.py back on disk and notes.py gone', () =>
+      fs.readFileSync(file, 'utf8') === original && !fs.existsSync(notes), 30000);
+    check('the disk holds the checkpoint: calc.py restored, notes.py deleted', true);
+    const editorText = await until('the editor shows the checkpoint', async () => {
+      const t = (await page.locator('.monaco-editor .view-lines', { hasText: 'def add' }).first().innerText()).replace(/\u00a0/g, ' ');
+      return t.includes('a - b') && !t.includes('# mine') ? t : false;
+    }, 20000);
+    check('the editor shows the checkpoint', true, editorText.replace(/\s+/g, ' ').slice(0, 120));
+    const dirty = await until('no unsaved editor', async () => (await page.locator('.tabs-container .tab.dirty').count()) === 0, 10000)
+      .catch(() => false);
+    check('no editor is left with unsaved changes', dirty);
+    const status = spawnSync('git', ['-C', ws, 'status', '--porcelain'], { encoding: 'utf8' });
+    check('git sees the tree as at the checkpoint', status.stdout === '', status.stdout + status.stderr);
+    const said = await until('the rollback message', async () => {
+      const texts = await page.locator('.notification-list-item-message').allInnerTexts();
+      return texts.find((t) => t.includes('rolled back run')) ?? false;
+    }, 20000);
+    check('the rollback says what it restored', said.includes('calc.py') && said.includes('notes.py'), said);
     throw new Done();
   }
 

@@ -94,3 +94,23 @@ test('the tools the coder called are listed in order, a failed one marked', () =
   runs.add(ev(1, 'tools', 'tool_result', { name: 'read_file', is_error: true }));
   assert.deepEqual(runs.current()?.iterations[0].tools, ['grep def net', 'read_file ../x 3 (failed)']);
 });
+
+test("a run's end brings its checkpoint, branch and commit, and a rollback's undo events mark its steps", () => {
+  const runs = new Runs();
+  runs.add(ev(0, 'agent', 'intent', { goal: 'fix' }));
+  runs.add(ev(1, 'agent', 'patch', { files: ['calc.py'], diff: '--- a', review: {} }));
+  runs.add(ev(1, 'agent', 'step', { step: 3, files: ['calc.py'] }));
+  runs.add(ev(0, 'agent', 'finished', { status: 'done', answer: 'ok' }));
+  runs.add(ev(0, 'agent', 'checkpoint', { commit: 'abcdef0123', left_out: [] }));
+  assert.equal(runs.get('run_1')?.checkpoint, 'abcdef0123');
+  const run = runs.finished({ run_id: 'run_1', status: 'done', checkpoint: 'abcdef0123', branch: null, commit: null });
+  assert.equal(run.checkpoint, 'abcdef0123');
+  assert.equal(run.branch, undefined);
+  assert.equal(run.status, 'done');
+  runs.add(ev(0, 'agent', 'undo', { step: 3, redo: false }));
+  assert.equal(run.iterations[0].patches[0].undone, true);
+  // A run this window did not follow still gets a row, for its actions.
+  const other = runs.finished({ run_id: 'run_2', status: 'failed', checkpoint: '1234567' });
+  assert.equal(runs.get('run_2'), other);
+  assert.equal(other.checkpoint, '1234567');
+});

@@ -111,6 +111,16 @@ impl History {
         self.done.iter().find(|s| s.id == id)
     }
 
+    /// The applied steps of one run, newest first (a rolled-back run's, to mark undone).
+    pub fn done_of_run(&self, run_id: &str) -> Vec<u64> {
+        self.done
+            .iter()
+            .rev()
+            .filter(|s| s.run_id == run_id)
+            .map(|s| s.id)
+            .collect()
+    }
+
     /// A step was undone (the latest, or a named older one): it moves to the redo stack.
     pub fn mark_undone(&mut self, id: u64) {
         if let Some(i) = self.done.iter().position(|s| s.id == id) {

@@ -3,6 +3,7 @@
 //! the caller supplies file contents and decides what to do with the result.
 
 pub mod apply;
+mod between;
 pub mod history;
 pub mod locate;
 pub mod parse;
@@ -14,6 +15,7 @@ use std::path::{Component, Path};
 use serde::Serialize;
 
 pub use apply::TextEdit;
+pub use between::change_between;
 pub use locate::{Differing, Found, LocateError, LocateOptions, NumberedLine, Rule};
 pub use parse::{ParseError, parse_plan, plan_from_tool_calls};
 pub use plan::{Edit, EditKind, EditPlan};

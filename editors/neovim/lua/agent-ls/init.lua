@@ -92,7 +92,11 @@ local handlers = {
     M.state.run = nil
     M.state.step = nil
     M.state.last_run = result
+    runs.finished(result)
     vim.cmd('redrawstatus')
+    -- A run that wrote files has a git checkpoint: the summary says what can be done with it.
+    local actions = runs.actions_line(result)
+    if actions then notify(actions) end
     vim.api.nvim_exec_autocmds('User', { pattern = 'AgentRunFinished', data = result })
   end,
   -- The question before a change is applied: Accept, Reject, or Show diff (the server then
@@ -206,6 +210,52 @@ function M.undo(step)
   exec('agent-ls.undo', step and { { step = step } } or {})
 end
 function M.redo() exec('agent-ls.redo', {}) end
+
+local function listed(files)
+  return table.concat(vim.tbl_map(tostring, type(files) == 'table' and files or {}), ', ')
+end
+
+--- Rolls a whole run back to its git checkpoint (the latest run by default). When files
+--- changed since the run the server refuses and names them: the user is asked a second time,
+--- and "Roll back anyway" calls again with force. `force` skips the question.
+function M.rollback(run, force)
+  local args = {}
+  if run and run ~= '' then args.run = run end
+  if force then args.force = true end
+  exec('agent-ls.rollback', { args }, function(result)
+    if type(result) ~= 'table' then return end
+    if type(result.refused) == 'string' then
+      local anyway = 'Roll back anyway'
+      vim.ui.select({ anyway, 'Keep my changes' }, {
+        prompt = ('agent-ls: run %s: %s. Roll back anyway and lose those changes?'):format(
+          result.run_id, result.refused),
+      }, function(choice)
+        if choice == anyway then M.rollback(result.run_id, true) end
+      end)
+      return
+    end
+    if type(result.rolled_back) == 'table' and #result.rolled_back == 0 then
+      notify(('run %s is already rolled back'):format(result.run_id))
+    else
+      notify(('rolled back run %s: %s'):format(result.run_id, listed(result.rolled_back)))
+    end
+    vim.api.nvim_exec_autocmds('User', { pattern = 'AgentRollbackDone', data = result })
+  end)
+end
+
+-- Commit and pull request of a run (the server's agent-ls.commit and agent-ls.pr).
+local function git_action(command, what)
+  return function(run)
+    exec(command, { (run and run ~= '') and { run = run } or vim.empty_dict() }, function(result)
+      local said = type(result) == 'table' and (result.message or result.url or result.commit) or nil
+      notify(what .. ': ' .. (said and tostring(said) or vim.json.encode(result)))
+    end)
+  end
+end
+--- Commits the run's own files (the latest run by default).
+M.commit = git_action('agent-ls.commit', 'commit')
+--- Pushes the run's branch and opens a pull request.
+M.pr = git_action('agent-ls.pr', 'pull request')
 function M.rerun() exec('agent-ls.rerunTests', {}) end
 function M.cancel() exec('agent-ls.cancel', {}) end
 --- Goes on with a run a crash or restart interrupted: this one, or the newest.
@@ -238,6 +288,8 @@ function M.status()
     if result.last ~= vim.NIL and result.last then
       table.insert(lines, ('last run %s: %s, %d iteration(s), %s'):format(
         result.last.run_id, result.last.status, result.last.iterations, result.last.answer))
+      local actions = runs.actions_line(result.last)
+      if actions then table.insert(lines, actions) end
     end
     for _, r in ipairs(result.interrupted or {}) do
       table.insert(lines, ('interrupted %s after %d iteration(s): %s (:AgentResume %s)'):format(
@@ -259,7 +311,10 @@ end
 --- Opens the run view: the current and recent runs, their plan, iterations, changes, tests,
 --- reflections and the model's text as it arrives.
 function M.show_runs()
-  return runs.open({ undo = M.undo, rerun = M.rerun, cancel = M.cancel })
+  return runs.open({
+    undo = M.undo, rerun = M.rerun, cancel = M.cancel,
+    rollback = M.rollback, commit = M.commit, pr = M.pr,
+  })
 end
 
 --- For 'statusline': "agent: running tests · 1.2k tokens · $0.0031",
@@ -310,6 +365,12 @@ function M.setup(opts)
     { nargs = '?', desc = 'agent-ls: undo the latest agent step, or step N' })
   cmd('AgentResume', function(o) M.resume(o.args ~= '' and o.args or nil) end,
     { nargs = '?', desc = 'agent-ls: resume an interrupted run (the newest by default)' })
+  cmd('AgentRollback', function(o) M.rollback(o.args, o.bang) end,
+    { nargs = '?', bang = true, desc = 'agent-ls: roll back a whole run (the latest by default); ! forces' })
+  cmd('AgentCommit', function(o) M.commit(o.args) end,
+    { nargs = '?', desc = "agent-ls: commit a run's files (the latest run by default)" })
+  cmd('AgentPr', function(o) M.pr(o.args) end,
+    { nargs = '?', desc = "agent-ls: push a run's branch and open a pull request" })
   cmd('AgentRedo', M.redo, { desc = 'agent-ls: redo the latest undone agent step' })
   cmd('AgentRerun', M.rerun, { desc = 'agent-ls: run the tests again' })
   cmd('AgentCancel', M.cancel, { desc = 'agent-ls: cancel the run and the tests' })

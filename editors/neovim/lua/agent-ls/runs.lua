@@ -110,6 +110,9 @@ function R.add(e)
         break
       end
     end
+  elseif t == 'checkpoint' then
+    -- Taken before the run's first write: the run can be rolled back from now on.
+    if str(d.commit) ~= '' then run.checkpoint = str(d.commit) end
   elseif t == 'undo' or t == 'redo' then
     for _, it in ipairs(run.iterations) do
       for _, p in ipairs(it.patches) do
@@ -142,6 +145,30 @@ function R.add(e)
     run.answer = str(d.answer)
   end
   return run
+end
+
+--- A run's end as `agent-ls/runFinished` tells it: its git checkpoint, branch and commit.
+function R.finished(outcome)
+  if type(outcome) ~= 'table' or type(outcome.run_id) ~= 'string' then return end
+  local run = find(outcome.run_id)
+  if not run then
+    run = { id = outcome.run_id, goal = '', plan = {}, iterations = {}, tokens = 0 }
+    table.insert(R.runs, 1, run)
+  end
+  for _, key in ipairs({ 'checkpoint', 'branch', 'commit' }) do
+    if type(outcome[key]) == 'string' then run[key] = outcome[key] end
+  end
+  run.status = run.status or str(outcome.status)
+  vim.schedule(function() R.changed({ type = 'finished' }) end)
+end
+
+--- "checkpoint 1a2b3c4: :AgentRollback ID · :AgentCommit ID · :AgentPr ID" for a run with a
+--- checkpoint, else nil.
+function R.actions_line(outcome)
+  if type(outcome) ~= 'table' or type(outcome.checkpoint) ~= 'string' then return nil end
+  local id = str(outcome.run_id)
+  return ('run %s: checkpoint %s: :AgentRollback %s · :AgentCommit %s · :AgentPr %s'):format(
+    id, outcome.checkpoint:sub(1, 7), id, id, id)
 end
 
 --- "1.2k tokens · $0.0031", the figures a statusline shows.
@@ -189,7 +216,7 @@ function R.render()
       rows[#lines] = row
     end
   end
-  add('agent-ls runs   <CR> open diff · u undo step · R rerun tests · C cancel · q close')
+  add('agent-ls runs   <CR> open diff · u undo step · X roll back run · c commit · p pull request · R rerun tests · C cancel · q close')
   if #R.runs == 0 then
     add('')
     add('No agent runs yet: :AgentFix, or :AgentRun <goal>')
@@ -198,6 +225,12 @@ function R.render()
     add('')
     add(('%s  %s  [%s]  %s'):format(run.id, run.goal ~= '' and run.goal or '(goal)', run.status or 'running',
       R.figures(run.tokens, run.cost_usd)), { run = run })
+    if run.checkpoint then
+      local git = '  checkpoint ' .. run.checkpoint:sub(1, 7)
+      if run.branch then git = git .. ' · branch ' .. run.branch end
+      if run.commit then git = git .. ' · commit ' .. run.commit:sub(1, 7) end
+      add(git .. '   (X roll back · c commit · p pull request)', { run = run })
+    end
     if run.baseline then add('  before: ' .. R.tests_label(run.baseline)) end
     if #run.plan > 0 then
       add('  plan:')
@@ -311,6 +344,20 @@ function R.open(actions)
       vim.notify('agent-ls: no applied step on this line', vim.log.levels.WARN)
     end
   end, 'agent-ls: undo this step')
+  -- The run on the cursor's line (any line of a run belongs to it), for the git actions.
+  local function on_run(action, what)
+    return function()
+      local row = R.row()
+      if row and row.run and action then
+        action(row.run.id)
+      else
+        vim.notify('agent-ls: no run on this line to ' .. what, vim.log.levels.WARN)
+      end
+    end
+  end
+  map('X', on_run(actions.rollback, 'roll back'), 'agent-ls: roll back this whole run')
+  map('c', on_run(actions.commit, 'commit'), "agent-ls: commit this run's files")
+  map('p', on_run(actions.pr, 'open a pull request for'), 'agent-ls: open a pull request for this run')
   map('R', actions.rerun, 'agent-ls: run the tests again')
   map('C', actions.cancel, 'agent-ls: cancel the run and the tests')
   map('q', '<cmd>close<cr>', 'close the run view')

@@ -1,0 +1,327 @@
+//! `agent-ls.rollback`: a whole run rolled back to its git checkpoint from the editor
+//! (docs/git.md). The plan comes from the checkpoint (`git::checkpoint::plan_rollback`); a
+//! file the user changed since the run, in an open buffer (saved or not) or on disk, is a
+//! refusal unless forced. Text files go back through workspace/applyEdit like an undo, so
+//! unsaved buffers and the editor's own undo stay right; files the run created are deleted
+//! with a `DeleteFile` when the client can; what an editor cannot hold (binary files,
+//! symbolic links, a file the client cannot create) is written on disk by the server.
+//!
+//! All of it runs in a job of its own: git and the files are read here, never on the
+//! session's task.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use super::agent_runs::{self, AgentMessage, Connection, Snapshot};
+use super::jobs;
+use super::session::Refused;
+use agent_ls_core::edit::{self, FileChange, FileText};
+use agent_ls_runtime::drive::{ApplyError, recorded_run};
+use agent_ls_runtime::files;
+use agent_ls_runtime::git::Repo;
+use agent_ls_runtime::git::checkpoint::{self, Restore, RollbackPlan};
+use agent_ls_runtime::lock::RunLock;
+
+/// Arguments of `agent-ls.rollback`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RollbackArgs {
+    /// The run to roll back (default: the latest run with a checkpoint).
+    #[serde(default)]
+    pub run: Option<String>,
+    /// Roll back even files changed since the run (the second confirmation).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// What a rollback needs, taken from the session when it starts.
+pub struct RollbackStart {
+    pub args: RollbackArgs,
+    pub snapshot: Snapshot,
+    pub connection: Connection,
+    pub limits: edit::Limits,
+    /// The command's answer: `{run_id, rolled_back}`, `{run_id, refused, changed}`, or why not.
+    pub reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
+    pub lock: RunLock,
+}
+
+/// The run and its plan, read from git and the store.
+struct Planned {
+    repo: Repo,
+    run_id: String,
+    checkpoint: String,
+    interrupted: bool,
+    plan: RollbackPlan,
+    /// Files whose content (buffer or disk) differs from what the run left, and from what the
+    /// checkpoint holds.
+    changed: Vec<String>,
+    /// Files that already hold what the checkpoint has (rolled back before): left alone.
+    already: Vec<String>,
+}
+
+/// How each file of the plan goes back.
+#[derive(Default)]
+struct Ways {
+    /// Through workspace/applyEdit.
+    edits: Vec<FileChange>,
+    /// Files the run created: deleted.
+    deletes: Vec<String>,
+    /// Written on disk by the server (binary, symbolic links, not creatable by the client).
+    disk: Vec<(String, Restore)>,
+    /// Text files whose checkpoint mode is executable: the bit is set again on disk.
+    executable: Vec<String>,
+}
+
+/// Starts the rollback on a task of its own, under the panic guard; the session hears of its
+/// end whatever happens, and the command's answer waits until the files are back.
+pub fn spawn_rollback(r: RollbackStart) {
+    tokio::spawn(async move {
+        let report = r.connection.report.clone();
+        let (reply, lock) = (r.reply, r.lock);
+        let job = rollback(r.args, r.snapshot, r.connection, r.limits);
+        let (run_id, answer) = match jobs::caught(jobs::Kind::Rollback, job).await {
+            Ok(done) => done,
+            Err(why) => (None, Err(Refused::Failed(why))),
+        };
+        drop(lock);
+        let files = answer.as_ref().ok().and_then(|v| v.get("rolled_back"));
+        report(AgentMessage::RollbackFinished {
+            run_id,
+            rolled_back: files.is_some(),
+            changed: files
+                .and_then(|f| f.as_array())
+                .is_some_and(|f| !f.is_empty()),
+        });
+        let _ = reply.send(answer);
+    });
+}
+
+/// The rollback itself; returns the run it concerned (when known) and the command's answer.
+async fn rollback(
+    args: RollbackArgs,
+    snapshot: Snapshot,
+    c: Connection,
+    limits: edit::Limits,
+) -> (Option<String>, Result<serde_json::Value, Refused>) {
+    jobs::injected_panic(jobs::Kind::Rollback);
+    let texts: BTreeMap<String, Vec<u8>> = snapshot
+        .iter()
+        .map(|(rel, (_, b))| (rel.clone(), b.text().into_bytes()))
+        .collect();
+    let root = c.root.clone();
+    let planned =
+        tokio::task::spawn_blocking(move || plan(&root, args.run.as_deref(), &texts)).await;
+    let p = match planned {
+        Ok(Ok(p)) => p,
+        Ok(Err(why)) => return (None, Err(Refused::Failed(why))),
+        Err(e) => return (None, Err(Refused::Failed(e.to_string()))),
+    };
+    let run_id = Some(p.run_id.clone());
+    let mut answer = json!({"run_id": p.run_id, "checkpoint": p.checkpoint});
+    if p.interrupted {
+        answer["interrupted"] = true.into();
+    }
+    if !p.plan.left_out.is_empty() {
+        answer["left_out"] = json!(p.plan.left_out);
+    }
+    if !args.force && (!p.changed.is_empty() || !p.plan.left_out.is_empty()) {
+        answer["refused"] = refusal(&p).into();
+        answer["changed"] = json!(p.changed);
+        return (run_id, Ok(answer));
+    }
+    let ways = ways(&p.plan, &p.already, &snapshot, &c);
+    let label = format!("agent-ls: roll back run {}", p.run_id);
+    match restore(&c, &p.repo, snapshot, limits, label, &ways).await {
+        Ok(()) => {
+            let files: Vec<&String> = p
+                .plan
+                .files
+                .iter()
+                .map(|(f, _)| f)
+                .filter(|f| !p.already.contains(f))
+                .collect();
+            answer["rolled_back"] = json!(files);
+            if !p.already.is_empty() {
+                answer["already_rolled_back"] = json!(p.already);
+            }
+            if !ways.disk.is_empty() {
+                let on_disk: Vec<&String> = ways.disk.iter().map(|(f, _)| f).collect();
+                answer["written_on_disk"] = json!(on_disk);
+            }
+            (run_id, Ok(answer))
+        }
+        Err(why) => (
+            run_id,
+            Err(Refused::Failed(format!(
+                "could not roll back run {}: {why}",
+                p.run_id
+            ))),
+        ),
+    }
+}
+
+/// "changed since the run: calc.py; not in the checkpoint (too big): data.bin".
+fn refusal(p: &Planned) -> String {
+    let mut parts = Vec::new();
+    if !p.changed.is_empty() {
+        parts.push(format!("changed since the run: {}", p.changed.join(", ")));
+    }
+    if !p.plan.left_out.is_empty() {
+        parts.push(format!(
+            "not in the checkpoint (too big): {}",
+            p.plan.left_out.join(", ")
+        ));
+    }
+    parts.join("; ")
+}
+
+/// Reads the run, its plan, and which of its files changed since (blocking: git and files).
+fn plan(
+    root: &Path,
+    run: Option<&str>,
+    texts: &BTreeMap<String, Vec<u8>>,
+) -> Result<Planned, String> {
+    let repo = Repo::discover(root).map_err(|e| e.to_string())?;
+    let run = recorded_run(root, &repo, run).map_err(|e| e.to_string())?;
+    let plan =
+        checkpoint::plan_rollback(&repo, &run.checkpoint, &run.files).map_err(|e| e.to_string())?;
+    let names: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
+    let already: Vec<String> = plan
+        .files
+        .iter()
+        .filter(|(f, restore)| already_restored(root, f, restore, texts))
+        .map(|(f, _)| f.clone())
+        .collect();
+    let changed = checkpoint::changed_since(&repo, &run.files, &names, texts)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|f| !already.contains(f))
+        .collect();
+    Ok(Planned {
+        repo,
+        run_id: run.run_id,
+        checkpoint: run.checkpoint,
+        interrupted: run.interrupted,
+        plan,
+        changed,
+        already,
+    })
+}
+
+/// Whether `path` already holds what the rollback would give it (rolled back before, or put
+/// back by hand): no conflict, and nothing to send for it.
+fn already_restored(
+    root: &Path,
+    path: &str,
+    restore: &Restore,
+    texts: &BTreeMap<String, Vec<u8>>,
+) -> bool {
+    let on_disk = root.join(path);
+    let meta = std::fs::symlink_metadata(&on_disk);
+    match restore {
+        Restore::Delete => !texts.contains_key(path) && meta.is_err(),
+        Restore::Symlink(target) => {
+            meta.is_ok_and(|m| m.file_type().is_symlink())
+                && std::fs::read_link(&on_disk).is_ok_and(|t| t.to_string_lossy() == *target)
+        }
+        Restore::File { bytes, .. } => match texts.get(path) {
+            Some(text) => text == bytes,
+            None => {
+                meta.is_ok_and(|m| m.is_file())
+                    && std::fs::read(&on_disk).is_ok_and(|b| b == *bytes)
+            }
+        },
+    }
+}
+
+/// Sorts the plan's files into the ways they go back, from the buffers and the disk now.
+fn ways(plan: &RollbackPlan, already: &[String], snapshot: &Snapshot, c: &Connection) -> Ways {
+    let mut w = Ways::default();
+    for (path, restore) in plan.files.iter().filter(|(f, _)| !already.contains(f)) {
+        let Restore::File { bytes, executable } = restore else {
+            match restore {
+                Restore::Delete => w.deletes.push(path.clone()),
+                _ => w.disk.push((path.clone(), restore.clone())),
+            }
+            continue;
+        };
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            w.disk.push((path.clone(), restore.clone()));
+            continue;
+        };
+        let current = match snapshot.get(path) {
+            Some((_, b)) => Some(b.text()),
+            None => match files::read_for_plan(&c.root, path) {
+                FileText::Text(t) => Some(t),
+                FileText::Missing => None,
+                // A symbolic link, a binary file, or one too big to edit as text.
+                FileText::Refused(_) => {
+                    w.disk.push((path.clone(), restore.clone()));
+                    continue;
+                }
+            },
+        };
+        if current.is_none() && !c.support.create_files {
+            w.disk.push((path.clone(), restore.clone()));
+            continue;
+        }
+        if *executable {
+            w.executable.push(path.clone());
+        }
+        if current.as_deref() != Some(text) {
+            w.edits
+                .push(edit::change_between(path, current.as_deref(), text));
+        }
+    }
+    w
+}
+
+/// Applies the ways: the edits through the editor, the deletions, then the disk writes.
+async fn restore(
+    c: &Connection,
+    repo: &Repo,
+    snapshot: Snapshot,
+    limits: edit::Limits,
+    label: String,
+    ways: &Ways,
+) -> Result<(), String> {
+    let failed = |(ApplyError::Stale(e) | ApplyError::Failed(e))| e;
+    agent_runs::apply_restore(c, snapshot, limits, label, &ways.edits)
+        .await
+        .map_err(failed)?;
+    agent_runs::delete_files(c, &ways.deletes)
+        .await
+        .map_err(failed)?;
+    let (repo, disk, root) = (repo.clone(), ways.disk.clone(), c.root.clone());
+    let executable = ways.executable.clone();
+    tokio::task::spawn_blocking(move || {
+        let plan = RollbackPlan {
+            files: disk,
+            left_out: Vec::new(),
+        };
+        checkpoint::apply(&repo, &plan).map_err(|e| e.to_string())?;
+        for f in executable {
+            set_executable(&root.join(&f)).map_err(|e| format!("{f}: {e}"))?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// Gives a file back the executable bit its checkpoint recorded.
+fn set_executable(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mut mode = std::fs::metadata(path)?.permissions();
+        mode.set_mode(mode.mode() | 0o111);
+        std::fs::set_permissions(path, mode)?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
