@@ -775,3 +775,198 @@ fn acpx_cancels_a_prompt_whose_tests_hang() {
     );
     acpx_ok(ws, home, &["sessions", "close"]);
 }
+
+/// The coder's answer that fixes `add` and creates notes.py.
+const FIX_AND_CREATE: &str = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n\nnotes.py\n<<<<<<< SEARCH\n=======\nNOTE = 1\n>>>>>>> REPLACE\n";
+
+/// `git ARGS` in `dir`, which must succeed.
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// A copy of the example as a git repository with one commit, the model's answer
+/// `FIX_AND_CREATE`.
+fn example_repository() -> tempfile::TempDir {
+    let ws = support::example();
+    let p = ws.path();
+    std::fs::write(
+        p.join(".gitignore"),
+        ".agent-ls/\n__pycache__/\n.replay.jsonl\n",
+    )
+    .unwrap();
+    git(p, &["init", "-q", "-b", "main"]);
+    git(p, &["add", "-A"]);
+    git(p, &["commit", "-qm", "start"]);
+    std::fs::write(
+        p.join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": FIX_AND_CREATE})]),
+    )
+    .unwrap();
+    ws
+}
+
+#[test]
+fn an_acp_client_rolls_a_run_back_through_its_fs_refusing_an_unsaved_edit_unless_forced() {
+    if deps().is_none() {
+        return;
+    }
+    let ws = example_repository();
+    let original = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    let (seen, ws) = client_in(ws, "rollback", NO_EVAL);
+    let commands = seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["sessionUpdate"] == "available_commands_update")
+        .expect("the commands are advertised");
+    assert!(
+        commands["availableCommands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "rollback"),
+        "{commands}"
+    );
+    let fixed = seen["afterFix"].as_str().unwrap();
+    assert!(fixed.contains("return a + b"), "{seen}");
+    let said = messages(&seen);
+    // The unsaved edit in calc.py's buffer is a change since the run: refused, nothing
+    // written.
+    let refusal = &said[said.len() - 3];
+    assert!(
+        refusal.contains("nothing was rolled back")
+            && refusal.contains("calc.py")
+            && refusal.contains("/rollback force")
+            && !refusal.contains("notes.py"),
+        "{refusal}"
+    );
+    assert_eq!(seen["afterRefusal"].as_str().unwrap(), fixed);
+    // Forced: calc.py written back through the client (its buffer replaced), notes.py
+    // deleted on disk.
+    let forced = &said[said.len() - 2];
+    assert!(
+        forced.starts_with("rolled back run ") && forced.ends_with(": calc.py, notes.py"),
+        "{forced}"
+    );
+    // Again: the files hold the checkpoint's content, so nothing is refused or written.
+    let again = &said[said.len() - 1];
+    assert!(again.contains("rolled back already"), "{again}");
+    assert_eq!(seen["againStop"], "end_turn");
+    assert_eq!(
+        seen["writes"].as_array().unwrap().len() as u64,
+        seen["writesAfterForce"].as_u64().unwrap()
+    );
+    assert_eq!(seen["final"].as_str().unwrap(), original);
+    assert!(!ws.path().join("notes.py").exists());
+    assert_eq!(seen["bufferLeft"], false);
+    let writes = seen["writes"].as_array().unwrap();
+    assert!(
+        writes
+            .last()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .ends_with("/calc.py"),
+        "{seen}"
+    );
+    assert_eq!(seen["refusedStop"], "end_turn");
+    assert_eq!(seen["forcedStop"], "end_turn");
+}
+
+#[test]
+fn acpx_rolls_a_run_back_with_rollback() {
+    if deps().is_none() {
+        return;
+    }
+    let ws = example_repository();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(home.path().join("agent-ls/config.toml"), NO_EVAL).unwrap();
+    let (ws, home) = (ws.path(), home.path());
+    let original = std::fs::read_to_string(ws.join("calc.py")).unwrap();
+    acpx_ok(ws, home, &["sessions", "new"]);
+    acpx_ok(ws, home, &["prompt", "fix the failing tests"]);
+    assert!(ws.join("notes.py").exists());
+    let rolled = acpx_ok(ws, home, &["prompt", "/rollback"]);
+    assert!(
+        rolled.contains("rolled back run ") && rolled.contains("calc.py, notes.py"),
+        "{rolled}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("calc.py")).unwrap(),
+        original
+    );
+    assert!(!ws.join("notes.py").exists());
+    acpx_ok(ws, home, &["sessions", "close"]);
+}
+
+/// `git ARGS` in `dir`: its output, trimmed.
+fn git_out(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn an_acp_run_isolated_on_a_branch_or_in_a_worktree_says_where_it_works() {
+    if deps().is_none() {
+        return;
+    }
+    // "branch": the run's change is in the folder, on a new branch from HEAD.
+    let ws = example_repository();
+    let head = git_out(ws.path(), &["rev-parse", "HEAD"]);
+    let config = format!("{NO_EVAL}[git]\nisolation = \"branch\"\n");
+    let (seen, ws) = client_in(ws, "allow", &config);
+    let said = messages(&seen).join("");
+    assert!(
+        said.contains("working on the new branch agent/fix-the-failing-tests"),
+        "{said}"
+    );
+    assert!(seen["final"].as_str().unwrap().contains("return a + b"));
+    assert_eq!(
+        git_out(ws.path(), &["symbolic-ref", "HEAD"]),
+        "refs/heads/agent/fix-the-failing-tests"
+    );
+    assert_eq!(git_out(ws.path(), &["rev-parse", "HEAD"]), head);
+
+    // "worktree": the client writes into the worktree; the folder's own files stay.
+    let ws = example_repository();
+    let original = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    let config = format!("{NO_EVAL}[git]\nisolation = \"worktree\"\n");
+    let (seen, ws) = client_in(ws, "allow", &config);
+    let said = messages(&seen).join("");
+    let wt = ws
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join(".agent-ls/worktrees/fix-the-failing-tests");
+    assert!(
+        said.contains(&format!("working in the worktree {}", wt.display())),
+        "{said}"
+    );
+    assert_eq!(seen["final"].as_str().unwrap(), original);
+    assert_eq!(git_out(ws.path(), &["status", "--porcelain"]), "");
+    assert!(
+        std::fs::read_to_string(wt.join("calc.py"))
+            .unwrap()
+            .contains("return a + b")
+    );
+    let writes = seen["writes"].as_array().unwrap();
+    assert!(!writes.is_empty(), "{seen}");
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.as_str().unwrap().starts_with(&wt.display().to_string())),
+        "{seen}"
+    );
+}

@@ -510,6 +510,204 @@ fn a_file_the_checkpoint_left_out_is_never_deleted_by_a_rollback() {
     assert_eq!(std::fs::read_to_string(p.join("many/f1")).unwrap(), "y\n");
 }
 
+/// The user's checkout as `git status` shows it, every untracked file too.
+fn status(p: &Path) -> String {
+    git(p, &["status", "--porcelain=v1", "--untracked-files=all"])
+}
+
+#[test]
+fn branch_isolation_runs_on_a_new_branch_from_head() {
+    let ws = repository(true);
+    let p = ws.path();
+    let head = git(p, &["rev-parse", "HEAD"]);
+    let isolate = [("AGENT_LS_GIT__ISOLATION", "branch")];
+    let out = agent(
+        p,
+        &["run", "Fix the failing tests!", "--yes", "--json"],
+        &[fix_and_create()],
+        &isolate,
+    );
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(o["status"], "done", "{o}\n{said}");
+    assert_eq!(o["branch"], "agent/fix-the-failing-tests", "{o}");
+    assert!(o["worktree"].is_null(), "{o}");
+    assert!(said.contains("agent/fix-the-failing-tests"), "{said}");
+    assert_eq!(
+        git(p, &["symbolic-ref", "HEAD"]).trim(),
+        "refs/heads/agent/fix-the-failing-tests"
+    );
+    // The branch starts at HEAD, main is where it was, and the run's change is on the branch.
+    assert_eq!(git(p, &["rev-parse", "agent/fix-the-failing-tests"]), head);
+    assert_eq!(git(p, &["rev-parse", "main"]), head);
+    assert_eq!(
+        git(p, &["status", "--porcelain=v1"]),
+        " M calc.py\n?? notes.py\n"
+    );
+    let checkpoint = o["checkpoint"].as_str().expect("a checkpoint");
+    assert_eq!(git(p, &["rev-parse", &format!("{checkpoint}^")]), head);
+
+    // Once committed, the same goal gets a branch of its own.
+    git(p, &["add", "-A"]);
+    git(p, &["commit", "-qm", "the run's change"]);
+    git(p, &["switch", "-q", "main"]);
+    let out = agent(
+        p,
+        &["run", "fix the failing tests", "--yes", "--json"],
+        &[fix_and_create()],
+        &isolate,
+    );
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(o["branch"], "agent/fix-the-failing-tests-2", "{o}");
+}
+
+#[test]
+fn branch_isolation_refuses_a_dirty_tree_naming_what_is_dirty_and_changes_nothing() {
+    let ws = repository(true);
+    let p = ws.path();
+    let calc = std::fs::read_to_string(p.join("calc.py")).unwrap() + "# mine\n";
+    std::fs::write(p.join("calc.py"), calc).unwrap();
+    std::fs::write(p.join("staged.py"), "S = 1\n").unwrap();
+    git(p, &["add", "staged.py"]);
+    std::fs::write(p.join("scratch.txt"), "untracked\n").unwrap();
+    let before = (state(p), status(p), git(p, &["branch", "--list"]));
+
+    let out = agent(
+        p,
+        &["run", "fix the failing tests", "--yes", "--json"],
+        &[fix_and_create()],
+        &[("AGENT_LS_GIT__ISOLATION", "branch")],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("uncommitted changes"), "{said}");
+    for name in ["calc.py", "staged.py", "scratch.txt"] {
+        assert!(said.contains(name), "{name} not named: {said}");
+    }
+    assert!(!said.contains(".agent-ls"), "{said}");
+    assert_eq!((state(p), status(p), git(p, &["branch", "--list"])), before);
+    assert_eq!(git(p, &["for-each-ref", "refs/agent-ls/"]), "");
+}
+
+/// A Python test that fails when the user's checkout (USER, appended) is not as
+/// `.expected.json` there says; run by the run in its worktree.
+const THROUGHOUT: &str = r#"import json
+import os
+import unittest
+
+
+class UserCheckout(unittest.TestCase):
+    def test_the_users_checkout_is_untouched_while_the_run_goes_on(self):
+        self.assertNotEqual(os.path.realpath(os.getcwd()), USER)
+        with open(os.path.join(USER, ".expected.json")) as f:
+            expected = json.load(f)
+        with open(os.path.join(USER, "calc.py")) as f:
+            self.assertEqual(f.read(), expected["calc"])
+        self.assertFalse(os.path.exists(os.path.join(USER, "notes.py")))
+        with open(os.path.join(USER, ".git", "HEAD")) as f:
+            self.assertEqual(f.read(), expected["head"])
+        with open(os.path.join(USER, ".git", "index"), "rb") as f:
+            self.assertEqual(list(f.read()), expected["index"])
+
+
+"#;
+
+#[test]
+fn worktree_isolation_leaves_the_users_checkout_byte_identical() {
+    // `.agent-ls/` is not ignored here: the worktrees' folder must keep itself out of the
+    // user's status.
+    let ws = repository(false);
+    let p = ws.path();
+    std::fs::write(
+        p.join(".gitignore"),
+        "__pycache__/\n.replay.jsonl\n.expected.json\n",
+    )
+    .unwrap();
+    // A test the run runs in its worktree, while it goes on: the user's checkout is still
+    // as it was (the file, no created file, HEAD, the index to the byte).
+    let user = p.canonicalize().unwrap();
+    std::fs::write(
+        p.join("test_user_checkout.py"),
+        format!("{THROUGHOUT}USER = {:?}\n", user.display().to_string()),
+    )
+    .unwrap();
+    git(p, &["add", "-A"]);
+    git(p, &["commit", "-qm", "start"]);
+    // A dirty checkout: worktree isolation takes the run elsewhere, so it may stay dirty.
+    let calc = std::fs::read_to_string(p.join("calc.py")).unwrap() + "# mine\n";
+    std::fs::write(p.join("calc.py"), &calc).unwrap();
+    std::fs::write(p.join("staged.py"), "S = 1\n").unwrap();
+    git(p, &["add", "staged.py"]);
+    std::fs::write(p.join("scratch.txt"), "untracked\n").unwrap();
+    let index = std::fs::read(p.join(".git/index")).unwrap();
+    let expected = json!({"calc": calc, "index": index, "head": "ref: refs/heads/main\n"});
+    std::fs::write(p.join(".expected.json"), expected.to_string()).unwrap();
+    let before = (state(p), status(p));
+
+    let out = agent(
+        p,
+        &[
+            "run",
+            "fix the failing tests",
+            "--yes",
+            "--json",
+            "--isolated",
+        ],
+        &[fix_and_create()],
+        &[],
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
+    assert_eq!(o["status"], "done", "{o}\n{said}");
+    assert_eq!(o["branch"], "agent/fix-the-failing-tests", "{o}");
+    let wt = std::path::PathBuf::from(o["worktree"].as_str().expect("the worktree"));
+    assert_eq!(
+        wt,
+        p.canonicalize()
+            .unwrap()
+            .join(".agent-ls/worktrees/fix-the-failing-tests")
+    );
+    assert!(said.contains(&wt.display().to_string()), "{said}");
+
+    // The user's checkout: files, index (to the byte), HEAD, stash and status unchanged.
+    assert_eq!((state(p), status(p)), before);
+    assert_eq!(std::fs::read(p.join(".git/index")).unwrap(), index);
+    assert_eq!(git(p, &["symbolic-ref", "HEAD"]).trim(), "refs/heads/main");
+    assert!(!p.join("notes.py").exists());
+
+    // The run's change is in the worktree, on its branch from HEAD, checkpointed there.
+    assert_eq!(
+        git(&wt, &["symbolic-ref", "HEAD"]).trim(),
+        "refs/heads/agent/fix-the-failing-tests"
+    );
+    assert_eq!(
+        git(&wt, &["rev-parse", "HEAD"]),
+        git(p, &["rev-parse", "HEAD"])
+    );
+    assert!(
+        std::fs::read_to_string(wt.join("calc.py"))
+            .unwrap()
+            .contains("a + b")
+    );
+    assert!(
+        !std::fs::read_to_string(wt.join("calc.py"))
+            .unwrap()
+            .contains("# mine")
+    );
+    assert!(wt.join("notes.py").exists());
+    assert!(!wt.join("scratch.txt").exists());
+    // The tests ran in the worktree, the user's checkout test among them, and passed.
+    assert_eq!(o["tests"]["failed"], 0, "{o}");
+    assert!(o["tests"]["passed"].as_u64().unwrap() >= 4, "{o}");
+    // The run is recorded in the worktree, where `agent-ls diff` finds it.
+    let diff = cli(&wt, &["diff"]);
+    let diff = String::from_utf8_lossy(&diff.stdout);
+    assert!(
+        diff.contains("+    return a + b") && diff.contains("b/notes.py"),
+        "{diff}"
+    );
+}
+
 #[test]
 fn a_run_killed_midway_is_rolled_back_from_the_steps_it_recorded() {
     use support::model_server::{ModelServer, Reply, openai_text};

@@ -38,7 +38,9 @@ fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo(
             "grep",
             "get_diagnostics",
             "run_tests",
-            "apply_edit"
+            "apply_edit",
+            "checkpoint",
+            "rollback"
         ])
     );
     let text = |k: &str| {
@@ -370,11 +372,13 @@ fn the_mcp_inspector_lists_the_tools_with_schemas_and_annotations_and_calls_each
         names,
         [
             "apply_edit",
+            "checkpoint",
             "find_files",
             "get_diagnostics",
             "grep",
             "list_files",
             "read_file",
+            "rollback",
             "run_tests"
         ]
     );
@@ -415,4 +419,191 @@ fn the_mcp_inspector_lists_the_tools_with_schemas_and_annotations_and_calls_each
     assert_eq!(applied["structuredContent"]["step"], 1, "{applied}");
     let passing = call("run_tests", &[]);
     assert_eq!(passing["structuredContent"]["state"], "passed", "{passing}");
+    // The git tools, in a repository: a checkpoint, a file created, a rollback to it (a
+    // new server each time, so the checkpoint is named).
+    git(ws, &["init", "-q"]);
+    let cp = call("checkpoint", &[]);
+    let id = cp["structuredContent"]["checkpoint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(ws.join("later.py"), "X = 1\n").unwrap();
+    let back = call("rollback", &[&format!("run={id}")]);
+    assert_eq!(
+        back["structuredContent"]["files"],
+        json!(["later.py"]),
+        "{back}"
+    );
+    assert!(!ws.join("later.py").exists());
+}
+
+/// `git ARGS` in `dir`, which must succeed: its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_official_sdk_takes_a_checkpoint_and_rolls_the_workspace_back_to_it() {
+    let Some(deps) = support::protocol_deps() else {
+        return;
+    };
+    let ws = support::example();
+    let p = ws.path();
+    std::fs::write(p.join(".gitignore"), "build/\n.agent-ls/\n__pycache__/\n").unwrap();
+    git(p, &["init", "-q", "-b", "main"]);
+    git(p, &["add", "-A"]);
+    git(p, &["commit", "-qm", "start"]);
+    // An uncommitted edit of the user's: the checkpoint keeps it, the rollback restores it.
+    let calc = std::fs::read_to_string(p.join("calc.py")).unwrap() + "# mine\n";
+    std::fs::write(p.join("calc.py"), &calc).unwrap();
+    let test_calc = std::fs::read(p.join("test_calc.py")).unwrap();
+    let index = git(p, &["ls-files", "--stage"]);
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new("node")
+        .arg(deps.join("mcp-git-client.mjs"))
+        .arg(support::binary())
+        .arg(p)
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{said}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
+
+    let hints = |name: &str| {
+        let t = r["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no tool {name}: {}", r["tools"]))
+            .clone();
+        (
+            t["annotations"]["readOnlyHint"].clone(),
+            t["annotations"]["destructiveHint"].clone(),
+        )
+    };
+    assert_eq!(hints("checkpoint"), (json!(true), json!(false)));
+    assert_eq!(hints("rollback"), (json!(false), json!(true)));
+
+    let cp = &r["checkpoint"]["structuredContent"];
+    let id = cp["checkpoint"].as_str().expect("a checkpoint id");
+    assert!(id.starts_with("mcp_"), "{cp}");
+    assert_eq!(
+        git(
+            p,
+            &["rev-parse", &format!("refs/agent-ls/checkpoints/{id}")]
+        )
+        .trim(),
+        cp["commit"].as_str().unwrap()
+    );
+    assert_eq!(r["edit"]["structuredContent"]["written"], true);
+
+    // Everything changed since the checkpoint, by apply_edit or the caller's own tools, is
+    // back; the ignored build output, the index and HEAD are untouched.
+    let back = &r["rollback"]["structuredContent"];
+    assert_eq!(back["run"], id, "{}", r["rollback"]);
+    assert_eq!(
+        back["files"],
+        json!(["calc.py", "scratch.py", "test_calc.py"])
+    );
+    assert_eq!(std::fs::read_to_string(p.join("calc.py")).unwrap(), calc);
+    assert_eq!(std::fs::read(p.join("test_calc.py")).unwrap(), test_calc);
+    assert!(!p.join("scratch.py").exists());
+    assert_eq!(
+        std::fs::read_to_string(p.join("build/out.o")).unwrap(),
+        "built\n"
+    );
+    assert_eq!(git(p, &["ls-files", "--stage"]), index);
+    assert_eq!(git(p, &["status", "--porcelain"]), " M calc.py\n");
+
+    assert_eq!(r["unknown"]["isError"], true);
+    assert_eq!(r["gone"]["isError"], true);
+    let gone = r["gone"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(gone.contains("no checkpoint mcp_00000000"), "{gone}");
+}
+
+#[test]
+fn mcp_rollback_of_an_agent_ls_run_refuses_a_later_edit_unless_forced() {
+    let Some(deps) = support::protocol_deps() else {
+        return;
+    };
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let (p, home) = (ws.path(), home.path());
+    std::fs::write(
+        p.join(".gitignore"),
+        ".agent-ls/\n__pycache__/\n.replay.jsonl\n",
+    )
+    .unwrap();
+    git(p, &["init", "-q", "-b", "main"]);
+    git(p, &["add", "-A"]);
+    git(p, &["commit", "-qm", "start"]);
+    let original = std::fs::read(p.join("calc.py")).unwrap();
+    let fix = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n\nnotes.py\n<<<<<<< SEARCH\n=======\nNOTE = 1\n>>>>>>> REPLACE\n";
+    let script = p.join(".replay.jsonl");
+    std::fs::write(
+        &script,
+        support::replay_script(&[json!({"role": "coder", "content": fix})]),
+    )
+    .unwrap();
+    let run = support::in_workspace(
+        &["run", "fix the failing tests", "--yes", "--json"],
+        p,
+        home,
+    )
+    .env("AGENT_LS_MODEL__PROVIDER", "replay")
+    .env("AGENT_LS_MODEL__REPLAY_FILE", &script)
+    .output()
+    .unwrap();
+    let o: Value = serde_json::from_slice(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&run.stderr)));
+    assert_eq!(o["status"], "done", "{o}");
+    let edited = std::fs::read_to_string(p.join("calc.py")).unwrap() + "# mine\n";
+    std::fs::write(p.join("calc.py"), &edited).unwrap();
+
+    // Each call a session of its own, as a host that restarts the server would make it.
+    let call = |args: Value| -> Value {
+        let out = Command::new("node")
+            .arg(deps.join("mcp-calls.mjs"))
+            .arg(support::binary())
+            .arg(p)
+            .arg(json!([["rollback", args]]).to_string())
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{said}");
+        let r: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
+        r[0].clone()
+    };
+    let refused = call(json!({}));
+    assert_eq!(refused["isError"], true, "{refused}");
+    let said = refused["content"][0]["text"].as_str().unwrap_or("");
+    assert!(
+        said.contains("calc.py") && said.contains("force: true") && !said.contains("notes.py"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_to_string(p.join("calc.py")).unwrap(), edited);
+    assert!(p.join("notes.py").exists());
+
+    let forced = call(json!({"force": true}));
+    assert_ne!(forced["isError"], true, "{forced}");
+    assert_eq!(forced["structuredContent"]["run"], o["run_id"]);
+    assert_eq!(
+        forced["structuredContent"]["files"],
+        json!(["calc.py", "notes.py"])
+    );
+    assert_eq!(std::fs::read(p.join("calc.py")).unwrap(), original);
+    assert!(!p.join("notes.py").exists());
 }

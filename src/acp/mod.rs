@@ -8,10 +8,11 @@
 //! tool call with its diffs, each test run as an execute tool call), asks
 //! `session/request_permission` before every change, reads and writes through the client's
 //! `fs/*` methods when it offers them, and ends with the answer. `session/cancel` stops it;
-//! `/undo`, `/redo`, `/rerun`, `/status` and `/commit` are the session's commands; `session/load` shows a
+//! `/undo`, `/redo`, `/rollback`, `/rerun`, `/status` and `/commit` are the session's commands; `session/load` shows a
 //! recorded run and goes on with it when it was interrupted.
 
 mod output;
+mod rollback;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -68,6 +69,10 @@ fn commands() -> Vec<AvailableCommand> {
     vec![
         AvailableCommand::new("undo", "Undo the latest agent step (or /undo N)"),
         AvailableCommand::new("redo", "Redo the step undone last"),
+        AvailableCommand::new(
+            "rollback",
+            "Roll the latest run (or /rollback RUN) back whole from its git checkpoint; /rollback force even over later edits",
+        ),
         AvailableCommand::new("rerun", "Run the last goal again"),
         AvailableCommand::new("status", "The recent runs of this folder"),
         AvailableCommand::new(
@@ -351,7 +356,14 @@ fn command_answer(command: &str, has_last: bool, root: &Path, limits: &Limits) -
     // A word like `/bogus` is a command nobody has: it starts nothing (a typo must not send
     // the model to work). A path such as `/src/app.py ...` is a goal.
     let word = command.split_whitespace().next().unwrap_or("");
-    let known = ["/undo", "/redo", "/rerun", "/status", "/commit"];
+    let known = [
+        "/undo",
+        "/redo",
+        "/rollback",
+        "/rerun",
+        "/status",
+        "/commit",
+    ];
     if word.len() > 1
         && word.starts_with('/')
         && word[1..]
@@ -440,6 +452,18 @@ fn prompt(
     let limits = loaded.config.edit.limits();
     // The session's commands are answered at once, without a model.
     let command = text.trim();
+    if let Some(how) = rollback::parse(command) {
+        tokio::spawn(async move {
+            let answer = rollback::answer((conn.clone(), session_id.clone()), root, fs, how).await;
+            notify(
+                &conn,
+                &session_id,
+                SessionUpdate::AgentMessageChunk(text_chunk(answer)),
+            );
+            let _ = responder.respond(PromptResponse::new(StopReason::EndTurn));
+        });
+        return Ok(());
+    }
     if fs.write
         && let Some(how) = step_move(command)
     {
@@ -497,11 +521,41 @@ fn prompt(
     for (name, server) in mcp {
         cfg.mcp.servers.insert(name, server);
     }
+    let Some(root) = isolated_root(&conn, &session_id, root, &cfg, &goal) else {
+        return responder.respond(PromptResponse::new(StopReason::EndTurn));
+    };
     tokio::spawn(async move {
         let stop = run(cfg, root, goal, None, (session_id, conn, fs), cancel).await;
         let _ = responder.respond(PromptResponse::new(stop));
     });
     Ok(())
+}
+
+/// Where the run of `goal` works: the session's folder, or as `git.isolation` says a new
+/// branch there or a new worktree (said in the session). `None` when it cannot start so (a
+/// dirty tree on `"branch"`), which is said too.
+fn isolated_root(
+    conn: &ConnectionTo<Client>,
+    session: &str,
+    root: PathBuf,
+    cfg: &Config,
+    goal: &str,
+) -> Option<PathBuf> {
+    let said = match agent_ls_runtime::git::isolate::start(&root, cfg.git.isolation, goal) {
+        Ok(None) => return Some(root),
+        Ok(Some(i)) => Ok(i),
+        Err(e) => Err(format!("agent-ls: cannot isolate the run: {e}\n")),
+    };
+    let (text, root) = match said {
+        Ok(i) => (format!("agent-ls: {}\n", i.describe()), Some(i.root)),
+        Err(text) => (text, None),
+    };
+    notify(
+        conn,
+        session,
+        SessionUpdate::AgentMessageChunk(text_chunk(text)),
+    );
+    root
 }
 
 /// session/load: the recorded run's goal and answer are shown; an interrupted run goes on

@@ -39,6 +39,10 @@ pub struct RunGoal {
     /// of the configuration's [agents]. Default: agent.default_agent.
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
+    /// Work in a new git worktree under .agent-ls/worktrees/ on a new branch agent/<slug>,
+    /// so this checkout never changes (git.isolation = "worktree" for this run).
+    #[arg(long, conflicts_with = "resume")]
+    pub isolated: bool,
 }
 
 /// `agent-ls run`: a goal (or an interrupted run) on the files on disk.
@@ -64,6 +68,7 @@ pub fn run_goal(args: RunGoal) -> ExitCode {
         resume: args.resume,
         allow_protected: args.allow_protected,
         agent: args.agent,
+        isolated: args.isolated,
     }))
 }
 
@@ -91,6 +96,7 @@ pub fn replay(journal: PathBuf, workspace: Option<PathBuf>, json: bool, yes: boo
         resume: None,
         allow_protected: false,
         agent: None,
+        isolated: false,
     }))
 }
 

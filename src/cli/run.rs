@@ -11,9 +11,10 @@ use tokio_util::sync::CancellationToken;
 use agent_ls_core::agent::{self, FailureKind, Run, RunStatus};
 use agent_ls_core::edit::{FileChange, FileText};
 use agent_ls_core::text::visible;
-use agent_ls_runtime::config::{self, Approval, CommitMode, Inputs};
+use agent_ls_runtime::config::{self, Approval, CommitMode, Inputs, Isolation};
 use agent_ls_runtime::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
 use agent_ls_runtime::files;
+use agent_ls_runtime::git::isolate::{self, IsolateError, Isolated};
 use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::model::Models;
 use agent_ls_runtime::store::StoreThread;
@@ -45,6 +46,8 @@ pub struct Options {
     pub allow_protected: bool,
     /// The agent to run the goal (--agent); the configuration's default when `None`.
     pub agent: Option<String>,
+    /// --isolated: work in a new worktree whatever `git.isolation` says.
+    pub isolated: bool,
 }
 
 /// Exit codes of `agent-ls run`.
@@ -250,15 +253,19 @@ enum Stop {
     UndoHere,
     #[error(transparent)]
     Lock(#[from] agent_ls_runtime::lock::LockError),
+    #[error("cannot isolate the run: {0}")]
+    Isolate(#[from] IsolateError),
 }
 
 impl Stop {
     fn code(&self) -> u8 {
         match self {
             Stop::Runtime(_) | Stop::Resume(_) | Stop::UndoHere => exit::FAILED,
-            Stop::Workspace { .. } | Stop::Config(_) | Stop::Agent(_) | Stop::Lock(_) => {
-                exit::CONFIG
-            }
+            Stop::Workspace { .. }
+            | Stop::Config(_)
+            | Stop::Agent(_)
+            | Stop::Lock(_)
+            | Stop::Isolate(_) => exit::CONFIG,
         }
     }
 }
@@ -310,6 +317,14 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
     let goal = resume
         .as_ref()
         .map_or(opts.goal.clone(), |(_, g, _)| g.clone());
+    let isolated = match resume {
+        Some(_) => None,
+        None if mode == Mode::DryRun => None,
+        None => isolate(&root, &cfg, opts.isolated, &goal)?,
+    };
+    // An isolated run in a worktree works there: its tools, tests, checkpoint, journal,
+    // store and lock are the worktree's (docs/git.md says why).
+    let root = isolated.as_ref().map_or(root, |i| i.root.clone());
     // One run per workspace, whoever runs it: the lock is held until this process ends.
     let _lock = RunLock::acquire(&root, &goal)?;
     let store = StoreThread::open(root.clone(), |opened| match opened {
@@ -324,6 +339,7 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
         chosen: chosen.as_ref(),
         store: &store,
         trusted,
+        isolated: isolated.as_ref(),
     };
     let outcome = runtime.block_on(drive_goal(setup, &opts, goal, resume));
     // The record is written before the process says it is done.
@@ -397,6 +413,28 @@ struct Setup<'a> {
     store: &'a StoreThread,
     /// The folder is trusted: committing may run its git hooks.
     trusted: bool,
+    /// Where an isolated run works (`git.isolation`, --isolated).
+    isolated: Option<&'a Isolated>,
+}
+
+/// Starts the run on a new branch, or in a new worktree, as `git.isolation` (or --isolated)
+/// says; `None` when the run works in the checkout as it is.
+fn isolate(
+    root: &Path,
+    cfg: &config::Config,
+    worktree: bool,
+    goal: &str,
+) -> Result<Option<Isolated>, Stop> {
+    let mode = if worktree {
+        Isolation::Worktree
+    } else {
+        cfg.git.isolation
+    };
+    let done = isolate::start(root, mode, goal)?;
+    if let Some(d) = &done {
+        eprintln!("agent-ls: {}", d.describe());
+    }
+    Ok(done)
 }
 
 /// The agent's loop on the goal (or on the resumed run), to its outcome (its files committed
@@ -447,6 +485,10 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
     if let Some(diff) = shell.proposed.take() {
         outcome.status = RunStatus::Proposed;
         outcome.answer = diff;
+    }
+    if let Some(i) = s.isolated {
+        outcome.branch = Some(i.branch.clone());
+        outcome.worktree = i.worktree.as_ref().map(|w| w.display().to_string());
     }
     // `agent-ls run` has no one to ask after the run: unset, it does not commit.
     let mode = CommitMode::or_default(s.cfg.git.commit, CommitMode::Never);
@@ -523,6 +565,15 @@ fn report(o: &Outcome, json: bool) {
         o.tokens,
         o.duration_ms
     );
+    match (&o.branch, &o.worktree) {
+        (Some(b), Some(w)) => eprintln!(
+            "agent-ls: the run worked on branch {b} in the worktree {w} (agent-ls diff --workspace {w}; git worktree remove {w} when done)"
+        ),
+        (Some(b), None) => eprintln!(
+            "agent-ls: the run worked on branch {b} (git switch - goes back to where you were)"
+        ),
+        _ => {}
+    }
 }
 
 pub fn code_for(o: &Outcome) -> u8 {

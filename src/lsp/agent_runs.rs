@@ -235,6 +235,7 @@ pub fn spawn(mut s: StartRun) {
                         checkpoint: None,
                         commit: None,
                         branch: None,
+                        worktree: None,
                         failure_kind: None,
                     }
                 }

@@ -1,7 +1,9 @@
 //! `agent-ls mcp`: agent-ls's own tools served over MCP on stdio (the official `rmcp` SDK), so
 //! other agents (Claude Code, Codex, Goose) can use its reading tools, its test runners and
 //! parsers, and its edit engine. An edge like `src/lsp/`: the tools, the test runs and the
-//! steps are the same code the loop uses.
+//! steps are the same code the loop uses. `checkpoint` and `rollback` (`git.rs`) are git's.
+
+mod git;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,8 @@ pub struct AgentLsMcp {
     config: Arc<Config>,
     /// The last whole test run, for `get_diagnostics`.
     last: Arc<Mutex<Option<RunResult>>>,
+    /// The last checkpoint this session took, which `rollback` goes back to by default.
+    checkpoint: Arc<Mutex<Option<String>>>,
     /// Cancelled when the client closes our stdin: nothing more will be asked, so the test
     /// runs still going end now rather than hold the exit.
     closing: CancellationToken,
@@ -48,6 +52,7 @@ impl AgentLsMcp {
             root,
             config: Arc::new(config),
             last: Arc::new(Mutex::new(None)),
+            checkpoint: Arc::new(Mutex::new(None)),
             closing,
         }
     }
@@ -93,7 +98,7 @@ impl AgentLsMcp {
             },
             "required": ["files", "diff", "written"]
         }))));
-        out.into_iter().map(annotated).collect()
+        out.into_iter().map(annotated).chain(git::tools()).collect()
     }
 
     fn limits(&self) -> Limits {
@@ -108,6 +113,8 @@ impl AgentLsMcp {
         match name {
             "run_tests" => self.run_tests(&args, cancel).await,
             "apply_edit" => self.apply_edit(&args),
+            "checkpoint" => git::take(self.root.clone(), self.checkpoint.clone()).await,
+            "rollback" => git::rollback(self.root.clone(), &args, self.checkpoint.clone()).await,
             "get_diagnostics" | "read_file" | "list_files" | "find_files" | "grep" => {
                 let diagnostics = agent_ls_runtime::tests_run::diagnostics_of(
                     self.last.lock().ok().as_deref().and_then(Option::as_ref),
@@ -256,7 +263,7 @@ impl ServerHandler for AgentLsMcp {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("agent-ls", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "agent-ls's tools for this workspace: read, list, find and grep files; run the tests and get their failures parsed; apply edits through its edit engine (undo with `agent-ls undo`).",
+                "agent-ls's tools for this workspace: read, list, find and grep files; run the tests and get their failures parsed; apply edits through its edit engine (undo with `agent-ls undo`); in a git repository, take a checkpoint of the workspace and roll back to it.",
             )
     }
 

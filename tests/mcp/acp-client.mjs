@@ -4,7 +4,8 @@
 // as one JSON object for tests/acp.rs to check.
 // Usage: node acp-client.mjs AGENT_LS_BINARY WORKSPACE SCENARIO
 //   SCENARIO: allow | reject | cancel | undo (then /redo) | load:RUN_ID | mcp (the session brings the MCP filesystem
-//   server, whose path is in ACP_MCP_FS)
+//   server, whose path is in ACP_MCP_FS) | rollback (the user edits calc.py's buffer without
+//   saving, /rollback is refused, then /rollback force, then /rollback again)
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { Readable, Writable } from "node:stream";
@@ -14,6 +15,8 @@ const [binary, workspace, scenario] = process.argv.slice(2);
 const child = spawn(binary, ["acp"], { stdio: ["pipe", "pipe", "inherit"], env: process.env });
 const stream = ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
 const seen = { updates: [], permissions: [], reads: [], writes: [] };
+// Unsaved buffers: path -> text, read instead of the disk until written.
+const buffers = new Map();
 let sessionId;
 let cancelled = false;
 
@@ -25,10 +28,11 @@ const app = client({ name: "agent-ls-test" })
   })
   .onRequest(methods.client.fs.readTextFile, ({ params }) => {
     seen.reads.push(params.path);
-    return { content: readFileSync(params.path, "utf8") };
+    return { content: buffers.get(params.path) ?? readFileSync(params.path, "utf8") };
   })
   .onRequest(methods.client.fs.writeTextFile, ({ params }) => {
     seen.writes.push(params.path);
+    buffers.delete(params.path);
     writeFileSync(params.path, params.content);
     return {};
   })
@@ -68,6 +72,17 @@ await app.connectWith(stream, async (agent) => {
     seen.undoStop = (await prompt("/undo")).stopReason;
     seen.afterUndo = readFileSync(`${workspace}/calc.py`, "utf8");
     seen.redoStop = (await prompt("/redo")).stopReason;
+  }
+  if (scenario === "rollback") {
+    const calc = `${workspace}/calc.py`;
+    seen.afterFix = readFileSync(calc, "utf8");
+    buffers.set(calc, seen.afterFix + "# unsaved\n");
+    seen.refusedStop = (await prompt("/rollback")).stopReason;
+    seen.afterRefusal = readFileSync(calc, "utf8");
+    seen.forcedStop = (await prompt("/rollback force")).stopReason;
+    seen.bufferLeft = buffers.has(calc);
+    seen.writesAfterForce = seen.writes.length;
+    seen.againStop = (await prompt("/rollback")).stopReason;
   }
 });
 seen.final = readFileSync(`${workspace}/calc.py`, "utf8");

@@ -217,6 +217,21 @@ pub struct GitConfig {
     pub no_verify: bool,
     /// The remote `agent-ls pr` pushes to.
     pub remote: String,
+    /// Where `agent-ls run` works: the checkout itself, a new branch in it, or a worktree.
+    pub isolation: Isolation,
+}
+
+/// Where a run of `agent-ls run` works (docs/git.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// In the checkout as it is.
+    #[default]
+    None,
+    /// On a new branch `agent/<slug>` from HEAD, in a clean checkout.
+    Branch,
+    /// In a new worktree under `.agent-ls/worktrees/`, on a new branch.
+    Worktree,
 }
 
 impl Default for GitConfig {
@@ -227,6 +242,7 @@ impl Default for GitConfig {
             commit: None,
             no_verify: false,
             remote: "origin".into(),
+            isolation: Isolation::None,
         }
     }
 }

@@ -121,6 +121,9 @@ pub struct Outcome {
     /// The branch the run's repository is on (null: no checkpoint, or a detached HEAD).
     #[serde(default)]
     pub branch: Option<String>,
+    /// The worktree an isolated run worked in (`git.isolation = "worktree"`), else null.
+    #[serde(default)]
+    pub worktree: Option<String>,
     /// Why a failed run failed, when the cause has a kind of its own.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub failure_kind: Option<FailureKind>,
@@ -394,6 +397,7 @@ impl Drive<'_> {
             checkpoint,
             commit: None,
             branch,
+            worktree: None,
             failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
         }
     }

@@ -1,13 +1,15 @@
 //! The `git` binary, run safely: every call time-bound, never a pager, an editor or a
 //! prompt, and with the repository's own program-running settings (fsmonitor, hooks, clean
 //! and smudge filters, external diff, textconv, ssh) turned off, since a repository's config is
-//! not trusted (docs/security.md). `checkpoint` builds on it.
+//! not trusted (docs/security.md). `checkpoint`, `isolate` and `since` build on it.
 
 pub mod checkpoint;
 pub mod commit;
+pub mod isolate;
 pub mod message;
 pub mod pr;
 pub mod run;
+pub mod since;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,209 @@
+//! `/rollback [RUN] [force]`: a whole run rolled back from its git checkpoint (docs/git.md).
+//! When the client offered `fs/read_text_file` and `fs/write_text_file`, the files are
+//! compared as its buffers have them and written back through it, as `/undo` does, so an
+//! unsaved edit counts as a change and its buffers see the rollback; files the run created
+//! are deleted on disk (ACP has no delete), and so are written what the client cannot take
+//! (bytes that are not UTF-8, symbolic links).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use agent_client_protocol::Client;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::WriteTextFileRequest;
+use agent_ls_core::edit::FileText;
+use agent_ls_runtime::drive::recorded_run;
+use agent_ls_runtime::git::Repo;
+use agent_ls_runtime::git::checkpoint::{self, Restore, RollbackPlan};
+
+use super::{ClientFs, read_through};
+
+/// `/rollback ...`'s run (default: the latest with a checkpoint) and whether it is forced;
+/// `None` when `command` is not `/rollback`.
+pub(super) fn parse(command: &str) -> Option<(Option<String>, bool)> {
+    let rest = command.strip_prefix("/rollback")?;
+    if !(rest.is_empty() || rest.starts_with(' ')) {
+        return None;
+    }
+    let mut run = None;
+    let mut force = false;
+    for word in rest.split_whitespace() {
+        match word {
+            "force" | "--force" => force = true,
+            w => run = Some(w.to_string()),
+        }
+    }
+    Some((run, force))
+}
+
+/// Rolls the run back and says what was done, or why nothing was.
+pub(super) async fn answer(
+    (conn, session): (ConnectionTo<Client>, String),
+    root: PathBuf,
+    fs: ClientFs,
+    (run, force): (Option<String>, bool),
+) -> String {
+    let planned = tokio::task::block_in_place(|| {
+        let repo = Repo::discover(&root)?;
+        let recorded = recorded_run(&root, &repo, run.as_deref())?;
+        let plan = checkpoint::plan_rollback(&repo, &recorded.checkpoint, &recorded.files)?;
+        Ok::<_, anyhow::Error>((repo, recorded, plan))
+    });
+    let (repo, recorded, mut plan) = match planned {
+        Ok(p) => p,
+        Err(e) => return format!("nothing was rolled back: {e:#}"),
+    };
+    let id = &recorded.run_id;
+    if !plan.left_out.is_empty() && !force {
+        return format!(
+            "nothing was rolled back: run {id} changed files its checkpoint left out (too big): {}; /rollback force rolls back the other files",
+            plan.left_out.join(", ")
+        );
+    }
+    // The files as the client's buffers have them, so an unsaved edit counts.
+    let mut texts = BTreeMap::new();
+    if fs.read {
+        for (f, _) in plan.files.iter().filter(|(f, _)| root.join(f).is_file()) {
+            if let FileText::Text(t) = read_through(&conn, &session, &root, fs, f) {
+                texts.insert(f.clone(), t.into_bytes());
+            }
+        }
+    }
+    // A file that already holds the checkpoint's content (rolled back before, or put back by
+    // hand) is no conflict and needs nothing: a second /rollback changes nothing.
+    let planned = plan.files.len();
+    plan.files
+        .retain(|(f, restore)| !holds(&root, f, restore, &texts));
+    if planned > 0 && plan.files.is_empty() {
+        return format!("run {id} is rolled back already: its files hold the checkpoint's content");
+    }
+    let names: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
+    let changed = tokio::task::block_in_place(|| {
+        checkpoint::changed_since(&repo, &recorded.files, &names, &texts)
+    });
+    match changed {
+        Ok(c) if !c.is_empty() && !force => {
+            return format!(
+                "nothing was rolled back: changed since run {id}: {}; rolling back would lose those changes (/rollback force rolls back anyway)",
+                c.join(", ")
+            );
+        }
+        Ok(_) => {}
+        Err(e) => return format!("nothing was rolled back: {e}"),
+    }
+    let done = if fs.write {
+        write_through((&conn, &session), &repo, &root, plan).await
+    } else {
+        tokio::task::block_in_place(|| checkpoint::apply(&repo, &plan)).map_err(|e| e.to_string())
+    };
+    let note = if recorded.interrupted {
+        format!("run {id} did not finish; its files are taken from the steps it recorded\n")
+    } else {
+        String::new()
+    };
+    match done {
+        Ok(files) if files.is_empty() => format!("{note}run {id} changed no files"),
+        Ok(files) => format!("{note}rolled back run {id}: {}", files.join(", ")),
+        Err(e) => format!("{note}run {id} was not rolled back whole: {e}"),
+    }
+}
+
+/// Writes the text files back through the client and the rest (deletions, links, bytes that
+/// are not UTF-8) on disk; the files rolled back.
+async fn write_through(
+    (conn, session): (&ConnectionTo<Client>, &str),
+    repo: &Repo,
+    root: &std::path::Path,
+    plan: RollbackPlan,
+) -> Result<Vec<String>, String> {
+    let mut on_disk = Vec::new();
+    let mut done = Vec::new();
+    for (file, restore) in plan.files {
+        let Restore::File { bytes, executable } = &restore else {
+            on_disk.push((file, restore));
+            continue;
+        };
+        let Ok(text) = String::from_utf8(bytes.clone()) else {
+            on_disk.push((file, restore));
+            continue;
+        };
+        let path = agent_ls_runtime::files::resolve(root, &file).map_err(|e| e.to_string())?;
+        let request = WriteTextFileRequest::new(session.to_string(), path.clone(), text);
+        if let Err(e) = conn.send_request(request).block_task().await {
+            return Err(format!("the client did not write {file}: {e}"));
+        }
+        set_executable(&path, *executable).map_err(|e| format!("{file}: {e}"))?;
+        done.push(file);
+    }
+    let rest = RollbackPlan {
+        files: on_disk,
+        left_out: Vec::new(),
+    };
+    let written = tokio::task::block_in_place(|| checkpoint::apply(repo, &rest))
+        .map_err(|e| e.to_string())?;
+    done.extend(written);
+    done.sort();
+    Ok(done)
+}
+
+/// Whether `file` already holds what the rollback gives it, as the client's buffer (`texts`)
+/// or the disk has it.
+fn holds(
+    root: &std::path::Path,
+    file: &str,
+    restore: &Restore,
+    texts: &BTreeMap<String, Vec<u8>>,
+) -> bool {
+    let path = root.join(file);
+    let meta = std::fs::symlink_metadata(&path);
+    match restore {
+        Restore::Delete => meta.is_err(),
+        Restore::Symlink(target) => {
+            std::fs::read_link(&path).is_ok_and(|t| t.to_string_lossy() == *target)
+        }
+        Restore::File { bytes, .. } => match texts.get(file) {
+            Some(text) => text == bytes,
+            None => {
+                meta.is_ok_and(|m| m.is_file()) && std::fs::read(&path).is_ok_and(|b| b == *bytes)
+            }
+        },
+    }
+}
+
+/// The executable bit as the checkpoint has it, on a file the client wrote (it writes text,
+/// not modes).
+fn set_executable(path: &std::path::Path, executable: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    let mut perm = meta.permissions();
+    let bits = perm.mode();
+    let want = if executable {
+        bits | 0o111
+    } else {
+        bits & !0o111
+    };
+    if want != bits {
+        perm.set_mode(want);
+        std::fs::set_permissions(path, perm)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn rollback_takes_a_run_and_force_in_any_order() {
+        assert_eq!(parse("/rollback"), Some((None, false)));
+        assert_eq!(parse("/rollback force"), Some((None, true)));
+        assert_eq!(
+            parse("/rollback run_1 force"),
+            Some((Some("run_1".into()), true))
+        );
+        assert_eq!(parse("/rollbacks"), None);
+        assert_eq!(parse("/undo"), None);
+    }
+}
