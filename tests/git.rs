@@ -194,6 +194,15 @@ fn a_dirty_tree_is_byte_identical_after_a_run_and_its_rollback() {
     assert!(String::from_utf8_lossy(&out.stdout).contains(id));
     assert_eq!(state(p), before);
     assert!(!p.join("notes.py").exists());
+    // A second rollback finds the files as the checkpoint has them: nothing to do.
+    let again = cli(p, &["rollback"]);
+    assert!(again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("rolled back already"),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    assert_eq!(state(p), before);
 }
 
 #[test]

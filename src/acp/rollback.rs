@@ -71,10 +71,8 @@ pub(super) async fn answer(
     }
     // A file that already holds the checkpoint's content (rolled back before, or put back by
     // hand) is no conflict and needs nothing: a second /rollback changes nothing.
-    let planned = plan.files.len();
-    plan.files
-        .retain(|(f, restore)| !holds(&root, f, restore, &texts));
-    if planned > 0 && plan.files.is_empty() {
+    let already = plan.take_restored(&repo, &texts);
+    if !already.is_empty() && plan.files.is_empty() {
         return format!("run {id} is rolled back already: its files hold the checkpoint's content");
     }
     let names: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
@@ -144,30 +142,6 @@ async fn write_through(
     done.extend(written);
     done.sort();
     Ok(done)
-}
-
-/// Whether `file` already holds what the rollback gives it, as the client's buffer (`texts`)
-/// or the disk has it.
-fn holds(
-    root: &std::path::Path,
-    file: &str,
-    restore: &Restore,
-    texts: &BTreeMap<String, Vec<u8>>,
-) -> bool {
-    let path = root.join(file);
-    let meta = std::fs::symlink_metadata(&path);
-    match restore {
-        Restore::Delete => meta.is_err(),
-        Restore::Symlink(target) => {
-            std::fs::read_link(&path).is_ok_and(|t| t.to_string_lossy() == *target)
-        }
-        Restore::File { bytes, .. } => match texts.get(file) {
-            Some(text) => text == bytes,
-            None => {
-                meta.is_ok_and(|m| m.is_file()) && std::fs::read(&path).is_ok_and(|b| b == *bytes)
-            }
-        },
-    }
 }
 
 /// The executable bit as the checkpoint has it, on a file the client wrote (it writes text,

@@ -43,8 +43,14 @@ pub fn rollback(
     let (repo, run) = recorded(&root, run.as_deref())?;
     let id = &run.run_id;
     match checkpoint::rollback(&repo, &run.checkpoint, &run.files, force) {
-        Ok(done) if done.is_empty() => println!("run {id} changed no files"),
-        Ok(done) => println!("rolled back run {id}: {}", done.join(", ")),
+        Ok(r) if r.done.is_empty() && r.already.is_empty() => {
+            println!("run {id} changed no files")
+        }
+        Ok(r) if r.done.is_empty() => println!(
+            "run {id} is rolled back already: its files hold the checkpoint's content ({})",
+            r.already.join(", ")
+        ),
+        Ok(r) => println!("rolled back run {id}: {}", r.done.join(", ")),
         Err(e @ (RollbackError::ChangedSince(_) | RollbackError::LeftOut(_))) => {
             eprintln!("agent-ls: run {id}: {e}");
             return Ok(ExitCode::from(1));

@@ -186,20 +186,12 @@ fn plan(
 ) -> Result<Planned, String> {
     let repo = Repo::discover(root).map_err(|e| e.to_string())?;
     let run = recorded_run(root, &repo, run).map_err(|e| e.to_string())?;
-    let plan =
+    let mut plan =
         checkpoint::plan_rollback(&repo, &run.checkpoint, &run.files).map_err(|e| e.to_string())?;
+    let already = plan.take_restored(&repo, texts);
     let names: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
-    let already: Vec<String> = plan
-        .files
-        .iter()
-        .filter(|(f, restore)| already_restored(root, f, restore, texts))
-        .map(|(f, _)| f.clone())
-        .collect();
-    let changed = checkpoint::changed_since(&repo, &run.files, &names, texts)
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .filter(|f| !already.contains(f))
-        .collect();
+    let changed =
+        checkpoint::changed_since(&repo, &run.files, &names, texts).map_err(|e| e.to_string())?;
     Ok(Planned {
         repo,
         run_id: run.run_id,
@@ -209,32 +201,6 @@ fn plan(
         changed,
         already,
     })
-}
-
-/// Whether `path` already holds what the rollback would give it (rolled back before, or put
-/// back by hand): no conflict, and nothing to send for it.
-fn already_restored(
-    root: &Path,
-    path: &str,
-    restore: &Restore,
-    texts: &BTreeMap<String, Vec<u8>>,
-) -> bool {
-    let on_disk = root.join(path);
-    let meta = std::fs::symlink_metadata(&on_disk);
-    match restore {
-        Restore::Delete => !texts.contains_key(path) && meta.is_err(),
-        Restore::Symlink(target) => {
-            meta.is_ok_and(|m| m.file_type().is_symlink())
-                && std::fs::read_link(&on_disk).is_ok_and(|t| t.to_string_lossy() == *target)
-        }
-        Restore::File { bytes, .. } => match texts.get(path) {
-            Some(text) => text == bytes,
-            None => {
-                meta.is_ok_and(|m| m.is_file())
-                    && std::fs::read(&on_disk).is_ok_and(|b| b == *bytes)
-            }
-        },
-    }
 }
 
 /// Sorts the plan's files into the ways they go back, from the buffers and the disk now.

@@ -9,7 +9,7 @@ use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
 use agent_ls_runtime::drive::recorded_run;
-use agent_ls_runtime::git::checkpoint::{self, RollbackError, RunFiles};
+use agent_ls_runtime::git::checkpoint::{self, RollbackError, RolledBack, RunFiles};
 use agent_ls_runtime::git::{Repo, since};
 
 use super::{object, text_result, tool};
@@ -107,20 +107,21 @@ pub(super) async fn rollback(
     let session = last.lock().ok().and_then(|l| l.clone());
     let done = tokio::task::spawn_blocking(move || roll_back(&root, run.or(session), force)).await;
     match done {
-        Ok(Ok((run, checkpoint, files))) => CallToolResult::structured(
-            json!({"run": run, "checkpoint": checkpoint, "files": files}),
+        Ok(Ok((run, checkpoint, r))) => CallToolResult::structured(
+            json!({"run": run, "checkpoint": checkpoint, "files": r.done, "already_rolled_back": r.already}),
         ),
         Ok(Err(e)) => text_result(format!("nothing was rolled back: {e:#}"), true),
         Err(e) => text_result(format!("nothing was rolled back: {e}"), true),
     }
 }
 
-/// The rollback itself: the run or checkpoint's id, its commit and the files put back.
+/// The rollback itself: the run or checkpoint's id, its commit and the files put back (and
+/// those that already were).
 fn roll_back(
     root: &Path,
     run: Option<String>,
     force: bool,
-) -> anyhow::Result<(String, String, Vec<String>)> {
+) -> anyhow::Result<(String, String, RolledBack)> {
     let repo = Repo::discover(root)?;
     let (id, commit, left): (String, String, RunFiles) = match run {
         Some(id) if id.starts_with(PREFIX) => {

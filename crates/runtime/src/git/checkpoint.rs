@@ -422,26 +422,78 @@ pub fn apply(repo: &Repo, plan: &RollbackPlan) -> Result<Vec<String>, RollbackEr
     Ok(plan.files.iter().map(|(f, _)| f.clone()).collect())
 }
 
+/// What a rollback did: the files restored or deleted, and those that already held the
+/// checkpoint's content (rolled back before, or put back by hand) and were left alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RolledBack {
+    pub done: Vec<String>,
+    pub already: Vec<String>,
+}
+
 /// Restores each file the run changed (`left`'s keys) from the checkpoint, deleting those it
 /// created. A file whose bytes differ from what the run left is a refusal unless `force`, and
-/// so is a file the checkpoint left out (with `force` it is left as it is). Returns the files
-/// restored or deleted.
+/// so is a file the checkpoint left out (with `force` it is left as it is). A file that
+/// already holds the checkpoint's content is no conflict and is left alone, so a second
+/// rollback changes nothing.
 pub fn rollback(
     repo: &Repo,
     checkpoint: &str,
     left: &RunFiles,
     force: bool,
-) -> Result<Vec<String>, RollbackError> {
-    let plan = plan_rollback(repo, checkpoint, left)?;
+) -> Result<RolledBack, RollbackError> {
+    let mut plan = plan_rollback(repo, checkpoint, left)?;
     if !plan.left_out.is_empty() && !force {
         return Err(RollbackError::LeftOut(plan.left_out));
     }
+    let none = BTreeMap::new();
+    let already = plan.take_restored(repo, &none);
     let files: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
-    let changed = changed_since(repo, left, &files, &BTreeMap::new())?;
+    let changed = changed_since(repo, left, &files, &none)?;
     if !changed.is_empty() && !force {
         return Err(RollbackError::ChangedSince(changed));
     }
-    apply(repo, &plan)
+    Ok(RolledBack {
+        done: apply(repo, &plan)?,
+        already,
+    })
+}
+
+impl RollbackPlan {
+    /// Takes out of the plan the files that already hold what it would give them, as `texts`
+    /// (an editor's or ACP client's buffers) or else the disk has them; returns their names.
+    pub fn take_restored(&mut self, repo: &Repo, texts: &BTreeMap<String, Vec<u8>>) -> Vec<String> {
+        let (held, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.files)
+            .into_iter()
+            .partition(|(f, r)| already_restored(repo, f, r, texts));
+        self.files = rest;
+        held.into_iter().map(|(f, _)| f).collect()
+    }
+}
+
+/// Whether the workspace file `file` already holds what `restore` gives it: its text in
+/// `texts` when there, else what is on disk.
+fn already_restored(
+    repo: &Repo,
+    file: &str,
+    restore: &Restore,
+    texts: &BTreeMap<String, Vec<u8>>,
+) -> bool {
+    let on_disk = repo.top.join(repo.path(file));
+    let meta = std::fs::symlink_metadata(&on_disk);
+    match restore {
+        Restore::Delete => !texts.contains_key(file) && meta.is_err(),
+        Restore::Symlink(target) => {
+            meta.is_ok_and(|m| m.file_type().is_symlink())
+                && std::fs::read_link(&on_disk).is_ok_and(|t| t.to_string_lossy() == *target)
+        }
+        Restore::File { bytes, .. } => match texts.get(file) {
+            Some(text) => text == bytes,
+            None => {
+                meta.is_ok_and(|m| m.is_file())
+                    && std::fs::read(&on_disk).is_ok_and(|b| b == *bytes)
+            }
+        },
+    }
 }
 
 /// What the checkpoint has for one workspace file.
