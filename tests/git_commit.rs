@@ -281,16 +281,22 @@ fn the_model_writes_the_message_when_it_answers_in_form() {
 
 /// A folder holding a stand-in `gh` that records its arguments (one a line) in `gh.args`.
 fn stand_in_gh(dir: &Path) -> PathBuf {
+    stand_in(dir, "gh")
+}
+
+/// A stand-in `name` (gh or glab) in `dir/bin` that records its arguments in `dir/NAME.args`
+/// and prints a request's URL.
+fn stand_in(dir: &Path, name: &str) -> PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    let record = dir.join("gh.args");
+    let record = dir.join(format!("{name}.args"));
     let script = format!(
         "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n--\\n' \"$a\" >> '{}'; done\necho https://example.test/pull/7\n",
         record.display()
     );
-    std::fs::write(bin.join("gh"), script).unwrap();
+    std::fs::write(bin.join(name), script).unwrap();
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(bin.join("gh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
     bin
 }
 
@@ -410,6 +416,54 @@ fn pr_without_gh_pushes_and_prints_the_compare_url_and_refuses_the_default_branc
     );
     assert_eq!(
         git(remote.path(), &["rev-parse", "refs/heads/agent/fix"]),
+        git(p, &["rev-parse", "HEAD"])
+    );
+}
+
+#[test]
+fn pr_on_a_gitlab_remote_opens_a_merge_request_with_glab() {
+    let project = Project::new(true);
+    let p = project.path();
+    let remote = tempfile::tempdir().unwrap();
+    git(remote.path(), &["init", "-q", "--bare", "-b", "main"]);
+    // Fetched from GitLab (never reached here), pushed to the bare repository.
+    git(
+        p,
+        &["remote", "add", "origin", "git@gitlab.com:group/calc.git"],
+    );
+    let bare = remote.path().to_string_lossy().into_owned();
+    git(p, &["config", "remote.origin.pushurl", &bare]);
+    git(p, &["push", "-q", "origin", "main"]);
+    git(p, &["update-ref", "refs/remotes/origin/main", "HEAD"]);
+    git(
+        p,
+        &[
+            "symbolic-ref",
+            "refs/remotes/origin/HEAD",
+            "refs/remotes/origin/main",
+        ],
+    );
+    git(p, &["switch", "-q", "-c", "agent/fix-add"]);
+    project.run_fix(&[("AGENT_LS_GIT__COMMIT", "on_success")]);
+    let tools = tempfile::tempdir().unwrap();
+    // Both on PATH: the remote's host picks glab.
+    stand_in(tools.path(), "gh");
+    let bin = stand_in(tools.path(), "glab");
+    let out = project.agent(&["pr"], &[], &[("PATH", &path_with(&bin))]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!tools.path().join("gh.args").exists(), "gh was not used");
+    let recorded = std::fs::read_to_string(tools.path().join("glab.args")).unwrap();
+    let args: Vec<&str> = recorded.split("\n--\n").collect();
+    let after = |flag: &str| {
+        let i = args.iter().position(|a| *a == flag).expect(flag);
+        args[i + 1]
+    };
+    assert_eq!(&args[..2], ["mr", "create"]);
+    assert_eq!(after("--source-branch"), "agent/fix-add");
+    assert_eq!(after("--target-branch"), "main");
+    assert!(after("--description").contains("## Goal"), "{recorded}");
+    assert_eq!(
+        git(remote.path(), &["rev-parse", "refs/heads/agent/fix-add"]),
         git(p, &["rev-parse", "HEAD"])
     );
 }
