@@ -758,3 +758,91 @@ fn a_run_killed_midway_is_rolled_back_from_the_steps_it_recorded() {
     assert!(!p.join("notes.py").exists());
     assert_eq!(git(p, &["status", "--porcelain"]), "");
 }
+
+#[test]
+fn a_nested_repository_and_a_submodule_are_untouched_on_a_detached_head() {
+    let ws = repository(true);
+    let p = ws.path();
+    // A submodule, from a repository beside the workspace.
+    let upstream = tempfile::tempdir().unwrap();
+    let u = upstream.path();
+    git(u, &["init", "-q", "-b", "main"]);
+    std::fs::write(u.join("lib.py"), "LIB = 1\n").unwrap();
+    git(u, &["add", "-A"]);
+    git(u, &["commit", "-qm", "lib"]);
+    git(
+        p,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &u.to_string_lossy(),
+            "sub",
+        ],
+    );
+    git(p, &["commit", "-qm", "sub"]);
+    // A repository of its own inside the workspace, untracked by the outer one, with a
+    // change of its own; and a change inside the submodule.
+    let nested = p.join("vendor/inner");
+    std::fs::create_dir_all(&nested).unwrap();
+    git(&nested, &["init", "-q", "-b", "main"]);
+    std::fs::write(nested.join("inner.py"), "INNER = 1\n").unwrap();
+    git(&nested, &["add", "-A"]);
+    git(&nested, &["commit", "-qm", "inner"]);
+    std::fs::write(nested.join("inner.py"), "INNER = 2\n").unwrap();
+    std::fs::write(p.join("sub/lib.py"), "LIB = 2\n").unwrap();
+    git(p, &["checkout", "-q", "--detach"]);
+    // (git status refreshes an index's stat data, so it runs before the tree is taken.)
+    let inner_before = (
+        git(&nested, &["status", "--porcelain"]),
+        git(&nested, &["rev-parse", "HEAD"]),
+        git(&nested, &["ls-files", "--stage"]),
+    );
+    let sub_before = (
+        git(&p.join("sub"), &["status", "--porcelain"]),
+        git(&p.join("sub"), &["rev-parse", "HEAD"]),
+    );
+    let before = state(p);
+
+    let (o, _) = run_fix(p);
+    assert!(o["checkpoint"].is_string(), "{o}");
+    let out = cli(p, &["rollback"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = state(p);
+    let differ: Vec<&String> = before
+        .0
+        .keys()
+        .chain(after.0.keys())
+        .filter(|k| before.0.get(*k) != after.0.get(*k))
+        .collect();
+    assert!(differ.is_empty(), "files differ: {differ:?}");
+    assert_eq!(
+        (&after.1, &after.2, &after.3, &after.4),
+        (&before.1, &before.2, &before.3, &before.4)
+    );
+    assert_eq!(
+        git(p, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        "HEAD"
+    );
+    assert_eq!(
+        (
+            git(&nested, &["status", "--porcelain"]),
+            git(&nested, &["rev-parse", "HEAD"]),
+            git(&nested, &["ls-files", "--stage"]),
+        ),
+        inner_before
+    );
+    assert_eq!(
+        (
+            git(&p.join("sub"), &["status", "--porcelain"]),
+            git(&p.join("sub"), &["rev-parse", "HEAD"]),
+        ),
+        sub_before
+    );
+}
