@@ -8,6 +8,7 @@ mod support;
 use std::process::Command;
 
 use serde_json::{Value, json};
+use support::git::FIX_AND_CREATE;
 
 fn deps() -> Option<std::path::PathBuf> {
     support::protocol_deps()
@@ -776,33 +777,11 @@ fn acpx_cancels_a_prompt_whose_tests_hang() {
     acpx_ok(ws, home, &["sessions", "close"]);
 }
 
-/// The coder's answer that fixes `add` and creates notes.py.
-const FIX_AND_CREATE: &str = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n\nnotes.py\n<<<<<<< SEARCH\n=======\nNOTE = 1\n>>>>>>> REPLACE\n";
-
-/// `git ARGS` in `dir`, which must succeed.
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-}
-
 /// A copy of the example as a git repository with one commit, the model's answer
 /// `FIX_AND_CREATE`.
 fn example_repository() -> tempfile::TempDir {
-    let ws = support::example();
+    let ws = support::git::example_repository();
     let p = ws.path();
-    std::fs::write(
-        p.join(".gitignore"),
-        ".agent-ls/\n__pycache__/\n.replay.jsonl\n",
-    )
-    .unwrap();
-    git(p, &["init", "-q", "-b", "main"]);
-    git(p, &["add", "-A"]);
-    git(p, &["commit", "-qm", "start"]);
     std::fs::write(
         p.join(".replay.jsonl"),
         support::replay_script(&[json!({"role": "coder", "content": FIX_AND_CREATE})]),

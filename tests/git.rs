@@ -8,46 +8,19 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
+use support::git::{FIX_AND_CREATE, commit_all, git, git_out, init};
 
 /// The coder's answer: fix `add` in calc.py and create notes.py.
 fn fix_and_create() -> Value {
-    json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n\nnotes.py\n<<<<<<< SEARCH\n=======\nNOTE = 1\n>>>>>>> REPLACE\n"})
-}
-
-/// `git ARGS` in `dir` as the user would run it; panics when git fails.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = git_out(dir, args);
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn git_out(dir: &Path, args: &[&str]) -> Output {
-    Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
-        .args(args)
-        .env_remove("GIT_INDEX_FILE")
-        .output()
-        .unwrap()
+    json!({"role": "coder", "content": FIX_AND_CREATE})
 }
 
 /// A copy of the example project as a repository: `.agent-ls/` and build output ignored.
 fn repository(commit: bool) -> tempfile::TempDir {
     let ws = support::example();
-    let p = ws.path();
-    std::fs::write(
-        p.join(".gitignore"),
-        ".agent-ls/\n__pycache__/\nbuild/\n.replay.jsonl\n",
-    )
-    .unwrap();
-    git(p, &["init", "-q", "-b", "main"]);
-    if commit {
-        git(p, &["add", "-A"]);
-        git(p, &["commit", "-qm", "start"]);
+    match commit {
+        true => commit_all(ws.path()),
+        false => init(ws.path()),
     }
     ws
 }

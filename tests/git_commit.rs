@@ -9,26 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
+use support::git::{FIX_AND_CREATE, git, init};
 
 /// The coder's answer: fix `add` in calc.py and create notes.py.
 fn fix_and_create() -> Value {
-    json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n\nnotes.py\n<<<<<<< SEARCH\n=======\nNOTE = 1\n>>>>>>> REPLACE\n"})
-}
-
-/// `git ARGS` in `dir`; panics when git fails.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env_remove("GIT_INDEX_FILE")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    json!({"role": "coder", "content": FIX_AND_CREATE})
 }
 
 /// A project in a git repository whose user is Ada, with a home of its own for agent-ls (its
@@ -42,12 +27,7 @@ impl Project {
     fn new(trusted: bool) -> Project {
         let ws = support::example();
         let p = ws.path();
-        std::fs::write(
-            p.join(".gitignore"),
-            ".agent-ls/\n__pycache__/\n.replay.jsonl\n",
-        )
-        .unwrap();
-        git(p, &["init", "-q", "-b", "main"]);
+        init(p);
         git(p, &["config", "user.name", "Ada Lovelace"]);
         git(p, &["config", "user.email", "ada@example.com"]);
         git(p, &["add", "-A"]);

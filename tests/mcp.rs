@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
+use support::git::git;
 
 #[test]
 fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo() {
@@ -437,29 +438,13 @@ fn the_mcp_inspector_lists_the_tools_with_schemas_and_annotations_and_calls_each
     assert!(!ws.join("later.py").exists());
 }
 
-/// `git ARGS` in `dir`, which must succeed: its stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn the_official_sdk_takes_a_checkpoint_and_rolls_the_workspace_back_to_it() {
     let Some(deps) = support::protocol_deps() else {
         return;
     };
-    let ws = support::example();
+    let ws = support::git::example_repository();
     let p = ws.path();
-    std::fs::write(p.join(".gitignore"), "build/\n.agent-ls/\n__pycache__/\n").unwrap();
-    git(p, &["init", "-q", "-b", "main"]);
-    git(p, &["add", "-A"]);
-    git(p, &["commit", "-qm", "start"]);
     // An uncommitted edit of the user's: the checkpoint keeps it, the rollback restores it.
     let calc = std::fs::read_to_string(p.join("calc.py")).unwrap() + "# mine\n";
     std::fs::write(p.join("calc.py"), &calc).unwrap();
@@ -536,19 +521,11 @@ fn mcp_rollback_of_an_agent_ls_run_refuses_a_later_edit_unless_forced() {
     let Some(deps) = support::protocol_deps() else {
         return;
     };
-    let ws = support::example();
+    let ws = support::git::example_repository();
     let home = tempfile::tempdir().unwrap();
     let (p, home) = (ws.path(), home.path());
-    std::fs::write(
-        p.join(".gitignore"),
-        ".agent-ls/\n__pycache__/\n.replay.jsonl\n",
-    )
-    .unwrap();
-    git(p, &["init", "-q", "-b", "main"]);
-    git(p, &["add", "-A"]);
-    git(p, &["commit", "-qm", "start"]);
     let original = std::fs::read(p.join("calc.py")).unwrap();
-    let fix = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n\nnotes.py\n<<<<<<< SEARCH\n=======\nNOTE = 1\n>>>>>>> REPLACE\n";
+    let fix = support::git::FIX_AND_CREATE;
     let script = p.join(".replay.jsonl");
     std::fs::write(
         &script,

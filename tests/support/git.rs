@@ -1,18 +1,13 @@
-//! Temporary git repositories for the tests that roll runs back from an editor: the example
-//! project committed, with agent-ls's own folder ignored.
+//! Temporary git repositories for the tests of checkpoints, rollback, commits and pull
+//! requests: `git` as the user runs it, and the example project as a repository with
+//! agent-ls's own folder ignored.
 
 use std::path::Path;
 use std::process::Command;
 
 /// `git ARGS` in `dir` as the user would run it; panics when git fails.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
-        .args(args)
-        .env_remove("GIT_INDEX_FILE")
-        .output()
-        .unwrap();
+    let out = git_out(dir, args);
     assert!(
         out.status.success(),
         "git {args:?}: {}",
@@ -21,15 +16,31 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Makes `dir` a repository holding its files in one commit; `.agent-ls/`, build output and
-/// the replay script are ignored.
-pub fn commit_all(dir: &Path) {
+/// `git ARGS` in `dir` (an author given, the index the real one), whatever its outcome.
+pub fn git_out(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+        .args(args)
+        .env_remove("GIT_INDEX_FILE")
+        .output()
+        .unwrap()
+}
+
+/// Makes `dir` a repository with no commit yet; `.agent-ls/`, build output and the replay
+/// script are ignored.
+pub fn init(dir: &Path) {
     std::fs::write(
         dir.join(".gitignore"),
-        ".agent-ls/\n__pycache__/\n.pytest_cache/\n.replay.jsonl\n",
+        ".agent-ls/\n__pycache__/\n.pytest_cache/\nbuild/\n.replay.jsonl\n",
     )
     .unwrap();
     git(dir, &["init", "-q", "-b", "main"]);
+}
+
+/// Makes `dir` a repository holding its files in one commit (see `init`).
+pub fn commit_all(dir: &Path) {
+    init(dir);
     git(dir, &["add", "-A"]);
     git(dir, &["commit", "-qm", "start"]);
 }
