@@ -341,17 +341,12 @@ fn pr_pushes_the_branch_to_a_bare_remote_and_opens_the_request_with_gh() {
     assert!(body.contains(head.trim()), "{body}");
 }
 
-#[test]
-fn pr_without_gh_pushes_and_prints_the_compare_url_and_refuses_the_default_branch() {
-    let project = Project::new(true);
-    let p = project.path();
+/// `origin` fetched from a hosting service at `url` (never reached here) and pushed to a bare
+/// repository on disk, returned, with main pushed and known as the remote's default branch.
+fn hosted_remote(p: &Path, url: &str) -> tempfile::TempDir {
     let remote = tempfile::tempdir().unwrap();
     git(remote.path(), &["init", "-q", "--bare", "-b", "main"]);
-    // Fetched from GitHub (never reached here), pushed to the bare repository.
-    git(
-        p,
-        &["remote", "add", "origin", "git@github.com:owner/calc.git"],
-    );
+    git(p, &["remote", "add", "origin", url]);
     let bare = remote.path().to_string_lossy().into_owned();
     git(p, &["config", "remote.origin.pushurl", &bare]);
     git(p, &["push", "-q", "origin", "main"]);
@@ -364,6 +359,14 @@ fn pr_without_gh_pushes_and_prints_the_compare_url_and_refuses_the_default_branc
             "refs/remotes/origin/main",
         ],
     );
+    remote
+}
+
+#[test]
+fn pr_without_gh_pushes_and_prints_the_compare_url_and_refuses_the_default_branch() {
+    let project = Project::new(true);
+    let p = project.path();
+    let remote = hosted_remote(p, "git@github.com:owner/calc.git");
     project.run_fix(&[("AGENT_LS_GIT__COMMIT", "on_success")]);
     // A PATH with git but no gh or glab.
     let tools = tempfile::tempdir().unwrap();
@@ -404,25 +407,7 @@ fn pr_without_gh_pushes_and_prints_the_compare_url_and_refuses_the_default_branc
 fn pr_on_a_gitlab_remote_opens_a_merge_request_with_glab() {
     let project = Project::new(true);
     let p = project.path();
-    let remote = tempfile::tempdir().unwrap();
-    git(remote.path(), &["init", "-q", "--bare", "-b", "main"]);
-    // Fetched from GitLab (never reached here), pushed to the bare repository.
-    git(
-        p,
-        &["remote", "add", "origin", "git@gitlab.com:group/calc.git"],
-    );
-    let bare = remote.path().to_string_lossy().into_owned();
-    git(p, &["config", "remote.origin.pushurl", &bare]);
-    git(p, &["push", "-q", "origin", "main"]);
-    git(p, &["update-ref", "refs/remotes/origin/main", "HEAD"]);
-    git(
-        p,
-        &[
-            "symbolic-ref",
-            "refs/remotes/origin/HEAD",
-            "refs/remotes/origin/main",
-        ],
-    );
+    let remote = hosted_remote(p, "git@gitlab.com:group/calc.git");
     git(p, &["switch", "-q", "-c", "agent/fix-add"]);
     project.run_fix(&[("AGENT_LS_GIT__COMMIT", "on_success")]);
     let tools = tempfile::tempdir().unwrap();
