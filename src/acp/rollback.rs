@@ -130,7 +130,7 @@ async fn write_through(
         if let Err(e) = conn.send_request(request).block_task().await {
             return Err(format!("the client did not write {file}: {e}"));
         }
-        set_executable(&path, *executable).map_err(|e| format!("{file}: {e}"))?;
+        checkpoint::set_executable(&path, *executable).map_err(|e| format!("{file}: {e}"))?;
         done.push(file);
     }
     let rest = RollbackPlan {
@@ -142,27 +142,6 @@ async fn write_through(
     done.extend(written);
     done.sort();
     Ok(done)
-}
-
-/// The executable bit as the checkpoint has it, on a file the client wrote (it writes text,
-/// not modes).
-fn set_executable(path: &std::path::Path, executable: bool) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let Ok(meta) = std::fs::metadata(path) else {
-        return Ok(());
-    };
-    let mut perm = meta.permissions();
-    let bits = perm.mode();
-    let want = if executable {
-        bits | 0o111
-    } else {
-        bits & !0o111
-    };
-    if want != bits {
-        perm.set_mode(want);
-        std::fs::set_permissions(path, perm)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

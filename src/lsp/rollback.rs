@@ -270,24 +270,10 @@ async fn restore(
         };
         checkpoint::apply(&repo, &plan).map_err(|e| e.to_string())?;
         for f in executable {
-            set_executable(&root.join(&f)).map_err(|e| format!("{f}: {e}"))?;
+            checkpoint::set_executable(&root.join(&f), true).map_err(|e| format!("{f}: {e}"))?;
         }
         Ok(())
     })
     .await
     .map_err(|e| e.to_string())?
-}
-
-/// Gives a file back the executable bit its checkpoint recorded.
-fn set_executable(path: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mut mode = std::fs::metadata(path)?.permissions();
-        mode.set_mode(mode.mode() | 0o111);
-        std::fs::set_permissions(path, mode)?;
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
 }

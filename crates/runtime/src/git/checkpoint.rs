@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::{GitError, Repo};
+use super::{GitError, Repo, nul_list};
 
 /// Where checkpoints are kept, one ref per run.
 pub const REFS: &str = "refs/agent-ls/checkpoints/";
@@ -178,14 +178,6 @@ fn left_out(repo: &Repo, index: &Path) -> Result<Vec<(String, String)>, GitError
         }
     }
     Ok(out)
-}
-
-fn nul_list(bytes: &[u8]) -> Vec<String> {
-    bytes
-        .split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect()
 }
 
 /// The checkpoint refs, newest first: (ref name, commit, when it was taken in ms).
@@ -550,9 +542,15 @@ fn write_restore(repo: &Repo, file: &str, restore: &Restore) -> Result<(), Rollb
         std::fs::remove_file(&on_disk).map_err(werr)?;
     }
     crate::files::write_atomic(&on_disk, bytes).map_err(werr)?;
+    set_executable(&on_disk, executable).map_err(werr)
+}
+
+/// Gives a file the executable bit a checkpoint recorded for it, or takes it away: for a
+/// file written by a client (an editor or an ACP client writes text, not modes) as for one
+/// written here.
+pub fn set_executable(path: &Path, executable: bool) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::metadata(&on_disk).map_err(werr)?;
-    let mut perm = meta.permissions();
+    let mut perm = std::fs::metadata(path)?.permissions();
     let bits = perm.mode();
     let want = if executable {
         bits | 0o111
@@ -561,7 +559,7 @@ fn write_restore(repo: &Repo, file: &str, restore: &Restore) -> Result<(), Rollb
     };
     if want != bits {
         perm.set_mode(want);
-        std::fs::set_permissions(&on_disk, perm).map_err(werr)?;
+        std::fs::set_permissions(path, perm)?;
     }
     Ok(())
 }

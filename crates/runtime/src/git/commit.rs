@@ -7,7 +7,7 @@
 use std::io::Write;
 
 use super::checkpoint::{RunFiles, files_now};
-use super::{GitError, Repo};
+use super::{GitError, Repo, nul_list};
 
 /// The trailer every commit of a run's files carries; the author stays the user's own.
 pub const TRAILER: &str = "Co-authored-by: agent-ls <agent-ls@localhost>";
@@ -75,14 +75,6 @@ fn literal(repo: &Repo, files: &[String]) -> Vec<u8> {
         spec.push(0);
     }
     spec
-}
-
-fn nul_list(bytes: &[u8]) -> Vec<String> {
-    bytes
-        .split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect()
 }
 
 /// Which of the run's files the commit takes: those on disk (but not ignored by git) and

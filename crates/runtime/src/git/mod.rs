@@ -59,6 +59,15 @@ pub struct Repo {
     filters: Vec<String>,
 }
 
+/// The non-empty names of a `-z` listing (NUL-separated), as text.
+pub(crate) fn nul_list(bytes: &[u8]) -> Vec<String> {
+    bytes
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
 /// Checks that git is on PATH and new enough, once per process.
 pub fn check_version() -> Result<(), GitError> {
     static FOUND: OnceLock<Result<(), String>> = OnceLock::new();
