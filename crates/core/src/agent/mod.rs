@@ -10,6 +10,7 @@ pub mod agents;
 pub mod context;
 mod phases;
 pub mod prompts;
+pub mod review;
 pub mod window;
 
 pub use agents::{AgentKind, AgentProfile};
