@@ -392,6 +392,34 @@ pub fn changed_files(diff: &str) -> Vec<ChangedFile> {
     files
 }
 
+/// Context lines around each hunk of a diff a reviewer reads.
+pub const CONTEXT_LINES: usize = 10;
+
+/// The steps' diff, where there is no git checkpoint: each file from its text before the run
+/// to its text after the run's latest step.
+pub fn steps_diff(files: &[(String, Option<String>, String)]) -> String {
+    files
+        .iter()
+        .map(|(path, before, after)| {
+            let from = match before {
+                Some(_) => format!("a/{path}"),
+                None => "/dev/null".to_string(),
+            };
+            similar::TextDiff::from_lines(before.as_deref().unwrap_or(""), after)
+                .unified_diff()
+                .context_radius(CONTEXT_LINES)
+                .header(&from, &format!("b/{path}"))
+                .to_string()
+        })
+        .collect()
+}
+
+/// The lines of a text as an editor numbers them (a last line without its newline counts).
+pub fn line_count(text: &str) -> u32 {
+    let n = text.lines().count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// The reviewer's prompt: its system prompt, then the goal, the test result and the diff.
 pub fn prompt(system: &str, goal: &str, tests: &str, diff: &str) -> Vec<Message> {
     vec![
