@@ -626,7 +626,10 @@ fn on_reviewing(run: &mut Run, event: Event) -> Vec<Effect> {
         Event::RunDiff(Err(why)) => {
             review_unavailable(run, format!("the run's diff could not be made: {why}"))
         }
-        Event::ModelAnswered { role, text } if role == Role::Reviewer => {
+        Event::ModelAnswered {
+            role: Role::Reviewer,
+            text,
+        } => {
             let files = run
                 .reviewing
                 .as_ref()
@@ -650,9 +653,10 @@ fn on_reviewing(run: &mut Run, event: Event) -> Vec<Effect> {
                 ),
             }
         }
-        Event::ModelFailed { role, error } if role == Role::Reviewer => {
-            review_unavailable(run, format!("the reviewer model failed: {error}"))
-        }
+        Event::ModelFailed {
+            role: Role::Reviewer,
+            error,
+        } => review_unavailable(run, format!("the reviewer model failed: {error}")),
         event => in_turn(run, event),
     }
 }

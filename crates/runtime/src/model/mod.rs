@@ -189,6 +189,7 @@ pub fn targets_for(
         Role::Evaluator => &config.roles.evaluator,
         Role::Intent => &config.roles.intent,
         Role::Summarizer => &config.roles.summarizer,
+        Role::Reviewer => &config.roles.reviewer,
     };
     let m = &config.model;
     // A role that names another provider does not inherit the default's URL, model or key.
