@@ -223,6 +223,7 @@ pub fn spawn(s: StartRun) {
                     cost_usd: None,
                     checkpoint: None,
                     failure_kind: None,
+                    review: None,
                 }
             }
         };

@@ -118,6 +118,9 @@ pub struct Outcome {
     /// Why a failed run failed, when the cause has a kind of its own.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub failure_kind: Option<FailureKind>,
+    /// The latest review of the run's diff (`agent.review`), when one was made or tried.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub review: Option<agent::review::ReviewResult>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
@@ -334,6 +337,21 @@ impl Drive<'_> {
                 self.checkpoint_before_write(&id, g, shell).await;
                 self.apply(run, &changes, shell).await
             }
+            Effect::DiffRun { files } => self.run_diff(g, files).await,
+            Effect::Reviewed(result) => {
+                g.observer.review(&result);
+                let line = result.summary();
+                // An unavailable review in gate mode leaves the change unreviewed: say so
+                // loudly; in advise mode it is a note like any other.
+                let loud = run.review == agent::review::ReviewMode::Gate
+                    && matches!(result, agent::review::ReviewResult::Unavailable { .. });
+                if loud {
+                    shell.warn(&line);
+                } else {
+                    shell.progress(&line);
+                }
+                return Next::Continue;
+            }
             Effect::RunTests => {
                 let baseline = run.phase == agent::Phase::Baseline;
                 let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
@@ -387,6 +405,7 @@ impl Drive<'_> {
             cost_usd: totals.cost_usd,
             checkpoint,
             failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
+            review: run.last_review.clone(),
         }
     }
 

@@ -1,0 +1,229 @@
+//! The reviewer's phase through `agent-ls run --json` (the replay provider playing the coder
+//! and the reviewer, on a copy of the bundled example), and `agent-ls review` on the user's
+//! own changes in a real git repository: verdicts, the gate, repair, stats and exit codes.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+/// The coder's answer turning `add`'s body from `from` into `to`.
+fn coder(from: &str, to: &str) -> Value {
+    json!({"role": "coder", "content": format!("calc.py\n<<<<<<< SEARCH\n    return {from}\n=======\n    return {to}\n>>>>>>> REPLACE\n")})
+}
+
+/// The reviewer's answer with one finding of `priority` on calc.py line 5 (`add`'s body).
+fn reviewer(verdict: &str, priority: u8) -> Value {
+    let content = json!({
+        "findings": [{"title": format!("[P{priority}] operands swapped"), "body": "b + a reads oddly",
+            "priority": priority, "confidence": 0.9, "path": "calc.py", "start_line": 5, "end_line": 5}],
+        "verdict": verdict, "explanation": "see the finding", "confidence": 0.9
+    });
+    json!({"role": "reviewer", "content": format!("```json\n{content}\n```")})
+}
+
+fn approved() -> Value {
+    json!({"role": "reviewer", "content": r#"{"findings": [], "verdict": "correct", "explanation": "adds", "confidence": 0.95}"#})
+}
+
+/// A copy of the example with `agent` settings (no evaluator), as a git repository when
+/// `git` says so.
+fn workspace(agent: &str, git: bool) -> tempfile::TempDir {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        format!("[agent]\nevaluate = false\n{agent}"),
+    )
+    .unwrap();
+    if git {
+        std::fs::write(
+            ws.path().join(".gitignore"),
+            ".agent-ls/\n__pycache__/\n.replay.jsonl\n",
+        )
+        .unwrap();
+        run_git(ws.path(), &["init", "-q", "-b", "main"]);
+        run_git(ws.path(), &["add", "-A"]);
+        run_git(ws.path(), &["commit", "-qm", "start"]);
+    }
+    ws
+}
+
+fn run_git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+        .args(args)
+        .env_remove("GIT_INDEX_FILE")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `agent-ls ARGS --workspace WS` with the model's answers from `lines`.
+fn agent_ls(ws: &Path, args: &[&str], lines: &[Value]) -> Output {
+    let script = ws.join(".replay.jsonl");
+    std::fs::write(&script, support::replay_script(lines)).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    support::in_workspace(args, ws, home.path())
+        .env("AGENT_LS_MODEL__PROVIDER", "replay")
+        .env("AGENT_LS_MODEL__REPLAY_FILE", script.display().to_string())
+        .output()
+        .unwrap()
+}
+
+/// `agent-ls run "fix the failing tests" --yes --json`: its outcome, once it exited `code`.
+fn fix(ws: &Path, lines: &[Value], code: i32) -> Value {
+    let out = agent_ls(
+        ws,
+        &["run", "fix the failing tests", "--yes", "--json"],
+        lines,
+    );
+    json_of(&out, code)
+}
+
+fn json_of(out: &Output, code: i32) -> Value {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout {:?}\nstderr {stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(out.status.code(), Some(code), "{v}\nstderr {stderr}");
+    v
+}
+
+/// The journal lines of type `kind` of the workspace's only run.
+fn journaled(ws: &Path, kind: &str) -> Vec<Value> {
+    let dir = ws.join(".agent-ls/runs");
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["type"] == kind)
+        .collect()
+}
+
+fn calc(ws: &Path) -> String {
+    std::fs::read_to_string(ws.join("calc.py")).unwrap()
+}
+
+#[test]
+fn gate_mode_sends_a_p1_back_to_the_coder_once_and_the_second_diff_passes() {
+    let ws = workspace("review = \"gate\"\n", true);
+    let lines = [
+        coder("a - b", "b + a"),
+        reviewer("incorrect", 1),
+        coder("b + a", "a + b"),
+        approved(),
+    ];
+    let o = fix(ws.path(), &lines, 0);
+    assert_eq!(o["status"], "done", "{o}");
+    assert_eq!(o["iterations"], 2, "{o}");
+    assert_eq!(o["review"]["status"], "reviewed");
+    assert_eq!(o["review"]["verdict"], "correct");
+    assert!(calc(ws.path()).contains("    return a + b\n"));
+    // Both reviews are journaled: the first (on the git diff against the checkpoint) blocked.
+    let reviews = journaled(ws.path(), "review");
+    assert_eq!(reviews.len(), 2, "{reviews:?}");
+    assert_eq!(reviews[0]["data"]["blocking"], true);
+    assert_eq!(reviews[0]["data"]["findings"][0]["start_line"], 5);
+    assert_eq!(reviews[0]["data"]["findings"][0]["outside_change"], false);
+    assert_eq!(reviews[1]["data"]["verdict"], "correct");
+    // And counted.
+    let out = agent_ls(ws.path(), &["stats", "--json"], &[]);
+    let stats = json_of(&out, 0);
+    let r = &stats["total"]["review"];
+    assert_eq!(
+        (r["reviews"].as_u64(), r["rejections"].as_u64()),
+        (Some(2), Some(1)),
+        "{r}"
+    );
+    assert_eq!(r["findings_by_priority"], json!([0, 1, 0, 0]));
+}
+
+#[test]
+fn a_p3_finding_does_not_block_in_gate_mode() {
+    let ws = workspace("review = \"gate\"\n", false);
+    let o = fix(
+        ws.path(),
+        &[coder("a - b", "b + a"), reviewer("incorrect", 3)],
+        0,
+    );
+    assert_eq!(
+        (o["status"].as_str(), o["iterations"].as_u64()),
+        (Some("done"), Some(1)),
+        "{o}"
+    );
+    assert_eq!(o["review"]["blocking"], false);
+    assert_eq!(o["review"]["findings"][0]["priority"], 3);
+    assert!(o["answer"].as_str().unwrap().contains("1 P3"), "{o}");
+}
+
+#[test]
+fn once_the_retries_are_spent_the_change_comes_with_the_findings() {
+    let ws = workspace("review = \"gate\"\nmax_retries = 0\n", false);
+    // Exit 2: the change stays applied (the user sees it with the findings).
+    let o = fix(
+        ws.path(),
+        &[coder("a - b", "b + a"), reviewer("incorrect", 0)],
+        2,
+    );
+    assert_eq!(o["status"], "failed", "{o}");
+    assert!(
+        o["answer"]
+            .as_str()
+            .unwrap()
+            .contains("the reviewer found problems"),
+        "{o}"
+    );
+    assert_eq!(o["review"]["blocking"], true);
+    assert_eq!(o["review"]["findings"][0]["title"], "[P0] operands swapped");
+    assert!(calc(ws.path()).contains("    return b + a\n"));
+}
+
+#[test]
+fn an_unreadable_review_is_asked_again_once_then_reported_unavailable_not_approved() {
+    let ws = workspace("review = \"gate\"\n", false);
+    let unreadable = json!({"role": "reviewer", "content": "Looks good to me!"});
+    let lines = [coder("a - b", "a + b"), unreadable.clone(), unreadable];
+    let out = agent_ls(
+        ws.path(),
+        &["run", "fix the failing tests", "--yes", "--json"],
+        &lines,
+    );
+    let o = json_of(&out, 0);
+    assert_eq!(o["review"]["status"], "unavailable", "{o}");
+    let reason = o["review"]["reason"].as_str().unwrap();
+    assert!(reason.contains("could not be read twice"), "{reason}");
+    assert!(o["review"].get("verdict").is_none());
+    // Two reviewer calls: the answer and the one repair.
+    let calls = journaled(ws.path(), "model_call");
+    let reviewer_calls = calls.iter().filter(|c| c["role"] == "reviewer").count();
+    assert_eq!(reviewer_calls, 2);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("review unavailable"), "{stderr}");
+}
+
+#[test]
+fn in_advise_mode_a_run_without_a_reviewer_answer_is_not_blocked() {
+    // The default mode, and a script with no reviewer's answer: the review is unavailable,
+    // and the run ends as it would have.
+    let ws = workspace("", false);
+    let o = fix(ws.path(), &[coder("a - b", "a + b")], 0);
+    assert_eq!(o["status"], "done", "{o}");
+    assert_eq!(o["review"]["status"], "unavailable");
+}
