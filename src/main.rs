@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agent_ls::cli::setup::or_exit_1;
-use agent_ls::cli::{apply, config, doctor, git, headless, runs, serve, stats, trust, undo};
+use agent_ls::cli::{
+    apply, config, doctor, git, headless, review, runs, serve, stats, trust, undo,
+};
 use agent_ls_runtime::trust::Decision;
 use clap::{Parser, Subcommand};
 
@@ -141,6 +143,29 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Review a change with the reviewer role: the uncommitted work (default), the staged
+    /// work, a branch against its base, or a run's change. Prints the findings; exit code 0
+    /// when the verdict is "correct", 2 otherwise (docs/review.md).
+    Review {
+        /// Review the staged changes (the index against HEAD).
+        #[arg(long, conflicts_with_all = ["base", "run"])]
+        staged: bool,
+        /// Review HEAD against its merge base with REV (a branch against its base).
+        #[arg(long, value_name = "REV", conflicts_with = "run")]
+        base: Option<String>,
+        /// Review a recorded run's change against its git checkpoint.
+        #[arg(long, value_name = "RUN")]
+        run: Option<String>,
+        /// What the change is for, as the reviewer is told.
+        #[arg(long)]
+        goal: Option<String>,
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Print the review as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Drop the git checkpoints of all but the last `git.keep_checkpoints` runs.
     Gc {
         /// The project (default: the current directory).
@@ -209,5 +234,26 @@ fn main() -> ExitCode {
             force,
         } => or_exit_1(git::rollback(run, workspace, force)),
         Command::Gc { workspace } => or_exit_1(git::gc(workspace)),
+        Command::Review {
+            staged,
+            base,
+            run,
+            goal,
+            workspace,
+            json,
+        } => {
+            let target = match (staged, base, run) {
+                (true, _, _) => review::Target::Staged,
+                (_, Some(rev), _) => review::Target::Base(rev),
+                (_, _, Some(id)) => review::Target::Run(id),
+                _ => review::Target::Uncommitted,
+            };
+            or_exit_1(review::run(review::Options {
+                target,
+                workspace,
+                json,
+                goal,
+            }))
+        }
     }
 }

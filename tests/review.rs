@@ -227,3 +227,81 @@ fn in_advise_mode_a_run_without_a_reviewer_answer_is_not_blocked() {
     assert_eq!(o["status"], "done", "{o}");
     assert_eq!(o["review"]["status"], "unavailable");
 }
+
+/// A finding of `priority` on calc.py `line`.
+fn finding_at(priority: u8, line: u32) -> Value {
+    json!({"title": "t", "body": "b", "priority": priority, "confidence": 0.9,
+        "path": "calc.py", "start_line": line, "end_line": line})
+}
+
+#[test]
+fn review_staged_reviews_the_index_in_a_real_repository_with_exit_codes() {
+    let ws = workspace("", true);
+    let p = ws.path();
+    // Nothing staged: nothing to review.
+    let out = agent_ls(p, &["review", "--staged", "--json"], &[]);
+    assert_eq!(json_of(&out, 0)["answer"], "nothing to review");
+    // `add` fixed and staged; `multiply` changed in the working tree only.
+    let fixed = calc(p).replace("return a - b", "return a + b");
+    std::fs::write(p.join("calc.py"), &fixed).unwrap();
+    run_git(p, &["add", "calc.py"]);
+    std::fs::write(
+        p.join("calc.py"),
+        fixed.replace("return a * b", "return b * a"),
+    )
+    .unwrap();
+    let incorrect = json!({"role": "reviewer", "content": json!({
+        "findings": [finding_at(1, 5), finding_at(2, 9)],
+        "verdict": "incorrect", "explanation": "x", "confidence": 0.9}).to_string()});
+    let out = agent_ls(
+        p,
+        &["review", "--staged", "--json"],
+        std::slice::from_ref(&incorrect),
+    );
+    let v = json_of(&out, 2);
+    let findings = &v["review"]["findings"];
+    // Line 5 is the staged change; line 9 changed only in the working tree, so it is outside.
+    assert_eq!(findings[0]["outside_change"], false, "{v}");
+    assert_eq!(findings[1]["outside_change"], true, "{v}");
+    assert_eq!(v["review"]["verdict"], "incorrect");
+    // The uncommitted work (the default) has both changes.
+    let out = agent_ls(p, &["review", "--json"], &[incorrect]);
+    let v = json_of(&out, 2);
+    assert_eq!(v["review"]["findings"][1]["outside_change"], false, "{v}");
+    // A correct verdict exits 0, and the terminal gets the summary.
+    let out = agent_ls(p, &["review", "--staged"], &[approved()]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("review: the patch is correct (no findings"),
+        "{text}"
+    );
+    // Nothing was changed by the reviews: the index still has only `add`'s fix.
+    let staged = run_git(p, &["diff", "--cached", "--stat"]);
+    assert!(staged.contains("calc.py | 2 +-"), "{staged}");
+    // An unreadable answer twice: unavailable, exit 2 (never an approval).
+    let unreadable = json!({"role": "reviewer", "content": "fine"});
+    let out = agent_ls(
+        p,
+        &["review", "--staged", "--json"],
+        &[unreadable.clone(), unreadable],
+    );
+    assert_eq!(json_of(&out, 2)["review"]["status"], "unavailable");
+}
+
+#[test]
+fn review_run_reviews_a_runs_change_against_its_checkpoint() {
+    let ws = workspace("review = \"off\"\n", true);
+    let o = fix(ws.path(), &[coder("a - b", "a + b")], 0);
+    assert!(o.get("review").is_none(), "review off: {o}");
+    let run_id = o["run_id"].as_str().unwrap().to_string();
+    let out = agent_ls(
+        ws.path(),
+        &["review", "--run", &run_id, "--json"],
+        &[json!({"role": "reviewer", "content": json!({
+            "findings": [finding_at(3, 5)], "verdict": "correct",
+            "explanation": "fine", "confidence": 0.8}).to_string()})],
+    );
+    let v = json_of(&out, 0);
+    assert_eq!(v["review"]["findings"][0]["outside_change"], false, "{v}");
+}

@@ -161,6 +161,13 @@ struct Going<'o> {
     run_id: String,
 }
 
+/// How a drive begins: a new run, a resumed one, or a review of a given diff.
+enum Begin {
+    New,
+    Resume,
+    Review(String, Vec<agent::review::ChangedFile>),
+}
+
 /// What a performed effect produced.
 enum Next {
     Event(Event),
@@ -171,13 +178,26 @@ enum Next {
 
 impl Drive<'_> {
     pub async fn run(&self, run: &mut Run, shell: &mut impl Shell, run_id: String) -> Outcome {
-        self.drive(run, shell, run_id, false).await
+        self.drive(run, shell, run_id, Begin::New).await
+    }
+
+    /// Reviews `diff` (the user's own change, `agent-ls review`): the reviewer's turn alone,
+    /// recorded like a run, its review in the outcome.
+    pub async fn review(
+        &self,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        run_id: String,
+        (diff, files): (String, Vec<agent::review::ChangedFile>),
+    ) -> Outcome {
+        self.drive(run, shell, run_id, Begin::Review(diff, files))
+            .await
     }
 
     /// Goes on with a run from its checkpoint (see `agent::resume`), under the same id: its
     /// journal is appended to and its store row updated.
     pub async fn resume(&self, run: &mut Run, shell: &mut impl Shell, run_id: String) -> Outcome {
-        self.drive(run, shell, run_id, true).await
+        self.drive(run, shell, run_id, Begin::Resume).await
     }
 
     async fn drive(
@@ -185,14 +205,15 @@ impl Drive<'_> {
         run: &mut Run,
         shell: &mut impl Shell,
         run_id: String,
-        resumed: bool,
+        begin: Begin,
     ) -> Outcome {
         let started = Instant::now();
+        let resumed = matches!(begin, Begin::Resume);
         let mut going = self.open(run, shell, &run_id, resumed).await;
-        let first = if resumed {
-            agent::resume(run)
-        } else {
-            agent::step(run, Event::Start)
+        let first = match begin {
+            Begin::Resume => agent::resume(run),
+            Begin::New => agent::step(run, Event::Start),
+            Begin::Review(diff, files) => agent::start_review(run, diff, files),
         };
         shell.refresh().await;
         let (phase, answer) = self.perform_all(run, shell, &mut going, first).await;

@@ -1,0 +1,230 @@
+//! `agent-ls review [--staged | --base REV | --run RUN] [--json]`: the reviewer on a change
+//! the user has (uncommitted work, staged work, a branch against its base) or a run's change
+//! against its git checkpoint. The diff is git's; the review is the run loop's reviewer phase,
+//! driven by the one driver (`Drive::review`), journaled and counted like a run's. It changes
+//! no file. Exit code 0 when the verdict is `correct`, 2 otherwise (unavailable included).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use agent_ls_core::agent::review::{self, ChangedFile, ReviewResult, Verdict};
+use agent_ls_core::edit::{FileChange, FileText};
+use agent_ls_runtime::drive::{self, ApplyError, Drive, Shell};
+use agent_ls_runtime::git::{Repo, checkpoint};
+use agent_ls_runtime::model::Models;
+use agent_ls_runtime::store::StoreThread;
+use agent_ls_runtime::tests_run::{RunError, RunResult};
+use agent_ls_runtime::trust::Review;
+use tokio_util::sync::CancellationToken;
+
+use super::setup::{load_config, open_workspace};
+
+/// Which change to review.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The working tree against HEAD: staged and unstaged changes to tracked files.
+    Uncommitted,
+    /// The index against HEAD.
+    Staged,
+    /// HEAD against its merge base with REV (a branch against its base).
+    Base(String),
+    /// A recorded run's files against its checkpoint.
+    Run(String),
+}
+
+pub struct Options {
+    pub target: Target,
+    pub workspace: Option<PathBuf>,
+    pub json: bool,
+    /// What the change is for, as the reviewer is told.
+    pub goal: Option<String>,
+}
+
+/// Reviews the change and prints the review; the exit code says the verdict.
+pub fn run(opts: Options) -> anyhow::Result<ExitCode> {
+    let root = open_workspace(opts.workspace.clone())?;
+    let loaded = load_config(Some(root.clone()));
+    if !loaded.errors.is_empty() {
+        let errors: Vec<String> = loaded.errors.iter().map(|e| e.to_string()).collect();
+        anyhow::bail!("{}", errors.join("; "));
+    }
+    let cfg = loaded.config;
+    let repo = Repo::discover(&root)?;
+    let diff = String::from_utf8_lossy(&diff_of(&root, &repo, &opts.target)?).into_owned();
+    if diff.trim().is_empty() {
+        if opts.json {
+            println!(
+                "{}",
+                serde_json::json!({"review": null, "answer": "nothing to review"})
+            );
+        } else {
+            println!("nothing to review: the diff is empty");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let files = with_line_counts(&root, review::changed_files(&diff));
+    let goal = opts
+        .goal
+        .clone()
+        .unwrap_or_else(|| "review the change (the author did not say what it is for)".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let store = StoreThread::open(root.clone(), |opened| {
+        if let Err(e) = opened {
+            eprintln!("agent-ls: the review will not be counted: {e}");
+        }
+    });
+    let outcome = runtime.block_on(async {
+        let models = Models::new(&cfg, Some(&root));
+        let cancel = CancellationToken::new();
+        let mut run = drive::new_run(&cfg, &goal);
+        let mut shell = ReviewShell { root: &root };
+        let driver = Drive {
+            models: &models,
+            config: &cfg,
+            root: &root,
+            cancel: &cancel,
+            on_token: None,
+            record: Some(&store),
+            events: None,
+        };
+        driver
+            .review(&mut run, &mut shell, drive::new_run_id(), (diff, files))
+            .await
+    });
+    store.flush_blocking();
+    let result = outcome.review.clone().unwrap_or(ReviewResult::Unavailable {
+        reason: outcome.answer.clone(),
+    });
+    if opts.json {
+        let mut v = serde_json::json!({"run_id": outcome.run_id, "review": result});
+        v["answer"] = serde_json::Value::String(outcome.answer.clone());
+        println!("{v}");
+    } else {
+        print!("{}", describe(&result));
+    }
+    let correct = matches!(
+        &result,
+        ReviewResult::Reviewed { review, .. } if review.verdict == Verdict::Correct
+    );
+    Ok(ExitCode::from(if correct { 0 } else { 2 }))
+}
+
+/// Git's diff of the target, with the reviewer's context lines, its paths relative to the
+/// workspace.
+fn diff_of(root: &Path, repo: &Repo, target: &Target) -> anyhow::Result<Vec<u8>> {
+    let context = format!("--unified={}", review::CONTEXT_LINES);
+    let relative = format!("--relative={}", repo.prefix);
+    let mut args = vec![
+        "diff",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-renames",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        &context,
+    ];
+    if !repo.prefix.is_empty() {
+        args.push(&relative);
+    }
+    let range;
+    match target {
+        Target::Uncommitted => args.push("HEAD"),
+        Target::Staged => args.push("--cached"),
+        Target::Base(rev) => {
+            range = format!("{rev}...HEAD");
+            args.push(&range);
+        }
+        Target::Run(id) => {
+            let run = drive::recorded_run(root, repo, Some(id))?;
+            let names: Vec<String> = run.files.keys().cloned().collect();
+            return Ok(checkpoint::diff_with_context(
+                repo,
+                &run.checkpoint,
+                &names,
+                review::CONTEXT_LINES,
+            )?);
+        }
+    }
+    args.push("--");
+    Ok(repo.git(None).run(&args, None)?)
+}
+
+/// Each changed file's line count in the working tree, so findings past its end are caught.
+/// (For `--staged` and `--base` the working tree may differ from the reviewed text; its count
+/// is then only a bound the reviewer is held to.)
+fn with_line_counts(root: &Path, mut files: Vec<ChangedFile>) -> Vec<ChangedFile> {
+    for f in &mut files {
+        f.lines = std::fs::read_to_string(root.join(&f.path))
+            .ok()
+            .map(|t| review::line_count(&t));
+    }
+    files
+}
+
+/// The review for a terminal: its summary, then each finding at its place.
+fn describe(result: &ReviewResult) -> String {
+    let mut out = format!("{}\n", result.summary());
+    if let ReviewResult::Reviewed { review, .. } = result {
+        if !review.explanation.is_empty() {
+            out.push_str(&format!("{}\n", review.explanation));
+        }
+        for f in &review.findings {
+            out.push_str(&format!(
+                "{}:{}-{}: [P{}] {} (confidence {:.2}{})\n",
+                f.path,
+                f.start_line,
+                f.end_line,
+                f.priority,
+                f.title.trim_start_matches(&format!("[P{}] ", f.priority)),
+                f.confidence,
+                if f.outside_change {
+                    ", outside the change"
+                } else {
+                    ""
+                }
+            ));
+            if !f.body.is_empty() {
+                out.push_str(&format!("    {}\n", f.body));
+            }
+        }
+    }
+    out
+}
+
+/// A review reads the files on disk and changes nothing.
+struct ReviewShell<'a> {
+    root: &'a Path,
+}
+
+impl Shell for ReviewShell<'_> {
+    fn read(&self, relative: &str) -> FileText {
+        agent_ls_runtime::files::read_for_plan(self.root, relative)
+    }
+
+    async fn approve(&mut self, _: &[FileChange], _: &str, _: &Review) -> drive::Verdict {
+        drive::Verdict::Rejected
+    }
+
+    async fn apply(&mut self, _: &[FileChange]) -> Result<(), ApplyError> {
+        Err(ApplyError::Failed("a review changes no file".into()))
+    }
+
+    async fn run_tests(
+        &mut self,
+        _: &CancellationToken,
+        _: Option<Vec<String>>,
+    ) -> Result<RunResult, RunError> {
+        Err(RunError::Refused("a review runs no tests".into()))
+    }
+
+    fn progress(&mut self, message: &str) {
+        eprintln!("agent-ls: {message}");
+    }
+
+    fn warn(&mut self, message: &str) {
+        eprintln!("agent-ls: warning: {message}");
+    }
+}
