@@ -688,15 +688,18 @@ fn reviewed(run: &mut Run, r: review::Review) -> Vec<Effect> {
         blocking,
     };
     let summary = result.summary();
+    let report = result.report();
     run.last_review = Some(result.clone());
     run.reviewing = None;
     let mut effects = vec![Effect::Reviewed(result)];
     if blocking && run.review == ReviewMode::Gate && !run.review_only {
         run.feedback.push(feedback);
-        effects.extend(retry_or_stop(
-            run,
-            &format!("the reviewer found problems ({summary})"),
-        ));
+        let mut next = retry_or_stop(run, "the reviewer found problems");
+        // The budget is spent: the change comes to the user with the findings.
+        if let Some(Effect::Finish { answer, .. }) = next.last_mut() {
+            answer.push_str(&format!("\n{report}"));
+        }
+        effects.extend(next);
         return effects;
     }
     if !run.review_only {

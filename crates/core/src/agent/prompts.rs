@@ -383,14 +383,7 @@ pub fn role_summary(role: crate::conversation::Role, text: &str) -> Option<Strin
             Ok((score, reason, _)) => format!("the evaluator gives {score}/5: {}", flat(&reason)),
             Err(_) => unread("evaluator"),
         },
-        Role::Reviewer => match super::review::parse_review(text) {
-            Ok(r) => super::review::ReviewResult::Reviewed {
-                review: r,
-                blocking: false,
-            }
-            .summary(),
-            Err(_) => unread("reviewer"),
-        },
-        Role::Coder | Role::Intent | Role::Summarizer => return None,
+        // The review is reported once it is checked (`Effect::Reviewed`), with its findings.
+        Role::Coder | Role::Intent | Role::Summarizer | Role::Reviewer => return None,
     })
 }

@@ -106,6 +106,32 @@ impl ReviewResult {
     }
 }
 
+impl ReviewResult {
+    /// The summary, then one line per finding: where it is and what.
+    pub fn report(&self) -> String {
+        let mut out = self.summary();
+        if let ReviewResult::Reviewed { review, .. } = self {
+            for f in &review.findings {
+                let title = f.title.trim();
+                let tag = format!("[P{}]", f.priority);
+                let title = title.strip_prefix(&tag).unwrap_or(title).trim();
+                out.push_str(&format!(
+                    "\n  {tag} {}:{}-{}: {title}{}",
+                    f.path,
+                    f.start_line,
+                    f.end_line,
+                    if f.outside_change {
+                        " (outside the change)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+        out
+    }
+}
+
 /// Why a reviewer's answer could not be read; the reviewer hears it in its repair request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ReviewError {

@@ -361,7 +361,7 @@ impl Drive<'_> {
             Effect::DiffRun { files } => self.run_diff(g, files).await,
             Effect::Reviewed(result) => {
                 g.observer.review(&result);
-                let line = result.summary();
+                let line = result.report();
                 // An unavailable review in gate mode leaves the change unreviewed: say so
                 // loudly; in advise mode it is a note like any other.
                 let loud = run.review == agent::review::ReviewMode::Gate

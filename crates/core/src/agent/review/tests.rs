@@ -215,3 +215,25 @@ fn a_result_serializes_with_its_status_and_summarises_in_a_line() {
         "unavailable"
     );
 }
+
+#[test]
+fn a_report_names_each_finding_at_its_place() {
+    let text = answer(
+        &[
+            finding("1", "0.9", "calc.py", 2, 2),
+            finding("3", "0.9", "other.py", 1, 1),
+        ]
+        .join(", "),
+        "incorrect",
+    );
+    let review = check(parse_review(&text).unwrap(), &files(14)).unwrap();
+    let result = ReviewResult::Reviewed {
+        review,
+        blocking: true,
+    };
+    assert_eq!(
+        result.report(),
+        "review: the patch is incorrect (findings: 1 P1, 1 P3; confidence 0.90)\n  \
+         [P1] calc.py:2-2: a bug\n  [P3] other.py:1-1: a bug (outside the change)"
+    );
+}
