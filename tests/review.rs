@@ -305,3 +305,129 @@ fn review_run_reviews_a_runs_change_against_its_checkpoint() {
     let v = json_of(&out, 0);
     assert_eq!(v["review"]["findings"][0]["outside_change"], false, "{v}");
 }
+
+/// Whether a publishDiagnostics for `uri` carries `n` review diagnostics.
+fn review_diagnostics(p: &Value, uri: &str) -> Vec<Value> {
+    if p["uri"] != uri {
+        return Vec::new();
+    }
+    p["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["source"] == "agent-ls review")
+        .cloned()
+        .collect()
+}
+
+/// Over LSP, in `encoding`: a replayed reviewer's P1 and P3 findings become diagnostics on
+/// their lines, move with an edit above them, and go when their line is edited or the step
+/// is undone.
+fn findings_become_diagnostics(encoding: &str) {
+    use support::{Client, Spawn, apply_lsp_edits, file_uri};
+    let ws = workspace("", false);
+    let uri = file_uri(&ws.path().join("calc.py"));
+    let broken = calc(ws.path());
+    let findings = json!({"role": "reviewer", "content": json!({
+        "findings": [finding_at(1, 5), finding_at(3, 9)],
+        "verdict": "incorrect", "explanation": "x", "confidence": 0.9}).to_string()});
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[coder("a - b", "a + b"), findings]),
+    )
+    .unwrap();
+    let options = json!({"model": {"provider": "replay", "replay_file": ".replay.jsonl"},
+        "agent": {"approval": "auto", "evaluate": false}});
+    let mut c = Client::spawn(Spawn::default());
+    c.initialize(
+        ws.path(),
+        support::capabilities_with_encodings(&[encoding]),
+        options,
+    );
+    c.open(&uri, &broken);
+    let buffer = std::sync::Arc::new(std::sync::Mutex::new((broken.clone(), 1i64)));
+    let (b, u) = (buffer.clone(), uri.clone());
+    c.on_request_then("workspace/applyEdit", move |p| {
+        let mut b = b.lock().unwrap();
+        for op in p["edit"]["documentChanges"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            b.0 = apply_lsp_edits(&b.0, op["edits"].as_array().unwrap());
+        }
+        b.1 += 1;
+        let note = json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": u, "version": b.1}, "contentChanges": [{"text": b.0}]}});
+        (json!({"applied": true}), vec![note])
+    });
+    c.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(done["review"]["verdict"], "incorrect", "{done}");
+    let p = c.wait_notification("textDocument/publishDiagnostics", |p| {
+        !review_diagnostics(p, &uri).is_empty()
+    });
+    let diags = review_diagnostics(&p, &uri);
+    let placed: Vec<(u64, u64, u64, u64)> = diags
+        .iter()
+        .map(|d| {
+            let r = &d["range"];
+            (
+                r["start"]["line"].as_u64().unwrap(),
+                r["start"]["character"].as_u64().unwrap(),
+                r["end"]["line"].as_u64().unwrap(),
+                d["severity"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // Lines 5 and 9 (1-based) as whole lines; P1 an error, P3 information.
+    assert_eq!(placed, vec![(4, 0, 5, 1), (8, 0, 9, 3)], "{p}");
+    // A line typed at the top moves both down.
+    let version = buffer.lock().unwrap().1 + 1;
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": version}, "contentChanges": [
+            {"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "text": "# top\n"}]}),
+    );
+    let p = c.wait_notification("textDocument/publishDiagnostics", |p| {
+        p["uri"] == uri.as_str() && p["version"] == version
+    });
+    let lines: Vec<u64> = review_diagnostics(&p, &uri)
+        .iter()
+        .map(|d| d["range"]["start"]["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, vec![5, 9], "{p}");
+    // Editing the P1's line (now line 6) drops it; the P3 stays.
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": version + 1}, "contentChanges": [
+            {"range": {"start": {"line": 5, "character": 4}, "end": {"line": 5, "character": 10}}, "text": "return"}]}),
+    );
+    let p = c.wait_notification("textDocument/publishDiagnostics", |p| {
+        p["uri"] == uri.as_str() && p["version"] == version + 1
+    });
+    let left = review_diagnostics(&p, &uri);
+    assert_eq!(left.len(), 1, "{p}");
+    assert_eq!(left[0]["range"]["start"]["line"], 9);
+    // Undo of the run's step (the edit above kept the text of its line): the P3 goes too.
+    c.notifications.clear();
+    c.command("agent-ls.undo", Value::Null).unwrap();
+    let p = c.wait_notification("textDocument/publishDiagnostics", |p| {
+        p["uri"] == uri.as_str()
+    });
+    assert!(review_diagnostics(&p, &uri).is_empty(), "{p}");
+    assert!(
+        buffer.lock().unwrap().0.contains("return a - b"),
+        "the step was undone"
+    );
+}
+
+#[test]
+fn over_lsp_findings_are_diagnostics_on_their_lines_in_utf16() {
+    findings_become_diagnostics("utf-16");
+}
+
+#[test]
+fn over_lsp_findings_are_diagnostics_on_their_lines_in_utf8() {
+    findings_become_diagnostics("utf-8");
+}

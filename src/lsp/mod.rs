@@ -11,6 +11,7 @@ pub mod ext;
 pub mod jobs;
 mod json_text;
 pub mod outbox;
+pub mod review_diagnostics;
 pub mod session;
 pub mod test_runs;
 pub mod transport;
