@@ -176,7 +176,7 @@ impl Default for AgentConfig {
             max_tool_steps: 8,
             tool_result_bytes: 16_000,
             review: agent_ls_core::agent::review::ReviewMode::Advise,
-            review_min_confidence: 0.8,
+            review_min_confidence: agent_ls_core::agent::review::default_min_confidence(),
         }
     }
 }

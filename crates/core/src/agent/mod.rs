@@ -475,7 +475,7 @@ pub struct Run {
     #[serde(default)]
     pub review: review::ReviewMode,
     /// From this confidence a P0/P1 finding blocks in gate mode.
-    #[serde(default)]
+    #[serde(default = "review::default_min_confidence")]
     pub review_min_confidence: f64,
     /// The latest review of the run's diff.
     #[serde(default)]
@@ -537,7 +537,7 @@ impl Run {
             tool_steps: 0,
             pending: Vec::new(),
             review: review::ReviewMode::Off,
-            review_min_confidence: 0.8,
+            review_min_confidence: review::default_min_confidence(),
             last_review: None,
             originals: Vec::new(),
             reviewing: None,

@@ -21,6 +21,11 @@ pub enum ReviewMode {
     Gate,
 }
 
+/// `agent.review_min_confidence` unless configured (and for a checkpoint saved without it).
+pub fn default_min_confidence() -> f64 {
+    0.8
+}
+
 /// The reviewer's overall verdict on the patch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
