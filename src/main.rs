@@ -10,6 +10,7 @@ use agent_ls::cli::setup::or_exit_1;
 use agent_ls::cli::{
     apply, config, doctor, git, headless, review, runs, serve, stats, trust, undo,
 };
+use agent_ls_runtime::drive::ReviewTarget;
 use agent_ls_runtime::trust::Decision;
 use clap::{Parser, Subcommand};
 
@@ -243,10 +244,10 @@ fn main() -> ExitCode {
             json,
         } => {
             let target = match (staged, base, run) {
-                (true, _, _) => review::Target::Staged,
-                (_, Some(rev), _) => review::Target::Base(rev),
-                (_, _, Some(id)) => review::Target::Run(id),
-                _ => review::Target::Uncommitted,
+                (true, _, _) => ReviewTarget::Staged,
+                (_, Some(rev), _) => ReviewTarget::Base(rev),
+                (_, _, Some(id)) => ReviewTarget::Run(id),
+                _ => ReviewTarget::Uncommitted,
             };
             or_exit_1(review::run(review::Options {
                 target,

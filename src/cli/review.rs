@@ -7,10 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use agent_ls_core::agent::review::{self, ChangedFile, ReviewResult, Verdict};
+use agent_ls_core::agent::review::{ReviewResult, Verdict};
 use agent_ls_core::edit::{FileChange, FileText};
-use agent_ls_runtime::drive::{self, ApplyError, Drive, Shell};
-use agent_ls_runtime::git::{Repo, checkpoint};
+use agent_ls_runtime::drive::{self, ApplyError, Drive, ReviewTarget, Shell};
 use agent_ls_runtime::model::Models;
 use agent_ls_runtime::store::StoreThread;
 use agent_ls_runtime::tests_run::{RunError, RunResult};
@@ -19,21 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::setup::{load_config, open_workspace};
 
-/// Which change to review.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// The working tree against HEAD: staged and unstaged changes to tracked files.
-    Uncommitted,
-    /// The index against HEAD.
-    Staged,
-    /// HEAD against its merge base with REV (a branch against its base).
-    Base(String),
-    /// A recorded run's files against its checkpoint.
-    Run(String),
-}
-
 pub struct Options {
-    pub target: Target,
+    pub target: ReviewTarget,
     pub workspace: Option<PathBuf>,
     pub json: bool,
     /// What the change is for, as the reviewer is told.
@@ -49,8 +35,7 @@ pub fn run(opts: Options) -> anyhow::Result<ExitCode> {
         anyhow::bail!("{}", errors.join("; "));
     }
     let cfg = loaded.config;
-    let repo = Repo::discover(&root)?;
-    let diff = String::from_utf8_lossy(&diff_of(&root, &repo, &opts.target)?).into_owned();
+    let (diff, files) = drive::review_diff(&root, &opts.target)?;
     if diff.trim().is_empty() {
         if opts.json {
             println!(
@@ -62,7 +47,6 @@ pub fn run(opts: Options) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let files = with_line_counts(&root, review::changed_files(&diff));
     let goal = opts
         .goal
         .clone()
@@ -109,59 +93,6 @@ pub fn run(opts: Options) -> anyhow::Result<ExitCode> {
         ReviewResult::Reviewed { review, .. } if review.verdict == Verdict::Correct
     );
     Ok(ExitCode::from(if correct { 0 } else { 2 }))
-}
-
-/// Git's diff of the target, with the reviewer's context lines, its paths relative to the
-/// workspace.
-fn diff_of(root: &Path, repo: &Repo, target: &Target) -> anyhow::Result<Vec<u8>> {
-    let context = format!("--unified={}", review::CONTEXT_LINES);
-    let relative = format!("--relative={}", repo.prefix);
-    let mut args = vec![
-        "diff",
-        "--no-color",
-        "--no-ext-diff",
-        "--no-textconv",
-        "--no-renames",
-        "--src-prefix=a/",
-        "--dst-prefix=b/",
-        &context,
-    ];
-    if !repo.prefix.is_empty() {
-        args.push(&relative);
-    }
-    let range;
-    match target {
-        Target::Uncommitted => args.push("HEAD"),
-        Target::Staged => args.push("--cached"),
-        Target::Base(rev) => {
-            range = format!("{rev}...HEAD");
-            args.push(&range);
-        }
-        Target::Run(id) => {
-            let run = drive::recorded_run(root, repo, Some(id))?;
-            let names: Vec<String> = run.files.keys().cloned().collect();
-            return Ok(checkpoint::diff_with_context(
-                repo,
-                &run.checkpoint,
-                &names,
-                review::CONTEXT_LINES,
-            )?);
-        }
-    }
-    args.push("--");
-    Ok(repo.git(None).run(&args, None)?)
-}
-
-/// Each changed file's line count in the working tree, so findings past its end are caught.
-/// (For `--staged` and `--base` the working tree may differ from the reviewed text; its count
-/// is then only a bound the reviewer is held to.)
-fn with_line_counts(root: &Path, mut files: Vec<ChangedFile>) -> Vec<ChangedFile> {
-    for f in &mut files {
-        f.lines = std::fs::read_to_string(root.join(&f.path))
-            .ok()
-            .map(|t| review::line_count(&t));
-    }
-    files
 }
 
 /// The review for a terminal: its summary, then each finding at its place.

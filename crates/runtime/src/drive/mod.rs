@@ -7,6 +7,7 @@
 
 mod checkpoint;
 mod observer;
+mod review_target;
 mod setup;
 
 use std::path::Path;
@@ -25,6 +26,7 @@ use agent_ls_core::edit::{self, FileChange, FileText};
 use agent_ls_core::events::{LiveEvent, RunEvent};
 pub use checkpoint::{RecordedRun, RecordedRunError, recorded_run};
 use observer::Observer;
+pub use review_target::{ReviewDiffError, ReviewTarget, review_diff};
 pub use setup::{
     AgentError, ChosenAgent, ResumeError, choose_agent, new_run, new_run_id, recorded_store,
     resume_point,
