@@ -431,3 +431,40 @@ fn over_lsp_findings_are_diagnostics_on_their_lines_in_utf16() {
 fn over_lsp_findings_are_diagnostics_on_their_lines_in_utf8() {
     findings_become_diagnostics("utf-8");
 }
+
+#[test]
+fn over_lsp_agent_ls_review_reviews_the_uncommitted_work_and_publishes_its_findings() {
+    use support::{Client, Spawn, file_uri};
+    let ws = workspace("", true);
+    let p = ws.path();
+    let uri = file_uri(&p.join("calc.py"));
+    std::fs::write(
+        p.join("calc.py"),
+        calc(p).replace("return a - b", "return a + b"),
+    )
+    .unwrap();
+    let findings = json!({"role": "reviewer", "content": json!({
+        "findings": [finding_at(2, 5)],
+        "verdict": "incorrect", "explanation": "x", "confidence": 0.9}).to_string()});
+    std::fs::write(p.join(".replay.jsonl"), support::replay_script(&[findings])).unwrap();
+    let options = json!({"model": {"provider": "replay", "replay_file": ".replay.jsonl"},
+        "agent": {"evaluate": false}});
+    let mut c = Client::spawn(Spawn::default());
+    c.initialize(p, json!({}), options);
+    let bad = c.command("agent-ls.review", json!({"branch": "x"}));
+    assert!(bad.is_err(), "{bad:?}");
+    let started = c.command("agent-ls.review", Value::Null).unwrap();
+    let done = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(done["run_id"], started["run_id"]);
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(done["review"]["verdict"], "incorrect", "{done}");
+    assert_eq!(done["files_changed"], json!([]), "a review changes nothing");
+    let published = c.wait_notification("textDocument/publishDiagnostics", |p| {
+        !review_diagnostics(p, &uri).is_empty()
+    });
+    let d = &review_diagnostics(&published, &uri)[0];
+    assert_eq!(
+        (d["range"]["start"]["line"].as_u64(), d["severity"].as_u64()),
+        (Some(4), Some(2))
+    );
+}

@@ -475,7 +475,7 @@ impl Session {
                         run_id,
                         goal.clone(),
                         goal,
-                        (checkpoint.map(|c| *c), None),
+                        (checkpoint.map(|c| *c), None, None),
                         lock,
                     ),
                 };
@@ -853,7 +853,7 @@ impl Session {
             agent_ls_runtime::drive::new_run_id(),
             args.goal,
             goal,
-            (None, agent),
+            (None, agent, args.review),
             lock,
         )
         .map(|id| serde_json::json!({"run_id": id}))
@@ -864,7 +864,11 @@ impl Session {
         id: String,
         title: String,
         goal: String,
-        (resume, agent): (Option<Run>, Option<agent_ls_runtime::drive::ChosenAgent>),
+        (resume, agent, review): (
+            Option<Run>,
+            Option<agent_ls_runtime::drive::ChosenAgent>,
+            Option<agent_ls_runtime::drive::ReviewTarget>,
+        ),
         lock: RunLock,
     ) -> Result<String, Refused> {
         let Some(connection) = self.connection() else {
@@ -889,6 +893,7 @@ impl Session {
             resume,
             agent,
             lock,
+            review,
         });
         Ok(id)
     }
