@@ -8,8 +8,9 @@ use std::process::ExitCode;
 
 use agent_ls::cli::setup::or_exit_1;
 use agent_ls::cli::{
-    apply, commit, config, doctor, git, headless, runs, serve, stats, trust, undo,
+    apply, commit, config, doctor, git, headless, review, runs, serve, stats, trust, undo,
 };
+use agent_ls_runtime::drive::ReviewTarget;
 use agent_ls_runtime::trust::Decision;
 use clap::{Parser, Subcommand};
 
@@ -168,6 +169,29 @@ enum Command {
         #[arg(long)]
         workspace: Option<PathBuf>,
     },
+    /// Review a change with the reviewer role: the uncommitted work (default), the staged
+    /// work, a branch against its base, or a run's change. Prints the findings; exit code 0
+    /// when the verdict is "correct", 2 otherwise (docs/review.md).
+    Review {
+        /// Review the staged changes (the index against HEAD).
+        #[arg(long, conflicts_with_all = ["base", "run"])]
+        staged: bool,
+        /// Review HEAD against its merge base with REV (a branch against its base).
+        #[arg(long, value_name = "REV", conflicts_with = "run")]
+        base: Option<String>,
+        /// Review a recorded run's change against its git checkpoint.
+        #[arg(long, value_name = "RUN")]
+        run: Option<String>,
+        /// What the change is for, as the reviewer is told.
+        #[arg(long)]
+        goal: Option<String>,
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Print the review as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Drop the git checkpoints of all but the last `git.keep_checkpoints` runs.
     Gc {
         /// The project (default: the current directory).
@@ -243,5 +267,26 @@ fn main() -> ExitCode {
             force,
         } => or_exit_1(commit::commit(run, workspace, message, force)),
         Command::Pr { run, workspace } => or_exit_1(commit::pr(run, workspace)),
+        Command::Review {
+            staged,
+            base,
+            run,
+            goal,
+            workspace,
+            json,
+        } => {
+            let target = match (staged, base, run) {
+                (true, _, _) => ReviewTarget::Staged,
+                (_, Some(rev), _) => ReviewTarget::Base(rev),
+                (_, _, Some(id)) => ReviewTarget::Run(id),
+                _ => ReviewTarget::Uncommitted,
+            };
+            or_exit_1(review::run(review::Options {
+                target,
+                workspace,
+                json,
+                goal,
+            }))
+        }
     }
 }

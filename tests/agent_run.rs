@@ -84,7 +84,7 @@ fn example_without_evaluation() -> tempfile::TempDir {
     let ws = support::example();
     std::fs::write(
         ws.path().join(".agent-ls.toml"),
-        "[agent]\nevaluate = false\n",
+        "[agent]\nevaluate = false\nreview = \"off\"\n",
     )
     .unwrap();
     ws
@@ -433,7 +433,7 @@ fn the_first_coder_prompt_shows_the_file_the_baseline_failure_names() {
 /// test's report names only the test file, and the first prompt's budget ends long before
 /// the package.
 fn deep_project() -> tempfile::TempDir {
-    support::deep::project("[agent]\ncontext_bytes = 4000\nevaluate = false\n")
+    support::deep::project("[agent]\ncontext_bytes = 4000\nevaluate = false\nreview = \"off\"\n")
 }
 
 /// The journal lines of every run in `ws`.
@@ -460,7 +460,7 @@ fn the_coder_finds_code_out_of_its_prompts_reach_with_tools() {
     // map's is the test below).
     std::fs::write(
         ws.path().join(".agent-ls.toml"),
-        "[agent]\ncontext_bytes = 400\nevaluate = false\n[context]\nmap_tokens = 0\n",
+        "[agent]\ncontext_bytes = 400\nevaluate = false\nreview = \"off\"\n[context]\nmap_tokens = 0\n",
     )
     .unwrap();
     let fix = "app/m29/pricing.py\n<<<<<<< SEARCH\n    return price - tax\n=======\n    return price + tax\n>>>>>>> REPLACE\n";
@@ -545,7 +545,7 @@ fn without_tools_the_repo_map_brings_the_failing_module_into_the_first_prompt() 
     let ws = deep_project();
     std::fs::write(
         ws.path().join(".agent-ls.toml"),
-        "[agent]\ncontext_bytes = 4000\nevaluate = false\nmax_tool_steps = 0\n",
+        "[agent]\ncontext_bytes = 4000\nevaluate = false\nreview = \"off\"\nmax_tool_steps = 0\n",
     )
     .unwrap();
     let fix = "app/m29/pricing.py\n<<<<<<< SEARCH\n    return price - tax\n=======\n    return price + tax\n>>>>>>> REPLACE\n";
@@ -981,7 +981,7 @@ fn on_the_280_file_fixture_the_first_prompt_keeps_its_budget_and_the_fix_lands()
     use support::deep;
     use support::model_server::openai_tool_call_as;
     // The defaults but the evaluator: context.first_prompt_bytes is 16 KB.
-    let ws = deep::project("[agent]\nevaluate = false\n");
+    let ws = deep::project("[agent]\nevaluate = false\nreview = \"off\"\n");
     // A model that fixes the bug once its line is in the conversation, and reads otherwise.
     let server = ModelServer::answering(|body| {
         let text = said(body).concat();
@@ -1038,7 +1038,9 @@ fn a_file_read_twice_appears_once_in_the_next_request() {
     use support::deep;
     use support::model_server::openai_tool_call_as;
     // A first prompt too small for the module: it comes through the tools.
-    let ws = deep::project("[agent]\nevaluate = false\n[context]\nfirst_prompt_bytes = 3000\n");
+    let ws = deep::project(
+        "[agent]\nevaluate = false\nreview = \"off\"\n[context]\nfirst_prompt_bytes = 3000\n",
+    );
     let read = r#"{"path": "app/m29/pricing.py"}"#;
     let server = ModelServer::start(vec![
         openai_tool_call_as("call_1", "read_file", &[read]),

@@ -72,7 +72,7 @@ fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
     let first = stalls_in_the_second_iteration();
     let settings = |url: &str| {
         json!({"model": {"provider": "openai", "base_url": format!("{url}/v1"), "name": "m"},
-               "agent": {"approval": "auto", "evaluate": false}})
+               "agent": {"approval": "auto", "evaluate": false, "review": "off"}})
     };
     let editor = Arc::new(Mutex::new((BROKEN.to_string(), 1)));
     let mut c = Client::spawn(Default::default());

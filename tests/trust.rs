@@ -1043,7 +1043,7 @@ fn a_canary_repository_and_an_obedient_model_change_nothing_that_runs_and_leak_n
     let mut c = Client::spawn(Spawn {
         env: vec![("OPENAI_API_KEY".into(), CANARY.into())],
         user_config: Some(format!(
-            "[model]\nprovider = \"openai\"\nbase_url = \"{}/v1\"\nname = \"m\"\n[agent]\napproval = \"auto\"\nevaluate = false\nmax_retries = 4\n",
+            "[model]\nprovider = \"openai\"\nbase_url = \"{}/v1\"\nname = \"m\"\n[agent]\napproval = \"auto\"\nevaluate = false\nreview = \"off\"\nmax_retries = 4\n",
             model.url
         )),
         ..Spawn::default()

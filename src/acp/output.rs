@@ -143,6 +143,8 @@ pub fn sentence(e: &RunEvent) -> Option<String> {
             },
             reason.trim()
         )),
+        // The review and each finding at its place (file:lines).
+        RunEvent::Review(r) => Some(r.report()),
         _ => None,
     }
 }
@@ -263,6 +265,14 @@ mod tests {
         assert_eq!(
             sentence(&evaluated).unwrap(),
             "The result scores 9, complete: the sum is right"
+        );
+        let unavailable =
+            RunEvent::Review(agent_ls_core::agent::review::ReviewResult::Unavailable {
+                reason: "the reviewer model failed: timeout".into(),
+            });
+        assert_eq!(
+            sentence(&unavailable).unwrap(),
+            "review unavailable: the reviewer model failed: timeout"
         );
     }
 

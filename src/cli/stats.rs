@@ -65,6 +65,12 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
         t.proposals,
         pct(t.acceptance_rate)
     );
+    let r = &t.review;
+    let [p0, p1, p2, p3] = r.findings_by_priority;
+    println!(
+        "{} reviews: {} rejected the change, {} unavailable; findings P0 {p0}, P1 {p1}, P2 {p2}, P3 {p3}",
+        r.reviews, r.rejections, r.unavailable
+    );
     if !stats.runs.is_empty() {
         println!();
         println!(

@@ -60,6 +60,9 @@ pub struct RunArgs {
     /// The agent to run it: build, plan, review or a custom one (default: agent.default_agent).
     #[serde(default)]
     pub agent: Option<String>,
+    /// `agent-ls.review`: the run is a review of this change, and nothing else.
+    #[serde(skip)]
+    pub review: Option<drive::ReviewTarget>,
 }
 
 /// The open documents of the workspace, by path relative to its root.
@@ -195,6 +198,8 @@ pub struct StartRun {
     pub lock: RunLock,
     /// What committing the run's files needs (`git.commit`), when there is a store.
     pub git: Option<git_commands::GitContext>,
+    /// `agent-ls.review`: review this change instead of running the goal.
+    pub review: Option<drive::ReviewTarget>,
 }
 
 /// Runs the loop to its end on a task of its own; the outcome goes back to the session. The
@@ -222,22 +227,7 @@ pub fn spawn(mut s: StartRun) {
                             s.run_finished(&id, RunStatus::Failed, 0, None, &why)
                         });
                     }
-                    Outcome {
-                        run_id: id.clone(),
-                        status: RunStatus::Failed,
-                        answer: why,
-                        iterations: 0,
-                        files_changed: Vec::new(),
-                        tests: Default::default(),
-                        tokens: 0,
-                        duration_ms: started.elapsed().as_millis() as u64,
-                        cost_usd: None,
-                        checkpoint: None,
-                        commit: None,
-                        branch: None,
-                        worktree: None,
-                        failure_kind: None,
-                    }
+                    failed(id.clone(), why, started)
                 }
             };
         match progress {
@@ -279,6 +269,27 @@ pub fn spawn(mut s: StartRun) {
             let _ = jobs::caught(jobs::Kind::AgentRun, asked).await;
         }
     });
+}
+
+/// The outcome of a run that failed before the loop could say so.
+fn failed(run_id: String, answer: String, started: Instant) -> Outcome {
+    Outcome {
+        run_id,
+        status: RunStatus::Failed,
+        answer,
+        iterations: 0,
+        files_changed: Vec::new(),
+        tests: Default::default(),
+        tokens: 0,
+        duration_ms: started.elapsed().as_millis() as u64,
+        cost_usd: None,
+        checkpoint: None,
+        commit: None,
+        branch: None,
+        worktree: None,
+        failure_kind: None,
+        review: None,
+    }
 }
 
 /// Creates the run's `$/progress` token when the client takes progress, and begins it.
@@ -352,7 +363,20 @@ async fn drive_run(s: StartRun, progress: Option<ProgressToken>) -> Outcome {
         record: s.store.as_ref(),
         events: Some(&on_event),
     };
-    let outcome = if resumed {
+    let outcome = if let Some(target) = s.review.clone() {
+        // The change is git's, made off the async threads.
+        let root = c.root.clone();
+        let started = Instant::now();
+        match tokio::task::spawn_blocking(move || drive::review_diff(&root, &target)).await {
+            Ok(Ok(change)) => {
+                driver
+                    .review(&mut run, &mut shell, s.id.clone(), change)
+                    .await
+            }
+            Ok(Err(e)) => failed(s.id.clone(), format!("nothing reviewed: {e}"), started),
+            Err(e) => failed(s.id.clone(), format!("nothing reviewed: {e}"), started),
+        }
+    } else if resumed {
         driver.resume(&mut run, &mut shell, s.id.clone()).await
     } else {
         driver.run(&mut run, &mut shell, s.id.clone()).await

@@ -87,6 +87,12 @@ pub const RUN_COMMAND: &str = "agent-ls.run";
 /// Command `agent-ls.fixTests`: starts a run with the goal "fix the failing tests".
 pub const FIX_TESTS_COMMAND: &str = "agent-ls.fixTests";
 
+/// Command `agent-ls.review` `[{"staged": true} | {"base": REV} | {"run": RUN_ID}]?`: the
+/// reviewer on the uncommitted work (default), the staged work, a branch against its base, or
+/// a run's change; its findings become diagnostics (source `agent-ls review`) and its review
+/// is `runFinished`'s `review`. Returns `{run_id}` at once.
+pub const REVIEW_COMMAND: &str = "agent-ls.review";
+
 /// Command `agent-ls.accept`: accepts the proposal waiting for approval.
 pub const ACCEPT_COMMAND: &str = "agent-ls.accept";
 

@@ -12,6 +12,7 @@ pub mod git_commands;
 pub mod jobs;
 mod json_text;
 pub mod outbox;
+pub mod review_diagnostics;
 pub mod rollback;
 pub mod session;
 pub mod test_runs;
@@ -227,6 +228,7 @@ impl Backend {
         let mut commands: Vec<String> = [
             ext::RUN_COMMAND,
             ext::FIX_TESTS_COMMAND,
+            ext::REVIEW_COMMAND,
             ext::ACCEPT_COMMAND,
             ext::REJECT_COMMAND,
             ext::STATUS_COMMAND,
@@ -533,6 +535,35 @@ impl LanguageServer for Backend {
                                 "agent-ls.run takes {{goal, uri?, range?}}: {e}"
                             ))
                         })?
+                    };
+                    self.start_run(args).await.map(Some)
+                }
+                ext::REVIEW_COMMAND => {
+                    let first = params.arguments.first().cloned();
+                    let target: agent_ls_runtime::drive::ReviewTarget =
+                        serde_json::from_value(first.unwrap_or_default()).map_err(|e| {
+                            Error::invalid_params(format!(
+                                "agent-ls.review takes nothing, {{\"staged\": true}}, {{\"base\": REV}} or {{\"run\": RUN_ID}}: {e}"
+                            ))
+                        })?;
+                    let goal = match &target {
+                        agent_ls_runtime::drive::ReviewTarget::Uncommitted => {
+                            "review the uncommitted changes".to_string()
+                        }
+                        agent_ls_runtime::drive::ReviewTarget::Staged => {
+                            "review the staged changes".to_string()
+                        }
+                        agent_ls_runtime::drive::ReviewTarget::Base(rev) => {
+                            format!("review the changes since {rev}")
+                        }
+                        agent_ls_runtime::drive::ReviewTarget::Run(id) => {
+                            format!("review the change of {id}")
+                        }
+                    };
+                    let args = agent_runs::RunArgs {
+                        goal,
+                        review: Some(target),
+                        ..Default::default()
                     };
                     self.start_run(args).await.map(Some)
                 }

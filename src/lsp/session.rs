@@ -266,6 +266,8 @@ pub struct Session {
     documents: HashMap<Uri, Buffer>,
     capabilities: ClientCapabilities,
     tests: TestRuns,
+    /// The latest review's findings, as diagnostics.
+    review: super::review_diagnostics::ReviewDiagnostics,
     test_report: Report<TestMessage>,
     agent_report: Report<AgentMessage>,
     active: Option<Active>,
@@ -304,6 +306,7 @@ impl Session {
             documents: HashMap::new(),
             capabilities: ClientCapabilities::default(),
             tests: TestRuns::default(),
+            review: Default::default(),
             active: None,
             last_outcome: None,
             history: None,
@@ -494,7 +497,7 @@ impl Session {
                         run_id,
                         goal.clone(),
                         goal,
-                        (checkpoint.map(|c| *c), None),
+                        (checkpoint.map(|c| *c), None, None),
                         lock,
                     ),
                 };
@@ -681,6 +684,7 @@ impl Session {
                 self.outbox
                     .show_message(kind, format!("agent-ls: {}", outcome.answer));
                 self.outbox.notify::<RunFinished>((*outcome).clone());
+                self.reviewed(&outcome);
                 self.last_outcome = Some(*outcome);
             }
             AgentMessage::RollbackFinished {
@@ -724,6 +728,9 @@ impl Session {
                         }
                         if let Some(store) = &self.store {
                             store.send("an undo", move |s| s.set_undone(step, !redo));
+                        }
+                        if !redo {
+                            self.review_undone();
                         }
                         let did = if redo { "redid" } else { "undid" };
                         self.outbox.show_message(
@@ -941,7 +948,7 @@ impl Session {
             agent_ls_runtime::drive::new_run_id(),
             args.goal,
             goal,
-            (None, agent),
+            (None, agent, args.review),
             lock,
         )
         .map(|id| serde_json::json!({"run_id": id}))
@@ -952,7 +959,11 @@ impl Session {
         id: String,
         title: String,
         goal: String,
-        (resume, agent): (Option<Run>, Option<agent_ls_runtime::drive::ChosenAgent>),
+        (resume, agent, review): (
+            Option<Run>,
+            Option<agent_ls_runtime::drive::ChosenAgent>,
+            Option<agent_ls_runtime::drive::ReviewTarget>,
+        ),
         lock: RunLock,
     ) -> Result<String, Refused> {
         let Some(connection) = self.connection() else {
@@ -979,6 +990,7 @@ impl Session {
             agent,
             lock,
             git,
+            review,
         });
         Ok(id)
     }
@@ -1008,8 +1020,35 @@ impl Session {
             progress: progress_supported(&self.capabilities),
             documents: &self.documents,
             encoding: self.encoding,
+            review: &self.review,
         };
         f(&mut self.tests, &cx);
+    }
+
+    /// A run's review: its findings become diagnostics on the lines they name.
+    fn reviewed(&mut self, outcome: &agent_ls_runtime::drive::Outcome) {
+        if let (Some(review), Some(root)) = (&outcome.review, &self.workspace_root) {
+            let uris = self.review.set(root, Some(review));
+            self.republish(uris);
+        }
+    }
+
+    /// A step was undone: the reviewed change is no longer what the files hold.
+    fn review_undone(&mut self) {
+        let uris = self.review.clear();
+        self.republish(uris);
+    }
+
+    /// Publishes the diagnostics of `uris` again after the reviewer's findings changed.
+    fn republish(&mut self, uris: Vec<Uri>) {
+        let Some(root) = self.workspace_root.clone() else {
+            return;
+        };
+        self.with_tests(&root, |tests, cx| {
+            for uri in &uris {
+                tests.republish(cx, uri);
+            }
+        });
     }
 
     fn initialize(
@@ -1085,6 +1124,12 @@ impl Session {
             .into_iter()
             .map(convert::change_from_lsp)
             .collect();
+        // Edited lines lose their review findings; lines below move with the edit (the
+        // changes' lines are the text's before them). Published once the buffer has them.
+        let moved = self.review.edited(&uri, &changes);
+        let Some(buffer) = self.documents.get_mut(&uri) else {
+            return;
+        };
         if let Err(err) = buffer.apply_changes(&changes, p.text_document.version, self.encoding) {
             error!(uri = uri.as_str(), "refused a change: {err}");
             self.outbox.show_message(
@@ -1095,6 +1140,9 @@ impl Session {
                     uri.as_str()
                 ),
             );
+        }
+        if moved {
+            self.republish(vec![uri]);
         }
     }
 

@@ -13,7 +13,7 @@
 //! This module reports through `TestMessage` and never sees the session; its state changes
 //! only on the session's task, and everything it sends leaves through the outbox.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -113,6 +113,8 @@ pub struct Context<'a> {
     pub progress: bool,
     pub documents: &'a HashMap<Uri, Buffer>,
     pub encoding: Encoding,
+    /// The reviewer's findings, published with the tests' diagnostics of the same document.
+    pub review: &'a super::review_diagnostics::ReviewDiagnostics,
 }
 
 #[derive(Default)]
@@ -122,12 +124,26 @@ pub struct TestRuns {
     /// A user's run asked for during the agent's, started when that one ends.
     queued: Option<Trigger>,
     save_generation: u64,
-    /// Files that carry diagnostics from the last published run, to clear them next time.
-    published: HashSet<Uri>,
+    /// The diagnostics of the last published run by file (to clear them next time, and to
+    /// publish them again with the reviewer's).
+    published: HashMap<Uri, (Vec<Diagnostic>, Option<i32>)>,
     last: Option<Arc<RunResult>>,
 }
 
 impl TestRuns {
+    /// Publishes `uri`'s diagnostics again, the last test run's with the reviewer's (after
+    /// the reviewer's changed), at the document's version.
+    pub fn republish(&self, cx: &Context<'_>, uri: &Uri) {
+        let mut all = self
+            .published
+            .get(uri)
+            .map(|(d, _)| d.clone())
+            .unwrap_or_default();
+        all.extend(cx.review.of(uri));
+        let version = cx.documents.get(uri).map(|b| b.version());
+        cx.outbox.publish_diagnostics(uri.clone(), all, version);
+    }
+
     /// The latest finished run's result.
     pub fn last(&self) -> Option<Arc<RunResult>> {
         self.last.clone()
@@ -348,15 +364,16 @@ impl TestRuns {
             return;
         }
         let by_file = diagnostics(&result, cx, disk);
-        let now: HashSet<Uri> = by_file.keys().cloned().collect();
-        for (uri, (diags, version)) in by_file {
-            cx.outbox.publish_diagnostics(uri, diags, version);
+        for (uri, (diags, version)) in &by_file {
+            let mut all = diags.clone();
+            all.extend(cx.review.of(uri));
+            cx.outbox.publish_diagnostics(uri.clone(), all, *version);
         }
-        for stale in self.published.difference(&now) {
+        for stale in self.published.keys().filter(|u| !by_file.contains_key(*u)) {
             cx.outbox
-                .publish_diagnostics(stale.clone(), Vec::new(), None);
+                .publish_diagnostics(stale.clone(), cx.review.of(stale), None);
         }
-        self.published = now;
+        self.published = by_file;
         cx.outbox.notify::<TestStatus>(TestStatusParams {
             state: result.state(),
             passed: result.passed,

@@ -16,16 +16,19 @@ pub enum Role {
     Intent,
     /// Writes the summary that replaces a long turn's older tool rounds.
     Summarizer,
+    /// Reads the run's whole diff once its tests pass and answers with findings.
+    Reviewer,
 }
 
 impl Role {
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 7] = [
         Role::Planner,
         Role::Coder,
         Role::Reflector,
         Role::Evaluator,
         Role::Intent,
         Role::Summarizer,
+        Role::Reviewer,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -36,6 +39,7 @@ impl Role {
             Role::Evaluator => "evaluator",
             Role::Intent => "intent",
             Role::Summarizer => "summarizer",
+            Role::Reviewer => "reviewer",
         }
     }
 }

@@ -78,6 +78,8 @@ pub enum RunEvent {
         reason: String,
         complete: bool,
     },
+    /// The reviewer's review of the run's diff, or why there is none.
+    Review(crate::agent::review::ReviewResult),
     /// A proposed change: its files, its diff and the review (protected files, risky
     /// constructs) in its wire form.
     Patch {
@@ -221,6 +223,7 @@ impl RunEvent {
             RunEvent::Plan { .. } => "planner",
             RunEvent::Reflection(_) => "reflector",
             RunEvent::Evaluation { .. } => "evaluator",
+            RunEvent::Review(_) => "reviewer",
             RunEvent::ToolCall(_) => "coder",
             RunEvent::ToolResult { .. } => "tools",
             RunEvent::Approval { .. } | RunEvent::Undone { .. } => "user",
@@ -249,6 +252,7 @@ impl RunEvent {
             RunEvent::Plan { .. } => "plan",
             RunEvent::Reflection(_) => "reflection",
             RunEvent::Evaluation { .. } => "evaluation",
+            RunEvent::Review(_) => "review",
             RunEvent::Patch { .. } => "patch",
             RunEvent::ToolCall(_) => "tool_call",
             RunEvent::ToolResult { .. } => "tool_result",

@@ -135,7 +135,7 @@ pub enum Approval {
     Auto,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
     pub approval: Approval,
@@ -157,6 +157,11 @@ pub struct AgentConfig {
     pub max_tool_steps: u32,
     /// The most bytes of one tool result the model is shown (head and tail kept).
     pub tool_result_bytes: usize,
+    /// The reviewer reads the run's whole diff once its tests pass: off, advise (findings
+    /// reported) or gate (a confident P0/P1 finding sends the change back to the coder).
+    pub review: agent_ls_core::agent::review::ReviewMode,
+    /// The confidence from which a P0/P1 finding blocks in gate mode (0 to 1).
+    pub review_min_confidence: f64,
 }
 
 impl Default for AgentConfig {
@@ -173,6 +178,8 @@ impl Default for AgentConfig {
             first_tool: String::new(),
             max_tool_steps: 8,
             tool_result_bytes: 16_000,
+            review: agent_ls_core::agent::review::ReviewMode::Advise,
+            review_min_confidence: agent_ls_core::agent::review::default_min_confidence(),
         }
     }
 }
@@ -337,6 +344,7 @@ pub struct RolesConfig {
     pub evaluator: RoleConfig,
     pub intent: RoleConfig,
     pub summarizer: RoleConfig,
+    pub reviewer: RoleConfig,
 }
 
 /// Prices in US dollars per million tokens, keyed by model name.
@@ -842,6 +850,7 @@ fn workspace_hosts(
         ("evaluator", &config.roles.evaluator),
         ("intent", &config.roles.intent),
         ("summarizer", &config.roles.summarizer),
+        ("reviewer", &config.roles.reviewer),
     ];
     let mut add = |url: &Option<String>| {
         if let Some(u) = url {

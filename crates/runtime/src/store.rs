@@ -32,7 +32,7 @@ pub enum StoreError {
 
 /// The store's schema, one migration per version: `MIGRATIONS[n]` takes a store from
 /// `user_version` n to n + 1, in one transaction.
-const MIGRATIONS: [&str; 7] = [
+const MIGRATIONS: [&str; 8] = [
     "CREATE TABLE IF NOT EXISTS steps (
         id INTEGER PRIMARY KEY,
         run_id TEXT NOT NULL,
@@ -94,6 +94,20 @@ const MIGRATIONS: [&str; 7] = [
      ALTER TABLE runs ADD COLUMN git_files TEXT;",
     // The commit made of the run's files (`agent-ls commit`), which `agent-ls pr` pushes.
     "ALTER TABLE runs ADD COLUMN git_commit TEXT;",
+    // Each review of a run's diff: reviewed or unavailable, its verdict, whether it blocked,
+    // and its findings counted by priority, for `agent-ls stats`.
+    "CREATE TABLE IF NOT EXISTS reviews (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        verdict TEXT,
+        blocking INTEGER NOT NULL DEFAULT 0,
+        p0 INTEGER NOT NULL DEFAULT 0,
+        p1 INTEGER NOT NULL DEFAULT 0,
+        p2 INTEGER NOT NULL DEFAULT 0,
+        p3 INTEGER NOT NULL DEFAULT 0,
+        created_ms INTEGER NOT NULL
+     );",
 ];
 
 impl Store {
@@ -222,6 +236,68 @@ impl Store {
             params![run_id, score as i64, reason, now_ms()],
         )?;
         Ok(())
+    }
+
+    /// A review of a run's diff, with its findings counted by priority.
+    pub fn review(
+        &self,
+        run_id: &str,
+        result: &agent_ls_core::agent::review::ReviewResult,
+    ) -> Result<(), StoreError> {
+        use agent_ls_core::agent::review::{ReviewResult, Verdict};
+        let (status, verdict, blocking, by) = match result {
+            ReviewResult::Unavailable { .. } => ("unavailable", None, false, [0i64; 4]),
+            ReviewResult::Reviewed { review, blocking } => {
+                let mut by = [0i64; 4];
+                for f in &review.findings {
+                    by[usize::from(f.priority.min(3))] += 1;
+                }
+                let verdict = match review.verdict {
+                    Verdict::Correct => "correct",
+                    Verdict::Incorrect => "incorrect",
+                };
+                ("reviewed", Some(verdict), *blocking, by)
+            }
+        };
+        self.conn.execute(
+            "INSERT INTO reviews (run_id, status, verdict, blocking, p0, p1, p2, p3, created_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                run_id,
+                status,
+                verdict,
+                blocking as i64,
+                by[0],
+                by[1],
+                by[2],
+                by[3],
+                now_ms()
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Reviews over all runs: how many, how many rejected the change (verdict incorrect) or
+    /// were unavailable, and their findings by priority.
+    fn review_totals(&self) -> Result<ReviewTotals, StoreError> {
+        Ok(self.conn.query_row(
+            "SELECT COUNT(*), COALESCE(SUM(verdict = 'incorrect'), 0),
+                    COALESCE(SUM(status = 'unavailable'), 0), COALESCE(SUM(blocking), 0),
+                    COALESCE(SUM(p0), 0), COALESCE(SUM(p1), 0), COALESCE(SUM(p2), 0),
+                    COALESCE(SUM(p3), 0)
+             FROM reviews",
+            [],
+            |r| {
+                let n = |i: usize| r.get::<_, i64>(i).map(|v| v as u32);
+                Ok(ReviewTotals {
+                    reviews: n(0)?,
+                    rejections: n(1)?,
+                    unavailable: n(2)?,
+                    blocking: n(3)?,
+                    findings_by_priority: [n(4)?, n(5)?, n(6)?, n(7)?],
+                })
+            },
+        )?)
     }
 
     /// The run ended: its status, tests and answer. The checkpoint goes, since a finished run
@@ -428,6 +504,7 @@ impl Store {
             proposals,
             accepted,
             acceptance_rate: (proposals > 0).then(|| accepted as f64 / proposals as f64),
+            review: self.review_totals()?,
         };
         Ok(Stats {
             total,
@@ -559,6 +636,21 @@ pub struct Totals {
     pub proposals: u32,
     pub accepted: u32,
     pub acceptance_rate: Option<f64>,
+    pub review: ReviewTotals,
+}
+
+/// The reviews of all runs' diffs (`agent.review`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ReviewTotals {
+    pub reviews: u32,
+    /// Reviews whose verdict was `incorrect`.
+    pub rejections: u32,
+    /// Reviews that could not be had (the reviewer failed or its answer did not parse).
+    pub unavailable: u32,
+    /// Reviews whose findings would block (in gate mode they sent the change back).
+    pub blocking: u32,
+    /// Findings of P0, P1, P2 and P3.
+    pub findings_by_priority: [u32; 4],
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -763,6 +855,49 @@ mod tests {
         assert_eq!(version, SCHEMA);
         store.run_started("run_2", "fix", Some("fix")).unwrap();
         assert_eq!(store.stats(10).unwrap().total.runs, 1);
+    }
+
+    #[test]
+    fn reviews_are_counted_with_their_rejections_and_findings_by_priority() {
+        use agent_ls_core::agent::review::{Finding, Review, ReviewResult, Verdict};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path()).unwrap();
+        let finding = |priority| Finding {
+            title: "t".into(),
+            body: String::new(),
+            priority,
+            confidence: 0.9,
+            path: "a.py".into(),
+            start_line: 1,
+            end_line: 1,
+            outside_change: false,
+        };
+        let reviewed = |verdict, findings, blocking| ReviewResult::Reviewed {
+            review: Review {
+                findings,
+                verdict,
+                explanation: String::new(),
+                confidence: 0.9,
+            },
+            blocking,
+        };
+        store
+            .review(
+                "r1",
+                &reviewed(Verdict::Incorrect, vec![finding(1), finding(3)], true),
+            )
+            .unwrap();
+        store
+            .review("r1", &reviewed(Verdict::Correct, vec![finding(3)], false))
+            .unwrap();
+        let unavailable = ReviewResult::Unavailable { reason: "x".into() };
+        store.review("r2", &unavailable).unwrap();
+        let r = store.stats(10).unwrap().total.review;
+        assert_eq!(
+            (r.reviews, r.rejections, r.unavailable, r.blocking),
+            (3, 1, 1, 1)
+        );
+        assert_eq!(r.findings_by_priority, [0, 1, 0, 2]);
     }
 
     #[test]

@@ -93,6 +93,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const commands: [string, (...args: unknown[]) => unknown][] = [
     ['agentLs.run', runCommand],
     ['agentLs.fixTests', server('agent-ls.fixTests')],
+    // The reviewer on the uncommitted work; its findings arrive as diagnostics.
+    ['agentLs.review', server('agent-ls.review')],
     ['agentLs.accept', server('agent-ls.accept')],
     ['agentLs.reject', server('agent-ls.reject')],
     ['agentLs.undo', (step?: unknown) => execute('agent-ls.undo', typeof step === 'number' ? { step } : undefined)],

@@ -10,6 +10,7 @@ pub mod agents;
 pub mod context;
 mod phases;
 pub mod prompts;
+pub mod review;
 pub mod window;
 
 pub use agents::{AgentKind, AgentProfile};
@@ -200,6 +201,8 @@ pub enum Phase {
     Applying,
     Testing,
     Reflecting,
+    /// The reviewer reads the run's whole diff once its tests pass.
+    Reviewing,
     Done,
     Failed,
     Cancelled,
@@ -220,6 +223,7 @@ impl Phase {
             Phase::Applying => "applying",
             Phase::Testing => "testing",
             Phase::Reflecting => "reflecting",
+            Phase::Reviewing => "reviewing",
             Phase::Done => "done",
             Phase::Failed => "failed",
             Phase::Cancelled => "cancelled",
@@ -338,6 +342,9 @@ pub enum Event {
     },
     /// The tools' results, in call order.
     ToolResults(Vec<(crate::conversation::ToolCall, String)>),
+    /// The run's git diff against its checkpoint (`None`: no checkpoint, the steps' diff is
+    /// reviewed), or why it could not be made.
+    RunDiff(Result<Option<String>, String>),
     Cancel,
 }
 
@@ -360,6 +367,13 @@ pub enum Effect {
     RunTests,
     Progress(String),
     Warn(String),
+    /// Make the run's git diff against its checkpoint of these files, with enough context
+    /// lines for a reviewer, and answer with `Event::RunDiff`.
+    DiffRun {
+        files: Vec<String>,
+    },
+    /// A review of the run's diff was made (or could not be): journal it, count it, show it.
+    Reviewed(review::ReviewResult),
     /// The run ended; `answer` is what the user reads.
     Finish {
         status: Phase,
@@ -456,6 +470,29 @@ pub struct Run {
     /// Checkpoints are taken before a coder call, when nothing is pending.
     #[serde(skip)]
     pending: Vec<FileChange>,
+    /// The review of the run's diff once its tests pass (`agent.review`); a new run is
+    /// unreviewed until the driver sets it from the configuration.
+    #[serde(default)]
+    pub review: review::ReviewMode,
+    /// From this confidence a P0/P1 finding blocks in gate mode.
+    #[serde(default = "review::default_min_confidence")]
+    pub review_min_confidence: f64,
+    /// The latest review of the run's diff.
+    #[serde(default)]
+    pub last_review: Option<review::ReviewResult>,
+    /// Each file the run changed: its text before the run and after the latest step, for
+    /// the steps' diff where there is no git checkpoint.
+    #[serde(default)]
+    pub originals: Vec<(String, Option<String>, String)>,
+    /// The change under review (its diff and files) while the reviewer works.
+    #[serde(skip)]
+    reviewing: Option<(String, Vec<review::ChangedFile>)>,
+    /// The reviewer's unreadable answer was sent back once.
+    #[serde(default)]
+    review_repaired: bool,
+    /// `agent-ls review`: the run is a review of a given diff, and nothing else.
+    #[serde(default)]
+    pub review_only: bool,
 }
 
 impl Run {
@@ -499,6 +536,13 @@ impl Run {
             exchange: Vec::new(),
             tool_steps: 0,
             pending: Vec::new(),
+            review: review::ReviewMode::Off,
+            review_min_confidence: review::default_min_confidence(),
+            last_review: None,
+            originals: Vec::new(),
+            reviewing: None,
+            review_repaired: false,
+            review_only: false,
         }
     }
 }
@@ -530,6 +574,15 @@ pub fn resume(run: &mut Run) -> Vec<Effect> {
         )),
         continue_call(run),
     ]
+}
+
+/// An on-demand review (`agent-ls review`): the reviewer reads `diff` (the user's own
+/// change), with `files` its changed files and their line counts, and the run ends with its
+/// verdict. `run.goal` says what the change is for, as far as the caller knows.
+pub fn start_review(run: &mut Run, diff: String, files: Vec<review::ChangedFile>) -> Vec<Effect> {
+    run.review_only = true;
+    run.intent = Some(Intent::Edit);
+    phases::review_diff(run, diff, files)
 }
 
 /// A, B, A, B: the last four applied edits alternate between two different changes.

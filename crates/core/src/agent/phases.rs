@@ -2,6 +2,7 @@
 //! per phase, and the steps they share (calling the coder, retrying, finishing) follow them.
 //! Pure like the rest of `agent`: the effects say what to do, the runtime does it.
 
+use super::review::{self, ReviewMode};
 use super::{
     AgentKind, Effect, Event, Intent, Phase, Run, Task, TestSummary, agents, alternating,
     diff_hash, needs_plan, prompts,
@@ -34,6 +35,7 @@ pub(super) fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
         Phase::Applying => on_applying(run, event),
         Phase::Testing => on_testing(run, event),
         Phase::Reflecting => on_reflecting(run, event),
+        Phase::Reviewing => on_reviewing(run, event),
         Phase::Done | Phase::Failed | Phase::Cancelled => Vec::new(),
     }
 }
@@ -390,6 +392,7 @@ fn on_applying(run: &mut Run, event: Event) -> Vec<Effect> {
         Event::Applied => {
             let hash = diff_hash(&run.pending);
             run.edit_history.push(hash);
+            remember_originals(run);
             for c in &run.pending {
                 if !run.files_changed.contains(&c.path) {
                     run.files_changed.push(c.path.clone());
@@ -564,8 +567,23 @@ fn task_done(run: &mut Run, answer: String) -> Vec<Effect> {
         effects.extend(code(run));
         return effects;
     }
+    run.done_answer = answer;
+    if run.review != ReviewMode::Off && !run.files_changed.is_empty() {
+        run.phase = Phase::Reviewing;
+        return vec![
+            Effect::Progress("the reviewer reads the run's change".into()),
+            Effect::DiffRun {
+                files: run.files_changed.clone(),
+            },
+        ];
+    }
+    evaluate_or_finish(run)
+}
+
+/// After the review: the evaluator's score when asked for, or the end.
+fn evaluate_or_finish(run: &mut Run) -> Vec<Effect> {
+    let answer = run.done_answer.clone();
     if run.evaluation != super::Evaluation::Off {
-        run.done_answer = answer;
         run.phase = Phase::Evaluating;
         return vec![Effect::CallModel {
             role: Role::Evaluator,
@@ -574,6 +592,146 @@ fn task_done(run: &mut Run, answer: String) -> Vec<Effect> {
         }];
     }
     finish(run, Phase::Done, answer)
+}
+
+/// Each file of an applied change: its text before the run (kept from its first change) and
+/// its text now, for the steps' diff.
+fn remember_originals(run: &mut Run) {
+    for c in &run.pending {
+        match run.originals.iter_mut().find(|(p, _, _)| *p == c.path) {
+            Some(entry) => entry.2 = c.new_text.clone(),
+            None => run
+                .originals
+                .push((c.path.clone(), c.original.clone(), c.new_text.clone())),
+        }
+    }
+}
+
+/// The reviewer's turn: the run's diff (git's, or the steps'), the reviewer's tool calls, and
+/// its answer, read once more if it does not parse; then the gate's decision.
+fn on_reviewing(run: &mut Run, event: Event) -> Vec<Effect> {
+    match event {
+        Event::RunDiff(Ok(git)) => {
+            let diff = git.unwrap_or_else(|| review::steps_diff(&run.originals));
+            let mut files = review::changed_files(&diff);
+            for f in &mut files {
+                f.lines = run
+                    .originals
+                    .iter()
+                    .find(|(p, _, _)| *p == f.path)
+                    .map(|(_, _, text)| review::line_count(text));
+            }
+            review_diff(run, diff, files)
+        }
+        Event::RunDiff(Err(why)) => {
+            review_unavailable(run, format!("the run's diff could not be made: {why}"))
+        }
+        Event::ModelAnswered {
+            role: Role::Reviewer,
+            text,
+        } => {
+            let files = run
+                .reviewing
+                .as_ref()
+                .map_or(&[][..], |(_, f)| f.as_slice());
+            match review::parse_review(&text).and_then(|r| review::check(r, files)) {
+                Ok(r) => reviewed(run, r),
+                Err(e) if !run.review_repaired => {
+                    run.review_repaired = true;
+                    run.exchange.push(Message::assistant(text));
+                    run.exchange.push(review::repair(&e));
+                    vec![
+                        Effect::Progress(format!(
+                            "the reviewer's answer could not be read ({e}); asking once more"
+                        )),
+                        continue_call(run),
+                    ]
+                }
+                Err(e) => review_unavailable(
+                    run,
+                    format!("the reviewer's answer could not be read twice: {e}"),
+                ),
+            }
+        }
+        Event::ModelFailed {
+            role: Role::Reviewer,
+            error,
+        } => review_unavailable(run, format!("the reviewer model failed: {error}")),
+        event => in_turn(run, event),
+    }
+}
+
+/// Starts the reviewer on `diff`; an empty diff has nothing to review.
+pub(super) fn review_diff(
+    run: &mut Run,
+    diff: String,
+    files: Vec<review::ChangedFile>,
+) -> Vec<Effect> {
+    if diff.trim().is_empty() {
+        return after_review(run);
+    }
+    run.phase = Phase::Reviewing;
+    run.reviewing = Some((diff, files));
+    run.review_repaired = false;
+    run.exchange.clear();
+    run.tool_steps = 0;
+    vec![continue_call(run)]
+}
+
+/// A review was read: in gate mode a rejection goes back to the coder (within the retry
+/// budget; once it is spent the run stops with the findings); otherwise the run goes on.
+fn reviewed(run: &mut Run, r: review::Review) -> Vec<Effect> {
+    let blocking = review::blocks(&r, run.review_min_confidence);
+    let feedback = review::feedback(&r);
+    let result = review::ReviewResult::Reviewed {
+        review: r,
+        blocking,
+    };
+    let summary = result.summary();
+    let report = result.report();
+    run.last_review = Some(result.clone());
+    run.reviewing = None;
+    let mut effects = vec![Effect::Reviewed(result)];
+    if blocking && run.review == ReviewMode::Gate && !run.review_only {
+        run.feedback.push(feedback);
+        let mut next = retry_or_stop(run, "the reviewer found problems");
+        // The budget is spent: the change comes to the user with the findings.
+        if let Some(Effect::Finish { answer, .. }) = next.last_mut() {
+            answer.push_str(&format!("\n{report}"));
+        }
+        effects.extend(next);
+        return effects;
+    }
+    if !run.review_only {
+        run.done_answer = format!("{}; {summary}", run.done_answer);
+    }
+    effects.extend(after_review(run));
+    effects
+}
+
+/// No review could be had: recorded as such (never as an approval), and the run goes on.
+fn review_unavailable(run: &mut Run, reason: String) -> Vec<Effect> {
+    let result = review::ReviewResult::Unavailable { reason };
+    run.last_review = Some(result.clone());
+    run.reviewing = None;
+    let mut effects = vec![Effect::Reviewed(result)];
+    effects.extend(after_review(run));
+    effects
+}
+
+/// The run after its review: an on-demand review ends with its summary; a run goes on to
+/// its evaluation or its end.
+fn after_review(run: &mut Run) -> Vec<Effect> {
+    if run.review_only {
+        let answer = run
+            .last_review
+            .as_ref()
+            .map_or("nothing to review: the diff is empty".to_string(), |r| {
+                r.summary()
+            });
+        return finish(run, Phase::Done, answer);
+    }
+    evaluate_or_finish(run)
 }
 
 /// The evaluator found the goal not fully reached: under `full`, a correction round whose
@@ -653,7 +811,10 @@ fn call_coder(run: &mut Run) -> Effect {
 /// answer's): its prompt, then the tool calls and results so far, with the tools its phase
 /// allows while it has tool steps left.
 pub(super) fn continue_call(run: &mut Run) -> Effect {
-    if !matches!(run.phase, Phase::Planning | Phase::Explaining) {
+    if !matches!(
+        run.phase,
+        Phase::Planning | Phase::Explaining | Phase::Reviewing
+    ) {
         run.phase = Phase::Coding;
     }
     let (role, (mut messages, shown), tools) = match run.phase {
@@ -665,6 +826,11 @@ pub(super) fn continue_call(run: &mut Run) -> Effect {
         Phase::Explaining => (
             Role::Coder,
             prompts::explain(run),
+            run.agent.reading_tools(),
+        ),
+        Phase::Reviewing => (
+            Role::Reviewer,
+            (prompts::review(run), Vec::new()),
             run.agent.reading_tools(),
         ),
         _ => (Role::Coder, prompts::code(run), run.agent.tools.clone()),

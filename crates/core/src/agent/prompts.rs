@@ -44,6 +44,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "review",
         include_str!("../../../../config/prompts/review.md"),
     ),
+    (
+        "reviewer",
+        include_str!("../../../../config/prompts/reviewer.md"),
+    ),
 ];
 
 impl Default for Prompts {
@@ -306,6 +310,15 @@ pub fn evaluate(run: &Run) -> Vec<Message> {
     ]
 }
 
+/// The reviewer's prompt: the run's diff under review, the goal and the test result.
+pub fn review(run: &Run) -> Vec<Message> {
+    let tests = run.tests.as_ref().map_or("not run".to_string(), |t| {
+        format!("{} passed, {} failed", t.passed_count, t.failed_count)
+    });
+    let diff = run.reviewing.as_ref().map_or("", |(d, _)| d.as_str());
+    super::review::prompt(run.prompts.get("reviewer"), &run.goal, &tests, diff)
+}
+
 /// The evaluator's `{"score", "complete", "reason"}`, the score kept within 1 to 5; a change
 /// is complete unless the evaluator says plainly that it is not.
 pub fn parse_evaluation(text: &str) -> Result<(u8, String, bool), AnswerError> {
@@ -370,6 +383,7 @@ pub fn role_summary(role: crate::conversation::Role, text: &str) -> Option<Strin
             Ok((score, reason, _)) => format!("the evaluator gives {score}/5: {}", flat(&reason)),
             Err(_) => unread("evaluator"),
         },
-        Role::Coder | Role::Intent | Role::Summarizer => return None,
+        // The review is reported once it is checked (`Effect::Reviewed`), with its findings.
+        Role::Coder | Role::Intent | Role::Summarizer | Role::Reviewer => return None,
     })
 }

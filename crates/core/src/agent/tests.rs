@@ -931,3 +931,154 @@ fn a_file_read_twice_appears_once_in_the_next_call_and_the_prefix_stays() {
         "[file calc.py lines 1-2: the same text is in the first message]"
     );
 }
+
+/// The reviewer's answer with one finding on calc.py line 2 (the changed line).
+fn review_answer(verdict: &str, priority: u8) -> String {
+    format!(
+        "{{\"findings\": [{{\"title\": \"[P{priority}] wrong\", \"body\": \"b\", \"priority\": {priority}, \
+         \"confidence\": 0.9, \"path\": \"calc.py\", \"start_line\": 2, \"end_line\": 2}}], \
+         \"verdict\": \"{verdict}\", \"explanation\": \"e\", \"confidence\": 0.9}}"
+    )
+}
+
+/// A fix under `mode` whose first change passed its tests: the reviewer is about to read the
+/// steps' diff (no git checkpoint).
+fn reviewing(mode: review::ReviewMode) -> Run {
+    let mut run = fixing(budget(3, 15), "f1");
+    run.review = mode;
+    propose(&mut run, &edit_answer("a + b"));
+    let e = step(&mut run, Event::TestsFinished(passing()));
+    assert!(
+        matches!(e.last(), Some(Effect::DiffRun { files }) if files == &["calc.py"]),
+        "{e:?}"
+    );
+    let e = step(&mut run, Event::RunDiff(Ok(None)));
+    let Some(Effect::CallModel {
+        role: Role::Reviewer,
+        messages,
+        ..
+    }) = e.last()
+    else {
+        panic!("no reviewer call: {e:?}")
+    };
+    // The steps' diff, with the goal and the tests.
+    let user = &messages[1].content;
+    assert!(
+        user.contains("+    return a + b") && user.contains("2 passed"),
+        "{user}"
+    );
+    run
+}
+
+#[test]
+fn gate_mode_sends_a_confident_p1_back_to_the_coder_and_passes_the_second_change() {
+    let mut run = reviewing(review::ReviewMode::Gate);
+    let e = answered(&mut run, Role::Reviewer, &review_answer("incorrect", 1));
+    assert!(matches!(
+        &e[0],
+        Effect::Reviewed(review::ReviewResult::Reviewed { blocking: true, .. })
+    ));
+    let (messages, _) = coder_turn(&e);
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.content.contains("[P1] wrong (calc.py:2-2)")),
+        "{messages:?}"
+    );
+    assert_eq!(run.retries, 1);
+    propose(&mut run, &edit_answer("b + a"));
+    step(&mut run, Event::TestsFinished(passing()));
+    step(&mut run, Event::RunDiff(Ok(None)));
+    let e = answered(
+        &mut run,
+        Role::Reviewer,
+        r#"{"findings": [], "verdict": "correct", "explanation": "ok", "confidence": 0.9}"#,
+    );
+    assert!(
+        finishes(e.last(), Phase::Done, "review: the patch is correct"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_p3_finding_or_advise_mode_does_not_block() {
+    let mut run = reviewing(review::ReviewMode::Gate);
+    let e = answered(&mut run, Role::Reviewer, &review_answer("incorrect", 3));
+    assert!(finishes(e.last(), Phase::Done, "1 P3"), "{e:?}");
+    let mut run = reviewing(review::ReviewMode::Advise);
+    let e = answered(&mut run, Role::Reviewer, &review_answer("incorrect", 1));
+    assert!(matches!(
+        &e[0],
+        Effect::Reviewed(review::ReviewResult::Reviewed { blocking: true, .. })
+    ));
+    assert!(finishes(e.last(), Phase::Done, "1 P1"), "{e:?}");
+}
+
+#[test]
+fn gate_mode_stops_with_the_findings_once_the_retries_are_spent() {
+    let mut run = reviewing(review::ReviewMode::Gate);
+    run.budget.max_retries = 0;
+    let e = answered(&mut run, Role::Reviewer, &review_answer("incorrect", 0));
+    assert!(
+        finishes(e.last(), Phase::Failed, "the reviewer found problems"),
+        "{e:?}"
+    );
+    assert!(matches!(
+        run.last_review,
+        Some(review::ReviewResult::Reviewed { .. })
+    ));
+}
+
+#[test]
+fn an_unreadable_review_is_asked_again_once_then_unavailable_not_approved() {
+    let mut run = reviewing(review::ReviewMode::Gate);
+    let e = answered(&mut run, Role::Reviewer, "Looks fine to me!");
+    let Some(Effect::CallModel {
+        role: Role::Reviewer,
+        messages,
+        ..
+    }) = e.last()
+    else {
+        panic!("no repair request: {e:?}")
+    };
+    assert!(
+        messages
+            .last()
+            .unwrap()
+            .content
+            .contains("could not be read (no JSON object")
+    );
+    let e = answered(&mut run, Role::Reviewer, "{\"verdict\": \"fine\"}");
+    assert!(matches!(
+        &e[0],
+        Effect::Reviewed(review::ReviewResult::Unavailable { reason }) if reason.contains("twice")
+    ));
+    assert!(finishes(e.last(), Phase::Done, "the tests pass"), "{e:?}");
+    assert!(!matches!(
+        run.last_review,
+        Some(review::ReviewResult::Reviewed { .. })
+    ));
+}
+
+#[test]
+fn a_review_reads_the_git_diff_and_checks_its_lines_against_the_new_text() {
+    let mut run = fixing(budget(3, 15), "f1");
+    run.review = review::ReviewMode::Advise;
+    propose(&mut run, &edit_answer("a + b"));
+    step(&mut run, Event::TestsFinished(passing()));
+    let git = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n";
+    step(&mut run, Event::RunDiff(Ok(Some(git.into()))));
+    // Line 9 of a two-line file: asked again, with the reason.
+    let past = review_answer("incorrect", 1).replace("\"end_line\": 2", "\"end_line\": 9");
+    let e = answered(&mut run, Role::Reviewer, &past);
+    let Some(Effect::CallModel { messages, .. }) = e.last() else {
+        panic!("{e:?}")
+    };
+    assert!(
+        messages
+            .last()
+            .unwrap()
+            .content
+            .contains("past the end of calc.py (2 lines)")
+    );
+}

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use super::{Drive, Going, Shell};
 use crate::git::{self, GitError, Repo};
+use agent_ls_core::agent::Event;
 use agent_ls_core::events::RunEvent;
 
 /// Where a run stands with its checkpoint.
@@ -123,6 +124,27 @@ impl Drive<'_> {
             Err(e) => tracing::warn!("the run's files could not be recorded: {e}"),
         }
         branch
+    }
+}
+
+impl Drive<'_> {
+    /// The run's git diff against its checkpoint, with a reviewer's context lines: `None`
+    /// when the run has no checkpoint (the steps' diff is reviewed instead).
+    pub(super) async fn run_diff(&self, going: &Going<'_>, files: Vec<String>) -> Event {
+        let GitState::Taken(repo, checkpoint) = &going.git else {
+            return Event::RunDiff(Ok(None));
+        };
+        let (repo, checkpoint) = (repo.clone(), checkpoint.clone());
+        let context = agent_ls_core::agent::review::CONTEXT_LINES;
+        let diff = tokio::task::spawn_blocking(move || {
+            git::checkpoint::diff_with_context(&repo, &checkpoint, &files, context)
+        })
+        .await;
+        Event::RunDiff(match diff {
+            Ok(Ok(bytes)) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(e.to_string()),
+        })
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod checkpoint;
 mod observer;
+mod review_target;
 mod setup;
 
 use std::path::Path;
@@ -25,6 +26,7 @@ use agent_ls_core::edit::{self, FileChange, FileText};
 use agent_ls_core::events::{LiveEvent, RunEvent};
 pub use checkpoint::{RecordedRun, RecordedRunError, recorded_run};
 use observer::Observer;
+pub use review_target::{ReviewDiffError, ReviewTarget, review_diff};
 pub use setup::{
     AgentError, ChosenAgent, ResumeError, choose_agent, new_run, new_run_id, recorded_store,
     resume_point,
@@ -127,6 +129,9 @@ pub struct Outcome {
     /// Why a failed run failed, when the cause has a kind of its own.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub failure_kind: Option<FailureKind>,
+    /// The latest review of the run's diff (`agent.review`), when one was made or tried.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub review: Option<agent::review::ReviewResult>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
@@ -167,6 +172,13 @@ struct Going<'o> {
     run_id: String,
 }
 
+/// How a drive begins: a new run, a resumed one, or a review of a given diff.
+enum Begin {
+    New,
+    Resume,
+    Review(String, Vec<agent::review::ChangedFile>),
+}
+
 /// What a performed effect produced.
 enum Next {
     Event(Event),
@@ -177,13 +189,26 @@ enum Next {
 
 impl Drive<'_> {
     pub async fn run(&self, run: &mut Run, shell: &mut impl Shell, run_id: String) -> Outcome {
-        self.drive(run, shell, run_id, false).await
+        self.drive(run, shell, run_id, Begin::New).await
+    }
+
+    /// Reviews `diff` (the user's own change, `agent-ls review`): the reviewer's turn alone,
+    /// recorded like a run, its review in the outcome.
+    pub async fn review(
+        &self,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        run_id: String,
+        (diff, files): (String, Vec<agent::review::ChangedFile>),
+    ) -> Outcome {
+        self.drive(run, shell, run_id, Begin::Review(diff, files))
+            .await
     }
 
     /// Goes on with a run from its checkpoint (see `agent::resume`), under the same id: its
     /// journal is appended to and its store row updated.
     pub async fn resume(&self, run: &mut Run, shell: &mut impl Shell, run_id: String) -> Outcome {
-        self.drive(run, shell, run_id, true).await
+        self.drive(run, shell, run_id, Begin::Resume).await
     }
 
     async fn drive(
@@ -191,14 +216,15 @@ impl Drive<'_> {
         run: &mut Run,
         shell: &mut impl Shell,
         run_id: String,
-        resumed: bool,
+        begin: Begin,
     ) -> Outcome {
         let started = Instant::now();
+        let resumed = matches!(begin, Begin::Resume);
         let mut going = self.open(run, shell, &run_id, resumed).await;
-        let first = if resumed {
-            agent::resume(run)
-        } else {
-            agent::step(run, Event::Start)
+        let first = match begin {
+            Begin::Resume => agent::resume(run),
+            Begin::New => agent::step(run, Event::Start),
+            Begin::Review(diff, files) => agent::start_review(run, diff, files),
         };
         shell.refresh().await;
         let (phase, answer) = self.perform_all(run, shell, &mut going, first).await;
@@ -343,6 +369,21 @@ impl Drive<'_> {
                 self.checkpoint_before_write(&id, g, shell).await;
                 self.apply(run, &changes, shell).await
             }
+            Effect::DiffRun { files } => self.run_diff(g, files).await,
+            Effect::Reviewed(result) => {
+                g.observer.review(&result);
+                let line = result.report();
+                // An unavailable review in gate mode leaves the change unreviewed: say so
+                // loudly; in advise mode it is a note like any other.
+                let loud = run.review == agent::review::ReviewMode::Gate
+                    && matches!(result, agent::review::ReviewResult::Unavailable { .. });
+                if loud {
+                    shell.warn(&line);
+                } else {
+                    shell.progress(&line);
+                }
+                return Next::Continue;
+            }
             Effect::RunTests => {
                 let baseline = run.phase == agent::Phase::Baseline;
                 let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
@@ -399,6 +440,7 @@ impl Drive<'_> {
             branch,
             worktree: None,
             failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
+            review: run.last_review.clone(),
         }
     }
 

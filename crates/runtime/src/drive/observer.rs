@@ -112,6 +112,13 @@ impl<'a> Observer<'a> {
         self.store("the run's files", move |s, id| s.git_files(id, &files));
     }
 
+    /// A review of the run's diff: a journal line, and a row counted by `agent-ls stats`.
+    pub(super) fn review(&mut self, result: &agent_ls_core::agent::review::ReviewResult) {
+        self.record(RunEvent::Review(result.clone()));
+        let result = result.clone();
+        self.store("a review", move |s, id| s.review(id, &result));
+    }
+
     fn store(
         &self,
         what: &'static str,

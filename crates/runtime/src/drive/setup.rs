@@ -31,6 +31,8 @@ pub fn new_run(config: &Config, goal: &str) -> Run {
         String::new(),
     );
     run.evaluation = config.agent.evaluate;
+    run.review = config.agent.review;
+    run.review_min_confidence = config.agent.review_min_confidence;
     if let Ok(chosen) = choose_agent(config, &config.agent.default_agent) {
         chosen.apply(&mut run);
     }

@@ -260,6 +260,17 @@ pub fn files_now(repo: &Repo, files: &[String]) -> Result<RunFiles, GitError> {
 /// the files as they are now, paths relative to the top of the working tree, which
 /// `git apply --check` accepts on the checkpoint.
 pub fn diff(repo: &Repo, checkpoint: &str, files: &[String]) -> Result<Vec<u8>, GitError> {
+    diff_with_context(repo, checkpoint, files, 3)
+}
+
+/// `diff` with `context` lines around each hunk (a reviewer reads more than a patch needs).
+pub fn diff_with_context(
+    repo: &Repo,
+    checkpoint: &str,
+    files: &[String],
+    context: usize,
+) -> Result<Vec<u8>, GitError> {
+    let unified = format!("--unified={context}");
     let index = TempIndex::new()?;
     repo.git(Some(&index.path))
         .run(&["read-tree", checkpoint], None)?;
@@ -281,6 +292,7 @@ pub fn diff(repo: &Repo, checkpoint: &str, files: &[String]) -> Result<Vec<u8>, 
         "--no-textconv",
         "--no-color",
         "--no-renames",
+        &unified,
         "--src-prefix=a/",
         "--dst-prefix=b/",
         checkpoint,

@@ -189,6 +189,7 @@ pub fn targets_for(
         Role::Evaluator => &config.roles.evaluator,
         Role::Intent => &config.roles.intent,
         Role::Summarizer => &config.roles.summarizer,
+        Role::Reviewer => &config.roles.reviewer,
     };
     let m = &config.model;
     // A role that names another provider does not inherit the default's URL, model or key.
@@ -564,6 +565,13 @@ mod tests {
             ["openai", "ollama"]
         );
         assert_eq!(planner[0].model, "base");
+        // The reviewer may use another model than the coder's.
+        c.roles.reviewer.name = Some("reviewing-model".into());
+        let reviewer = targets_for(Role::Reviewer, &c, &env(&[])).unwrap();
+        assert_eq!(
+            (reviewer[0].provider.as_str(), reviewer[0].model.as_str()),
+            ("openai", "reviewing-model")
+        );
     }
 
     #[test]

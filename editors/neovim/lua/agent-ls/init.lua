@@ -203,6 +203,17 @@ function M.run(goal, range)
 end
 
 function M.fix() M.run('fix the failing tests') end
+--- Reviews the uncommitted work, or `staged`, or the branch against `base REV`; the findings
+--- arrive as diagnostics.
+function M.review(what)
+  local arg
+  if what == 'staged' then
+    arg = { staged = true }
+  elseif what and what:match('^base%s+%S') then
+    arg = { base = what:match('^base%s+(%S+)') }
+  end
+  exec('agent-ls.review', arg and { arg } or {})
+end
 function M.accept() exec('agent-ls.accept', {}) end
 function M.reject() exec('agent-ls.reject', {}) end
 --- Undoes the latest agent step, or the step with this id (from :AgentStatus).
@@ -359,6 +370,8 @@ function M.setup(opts)
     M.run(o.args, o.range > 0 and { o.line1, o.line2 } or nil)
   end, { nargs = '+', range = true, desc = 'agent-ls: run the agent with a goal' })
   cmd('AgentFix', M.fix, { desc = 'agent-ls: fix the failing tests' })
+  cmd('AgentReview', function(o) M.review(o.args ~= '' and o.args or nil) end,
+    { nargs = '*', desc = 'agent-ls: review the uncommitted work (or: staged, base REV)' })
   cmd('AgentAccept', M.accept, { desc = 'agent-ls: accept the proposal' })
   cmd('AgentReject', M.reject, { desc = 'agent-ls: reject the proposal' })
   cmd('AgentUndo', function(o) M.undo(tonumber(o.args)) end,
