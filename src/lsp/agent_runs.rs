@@ -26,6 +26,7 @@ use tracing::{info, warn};
 use super::Report;
 use super::ext;
 use super::git_commands;
+use super::isolation;
 use super::jobs;
 use super::outbox::Outbox;
 use super::session::Refused;
@@ -222,22 +223,7 @@ pub fn spawn(mut s: StartRun) {
                             s.run_finished(&id, RunStatus::Failed, 0, None, &why)
                         });
                     }
-                    Outcome {
-                        run_id: id.clone(),
-                        status: RunStatus::Failed,
-                        answer: why,
-                        iterations: 0,
-                        files_changed: Vec::new(),
-                        tests: Default::default(),
-                        tokens: 0,
-                        duration_ms: started.elapsed().as_millis() as u64,
-                        cost_usd: None,
-                        checkpoint: None,
-                        commit: None,
-                        branch: None,
-                        worktree: None,
-                        failure_kind: None,
-                    }
+                    ended_early(id.clone(), why, started)
                 }
             };
         match progress {
@@ -313,6 +299,21 @@ async fn begin_progress(c: &Connection, id: &str, goal: &str) -> Option<Progress
 async fn drive_run(s: StartRun, progress: Option<ProgressToken>) -> Outcome {
     jobs::injected_panic(jobs::Kind::AgentRun);
     let c = &s.connection;
+    // A resumed run goes on where it was; a new one starts where `git.isolation` says.
+    let isolated = match s.resume {
+        Some(_) => None,
+        None => {
+            let started = Instant::now();
+            let mode = s.config.git.isolation;
+            match isolation::isolate(c.root.clone(), mode, s.goal.clone()).await {
+                Ok(i) => i,
+                Err(why) => return ended_early(s.id, why.to_string(), started),
+            }
+        }
+    };
+    if let Some(i) = &isolated {
+        say_where(c, progress.as_ref(), &i.describe());
+    }
     let models = Models::new(&s.config, Some(&c.root));
     let mut run = drive::new_run(&s.config, &s.goal);
     let mut approval = s.config.agent.approval;
@@ -358,7 +359,49 @@ async fn drive_run(s: StartRun, progress: Option<ProgressToken>) -> Outcome {
         driver.run(&mut run, &mut shell, s.id.clone()).await
     };
     drop(s.lock);
+    let mut outcome = outcome;
+    if let Some(i) = isolated {
+        outcome.branch = Some(i.branch);
+        outcome.worktree = i.worktree.map(|w| w.display().to_string());
+    }
     outcome
+}
+
+/// Says where an isolated run works: in the run's progress, and in the log (which a client
+/// without progress shows as the run's log too).
+fn say_where(c: &Connection, progress: Option<&ProgressToken>, where_: &str) {
+    let text = format!("agent-ls: {where_}");
+    if let Some(token) = progress {
+        c.outbox.progress(
+            token.clone(),
+            WorkDoneProgress::Report(WorkDoneProgressReport {
+                message: Some(where_.to_string()),
+                ..Default::default()
+            }),
+        );
+    }
+    c.outbox.log_message(MessageType::INFO, text);
+}
+
+/// The outcome of a run that ends without the loop's own: refused before its first step (so
+/// nothing was written), or panicked. Failed, with `why` as its answer, which the session shows.
+fn ended_early(run_id: String, why: String, started: Instant) -> Outcome {
+    Outcome {
+        run_id,
+        status: RunStatus::Failed,
+        answer: why,
+        iterations: 0,
+        files_changed: Vec::new(),
+        tests: Default::default(),
+        tokens: 0,
+        duration_ms: started.elapsed().as_millis() as u64,
+        cost_usd: None,
+        checkpoint: None,
+        commit: None,
+        branch: None,
+        worktree: None,
+        failure_kind: None,
+    }
 }
 
 /// What an undo or redo needs: the step, which way, and the documents as the session had them.
