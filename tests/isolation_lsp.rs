@@ -1,7 +1,8 @@
 //! `git.isolation` for runs started from the editor, over LSP against real git: `"branch"`
 //! switches the checkout to `agent/<slug>` before the first step and the run's commit lands
-//! there; a dirty tree is refused with a message and nothing changes; `"worktree"` is refused
-//! in the editor, except in a workspace that is one of agent-ls's worktrees already.
+//! there; a dirty tree is refused with a message and nothing changes; `"worktree"` works in a
+//! new worktree on disk (asked first, never through the editor's buffers), and in a workspace
+//! that is one of agent-ls's worktrees already goes on there.
 
 mod support;
 
@@ -55,13 +56,19 @@ fn editor_applies(c: &mut Client, buffers: Buffers, open: Vec<String>) {
 /// A language server on `root` with `git` settings, calc.py open, the model replayed (fix
 /// calc.py, create notes.py), edits applied as an editor applies them.
 fn server(root: &Path, git_settings: Value) -> Client {
+    server_asking(root, git_settings, "auto")
+}
+
+/// `server` with the approval mode given.
+fn server_asking(root: &Path, git_settings: Value, approval: &str) -> Client {
     std::fs::write(
         root.join(".replay.jsonl"),
         support::replay_script(&[json!({"role": "coder", "content": FIX_AND_CREATE})]),
     )
     .unwrap();
-    let options = json!({"model": {"provider": "replay", "replay_file": ".replay.jsonl"}, "agent": {"approval": "auto", "evaluate": false}, "git": git_settings, "workspaceTrusted": true});
-    let caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create", "delete"]}}});
+    let options = json!({"model": {"provider": "replay", "replay_file": ".replay.jsonl"}, "agent": {"approval": approval, "evaluate": false}, "git": git_settings, "workspaceTrusted": true});
+    // An editor with VS Code's preview: in the checkout, "confirm" asks through it.
+    let caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create", "delete"], "changeAnnotationSupport": {"groupsOnLabel": true}}}});
     let mut c = Client::spawn(Spawn::default());
     c.initialize(root, caps, options);
     let calc = file_uri(&root.join("calc.py"));
@@ -191,30 +198,83 @@ fn branch_mode_refuses_a_dirty_tree_with_a_message_and_changes_nothing() {
 }
 
 #[test]
-fn worktree_mode_is_refused_in_the_editor_and_nothing_changes() {
+fn worktree_mode_works_in_a_new_worktree_on_disk_after_asking_and_leaves_the_checkout_alone() {
     let ws = repository();
     let p = ws.path();
     let start = git(p, &["rev-parse", "HEAD"]);
-    let mut c = server(p, json!({"isolation": "worktree"}));
+    // The user's own unsaved and uncommitted work stays where it is: a worktree needs no
+    // clean tree.
+    std::fs::write(p.join("scratch.txt"), "mine\n").unwrap();
+    let git_settings = json!({"isolation": "worktree", "commit": "on_success"});
+    let mut c = server_asking(p, git_settings, "confirm");
+    c.on_request("window/showMessageRequest", |_| json!({"title": "Accept"}));
     c.command("agent-ls.fixTests", Value::Null).unwrap();
     let done = c.wait_notification("agent-ls/runFinished", |_| true);
-    assert_eq!(done["status"], "failed", "{done}");
-    let answer = done["answer"].as_str().unwrap();
+    assert_eq!(done["status"], "done", "{done}\n{}", c.stderr());
+    let top = p.join(".agent-ls/worktrees/fix-the-failing-tests");
+    assert_eq!(done["worktree"], top.to_string_lossy().as_ref(), "{done}");
+    assert_eq!(done["branch"], "agent/fix-the-failing-tests", "{done}");
+    // The change was asked about, then written in the worktree, never sent to the editor.
+    let asked: Vec<&Value> = c
+        .server_requests
+        .iter()
+        .filter(|r| r["method"] == "window/showMessageRequest")
+        .collect();
     assert!(
-        answer.contains("git.isolation = \"worktree\" is for `agent-ls run --isolated` and ACP")
-            && answer.contains("In the editor use \"branch\""),
-        "{answer}"
+        asked.iter().any(|r| r["params"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("apply the proposed change to calc.py, notes.py"))),
+        "{asked:?}"
     );
-    assert!(shown(&c).iter().any(|m| m.contains(answer)));
-    assert!(!p.join(".agent-ls/worktrees").exists());
+    assert!(
+        !c.server_requests
+            .iter()
+            .any(|r| r["method"] == "workspace/applyEdit"),
+        "an edit was sent to the editor"
+    );
+    assert!(
+        std::fs::read_to_string(top.join("calc.py"))
+            .unwrap()
+            .contains("return a + b")
+    );
+    // Its tests ran there, its checkpoint and commit are on the worktree's branch.
+    assert!(
+        done["tests"]["passed"].as_u64().is_some_and(|n| n > 0),
+        "{done}"
+    );
+    assert!(done["checkpoint"].is_string(), "{done}");
+    assert_eq!(head(&top), "agent/fix-the-failing-tests");
+    assert_eq!(
+        done["commit"],
+        git(&top, &["rev-parse", "HEAD"]).trim(),
+        "{done}"
+    );
+    assert_eq!(git(&top, &["rev-parse", "HEAD^"]), start);
+    assert!(
+        top.join(".agent-ls/runs").is_dir(),
+        "no journal in the worktree"
+    );
+    // The user's checkout: same branch, commit, files, status; the buffer untouched.
     assert_eq!(head(p), "main");
     assert_eq!(git(p, &["rev-parse", "HEAD"]), start);
-    assert_eq!(branches(p).trim(), "main");
-    assert_eq!(git(p, &["status", "--porcelain"]), "");
     assert!(
         std::fs::read_to_string(p.join("calc.py"))
             .unwrap()
             .contains("return a - b")
+    );
+    assert!(!p.join("notes.py").exists());
+    assert_eq!(git(p, &["status", "--porcelain"]), "?? scratch.txt\n");
+    let calc = file_uri(&p.join("calc.py"));
+    assert_eq!(c.document_state(&calc)["text"], BROKEN);
+    // Where it works was said.
+    assert!(
+        c.notifications
+            .iter()
+            .any(|n| n["method"] == "window/logMessage"
+                && n["params"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("working in the worktree"))),
+        "not said"
     );
 }
 
