@@ -204,7 +204,8 @@ pub struct StartRun {
 pub fn spawn(mut s: StartRun) {
     tokio::spawn(async move {
         let started = Instant::now();
-        let (id, goal, c, store) = (
+        // `store` is where the run is recorded: the session's, or a worktree run's own.
+        let (id, goal, c, mut store) = (
             s.id.clone(),
             s.goal.clone(),
             s.connection.clone(),
@@ -212,7 +213,7 @@ pub fn spawn(mut s: StartRun) {
         );
         let mut git = s.git.take();
         let progress = begin_progress(&c, &id, &goal).await;
-        let driving = drive_run(s, progress.clone(), &mut git);
+        let driving = drive_run(s, progress.clone(), (&mut git, &mut store));
         let mut outcome = match jobs::caught(jobs::Kind::AgentRun, driving).await {
             Ok(outcome) => outcome,
             Err(why) => {
@@ -299,7 +300,10 @@ async fn begin_progress(c: &Connection, id: &str, goal: &str) -> Option<Progress
 async fn drive_run(
     mut s: StartRun,
     progress: Option<ProgressToken>,
-    git: &mut Option<git_commands::GitContext>,
+    (git, record): (
+        &mut Option<git_commands::GitContext>,
+        &mut Option<StoreThread>,
+    ),
 ) -> Outcome {
     jobs::injected_panic(jobs::Kind::AgentRun);
     let started = Instant::now();
@@ -328,6 +332,7 @@ async fn drive_run(
         };
         conn.root = w.root;
         s.store = Some(w.store.clone());
+        *record = s.store.clone();
         if let Some(cx) = git.as_mut() {
             cx.root = conn.root.clone();
             cx.store = w.store;
