@@ -221,9 +221,14 @@ fn worktree_mode_works_in_a_new_worktree_on_disk_after_asking_and_leaves_the_che
         .filter(|r| r["method"] == "window/showMessageRequest")
         .collect();
     assert!(
-        asked.iter().any(|r| r["params"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("apply the proposed change to calc.py, notes.py"))),
+        asked.iter().any(
+            |r| r["params"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&format!(
+                    "(in the worktree {}): apply the proposed change to calc.py, notes.py",
+                    top.display()
+                )))
+        ),
         "{asked:?}"
     );
     assert!(

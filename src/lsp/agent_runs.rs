@@ -355,7 +355,13 @@ async fn drive_run(
     let mut shell = ServerShell {
         c: c.clone(),
         approval,
-        label: format!("agent-ls: {}", agent_ls_core::agent::one_line(&s.goal)),
+        label: label(
+            &s.goal,
+            isolated
+                .as_ref()
+                .and_then(|i| i.worktree.as_ref())
+                .filter(|_| on_disk.is_some()),
+        ),
         snapshot: HashMap::new(),
         decisions: s.decisions,
         cancel: s.cancel.clone(),
@@ -394,6 +400,16 @@ async fn drive_run(
         outcome.worktree = i.worktree.map(|w| w.display().to_string());
     }
     outcome
+}
+
+/// What the run's questions and edits are labelled with: the goal, and for a run in a
+/// worktree of its own the folder its changes are written in (not the editor's buffers).
+fn label(goal: &str, worktree: Option<&PathBuf>) -> String {
+    let goal = agent_ls_core::agent::one_line(goal);
+    match worktree {
+        Some(w) => format!("agent-ls: {goal} (in the worktree {})", w.display()),
+        None => format!("agent-ls: {goal}"),
+    }
 }
 
 /// Says where an isolated run works: in the run's progress, and in the log (which a client
