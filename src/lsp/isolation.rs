@@ -32,19 +32,16 @@ pub enum NotIsolated {
 }
 
 /// Where a run of `goal` from the editor works: `None` for the checkout as it is, else the
-/// new branch (or the worktree the workspace is already in). Nothing changes when it refuses.
+/// new branch, the new worktree, or the worktree the workspace is already in (opened after
+/// `agent-ls run --isolated`: the run goes on there, through its buffers). Nothing changes
+/// when it refuses.
 pub async fn isolate(
     root: PathBuf,
     mode: Isolation,
     goal: String,
 ) -> Result<Option<Isolated>, NotIsolated> {
-    let job = tokio::task::spawn_blocking(move || match mode {
-        Isolation::None => Ok(None),
-        // A workspace that is one of our worktrees (opened after `agent-ls run --isolated`)
-        // is isolated already: the run goes on there, on its branch, through its buffers.
-        _ => Ok(isolate::start(&root, mode, &goal)?),
-    });
-    job.await.map_err(|e| NotIsolated::Job(e.to_string()))?
+    let job = tokio::task::spawn_blocking(move || isolate::start(&root, mode, &goal));
+    Ok(job.await.map_err(|e| NotIsolated::Job(e.to_string()))??)
 }
 
 /// What a run in a new worktree of its own works with, in place of the session's.

@@ -61,13 +61,6 @@ pub fn start(root: &Path, mode: Isolation, goal: &str) -> Result<Option<Isolated
     Ok(Some(done))
 }
 
-/// Where a run in `root` goes on when `root` is in one of our worktrees already (the user
-/// opened it, or a run is started from there): on that worktree's branch, whatever the mode.
-pub fn already(root: &Path) -> Result<Option<Isolated>, IsolateError> {
-    let repo = Repo::discover(root)?;
-    Ok(going_on(&repo, root))
-}
-
 /// A run in one of our worktrees is isolated already: it goes on there, on its branch,
 /// rather than nesting a worktree in a worktree.
 fn going_on(repo: &Repo, root: &Path) -> Option<Isolated> {
