@@ -26,6 +26,7 @@ use tracing::{info, warn};
 use super::Report;
 use super::ext;
 use super::git_commands;
+use super::isolation;
 use super::jobs;
 use super::outbox::Outbox;
 use super::session::Refused;
@@ -208,28 +209,29 @@ pub struct StartRun {
 pub fn spawn(mut s: StartRun) {
     tokio::spawn(async move {
         let started = Instant::now();
-        let (id, goal, c, store) = (
+        // `store` is where the run is recorded: the session's, or a worktree run's own.
+        let (id, goal, c, mut store) = (
             s.id.clone(),
             s.goal.clone(),
             s.connection.clone(),
             s.store.clone(),
         );
-        let git = s.git.take();
+        let mut git = s.git.take();
         let progress = begin_progress(&c, &id, &goal).await;
-        let mut outcome =
-            match jobs::caught(jobs::Kind::AgentRun, drive_run(s, progress.clone())).await {
-                Ok(outcome) => outcome,
-                Err(why) => {
-                    // The store would list the run as interrupted, and offer to resume what panicked.
-                    if let Some(store) = store {
-                        let (id, why) = (id.clone(), why.clone());
-                        store.send("a failed run", move |s| {
-                            s.run_finished(&id, RunStatus::Failed, 0, None, &why)
-                        });
-                    }
-                    failed(id.clone(), why, started)
+        let driving = drive_run(s, progress.clone(), (&mut git, &mut store));
+        let mut outcome = match jobs::caught(jobs::Kind::AgentRun, driving).await {
+            Ok(outcome) => outcome,
+            Err(why) => {
+                // The store would list the run as interrupted, and offer to resume what panicked.
+                if let Some(store) = store {
+                    let (id, why) = (id.clone(), why.clone());
+                    store.send("a failed run", move |s| {
+                        s.run_finished(&id, RunStatus::Failed, 0, None, &why)
+                    });
                 }
-            };
+                ended_early(id.clone(), why, started)
+            }
+        };
         match progress {
             Some(token) => c.outbox.progress(
                 token,
@@ -271,27 +273,6 @@ pub fn spawn(mut s: StartRun) {
     });
 }
 
-/// The outcome of a run that failed before the loop could say so.
-fn failed(run_id: String, answer: String, started: Instant) -> Outcome {
-    Outcome {
-        run_id,
-        status: RunStatus::Failed,
-        answer,
-        iterations: 0,
-        files_changed: Vec::new(),
-        tests: Default::default(),
-        tokens: 0,
-        duration_ms: started.elapsed().as_millis() as u64,
-        cost_usd: None,
-        checkpoint: None,
-        commit: None,
-        branch: None,
-        worktree: None,
-        failure_kind: None,
-        review: None,
-    }
-}
-
 /// Creates the run's `$/progress` token when the client takes progress, and begins it.
 async fn begin_progress(c: &Connection, id: &str, goal: &str) -> Option<ProgressToken> {
     let token = ProgressToken::String(format!("agent-ls/run/{id}"));
@@ -321,10 +302,51 @@ async fn begin_progress(c: &Connection, id: &str, goal: &str) -> Option<Progress
 /// The loop itself. The run lock is released as this returns (or unwinds), before the
 /// session hears of the end: a client that starts the next run on runFinished must find the
 /// workspace free.
-async fn drive_run(s: StartRun, progress: Option<ProgressToken>) -> Outcome {
+async fn drive_run(
+    mut s: StartRun,
+    progress: Option<ProgressToken>,
+    (git, record): (
+        &mut Option<git_commands::GitContext>,
+        &mut Option<StoreThread>,
+    ),
+) -> Outcome {
     jobs::injected_panic(jobs::Kind::AgentRun);
-    let c = &s.connection;
-    let models = Models::new(&s.config, Some(&c.root));
+    let started = Instant::now();
+    // A resumed run goes on where it was; a new one starts where `git.isolation` says.
+    let isolated = match s.resume {
+        Some(_) => None,
+        None => {
+            let (root, mode) = (s.connection.root.clone(), s.config.git.isolation);
+            match isolation::isolate(root, mode, s.goal.clone()).await {
+                Ok(i) => i,
+                Err(why) => return ended_early(s.id, why.to_string(), started),
+            }
+        }
+    };
+    if let Some(i) = &isolated {
+        say_where(&s.connection, progress.as_ref(), &i.describe());
+    }
+    // A run in a new worktree of its own works there as `agent-ls run --isolated` does: its
+    // files, tests, checkpoint, record, lock and commit are the worktree's.
+    let mut conn = s.connection.clone();
+    let (mut on_disk, mut worktree_lock) = (None, None);
+    if let Some(i) = isolated.as_ref().filter(|i| i.new && i.worktree.is_some()) {
+        let w = match isolation::WorktreeRun::start(i, &s.config, &s.goal) {
+            Ok(w) => w,
+            Err(why) => return ended_early(s.id, why.to_string(), started),
+        };
+        conn.root = w.root;
+        s.store = Some(w.store.clone());
+        *record = s.store.clone();
+        if let Some(cx) = git.as_mut() {
+            cx.root = conn.root.clone();
+            cx.store = w.store;
+        }
+        (on_disk, worktree_lock) = (Some(w.on_disk), Some(w.lock));
+    }
+    let c = &conn;
+    // The configuration is the workspace's, and so are the paths in it (a replay file).
+    let models = Models::new(&s.config, Some(&s.connection.root));
     let mut run = drive::new_run(&s.config, &s.goal);
     let mut approval = s.config.agent.approval;
     if let Some(chosen) = &s.agent {
@@ -338,17 +360,25 @@ async fn drive_run(s: StartRun, progress: Option<ProgressToken>) -> Outcome {
     let mut shell = ServerShell {
         c: c.clone(),
         approval,
-        label: format!("agent-ls: {}", agent_ls_core::agent::one_line(&s.goal)),
+        label: label(
+            &s.goal,
+            isolated
+                .as_ref()
+                .and_then(|i| i.worktree.as_ref())
+                .filter(|_| on_disk.is_some()),
+        ),
         snapshot: HashMap::new(),
         decisions: s.decisions,
         cancel: s.cancel.clone(),
         progress,
         limits: s.config.edit.limits(),
-        record: Some((s.id.clone(), s.goal.clone())),
+        // The session's history is of the checkout's files, which a worktree run leaves alone.
+        record: on_disk.is_none().then(|| (s.id.clone(), s.goal.clone())),
         task: String::new(),
         iteration: 0,
         review: Review::default(),
         exact_disk: false,
+        on_disk: on_disk.take(),
     };
     let outbox = c.outbox.clone();
     let on_event = move |e: agent_ls_core::events::LiveEvent| {
@@ -373,16 +403,69 @@ async fn drive_run(s: StartRun, progress: Option<ProgressToken>) -> Outcome {
                     .review(&mut run, &mut shell, s.id.clone(), change)
                     .await
             }
-            Ok(Err(e)) => failed(s.id.clone(), format!("nothing reviewed: {e}"), started),
-            Err(e) => failed(s.id.clone(), format!("nothing reviewed: {e}"), started),
+            Ok(Err(e)) => ended_early(s.id.clone(), format!("nothing reviewed: {e}"), started),
+            Err(e) => ended_early(s.id.clone(), format!("nothing reviewed: {e}"), started),
         }
     } else if resumed {
         driver.resume(&mut run, &mut shell, s.id.clone()).await
     } else {
         driver.run(&mut run, &mut shell, s.id.clone()).await
     };
-    drop(s.lock);
+    drop((s.lock, worktree_lock));
+    let mut outcome = outcome;
+    if let Some(i) = isolated {
+        outcome.branch = Some(i.branch);
+        outcome.worktree = i.worktree.map(|w| w.display().to_string());
+    }
     outcome
+}
+
+/// What the run's questions and edits are labelled with: the goal, and for a run in a
+/// worktree of its own the folder its changes are written in (not the editor's buffers).
+fn label(goal: &str, worktree: Option<&PathBuf>) -> String {
+    let goal = agent_ls_core::agent::one_line(goal);
+    match worktree {
+        Some(w) => format!("agent-ls: {goal} (in the worktree {})", w.display()),
+        None => format!("agent-ls: {goal}"),
+    }
+}
+
+/// Says where an isolated run works: in the run's progress, and in the log (which a client
+/// without progress shows as the run's log too).
+fn say_where(c: &Connection, progress: Option<&ProgressToken>, where_: &str) {
+    let text = format!("agent-ls: {where_}");
+    if let Some(token) = progress {
+        c.outbox.progress(
+            token.clone(),
+            WorkDoneProgress::Report(WorkDoneProgressReport {
+                message: Some(where_.to_string()),
+                ..Default::default()
+            }),
+        );
+    }
+    c.outbox.log_message(MessageType::INFO, text);
+}
+
+/// The outcome of a run that ends without the loop's own: refused before its first step (so
+/// nothing was written), or panicked. Failed, with `why` as its answer, which the session shows.
+fn ended_early(run_id: String, why: String, started: Instant) -> Outcome {
+    Outcome {
+        run_id,
+        status: RunStatus::Failed,
+        answer: why,
+        iterations: 0,
+        files_changed: Vec::new(),
+        tests: Default::default(),
+        tokens: 0,
+        duration_ms: started.elapsed().as_millis() as u64,
+        cost_usd: None,
+        checkpoint: None,
+        commit: None,
+        branch: None,
+        worktree: None,
+        failure_kind: None,
+        review: None,
+    }
 }
 
 /// What an undo or redo needs: the step, which way, and the documents as the session had them.
@@ -495,6 +578,7 @@ async fn undo(
         iteration: 0,
         review: Review::default(),
         exact_disk: false,
+        on_disk: None,
     };
     let mut result = if reversal.changes.is_empty() {
         Ok(())
@@ -534,6 +618,7 @@ pub(super) async fn apply_restore(
         iteration: 0,
         review: Review::default(),
         exact_disk: true,
+        on_disk: None,
     };
     shell.apply(changes).await
 }
@@ -622,10 +707,17 @@ struct ServerShell {
     /// The disk gets exactly each change's new text, whatever it holds now (a rollback, which
     /// restores known contents; forced, it overwrites the user's changes on purpose).
     exact_disk: bool,
+    /// A run in a worktree of its own: it reads and writes that worktree's disk and runs its
+    /// tests there, since no editor buffer is its.
+    on_disk: Option<isolation::OnDisk>,
 }
 
 impl ServerShell {
     async fn take_snapshot(&self) -> Snapshot {
+        // The editor's buffers are the checkout's, not the worktree's.
+        if self.on_disk.is_some() {
+            return Snapshot::new();
+        }
         let (reply, answer) = oneshot::channel();
         (self.c.report)(AgentMessage::Snapshot { reply });
         answer.await.unwrap_or_default()
@@ -907,7 +999,10 @@ impl Shell for ServerShell {
             Approval::Auto if review.findings.is_empty() => true,
             // The editor asks when it applies the annotated edit (VS Code's preview, whose
             // labels carry the review).
-            Approval::Confirm if self.c.support.change_annotations => true,
+            // A worktree run's change is written on disk, with no preview: it is asked here.
+            Approval::Confirm if self.c.support.change_annotations && self.on_disk.is_none() => {
+                true
+            }
             _ => self.ask(changes, diff, review).await,
         };
         if yes {
@@ -918,6 +1013,9 @@ impl Shell for ServerShell {
     }
 
     async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
+        if let Some(disk) = &self.on_disk {
+            return disk.write(&self.c.root, changes, &self.limits);
+        }
         // Never send an edit against a buffer older than the one it was computed for: if the
         // user typed meanwhile, move the change onto the new text, or redo the step.
         self.snapshot = self.take_snapshot().await;
@@ -1018,6 +1116,9 @@ impl Shell for ServerShell {
         cancel: &CancellationToken,
         command: Option<Vec<String>>,
     ) -> Result<RunResult, RunError> {
+        if let Some(disk) = &self.on_disk {
+            return disk.run_tests(&self.c.root, cancel, command).await;
+        }
         let (reply, answer) = oneshot::channel();
         (self.c.report)(AgentMessage::RunTests { reply, command });
         // The run's own cancel reaches the test run through agent-ls.cancel, which cancels

@@ -9,6 +9,7 @@ pub mod agent_runs;
 pub mod convert;
 pub mod ext;
 pub mod git_commands;
+mod isolation;
 pub mod jobs;
 mod json_text;
 pub mod outbox;

@@ -26,9 +26,9 @@ import {
   WorkDoneProgressCreateRequest,
   WorkDoneProgressReport,
 } from 'vscode-languageclient/node';
-import { RunChoice, gitAction, offerActions, pickRun, rollback, runIdOf } from './gitActions';
+import { RunChoice, gitAction, offerActions, offerWorktree, pickRun, rollback, runIdOf } from './gitActions';
 import { isDiff, isLong } from './messages';
-import { RunEvent, figures } from './runs';
+import { RunEvent, figures, worktreeElsewhere } from './runs';
 import { RunView } from './runView';
 import { serverSettings } from './settings';
 
@@ -56,6 +56,8 @@ interface RunFinished {
   checkpoint?: string | null;
   branch?: string | null;
   commit?: string | null;
+  /** The worktree an isolated run worked in (git.isolation = "worktree"). */
+  worktree?: string | null;
 }
 
 /** The answer of `agent-ls.status`. */
@@ -199,9 +201,14 @@ async function start(): Promise<void> {
     shown.last = r;
     runView.finished(r);
     render();
-    // A run that wrote has a checkpoint: its message offers to roll it back, commit it, or
-    // open a pull request.
-    if (r.checkpoint) {
+    // A run in a worktree this window does not show offers to open it; a run that wrote
+    // here has a checkpoint: its message offers to roll it back, commit it, or open a pull
+    // request.
+    const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
+    const elsewhere = worktreeElsewhere(r, folders, path.sep);
+    if (elsewhere) {
+      void offerWorktree(r.run_id, r.status, elsewhere, r.branch);
+    } else if (r.checkpoint) {
       void offerActions(execute, r.run_id, `agent-ls: run ${r.run_id} ${r.status}; checkpoint ${r.checkpoint.slice(0, 7)}`);
     }
   });

@@ -110,3 +110,17 @@ export async function offerActions(execute: Execute, runId: string, summary: str
     await gitAction(execute, 'agent-ls.pr', runId);
   }
 }
+
+/**
+ * The end of a run that worked in a worktree of its own (git.isolation = "worktree"): its
+ * edits are there on disk, so the message offers to open that folder in a new window, where
+ * the run can be rolled back, committed or opened as a pull request.
+ */
+export async function offerWorktree(runId: string, status: string, worktree: string, branch?: string | null): Promise<void> {
+  const open = 'Open Worktree';
+  const on = branch ? ` on branch ${branch}` : '';
+  const pick = await vscode.window.showInformationMessage(`agent-ls: run ${runId} ${status} in the worktree ${worktree}${on}`, open);
+  if (pick === open) {
+    await vscode.commands.executeCommand('vscode.openFolder', vscode.Uri.file(worktree), { forceNewWindow: true });
+  }
+}

@@ -70,6 +70,20 @@ export interface Finished {
   checkpoint?: string | null;
   branch?: string | null;
   commit?: string | null;
+  /** The worktree an isolated run worked in (git.isolation = "worktree"), else null. */
+  worktree?: string | null;
+}
+
+/**
+ * The worktree a finished run worked in, when this window does not have it open: the run's
+ * edits are on disk there, not in this window's buffers, and its rollback, commit and pull
+ * request are the worktree's. `undefined` for a run in (or below) an open folder.
+ */
+export function worktreeElsewhere(f: Finished, folders: string[], sep = '/'): string | undefined {
+  const w = f.worktree;
+  if (!w) return undefined;
+  const open = folders.some((d) => d === w || d.startsWith(w + sep));
+  return open ? undefined : w;
 }
 
 /** The runs, newest first, at most `keep`. */

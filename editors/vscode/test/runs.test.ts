@@ -1,7 +1,7 @@
 // Unit tests of the run view's model: agent-ls/runEvent notifications folded into runs.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { RunEvent, Runs, figures, taskState, testsLabel } from '../src/runs';
+import { RunEvent, Runs, figures, taskState, testsLabel, worktreeElsewhere } from '../src/runs';
 
 const ev = (iteration: number, role: string, type: string, data: Record<string, unknown> = {}): RunEvent => ({
   runId: 'run_1',
@@ -113,4 +113,15 @@ test("a run's end brings its checkpoint, branch and commit, and a rollback's und
   const other = runs.finished({ run_id: 'run_2', status: 'failed', checkpoint: '1234567' });
   assert.equal(runs.get('run_2'), other);
   assert.equal(other.checkpoint, '1234567');
+});
+
+test('a run in a worktree this window does not have open is elsewhere; one it has open is not', () => {
+  const w = '/src/app/.agent-ls/worktrees/fix-the-failing-tests';
+  const done = { run_id: 'run_1', status: 'done', worktree: w, branch: 'agent/fix-the-failing-tests' };
+  assert.equal(worktreeElsewhere(done, ['/src/app']), w);
+  assert.equal(worktreeElsewhere(done, [w]), undefined);
+  assert.equal(worktreeElsewhere(done, [`${w}/sub`]), undefined);
+  assert.equal(worktreeElsewhere(done, [`${w}-2`]), w);
+  assert.equal(worktreeElsewhere({ run_id: 'run_2', status: 'done', worktree: null }, ['/src/app']), undefined);
+  assert.equal(worktreeElsewhere({ run_id: 'run_3', status: 'done' }, []), undefined);
 });

@@ -51,26 +51,31 @@ pub fn start(root: &Path, mode: Isolation, goal: &str) -> Result<Option<Isolated
         return Ok(None);
     }
     let repo = Repo::discover(root)?;
-    // A run in one of our worktrees is isolated already: it goes on there, on its branch,
-    // rather than nesting a worktree in a worktree.
-    if let Some(top) = ours(&repo) {
-        let branch = repo
-            .git(None)
-            .run(&["symbolic-ref", "--short", "-q", "HEAD"], None)
-            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
-            .unwrap_or_default();
-        return Ok(Some(Isolated {
-            branch,
-            worktree: Some(top),
-            root: root.to_path_buf(),
-            new: false,
-        }));
+    if let Some(done) = going_on(&repo, root) {
+        return Ok(Some(done));
     }
     let done = match mode {
         Isolation::Branch => start_branch(&repo, root, goal)?,
         _ => add_worktree(&repo, root, goal)?,
     };
     Ok(Some(done))
+}
+
+/// A run in one of our worktrees is isolated already: it goes on there, on its branch,
+/// rather than nesting a worktree in a worktree.
+fn going_on(repo: &Repo, root: &Path) -> Option<Isolated> {
+    let top = ours(repo)?;
+    let branch = repo
+        .git(None)
+        .run(&["symbolic-ref", "--short", "-q", "HEAD"], None)
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    Some(Isolated {
+        branch,
+        worktree: Some(top),
+        root: root.to_path_buf(),
+        new: false,
+    })
 }
 
 /// The top of the working tree when it is one of our worktrees (`.agent-ls/worktrees/<slug>`).

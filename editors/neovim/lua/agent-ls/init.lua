@@ -88,14 +88,16 @@ local handlers = {
     end
     vim.cmd('redrawstatus')
   end,
-  ['agent-ls/runFinished'] = function(_, result)
+  ['agent-ls/runFinished'] = function(_, result, ctx)
     M.state.run = nil
     M.state.step = nil
     M.state.last_run = result
     runs.finished(result)
     vim.cmd('redrawstatus')
-    -- A run that wrote files has a git checkpoint: the summary says what can be done with it.
-    local actions = runs.actions_line(result)
+    -- A run that wrote files has a git checkpoint: the summary says what can be done with it
+    -- (from the worktree, for a run that worked in one of its own).
+    local client = ctx and vim.lsp.get_client_by_id(ctx.client_id)
+    local actions = runs.actions_line(result, client and client.root_dir)
     if actions then notify(actions) end
     vim.api.nvim_exec_autocmds('User', { pattern = 'AgentRunFinished', data = result })
   end,

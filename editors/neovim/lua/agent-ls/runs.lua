@@ -155,7 +155,7 @@ function R.finished(outcome)
     run = { id = outcome.run_id, goal = '', plan = {}, iterations = {}, tokens = 0 }
     table.insert(R.runs, 1, run)
   end
-  for _, key in ipairs({ 'checkpoint', 'branch', 'commit' }) do
+  for _, key in ipairs({ 'checkpoint', 'branch', 'commit', 'worktree' }) do
     if type(outcome[key]) == 'string' then run[key] = outcome[key] end
   end
   run.status = run.status or str(outcome.status)
@@ -163,9 +163,19 @@ function R.finished(outcome)
 end
 
 --- "checkpoint 1a2b3c4: :AgentRollback ID · :AgentCommit ID · :AgentPr ID" for a run with a
---- checkpoint, else nil.
-function R.actions_line(outcome)
-  if type(outcome) ~= 'table' or type(outcome.checkpoint) ~= 'string' then return nil end
+--- checkpoint, else nil. A run that worked in a worktree of its own (git.isolation =
+--- "worktree") other than `root` (the server's folder) wrote its files there, and is rolled
+--- back, committed or opened as a pull request from there: the line names the folder.
+function R.actions_line(outcome, root)
+  if type(outcome) ~= 'table' then return nil end
+  local w = outcome.worktree
+  if type(w) == 'string' and w ~= '' and not (root == w or (type(root) == 'string'
+      and root:sub(1, #w + 1) == w .. '/')) then
+    local on = type(outcome.branch) == 'string' and (' on branch ' .. outcome.branch) or ''
+    return ('run %s worked in the worktree %s%s: open it (:tcd %s) to see, roll back, commit or open a pull request'):format(
+      str(outcome.run_id), w, on, vim.fn.fnameescape(w))
+  end
+  if type(outcome.checkpoint) ~= 'string' then return nil end
   local id = str(outcome.run_id)
   return ('run %s: checkpoint %s: :AgentRollback %s · :AgentCommit %s · :AgentPr %s'):format(
     id, outcome.checkpoint:sub(1, 7), id, id, id)

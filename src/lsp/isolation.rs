@@ -1,0 +1,118 @@
+//! `git.isolation` for runs started from the editor, worked out in the run's job before its
+//! first step (the session does no IO). `"branch"` switches the checkout to a new branch from
+//! HEAD: from the same commit in a clean tree no file changes, so the editor's buffers stay
+//! right. `"worktree"` makes a worktree that no editor buffer belongs to: the run works there
+//! as `agent-ls run --isolated` does (its tools, tests, checkpoint, record and lock are the
+//! worktree's), writing its files on disk after the usual approval (docs/git.md says more).
+
+use std::path::PathBuf;
+
+use agent_ls_core::edit::{self, FileChange};
+use agent_ls_runtime::config::{Config, Isolation, TestConfig};
+use agent_ls_runtime::drive::ApplyError;
+use agent_ls_runtime::files;
+use agent_ls_runtime::git::isolate::{self, IsolateError, Isolated};
+use agent_ls_runtime::lock::RunLock;
+use agent_ls_runtime::store::StoreThread;
+use agent_ls_runtime::tests_run::{self, RunError, RunResult};
+use agent_ls_runtime::trust::sandbox::Sandbox;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+/// Why a run from the editor does not start where `git.isolation` says; the text is the
+/// run's answer, shown to the user.
+#[derive(Debug, thiserror::Error)]
+pub enum NotIsolated {
+    #[error("cannot isolate the run: {0}")]
+    Isolate(#[from] IsolateError),
+    #[error("cannot isolate the run: {0}")]
+    Lock(String),
+    #[error("cannot isolate the run: {0}")]
+    Job(String),
+}
+
+/// Where a run of `goal` from the editor works: `None` for the checkout as it is, else the
+/// new branch, the new worktree, or the worktree the workspace is already in (opened after
+/// `agent-ls run --isolated`: the run goes on there, through its buffers). Nothing changes
+/// when it refuses.
+pub async fn isolate(
+    root: PathBuf,
+    mode: Isolation,
+    goal: String,
+) -> Result<Option<Isolated>, NotIsolated> {
+    let job = tokio::task::spawn_blocking(move || isolate::start(&root, mode, &goal));
+    Ok(job.await.map_err(|e| NotIsolated::Job(e.to_string()))??)
+}
+
+/// What a run in a new worktree of its own works with, in place of the session's.
+pub struct WorktreeRun {
+    /// The run's folder in the worktree.
+    pub root: PathBuf,
+    /// The worktree's store: the run's record describes the worktree's files.
+    pub store: StoreThread,
+    /// The worktree's run lock, held until the run ends.
+    pub lock: RunLock,
+    pub on_disk: OnDisk,
+}
+
+impl WorktreeRun {
+    /// Takes the new worktree `i` for a run of `goal` with the workspace's configuration.
+    pub fn start(i: &Isolated, config: &Config, goal: &str) -> Result<WorktreeRun, NotIsolated> {
+        let root = i.root.clone();
+        let lock = RunLock::acquire(&root, goal).map_err(|e| NotIsolated::Lock(e.to_string()))?;
+        let store = StoreThread::open(root.clone(), |opened| {
+            if let Err(e) = opened {
+                warn!("the worktree run's figures will not be kept: {e}");
+            }
+        });
+        Ok(WorktreeRun {
+            root,
+            store,
+            lock,
+            on_disk: OnDisk {
+                test: config.test.clone(),
+                sandbox: Sandbox::from_config(&config.sandbox),
+            },
+        })
+    }
+}
+
+/// How a run in a worktree of its own reaches its files and tests: no editor buffer is its,
+/// so it reads and writes the worktree's disk, and its tests run there (not through the
+/// session's test runs, whose results are the checkout's diagnostics).
+pub struct OnDisk {
+    test: TestConfig,
+    sandbox: Sandbox,
+}
+
+impl OnDisk {
+    /// Writes an approved change in `root`, re-located onto the files as they are now.
+    pub fn write(
+        &self,
+        root: &std::path::Path,
+        changes: &[FileChange],
+        limits: &edit::Limits,
+    ) -> Result<(), ApplyError> {
+        let now = |p: &str| match files::read_for_plan(root, p) {
+            agent_ls_core::edit::FileText::Text(t) => Some(t),
+            _ => None,
+        };
+        let current =
+            edit::rebase(changes, now, limits).map_err(|e| ApplyError::Stale(e.to_string()))?;
+        files::write_changes(root, &current).map_err(|e| ApplyError::Failed(e.to_string()))
+    }
+
+    /// Runs the tests (or `command` in their place, under the same policy) in `root`.
+    pub async fn run_tests(
+        &self,
+        root: &std::path::Path,
+        cancel: &CancellationToken,
+        command: Option<Vec<String>>,
+    ) -> Result<RunResult, RunError> {
+        let test = match command {
+            Some(argv) => tests_run::with_command(&self.test, argv),
+            None => self.test.clone(),
+        };
+        tests_run::run(root, &test, &self.sandbox, cancel).await
+    }
+}
