@@ -338,6 +338,10 @@ fn pr_pushes_the_branch_to_a_bare_remote_and_opens_the_request_with_gh() {
     assert!(body.contains("## Goal\n\nfix the failing tests"), "{body}");
     assert!(body.contains("## Tests"), "{body}");
     assert!(body.contains("- after: passed"), "{body}");
+    // The replay script has no reviewer answer: the body says the review was unavailable,
+    // never that it passed.
+    assert!(body.contains("## Review"), "{body}");
+    assert!(body.contains("review unavailable"), "{body}");
     assert!(body.contains(head.trim()), "{body}");
 }
 

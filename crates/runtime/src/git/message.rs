@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::model::{Message, Models, Request, Role};
+use agent_ls_core::agent::review::ReviewResult;
 
 /// How long the model may take to write a commit message before the plain one is used.
 const MODEL_WAIT: Duration = Duration::from_secs(30);
@@ -47,6 +48,8 @@ pub struct RunReport {
     pub tests_after: Option<Tests>,
     /// The evaluator's score (1 to 5) and reason.
     pub evaluation: Option<(u64, String)>,
+    /// The reviewer's last word on the change (docs/review.md): its summary and findings.
+    pub review: Option<String>,
     pub files: Vec<String>,
 }
 
@@ -79,6 +82,12 @@ pub fn report(root: &Path, run_id: &str, files: &[String]) -> RunReport {
                 passed: data["passed"].as_u64().map(|v| v as u32),
                 failed: data["failed"].as_u64().map(|v| v as u32),
             }),
+            // The last review is the one the change ended with.
+            "review" => {
+                r.review = serde_json::from_value::<ReviewResult>(data.clone())
+                    .ok()
+                    .map(|review| review.report());
+            }
             "evaluation" => {
                 r.evaluation = Some((
                     data["score"].as_u64().unwrap_or(0),
@@ -237,6 +246,9 @@ pub fn pr_body(r: &RunReport, commit: &str) -> String {
             "\n## Evaluation\n\n{score}/5: {}\n",
             reason.trim()
         ));
+    }
+    if let Some(review) = &r.review {
+        b.push_str(&format!("\n## Review\n\n```\n{}\n```\n", review.trim()));
     }
     if !r.files.is_empty() {
         b.push_str(&format!("\n## Files\n\n{}\n", r.files.join(", ")));
