@@ -1,6 +1,7 @@
 //! The Neovim plugin with the real binary in a real headless Neovim (0.12), through the
 //! user's path: the code action, the question before applying, the file, the tests and the
-//! diagnostics, and :AgentReview's findings as diagnostics. scripts/test installs Neovim and sets AGENT_LS_TEST_NVIM.
+//! diagnostics, and :AgentReview's findings as diagnostics. scripts/test installs Neovim and
+//! sets AGENT_LS_TEST_NVIM.
 
 use std::process::Command;
 
