@@ -196,34 +196,13 @@ fn a_run_rolled_back_in_neovim_after_a_second_confirmation() {
     assert_all(&results);
 }
 
-/// The reviewer's answer to `:AgentReview`: a P1 on calc.py line 5 and a P3 on line 9.
-fn review_replay() -> String {
-    let findings = serde_json::json!({
-        "findings": [
-            {"title": "[P1] add subtracts", "body": "add(2, 3) gives 1", "priority": 1,
-             "confidence": 0.9, "path": "calc.py", "start_line": 5, "end_line": 5},
-            {"title": "[P3] multiply is untested", "body": "no test calls it", "priority": 3,
-             "confidence": 0.8, "path": "calc.py", "start_line": 9, "end_line": 9}
-        ],
-        "verdict": "incorrect", "explanation": "add is wrong", "confidence": 0.9
-    });
-    support::replay_script(&[serde_json::json!(
-        {"role": "reviewer", "content": format!("```json\n{findings}\n```")}
-    )])
-}
-
 #[test]
 fn agent_review_in_neovim_puts_the_reviewers_findings_on_their_lines() {
-    let results = scenario_with("review", &review_replay(), |ws| {
-        support::git::commit_all(ws);
-        // The user's own change, not committed: the review reads the working tree's diff.
-        let calc = std::fs::read_to_string(ws.join("calc.py")).unwrap();
-        std::fs::write(
-            ws.join("calc.py"),
-            calc.replace("return a - b", "return b - a"),
-        )
-        .unwrap();
-    });
+    let results = scenario_with(
+        "review",
+        &support::git::review_findings_replay(),
+        support::git::uncommitted_change,
+    );
     if results.is_empty() {
         return;
     }
