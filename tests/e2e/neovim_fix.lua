@@ -295,6 +295,12 @@ local ok, err = pcall(function()
       left = reviewed()
       return #left == 1 and left[1].lnum == 8
     end, 20), shown(left or {}))
+    -- `base REV` reaches the server as the base: one that does not exist is said, by name.
+    finished = nil
+    vim.cmd('AgentReview base no-such-branch')
+    record('base: the review ends', run_finished(15000))
+    record('base: a base that does not exist is named', finished ~= nil and finished.status ~= 'done'
+      and (finished.answer or ''):find('no-such-branch', 1, true) ~= nil, vim.inspect(finished))
     return
   end
 

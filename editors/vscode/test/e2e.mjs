@@ -322,6 +322,11 @@ try {
       p3 && /agent-ls review\s*\(?P3\)?/.test(p3.text) && /\[Ln 9, Col 1\]/.test(p3.text) && /info/.test(p3.icon),
       JSON.stringify(p3));
     check('the review changed no file', fs.readFileSync(path.join(ws, 'calc.py'), 'utf8').includes('return b - a'));
+    const said = await until('the verdict as a message', async () => {
+      const texts = await page.locator('.notification-list-item-message').allInnerTexts();
+      return texts.find((t) => t.includes('the patch is incorrect')) ?? false;
+    }, 20000);
+    check('a message gives the verdict and the findings by priority', /1 P1, 1 P3/.test(said), said);
     // The user edits line 5: its finding goes, the one on line 9 stays.
     await page.locator('.monaco-editor .view-lines', { hasText: 'def add' }).first().click();
     await page.keyboard.press('Control+G');
