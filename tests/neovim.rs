@@ -209,3 +209,22 @@ fn agent_review_in_neovim_puts_the_reviewers_findings_on_their_lines() {
     assert!(results.len() >= 12, "{results:#?}");
     assert_all(&results);
 }
+
+#[test]
+fn a_fix_runs_review_in_neovim_is_a_warning_on_its_line_until_undo() {
+    let reviewer = serde_json::json!({
+        "findings": [{"title": "[P2] no test for negative numbers", "body": "add(-1, 1)",
+            "priority": 2, "confidence": 0.9, "path": "calc.py", "start_line": 5, "end_line": 5}],
+        "verdict": "incorrect", "explanation": "untested", "confidence": 0.9
+    });
+    let replay = format!(
+        "{FIX}{}\n",
+        serde_json::json!({"role": "reviewer", "content": reviewer.to_string()})
+    );
+    let results = scenario("run_review", &replay);
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 7, "{results:#?}");
+    assert_all(&results);
+}

@@ -249,6 +249,31 @@ local ok, err = pcall(function()
     return
   end
 
+  if scenario == 'run_review' then
+    -- A fix run in advise mode: after its tests pass, the replayed reviewer's P2 on line 5
+    -- becomes a warning there, and :AgentUndo takes it away with the step.
+    vim.cmd('AgentFix')
+    record('run finished', run_finished())
+    record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
+    record('the run was reviewed', finished ~= nil and type(finished.review) == 'table'
+      and finished.review.verdict == 'incorrect', vim.inspect(finished and finished.review))
+    local function reviewed()
+      return vim.tbl_filter(function(d) return d.source == 'agent-ls review' end, vim.diagnostic.get(buf))
+    end
+    local ds
+    record('the P2 is a warning on line 5', vim.wait(10000, function()
+      ds = reviewed()
+      return #ds == 1 and ds[1].lnum == 4 and ds[1].severity == vim.diagnostic.severity.WARN
+        and ds[1].code == 'P2'
+    end, 20), vim.inspect(ds))
+    vim.cmd('AgentUndo')
+    record('undo takes the finding away', vim.wait(10000, function()
+      return #reviewed() == 0
+        and table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n'):find('return a - b', 1, true) ~= nil
+    end, 20), vim.inspect(reviewed()))
+    return
+  end
+
   if scenario == 'review' then
     -- The user's own uncommitted change to calc.py (made before Neovim started): :AgentReview
     -- staged finds nothing staged, :AgentReview reviews the working tree, and the replayed
