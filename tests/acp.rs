@@ -35,6 +35,20 @@ fn client(scenario: &str, user_config: &str) -> (Value, tempfile::TempDir) {
             ]}),
             json!({"role": "coder", "content": FIX}),
         ]
+    } else if scenario == "review" {
+        let answer = json!({
+            "findings": [
+                {"title": "[P1] add ignores overflow", "body": "big sums wrap", "priority": 1,
+                 "confidence": 0.9, "path": "calc.py", "start_line": 5, "end_line": 5},
+                {"title": "[P3] multiply is untested", "body": "no test calls it", "priority": 3,
+                 "confidence": 0.8, "path": "calc.py", "start_line": 9, "end_line": 9}
+            ],
+            "verdict": "incorrect", "explanation": "add needs a bound", "confidence": 0.85
+        });
+        vec![
+            json!({"role": "coder", "content": FIX}),
+            json!({"role": "reviewer", "content": format!("```json\n{answer}\n```")}),
+        ]
     } else {
         vec![json!({"role": "coder", "content": FIX})]
     };
@@ -120,6 +134,68 @@ fn messages(seen: &Value) -> Vec<String> {
 }
 
 const NO_EVAL: &str = "[agent]\nevaluate = false\n";
+
+#[test]
+fn an_acp_client_sees_the_review_as_a_tool_call_at_its_findings_lines() {
+    if deps().is_none() {
+        return;
+    }
+    // The default review mode (advise): the replayed reviewer's findings come after the
+    // tests pass, as one tool call whose locations are the lines they name.
+    let (seen, ws) = client("review", NO_EVAL);
+    assert_eq!(seen["stop"], "end_turn");
+    let updates = seen["updates"].as_array().unwrap();
+    let reviews: Vec<&Value> = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call" && u["kind"] == "think")
+        .collect();
+    assert_eq!(reviews.len(), 1, "{:?}", kinds(&seen));
+    let review = reviews[0];
+    assert_eq!(review["title"], "Review: patch is incorrect (2 findings)");
+    assert_eq!(review["status"], "completed");
+    let calc = ws.path().canonicalize().unwrap().join("calc.py");
+    assert_eq!(
+        review["locations"],
+        json!([{"path": calc, "line": 5}, {"path": calc, "line": 9}]),
+        "{review}"
+    );
+    let texts: Vec<&str> = review["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["content"]["text"].as_str().unwrap())
+        .collect();
+    assert!(
+        texts[0].starts_with("review: the patch is incorrect")
+            && texts[0].contains("add needs a bound"),
+        "{texts:?}"
+    );
+    assert_eq!(
+        texts[1..],
+        [
+            "[P1] add ignores overflow: calc.py:5-5 (confidence 0.90)\nbig sums wrap",
+            "[P3] multiply is untested: calc.py:9-9 (confidence 0.80; outside the change)\nno test calls it",
+        ]
+    );
+    assert_eq!(review["rawOutput"]["verdict"], "incorrect");
+    // After the test run that passed, before the answer; the thoughts do not repeat it.
+    let k = kinds(&seen);
+    let at = k.iter().position(|x| x == "tool_call:think").unwrap();
+    let last_run = k.iter().rposition(|x| x == "tool_call:execute").unwrap();
+    assert!(last_run < at, "{k:?}");
+    let thoughts: String = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(!thoughts.contains("add ignores overflow"), "{thoughts}");
+    // The change itself went through as in advise mode: the findings never block.
+    assert!(
+        std::fs::read_to_string(&calc)
+            .unwrap()
+            .contains("return a + b")
+    );
+}
 
 #[test]
 fn an_acp_client_grants_permission_and_the_fix_is_written_through_it() {

@@ -1,6 +1,7 @@
 //! The Neovim plugin with the real binary in a real headless Neovim (0.12), through the
 //! user's path: the code action, the question before applying, the file, the tests and the
-//! diagnostics. scripts/test installs Neovim and sets AGENT_LS_TEST_NVIM.
+//! diagnostics, and :AgentReview's findings as diagnostics. scripts/test installs Neovim and
+//! sets AGENT_LS_TEST_NVIM.
 
 use std::process::Command;
 
@@ -192,5 +193,38 @@ fn a_run_rolled_back_in_neovim_after_a_second_confirmation() {
         return;
     }
     assert!(results.len() >= 12, "{results:#?}");
+    assert_all(&results);
+}
+
+#[test]
+fn agent_review_in_neovim_puts_the_reviewers_findings_on_their_lines() {
+    let results = scenario_with(
+        "review",
+        &support::git::review_findings_replay(),
+        support::git::uncommitted_change,
+    );
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 12, "{results:#?}");
+    assert_all(&results);
+}
+
+#[test]
+fn a_fix_runs_review_in_neovim_is_a_warning_on_its_line_until_undo() {
+    let reviewer = serde_json::json!({
+        "findings": [{"title": "[P2] no test for negative numbers", "body": "add(-1, 1)",
+            "priority": 2, "confidence": 0.9, "path": "calc.py", "start_line": 5, "end_line": 5}],
+        "verdict": "incorrect", "explanation": "untested", "confidence": 0.9
+    });
+    let replay = format!(
+        "{FIX}{}\n",
+        serde_json::json!({"role": "reviewer", "content": reviewer.to_string()})
+    );
+    let results = scenario("run_review", &replay);
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 7, "{results:#?}");
     assert_all(&results);
 }

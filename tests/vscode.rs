@@ -55,6 +55,10 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
                 {"role": "coder", "content": support::git::FIX_AND_CREATE}
             )])
         }
+        "review" => {
+            support::git::uncommitted_change(ws.path());
+            support::git::review_findings_replay()
+        }
         _ => FIX.to_string(),
     };
     std::fs::write(ws.path().join(".replay.jsonl"), script).unwrap();
@@ -185,6 +189,25 @@ fn a_run_rolled_back_from_the_palette_after_a_second_confirmation_in_real_vs_cod
         checks
             .iter()
             .any(|c| c["name"] == "git sees the tree as at the checkpoint"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn agent_review_changes_shows_the_reviewers_findings_in_problems_in_real_vs_code() {
+    let Some(checks) = scenario("review") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the P1 is an error on line 5, from agent-ls review"),
+        "{checks:#?}"
+    );
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "editing line 5 drops its finding, line 9 keeps its own"),
         "{checks:#?}"
     );
 }

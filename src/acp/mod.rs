@@ -1217,4 +1217,20 @@ impl Shell for AcpShell {
             SessionUpdate::AgentMessageChunk(text_chunk(format!("warning: {message}\n"))),
         );
     }
+
+    /// The review as a tool call at its findings' lines rather than a thought; one that
+    /// must not be missed is a warning too.
+    fn reviewed(
+        &mut self,
+        result: &agent_ls_core::agent::review::ReviewResult,
+        _report: &str,
+        loud: bool,
+    ) {
+        let id = self.next_id("review");
+        let call = output::review_call(&self.root, id, result);
+        notify(&self.conn, &self.session, SessionUpdate::ToolCall(call));
+        if loud {
+            self.warn(&result.summary());
+        }
+    }
 }

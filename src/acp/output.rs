@@ -1,11 +1,15 @@
 //! What an ACP client shows of a run, in words it can show as they are: thoughts in prose
 //! (not the model's JSON nor its edit blocks), tool call titles that name what they act on,
-//! and the places a tool call reads or changes.
+//! and the places a tool call reads or changes; the reviewer's findings as a tool call whose
+//! locations are the lines they name.
 
 use std::path::Path;
 
-use agent_client_protocol::v1::schema::ToolCallLocation;
+use agent_client_protocol::v1::schema::{
+    Content, ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus, ToolKind,
+};
 use agent_ls_core::agent::Intent;
+use agent_ls_core::agent::review::{Finding, ReviewResult, Verdict};
 use agent_ls_core::conversation::Role;
 use agent_ls_core::events::{Reflection, RunEvent};
 use serde_json::Value;
@@ -143,10 +147,80 @@ pub fn sentence(e: &RunEvent) -> Option<String> {
             },
             reason.trim()
         )),
-        // The review and each finding at its place (file:lines).
-        RunEvent::Review(r) => Some(r.report()),
+        // The review is a tool call of its own (`review_call`), with its findings' places.
         _ => None,
     }
+}
+
+/// A review as a `think` tool call titled with its verdict ("Review: patch is incorrect (2
+/// findings)"): the summary and explanation, then one content block per finding, and the
+/// findings' files and first lines as its locations, so a client can jump to each. A review
+/// that could not be had is `failed`, never shown as a pass.
+pub fn review_call(root: &Path, id: String, result: &ReviewResult) -> ToolCall {
+    let text = |t: String| ToolCallContent::Content(Content::new(t));
+    let call = ToolCall::new(id, review_title(result)).kind(ToolKind::Think);
+    let review = match result {
+        ReviewResult::Unavailable { reason } => {
+            return call
+                .status(ToolCallStatus::Failed)
+                .content(vec![text(format!("review unavailable: {reason}"))]);
+        }
+        ReviewResult::Reviewed { review, .. } => review,
+    };
+    let mut head = result.summary();
+    if !review.explanation.trim().is_empty() {
+        head.push_str(&format!("\n{}", review.explanation.trim()));
+    }
+    let mut content = vec![text(head)];
+    content.extend(review.findings.iter().map(|f| text(finding_text(f))));
+    let locations = review
+        .findings
+        .iter()
+        .map(|f| ToolCallLocation::new(root.join(&f.path)).line(f.start_line))
+        .collect();
+    call.status(ToolCallStatus::Completed)
+        .content(content)
+        .locations(locations)
+        .raw_output(serde_json::to_value(result).ok())
+}
+
+fn review_title(result: &ReviewResult) -> String {
+    let ReviewResult::Reviewed { review, .. } = result else {
+        return "Review unavailable".into();
+    };
+    let verdict = match review.verdict {
+        Verdict::Correct => "correct",
+        Verdict::Incorrect => "incorrect",
+    };
+    let findings = match review.findings.len() {
+        0 => "no findings".to_string(),
+        1 => "1 finding".to_string(),
+        n => format!("{n} findings"),
+    };
+    format!("Review: patch is {verdict} ({findings})")
+}
+
+/// "[P1] add subtracts: calc.py:5-5 (confidence 0.90)", then the body.
+fn finding_text(f: &Finding) -> String {
+    let tag = format!("[P{}]", f.priority);
+    let title = f.title.trim();
+    let title = title.strip_prefix(&tag).unwrap_or(title).trim();
+    let mut out = format!(
+        "{tag} {title}: {}:{}-{} (confidence {:.2}{})",
+        f.path,
+        f.start_line,
+        f.end_line,
+        f.confidence,
+        if f.outside_change {
+            "; outside the change"
+        } else {
+            ""
+        }
+    );
+    if !f.body.trim().is_empty() {
+        out.push_str(&format!("\n{}", f.body.trim()));
+    }
+    out
 }
 
 /// The arguments that say what a tool acts on, in the order they are worth naming.
@@ -266,13 +340,69 @@ mod tests {
             sentence(&evaluated).unwrap(),
             "The result scores 9, complete: the sum is right"
         );
-        let unavailable =
-            RunEvent::Review(agent_ls_core::agent::review::ReviewResult::Unavailable {
-                reason: "the reviewer model failed: timeout".into(),
-            });
+        let unavailable = ReviewResult::Unavailable {
+            reason: "the reviewer model failed: timeout".into(),
+        };
+        // The review is a tool call, not a thought.
+        assert_eq!(sentence(&RunEvent::Review(unavailable.clone())), None);
+        let call = review_call(Path::new("/ws"), "review_1".into(), &unavailable);
+        assert_eq!(call.title, "Review unavailable");
+        assert_eq!(call.status, ToolCallStatus::Failed);
+    }
+
+    #[test]
+    fn a_review_is_a_tool_call_at_its_findings_lines() {
+        let finding = |priority: u8, line: u32| Finding {
+            title: format!("[P{priority}] odd"),
+            body: "why".into(),
+            priority,
+            confidence: 0.9,
+            path: "calc.py".into(),
+            start_line: line,
+            end_line: line + 1,
+            outside_change: line > 8,
+        };
+        let result = ReviewResult::Reviewed {
+            review: agent_ls_core::agent::review::Review {
+                findings: vec![finding(1, 5), finding(3, 9)],
+                verdict: Verdict::Incorrect,
+                explanation: "add is wrong".into(),
+                confidence: 0.8,
+            },
+            blocking: false,
+        };
+        let call = review_call(Path::new("/ws"), "review_1".into(), &result);
+        assert_eq!(call.title, "Review: patch is incorrect (2 findings)");
+        assert_eq!(call.kind, ToolKind::Think);
+        assert_eq!(call.status, ToolCallStatus::Completed);
+        let lines: Vec<_> = call
+            .locations
+            .iter()
+            .map(|l| (l.path.display().to_string(), l.line))
+            .collect();
         assert_eq!(
-            sentence(&unavailable).unwrap(),
-            "review unavailable: the reviewer model failed: timeout"
+            lines,
+            [
+                ("/ws/calc.py".into(), Some(5)),
+                ("/ws/calc.py".into(), Some(9))
+            ]
+        );
+        let texts: Vec<String> = call
+            .content
+            .iter()
+            .map(|c| match c {
+                ToolCallContent::Content(c) => serde_json::to_value(&c.content).unwrap()["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                _ => String::new(),
+            })
+            .collect();
+        assert!(texts[0].ends_with("\nadd is wrong"), "{texts:?}");
+        assert_eq!(texts[1], "[P1] odd: calc.py:5-6 (confidence 0.90)\nwhy");
+        assert_eq!(
+            texts[2],
+            "[P3] odd: calc.py:9-10 (confidence 0.90; outside the change)\nwhy"
         );
     }
 

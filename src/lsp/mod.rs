@@ -540,32 +540,7 @@ impl LanguageServer for Backend {
                     self.start_run(args).await.map(Some)
                 }
                 ext::REVIEW_COMMAND => {
-                    let first = params.arguments.first().cloned();
-                    let target: agent_ls_runtime::drive::ReviewTarget =
-                        serde_json::from_value(first.unwrap_or_default()).map_err(|e| {
-                            Error::invalid_params(format!(
-                                "agent-ls.review takes nothing, {{\"staged\": true}}, {{\"base\": REV}} or {{\"run\": RUN_ID}}: {e}"
-                            ))
-                        })?;
-                    let goal = match &target {
-                        agent_ls_runtime::drive::ReviewTarget::Uncommitted => {
-                            "review the uncommitted changes".to_string()
-                        }
-                        agent_ls_runtime::drive::ReviewTarget::Staged => {
-                            "review the staged changes".to_string()
-                        }
-                        agent_ls_runtime::drive::ReviewTarget::Base(rev) => {
-                            format!("review the changes since {rev}")
-                        }
-                        agent_ls_runtime::drive::ReviewTarget::Run(id) => {
-                            format!("review the change of {id}")
-                        }
-                    };
-                    let args = agent_runs::RunArgs {
-                        goal,
-                        review: Some(target),
-                        ..Default::default()
-                    };
+                    let args = review_args(params.arguments.first().cloned())?;
                     self.start_run(args).await.map(Some)
                 }
                 ext::ACCEPT_COMMAND | ext::REJECT_COMMAND => {
@@ -659,6 +634,27 @@ impl LanguageServer for Backend {
         })
         .await
     }
+}
+
+/// `agent-ls.review`'s argument as a run that reviews that change and does nothing else.
+fn review_args(first: Option<serde_json::Value>) -> Result<agent_runs::RunArgs> {
+    use agent_ls_runtime::drive::ReviewTarget;
+    let target: ReviewTarget = serde_json::from_value(first.unwrap_or_default()).map_err(|e| {
+        Error::invalid_params(format!(
+            "agent-ls.review takes nothing, {{\"staged\": true}}, {{\"base\": REV}} or {{\"run\": RUN_ID}}: {e}"
+        ))
+    })?;
+    let goal = match &target {
+        ReviewTarget::Uncommitted => "review the uncommitted changes".to_string(),
+        ReviewTarget::Staged => "review the staged changes".to_string(),
+        ReviewTarget::Base(rev) => format!("review the changes since {rev}"),
+        ReviewTarget::Run(id) => format!("review the change of {id}"),
+    };
+    Ok(agent_runs::RunArgs {
+        goal,
+        review: Some(target),
+        ..Default::default()
+    })
 }
 
 /// The agent's code actions: fix a diagnostic; implement, refactor or explain a selection;

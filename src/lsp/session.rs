@@ -646,30 +646,7 @@ impl Session {
                 iteration,
                 changes,
                 files,
-            } => {
-                let Some(history) = &mut self.history else {
-                    return;
-                };
-                history.record(&run_id, &goal, &task, changes, files);
-                if let Some(step) = history.last_done() {
-                    // The run view offers undo of this step by its id.
-                    self.outbox.notify::<super::ext::RunEventNotification>(
-                        LiveEvent {
-                            run_id: run_id.clone(),
-                            iteration,
-                            event: RunEvent::Step {
-                                step: step.id,
-                                files: step.files.iter().map(|f| f.path.clone()).collect(),
-                            },
-                        }
-                        .to_wire(),
-                    );
-                    if let Some(store) = &self.store {
-                        let step = step.clone();
-                        store.send("an agent step", move |s| s.record_step(&step));
-                    }
-                }
-            }
+            } => self.step_applied(run_id, goal, task, iteration, changes, files),
             AgentMessage::Finished { id, outcome } => {
                 if matches!(&self.active, Some(Active::Run { id: a, .. }) if *a == id) {
                     self.active = None;
@@ -1023,6 +1000,41 @@ impl Session {
             review: &self.review,
         };
         f(&mut self.tests, &cx);
+    }
+
+    /// A run's change was applied: it goes into the history, and the run view hears its
+    /// step's id (for undo from there) and the store keeps it.
+    fn step_applied(
+        &mut self,
+        run_id: String,
+        goal: String,
+        task: String,
+        iteration: u32,
+        changes: Vec<agent_ls_core::edit::FileChange>,
+        files: Vec<agent_ls_core::edit::history::StepFile>,
+    ) {
+        let Some(history) = &mut self.history else {
+            return;
+        };
+        history.record(&run_id, &goal, &task, changes, files);
+        if let Some(step) = history.last_done() {
+            // The run view offers undo of this step by its id.
+            self.outbox.notify::<super::ext::RunEventNotification>(
+                LiveEvent {
+                    run_id: run_id.clone(),
+                    iteration,
+                    event: RunEvent::Step {
+                        step: step.id,
+                        files: step.files.iter().map(|f| f.path.clone()).collect(),
+                    },
+                }
+                .to_wire(),
+            );
+            if let Some(store) = &self.store {
+                let step = step.clone();
+                store.send("an agent step", move |s| s.record_step(&step));
+            }
+        }
     }
 
     /// A run's review: its findings become diagnostics on the lines they name.

@@ -249,6 +249,86 @@ local ok, err = pcall(function()
     return
   end
 
+  if scenario == 'run_review' then
+    -- A fix run in advise mode: after its tests pass, the replayed reviewer's P2 on line 5
+    -- becomes a warning there, and :AgentUndo takes it away with the step.
+    vim.cmd('AgentFix')
+    record('run finished', run_finished())
+    record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
+    record('the run was reviewed', finished ~= nil and type(finished.review) == 'table'
+      and finished.review.verdict == 'incorrect', vim.inspect(finished and finished.review))
+    local function reviewed()
+      return vim.tbl_filter(function(d) return d.source == 'agent-ls review' end, vim.diagnostic.get(buf))
+    end
+    local ds
+    record('the P2 is a warning on line 5', vim.wait(10000, function()
+      ds = reviewed()
+      return #ds == 1 and ds[1].lnum == 4 and ds[1].severity == vim.diagnostic.severity.WARN
+        and ds[1].code == 'P2'
+    end, 20), vim.inspect(ds))
+    vim.cmd('AgentUndo')
+    record('undo takes the finding away', vim.wait(10000, function()
+      return #reviewed() == 0
+        and table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n'):find('return a - b', 1, true) ~= nil
+    end, 20), vim.inspect(reviewed()))
+    return
+  end
+
+  if scenario == 'review' then
+    -- The user's own uncommitted change to calc.py (made before Neovim started): :AgentReview
+    -- staged finds nothing staged, :AgentReview reviews the working tree, and the replayed
+    -- reviewer's P1 (line 5) and P3 (line 9) become diagnostics on those lines.
+    local function reviewed()
+      return vim.tbl_filter(function(d) return d.source == 'agent-ls review' end, vim.diagnostic.get(buf))
+    end
+    local function shown(ds)
+      return vim.inspect(vim.tbl_map(function(d)
+        return { d.lnum, d.end_lnum, d.severity, d.code, d.message }
+      end, ds))
+    end
+    vim.cmd('AgentReview staged')
+    record('staged: the review ends', run_finished(15000))
+    record('staged: nothing to review', finished ~= nil and finished.status == 'done'
+      and (finished.answer or ''):find('nothing to review', 1, true) ~= nil, vim.inspect(finished))
+    record('staged: no review diagnostics', #reviewed() == 0, shown(reviewed()))
+    finished = nil
+    vim.cmd('AgentReview')
+    record('the review ends', run_finished(30000))
+    local review = finished and finished.review
+    record('the verdict is incorrect', type(review) == 'table' and review.verdict == 'incorrect',
+      vim.inspect(finished))
+    record('the review changed no file', finished ~= nil and #(finished.files_changed or {}) == 0,
+      vim.inspect(finished and finished.files_changed))
+    local ds
+    local placed = vim.wait(10000, function()
+      ds = reviewed()
+      return #ds == 2
+    end, 20)
+    table.sort(ds or {}, function(a, b) return a.lnum < b.lnum end)
+    record('two review diagnostics in calc.py', placed, shown(ds or {}))
+    if not placed then return end
+    local p1, p3 = ds[1], ds[2]
+    record('the P1 is an error on line 5', p1.lnum == 4 and p1.col == 0
+      and p1.severity == vim.diagnostic.severity.ERROR and p1.code == 'P1'
+      and p1.message:find('add subtracts', 1, true) ~= nil, shown({ p1 }))
+    record('the P3 is information on line 9', p3.lnum == 8
+      and p3.severity == vim.diagnostic.severity.INFO and p3.code == 'P3', shown({ p3 }))
+    -- The user edits line 5: its finding goes, the one on line 9 stays where it is.
+    vim.api.nvim_buf_set_lines(buf, 4, 5, false, { '    return a + b' })
+    local left
+    record('editing line 5 drops its finding, line 9 keeps its own', vim.wait(10000, function()
+      left = reviewed()
+      return #left == 1 and left[1].lnum == 8
+    end, 20), shown(left or {}))
+    -- `base REV` reaches the server as the base: one that does not exist is said, by name.
+    finished = nil
+    vim.cmd('AgentReview base no-such-branch')
+    record('base: the review ends', run_finished(15000))
+    record('base: a base that does not exist is named', finished ~= nil and finished.status ~= 'done'
+      and (finished.answer or ''):find('no-such-branch', 1, true) ~= nil, vim.inspect(finished))
+    return
+  end
+
   if scenario == 'runview' then
     -- A two-iteration run in :AgentRuns: its steps in order, and undo of the first from there.
     vim.cmd('AgentFix')

@@ -54,3 +54,32 @@ pub fn example_repository() -> tempfile::TempDir {
 
 /// The coder's answer: fix `add` in calc.py and create notes.py.
 pub const FIX_AND_CREATE: &str = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n\nnotes.py\n<<<<<<< SEARCH\n=======\nNOTE = 1\n>>>>>>> REPLACE\n";
+
+/// The example as a committed repository with the user's own change to `add` not committed
+/// (`return b - a`): what `agent-ls review` reads by default.
+pub fn uncommitted_change(dir: &Path) {
+    commit_all(dir);
+    let calc = std::fs::read_to_string(dir.join("calc.py")).unwrap();
+    std::fs::write(
+        dir.join("calc.py"),
+        calc.replace("return a - b", "return b - a"),
+    )
+    .unwrap();
+}
+
+/// A replay script of one reviewer answer on that change: a P1 on calc.py line 5 ("add
+/// subtracts") and a P3 on line 9 ("multiply is untested", outside the change).
+pub fn review_findings_replay() -> String {
+    let findings = serde_json::json!({
+        "findings": [
+            {"title": "[P1] add subtracts", "body": "add(2, 3) gives 1", "priority": 1,
+             "confidence": 0.9, "path": "calc.py", "start_line": 5, "end_line": 5},
+            {"title": "[P3] multiply is untested", "body": "no test calls it", "priority": 3,
+             "confidence": 0.8, "path": "calc.py", "start_line": 9, "end_line": 9}
+        ],
+        "verdict": "incorrect", "explanation": "add is wrong", "confidence": 0.9
+    });
+    super::replay_script(&[serde_json::json!(
+        {"role": "reviewer", "content": format!("```json\n{findings}\n```")}
+    )])
+}

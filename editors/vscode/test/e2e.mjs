@@ -25,7 +25,8 @@ const ws = env('WORKSPACE');
 // then Save All, undo and redo; "runview": a two-iteration run followed in the Agent Runs
 // view, whose first step is undone from the view; "rollback": a run in a git repository that
 // fixes calc.py and creates notes.py, rolled back from the palette after the user typed in
-// calc.py (refused, then confirmed in the modal).
+// calc.py (refused, then confirmed in the modal); "review": Agent: Review Changes on the user's
+// own uncommitted change, whose findings show in Problems on their lines.
 const scenario = process.env.SCENARIO ?? 'accept';
 // Screenshots for docs/ (the run view, the refactor preview), taken by the flow itself.
 const screenshots = process.env.SCREENSHOTS;
@@ -287,6 +288,60 @@ try {
       return texts.find((t) => t.includes('rolled back run')) ?? false;
     }, 20000);
     check('the rollback says what it restored', said.includes('calc.py') && said.includes('notes.py'), said);
+    throw new Done();
+  }
+
+  if (scenario === 'review') {
+    // The user's own change to calc.py, not committed: Agent: Review Changes has the reviewer
+    // read the working tree's diff; its P1 (line 5) and P3 (line 9) show in Problems with the
+    // source agent-ls review, and editing line 5 drops its own.
+    await palette('Agent: Review Changes');
+    await palette('Problems: Focus on Problems View');
+    const rows = page.locator('.markers-panel .monaco-list-row');
+    const problems = async () => {
+      const texts = (await rows.allInnerTexts()).map((t) => t.replace(/\s+/g, ' ').trim());
+      const labels = await rows.evaluateAll((els) => els.map((e) => e.getAttribute('aria-label') ?? ''));
+      const icons = await rows.evaluateAll((els) => els.map((e) => e.querySelector('.marker-icon')?.className ?? ''));
+      return texts.map((text, i) => ({ text, label: labels[i] ?? '', icon: icons[i] ?? '' }))
+        .filter((r) => r.text.includes('agent-ls review'));
+    };
+    let seen = [];
+    const shown = await until('two review findings in Problems', async () => {
+      seen = await problems();
+      return seen.length === 2 ? seen : false;
+    }, 60000).catch((e) => {
+      throw new Error(`${e.message}; Problems: ${JSON.stringify(seen)}`);
+    });
+    await screenshot('vscode-review-problems.png');
+    const p1 = shown.find((r) => r.text.includes('add subtracts'));
+    const p3 = shown.find((r) => r.text.includes('multiply is untested'));
+    check('the P1 is an error on line 5, from agent-ls review',
+      p1 && /agent-ls review\s*\(?P1\)?/.test(p1.text) && /\[Ln 5, Col 1\]/.test(p1.text) && /error/.test(p1.icon),
+      JSON.stringify(p1));
+    check('the P3 is information on line 9',
+      p3 && /agent-ls review\s*\(?P3\)?/.test(p3.text) && /\[Ln 9, Col 1\]/.test(p3.text) && /info/.test(p3.icon),
+      JSON.stringify(p3));
+    check('the review changed no file', fs.readFileSync(path.join(ws, 'calc.py'), 'utf8').includes('return b - a'));
+    const said = await until('the verdict as a message', async () => {
+      const texts = await page.locator('.notification-list-item-message').allInnerTexts();
+      return texts.find((t) => t.includes('the patch is incorrect')) ?? false;
+    }, 20000);
+    check('a message gives the verdict and the findings by priority', /1 P1, 1 P3/.test(said), said);
+    // The user edits line 5: its finding goes, the one on line 9 stays.
+    await page.locator('.monaco-editor .view-lines', { hasText: 'def add' }).first().click();
+    await page.keyboard.press('Control+G');
+    await page.waitForSelector('.quick-input-widget input:focus', { timeout: 10000 });
+    await page.keyboard.type('5');
+    await page.keyboard.press('Enter');
+    await page.keyboard.press('End');
+    await page.keyboard.type('  # mine');
+    const left = await until('the edited line\'s finding gone', async () => {
+      seen = await problems();
+      return seen.length === 1 && /\[Ln 9, Col 1\]/.test(seen[0].text) ? seen : false;
+    }, 20000).catch((e) => {
+      throw new Error(`${e.message}; Problems: ${JSON.stringify(seen)}`);
+    });
+    check('editing line 5 drops its finding, line 9 keeps its own', true, JSON.stringify(left));
     throw new Done();
   }
 

@@ -60,6 +60,17 @@ pub trait Shell {
     }
     fn progress(&mut self, message: &str);
     fn warn(&mut self, message: &str);
+    /// The reviewer's result on the run's change; `report` tells it in lines (the summary,
+    /// then each finding at its place), and `loud` says it must not be missed (a review that
+    /// could not be had in gate mode). A shell that can show the findings at their places
+    /// (ACP, as a tool call with locations) does that instead.
+    fn reviewed(&mut self, _result: &agent::review::ReviewResult, report: &str, loud: bool) {
+        if loud {
+            self.warn(report);
+        } else {
+            self.progress(report);
+        }
+    }
     /// Called before each step, so `read` sees the latest text (the server takes a fresh
     /// snapshot of the editor's buffers here).
     async fn refresh(&mut self) {}
@@ -377,11 +388,7 @@ impl Drive<'_> {
                 // loudly; in advise mode it is a note like any other.
                 let loud = run.review == agent::review::ReviewMode::Gate
                     && matches!(result, agent::review::ReviewResult::Unavailable { .. });
-                if loud {
-                    shell.warn(&line);
-                } else {
-                    shell.progress(&line);
-                }
+                shell.reviewed(&result, &line, loud);
                 return Next::Continue;
             }
             Effect::RunTests => {
