@@ -22,6 +22,9 @@ pub fn user_store_path() -> Option<PathBuf> {
     Some(base.join("agent-ls").join("memory.sqlite"))
 }
 
+/// The scope of the user store's patterns, which are drawn from every workspace.
+pub const USER_SCOPE: &str = "user";
+
 /// Opens the user's memory store.
 pub fn open_user_store() -> Result<Store, StoreError> {
     let path = user_store_path().ok_or_else(|| {
@@ -187,13 +190,15 @@ impl Store {
 
     /// Keeps a run's records, already redacted, in one transaction; their ids are
     /// `RUN_ID-N`, so recording a run again replaces its records (all of them) rather than adding copies.
-    /// A kind of fix that has now worked in two runs or more becomes (or updates) a pattern.
+    /// A kind of fix that has now worked in two runs or more becomes (or updates) a pattern:
+    /// of the scope's runs, or in the user's store (`across: true`) of every workspace's.
     /// Returns the ids written.
     pub fn remember(
         &self,
         scope: &str,
         run_id: &str,
         episodes: &[Memory],
+        across: bool,
     ) -> Result<Vec<String>, StoreError> {
         let tx = self.conn().unchecked_transaction()?;
         self.conn().execute(
@@ -215,9 +220,10 @@ impl Store {
             .filter(|m| matches!(m, Memory::Episode(e) if e.fix.is_some()))
             .map(sig_kind)
             .collect();
+        kinds.sort();
         kinds.dedup();
         for kind in kinds {
-            if let Some(id) = self.pattern(scope, &kind)? {
+            if let Some(id) = self.pattern(scope, &kind, across)? {
                 ids.push(id);
             }
         }
@@ -225,12 +231,14 @@ impl Store {
         Ok(ids)
     }
 
-    /// The pattern of `kind` in `scope`, written when two runs or more fixed that kind.
-    fn pattern(&self, scope: &str, kind: &str) -> Result<Option<String>, StoreError> {
+    /// The pattern of `kind` in `scope` (every scope when `across`), written when two runs or
+    /// more fixed that kind.
+    fn pattern(&self, scope: &str, kind: &str, across: bool) -> Result<Option<String>, StoreError> {
         let mut stmt = self.conn().prepare(
-            "SELECT run_id, record FROM memories WHERE scope = ?1 AND sig_kind = ?2 AND kind = 'episode' ORDER BY created_ms, id",
+            "SELECT run_id, record FROM memories WHERE (?3 OR scope = ?1) AND sig_kind = ?2 AND kind = 'episode' ORDER BY created_ms, id",
         )?;
-        let rows = stmt.query_map(params![scope, kind], |r| {
+        let scope = if across { USER_SCOPE } else { scope };
+        let rows = stmt.query_map(params![scope, kind, across], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
         })?;
         let mut runs: Vec<String> = Vec::new();
@@ -325,8 +333,9 @@ impl Store {
         Ok(row.and_then(|(k, run, scope, json)| row_record(k, run, scope, json)))
     }
 
-    /// Deletes a record and its words, overwriting the freed pages (`secure_delete`) and
-    /// checkpointing the WAL so its text is gone from the files too. Whether it existed.
+    /// Deletes a record and its words, overwriting the freed pages (`secure_delete`), merging
+    /// the index, and checkpointing the WAL so its text is gone from the files too. Whether
+    /// it existed. The merge makes a forget cost in proportion to the index (a rare act).
     pub fn forget(&self, id: &str) -> Result<bool, StoreError> {
         let conn = self.conn();
         let row: Option<i64> = conn
@@ -339,6 +348,13 @@ impl Store {
         let tx = conn.unchecked_transaction()?;
         conn.execute("DELETE FROM memories_fts WHERE rowid = ?1", [row])?;
         conn.execute("DELETE FROM memories WHERE id = ?1", [row])?;
+        // FTS5's secure-delete takes the record's entries out of the index, but a term can
+        // stay on its leaf page; merging the index into one new segment rewrites every
+        // page, and the old ones are zeroed as they are freed.
+        conn.execute(
+            "INSERT INTO memories_fts (memories_fts) VALUES ('optimize')",
+            [],
+        )?;
         tx.commit()?;
         conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
         Ok(true)
@@ -400,17 +416,19 @@ mod tests {
         );
         let other = episode("t.test_io", "OSError: disk full", None);
         assert_eq!(
-            store.remember("/w", "run_1", &[a.clone(), other]).unwrap(),
+            store
+                .remember("/w", "run_1", &[a.clone(), other], false)
+                .unwrap(),
             ["run_1-1", "run_1-2"]
         );
-        let ids = store.remember("/w", "run_2", &[b]).unwrap();
+        let ids = store.remember("/w", "run_2", &[b], false).unwrap();
         assert_eq!(ids.len(), 2, "{ids:?}");
         let pattern = store.memory(&ids[1]).unwrap().unwrap();
         assert!(
             matches!(&pattern.memory, Memory::Pattern(p) if p.count == 2 && p.runs == ["run_1", "run_2"])
         );
         // Recording run 1 again replaces its records.
-        store.remember("/w", "run_1", &[a]).unwrap();
+        store.remember("/w", "run_1", &[a], false).unwrap();
         let hits = store
             .recall(Some("/w"), "\"oserror\" OR \"disk\"", 10)
             .unwrap();

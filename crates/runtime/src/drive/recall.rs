@@ -150,13 +150,13 @@ impl Drive<'_> {
         .collect();
         let scope = scope_of(self.root);
         let (s, id, r) = (scope.clone(), run_id.to_string(), records.clone());
-        if let Some(Err(e)) = store.call(move |st| st.remember(&s, &id, &r)).await {
+        if let Some(Err(e)) = store.call(move |st| st.remember(&s, &id, &r, false)).await {
             tracing::warn!("memory: the run's records were not kept: {e}");
         }
         if self.config.memory.scope == MemoryScope::User {
             let id = run_id.to_string();
             let kept = tokio::task::spawn_blocking(move || {
-                open_user_store().and_then(|st| st.remember(&scope, &id, &records))
+                open_user_store().and_then(|st| st.remember(&scope, &id, &records, true))
             })
             .await;
             if !matches!(kept, Ok(Ok(_))) {
