@@ -42,6 +42,9 @@ pub const TRUSTED_KEYS: &[&str] = &[
     "sandbox",
     "git.commit",
     "git.remote",
+    // The user's records from every workspace would go into this workspace's prompts.
+    "memory.scope",
+    "memory.url",
 ];
 
 /// Keys a workspace file never sets, trusted or not: which secrets reach test processes,
