@@ -931,3 +931,23 @@ fn a_file_read_twice_appears_once_in_the_next_call_and_the_prefix_stays() {
         "[file calc.py lines 1-2: the same text is in the first message]"
     );
 }
+
+#[test]
+fn remembered_records_reach_the_coder_the_reflector_and_the_planner() {
+    const MEMORY: &str = "Remembered from earlier runs (the most relevant first):\n- [r-1] x\n\n";
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    // The driver sets the section before the baseline's result is stepped.
+    run.memory = MEMORY.into();
+    let e = step(&mut run, Event::TestsFinished(failing("a")));
+    assert!(coder_call(&e)[1].content.contains(MEMORY));
+    propose(&mut run, &edit_answer("a * b"));
+    let e = step(&mut run, Event::TestsFinished(failing("b")));
+    let Effect::CallModel { role, messages, .. } = &e[0] else {
+        panic!("{e:?}")
+    };
+    assert_eq!(*role, Role::Reflector);
+    assert!(messages[1].content.contains(MEMORY));
+    let (plan, _) = prompts::plan(&run, None);
+    assert!(plan[1].content.contains(MEMORY));
+}
