@@ -1,5 +1,5 @@
 //! Memory retrieval figures (docs/memory.md): the time a run's search takes (FTS5, BM25, the
-//! query `memory::query` makes of a failure's signature, the best 8) at 10,000 and 100,000
+//! words `memory::query_words` takes of a failure's signature, the best 8) at 10,000 and 100,000
 //! records, with the time to write them, the store's size and the time to forget one (which
 //! merges the index). Full text only: there are no vectors yet. Run with
 //! `cargo bench --bench memory`.
@@ -78,14 +78,14 @@ fn main() {
         fill(&store, have, n);
         let write = start.elapsed();
         have = n;
-        let queries: Vec<String> = (0..50)
-            .map(|k| memory::query(&[memory::signature(&failure(k * 977 + 13))]))
+        let queries: Vec<Vec<String>> = (0..50)
+            .map(|k| memory::query_words(&[memory::signature(&failure(k * 977 + 13))]))
             .collect();
         let mut times: Vec<f64> = queries
             .iter()
             .map(|q| {
                 let start = Instant::now();
-                let hits = store.recall(Some("/bench"), q, 8).expect("search");
+                let (_, hits) = store.recall_words(Some("/bench"), q, 8).expect("search");
                 assert!(!hits.is_empty());
                 start.elapsed().as_secs_f64() * 1000.0
             })

@@ -230,7 +230,8 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
 }
 
 /// 1,000 records through the runtime's API: one is about a renamed import in a settings
-/// loader; the rest are other failures, many of them import errors too.
+/// loader; the rest are other failures, many of them import errors too, and some share the
+/// function's name or the module's.
 #[test]
 fn search_ranks_the_right_record_first_among_a_thousand() {
     use agent_ls_core::memory::{Memory, episodes};
@@ -263,8 +264,13 @@ fn search_ranks_the_right_record_first_among_a_thousand() {
     };
     let target = 617;
     for i in 0..1000 {
+        // Decoys that share half of the target's words.
         let message = if i == target {
             "ImportError: cannot import name 'parse_config' from 'settings.loader'".to_string()
+        } else if i % 50 == 1 {
+            "TypeError: parse_config() missing 1 required positional argument".to_string()
+        } else if i % 50 == 2 {
+            format!("ImportError: cannot import name 'load_{i}' from 'settings.loader'")
         } else {
             format!(
                 "{}: cannot use '{}_{i}' from '{}.{}'",
@@ -302,7 +308,9 @@ fn search_ranks_the_right_record_first_among_a_thousand() {
         format!("run_{target:04}-1"),
         "{hits:#}"
     );
-    assert!(hits[0]["score"].as_f64().unwrap() > hits[1]["score"].as_f64().unwrap());
+    if let Some(second) = hits.get(1) {
+        assert!(hits[0]["score"].as_f64().unwrap() > second["score"].as_f64().unwrap());
+    }
 }
 
 #[test]

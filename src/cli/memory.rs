@@ -91,9 +91,9 @@ pub fn run(
             }
         }
         Action::Search { query, limit } => {
-            let q = fts_query(&query);
+            let words = agent_ls_core::memory::words_of(&query);
             let hits: Vec<Hit> = match &store {
-                Some(s) => s.recall(None, &q, limit)?,
+                Some(s) => s.recall_words(None, &words, limit)?.1,
                 None => Vec::new(),
             };
             if json {
@@ -148,15 +148,4 @@ fn forget(id: &str, workspace: Option<PathBuf>, json: bool) -> anyhow::Result<Ex
     } else {
         ExitCode::FAILURE
     })
-}
-
-/// A person's query as an FTS5 expression: its words, each quoted (so punctuation cannot
-/// make a syntax error), any of them matching.
-fn fts_query(query: &str) -> String {
-    query
-        .split(|c: char| !c.is_alphanumeric() && c != '_')
-        .filter(|w| !w.is_empty())
-        .map(|w| format!("\"{}\"", w.to_lowercase()))
-        .collect::<Vec<_>>()
-        .join(" OR ")
 }

@@ -234,10 +234,10 @@ pub fn search_text(m: &Memory) -> String {
     }
 }
 
-/// The FTS5 query for the current failures: their signatures' words, each quoted, joined by
-/// OR so BM25 ranks the records sharing most (and rarest) of them first. Words of one or two
-/// characters and placeholders are left out; at most 40 words.
-pub fn query(signatures: &[Signature]) -> String {
+/// The words the current failures are searched by: their signatures' words as the index
+/// splits them (letters and digits; `test_add` is "test" and "add"), lower case, without
+/// words of one or two characters and placeholders, each once, at most 40.
+pub fn query_words(signatures: &[Signature]) -> Vec<String> {
     let mut words: Vec<String> = Vec::new();
     for s in signatures {
         let text = format!(
@@ -247,19 +247,37 @@ pub fn query(signatures: &[Signature]) -> String {
             s.message,
             s.frames.join(" ")
         );
-        for w in text.split(|c: char| !c.is_alphanumeric() && c != '_') {
-            let w = w.to_lowercase();
-            if w.chars().count() > 2 && w != "tmp" && !words.contains(&w) {
+        for w in words_of(&text) {
+            if w != "tmp" && !words.contains(&w) {
                 words.push(w);
             }
         }
     }
     words.truncate(40);
     words
+}
+
+/// A text's words as the full-text index splits them, lower case, longer than two characters.
+pub fn words_of(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() > 2)
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// An FTS5 expression matching any of `words`, each quoted so no word is read as syntax; BM25
+/// then ranks the records sharing most (and rarest) of them first.
+pub fn fts_query(words: &[String]) -> String {
+    words
         .iter()
-        .map(|w| format!("\"{w}\""))
+        .map(|w| format!("\"{}\"", w.replace('"', "")))
         .collect::<Vec<_>>()
         .join(" OR ")
+}
+
+/// The FTS5 query for the current failures.
+pub fn query(signatures: &[Signature]) -> String {
+    fts_query(&query_words(signatures))
 }
 
 /// A record that entered a prompt: for the journal.
@@ -504,7 +522,7 @@ mod tests {
         ));
         assert_eq!(
             query(&[s]),
-            "\"test_add\" OR \"assertionerror\" OR \"calc\""
+            "\"test\" OR \"add\" OR \"assertionerror\" OR \"calc\""
         );
     }
 

@@ -305,6 +305,49 @@ impl Store {
         Ok(hits)
     }
 
+    /// The records that best match `words` (`memory::query_words`), best first, and the
+    /// query they were searched with. Words in more than a quarter of the records (and
+    /// over 50) are left out, as stop words are: their inverse document frequency is small,
+    /// so they barely change BM25's ranking, yet every record they match must be scored,
+    /// which at 100,000 records is most of a search's time. At most the 12 rarest words are kept; when every word is that common,
+    /// the 3 rarest.
+    pub fn recall_words(
+        &self,
+        scope: Option<&str>,
+        words: &[String],
+        limit: usize,
+    ) -> Result<(String, Vec<Hit>), StoreError> {
+        let total: i64 = self
+            .conn()
+            .query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?;
+        let cap = (total / 4).max(50);
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT doc FROM memories_vocab WHERE term = ?1")?;
+        let mut counted: Vec<(i64, &String)> = Vec::new();
+        for w in words {
+            let df: Option<i64> = stmt.query_row([w], |r| r.get(0)).optional()?;
+            if let Some(df) = df.filter(|d| *d > 0) {
+                counted.push((df, w));
+            }
+        }
+        counted.sort();
+        let rare: Vec<String> = counted
+            .iter()
+            .filter(|(df, _)| *df <= cap)
+            .take(12)
+            .map(|(_, w)| (*w).clone())
+            .collect();
+        let kept = if rare.is_empty() {
+            counted.iter().take(3).map(|(_, w)| (*w).clone()).collect()
+        } else {
+            rare
+        };
+        let query = memory::fts_query(&kept);
+        let hits = self.recall(scope, &query, limit)?;
+        Ok((query, hits))
+    }
+
     /// The newest records first, at most `limit`.
     pub fn memories(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
         let mut stmt = self.conn().prepare(

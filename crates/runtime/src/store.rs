@@ -111,7 +111,8 @@ const MIGRATIONS: [&str; 8] = [
      CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5 (
         body, content = '', contentless_delete = 1
      );
-     INSERT INTO memories_fts (memories_fts, rank) VALUES ('secure-delete', 1);",
+     INSERT INTO memories_fts (memories_fts, rank) VALUES ('secure-delete', 1);
+     CREATE VIRTUAL TABLE IF NOT EXISTS memories_vocab USING fts5vocab (memories_fts, row);",
 ];
 
 impl Store {
