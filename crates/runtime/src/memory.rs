@@ -280,24 +280,26 @@ impl Store {
         if query.trim().is_empty() {
             return Ok(Vec::new());
         }
+        // The ids and scores first, so sorting the matches moves two numbers a row rather
+        // than each record's JSON; then the records of the best.
         let mut stmt = self.conn().prepare_cached(
-            "SELECT m.key, m.run_id, m.scope, m.record, bm25(memories_fts) AS s
+            "SELECT m.id, bm25(memories_fts) AS s
              FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
              WHERE memories_fts MATCH ?1 AND (?2 IS NULL OR m.scope = ?2)
              ORDER BY s LIMIT ?3",
         )?;
-        let rows = stmt.query_map(params![query, scope, limit as i64], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, f64>(4)?,
-            ))
-        })?;
+        let best: Vec<(i64, f64)> = stmt
+            .query_map(params![query, scope, limit as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect::<Result<_, _>>()?;
+        let mut get = self
+            .conn()
+            .prepare_cached("SELECT key, run_id, scope, record FROM memories WHERE id = ?1")?;
         let mut hits = Vec::new();
-        for row in rows {
-            let (key, run, scope, json, s) = row?;
+        for (id, s) in best {
+            let (key, run, scope, json) =
+                get.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
             if let Some(record) = row_record(key, run, scope, json) {
                 hits.push(Hit { record, score: -s });
             }
