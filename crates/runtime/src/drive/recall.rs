@@ -16,6 +16,8 @@ use crate::tests_run::RunResult;
 
 /// The most records a search brings back; the byte budget decides how many are shown.
 const RECALL: usize = 8;
+/// How long a search waits for the store (a healthy one answers in milliseconds).
+const RECALL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What a run met and tried, redacted as it is taken.
 #[derive(Default)]
@@ -95,28 +97,31 @@ impl Drive<'_> {
             return;
         };
         let signatures: Vec<_> = trail.failures.iter().map(memory::signature).collect();
-        let query = memory::query(&signatures);
+        let words = memory::query_words(&signatures);
         let scope = scope_of(self.root);
-        let q = query.clone();
-        let mut hits = match store
-            .call(move |s| s.recall(Some(&scope), &q, RECALL))
-            .await
-        {
-            Some(Ok(h)) => h,
-            Some(Err(e)) => {
+        let w = words.clone();
+        let searched = store.call(move |s| s.recall_words(Some(&scope), &w, RECALL));
+        // A store another process holds locked gets a moment, then the run goes on without
+        // memory: a record never stalls a run.
+        let (query, mut hits) = match tokio::time::timeout(RECALL_WAIT, searched).await {
+            Ok(Some(Ok(found))) => found,
+            Ok(Some(Err(e))) => {
                 tracing::warn!("memory: the search failed: {e}");
-                Vec::new()
+                (memory::fts_query(&words), Vec::new())
             }
-            None => Vec::new(),
+            Ok(None) => (memory::fts_query(&words), Vec::new()),
+            Err(_) => {
+                tracing::warn!("memory: the store is busy; this run goes on without memory");
+                (memory::fts_query(&words), Vec::new())
+            }
         };
         if self.config.memory.scope == MemoryScope::User {
-            let q = query.clone();
             let user = tokio::task::spawn_blocking(move || {
-                open_user_store().and_then(|s| s.recall(None, &q, RECALL))
+                open_user_store().and_then(|s| s.recall_words(None, &words, RECALL))
             })
             .await;
             match user {
-                Ok(Ok(h)) => hits.extend(h),
+                Ok(Ok((_, h))) => hits.extend(h),
                 Ok(Err(e)) => tracing::warn!("memory: the user's store failed: {e}"),
                 Err(e) => tracing::warn!("memory: the user's store failed: {e}"),
             }
@@ -150,9 +155,10 @@ impl Drive<'_> {
         .collect();
         let scope = scope_of(self.root);
         let (s, id, r) = (scope.clone(), run_id.to_string(), records.clone());
-        if let Some(Err(e)) = store.call(move |st| st.remember(&s, &id, &r, false)).await {
-            tracing::warn!("memory: the run's records were not kept: {e}");
-        }
+        // Written on the store's thread like the run's other records, without waiting for it.
+        store.send("the run's memory", move |st| {
+            st.remember(&s, &id, &r, false).map(|_| ())
+        });
         if self.config.memory.scope == MemoryScope::User {
             let id = run_id.to_string();
             let kept = tokio::task::spawn_blocking(move || {
