@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use agent_ls::cli::setup::or_exit_1;
 use agent_ls::cli::{
-    apply, commit, config, doctor, git, headless, review, runs, serve, stats, trust, undo,
+    apply, commit, config, doctor, git, headless, memory, review, runs, serve, stats, trust, undo,
 };
 use agent_ls_runtime::drive::ReviewTarget;
 use agent_ls_runtime::trust::Decision;
@@ -67,6 +67,21 @@ enum Command {
         workspace: Option<PathBuf>,
         /// Print JSON.
         #[arg(long)]
+        json: bool,
+    },
+    /// What earlier runs remembered (docs/memory.md): list, search, show, forget, export.
+    Memory {
+        #[command(subcommand)]
+        action: memory::Action,
+        /// The project (default: the current directory).
+        #[arg(long, global = true)]
+        workspace: Option<PathBuf>,
+        /// The user's store (every workspace's records, `memory.scope = "user"`) instead of
+        /// the workspace's.
+        #[arg(long, global = true)]
+        user: bool,
+        /// Print JSON.
+        #[arg(long, global = true)]
         json: bool,
     },
     /// Figures per run and over all runs: tokens, model time, test time, iterations, pass
@@ -236,6 +251,12 @@ fn main() -> ExitCode {
             yes,
         } => headless::replay(journal, workspace, json, yes),
         Command::Runs { workspace, json } => or_exit_1(runs::run(workspace, json)),
+        Command::Memory {
+            action,
+            workspace,
+            user,
+            json,
+        } => or_exit_1(memory::run(action, workspace, user, json)),
         Command::Trust { dir } => or_exit_1(trust::run(dir, Decision::Trusted)),
         Command::Untrust { dir } => or_exit_1(trust::run(dir, Decision::Unknown)),
         Command::Doctor { workspace, json } => or_exit_1(doctor::run(workspace, json)),

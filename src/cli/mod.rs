@@ -7,6 +7,7 @@ pub mod config;
 pub mod doctor;
 pub mod git;
 pub mod headless;
+pub mod memory;
 pub mod review;
 pub mod run;
 pub mod runs;

@@ -125,6 +125,12 @@ pub enum RunEvent {
         commit: String,
         left_out: Vec<String>,
     },
+    /// Records remembered from earlier runs entered the prompts (docs/memory.md): the query
+    /// for the current failures, and each record used with its score.
+    Memory {
+        query: String,
+        used: Vec<crate::memory::Used>,
+    },
     /// An applied change became this step of the history. Live only.
     Step {
         step: u64,
@@ -234,6 +240,7 @@ impl RunEvent {
             | RunEvent::Patch { .. }
             | RunEvent::Finished { .. }
             | RunEvent::Checkpoint { .. }
+            | RunEvent::Memory { .. }
             | RunEvent::Step { .. } => "agent",
         }
     }
@@ -260,6 +267,7 @@ impl RunEvent {
             RunEvent::TestResult { .. } => "test_result",
             RunEvent::Finished { .. } => "finished",
             RunEvent::Checkpoint { .. } => "checkpoint",
+            RunEvent::Memory { .. } => "memory",
             RunEvent::Step { .. } => "step",
             RunEvent::Undone { redo: true, .. } => "redo",
             RunEvent::Undone { .. } => "undo",

@@ -11,12 +11,15 @@
 //! - `events`: what happens in a run (`RunEvent`), and its wire form for the journal and the
 //!   live run views.
 //! - `test_output`: test-run output to failures (`parse`), and the report a model reads.
+//! - `memory`: failure signatures, the episode records a run leaves, the full-text query and
+//!   the prompt section of remembered records within a byte budget.
 //! - `syntax` and `repomap`: tree-sitter parsing, tags and the ranking behind the repo map.
 
 pub mod agent;
 pub mod conversation;
 pub mod edit;
 pub mod events;
+pub mod memory;
 pub mod repomap;
 pub mod syntax;
 pub mod test_output;

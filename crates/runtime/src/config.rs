@@ -42,6 +42,9 @@ pub const TRUSTED_KEYS: &[&str] = &[
     "sandbox",
     "git.commit",
     "git.remote",
+    // The user's records from every workspace would go into this workspace's prompts.
+    "memory.scope",
+    "memory.url",
 ];
 
 /// Keys a workspace file never sets, trusted or not: which secrets reach test processes,
@@ -112,6 +115,7 @@ pub struct Config {
     pub test: TestConfig,
     pub sandbox: SandboxConfig,
     pub git: GitConfig,
+    pub memory: MemoryConfig,
     /// Model server addresses a workspace file named (in a trusted folder): no API key is ever
     /// sent to them. Not a configuration key; filled in when the layers are merged.
     #[serde(skip)]
@@ -252,6 +256,54 @@ impl Default for GitConfig {
             isolation: Isolation::None,
         }
     }
+}
+
+/// Memory across runs (docs/memory.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Remember each run's failures and fixes, and show earlier ones to the models.
+    pub enabled: bool,
+    /// The most bytes of remembered records a prompt shows.
+    pub max_bytes: usize,
+    /// Whose records a run sees: this workspace's, or also the user's from every workspace.
+    pub scope: MemoryScope,
+    /// A PostgreSQL store for a team. Not available yet: any value is refused with that
+    /// reason, so a workspace file cannot name a server either.
+    #[serde(
+        deserialize_with = "refuse_memory_url",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub url: Option<String>,
+}
+
+fn refuse_memory_url<'de, D: serde::Deserializer<'de>>(_: D) -> Result<Option<String>, D::Error> {
+    Err(serde::de::Error::custom(
+        "a PostgreSQL memory store (memory.url) is not available yet; remove the key to use the \
+         embedded SQLite store (docs/memory.md)",
+    ))
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            enabled: true,
+            max_bytes: 4096,
+            scope: MemoryScope::Workspace,
+            url: None,
+        }
+    }
+}
+
+/// Whose records a run sees (`memory.scope`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryScope {
+    /// The workspace's own records (by its git remote, else its folder).
+    #[default]
+    Workspace,
+    /// Also the user's records from every workspace, kept in the user's data folder.
+    User,
 }
 
 /// When a successful run's files are committed (`git.commit`).

@@ -11,6 +11,7 @@
 //! - `config`: layered configuration; `files`: workspace paths and atomic writes.
 //! - `git`: checkpoints of the working tree, a run's diff and its rollback, via `git`.
 //! - `child`: the clean signal state every process we start begins with.
+//! - `memory`: records of earlier runs' failures and fixes, searched with FTS5 (BM25).
 //! - `repomap`, `tokens`, `logging`.
 
 pub mod child;
@@ -22,6 +23,7 @@ pub mod journal;
 pub mod lock;
 pub mod logging;
 pub mod mcp_client;
+pub mod memory;
 pub mod model;
 pub mod repomap;
 pub mod steps;

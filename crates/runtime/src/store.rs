@@ -32,7 +32,7 @@ pub enum StoreError {
 
 /// The store's schema, one migration per version: `MIGRATIONS[n]` takes a store from
 /// `user_version` n to n + 1, in one transaction.
-const MIGRATIONS: [&str; 8] = [
+const MIGRATIONS: [&str; 9] = [
     "CREATE TABLE IF NOT EXISTS steps (
         id INTEGER PRIMARY KEY,
         run_id TEXT NOT NULL,
@@ -108,12 +108,36 @@ const MIGRATIONS: [&str; 8] = [
         p3 INTEGER NOT NULL DEFAULT 0,
         created_ms INTEGER NOT NULL
      );",
+    // Memory across runs (docs/memory.md): one row per record (`memory::Record` as JSON, its
+    // secrets already redacted), and its words in a contentless FTS5 index whose rowid is the
+    // row's id; `secure-delete` makes a forgotten record's words leave the index's pages too.
+    "CREATE TABLE IF NOT EXISTS memories (
+        id INTEGER PRIMARY KEY,
+        key TEXT NOT NULL UNIQUE,
+        scope TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        sig_kind TEXT NOT NULL,
+        record TEXT NOT NULL,
+        created_ms INTEGER NOT NULL
+     );
+     CREATE INDEX IF NOT EXISTS memories_scope ON memories (scope, sig_kind);
+     CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5 (
+        body, content = '', contentless_delete = 1
+     );
+     INSERT INTO memories_fts (memories_fts, rank) VALUES ('secure-delete', 1);
+     CREATE VIRTUAL TABLE IF NOT EXISTS memories_vocab USING fts5vocab (memories_fts, row);",
 ];
 
 impl Store {
     /// Opens (or creates) the store. The second value says what was moved aside, if anything.
     pub fn open(root: &Path) -> Result<(Store, Option<String>), StoreError> {
-        let path = root.join(FILE);
+        Store::open_file(&root.join(FILE))
+    }
+
+    /// Opens (or creates) a store at `path`: the workspace's, or the user's memory store.
+    pub fn open_file(path: &Path) -> Result<(Store, Option<String>), StoreError> {
+        let path = path.to_path_buf();
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Open(path.clone(), e.to_string()))?;
@@ -146,6 +170,11 @@ impl Store {
         let store = Store { conn };
         store.migrate()?;
         Ok((store, notice))
+    }
+
+    /// The connection, for the modules that keep their own tables in the store (`memory`).
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
     }
 
     fn migrate(&self) -> Result<(), StoreError> {

@@ -460,6 +460,11 @@ pub struct Run {
     #[serde(default)]
     pub proposal: u64,
     pub files_changed: Vec<String>,
+    /// What earlier runs remembered about the current failures (`memory::section`), set by
+    /// the driver once the failures are known; shown to the planner, the coder and the
+    /// reflector.
+    #[serde(default)]
+    pub memory: String,
     pub warned_budget: bool,
     /// The coder's tool calls and their results in the current turn, after its prompt.
     #[serde(default)]
@@ -532,6 +537,7 @@ impl Run {
             refused: Vec::new(),
             proposal: 0,
             files_changed: Vec::new(),
+            memory: String::new(),
             warned_budget: false,
             exchange: Vec::new(),
             tool_steps: 0,

@@ -114,6 +114,7 @@ pub fn code(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
             t.failed_count, t.passed_count, t.report
         ));
     }
+    user.push_str(&run.memory);
     let (files, shown) = fixed_context(run, &run.agent.tools, system.len() + user.len());
     user.push_str(&files);
     let mut messages = vec![Message::system(system), Message::user(user)];
@@ -150,8 +151,8 @@ pub fn reflect(run: &Run) -> Vec<Message> {
     vec![
         Message::system(run.prompts.get("reflector")),
         Message::user(format!(
-            "Goal: {}\nIteration {} of {}.\nTest output after the last change:\n{report}",
-            run.goal, run.iterations, run.budget.max_iterations
+            "Goal: {}\nIteration {} of {}.\nTest output after the last change:\n{report}\n{}",
+            run.goal, run.iterations, run.budget.max_iterations, run.memory
         )),
     ]
 }
@@ -256,7 +257,7 @@ pub fn plan<'r>(
     parse_error: Option<&str>,
 ) -> (Vec<Message>, Vec<(&'r str, &'r str)>) {
     let system = run.prompts.get("planner");
-    let head = format!("Goal: {}\n\n", run.goal);
+    let head = format!("Goal: {}\n\n{}", run.goal, run.memory);
     let tools = run.agent.reading_tools();
     let (files, shown) = fixed_context(run, &tools, system.len() + head.len());
     let mut messages = vec![

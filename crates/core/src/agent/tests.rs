@@ -1082,3 +1082,23 @@ fn a_review_reads_the_git_diff_and_checks_its_lines_against_the_new_text() {
             .contains("past the end of calc.py (2 lines)")
     );
 }
+
+#[test]
+fn remembered_records_reach_the_coder_the_reflector_and_the_planner() {
+    const MEMORY: &str = "Remembered from earlier runs (the most relevant first):\n- [r-1] x\n\n";
+    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    step(&mut run, Event::Start);
+    // The driver sets the section before the baseline's result is stepped.
+    run.memory = MEMORY.into();
+    let e = step(&mut run, Event::TestsFinished(failing("a")));
+    assert!(coder_call(&e)[1].content.contains(MEMORY));
+    propose(&mut run, &edit_answer("a * b"));
+    let e = step(&mut run, Event::TestsFinished(failing("b")));
+    let Effect::CallModel { role, messages, .. } = &e[0] else {
+        panic!("{e:?}")
+    };
+    assert_eq!(*role, Role::Reflector);
+    assert!(messages[1].content.contains(MEMORY));
+    let (plan, _) = prompts::plan(&run, None);
+    assert!(plan[1].content.contains(MEMORY));
+}

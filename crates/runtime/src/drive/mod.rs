@@ -7,6 +7,7 @@
 
 mod checkpoint;
 mod observer;
+mod recall;
 mod review_target;
 mod setup;
 
@@ -181,6 +182,8 @@ struct Going<'o> {
     /// The run's git checkpoint, taken before its first write.
     git: checkpoint::GitState,
     run_id: String,
+    /// What the run met and tried, for memory across runs.
+    trail: recall::Trail,
 }
 
 /// How a drive begins: a new run, a resumed one, or a review of a given diff.
@@ -285,6 +288,7 @@ impl Drive<'_> {
             mcp,
             git: checkpoint::GitState::NotYet,
             run_id: run_id.to_string(),
+            trail: recall::Trail::new(self),
         }
     }
 
@@ -356,14 +360,23 @@ impl Drive<'_> {
                 g.offered = tools.clone();
                 g.offered.extend(mcp_specs.iter().map(|s| s.name.clone()));
                 let call = (role, messages, tools, mcp_specs);
-                self.call_model(
-                    run,
-                    call,
-                    &mut g.observer,
-                    &mut g.totals,
-                    &mut g.failure_kind,
-                )
-                .await
+                let event = self
+                    .call_model(
+                        run,
+                        call,
+                        &mut g.observer,
+                        &mut g.totals,
+                        &mut g.failure_kind,
+                    )
+                    .await;
+                if let Event::ModelAnswered {
+                    role: Role::Reflector,
+                    text,
+                } = &event
+                {
+                    g.trail.reflected(text);
+                }
+                event
             }
             Effect::RunTools(calls) => {
                 let tools = (g.offered.as_slice(), &g.mcp);
@@ -372,6 +385,7 @@ impl Drive<'_> {
             }
             Effect::Locate(plan) => self.locate(&plan, shell).await,
             Effect::AskApproval { changes, diff } => {
+                g.trail.proposed(&diff);
                 self.approve(run, &changes, &diff, shell, &mut g.observer)
                     .await
             }
@@ -394,8 +408,14 @@ impl Drive<'_> {
             Effect::RunTests => {
                 let baseline = run.phase == agent::Phase::Baseline;
                 let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
-                self.run_tests(shell, observer, kind, baseline, &mut g.last_tests)
-                    .await
+                let event = self
+                    .run_tests(shell, observer, kind, baseline, &mut g.last_tests)
+                    .await;
+                if matches!(event, Event::TestsFinished(_)) && g.trail.tested(g.last_tests.as_ref())
+                {
+                    self.recall(run, &g.trail, &mut g.observer).await;
+                }
+                event
             }
         };
         Next::Event(event)
@@ -412,6 +432,8 @@ impl Drive<'_> {
     ) -> Outcome {
         let branch = self.record_run_files(&mut going, &run.files_changed).await;
         let checkpoint = going.git.id();
+        let status = RunStatus::from_phase(phase);
+        self.remember(run, &going.trail, status, &run_id).await;
         let Going {
             mut observer,
             totals,
@@ -420,7 +442,6 @@ impl Drive<'_> {
             ..
         } = going;
         mcp.shutdown().await;
-        let status = RunStatus::from_phase(phase);
         if run.partial {
             failure_kind = Some(FailureKind::Partial);
         }

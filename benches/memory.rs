@@ -1,0 +1,115 @@
+//! Memory retrieval figures (docs/memory.md): the time a run's search takes (FTS5, BM25, the
+//! words `memory::query_words` takes of a failure's signature, the best 8) at 10,000 and 100,000
+//! records, with the time to write them, the store's size and the time to forget one (which
+//! merges the index). Full text only: there are no vectors yet. Run with
+//! `cargo bench --bench memory`.
+
+use std::time::Instant;
+
+use agent_ls_core::memory::{self, Memory, episodes};
+use agent_ls_core::test_output::{Failure, Location};
+use agent_ls_runtime::store::Store;
+
+const WORDS: [&str; 16] = [
+    "config", "loader", "parser", "client", "cache", "settings", "router", "model", "session",
+    "token", "schema", "index", "query", "worker", "queue", "render",
+];
+const KINDS: [&str; 6] = [
+    "ImportError",
+    "AssertionError",
+    "KeyError",
+    "TypeError",
+    "ValueError",
+    "AttributeError",
+];
+
+fn failure(i: usize) -> Failure {
+    let w = |k: usize| WORDS[(i * k + i / 7) % WORDS.len()];
+    Failure {
+        test_id: format!("tests.test_{}.Test{}.test_{}_{i}", w(1), w(3), w(5)),
+        location: Some(Location {
+            file: format!("tests/test_{}.py", w(1)),
+            line: (i % 300) as u32 + 1,
+            column: None,
+        }),
+        message: format!(
+            "{}: cannot use '{}_{i}' from '{}.{}' in {} {}",
+            KINDS[i % KINDS.len()],
+            w(7),
+            w(11),
+            w(13),
+            w(2),
+            w(9)
+        ),
+        frames: vec![Location {
+            file: format!("app/{}/{}.py", w(3), w(5)),
+            line: 10,
+            column: None,
+        }],
+    }
+}
+
+fn fill(store: &Store, from: usize, to: usize) {
+    for batch in (from..to).step_by(1000) {
+        let records: Vec<Memory> = (batch..(batch + 1000).min(to))
+            .flat_map(|i| {
+                episodes(
+                    &[failure(i)],
+                    &[format!("app/{}.py", WORDS[i % WORDS.len()])],
+                    &[],
+                    None,
+                    "failed",
+                )
+            })
+            .map(Memory::Episode)
+            .collect();
+        store
+            .remember("/bench", &format!("run_{batch:06}"), &records, false)
+            .expect("records written");
+    }
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (store, _) = Store::open(dir.path()).expect("store");
+    let mut have = 0;
+    for n in [10_000, 100_000] {
+        let start = Instant::now();
+        fill(&store, have, n);
+        let write = start.elapsed();
+        have = n;
+        let queries: Vec<Vec<String>> = (0..50)
+            .map(|k| memory::query_words(&[memory::signature(&failure(k * 977 + 13))]))
+            .collect();
+        let mut times: Vec<f64> = queries
+            .iter()
+            .map(|q| {
+                let start = Instant::now();
+                let (_, hits) = store.recall_words(Some("/bench"), q, 8).expect("search");
+                assert!(!hits.is_empty());
+                start.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        let size: u64 = ["store.sqlite", "store.sqlite-wal"]
+            .iter()
+            .filter_map(|f| std::fs::metadata(dir.path().join(".agent-ls").join(f)).ok())
+            .map(|m| m.len())
+            .sum();
+        println!(
+            "memory: {n:>7} records: search median {:.2} ms, p90 {:.2} ms, max {:.2} ms (50 queries); \
+             written in {:.1} s; store {:.1} MB",
+            times[times.len() / 2],
+            times[times.len() * 9 / 10],
+            times[times.len() - 1],
+            write.as_secs_f64(),
+            size as f64 / 1e6
+        );
+    }
+    let start = Instant::now();
+    assert!(store.forget("run_050000-1").expect("forget"));
+    println!(
+        "memory: forgetting one record of 100,000 (index merged): {:.0} ms",
+        start.elapsed().as_secs_f64() * 1000.0
+    );
+}

@@ -1,0 +1,173 @@
+//! The driver's side of memory across runs (docs/memory.md): what the run tries is kept as it
+//! goes (`Trail`), the records matching its first failures are recalled into `Run::memory`
+//! once those are known (journaled with their scores), and its episodes are remembered when
+//! it ends. Best effort throughout: a store that fails costs the memory, never the run.
+
+use agent_ls_core::agent::{Run, RunStatus};
+use agent_ls_core::events::RunEvent;
+use agent_ls_core::memory::{self, Attempt, Memory};
+use agent_ls_core::test_output::Failure;
+
+use super::Drive;
+use super::observer::Observer;
+use crate::config::MemoryScope;
+use crate::memory::{known_secrets, merge_hits, open_user_store, redact, redact_memory, scope_of};
+use crate::tests_run::RunResult;
+
+/// The most records a search brings back; the byte budget decides how many are shown.
+const RECALL: usize = 8;
+/// How long a search waits for the store (a healthy one answers in milliseconds).
+const RECALL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What a run met and tried, redacted as it is taken.
+#[derive(Default)]
+pub(super) struct Trail {
+    secrets: Vec<String>,
+    /// The failures of the first test run that failed.
+    failures: Vec<Failure>,
+    attempts: Vec<Attempt>,
+    /// The diff of the change last proposed, until a test run says what became of it.
+    proposed: Option<String>,
+    fix: Option<String>,
+}
+
+impl Trail {
+    pub(super) fn new(drive: &Drive<'_>) -> Trail {
+        Trail {
+            secrets: if drive.config.memory.enabled {
+                known_secrets(drive.config)
+            } else {
+                Vec::new()
+            },
+            ..Trail::default()
+        }
+    }
+
+    pub(super) fn proposed(&mut self, diff: &str) {
+        self.proposed = Some(redact(diff, &self.secrets));
+    }
+
+    /// The reflector's answer, for the attempt it reflects on.
+    pub(super) fn reflected(&mut self, text: &str) {
+        if let Some(a) = self.attempts.last_mut()
+            && a.reflection.is_none()
+        {
+            a.reflection = Some(redact(text, &self.secrets));
+        }
+    }
+
+    /// A test run's result: the change before it failed or worked. True when these are the
+    /// run's first failures, which are what memory is searched for.
+    pub(super) fn tested(&mut self, result: Option<&RunResult>) -> bool {
+        let Some(r) = result else {
+            return false;
+        };
+        if r.passed_all() {
+            self.fix = self.proposed.take();
+            return false;
+        }
+        if let Some(diff) = self.proposed.take() {
+            self.attempts.push(Attempt {
+                diff,
+                reflection: None,
+            });
+        }
+        if !self.failures.is_empty() || r.failures.is_empty() {
+            return false;
+        }
+        self.failures = r
+            .failures
+            .iter()
+            .map(|f| Failure {
+                test_id: redact(&f.test_id, &self.secrets),
+                location: f.location.clone(),
+                message: redact(&f.message, &self.secrets),
+                frames: f.frames.clone(),
+            })
+            .collect();
+        true
+    }
+}
+
+impl Drive<'_> {
+    /// Searches the workspace's records (and the user's, for `memory.scope = "user"`) for the
+    /// run's first failures, and sets what the prompts show of them.
+    pub(super) async fn recall(&self, run: &mut Run, trail: &Trail, observer: &mut Observer<'_>) {
+        let (Some(store), true) = (self.record, self.config.memory.enabled) else {
+            return;
+        };
+        let signatures: Vec<_> = trail.failures.iter().map(memory::signature).collect();
+        let words = memory::query_words(&signatures);
+        let scope = scope_of(self.root);
+        let w = words.clone();
+        let searched = store.call(move |s| s.recall_words(Some(&scope), &w, RECALL));
+        // A store another process holds locked gets a moment, then the run goes on without
+        // memory: a record never stalls a run.
+        let (query, mut hits) = match tokio::time::timeout(RECALL_WAIT, searched).await {
+            Ok(Some(Ok(found))) => found,
+            Ok(Some(Err(e))) => {
+                tracing::warn!("memory: the search failed: {e}");
+                (memory::fts_query(&words), Vec::new())
+            }
+            Ok(None) => (memory::fts_query(&words), Vec::new()),
+            Err(_) => {
+                tracing::warn!("memory: the store is busy; this run goes on without memory");
+                (memory::fts_query(&words), Vec::new())
+            }
+        };
+        if self.config.memory.scope == MemoryScope::User {
+            let user = tokio::task::spawn_blocking(move || {
+                open_user_store().and_then(|s| s.recall_words(None, &words, RECALL))
+            })
+            .await;
+            match user {
+                Ok(Ok((_, h))) => hits.extend(h),
+                Ok(Err(e)) => tracing::warn!("memory: the user's store failed: {e}"),
+                Err(e) => tracing::warn!("memory: the user's store failed: {e}"),
+            }
+        }
+        let hits = merge_hits(hits, RECALL);
+        let (section, used) = memory::section(&hits, self.config.memory.max_bytes);
+        run.memory = section;
+        observer.record(RunEvent::Memory { query, used });
+    }
+
+    /// Keeps the run's episodes: in the workspace's store, and in the user's for
+    /// `memory.scope = "user"`.
+    pub(super) async fn remember(&self, run: &Run, trail: &Trail, status: RunStatus, run_id: &str) {
+        let (Some(store), true) = (self.record, self.config.memory.enabled) else {
+            return;
+        };
+        if trail.failures.is_empty() {
+            return;
+        }
+        let fix = trail.fix.as_deref().filter(|_| status == RunStatus::Done);
+        let files: Vec<String> = run.files_changed.clone();
+        let records: Vec<Memory> = memory::episodes(
+            &trail.failures,
+            &files,
+            &trail.attempts,
+            fix,
+            status.as_str(),
+        )
+        .into_iter()
+        .map(|e| redact_memory(&Memory::Episode(e), &trail.secrets))
+        .collect();
+        let scope = scope_of(self.root);
+        let (s, id, r) = (scope.clone(), run_id.to_string(), records.clone());
+        // Written on the store's thread like the run's other records, without waiting for it.
+        store.send("the run's memory", move |st| {
+            st.remember(&s, &id, &r, false).map(|_| ())
+        });
+        if self.config.memory.scope == MemoryScope::User {
+            let id = run_id.to_string();
+            let kept = tokio::task::spawn_blocking(move || {
+                open_user_store().and_then(|st| st.remember(&scope, &id, &records, true))
+            })
+            .await;
+            if !matches!(kept, Ok(Ok(_))) {
+                tracing::warn!("memory: the run's records were not kept in the user's store");
+            }
+        }
+    }
+}

@@ -1,0 +1,509 @@
+//! Memory across runs, the IO half (docs/memory.md): records kept in a store's `memories`
+//! table with their words in an FTS5 index, searched with BM25; the workspace's scope (its git
+//! remote, else its folder); the user's own store for `memory.scope = "user"`; and the
+//! redaction every record goes through before it is written. What a record holds and what
+//! enters a prompt are decided in `agent_ls_core::memory`.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{OptionalExtension, params};
+
+use crate::config::Config;
+use crate::store::{Store, StoreError};
+use agent_ls_core::memory::{self, Hit, Memory, Pattern, Record};
+
+/// The user's memory store, shared by every workspace: `$XDG_DATA_HOME/agent-ls/memory.sqlite`
+/// (or `~/.local/share/agent-ls/memory.sqlite`).
+pub fn user_store_path() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_DATA_HOME") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(std::env::var_os("HOME")?).join(".local/share"),
+    };
+    Some(base.join("agent-ls").join("memory.sqlite"))
+}
+
+/// The scope of the user store's patterns, which are drawn from every workspace.
+pub const USER_SCOPE: &str = "user";
+
+/// Opens the user's memory store.
+pub fn open_user_store() -> Result<Store, StoreError> {
+    let path = user_store_path().ok_or_else(|| {
+        StoreError::Open(
+            PathBuf::from("$HOME/.local/share/agent-ls/memory.sqlite"),
+            "neither XDG_DATA_HOME nor HOME is set".into(),
+        )
+    })?;
+    Ok(Store::open_file(&path)?.0)
+}
+
+/// The workspace's scope: its `origin` remote's URL when it has one (so clones and copies of
+/// one repository share their records), else its folder's canonical path.
+pub fn scope_of(root: &Path) -> String {
+    let remote = std::process::Command::new("git")
+        .args(["config", "--get", "remote.origin.url"])
+        .current_dir(root)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty());
+    remote.unwrap_or_else(|| {
+        root.canonicalize()
+            .unwrap_or_else(|_| root.to_path_buf())
+            .display()
+            .to_string()
+    })
+}
+
+/// Environment variables whose values are secrets by their names.
+fn secret_name(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    ["API_KEY", "_TOKEN", "_SECRET", "PASSWORD", "ACCESS_KEY"]
+        .iter()
+        .any(|s| n.ends_with(s))
+}
+
+/// The secrets this process knows: the configured model keys and the values of the
+/// environment variables named like keys (OPENAI_API_KEY, ANTHROPIC_API_KEY, GITHUB_TOKEN...).
+pub fn known_secrets(config: &Config) -> Vec<String> {
+    let mut out: Vec<String> = std::env::vars()
+        .filter(|(k, v)| secret_name(k) && v.len() >= 4)
+        .map(|(_, v)| v)
+        .collect();
+    let configured = config.model.api_key.iter().chain(
+        config
+            .model
+            .fallback
+            .iter()
+            .filter_map(|t| t.api_key.as_ref()),
+    );
+    out.extend(
+        configured
+            .map(|s| s.expose().to_string())
+            .filter(|s| s.len() >= 4),
+    );
+    // The longest first, so a key that contains another is replaced whole.
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out.dedup();
+    out
+}
+
+/// Text with the known secrets' values and key-shaped strings replaced by `<redacted>`.
+pub fn redact(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_string();
+    for s in secrets {
+        out = out.replace(s.as_str(), "<redacted>");
+    }
+    memory::redact_key_shapes(&out)
+}
+
+/// A record with every string in it redacted.
+pub fn redact_memory(m: &Memory, secrets: &[String]) -> Memory {
+    fn walk(v: &mut serde_json::Value, secrets: &[String]) {
+        match v {
+            serde_json::Value::String(s) => *s = redact(s, secrets),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|x| walk(x, secrets)),
+            serde_json::Value::Object(map) => map.values_mut().for_each(|x| walk(x, secrets)),
+            _ => {}
+        }
+    }
+    let Ok(mut v) = serde_json::to_value(m) else {
+        return m.clone();
+    };
+    walk(&mut v, secrets);
+    serde_json::from_value(v).unwrap_or_else(|_| m.clone())
+}
+
+fn sig_kind(m: &Memory) -> String {
+    match m {
+        Memory::Episode(e) => e.signature.kind(),
+        Memory::Pattern(p) => p.kind.clone(),
+    }
+}
+
+fn kind_name(m: &Memory) -> &'static str {
+    match m {
+        Memory::Episode(_) => "episode",
+        Memory::Pattern(_) => "pattern",
+    }
+}
+
+/// A short stable hash, for pattern ids (FNV-1a).
+fn short_hash(s: &str) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100000001b3);
+    }
+    format!("{:08x}", h >> 32)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn row_record(key: String, run_id: String, scope: String, json: String) -> Option<Record> {
+    let memory: Memory = serde_json::from_str(&json).ok()?;
+    Some(Record {
+        id: key,
+        run_id,
+        scope,
+        memory,
+    })
+}
+
+impl Store {
+    /// Writes one record under `key` (replacing a record of that key), and its words.
+    fn put_memory(
+        &self,
+        key: &str,
+        scope: &str,
+        run_id: &str,
+        m: &Memory,
+    ) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let old: Option<i64> = conn
+            .query_row("SELECT id FROM memories WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        if let Some(id) = old {
+            conn.execute("DELETE FROM memories_fts WHERE rowid = ?1", [id])?;
+            conn.execute("DELETE FROM memories WHERE id = ?1", [id])?;
+        }
+        let json = serde_json::to_string(m).unwrap_or_default();
+        conn.execute(
+            "INSERT INTO memories (key, scope, run_id, kind, sig_kind, record, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![key, scope, run_id, kind_name(m), sig_kind(m), json, now_ms()],
+        )?;
+        let id = conn.last_insert_rowid();
+        conn.execute(
+            "INSERT INTO memories_fts (rowid, body) VALUES (?1, ?2)",
+            params![id, memory::search_text(m)],
+        )?;
+        Ok(())
+    }
+
+    /// Keeps a run's records, already redacted, in one transaction; their ids are
+    /// `RUN_ID-N`, so recording a run again replaces its records (all of them) rather than adding copies.
+    /// A kind of fix that has now worked in two runs or more becomes (or updates) a pattern:
+    /// of the scope's runs, or in the user's store (`across: true`) of every workspace's.
+    /// Returns the ids written.
+    pub fn remember(
+        &self,
+        scope: &str,
+        run_id: &str,
+        episodes: &[Memory],
+        across: bool,
+    ) -> Result<Vec<String>, StoreError> {
+        let tx = self.conn().unchecked_transaction()?;
+        self.conn().execute(
+            "DELETE FROM memories_fts WHERE rowid IN (SELECT id FROM memories WHERE run_id = ?1 AND kind = 'episode')",
+            [run_id],
+        )?;
+        self.conn().execute(
+            "DELETE FROM memories WHERE run_id = ?1 AND kind = 'episode'",
+            [run_id],
+        )?;
+        let mut ids = Vec::new();
+        for (n, m) in episodes.iter().enumerate() {
+            let key = format!("{run_id}-{}", n + 1);
+            self.put_memory(&key, scope, run_id, m)?;
+            ids.push(key);
+        }
+        let mut kinds: Vec<String> = episodes
+            .iter()
+            .filter(|m| matches!(m, Memory::Episode(e) if e.fix.is_some()))
+            .map(sig_kind)
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        for kind in kinds {
+            if let Some(id) = self.pattern(scope, &kind, across)? {
+                ids.push(id);
+            }
+        }
+        tx.commit()?;
+        Ok(ids)
+    }
+
+    /// The pattern of `kind` in `scope` (every scope when `across`), written when two runs or
+    /// more fixed that kind.
+    fn pattern(&self, scope: &str, kind: &str, across: bool) -> Result<Option<String>, StoreError> {
+        let mut stmt = self.conn().prepare(
+            "SELECT run_id, record FROM memories WHERE (?3 OR scope = ?1) AND sig_kind = ?2 AND kind = 'episode' ORDER BY created_ms, id",
+        )?;
+        let scope = if across { USER_SCOPE } else { scope };
+        let rows = stmt.query_map(params![scope, kind, across], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })?;
+        let mut runs: Vec<String> = Vec::new();
+        let mut fix = None;
+        for row in rows {
+            let (run, json) = row?;
+            if let Ok(Memory::Episode(e)) = serde_json::from_str::<Memory>(&json)
+                && let Some(f) = e.fix
+            {
+                if !runs.contains(&run) {
+                    runs.push(run);
+                }
+                fix = Some(f);
+            }
+        }
+        let (Some(fix), true) = (fix, runs.len() >= 2) else {
+            return Ok(None);
+        };
+        let key = format!("pattern-{}", short_hash(&format!("{scope}\n{kind}")));
+        let last = runs.last().cloned().unwrap_or_default();
+        let m = Memory::Pattern(Pattern {
+            kind: kind.to_string(),
+            count: runs.len() as u32,
+            fix,
+            runs,
+        });
+        self.put_memory(&key, scope, &last, &m)?;
+        Ok(Some(key))
+    }
+
+    /// The records that best match `query` (an FTS5 expression, `memory::query`), best
+    /// first, with their BM25 scores (higher is better); only `scope`'s when one is given.
+    pub fn recall(
+        &self,
+        scope: Option<&str>,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        if query.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        // The ids and scores first, so sorting the matches moves two numbers a row rather
+        // than each record's JSON; then the records of the best.
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT m.id, bm25(memories_fts) AS s
+             FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
+             WHERE memories_fts MATCH ?1 AND (?2 IS NULL OR m.scope = ?2)
+             ORDER BY s LIMIT ?3",
+        )?;
+        let best: Vec<(i64, f64)> = stmt
+            .query_map(params![query, scope, limit as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect::<Result<_, _>>()?;
+        let mut get = self
+            .conn()
+            .prepare_cached("SELECT key, run_id, scope, record FROM memories WHERE id = ?1")?;
+        let mut hits = Vec::new();
+        for (id, s) in best {
+            let (key, run, scope, json) =
+                get.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+            if let Some(record) = row_record(key, run, scope, json) {
+                hits.push(Hit { record, score: -s });
+            }
+        }
+        Ok(hits)
+    }
+
+    /// The records that best match `words` (`memory::query_words`), best first, and the
+    /// query they were searched with. Words in more than a quarter of the records (and
+    /// over 50) are left out, as stop words are: their inverse document frequency is small,
+    /// so they barely change BM25's ranking, yet every record they match must be scored,
+    /// which at 100,000 records is most of a search's time. At most the 12 rarest words are kept; when every word is that common,
+    /// the 3 rarest.
+    pub fn recall_words(
+        &self,
+        scope: Option<&str>,
+        words: &[String],
+        limit: usize,
+    ) -> Result<(String, Vec<Hit>), StoreError> {
+        let total: i64 = self
+            .conn()
+            .query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?;
+        let cap = (total / 4).max(50);
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT doc FROM memories_vocab WHERE term = ?1")?;
+        let mut counted: Vec<(i64, &String)> = Vec::new();
+        for w in words {
+            let df: Option<i64> = stmt.query_row([w], |r| r.get(0)).optional()?;
+            if let Some(df) = df.filter(|d| *d > 0) {
+                counted.push((df, w));
+            }
+        }
+        counted.sort();
+        let rare: Vec<String> = counted
+            .iter()
+            .filter(|(df, _)| *df <= cap)
+            .take(12)
+            .map(|(_, w)| (*w).clone())
+            .collect();
+        let kept = if rare.is_empty() {
+            counted.iter().take(3).map(|(_, w)| (*w).clone()).collect()
+        } else {
+            rare
+        };
+        let query = memory::fts_query(&kept);
+        let hits = self.recall(scope, &query, limit)?;
+        Ok((query, hits))
+    }
+
+    /// The newest records first, at most `limit`.
+    pub fn memories(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let mut stmt = self.conn().prepare(
+            "SELECT key, run_id, scope, record FROM memories ORDER BY created_ms DESC, id DESC LIMIT ?1",
+        )?;
+        let rows = stmt.query_map([limit as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (k, run, scope, json) = row?;
+            out.extend(row_record(k, run, scope, json));
+        }
+        Ok(out)
+    }
+
+    pub fn memory(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        let row = self
+            .conn()
+            .query_row(
+                "SELECT key, run_id, scope, record FROM memories WHERE key = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()?;
+        Ok(row.and_then(|(k, run, scope, json)| row_record(k, run, scope, json)))
+    }
+
+    /// Deletes a record and its words, overwriting the freed pages (`secure_delete`), merging
+    /// the index, and checkpointing the WAL so its text is gone from the files too. Whether
+    /// it existed. The merge makes a forget cost in proportion to the index (a rare act).
+    pub fn forget(&self, id: &str) -> Result<bool, StoreError> {
+        let conn = self.conn();
+        let row: Option<i64> = conn
+            .query_row("SELECT id FROM memories WHERE key = ?1", [id], |r| r.get(0))
+            .optional()?;
+        let Some(row) = row else {
+            return Ok(false);
+        };
+        conn.pragma_update(None, "secure_delete", "ON")?;
+        let tx = conn.unchecked_transaction()?;
+        conn.execute("DELETE FROM memories_fts WHERE rowid = ?1", [row])?;
+        conn.execute("DELETE FROM memories WHERE id = ?1", [row])?;
+        // FTS5's secure-delete takes the record's entries out of the index, but a term can
+        // stay on its leaf page; merging the index into one new segment rewrites every
+        // page, and the old ones are zeroed as they are freed.
+        conn.execute(
+            "INSERT INTO memories_fts (memories_fts) VALUES ('optimize')",
+            [],
+        )?;
+        tx.commit()?;
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
+        Ok(true)
+    }
+}
+
+/// Recalls from the workspace's store (its scope's records) and, for `memory.scope = "user"`,
+/// the user's store (every workspace's): the best `limit` by score, one per id.
+pub fn merge_hits(mut hits: Vec<Hit>, limit: usize) -> Vec<Hit> {
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let mut seen = std::collections::HashSet::new();
+    hits.retain(|h| seen.insert(h.record.id.clone()));
+    hits.truncate(limit);
+    hits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_values_and_key_shapes_are_redacted() {
+        let secrets = vec!["hunter2-very-secret".to_string()];
+        let t = redact(
+            "pw hunter2-very-secret and sk-abcdefghijklmnop12 stay out",
+            &secrets,
+        );
+        assert_eq!(t, "pw <redacted> and <redacted> stay out");
+    }
+
+    fn episode(test: &str, message: &str, fix: Option<&str>) -> Memory {
+        let f = agent_ls_core::test_output::Failure {
+            test_id: test.into(),
+            location: Some(agent_ls_core::test_output::Location {
+                file: "test_calc.py".into(),
+                line: 8,
+                column: None,
+            }),
+            message: message.into(),
+            frames: Vec::new(),
+        };
+        let mut e = memory::episodes(&[f], &["calc.py".into()], &[], fix, "done");
+        Memory::Episode(e.remove(0))
+    }
+
+    #[test]
+    fn records_are_found_by_their_words_become_patterns_and_are_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path()).unwrap();
+        let a = episode(
+            "t.test_add",
+            "AssertionError: -1 != 5",
+            Some("-a - b\n+a + b\n"),
+        );
+        let b = episode(
+            "t.test_sub",
+            "AssertionError: 9 != 1",
+            Some("-a + b\n+a - b\n"),
+        );
+        let other = episode("t.test_io", "OSError: disk full", None);
+        assert_eq!(
+            store
+                .remember("/w", "run_1", &[a.clone(), other], false)
+                .unwrap(),
+            ["run_1-1", "run_1-2"]
+        );
+        let ids = store.remember("/w", "run_2", &[b], false).unwrap();
+        assert_eq!(ids.len(), 2, "{ids:?}");
+        let pattern = store.memory(&ids[1]).unwrap().unwrap();
+        assert!(
+            matches!(&pattern.memory, Memory::Pattern(p) if p.count == 2 && p.runs == ["run_1", "run_2"])
+        );
+        // Recording run 1 again replaces its records.
+        store.remember("/w", "run_1", &[a], false).unwrap();
+        let hits = store
+            .recall(Some("/w"), "\"oserror\" OR \"disk\"", 10)
+            .unwrap();
+        assert!(hits.is_empty(), "{hits:?}");
+        let hits = store
+            .recall(Some("/w"), "\"test_sub\" OR \"assertionerror\"", 10)
+            .unwrap();
+        assert_eq!(hits[0].record.id, "run_2-1");
+        assert!(hits[0].score > 0.0);
+        assert!(
+            store
+                .recall(Some("/elsewhere"), "\"test_sub\"", 10)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(store.forget("run_2-1").unwrap());
+        assert!(!store.forget("run_2-1").unwrap());
+        assert!(store.recall(None, "\"test_sub\"", 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn names_that_hold_secrets() {
+        for n in [
+            "OPENAI_API_KEY",
+            "GITHUB_TOKEN",
+            "AWS_SECRET",
+            "DB_PASSWORD",
+        ] {
+            assert!(secret_name(n), "{n}");
+        }
+        assert!(!secret_name("HOME"));
+    }
+}
