@@ -346,6 +346,9 @@ fn run_events_follow_a_two_iteration_run_in_order_and_name_the_steps_to_undo() {
         (0, "agent:intent"),
         (0, "agent:context"),
         (0, "tests:test_result"),
+        // Memory is searched for the first failures (docs/memory.md): nothing is remembered
+        // in a new workspace, and the line says what was looked for.
+        (0, "agent:memory"),
         (1, "agent:iteration"),
         (1, "coder:prompt"),
         (1, "coder:model_call"),

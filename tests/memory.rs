@@ -37,6 +37,8 @@ fn fix(ws: &Path, home: &Path, server: &ModelServer) -> Value {
         .env("AGENT_LS_MODEL__PROVIDER", "openai")
         .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
         .env("OPENAI_API_KEY", CANARY)
+        // The model calls are counted: no reviewer call (docs/review.md) among them.
+        .env("AGENT_LS_AGENT__REVIEW", "off")
         .output()
         .unwrap();
     let o: Value = serde_json::from_slice(&out.stdout)
