@@ -51,9 +51,12 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
         "runview" => support::two_iterations_replay(),
         "rollback" => {
             support::git::commit_all(ws.path());
-            support::replay_script(&[serde_json::json!(
-                {"role": "coder", "content": support::git::FIX_AND_CREATE}
-            )])
+            // The reviewer passes the change (docs/review.md).
+            let passed = r#"{"findings": [], "verdict": "correct", "explanation": "add adds", "confidence": 0.9}"#;
+            support::replay_script(&[
+                serde_json::json!({"role": "coder", "content": support::git::FIX_AND_CREATE}),
+                serde_json::json!({"role": "reviewer", "content": passed}),
+            ])
         }
         "review" => {
             support::git::uncommitted_change(ws.path());

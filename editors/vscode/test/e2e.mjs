@@ -234,7 +234,16 @@ try {
     await palette('Agent: Fix Failing Tests');
     await until('calc.py fixed and notes.py created', () =>
       fs.readFileSync(file, 'utf8').includes('return a + b') && fs.existsSync(notes), 60000);
-    // The run's message names its checkpoint and offers its actions.
+    // The run's message names its checkpoint and offers its actions. The run ends with more
+    // than one message (its answer, the review, the commit question), and VS Code keeps only
+    // the newest as toasts: the rest are in the notification center, where a user finds
+    // them under the bell, so the flow looks there once the run has ended.
+    const runs = path.join(ws, '.agent-ls', 'runs');
+    await until('the run to end', () => {
+      const files = fs.existsSync(runs) ? fs.readdirSync(runs).filter((f) => f.endsWith('.jsonl')) : [];
+      return files.some((f) => fs.readFileSync(path.join(runs, f), 'utf8').includes('"type":"finished"'));
+    }, 30000);
+    await palette('Notifications: Show Notifications');
     const offered = page.locator('.notification-list-item', { hasText: 'checkpoint' }).first();
     await offered.waitFor({ timeout: 30000 });
     const buttons = await offered.locator('.monaco-button').allInnerTexts();
