@@ -10,47 +10,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+use support::editor::{Buffers, applies as editor_applies};
 use support::model_server::{ModelServer, openai_text};
-use support::{Client, Spawn, apply_lsp_edits, file_uri};
+use support::{Client, Spawn, file_uri};
 
 const BROKEN: &str = "\"\"\"A tiny calculator with a bug for the agent to fix.\"\"\"\n\n\ndef add(a, b):\n    return a - b\n\n\ndef multiply(a, b):\n    return a * b\n";
-
-/// The editor's buffers by URI: text and version. Edits land here, never on disk, as in VS
-/// Code and Neovim; saving writes a buffer to its file.
-type Buffers = Arc<Mutex<HashMap<String, (String, i64)>>>;
-
-/// Answers applyEdit like an editor: each document's edits go to its buffer (a file the
-/// edit creates gets an empty buffer first; the support client makes the empty file), and a
-/// didChange follows for every buffer the server knows as open.
-fn editor_applies(c: &mut Client, buffers: Buffers, open: Vec<String>) {
-    c.on_request_then("workspace/applyEdit", move |p| {
-        let mut b = buffers.lock().unwrap();
-        let mut notes = Vec::new();
-        for op in p["edit"]["documentChanges"].as_array().into_iter().flatten() {
-            if op["kind"] == "create" {
-                b.entry(op["uri"].as_str().unwrap().to_string())
-                    .or_insert((String::new(), 0));
-                continue;
-            }
-            if op["kind"] == "delete" {
-                b.remove(op["uri"].as_str().unwrap());
-                continue;
-            }
-            let uri = op["textDocument"]["uri"].as_str().unwrap().to_string();
-            let entry = b.entry(uri.clone()).or_insert_with(|| {
-                let path = uri.strip_prefix("file://").unwrap();
-                (std::fs::read_to_string(path).unwrap_or_default(), 0)
-            });
-            entry.0 = apply_lsp_edits(&entry.0, op["edits"].as_array().unwrap());
-            entry.1 += 1;
-            if open.contains(&uri) {
-                notes.push(json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
-                    "textDocument": {"uri": uri, "version": entry.1}, "contentChanges": [{"text": entry.0}]}}));
-            }
-        }
-        (json!({"applied": true}), notes)
-    });
-}
 
 fn run_finished(c: &mut Client) -> Value {
     c.wait_notification("agent-ls/runFinished", |_| true)

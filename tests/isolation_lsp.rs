@@ -11,47 +11,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+use support::editor::{Buffers, applies as editor_applies};
 use support::git::{FIX_AND_CREATE, example_repository, git};
-use support::{Client, Spawn, apply_lsp_edits, file_uri};
+use support::{Client, Spawn, file_uri};
 
 const BROKEN: &str = "\"\"\"A tiny calculator with a bug for the agent to fix.\"\"\"\n\n\ndef add(a, b):\n    return a - b\n\n\ndef multiply(a, b):\n    return a * b\n";
-
-/// The editor's buffers by URI: text and version.
-type Buffers = Arc<Mutex<HashMap<String, (String, i64)>>>;
-
-/// Answers applyEdit like an editor: edits land in the buffers (a file opened by the edit gets
-/// a buffer), a didChange follows for each open one.
-fn editor_applies(c: &mut Client, buffers: Buffers, open: Vec<String>) {
-    c.on_request_then("workspace/applyEdit", move |p| {
-        let mut b = buffers.lock().unwrap();
-        let mut notes = Vec::new();
-        for op in p["edit"]["documentChanges"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            if let Some(kind) = op["kind"].as_str() {
-                let uri = op["uri"].as_str().unwrap().to_string();
-                if kind == "create" {
-                    b.entry(uri).or_insert((String::new(), 0));
-                }
-                continue;
-            }
-            let uri = op["textDocument"]["uri"].as_str().unwrap().to_string();
-            let entry = b.entry(uri.clone()).or_insert_with(|| {
-                let path = uri.strip_prefix("file://").unwrap();
-                (std::fs::read_to_string(path).unwrap_or_default(), 0)
-            });
-            entry.0 = apply_lsp_edits(&entry.0, op["edits"].as_array().unwrap());
-            entry.1 += 1;
-            if open.contains(&uri) {
-                notes.push(json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
-                    "textDocument": {"uri": uri, "version": entry.1}, "contentChanges": [{"text": entry.0}]}}));
-            }
-        }
-        (json!({"applied": true}), notes)
-    });
-}
 
 /// A language server on `root` with `git` settings, calc.py open, the model replayed (fix
 /// calc.py, create notes.py), edits applied as an editor applies them.

@@ -9,57 +9,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+use support::editor::{Buffers, Edits, applies as editor_applies};
 use support::git::{FIX_AND_CREATE, example_repository};
-use support::{Client, Spawn, apply_lsp_edits, file_uri};
+use support::{Client, Spawn, file_uri};
 
 const BROKEN: &str = "\"\"\"A tiny calculator with a bug for the agent to fix.\"\"\"\n\n\ndef add(a, b):\n    return a - b\n\n\ndef multiply(a, b):\n    return a * b\n";
-
-/// The editor's buffers by URI: text and version.
-type Buffers = Arc<Mutex<HashMap<String, (String, i64)>>>;
-
-/// Every workspace edit the server sent.
-type Edits = Arc<Mutex<Vec<Value>>>;
-
-/// Answers applyEdit like an editor: edits land in the buffers (a file opened by the edit gets
-/// a buffer), a didChange follows for each open one; creations and deletions reach the disk
-/// through the support client.
-fn editor_applies(c: &mut Client, buffers: Buffers, open: Vec<String>, seen: Edits) {
-    c.on_request_then("workspace/applyEdit", move |p| {
-        seen.lock().unwrap().push(p["edit"].clone());
-        let mut b = buffers.lock().unwrap();
-        let mut notes = Vec::new();
-        for op in p["edit"]["documentChanges"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            let uri = op["uri"].as_str().map(String::from);
-            match op["kind"].as_str() {
-                Some("create") => {
-                    b.entry(uri.unwrap()).or_insert((String::new(), 0));
-                    continue;
-                }
-                Some("delete") => {
-                    b.remove(&uri.unwrap());
-                    continue;
-                }
-                _ => {}
-            }
-            let uri = op["textDocument"]["uri"].as_str().unwrap().to_string();
-            let entry = b.entry(uri.clone()).or_insert_with(|| {
-                let path = uri.strip_prefix("file://").unwrap();
-                (std::fs::read_to_string(path).unwrap_or_default(), 0)
-            });
-            entry.0 = apply_lsp_edits(&entry.0, op["edits"].as_array().unwrap());
-            entry.1 += 1;
-            if open.contains(&uri) {
-                notes.push(json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
-                    "textDocument": {"uri": uri, "version": entry.1}, "contentChanges": [{"text": entry.0}]}}));
-            }
-        }
-        (json!({"applied": true}), notes)
-    });
-}
 
 struct Setup {
     ws: tempfile::TempDir,
@@ -96,8 +50,7 @@ fn after_a_run_with(env: Vec<(String, String)>) -> Setup {
         calc.clone(),
         (BROKEN.to_string(), 1),
     )])));
-    let edits: Edits = Arc::default();
-    editor_applies(&mut c, buffers.clone(), vec![calc.clone()], edits.clone());
+    let edits = editor_applies(&mut c, buffers.clone(), vec![calc.clone()]);
     c.command("agent-ls.fixTests", Value::Null).unwrap();
     let done = c.wait_notification("agent-ls/runFinished", |_| true);
     assert_eq!(done["status"], "done", "{done}\n{}", c.stderr());

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub mod deep;
+pub mod editor;
 pub mod git;
 pub mod model_server;
 
