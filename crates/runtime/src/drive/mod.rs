@@ -255,8 +255,15 @@ impl Drive<'_> {
         run_id: &str,
         resumed: bool,
     ) -> Going<'o> {
-        let mut observer =
-            Observer::open(self.record, self.events, self.root, run_id, run, resumed);
+        let mut observer = Observer::open(
+            self.record,
+            self.events,
+            self.root,
+            run_id,
+            run,
+            resumed,
+            crate::memory::known_secrets(self.config),
+        );
         let (prompts, used, problems) = crate::config::load_prompts(&self.config.prompt_dirs);
         run.prompts = prompts;
         for p in problems {
