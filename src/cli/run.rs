@@ -48,6 +48,8 @@ pub struct Options {
     pub agent: Option<String>,
     /// --isolated: work in a new worktree whatever `git.isolation` says.
     pub isolated: bool,
+    /// --reproduce: the tester writes a test that fails for the goal's bug before any fix.
+    pub reproduce: bool,
 }
 
 /// Exit codes of `agent-ls run`.
@@ -446,6 +448,12 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
     let mut run = drive::new_run(s.cfg, &goal);
     if let Some(c) = s.chosen {
         c.apply(&mut run);
+    }
+    if opts.reproduce {
+        // A bug to show with a test first is a fix, whatever its words say.
+        run.intent = Some(agent_ls_core::agent::Intent::Fix);
+        run.tester.reproduce = true;
+        run.tester.max_attempts = run.tester.max_attempts.max(1);
     }
     let run_id = match &resume {
         Some((id, _, _)) => id.clone(),

@@ -465,6 +465,7 @@ fn ended_early(run_id: String, why: String, started: Instant) -> Outcome {
         worktree: None,
         failure_kind: None,
         review: None,
+        tester: None,
     }
 }
 

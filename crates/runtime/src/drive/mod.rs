@@ -10,6 +10,7 @@ mod observer;
 mod recall;
 mod review_target;
 mod setup;
+mod trial;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -144,6 +145,10 @@ pub struct Outcome {
     /// The latest review of the run's diff (`agent.review`), when one was made or tried.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub review: Option<agent::review::ReviewResult>,
+    /// What the tester did (docs/tester.md): its tests and their runs before and after the
+    /// fix, when it was called.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tester: Option<agent::tester::Record>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
@@ -405,6 +410,18 @@ impl Drive<'_> {
                 shell.reviewed(&result, &line, loud);
                 return Next::Continue;
             }
+            Effect::TryTests(plan) => {
+                let tried = trial::try_tests(self.root, self.config, self.cancel, &plan).await;
+                if self.cancel.is_cancelled() {
+                    return Next::Event(Event::Cancel);
+                }
+                Event::TestsTried(tried)
+            }
+            Effect::Tested(record) => {
+                g.observer.tester(&record);
+                shell.progress(&record.summary());
+                return Next::Continue;
+            }
             Effect::RunTests => {
                 let baseline = run.phase == agent::Phase::Baseline;
                 let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
@@ -469,6 +486,7 @@ impl Drive<'_> {
             worktree: None,
             failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
             review: run.last_review.clone(),
+            tester: run.tester_record.clone(),
         }
     }
 

@@ -33,6 +33,8 @@ pub fn new_run(config: &Config, goal: &str) -> Run {
     run.evaluation = config.agent.evaluate;
     run.review = config.agent.review;
     run.review_min_confidence = config.agent.review_min_confidence;
+    run.tester.max_attempts = config.tester.max_attempts;
+    run.tester.after_fix = config.tester.after_fix;
     if let Ok(chosen) = choose_agent(config, &config.agent.default_agent) {
         chosen.apply(&mut run);
     }
