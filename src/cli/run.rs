@@ -450,10 +450,7 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
         c.apply(&mut run);
     }
     if opts.reproduce {
-        // A bug to show with a test first is a fix, whatever its words say.
-        run.intent = Some(agent_ls_core::agent::Intent::Fix);
-        run.tester.reproduce = true;
-        run.tester.max_attempts = run.tester.max_attempts.max(1);
+        drive::reproduce_first(&mut run);
     }
     let run_id = match &resume {
         Some((id, _, _)) => id.clone(),

@@ -31,7 +31,7 @@ use observer::Observer;
 pub use review_target::{ReviewDiffError, ReviewTarget, review_diff};
 pub use setup::{
     AgentError, ChosenAgent, ResumeError, choose_agent, new_run, new_run_id, recorded_store,
-    resume_point,
+    reproduce_first, resume_point, test_command,
 };
 
 /// How the loop reaches the user and the files.
