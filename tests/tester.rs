@@ -238,7 +238,10 @@ fn a_flaky_test_is_rejected_and_counts_as_an_attempt() {
 #[test]
 fn when_the_attempts_are_spent_the_run_stops_and_keeps_no_test() {
     let ws = project("max_attempts = 2\n");
-    let replies = [passing_test(), import_error_test()];
+    // The first in a folder of its own, which the trial makes and removes.
+    let in_new_folder =
+        passing_test().replace("tests/test_trailing.py", "tests/unit/test_trailing.py");
+    let replies = [in_new_folder, import_error_test()];
     let (o, server) = run(ws.path(), BUG, &[], &replies, 1);
     assert_eq!(o["status"], "failed", "{o}");
     let answer = o["answer"].as_str().unwrap();
@@ -250,6 +253,10 @@ fn when_the_attempts_are_spent_the_run_stops_and_keeps_no_test() {
     assert_eq!(o["tester"]["attempts"], 2);
     // No test kept, no coder call, the code as it was.
     assert_eq!(read(ws.path(), "tests/test_trailing.py"), None);
+    assert!(
+        !ws.path().join("tests/unit").exists(),
+        "the trial's folder stays"
+    );
     assert_eq!(read(ws.path(), "csvline.py").unwrap(), PARSE);
     assert_eq!(server.count(), 2);
     assert!(o["files_changed"].as_array().unwrap().is_empty());

@@ -14,9 +14,10 @@ use crate::tests_run::{self, RunEnd, RunError};
 use crate::trust::sandbox::Sandbox;
 use agent_ls_core::agent::tester::{Trial, TrialPlan, Tried};
 
-/// Files as they were before the trial; put back when dropped.
+/// Files as they were before the trial, and the folders it made; put back when dropped.
 struct Restore {
     saved: Vec<(PathBuf, Option<Vec<u8>>)>,
+    made: Vec<PathBuf>,
 }
 
 impl Restore {
@@ -28,11 +29,24 @@ impl Restore {
         self.saved
             .push((path.to_path_buf(), std::fs::read(path).ok()));
     }
+
+    /// Makes `dir` and the folders above it that are missing, remembering each one made.
+    fn make_dir(&mut self, dir: &Path) -> std::io::Result<()> {
+        let missing: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        std::fs::create_dir_all(dir)?;
+        // Outermost first, so they are removed innermost first.
+        self.made.extend(missing.into_iter().rev());
+        Ok(())
+    }
 }
 
 impl Drop for Restore {
     fn drop(&mut self) {
-        // In reverse, so a folder made for a new file is removed after the file.
+        // In reverse: the files written last are put back first.
         for (path, bytes) in self.saved.iter().rev() {
             let result = match bytes {
                 Some(b) => crate::files::write_atomic(path, b),
@@ -45,6 +59,10 @@ impl Drop for Restore {
                 tracing::error!(path = %path.display(), error = %e, "a trial's file could not be put back");
             }
         }
+        // Only while empty: what a test run left there (a cache) keeps its folder.
+        for dir in self.made.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
@@ -55,7 +73,10 @@ pub(super) async fn try_tests(
     cancel: &CancellationToken,
     plan: &TrialPlan,
 ) -> Result<Tried, String> {
-    let mut restore = Restore { saved: Vec::new() };
+    let mut restore = Restore {
+        saved: Vec::new(),
+        made: Vec::new(),
+    };
     write_all(root, &plan.write, &mut restore)?;
     let test = match &plan.filter {
         Some(filter) => match tests_run::narrowed(root, &config.test, filter) {
@@ -99,7 +120,9 @@ fn write_all(
         let result = match text {
             Some(t) => {
                 if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir).map_err(|e| format!("{relative}: {e}"))?;
+                    restore
+                        .make_dir(dir)
+                        .map_err(|e| format!("{relative}: {e}"))?;
                 }
                 crate::files::write_atomic(&path, t.as_bytes())
             }
