@@ -66,11 +66,9 @@ pub(super) fn on_reproducing(run: &mut Run, event: Event) -> Vec<Effect> {
             format!("the tester model failed: {error}"),
         ),
         Event::TestsTried(Ok(tried)) => judged(run, tried),
-        Event::TestsTried(Err(why)) => give_up(
-            run,
-            Status::Unavailable,
-            format!("the new test could not be run: {why}"),
-        ),
+        // Most often the tester's doing (a protected path, one outside the workspace): it
+        // hears why, and the attempt counts.
+        Event::TestsTried(Err(why)) => refused(run, format!("the test could not be run: {why}")),
         _ => Vec::new(),
     }
 }

@@ -1206,3 +1206,21 @@ fn the_tester_budget_ends_a_run_that_needed_the_test() {
         Some(tester::Status::Exhausted)
     );
 }
+
+#[test]
+fn a_test_that_could_not_be_written_goes_back_to_the_tester() {
+    let mut run = new_run("fix: parse drops the last field", Some(Intent::Fix));
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(passing()));
+    answered(&mut run, Role::Tester, &tester_answer("assert 1 == 2"));
+    let e = step(
+        &mut run,
+        Event::TestsTried(Err(".git/x.py is protected".into())),
+    );
+    let Some(Effect::CallModel { role, messages, .. }) = e.last() else {
+        panic!("no tester call: {e:?}")
+    };
+    assert_eq!(*role, Role::Tester);
+    assert!(messages.last().unwrap().content.contains("is protected"));
+    assert_eq!(run.tester_work.as_ref().map(|w| w.attempts), Some(1));
+}
