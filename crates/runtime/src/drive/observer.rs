@@ -118,6 +118,10 @@ impl<'a> Observer<'a> {
     }
 
     /// A review of the run's diff: a journal line, and a row counted by `agent-ls stats`.
+    pub(super) fn tester(&mut self, record: &agent_ls_core::agent::tester::Record) {
+        self.record(RunEvent::Tester(record.clone()));
+    }
+
     pub(super) fn review(&mut self, result: &agent_ls_core::agent::review::ReviewResult) {
         self.record(RunEvent::Review(result.clone()));
         let result = result.clone();
