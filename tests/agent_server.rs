@@ -384,7 +384,7 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
     applies(&mut s);
     s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     assert_eq!(finished(&mut s.client)["status"], "done");
-    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let status = s.client.settled_status();
     assert_eq!(status["steps"][0]["files"], json!(["calc.py"]), "{status}");
     assert_eq!(status["steps"][0]["goal"], "fix the failing tests");
     assert_eq!(status["steps"][0]["task"], "T1 fix the failing tests");
@@ -492,7 +492,7 @@ fn undo_survives_a_restart_of_the_server() {
         editor,
     };
     applies(&mut s);
-    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let status = s.client.settled_status();
     assert_eq!(
         status["steps"][0]["goal"], "fix the failing tests",
         "{status}"
@@ -563,7 +563,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
         .command("agent-ls.run", json!({"goal": "document multiply"}))
         .unwrap();
     assert_eq!(finished(&mut s.client)["status"], "done");
-    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let status = s.client.settled_status();
     let steps = status["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2, "{status}");
     let (newest, older) = (
@@ -600,7 +600,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
         disk.contains("return a - b") && disk.contains("The product."),
         "{disk}"
     );
-    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let status = s.client.settled_status();
     let undone: Vec<u64> = status["steps"]
         .as_array()
         .unwrap()
@@ -751,7 +751,7 @@ fn status_answers_at_once_while_another_process_holds_the_store_lock() {
     s.client
         .on_request("window/showMessageRequest", |_| json!(support::DEFER));
     // The history is read, so the store is open and in WAL mode.
-    let before = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let before = s.client.settled_status();
     assert_eq!(before["interrupted"], json!([]), "{before}");
     let mut holder = lock_store(s.ws.path());
     // The run records itself as it goes: those writes wait for the lock, and the store's
@@ -1028,7 +1028,7 @@ fn the_failing_test_action_adds_the_test_as_its_own_step_before_the_fix_and_undo
     assert_eq!(std::fs::read_to_string(&file).unwrap(), test);
     assert!(disk(&s).contains("return a + b"));
     // Two steps: the test's alone, then the fix.
-    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let status = s.client.settled_status();
     let steps = status["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2, "{status}");
     assert_eq!(steps[0]["files"], json!(["calc.py"]));
