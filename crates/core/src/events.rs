@@ -80,6 +80,11 @@ pub enum RunEvent {
     },
     /// The reviewer's review of the run's diff, or why there is none.
     Review(crate::agent::review::ReviewResult),
+    /// What the user decided about the reviewed change once the run ended (the editor's
+    /// review question, docs/review.md): kept, or rolled back.
+    Decision {
+        decision: crate::agent::review::Decision,
+    },
     /// A proposed change: its files, its diff and the review (protected files, risky
     /// constructs) in its wire form.
     Patch {
@@ -232,7 +237,9 @@ impl RunEvent {
             RunEvent::Review(_) => "reviewer",
             RunEvent::ToolCall(_) => "coder",
             RunEvent::ToolResult { .. } => "tools",
-            RunEvent::Approval { .. } | RunEvent::Undone { .. } => "user",
+            RunEvent::Approval { .. } | RunEvent::Decision { .. } | RunEvent::Undone { .. } => {
+                "user"
+            }
             RunEvent::TestResult { .. } => "tests",
             RunEvent::Started { .. }
             | RunEvent::Context { .. }
@@ -264,6 +271,7 @@ impl RunEvent {
             RunEvent::ToolCall(_) => "tool_call",
             RunEvent::ToolResult { .. } => "tool_result",
             RunEvent::Approval { .. } => "approval",
+            RunEvent::Decision { .. } => "decision",
             RunEvent::TestResult { .. } => "test_result",
             RunEvent::Finished { .. } => "finished",
             RunEvent::Checkpoint { .. } => "checkpoint",
