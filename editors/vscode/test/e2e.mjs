@@ -26,7 +26,8 @@ const ws = env('WORKSPACE');
 // view, whose first step is undone from the view; "rollback": a run in a git repository that
 // fixes calc.py and creates notes.py, rolled back from the palette after the user typed in
 // calc.py (refused, then confirmed in the modal); "review": Agent: Review Changes on the user's
-// own uncommitted change, whose findings show in Problems on their lines.
+// own uncommitted change, whose findings show in Problems on their lines; "review_question": a
+// fix whose reviewer finds a P1, asked about in a dialog at the run's end and rolled back.
 const scenario = process.env.SCENARIO ?? 'accept';
 // Screenshots for docs/ (the run view, the refactor preview), taken by the flow itself.
 const screenshots = process.env.SCREENSHOTS;
@@ -489,6 +490,26 @@ try {
     await palette('Agent: Redo');
     await until('helpers.py back', () => fs.existsSync(helpers) && fs.readFileSync(helpers, 'utf8').includes('def double'), 30000);
     check('Agent: Redo creates it again', true);
+    throw new Done();
+  }
+
+  if (scenario === 'review_question') {
+    // Once the tests pass the reviewer finds a P1: the review question is a dialog whose
+    // detail lists the finding, and "Roll back run" takes the editor and the disk back.
+    await until('calc.py fixed on disk', () => fs.readFileSync(file, 'utf8').includes('return a + b'), 60000);
+    const dialog = page.locator('.monaco-dialog-box');
+    await dialog.waitFor({ timeout: 60000 });
+    const asked = await dialog.innerText();
+    check('the review question names the verdict', asked.includes('the patch is incorrect'), asked.slice(0, 600));
+    check('its detail lists the finding', asked.includes('[P1] add subtracts — calc.py:5 (0.90)'), asked.slice(0, 600));
+    await screenshot('vscode-review-question.png');
+    await dialog.locator('.monaco-button', { hasText: 'Roll back run' }).first().click();
+    await until('calc.py back on disk', () => fs.readFileSync(file, 'utf8').includes('return a - b'), 30000);
+    check('Roll back run restores calc.py on disk', true);
+    const back = await until('the editor shows the rollback', async () =>
+      (await page.locator('.monaco-editor .view-lines').first().innerText()).replace(/\u00a0/g, ' ').includes('a - b'),
+    );
+    check('the editor shows calc.py as before the run', back);
     throw new Done();
   }
 
