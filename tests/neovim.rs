@@ -1,8 +1,8 @@
 //! The Neovim plugin with the real binary in a real headless Neovim (0.12), through the
 //! user's path: the code action, the question before applying, the file, the tests and the
 //! diagnostics, :AgentReview's findings as diagnostics, and the review question at a run's
-//! end (its findings in a split, "Roll back run" taking the buffer back). scripts/test installs Neovim and
-//! sets AGENT_LS_TEST_NVIM.
+//! end (its findings in a split, "Roll back run" taking the buffer back). scripts/test
+//! installs Neovim and sets AGENT_LS_TEST_NVIM.
 
 use std::process::Command;
 
