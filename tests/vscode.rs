@@ -59,6 +59,21 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
                 passed,
             ])
         }
+        "gate" => {
+            let coder = |from: &str, to: &str| serde_json::json!({"role": "coder", "content": format!("calc.py\n<<<<<<< SEARCH\n    return {from}\n=======\n    return {to}\n>>>>>>> REPLACE\n")});
+            let p1 = serde_json::json!({
+                "findings": [{"title": "[P1] operands swapped", "body": "b + a reads oddly",
+                    "priority": 1, "confidence": 0.9, "path": "calc.py",
+                    "start_line": 5, "end_line": 5}],
+                "verdict": "incorrect", "explanation": "swapped", "confidence": 0.9
+            });
+            support::replay_script(&[
+                coder("a - b", "b + a"),
+                serde_json::json!({"role": "reviewer", "content": p1.to_string()}),
+                coder("b + a", "a + b"),
+                passed,
+            ])
+        }
         "review_question" => {
             support::git::commit_all(ws.path());
             let p1 = serde_json::json!({
@@ -239,6 +254,19 @@ fn the_review_question_lists_the_finding_in_a_dialog_and_rolls_the_run_back_in_r
         checks
             .iter()
             .any(|c| c["name"] == "the editor shows calc.py as before the run"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn in_gate_mode_the_retrys_refactor_preview_names_the_finding_in_real_vs_code() {
+    let Some(checks) = scenario("gate") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the retry preview names the finding it is to fix"),
         "{checks:#?}"
     );
 }
