@@ -94,3 +94,37 @@ impl Review {
         (!notes.is_empty()).then(|| notes.join("; "))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_files_note_names_the_findings_it_is_to_fix_and_those_on_no_file_of_the_change() {
+        let review = Review {
+            fixes: vec![
+                Fix {
+                    path: Some("calc.py".into()),
+                    text: "[P1] add subtracts — calc.py:5 (0.90)".into(),
+                },
+                Fix {
+                    path: None,
+                    text: "[P1] no test — test_calc.py:3 (0.85)".into(),
+                },
+            ],
+            ..Review::default()
+        };
+        assert_eq!(
+            review.note_for("calc.py").as_deref(),
+            Some(
+                "fixes [P1] add subtracts — calc.py:5 (0.90); fixes [P1] no test — test_calc.py:3 (0.85)"
+            )
+        );
+        assert_eq!(
+            review.note_for("other.py").as_deref(),
+            Some("fixes [P1] no test — test_calc.py:3 (0.85)")
+        );
+        assert!(review.describe().contains("FIXES [P1] add subtracts"));
+        assert!(Review::default().note_for("calc.py").is_none());
+    }
+}
