@@ -146,7 +146,42 @@ fn rolled_back(git: bool) {
         std::fs::read_to_string(ws.path().join("calc.py")).unwrap(),
         BROKEN
     );
-    // Nothing of the run is left for undo to take back, and no finding stays on a line.
+    // The finding was on its line while the question waited, and went with the rollback.
+    let calc = e.calc.clone();
+    let reviewed = |m: &Value| {
+        m["method"] == "textDocument/publishDiagnostics"
+            && m["params"]["uri"] == calc.as_str()
+            && m["params"]["diagnostics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["source"] == "agent-ls review")
+    };
+    let shown =
+        e.c.log
+            .iter()
+            .position(reviewed)
+            .expect("the finding was published");
+    let calc = e.calc.clone();
+    e.c.wait_until(
+        |c| {
+            c.log
+                .iter()
+                .skip(shown + 1)
+                .any(|m| {
+                    m["method"] == "textDocument/publishDiagnostics"
+                        && m["params"]["uri"] == calc.as_str()
+                        && m["params"]["diagnostics"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .all(|d| d["source"] != "agent-ls review")
+                })
+                .then_some(())
+        },
+        "the finding cleared",
+    );
+    // Nothing of the run is left for undo to take back.
     assert!(e.c.command("agent-ls.undo", Value::Null).is_err());
     let decisions = journal_decisions(ws.path());
     assert_eq!(decisions.len(), 1, "{decisions:?}");
@@ -213,6 +248,27 @@ fn keep_at_the_review_question_keeps_the_change_and_show_findings_asks_again() {
                 .any(|d| d["source"] == "agent-ls review")
     });
     assert_eq!(journal_decisions(ws.path())[0]["data"]["decision"], "kept");
+    // It was on its line before the question, while the user decided.
+    let first_question =
+        e.c.log
+            .iter()
+            .position(|m| {
+                m["method"] == "window/showMessageRequest"
+                    && m["params"]["actions"][0]["title"] == "Keep"
+            })
+            .unwrap();
+    let first_finding = e.c.log.iter().position(|m| {
+        m["method"] == "textDocument/publishDiagnostics"
+            && m["params"]["diagnostics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["source"] == "agent-ls review")
+    });
+    assert!(
+        first_finding.is_some_and(|f| f < first_question),
+        "{first_finding:?} {first_question}"
+    );
 }
 
 #[test]

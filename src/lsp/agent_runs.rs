@@ -100,6 +100,13 @@ pub enum AgentMessage {
     },
     /// The run ended.
     Finished { id: String, outcome: Box<Outcome> },
+    /// The run's review, about to be asked about: its findings go on their lines now, so the
+    /// user sees them in the files while deciding. Answered once they are in the outbox, so
+    /// they reach the client before the question.
+    Reviewed {
+        review: Box<agent_ls_core::agent::review::ReviewResult>,
+        reply: oneshot::Sender<()>,
+    },
     /// A rollback ended; `rolled_back` when the run's files are back to its checkpoint,
     /// `changed` when that changed any file.
     RollbackFinished {
@@ -444,6 +451,14 @@ async fn settle_review(
         return;
     };
     shell.progress("waiting for your decision on the review");
+    if let Some(review) = &outcome.review {
+        let (reply, published) = oneshot::channel();
+        (shell.c.report)(AgentMessage::Reviewed {
+            review: Box::new(review.clone()),
+            reply,
+        });
+        let _ = published.await;
+    }
     let full = review_decision::full_review(outcome);
     let (outbox, cancel) = (shell.c.outbox.clone(), shell.cancel.clone());
     let mut decision =

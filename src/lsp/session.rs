@@ -664,6 +664,13 @@ impl Session {
                 self.reviewed(&outcome);
                 self.last_outcome = Some(*outcome);
             }
+            AgentMessage::Reviewed { review, reply } => {
+                if let Some(root) = &self.workspace_root {
+                    let uris = self.review.set(root, Some(&review));
+                    self.republish(uris);
+                }
+                let _ = reply.send(());
+            }
             AgentMessage::RollbackFinished {
                 run_id,
                 rolled_back,
