@@ -45,7 +45,10 @@ fn emacs() -> Option<String> {
     }
 }
 
-const FIX: &str = "{\"role\": \"coder\", \"content\": \"calc.py\\n<<<<<<< SEARCH\\n    return a - b\\n=======\\n    return a + b\\n>>>>>>> REPLACE\\n\"}\n";
+/// The coder's fix, then a reviewer that passes it: a run whose review found something (or
+/// could not be had) ends with the review question (docs/review.md), which these flows,
+/// counting one question for the change, are not about.
+const FIX: &str = "{\"role\": \"coder\", \"content\": \"calc.py\\n<<<<<<< SEARCH\\n    return a - b\\n=======\\n    return a + b\\n>>>>>>> REPLACE\\n\"}\n{\"role\": \"reviewer\", \"content\": \"{\\\"findings\\\": [], \\\"verdict\\\": \\\"correct\\\", \\\"explanation\\\": \\\"adds\\\", \\\"confidence\\\": 0.9}\"}\n";
 
 /// Runs one scenario of tests/e2e/emacs_fix.el in a copy of the example; its checks.
 fn scenario(name: &str) -> Vec<serde_json::Value> {

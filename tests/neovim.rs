@@ -1,7 +1,8 @@
 //! The Neovim plugin with the real binary in a real headless Neovim (0.12), through the
 //! user's path: the code action, the question before applying, the file, the tests and the
-//! diagnostics, and :AgentReview's findings as diagnostics. scripts/test installs Neovim and
-//! sets AGENT_LS_TEST_NVIM.
+//! diagnostics, :AgentReview's findings as diagnostics, and the review question at a run's
+//! end (its findings in a split, "Roll back run" taking the buffer back). scripts/test
+//! installs Neovim and sets AGENT_LS_TEST_NVIM.
 
 use std::process::Command;
 
@@ -226,5 +227,24 @@ fn a_fix_runs_review_in_neovim_is_a_warning_on_its_line_until_undo() {
         return;
     }
     assert!(results.len() >= 7, "{results:#?}");
+    assert_all(&results);
+}
+
+#[test]
+fn the_review_question_in_neovim_shows_the_finding_and_rolls_the_run_back() {
+    let reviewer = serde_json::json!({
+        "findings": [{"title": "[P1] add overflows", "body": "big numbers", "priority": 1,
+            "confidence": 0.9, "path": "calc.py", "start_line": 5, "end_line": 5}],
+        "verdict": "incorrect", "explanation": "overflow", "confidence": 0.85
+    });
+    let replay = format!(
+        "{FIX}{}\n",
+        serde_json::json!({"role": "reviewer", "content": reviewer.to_string()})
+    );
+    let results = scenario_with("review_question", &replay, support::git::commit_all);
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 10, "{results:#?}");
     assert_all(&results);
 }

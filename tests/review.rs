@@ -143,6 +143,17 @@ fn gate_mode_sends_a_p1_back_to_the_coder_once_and_the_second_diff_passes() {
     assert_eq!(reviews[0]["data"]["findings"][0]["start_line"], 5);
     assert_eq!(reviews[0]["data"]["findings"][0]["outside_change"], false);
     assert_eq!(reviews[1]["data"]["verdict"], "correct");
+    // The retry's patch names the finding it is to fix; the first fixes nothing.
+    let patches = journaled(ws.path(), "patch");
+    assert_eq!(patches.len(), 2, "{patches:?}");
+    assert!(
+        patches[0]["data"]["review"].get("fixes").is_none(),
+        "{patches:?}"
+    );
+    assert_eq!(
+        patches[1]["data"]["review"]["fixes"],
+        json!([{"path": "calc.py", "text": "[P1] operands swapped — calc.py:5 (0.90)"}])
+    );
     // And counted.
     let out = agent_ls(ws.path(), &["stats", "--json"], &[]);
     let stats = json_of(&out, 0);

@@ -42,26 +42,56 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ws = tempfile::tempdir().unwrap();
     support::copy_example(ws.path());
+    // The reviewer passes a change, so a run that fixes asks nothing after it (a review with
+    // findings, or none to be had, ends with the review question: docs/review.md).
+    let passed = serde_json::json!({"role": "reviewer", "content": r#"{"findings": [], "verdict": "correct", "explanation": "add adds", "confidence": 0.9}"#});
     let script = match name {
         "explain" => EXPLAIN.to_string(),
         "create" => {
             std::fs::write(ws.path().join("test_helpers.py"), support::TEST_HELPERS).unwrap();
-            support::create_module_replay()
+            format!("{}{passed}\n", support::create_module_replay())
         }
         "runview" => support::two_iterations_replay(),
         "rollback" => {
             support::git::commit_all(ws.path());
-            // The reviewer passes the change (docs/review.md).
-            let passed = r#"{"findings": [], "verdict": "correct", "explanation": "add adds", "confidence": 0.9}"#;
             support::replay_script(&[
                 serde_json::json!({"role": "coder", "content": support::git::FIX_AND_CREATE}),
-                serde_json::json!({"role": "reviewer", "content": passed}),
+                passed,
             ])
+        }
+        "gate" => {
+            let coder = |from: &str, to: &str| serde_json::json!({"role": "coder", "content": format!("calc.py\n<<<<<<< SEARCH\n    return {from}\n=======\n    return {to}\n>>>>>>> REPLACE\n")});
+            let p1 = serde_json::json!({
+                "findings": [{"title": "[P1] operands swapped", "body": "b + a reads oddly",
+                    "priority": 1, "confidence": 0.9, "path": "calc.py",
+                    "start_line": 5, "end_line": 5}],
+                "verdict": "incorrect", "explanation": "swapped", "confidence": 0.9
+            });
+            support::replay_script(&[
+                coder("a - b", "b + a"),
+                serde_json::json!({"role": "reviewer", "content": p1.to_string()}),
+                coder("b + a", "a + b"),
+                passed,
+            ])
+        }
+        "review_question" => {
+            support::git::commit_all(ws.path());
+            let p1 = serde_json::json!({
+                "findings": [{"title": "[P1] add subtracts", "body": "add(2, 3) gives -1",
+                    "priority": 1, "confidence": 0.9, "path": "calc.py",
+                    "start_line": 5, "end_line": 5}],
+                "verdict": "incorrect", "explanation": "add is wrong", "confidence": 0.85
+            });
+            format!(
+                "{FIX}{}\n",
+                serde_json::json!({"role": "reviewer", "content": p1.to_string()})
+            )
         }
         "review" => {
             support::git::uncommitted_change(ws.path());
             support::git::review_findings_replay()
         }
+        "accept" => format!("{FIX}{passed}\n"),
         _ => FIX.to_string(),
     };
     std::fs::write(ws.path().join(".replay.jsonl"), script).unwrap();
@@ -211,6 +241,32 @@ fn agent_review_changes_shows_the_reviewers_findings_in_problems_in_real_vs_code
         checks
             .iter()
             .any(|c| c["name"] == "editing line 5 drops its finding, line 9 keeps its own"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn the_review_question_lists_the_finding_in_a_dialog_and_rolls_the_run_back_in_real_vs_code() {
+    let Some(checks) = scenario("review_question") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the editor shows calc.py as before the run"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn in_gate_mode_the_retrys_refactor_preview_names_the_finding_in_real_vs_code() {
+    let Some(checks) = scenario("gate") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the retry preview names the finding it is to fix"),
         "{checks:#?}"
     );
 }

@@ -29,6 +29,8 @@ use super::git_commands;
 use super::isolation;
 use super::jobs;
 use super::outbox::Outbox;
+use super::review_decision;
+use super::rollback;
 use super::session::Refused;
 use super::workspace_edit::{self, EditSupport, Target};
 use agent_ls_core::agent::{Run, RunStatus};
@@ -102,6 +104,13 @@ pub enum AgentMessage {
     },
     /// The run ended.
     Finished { id: String, outcome: Box<Outcome> },
+    /// The run's review, about to be asked about: its findings go on their lines now, so the
+    /// user sees them in the files while deciding. Answered once they are in the outbox, so
+    /// they reach the client before the question.
+    Reviewed {
+        review: Box<agent_ls_core::agent::review::ReviewResult>,
+        reply: oneshot::Sender<()>,
+    },
     /// A rollback ended; `rolled_back` when the run's files are back to its checkpoint,
     /// `changed` when that changed any file.
     RollbackFinished {
@@ -305,6 +314,24 @@ async fn begin_progress(c: &Connection, id: &str, goal: &str) -> Option<Progress
     Some(token)
 }
 
+/// The run to drive, the approval mode it asks for, and whether it is resumed: a resumed run
+/// as it was checkpointed, or a new one for the goal with the chosen agent applied.
+fn initial_run(s: &mut StartRun) -> (agent_ls_core::agent::Run, Approval, bool) {
+    let mut run = drive::new_run(&s.config, &s.goal);
+    if s.reproduce {
+        drive::reproduce_first(&mut run);
+    }
+    let mut approval = s.config.agent.approval;
+    if let Some(chosen) = &s.agent {
+        chosen.apply(&mut run);
+        approval = chosen.approval.unwrap_or(approval);
+    }
+    match s.resume.take() {
+        Some(checkpoint) => (checkpoint, approval, true),
+        None => (run, approval, false),
+    }
+}
+
 /// The loop itself. The run lock is released as this returns (or unwinds), before the
 /// session hears of the end: a client that starts the next run on runFinished must find the
 /// workspace free.
@@ -353,19 +380,7 @@ async fn drive_run(
     let c = &conn;
     // The configuration is the workspace's, and so are the paths in it (a replay file).
     let models = Models::new(&s.config, Some(&s.connection.root));
-    let mut run = drive::new_run(&s.config, &s.goal);
-    if s.reproduce {
-        drive::reproduce_first(&mut run);
-    }
-    let mut approval = s.config.agent.approval;
-    if let Some(chosen) = &s.agent {
-        chosen.apply(&mut run);
-        approval = chosen.approval.unwrap_or(approval);
-    }
-    let resumed = s.resume.is_some();
-    if let Some(checkpoint) = s.resume {
-        run = checkpoint;
-    }
+    let (mut run, approval, resumed) = initial_run(&mut s);
     let mut shell = ServerShell {
         c: c.clone(),
         approval,
@@ -402,7 +417,7 @@ async fn drive_run(
         record: s.store.as_ref(),
         events: Some(&on_event),
     };
-    let outcome = if let Some(target) = s.review.clone() {
+    let mut outcome = if let Some(target) = s.review.clone() {
         // The change is git's, made off the async threads.
         let root = c.root.clone();
         let started = Instant::now();
@@ -420,13 +435,97 @@ async fn drive_run(
     } else {
         driver.run(&mut run, &mut shell, s.id.clone()).await
     };
+    // The user decides on the reviewed change while the workspace is still the run's.
+    if s.review.is_none() {
+        settle_review(&mut shell, &run, &mut outcome, s.store.as_ref()).await;
+    }
     drop((s.lock, worktree_lock));
-    let mut outcome = outcome;
     if let Some(i) = isolated {
         outcome.branch = Some(i.branch);
         outcome.worktree = i.worktree.map(|w| w.display().to_string());
     }
     outcome
+}
+
+/// The review question at a run's end (`review_decision`): for a run of the editor's buffers
+/// whose review has something to say, unless its changes apply without asking. "Roll back
+/// run" goes through `rollback::roll_back_ended_run`; the session then marks the run's steps
+/// undone as after `agent-ls.rollback`. The decision goes into the outcome (runFinished), the
+/// journal and the run view.
+async fn settle_review(
+    shell: &mut ServerShell,
+    run: &Run,
+    outcome: &mut Outcome,
+    store: Option<&StoreThread>,
+) {
+    use agent_ls_core::agent::review::Decision;
+    if shell.approval == Approval::Auto || shell.on_disk.is_some() || shell.cancel.is_cancelled() {
+        return;
+    }
+    let Some(question) = review_decision::question(&shell.label, outcome) else {
+        return;
+    };
+    shell.progress("waiting for your decision on the review");
+    if let Some(review) = &outcome.review {
+        let (reply, published) = oneshot::channel();
+        (shell.c.report)(AgentMessage::Reviewed {
+            review: Box::new(review.clone()),
+            reply,
+        });
+        let _ = published.await;
+    }
+    let full = review_decision::full_review(outcome);
+    let (outbox, cancel) = (shell.c.outbox.clone(), shell.cancel.clone());
+    let mut decision =
+        review_decision::ask(&outbox, &mut shell.decisions, &cancel, &question, &full).await;
+    if decision == Decision::RolledBack {
+        // The rollback reads the run's record: what the run sent the store is written first.
+        if let Some(store) = store {
+            store.call(|_| ()).await;
+        }
+        let snapshot = shell.take_snapshot().await;
+        let which = (outcome.run_id.as_str(), outcome.checkpoint.is_some());
+        let c = &shell.c;
+        match rollback::roll_back_ended_run(c, snapshot, shell.limits, which, &run.originals).await
+        {
+            Ok(changed) => (c.report)(AgentMessage::RollbackFinished {
+                run_id: Some(outcome.run_id.clone()),
+                rolled_back: true,
+                changed,
+            }),
+            Err(why) => {
+                c.outbox.show_message(
+                    MessageType::WARNING,
+                    format!(
+                        "agent-ls: run {} was not rolled back ({why}); its change stays",
+                        outcome.run_id
+                    ),
+                );
+                decision = Decision::Kept;
+            }
+        }
+    }
+    outcome.decision = Some(decision);
+    let event = agent_ls_core::events::RunEvent::Decision { decision };
+    shell.c.outbox.notify::<ext::RunEventNotification>(
+        agent_ls_core::events::LiveEvent {
+            run_id: outcome.run_id.clone(),
+            iteration: run.iterations,
+            event: event.clone(),
+        }
+        .to_wire(),
+    );
+    // The run's journal gets the decision after its `finished` line (a run without a journal
+    // gets none).
+    if store.is_some() {
+        let (root, id) = (shell.c.root.clone(), outcome.run_id.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            if agent_ls_runtime::journal::path_of(&root, &id).is_some() {
+                agent_ls_runtime::journal::Journal::append(&root, &id).record(&event);
+            }
+        })
+        .await;
+    }
 }
 
 /// What the run's questions and edits are labelled with: the goal, and for a run in a
@@ -475,6 +574,7 @@ fn ended_early(run_id: String, why: String, started: Instant) -> Outcome {
         failure_kind: None,
         review: None,
         tester: None,
+        decision: None,
     }
 }
 
@@ -744,7 +844,7 @@ impl ServerShell {
     /// whichever comes first. No timeout: the user may take their time.
     async fn ask(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> bool {
         let files: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();
-        let flagged = if review.findings.is_empty() {
+        let mut flagged = if review.findings.is_empty() {
             String::new()
         } else {
             format!(
@@ -752,6 +852,13 @@ impl ServerShell {
                 review.findings_joined("; ")
             )
         };
+        // A change the review gate sent back: the findings it is to fix, one a line.
+        if !review.fixes.is_empty() {
+            flagged.push_str(&format!(
+                " It is meant to fix the reviewer's findings:\n{}",
+                review.fixes_joined("\n")
+            ));
+        }
         loop {
             let request = self.c.outbox.ask(
                 MessageType::INFO,

@@ -85,6 +85,7 @@ pub async fn pr(cx: GitContext, run: Option<String>) -> Result<Value, RunGitErro
 pub async fn on_success(cx: &GitContext, outcome: &mut Outcome, outbox: &Outbox) -> bool {
     let eligible = outcome.status == agent_ls_core::agent::RunStatus::Done
         && outcome.checkpoint.is_some()
+        && outcome.decision != Some(agent_ls_core::agent::review::Decision::RolledBack)
         && !outcome.files_changed.is_empty();
     if !eligible {
         return false;

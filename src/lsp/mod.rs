@@ -13,6 +13,7 @@ mod isolation;
 pub mod jobs;
 mod json_text;
 pub mod outbox;
+pub mod review_decision;
 pub mod review_diagnostics;
 pub mod rollback;
 pub mod session;

@@ -163,6 +163,69 @@ async fn rollback(
     }
 }
 
+/// Rolls back the run that just ended, when the user chose "Roll back run" at its review
+/// question (`review_decision`); returns whether any file changed, or why nothing was rolled
+/// back. With a git checkpoint it is `agent-ls.rollback` for the run, unforced: the same plan
+/// and restore, refused when a file changed since the run. Without one it is the run's undo:
+/// each file goes back to its text before the run (a file the run created is deleted),
+/// through the same restore, refused likewise when a file no longer holds what the run left.
+pub(super) async fn roll_back_ended_run(
+    c: &Connection,
+    snapshot: Snapshot,
+    limits: edit::Limits,
+    (run_id, checkpoint): (&str, bool),
+    originals: &[(String, Option<String>, String)],
+) -> Result<bool, String> {
+    if checkpoint {
+        let args = RollbackArgs {
+            run: Some(run_id.to_string()),
+            force: false,
+        };
+        return match rollback(args, snapshot, c.clone(), limits).await.1 {
+            Ok(answer) => match answer.get("rolled_back").and_then(|f| f.as_array()) {
+                Some(files) => Ok(!files.is_empty()),
+                None => Err(answer
+                    .get("refused")
+                    .and_then(|r| r.as_str())
+                    .unwrap_or("refused")
+                    .to_string()),
+            },
+            Err(why) => Err(why.to_string()),
+        };
+    }
+    let (mut edits, mut deletes, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+    for (path, original, left) in originals {
+        let now = match snapshot.get(path) {
+            Some((_, b)) => Some(b.text()),
+            None => match files::read_for_plan(&c.root, path) {
+                FileText::Text(t) => Some(t),
+                FileText::Missing => None,
+                FileText::Refused(why) => return Err(format!("{path}: {why}")),
+            },
+        };
+        if now.as_deref() != Some(left.as_str()) {
+            changed.push(path.clone());
+            continue;
+        }
+        match original {
+            Some(text) => edits.push(edit::change_between(path, now.as_deref(), text)),
+            None => deletes.push(path.clone()),
+        }
+    }
+    if !changed.is_empty() {
+        return Err(format!("changed since the run: {}", changed.join(", ")));
+    }
+    let label = format!("agent-ls: roll back run {run_id}");
+    let failed = |(ApplyError::Stale(e) | ApplyError::Failed(e))| e;
+    agent_runs::apply_restore(c, snapshot, limits, label, &edits)
+        .await
+        .map_err(failed)?;
+    agent_runs::delete_files(c, &deletes)
+        .await
+        .map_err(failed)?;
+    Ok(!edits.is_empty() || !deletes.is_empty())
+}
+
 /// "changed since the run: calc.py; not in the checkpoint (too big): data.bin".
 fn refusal(p: &Planned) -> String {
     let mut parts = Vec::new();

@@ -664,6 +664,13 @@ impl Session {
                 self.reviewed(&outcome);
                 self.last_outcome = Some(*outcome);
             }
+            AgentMessage::Reviewed { review, reply } => {
+                if let Some(root) = &self.workspace_root {
+                    let uris = self.review.set(root, Some(&review));
+                    self.republish(uris);
+                }
+                let _ = reply.send(());
+            }
             AgentMessage::RollbackFinished {
                 run_id,
                 rolled_back,
@@ -1041,8 +1048,11 @@ impl Session {
 
     /// A run's review: its findings become diagnostics on the lines they name.
     fn reviewed(&mut self, outcome: &agent_ls_runtime::drive::Outcome) {
+        use agent_ls_core::agent::review::Decision;
         if let (Some(review), Some(root)) = (&outcome.review, &self.workspace_root) {
-            let uris = self.review.set(root, Some(review));
+            // A run rolled back at its review question left nothing for the findings to be on.
+            let rolled_back = outcome.decision == Some(Decision::RolledBack);
+            let uris = self.review.set(root, Some(review).filter(|_| !rolled_back));
             self.republish(uris);
         }
     }

@@ -50,7 +50,17 @@ local ok, err = pcall(function()
   local asked = false
   -- The answer to the rollback's second confirmation, set by the rollback scenario.
   local rollback_answer, rollback_prompt
+  -- The review question at a run's end: its prompt, what the split beside it shows, and the
+  -- answer (set by the review_question scenario; others keep the change).
+  local review_prompt, review_split, review_buf, review_answer
   vim.ui.select = function(items, opts, on_choice)
+    if vim.tbl_contains(items, 'Roll back run') then
+      review_prompt = opts.prompt
+      review_buf = vim.api.nvim_get_current_buf()
+      review_split = table.concat(vim.api.nvim_buf_get_lines(review_buf, 0, -1, false), '\n')
+      on_choice(review_answer or 'Keep')
+      return
+    end
     if opts.prompt:find('Roll back anyway', 1, true) then
       rollback_prompt = opts.prompt
       on_choice(rollback_answer)
@@ -246,6 +256,38 @@ local ok, err = pcall(function()
     record('git sees the tree as at the checkpoint', status == '', status)
     record('u undoes the rollback in the buffer', pcall(vim.cmd, 'normal! u') and
       table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n') ~= original)
+    return
+  end
+
+  if scenario == 'review_question' then
+    -- A fix run in a git repository whose reviewer finds a P1 (advise mode): the review
+    -- question shows the finding in a split, and "Roll back run" takes the buffer and the
+    -- file back to before the run.
+    local original = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+    review_answer = 'Roll back run'
+    vim.cmd('AgentFix')
+    record('run finished', run_finished())
+    record('the review question was asked with the verdict', review_prompt ~= nil
+      and review_prompt:find('the patch is incorrect', 1, true) ~= nil, review_prompt)
+    record('its split lists the finding', review_split ~= nil
+      and review_split:find('[P1] add overflows — calc.py:5 (0.90)', 1, true) ~= nil, review_split)
+    record('the split closed with the answer', review_buf ~= nil
+      and not vim.api.nvim_buf_is_valid(review_buf))
+    record('the decision is rolled back', finished ~= nil and finished.decision == 'rolled_back',
+      vim.inspect(finished))
+    local lines
+    record('the buffer is back to before the run', vim.wait(10000, function()
+      lines = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+      return lines == original
+    end, 20), lines)
+    record('the disk is back to before the run', vim.wait(5000, function()
+      return table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n') == original
+    end, 20))
+    local reviewed = vim.tbl_filter(function(d) return d.source == 'agent-ls review' end,
+      vim.diagnostic.get(buf))
+    record('no finding is left on a line', #reviewed == 0, vim.inspect(reviewed))
+    record('the summary says it was rolled back', (agent.runs.actions_line(finished) or ''):find(
+      'rolled back at the review question', 1, true) ~= nil, agent.runs.actions_line(finished))
     return
   end
 

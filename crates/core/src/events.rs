@@ -83,6 +83,11 @@ pub enum RunEvent {
     /// The tester's record: its tests, their runs before and after the fix, and what became
     /// of them (docs/tester.md).
     Tester(crate::agent::tester::Record),
+    /// What the user decided about the reviewed change once the run ended (the editor's
+    /// review question, docs/review.md): kept, or rolled back.
+    Decision {
+        decision: crate::agent::review::Decision,
+    },
     /// A proposed change: its files, its diff and the review (protected files, risky
     /// constructs) in its wire form.
     Patch {
@@ -236,7 +241,9 @@ impl RunEvent {
             RunEvent::Tester(_) => "tester",
             RunEvent::ToolCall(_) => "coder",
             RunEvent::ToolResult { .. } => "tools",
-            RunEvent::Approval { .. } | RunEvent::Undone { .. } => "user",
+            RunEvent::Approval { .. } | RunEvent::Decision { .. } | RunEvent::Undone { .. } => {
+                "user"
+            }
             RunEvent::TestResult { .. } => "tests",
             RunEvent::Started { .. }
             | RunEvent::Context { .. }
@@ -269,6 +276,7 @@ impl RunEvent {
             RunEvent::ToolCall(_) => "tool_call",
             RunEvent::ToolResult { .. } => "tool_result",
             RunEvent::Approval { .. } => "approval",
+            RunEvent::Decision { .. } => "decision",
             RunEvent::TestResult { .. } => "test_result",
             RunEvent::Finished { .. } => "finished",
             RunEvent::Checkpoint { .. } => "checkpoint",

@@ -18,6 +18,7 @@ import {
   ProgressToken,
   ServerOptions,
   ShowMessageNotification,
+  ShowMessageRequest,
   StaticFeature,
   WorkDoneProgress,
   WorkDoneProgressBegin,
@@ -27,7 +28,7 @@ import {
   WorkDoneProgressReport,
 } from 'vscode-languageclient/node';
 import { RunChoice, gitAction, offerActions, offerWorktree, pickRun, rollback, runIdOf } from './gitActions';
-import { isDiff, isLong } from './messages';
+import { isDiff, isLong, questionParts } from './messages';
 import { RunEvent, figures, worktreeElsewhere } from './runs';
 import { RunView } from './runView';
 import { serverSettings } from './settings';
@@ -191,6 +192,21 @@ async function start(): Promise<void> {
           ? vscode.window.showWarningMessage
           : vscode.window.showInformationMessage;
     show(m.message);
+  });
+  // The server's questions, as by default (a notification with its buttons), except one of
+  // several lines (the review question at a run's end: the verdict, then one finding a line),
+  // which a notification would run together: it is a modal dialog whose detail keeps the lines.
+  client.onRequest(ShowMessageRequest.type, async (q) => {
+    const show =
+      q.type === MessageType.Error
+        ? vscode.window.showErrorMessage
+        : q.type === MessageType.Warning
+          ? vscode.window.showWarningMessage
+          : vscode.window.showInformationMessage;
+    const actions = q.actions ?? [];
+    const { message, detail } = questionParts(q.message);
+    const picked = detail === undefined ? await show(message, ...actions) : await show(message, { modal: true, detail }, ...actions);
+    return picked ?? null;
   });
   client.onNotification('agent-ls/testStatus', (s: TestStatus) => {
     shown.tests = s;

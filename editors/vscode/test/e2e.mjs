@@ -26,7 +26,10 @@ const ws = env('WORKSPACE');
 // view, whose first step is undone from the view; "rollback": a run in a git repository that
 // fixes calc.py and creates notes.py, rolled back from the palette after the user typed in
 // calc.py (refused, then confirmed in the modal); "review": Agent: Review Changes on the user's
-// own uncommitted change, whose findings show in Problems on their lines.
+// own uncommitted change, whose findings show in Problems on their lines; "review_question": a
+// fix whose reviewer finds a P1, asked about in a dialog at the run's end and rolled back;
+// "gate": agent.review = "gate", whose reviewer sends the first change back, and the retry's
+// refactor preview names the finding it is to fix.
 const scenario = process.env.SCENARIO ?? 'accept';
 // Screenshots for docs/ (the run view, the refactor preview), taken by the flow itself.
 const screenshots = process.env.SCREENSHOTS;
@@ -83,6 +86,9 @@ fs.writeFileSync(
     'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false } },
     // The run view's run applies each step without a preview.
     ...(scenario === 'runview' || scenario === 'rollback' ? { 'agentLs.approval': 'auto' } : {}),
+    ...(scenario === 'gate'
+      ? { 'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false, review: 'gate' } } }
+      : {}),
     // A test command that cannot run: python without the module it names.
     ...(scenario === 'broken'
       ? { 'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false }, test: { command: ['python3', '-m', 'no_such_runner'], allowlist: ['python3 -m no_such_runner'] } } }
@@ -489,6 +495,51 @@ try {
     await palette('Agent: Redo');
     await until('helpers.py back', () => fs.existsSync(helpers) && fs.readFileSync(helpers, 'utf8').includes('def double'), 30000);
     check('Agent: Redo creates it again', true);
+    throw new Done();
+  }
+
+  if (scenario === 'gate') {
+    // The reviewer sends the first change (b + a) back; the retry (a + b) comes in a second
+    // preview whose change annotation names the finding: VS Code shows it as the edit's
+    // tooltip ("label - description").
+    await until('the first change on disk', () => fs.readFileSync(file, 'utf8').includes('return b + a'), 60000);
+    const rows = page.locator('.bulk-edit-panel .monaco-list-row');
+    await until('the retry in the preview', async () => (await rows.allInnerTexts()).some((t) => t.includes('return a + b')), 90000);
+    const titles = await page.$$eval('.bulk-edit-panel [title]', (els) => els.map((e) => e.getAttribute('title') ?? ''));
+    check('the retry preview names the finding it is to fix',
+      titles.some((t) => t.includes('fixes [P1] operands swapped — calc.py:5 (0.90)')), JSON.stringify(titles).slice(0, 800));
+    await screenshot('vscode-gate-preview.png');
+    const retryBoxes = page.locator('.bulk-edit-panel .monaco-list-row .edit-checkbox');
+    await until('the retry ticked', async () => {
+      const states = await retryBoxes.evaluateAll((els) => els.map((e) => e.getAttribute('aria-checked')));
+      const unticked = states.findIndex((st) => st !== 'true');
+      if (unticked < 0) return true;
+      await retryBoxes.nth(unticked).click();
+      return false;
+    }, 10000);
+    await page.locator('.bulk-edit-panel .buttons .monaco-button', { hasText: 'Apply' }).first().click();
+    await until('the retry on disk', () => fs.readFileSync(file, 'utf8').includes('return a + b'), 60000);
+    check('the retry is applied', true);
+    throw new Done();
+  }
+
+  if (scenario === 'review_question') {
+    // Once the tests pass the reviewer finds a P1: the review question is a dialog whose
+    // detail lists the finding, and "Roll back run" takes the editor and the disk back.
+    await until('calc.py fixed on disk', () => fs.readFileSync(file, 'utf8').includes('return a + b'), 60000);
+    const dialog = page.locator('.monaco-dialog-box');
+    await dialog.waitFor({ timeout: 60000 });
+    const asked = await dialog.innerText();
+    check('the review question names the verdict', asked.includes('the patch is incorrect'), asked.slice(0, 600));
+    check('its detail lists the finding', asked.includes('[P1] add subtracts — calc.py:5 (0.90)'), asked.slice(0, 600));
+    await screenshot('vscode-review-question.png');
+    await dialog.locator('.monaco-button', { hasText: 'Roll back run' }).first().click();
+    await until('calc.py back on disk', () => fs.readFileSync(file, 'utf8').includes('return a - b'), 30000);
+    check('Roll back run restores calc.py on disk', true);
+    const back = await until('the editor shows the rollback', async () =>
+      (await page.locator('.monaco-editor .view-lines').first().innerText()).replace(/\u00a0/g, ' ').includes('a - b'),
+    );
+    check('the editor shows calc.py as before the run', back);
     throw new Done();
   }
 

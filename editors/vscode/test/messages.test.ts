@@ -1,7 +1,7 @@
 // Unit tests of the diff detection, run with Node's test runner after an esbuild bundle.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { isDiff, isLong } from '../src/messages';
+import { isDiff, isLong, questionParts } from '../src/messages';
 
 test('a unified diff is recognised, a plain message is not', () => {
   assert.ok(isDiff('--- a/calc.py\n+++ b/calc.py\n@@ -4,2 +4,2 @@\n-    return a - b\n+    return a + b\n'));
@@ -14,4 +14,13 @@ test('an explanation of several lines is long, a one-line outcome is not', () =>
   assert.ok(isLong('agent-ls: add returns a - b.\n\nIt subtracts:\n- a\n- b\n'));
   assert.ok(isLong('x'.repeat(401)));
   assert.ok(!isLong('agent-ls: done: the tests pass after 1 iteration(s)'));
+});
+
+test('a question of several lines is a message and its detail; one line has no detail', () => {
+  const q = 'agent-ls: fix: the reviewer says the patch is incorrect. Keep it?\n[P1] add subtracts — calc.py:5 (0.90)\n[P3] nit — calc.py:9 (0.80)';
+  assert.deepEqual(questionParts(q), {
+    message: 'agent-ls: fix: the reviewer says the patch is incorrect. Keep it?',
+    detail: '[P1] add subtracts — calc.py:5 (0.90)\n[P3] nit — calc.py:9 (0.80)',
+  });
+  assert.deepEqual(questionParts('agent-ls: apply the change to calc.py?'), { message: 'agent-ls: apply the change to calc.py?' });
 });

@@ -137,6 +137,63 @@ impl ReviewResult {
     }
 }
 
+/// What the user decided about a reviewed run's change when the review had something to say
+/// (docs/review.md): kept as it is, or rolled back to before the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Kept,
+    RolledBack,
+}
+
+impl Finding {
+    /// The finding in one line for a question or a preview:
+    /// `[P1] add subtracts — calc.py:5 (0.90)`; a long title is cut at about 80 characters.
+    pub fn one_line(&self) -> String {
+        let tag = format!("[P{}]", self.priority);
+        let title = self.title.trim();
+        let title = title.strip_prefix(&tag).unwrap_or(title).trim();
+        let title = crate::agent::one_line(title);
+        let lines = if self.end_line > self.start_line {
+            format!("{}-{}", self.start_line, self.end_line)
+        } else {
+            self.start_line.to_string()
+        };
+        format!(
+            "{tag} {title} — {}:{lines} ({:.2})",
+            self.path, self.confidence
+        )
+    }
+}
+
+impl ReviewResult {
+    /// Whether the user should look at this review before keeping the change: it found
+    /// something, it calls the patch incorrect, or it could not be had.
+    pub fn needs_a_look(&self) -> bool {
+        match self {
+            ReviewResult::Unavailable { .. } => true,
+            ReviewResult::Reviewed { review, .. } => {
+                !review.findings.is_empty() || review.verdict == Verdict::Incorrect
+            }
+        }
+    }
+}
+
+/// The review whose findings the next change is meant to fix: in gate mode, the last review
+/// when it sent the change back to the coder.
+pub fn sent_back(mode: ReviewMode, last: Option<&ReviewResult>) -> Option<&Review> {
+    match (mode, last) {
+        (
+            ReviewMode::Gate,
+            Some(ReviewResult::Reviewed {
+                review,
+                blocking: true,
+            }),
+        ) => Some(review),
+        _ => None,
+    }
+}
+
 /// Why a reviewer's answer could not be read; the reviewer hears it in its repair request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ReviewError {

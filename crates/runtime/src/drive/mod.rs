@@ -104,6 +104,7 @@ pub fn review(changes: &[FileChange]) -> Review {
                 crate::trust::scan::introduced(&c.path, c.original.as_deref(), &c.new_text)
             })
             .collect(),
+        fixes: Vec::new(),
     }
 }
 
@@ -149,6 +150,11 @@ pub struct Outcome {
     /// fix, when it was called.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub tester: Option<agent::tester::Record>,
+    /// What the user decided about the reviewed change when the editor asked (a review with
+    /// findings, a verdict `incorrect`, or none to be had): `kept` or `rolled_back`. Absent
+    /// when nobody was asked.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub decision: Option<agent::review::Decision>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
@@ -494,6 +500,7 @@ impl Drive<'_> {
             failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
             review: run.last_review.clone(),
             tester: run.tester_record.clone(),
+            decision: None,
         }
     }
 
@@ -823,7 +830,21 @@ impl Drive<'_> {
         if self.cancel.is_cancelled() {
             return Event::Cancel;
         }
-        let review = review(changes);
+        let mut review = review(changes);
+        // A change the gate sent back: its preview and question name what it is to fix.
+        if let Some(sent) = agent::review::sent_back(run.review, run.last_review.as_ref()) {
+            review.fixes = sent
+                .findings
+                .iter()
+                .map(|f| crate::trust::Fix {
+                    path: changes
+                        .iter()
+                        .any(|c| c.path == f.path)
+                        .then(|| f.path.clone()),
+                    text: f.one_line(),
+                })
+                .collect();
+        }
         observer.patch(changes, diff, &review);
         let verdict = shell.approve(changes, diff, &review).await;
         observer.approval(run.iterations, verdict == Verdict::Approved, changes);

@@ -102,16 +102,30 @@ local handlers = {
     vim.api.nvim_exec_autocmds('User', { pattern = 'AgentRunFinished', data = result })
   end,
   -- The question before a change is applied: Accept, Reject, or Show diff (the server then
-  -- sends the diff as a message, shown in a split where `a` accepts and `r` rejects).
+  -- sends the diff as a message, shown in a split where `a` accepts and `r` rejects). A
+  -- question of several lines (the review question at a run's end: the verdict, then one
+  -- finding a line) shows whole in a split while vim.ui.select asks with its first line, since
+  -- a picker's prompt is one line; the split closes with the answer.
   ['window/showMessageRequest'] = function(_, params, ctx)
     local titles = vim.tbl_map(function(a) return a.title end, params.actions or {})
     local co = coroutine.running()
     local answer
-    vim.ui.select(titles, { prompt = params.message }, function(choice)
+    local first = params.message:match('^([^\n]*)\n')
+    local from, split
+    if first then
+      from = vim.api.nvim_get_current_win()
+      show_in_split((params.message:gsub('^agent%-ls: ', '')), 'markdown', false)
+      split = vim.api.nvim_get_current_win()
+    end
+    vim.ui.select(titles, { prompt = first or params.message }, function(choice)
       answer = choice
       if co then coroutine.resume(co) end
     end)
     if answer == nil and co then coroutine.yield() end
+    if split and vim.api.nvim_win_is_valid(split) then
+      vim.api.nvim_win_close(split, true)
+      if vim.api.nvim_win_is_valid(from) then vim.api.nvim_set_current_win(from) end
+    end
     if answer == nil then return vim.NIL end
     return { title = answer }
   end,

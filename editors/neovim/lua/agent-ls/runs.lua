@@ -94,6 +94,10 @@ function R.add(e)
     for _, f in ipairs(type(review.findings) == 'table' and review.findings or {}) do
       table.insert(notes, ('%s:%d: %s'):format(str(f.path), num(f.line) or 0, (str(f.risk):gsub('_', ' '))))
     end
+    -- A change the review gate sent back: the reviewer's findings it is to fix.
+    for _, f in ipairs(type(review.fixes) == 'table' and review.fixes or {}) do
+      table.insert(notes, 'fixes ' .. str(f.text))
+    end
     local files = {}
     for _, f in ipairs(type(d.files) == 'table' and d.files or {}) do table.insert(files, str(f)) end
     table.insert(it.patches, { files = files, diff = str(d.diff), notes = notes })
@@ -175,8 +179,12 @@ function R.actions_line(outcome, root)
     return ('run %s worked in the worktree %s%s: open it (:tcd %s) to see, roll back, commit or open a pull request'):format(
       str(outcome.run_id), w, on, vim.fn.fnameescape(w))
   end
-  if type(outcome.checkpoint) ~= 'string' then return nil end
   local id = str(outcome.run_id)
+  -- Rolled back at the review question: nothing of it is left to roll back or commit.
+  if outcome.decision == 'rolled_back' then
+    return ('run %s was rolled back at the review question'):format(id)
+  end
+  if type(outcome.checkpoint) ~= 'string' then return nil end
   return ('run %s: checkpoint %s: :AgentRollback %s · :AgentCommit %s · :AgentPr %s'):format(
     id, outcome.checkpoint:sub(1, 7), id, id, id)
 end
