@@ -248,3 +248,21 @@ fn the_review_question_in_neovim_shows_the_finding_and_rolls_the_run_back() {
     assert!(results.len() >= 10, "{results:#?}");
     assert_all(&results);
 }
+
+#[test]
+fn the_failing_test_action_in_neovim_creates_the_test_file_and_undo_removes_it() {
+    let test = "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n    def test_add_sums(self):\n        self.assertEqual(add(2, 3), 5)\n";
+    let answer = serde_json::json!({"tests": [{"path": "test_add.py", "name": "test_add_sums",
+        "kind": "example", "reason": "add must sum", "expect": "AssertionError: -1 != 5",
+        "content": test}]});
+    let replay = format!(
+        "{}\n{FIX}",
+        serde_json::json!({"role": "tester", "content": answer.to_string()})
+    );
+    let results = scenario("tester", &replay);
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 13, "{results:#?}");
+    assert_all(&results);
+}

@@ -91,6 +91,16 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
             support::git::uncommitted_change(ws.path());
             support::git::review_findings_replay()
         }
+        "tester" => {
+            let test = "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n    def test_add_sums(self):\n        self.assertEqual(add(2, 3), 5)\n";
+            let answer = serde_json::json!({"tests": [{"path": "test_add.py",
+                "name": "test_add_sums", "kind": "example", "reason": "add must sum",
+                "expect": "AssertionError: -1 != 5", "content": test}]});
+            format!(
+                "{}\n{FIX}{passed}\n",
+                serde_json::json!({"role": "tester", "content": answer.to_string()})
+            )
+        }
         "accept" => format!("{FIX}{passed}\n"),
         _ => FIX.to_string(),
     };
@@ -269,4 +279,13 @@ fn in_gate_mode_the_retrys_refactor_preview_names_the_finding_in_real_vs_code() 
             .any(|c| c["name"] == "the retry preview names the finding it is to fix"),
         "{checks:#?}"
     );
+}
+
+#[test]
+fn the_failing_test_code_action_creates_the_test_file_and_undo_removes_it_in_real_vs_code() {
+    let Some(checks) = scenario("tester") else {
+        return;
+    };
+    // Install, status bar, the action offered, the file, the fix, done, the two undos.
+    assert!(checks.len() >= 8, "{checks:#?}");
 }

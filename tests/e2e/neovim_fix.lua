@@ -67,7 +67,10 @@ local ok, err = pcall(function()
       return
     end
     asked = true
-    record('question names the file', opts.prompt:find('calc.py', 1, true) ~= nil, opts.prompt)
+    -- The tester's run asks twice: for its test file, then for the fix.
+    local named = opts.prompt:find('calc.py', 1, true) ~= nil
+      or (scenario == 'tester' and opts.prompt:find('test_add.py', 1, true) ~= nil)
+    record('question names the file', named, opts.prompt)
     -- In the cancel scenario the user walks away from the question.
     if scenario ~= 'rerun_cancel' then
       on_choice(scenario == 'reject' and 'Reject' or 'Accept')
@@ -414,6 +417,49 @@ local ok, err = pcall(function()
     end, 20), vim.api.nvim_buf_get_lines(view, first - 1, first, false)[1])
     local disk = table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n')
     record('disk follows', disk:find('The product', 1, true) == nil and disk:find('return a + b', 1, true) ~= nil, disk)
+    return
+  end
+
+  if scenario == 'tester' then
+    -- "Agent: write a failing test for this" on add's lines: the tester's test is kept once it
+    -- fails for its reason, Neovim creates its file as it applies the step, the fix follows as
+    -- a step of its own, and undoing the test's step deletes the file and keeps the fix.
+    local params = {
+      textDocument = vim.lsp.util.make_text_document_params(buf),
+      range = { start = { line = 3, character = 0 }, ['end'] = { line = 4, character = 16 } },
+      context = { diagnostics = {} },
+    }
+    local responses = vim.lsp.buf_request_sync(buf, 'textDocument/codeAction', params, 5000)
+    local action
+    for _, r in pairs(responses or {}) do
+      for _, a in ipairs(r.result or {}) do
+        if a.title == 'Agent: write a failing test for this' then action = a end
+      end
+    end
+    record('the failing-test action is offered on the selection', action ~= nil)
+    client:exec_cmd(action.command, { bufnr = buf })
+    record('run finished', run_finished())
+    record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
+    record('the test was kept', finished ~= nil and finished.tester ~= nil
+      and finished.tester.status == 'kept', vim.inspect(finished and finished.tester))
+    local test_file = ws .. '/test_add.py'
+    local disk = vim.fn.filereadable(test_file) == 1 and table.concat(vim.fn.readfile(test_file), '\n') or ''
+    record('the test file is created on disk', disk:find('def test_add_sums', 1, true) ~= nil, disk)
+    record('calc.py is fixed in its buffer', table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+      :find('return a + b', 1, true) ~= nil)
+    local r = client:request_sync('workspace/executeCommand', { command = 'agent-ls.status', arguments = {} }, 2000, buf)
+    local steps = r and r.result and r.result.steps or {}
+    local test_step
+    for _, st in ipairs(steps) do
+      if vim.deep_equal(st.files, { 'test_add.py' }) then test_step = st.id end
+    end
+    record('the test is a step of its own', #steps == 2 and test_step ~= nil, vim.inspect(steps))
+    vim.cmd('AgentUndo ' .. tostring(test_step))
+    record('undoing its step deletes the test file', vim.wait(10000, function()
+      return vim.fn.filereadable(test_file) == 0 and vim.fn.bufnr(test_file) == -1
+    end, 20), tostring(vim.fn.bufnr(test_file)))
+    record('the fix stays', table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+      :find('return a + b', 1, true) ~= nil)
     return
   end
 

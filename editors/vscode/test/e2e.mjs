@@ -85,7 +85,7 @@ fs.writeFileSync(
     'agentLs.server.path': env('AGENT_LS'),
     'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false } },
     // The run view's run applies each step without a preview.
-    ...(scenario === 'runview' || scenario === 'rollback' ? { 'agentLs.approval': 'auto' } : {}),
+    ...(scenario === 'runview' || scenario === 'rollback' || scenario === 'tester' ? { 'agentLs.approval': 'auto' } : {}),
     ...(scenario === 'gate'
       ? { 'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false, review: 'gate' } } }
       : {}),
@@ -183,6 +183,54 @@ try {
     await row.waitFor({ timeout: 10000 });
     await page.keyboard.press('Enter');
   };
+
+  if (scenario === 'tester') {
+    // Select add's lines and pick "Agent: write a failing test for this" from the code actions
+    // (Ctrl+.): the tester's test is kept once it fails for its reason, VS Code creates its
+    // file, the fix follows as its own step, and undoing back past the test's step deletes it.
+    const testFile = path.join(ws, 'test_add.py');
+    await page.locator('.monaco-editor .view-lines', { hasText: 'def add' }).first().click();
+    await page.keyboard.press('Control+G');
+    await page.waitForSelector('.quick-input-widget input:focus', { timeout: 10000 });
+    await page.keyboard.type('4');
+    await page.keyboard.press('Enter');
+    await page.keyboard.press('Home');
+    await page.keyboard.press('Shift+ArrowDown');
+    await page.keyboard.press('Shift+End');
+    const title = 'Agent: write a failing test for this';
+    const item = page.locator('.action-widget .monaco-list-row', { hasText: title }).first();
+    await until('the code action menu', async () => {
+      await page.keyboard.press('Control+.');
+      try {
+        await item.waitFor({ timeout: 3000 });
+        return true;
+      } catch {
+        await page.keyboard.press('Escape');
+        return false;
+      }
+    }, 30000);
+    check('the code actions offer writing a failing test for the selection', true);
+    await item.click();
+    await until('test_add.py created', () => fs.existsSync(testFile) && fs.readFileSync(testFile, 'utf8').includes('def test_add_sums'), 60000);
+    check('the test file is created on disk with its text', true);
+    const file = path.join(ws, 'calc.py');
+    await until('calc.py fixed', () => fs.readFileSync(file, 'utf8').includes('return a + b'), 60000);
+    check('the fix follows', true);
+    const runs = path.join(ws, '.agent-ls', 'runs');
+    const finished = await until('the run to end', () => {
+      const files = fs.existsSync(runs) ? fs.readdirSync(runs).filter((f) => f.endsWith('.jsonl')) : [];
+      const lines = files.flatMap((f) => fs.readFileSync(path.join(runs, f), 'utf8').split('\n'));
+      return lines.find((l) => l.includes('"type":"finished"')) ?? false;
+    }, 60000);
+    check('the run is done', finished.includes('"status":"done"'), finished.slice(0, 300));
+    await palette('Agent: Undo');
+    await until('the fix undone', () => fs.readFileSync(file, 'utf8').includes('return a - b'), 30000);
+    check('Agent: Undo takes the fix back and keeps the test', fs.existsSync(testFile));
+    await palette('Agent: Undo');
+    await until('test_add.py deleted', () => !fs.existsSync(testFile), 30000);
+    check('Agent: Undo of the test\'s step deletes the test file', true);
+    throw new Done();
+  }
 
   if (scenario === 'explain') {
     // Agent: Run… asks for the goal; a question is answered without editing, and the long
