@@ -9,8 +9,11 @@ mod support;
 
 use std::path::Path;
 
+use agent_ls_runtime::config::Config;
+use agent_ls_runtime::model::{Message, Models, Request, Response, Role};
 use serde_json::Value;
-use support::model_server::{ModelServer, openai_text};
+use support::model_server::{ModelServer, openai_text, openai_tool_call};
+use tokio_util::sync::CancellationToken;
 
 const CANARY: &str = "sk-canary-3f9a1c77d2";
 const QUESTION: &str = "explain what the add function in calc.py does";
@@ -317,4 +320,93 @@ fn at_most_max_entries_are_kept_and_the_least_recently_used_goes_first() {
     ask(questions[1]);
     assert_eq!(server.count(), 5, "the second was evicted");
     assert_eq!(cache(&["stats"], ws.path(), home.path())["entries"], 3);
+}
+
+/// The models of a workspace at `root`, calling the model server at `url`.
+fn models(url: &str, root: &Path) -> Models {
+    let mut c = Config::default();
+    c.model.provider = Some("openai".into());
+    c.model.base_url = Some(format!("{url}/v1"));
+    c.model.name = Some("test-model".into());
+    Models::new(&c, Some(root))
+}
+
+/// A planner's request for `goal`, as the driver makes it.
+fn plan_request(goal: &str) -> Request {
+    Request {
+        messages: vec![
+            Message::system("Plan the work as JSON."),
+            Message::user(format!(
+                "Goal: {goal}\n\nFiles:\ncalc.py\n```\ndef add(a, b):\n    return a - b\n```\n"
+            )),
+        ],
+        question: Some(goal.to_string()),
+        reading_only: true,
+        ..Request::default()
+    }
+}
+
+fn call(m: &Models, role: Role, request: &Request) -> Response {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(m.call(role, request, &CancellationToken::new(), None))
+        .unwrap()
+}
+
+#[test]
+fn a_repeated_planner_request_is_one_model_call_and_a_tool_call_is_reused_only_exactly() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(vec![
+        openai_text(&["{\"plan_id\": \"p\", \"tasks\": []}"]),
+        openai_tool_call("read_file", &["{\"path\": \"calc.py\"}"]),
+        openai_tool_call("read_file", &["{\"path\": \"calc.py\"}"]),
+    ]);
+    let m = models(&server.url, ws.path());
+    let goal = "make add in calc.py add its two numbers";
+    let first = call(&m, Role::Planner, &plan_request(goal));
+    let second = call(&m, Role::Planner, &plan_request(goal));
+    assert_eq!(server.count(), 1);
+    assert_eq!(first.text, second.text);
+    assert_eq!(first.cached, None);
+    let cached = second.cached.expect("answered from the cache");
+    assert_eq!(cached.hit.as_str(), "exact");
+    assert_eq!(
+        (cached.saved.input_tokens, cached.saved.output_tokens),
+        (11, 7)
+    );
+    assert_eq!(
+        (second.usage.input_tokens, second.usage.output_tokens),
+        (0, 0)
+    );
+
+    // An answer that calls tools: reused for the very request, never for a near duplicate.
+    let other = "explain what the add function in calc.py does";
+    let explain = |goal: &str| Request {
+        reading_only: true,
+        ..plan_request(goal)
+    };
+    let asked = call(&m, Role::Coder, &explain(other));
+    assert_eq!(asked.tool_calls.len(), 1);
+    let again = call(&m, Role::Coder, &explain(other));
+    assert_eq!(server.count(), 2);
+    assert_eq!(again.tool_calls, asked.tool_calls);
+    call(
+        &m,
+        Role::Coder,
+        &explain("explain what the add function in calc.py returns"),
+    );
+    assert_eq!(
+        server.count(),
+        3,
+        "a tool call is not reused for a near duplicate"
+    );
+    // And the coder's editing call is not cached by default.
+    let edit = || Request {
+        reading_only: false,
+        ..plan_request(goal)
+    };
+    server.push(openai_text(&["an edit"]));
+    server.push(openai_text(&["an edit"]));
+    call(&m, Role::Coder, &edit());
+    call(&m, Role::Coder, &edit());
+    assert_eq!(server.count(), 5);
 }
