@@ -8,7 +8,8 @@ use std::process::ExitCode;
 
 use agent_ls::cli::setup::or_exit_1;
 use agent_ls::cli::{
-    apply, commit, config, doctor, git, headless, memory, review, runs, serve, stats, trust, undo,
+    apply, cache, commit, config, doctor, git, headless, memory, review, runs, serve, stats, trust,
+    undo,
 };
 use agent_ls_runtime::drive::ReviewTarget;
 use agent_ls_runtime::trust::Decision;
@@ -80,6 +81,17 @@ enum Command {
         /// the workspace's.
         #[arg(long, global = true)]
         user: bool,
+        /// Print JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
+    /// The response cache of model answers (docs/cache.md): stats, clear.
+    Cache {
+        #[command(subcommand)]
+        action: cache::Action,
+        /// The project (default: the current directory).
+        #[arg(long, global = true)]
+        workspace: Option<PathBuf>,
         /// Print JSON.
         #[arg(long, global = true)]
         json: bool,
@@ -257,6 +269,11 @@ fn main() -> ExitCode {
             user,
             json,
         } => or_exit_1(memory::run(action, workspace, user, json)),
+        Command::Cache {
+            action,
+            workspace,
+            json,
+        } => or_exit_1(cache::run(action, workspace, json)),
         Command::Trust { dir } => or_exit_1(trust::run(dir, Decision::Trusted)),
         Command::Untrust { dir } => or_exit_1(trust::run(dir, Decision::Unknown)),
         Command::Doctor { workspace, json } => or_exit_1(doctor::run(workspace, json)),

@@ -168,6 +168,16 @@ pub struct ModelCall {
     pub cost_usd_total: Option<f64>,
     pub content: String,
     pub tool_calls: Vec<ToolCall>,
+    /// Answered from the response cache, not by the model.
+    pub cached: Option<CacheHit>,
+}
+
+/// A model call the response cache answered: how, and what the original call took.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CacheHit {
+    pub hit: crate::cache::HitKind,
+    pub saved_tokens: u64,
+    pub saved_ms: u64,
 }
 
 /// The reflector's report, or its text when it did not parse.
@@ -290,13 +300,20 @@ impl RunEvent {
 
 impl ModelCall {
     fn data(&self, to: Audience) -> Value {
-        match to {
+        let mut data = match to {
             Audience::Journal => json!({"provider": self.provider, "model": self.model,
                 "usage": self.usage, "duration_ms": self.duration_ms, "attempts": self.attempts}),
             Audience::Live => json!({"provider": self.provider, "model": self.model,
                 "usage": self.usage, "duration_ms": self.duration_ms,
                 "tokens_total": self.tokens_total, "cost_usd_total": self.cost_usd_total}),
+        };
+        // Only a cached answer says so, so the lines of model calls stay as they were.
+        if let (Some(c), Some(map)) = (self.cached, data.as_object_mut()) {
+            map.insert("cached".into(), json!(c.hit.as_str()));
+            map.insert("saved_tokens".into(), json!(c.saved_tokens));
+            map.insert("saved_ms".into(), json!(c.saved_ms));
         }
+        data
     }
 }
 
@@ -352,6 +369,7 @@ mod tests {
             cost_usd_total: None,
             content: "text".into(),
             tool_calls: Vec::new(),
+            cached: None,
         });
         let journal = m.wire(Audience::Journal);
         assert_eq!((journal.role, journal.kind), ("coder", "model_call"));
@@ -360,6 +378,18 @@ mod tests {
         let live = m.wire(Audience::Live);
         assert_eq!(live.data["tokens_total"], 9);
         assert!(live.data.get("attempts").is_none());
+        assert!(journal.data.get("cached").is_none());
+        let RunEvent::ModelCall(mut hit) = m else {
+            return;
+        };
+        hit.cached = Some(CacheHit {
+            hit: crate::cache::HitKind::Near,
+            saved_tokens: 40,
+            saved_ms: 900,
+        });
+        let journal = RunEvent::ModelCall(hit).wire(Audience::Journal);
+        assert_eq!(journal.data["cached"], "near");
+        assert_eq!(journal.data["saved_tokens"], 40);
     }
 
     #[test]

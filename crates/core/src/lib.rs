@@ -13,9 +13,12 @@
 //! - `test_output`: test-run output to failures (`parse`), and the report a model reads.
 //! - `memory`: failure signatures, the episode records a run leaves, the full-text query and
 //!   the prompt section of remembered records within a byte budget.
+//! - `cache`: the response cache's rules: which calls it may answer and how, the exact key's
+//!   material, the near-duplicate scope and the word overlap.
 //! - `syntax` and `repomap`: tree-sitter parsing, tags and the ranking behind the repo map.
 
 pub mod agent;
+pub mod cache;
 pub mod conversation;
 pub mod edit;
 pub mod events;

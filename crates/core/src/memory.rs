@@ -423,6 +423,12 @@ pub fn redact_key_shapes(text: &str) -> String {
     KEY_SHAPED.replace_all(text, "<redacted>").into_owned()
 }
 
+/// Whether `text` holds a string shaped like an API key or token (what `redact_key_shapes`
+/// would replace): the response cache stores no such request or answer.
+pub fn has_key_shape(text: &str) -> bool {
+    KEY_SHAPED.is_match(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,6 +45,9 @@ pub const TRUSTED_KEYS: &[&str] = &[
     // The user's records from every workspace would go into this workspace's prompts.
     "memory.scope",
     "memory.url",
+    // `all` would answer the coder's edits from the store, which a cloned repository may
+    // bring along in its `.agent-ls/` folder.
+    "cache.enabled",
 ];
 
 /// Keys a workspace file never sets, trusted or not: which secrets reach test processes,
@@ -117,6 +120,7 @@ pub struct Config {
     pub git: GitConfig,
     pub memory: MemoryConfig,
     pub tester: TesterConfig,
+    pub cache: CacheConfig,
     /// Model server addresses a workspace file named (in a trusted folder): no API key is ever
     /// sent to them. Not a configuration key; filled in when the layers are merged.
     #[serde(skip)]
@@ -313,6 +317,26 @@ impl Default for MemoryConfig {
             max_bytes: 4096,
             scope: MemoryScope::Workspace,
             url: None,
+        }
+    }
+}
+
+/// The response cache (docs/cache.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Which calls the cache answers: `"read_only"` (planning and explaining), `"all"` (also
+    /// every other role on exact hits) or `"off"`; `true` and `false` are `read_only` and `off`.
+    pub enabled: agent_ls_core::cache::Mode,
+    /// The most answers kept; the least recently used go first.
+    pub max_entries: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            enabled: agent_ls_core::cache::Mode::ReadOnly,
+            max_entries: 500,
         }
     }
 }

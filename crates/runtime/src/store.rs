@@ -32,7 +32,7 @@ pub enum StoreError {
 
 /// The store's schema, one migration per version: `MIGRATIONS[n]` takes a store from
 /// `user_version` n to n + 1, in one transaction.
-const MIGRATIONS: [&str; 9] = [
+const MIGRATIONS: [&str; 10] = [
     "CREATE TABLE IF NOT EXISTS steps (
         id INTEGER PRIMARY KEY,
         run_id TEXT NOT NULL,
@@ -127,6 +127,35 @@ const MIGRATIONS: [&str; 9] = [
      );
      INSERT INTO memories_fts (memories_fts, rank) VALUES ('secure-delete', 1);
      CREATE VIRTUAL TABLE IF NOT EXISTS memories_vocab USING fts5vocab (memories_fts, row);",
+    // The response cache (docs/cache.md): one row per answer, under the hash of its request
+    // (`key`) and of its near-duplicate scope (`scope`, NULL when it takes none), with its
+    // question's words, what the original call took, and `used`, a counter for LRU eviction;
+    // and one row of counters for `agent-ls cache stats`.
+    "CREATE TABLE IF NOT EXISTS cache (
+        key TEXT PRIMARY KEY,
+        scope TEXT,
+        label TEXT NOT NULL,
+        words TEXT NOT NULL DEFAULT '',
+        answer TEXT NOT NULL,
+        tool_calls INTEGER NOT NULL DEFAULT 0,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        duration_ms INTEGER NOT NULL DEFAULT 0,
+        created_ms INTEGER NOT NULL,
+        used INTEGER NOT NULL
+     );
+     CREATE INDEX IF NOT EXISTS cache_scope ON cache (scope);
+     CREATE INDEX IF NOT EXISTS cache_used ON cache (used);
+     CREATE TABLE IF NOT EXISTS cache_stats (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        exact_hits INTEGER NOT NULL DEFAULT 0,
+        near_hits INTEGER NOT NULL DEFAULT 0,
+        misses INTEGER NOT NULL DEFAULT 0,
+        saved_input_tokens INTEGER NOT NULL DEFAULT 0,
+        saved_output_tokens INTEGER NOT NULL DEFAULT 0,
+        saved_ms INTEGER NOT NULL DEFAULT 0
+     );
+     INSERT OR IGNORE INTO cache_stats (id) VALUES (1);",
 ];
 
 impl Store {

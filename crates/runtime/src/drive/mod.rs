@@ -617,10 +617,18 @@ impl Drive<'_> {
         .then(|| first.clone());
         let mut specs = crate::tools::specs_named(&tools);
         specs.extend(mcp_specs);
+        // A turn offered only the reading tools edits nothing (planning, explaining,
+        // reviewing), which the response cache tells apart from the coder's editing turns.
+        let reading_only = matches!(
+            run.phase,
+            agent::Phase::Planning | agent::Phase::Explaining | agent::Phase::Reviewing
+        );
         let request = Request {
             messages: fitted.messages,
             tools: specs,
             tool_choice,
+            reading_only,
+            question: Some(run.goal.clone()),
             ..Request::default()
         };
         observer.prompt(role, &request, fitted.tokens, counter.name());

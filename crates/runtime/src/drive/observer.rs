@@ -201,6 +201,11 @@ impl<'a> Observer<'a> {
             cost_usd_total: totals.cost_usd,
             content: r.text.clone(),
             tool_calls: r.tool_calls.clone(),
+            cached: r.cached.map(|c| events::CacheHit {
+                hit: c.hit,
+                saved_tokens: c.saved.input_tokens + c.saved.output_tokens,
+                saved_ms: c.saved_ms,
+            }),
         }));
         match role {
             Role::Planner => {

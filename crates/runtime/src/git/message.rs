@@ -182,6 +182,7 @@ pub async fn write(models: &Models, r: &RunReport, diff: &[u8]) -> String {
         tool_choice: None,
         json_schema: None,
         max_tokens: Some(300),
+        ..Request::default()
     };
     let call = models.call(Role::Summarizer, &request, &cancel, None);
     match tokio::time::timeout(MODEL_WAIT, call).await {

@@ -100,6 +100,7 @@ pub(crate) fn answered(
         duration_ms: started.elapsed().as_millis() as u64,
         attempts: 1,
         cost_usd: None,
+        cached: None,
     }
 }
 

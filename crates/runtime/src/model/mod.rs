@@ -3,6 +3,7 @@
 //! and cost. The wire formats live in `openai.rs`, `anthropic.rs` and `replay.rs`.
 
 pub mod anthropic;
+pub mod cache;
 pub mod doctor;
 mod http;
 pub mod openai;
@@ -32,6 +33,12 @@ pub struct Request {
     /// Ask for a JSON answer that matches this schema (name, schema).
     pub json_schema: Option<(String, Value)>,
     pub max_tokens: Option<u32>,
+    /// The call edits nothing: a turn offered only the reading tools. The coder's read-only
+    /// turn (an explanation) may then be answered from the response cache (docs/cache.md).
+    pub reading_only: bool,
+    /// The user's words in the messages (the run's goal): a near-duplicate request words them
+    /// differently (docs/cache.md).
+    pub question: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -76,6 +83,9 @@ pub struct Response {
     pub attempts: u32,
     /// US dollars, when prices are configured for the model.
     pub cost_usd: Option<f64>,
+    /// Answered from the response cache: no model was called, nothing was spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached: Option<cache::Cached>,
 }
 
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -330,6 +340,8 @@ pub struct Models {
     idle: Duration,
     max_retries: u32,
     max_tokens: u32,
+    /// The response cache, when the models have a workspace and `cache.enabled` is not off.
+    cache: Option<Arc<cache::Cache>>,
     /// Base delay of the exponential backoff; tests make it small.
     pub backoff_base: Duration,
 }
@@ -367,6 +379,7 @@ impl Models {
             idle: Duration::from_secs(config.model.stream_idle_secs),
             max_retries: config.model.max_retries,
             max_tokens: config.model.max_tokens,
+            cache: root.and_then(|r| cache::Cache::new(config, r)),
             backoff_base: Duration::from_millis(500),
         }
     }
@@ -382,9 +395,41 @@ impl Models {
         }
     }
 
+    /// Calls the model for `role`, or answers from the response cache when it holds an answer
+    /// to this request (or, for a read-only call, to a near duplicate of it); a new answer of
+    /// the first target is kept there when the cache may answer such calls.
+    pub async fn call(
+        &self,
+        role: Role,
+        request: &Request,
+        cancel: &CancellationToken,
+        on_token: Option<OnToken<'_>>,
+    ) -> Result<Response, ModelError> {
+        let first = self.targets(role)?.first();
+        let asked = match (&self.cache, first) {
+            (Some(c), Some(t)) => c.ask(role, request, t).map(|a| (c.clone(), Arc::new(a))),
+            _ => None,
+        };
+        let Some((cache, ask)) = asked else {
+            return self.call_models(role, request, cancel, on_token).await;
+        };
+        if let Some(hit) = cache.clone().lookup_async(ask.clone()).await {
+            // Played as a stream, as a model's answer arrives.
+            if let Some(f) = on_token {
+                for piece in hit.text.split_inclusive(char::is_whitespace) {
+                    f(piece);
+                }
+            }
+            return Ok(hit);
+        }
+        let response = self.call_models(role, request, cancel, on_token).await?;
+        cache.keep_async(ask, request, &response).await;
+        Ok(response)
+    }
+
     /// Calls the model for `role`: each target in turn, each with retries for transient
     /// failures; `cancel` drops the request in flight at once.
-    pub async fn call(
+    async fn call_models(
         &self,
         role: Role,
         request: &Request,

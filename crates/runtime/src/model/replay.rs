@@ -95,6 +95,7 @@ impl Replay {
                 file: self.file.clone(),
             })?;
         Ok(Response {
+            cached: None,
             usage: Usage {
                 input_tokens: 0,
                 output_tokens: (line.content.len() / 4) as u64,
