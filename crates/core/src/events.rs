@@ -138,6 +138,10 @@ pub enum RunEvent {
     Memory {
         query: String,
         used: Vec<crate::memory::Used>,
+        /// With an embedding model configured: how the records were ranked ("text and
+        /// vector, fused by reciprocal rank"), or why by text alone (its server failed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        embeddings: Option<String>,
     },
     /// An applied change became this step of the history. Live only.
     Step {

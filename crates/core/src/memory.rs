@@ -1,7 +1,8 @@
 //! Memory across runs, the pure half: a failure's signature normalised so that line numbers and
 //! temporary paths do not matter, the episode record a run leaves for each failure it met, the
-//! full-text query for the current failures, key-shaped secrets redacted, and the prompt
-//! section made of the records the runtime fetched, within a byte budget. No IO: the runtime
+//! full-text query for the current failures, key-shaped secrets redacted, the fusion of a
+//! full-text and a vector ranking (shared by every store), and the prompt section made of the
+//! records the runtime fetched, within a byte budget. No IO: the runtime
 //! stores, searches and deletes (`agent_ls_runtime::memory`).
 
 use std::sync::LazyLock;
@@ -161,11 +162,127 @@ pub struct Record {
     pub memory: Memory,
 }
 
-/// A record a search found, with its BM25 score (higher is better).
+/// A record a search found, with the score it is ranked by (higher is better): its BM25
+/// score from a full-text search, its cosine similarity from a vector search, or, once
+/// `fuse` merged the two, the fused score. `text` and `vector` keep the scores it came with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hit {
     pub record: Record,
     pub score: f64,
+    /// Its BM25 score, when the full-text search found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<f64>,
+    /// Its embedding's cosine similarity to the query's, when the vector search found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector: Option<f64>,
+}
+
+impl Hit {
+    /// A full-text hit: ranked by its BM25 score.
+    pub fn text(record: Record, bm25: f64) -> Hit {
+        Hit {
+            record,
+            score: bm25,
+            text: Some(bm25),
+            vector: None,
+        }
+    }
+
+    /// A vector hit: ranked by its cosine similarity.
+    pub fn vector(record: Record, similarity: f64) -> Hit {
+        Hit {
+            record,
+            score: similarity,
+            text: None,
+            vector: Some(similarity),
+        }
+    }
+}
+
+/// The constant of reciprocal rank fusion: a record's fused score is the sum over the two
+/// rankings of `1 / (RRF_K + rank)`. 60 is the value of the method's paper (Cormack et al.,
+/// 2009); it keeps one list's first place from outweighing a record both lists rank well.
+pub const RRF_K: f64 = 60.0;
+
+/// Merges a full-text ranking and a vector ranking (each best first) into one, by reciprocal
+/// rank fusion: ranks, not scores, are added, because BM25 and cosine similarity are on
+/// scales that cannot be compared. Each hit keeps both of its scores (`text`, `vector`) and
+/// gets the fused one as `score`. With no vector hits (no embedding model, its server down,
+/// no record with a vector yet) the text hits come back as they are, ranked by BM25. Used by
+/// every store (SQLite here, PostgreSQL for a team), so they rank alike.
+pub fn fuse(text: Vec<Hit>, vector: Vec<Hit>, limit: usize) -> Vec<Hit> {
+    if vector.is_empty() {
+        let mut t = text;
+        t.truncate(limit);
+        return t;
+    }
+    let mut out: Vec<Hit> = Vec::new();
+    for (list, is_text) in [(text, true), (vector, false)] {
+        for (rank, h) in list.into_iter().enumerate() {
+            let add = 1.0 / (RRF_K + rank as f64 + 1.0);
+            let at = match out.iter().position(|o| o.record.id == h.record.id) {
+                Some(i) => i,
+                None => {
+                    out.push(Hit {
+                        score: 0.0,
+                        text: None,
+                        vector: None,
+                        ..h.clone()
+                    });
+                    out.len() - 1
+                }
+            };
+            let o = &mut out[at];
+            // A list may hold one record twice (two stores): the better rank counts once.
+            let seen = if is_text {
+                o.text.is_some()
+            } else {
+                o.vector.is_some()
+            };
+            if seen {
+                continue;
+            }
+            o.score += add;
+            if is_text {
+                o.text = h.text.or(Some(h.score));
+            } else {
+                o.vector = h.vector.or(Some(h.score));
+            }
+        }
+    }
+    // Ties (one list's first against the other's first) go to the one both found, then to
+    // the closer embedding, then to the id, so the order never depends on the input's.
+    out.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(
+                b.vector
+                    .unwrap_or(-1.0)
+                    .total_cmp(&a.vector.unwrap_or(-1.0)),
+            )
+            .then(a.record.id.cmp(&b.record.id))
+    });
+    out.truncate(limit);
+    out
+}
+
+/// Cosine similarity of two vectors (0 when either is all zeros or their lengths differ):
+/// what a store that keeps vectors as plain arrays ranks by in the client.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    let (mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        return 0.0;
+    }
+    dot / (na.sqrt() * nb.sqrt())
 }
 
 /// The most bytes of a diff a record keeps.
@@ -275,6 +392,24 @@ pub fn fts_query(words: &[String]) -> String {
         .join(" OR ")
 }
 
+/// The text the current failures' embedding is computed from (when an embedding model is
+/// configured): each signature on a line, as a record's `search_text` begins.
+pub fn query_text(signatures: &[Signature]) -> String {
+    signatures
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} {} {}",
+                s.test_id,
+                s.error_kind,
+                s.message,
+                s.frames.join(" ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The FTS5 query for the current failures.
 pub fn query(signatures: &[Signature]) -> String {
     fts_query(&query_words(signatures))
@@ -285,7 +420,14 @@ pub fn query(signatures: &[Signature]) -> String {
 pub struct Used {
     pub id: String,
     pub run_id: String,
+    /// The score it was ranked by: BM25 alone, or the fused score when vectors took part.
     pub score: f64,
+    /// Its BM25 score, when the full-text search found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<f64>,
+    /// Its cosine similarity to the query, when the vector search found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector: Option<f64>,
     pub bytes: usize,
 }
 
@@ -316,6 +458,8 @@ pub fn section(hits: &[Hit], max_bytes: usize) -> (String, Vec<Used>) {
             id: h.record.id.clone(),
             run_id: h.record.run_id.clone(),
             score: h.score,
+            text: h.text,
+            vector: h.vector,
             bytes: text.len(),
         });
         out.push_str(&text);
@@ -551,20 +695,45 @@ mod tests {
     }
 
     #[test]
+    fn fusion_adds_ranks_keeps_both_scores_and_is_text_alone_without_vectors() {
+        let text = vec![
+            Hit::text(record("a", "-1\n"), 9.0),
+            Hit::text(record("b", "-2\n"), 5.0),
+        ];
+        // Without vectors: the text ranking as it is.
+        let alone = fuse(text.clone(), Vec::new(), 8);
+        assert_eq!(alone, text);
+        // "c" is found only by its embedding; "b" by both, so it comes first.
+        let vector = vec![
+            Hit::vector(record("c", "-3\n"), 0.91),
+            Hit::vector(record("b", "-2\n"), 0.80),
+        ];
+        let fused = fuse(text, vector, 8);
+        let ids: Vec<&str> = fused.iter().map(|h| h.record.id.as_str()).collect();
+        assert_eq!(ids, ["b", "c", "a"]);
+        assert_eq!((fused[0].text, fused[0].vector), (Some(5.0), Some(0.80)));
+        assert!((fused[0].score - (1.0 / 62.0 + 1.0 / 62.0)).abs() < 1e-12);
+        // "c" (first by vector) and "a" (first by text) tie; the one with a vector wins.
+        assert_eq!((fused[1].text, fused[1].vector), (None, Some(0.91)));
+        assert_eq!((fused[2].text, fused[2].vector), (Some(9.0), None));
+        assert_eq!(fused[1].score, fused[2].score);
+        assert_eq!(fuse(fused.clone(), fused, 1).len(), 1);
+    }
+
+    #[test]
+    fn cosine_of_vectors() {
+        assert!((cosine(&[1.0, 0.0], &[2.0, 0.0]) - 1.0).abs() < 1e-12);
+        assert_eq!(cosine(&[1.0, 0.0], &[0.0, 3.0]), 0.0);
+        assert_eq!(cosine(&[1.0], &[1.0, 1.0]), 0.0);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 1.0]), 0.0);
+    }
+
+    #[test]
     fn the_section_keeps_the_best_records_within_the_budget() {
         let hits = vec![
-            Hit {
-                record: record("m1", "-x\n+y\n"),
-                score: 3.0,
-            },
-            Hit {
-                record: record("m2", &"+z\n".repeat(500)),
-                score: 2.0,
-            },
-            Hit {
-                record: record("m3", "-p\n+q\n"),
-                score: 1.0,
-            },
+            Hit::text(record("m1", "-x\n+y\n"), 3.0),
+            Hit::text(record("m2", &"+z\n".repeat(500)), 2.0),
+            Hit::text(record("m3", "-p\n+q\n"), 1.0),
         ];
         let (text, used) = section(&hits, 600);
         assert!(text.len() <= 600, "{}", text.len());

@@ -48,6 +48,8 @@ pub const TRUSTED_KEYS: &[&str] = &[
     // `all` would answer the coder's edits from the store, which a cloned repository may
     // bring along in its `.agent-ls/` folder.
     "cache.enabled",
+    // Names a server, and sends it the records' (redacted) text.
+    "memory.embeddings",
 ];
 
 /// Keys a workspace file never sets, trusted or not: which secrets reach test processes,
@@ -285,7 +287,7 @@ impl Default for TesterConfig {
 }
 
 /// Memory across runs (docs/memory.md).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MemoryConfig {
     /// Remember each run's failures and fixes, and show earlier ones to the models.
@@ -301,6 +303,40 @@ pub struct MemoryConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub url: Option<String>,
+    /// An OpenAI-compatible `/v1/embeddings` endpoint: records and the current failures are
+    /// also ranked by the similarity of their embeddings. Unset: full text alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embeddings: Option<EmbeddingsConfig>,
+}
+
+/// `[memory.embeddings]`: the embedding model memory ranks by, beside full text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingsConfig {
+    /// The API's base URL, as `model.base_url` (`http://127.0.0.1:8080/v1`); `/embeddings` is
+    /// added unless it ends so already.
+    pub url: String,
+    /// The model's name, sent with each request and kept with each vector: vectors of another
+    /// model are not compared.
+    pub model: String,
+    /// The environment variable holding the API key sent as a bearer token (e.g.
+    /// `OPENAI_API_KEY`); unset: no key. Never sent to a URL a workspace file names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// How long one request may take.
+    #[serde(default = "embeddings_timeout")]
+    pub timeout_secs: u64,
+    /// The least cosine similarity a record found only by its embedding must have to be used.
+    #[serde(default = "embeddings_min_similarity")]
+    pub min_similarity: f64,
+}
+
+fn embeddings_timeout() -> u64 {
+    10
+}
+
+fn embeddings_min_similarity() -> f64 {
+    0.5
 }
 
 fn refuse_memory_url<'de, D: serde::Deserializer<'de>>(_: D) -> Result<Option<String>, D::Error> {
@@ -317,6 +353,7 @@ impl Default for MemoryConfig {
             max_bytes: 4096,
             scope: MemoryScope::Workspace,
             url: None,
+            embeddings: None,
         }
     }
 }
@@ -959,6 +996,9 @@ fn workspace_hosts(
     };
     if from_workspace("model.base_url") {
         add(&config.model.base_url);
+    }
+    if from_workspace("memory.embeddings.url") {
+        add(&config.memory.embeddings.as_ref().map(|e| e.url.clone()));
     }
     if from_workspace("model.fallback") {
         config.model.fallback.iter().for_each(|t| add(&t.base_url));

@@ -11,12 +11,14 @@
 //! - `config`: layered configuration; `files`: workspace paths and atomic writes.
 //! - `git`: checkpoints of the working tree, a run's diff and its rollback, via `git`.
 //! - `child`: the clean signal state every process we start begins with.
-//! - `memory`: records of earlier runs' failures and fixes, searched with FTS5 (BM25).
+//! - `memory`: records of earlier runs' failures and fixes, searched with FTS5 (BM25) and,
+//!   with `embeddings` (an OpenAI-compatible client), by vector similarity too.
 //! - `repomap`, `tokens`, `logging`.
 
 pub mod child;
 pub mod config;
 pub mod drive;
+pub mod embeddings;
 pub mod files;
 pub mod git;
 pub mod journal;

@@ -158,14 +158,28 @@ fn row_record(key: String, run_id: String, scope: String, json: String) -> Optio
     })
 }
 
+/// A vector as sqlite-vec reads a float32 vector from a blob: its f32s, little-endian.
+fn vector_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The embedding model a record's vector came from, and the vector.
+#[derive(Debug, Clone, Copy)]
+pub struct Embedded<'a> {
+    pub model: &'a str,
+    pub vector: &'a [f32],
+}
+
 impl Store {
-    /// Writes one record under `key` (replacing a record of that key), and its words.
+    /// Writes one record under `key` (replacing a record of that key), its words, and its
+    /// embedding when it has one.
     fn put_memory(
         &self,
         key: &str,
         scope: &str,
         run_id: &str,
         m: &Memory,
+        embedded: Option<Embedded<'_>>,
     ) -> Result<(), StoreError> {
         let conn = self.conn();
         let old: Option<i64> = conn
@@ -175,6 +189,7 @@ impl Store {
             .optional()?;
         if let Some(id) = old {
             conn.execute("DELETE FROM memories_fts WHERE rowid = ?1", [id])?;
+            conn.execute("DELETE FROM memory_vectors WHERE memory_id = ?1", [id])?;
             conn.execute("DELETE FROM memories WHERE id = ?1", [id])?;
         }
         let json = serde_json::to_string(m).unwrap_or_default();
@@ -187,6 +202,12 @@ impl Store {
             "INSERT INTO memories_fts (rowid, body) VALUES (?1, ?2)",
             params![id, memory::search_text(m)],
         )?;
+        if let Some(e) = embedded.filter(|e| !e.vector.is_empty()) {
+            conn.execute(
+                "INSERT INTO memory_vectors (memory_id, model, dims, embedding) VALUES (?1, ?2, ?3, ?4)",
+                params![id, e.model, e.vector.len() as i64, vector_blob(e.vector)],
+            )?;
+        }
         Ok(())
     }
 
@@ -202,9 +223,28 @@ impl Store {
         episodes: &[Memory],
         across: bool,
     ) -> Result<Vec<String>, StoreError> {
+        self.remember_embedded(scope, run_id, episodes, &[], "", across)
+    }
+
+    /// `remember`, with each episode's embedding (`vectors[n]` for `episodes[n]`, computed by
+    /// the caller from its redacted `memory::search_text`; `None`, or a shorter list, for
+    /// those without) by `model`. Patterns get none: they rank by text.
+    pub fn remember_embedded(
+        &self,
+        scope: &str,
+        run_id: &str,
+        episodes: &[Memory],
+        vectors: &[Option<Vec<f32>>],
+        model: &str,
+        across: bool,
+    ) -> Result<Vec<String>, StoreError> {
         let tx = self.conn().unchecked_transaction()?;
         self.conn().execute(
             "DELETE FROM memories_fts WHERE rowid IN (SELECT id FROM memories WHERE run_id = ?1 AND kind = 'episode')",
+            [run_id],
+        )?;
+        self.conn().execute(
+            "DELETE FROM memory_vectors WHERE memory_id IN (SELECT id FROM memories WHERE run_id = ?1 AND kind = 'episode')",
             [run_id],
         )?;
         self.conn().execute(
@@ -214,7 +254,11 @@ impl Store {
         let mut ids = Vec::new();
         for (n, m) in episodes.iter().enumerate() {
             let key = format!("{run_id}-{}", n + 1);
-            self.put_memory(&key, scope, run_id, m)?;
+            let embedded = vectors
+                .get(n)
+                .and_then(Option::as_deref)
+                .map(|vector| Embedded { model, vector });
+            self.put_memory(&key, scope, run_id, m, embedded)?;
             ids.push(key);
         }
         let mut kinds: Vec<String> = episodes
@@ -267,7 +311,7 @@ impl Store {
             fix,
             runs,
         });
-        self.put_memory(&key, scope, &last, &m)?;
+        self.put_memory(&key, scope, &last, &m, None)?;
         Ok(Some(key))
     }
 
@@ -303,7 +347,55 @@ impl Store {
             let (key, run, scope, json) =
                 get.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
             if let Some(record) = row_record(key, run, scope, json) {
-                hits.push(Hit { record, score: -s });
+                hits.push(Hit::text(record, -s));
+            }
+        }
+        Ok(hits)
+    }
+
+    /// The records whose embeddings (by `model`) are closest to `query`, best first, with
+    /// their cosine similarity, those under `min_similarity` left out; only `scope`'s when one
+    /// is given. Records without an embedding of that model and length are not among them
+    /// (they are still found by text). Every candidate is compared (sqlite-vec's
+    /// `vec_distance_cosine` over the rows): exact, and at 10,000 records a few milliseconds.
+    pub fn recall_vector(
+        &self,
+        scope: Option<&str>,
+        model: &str,
+        query: &[f32],
+        min_similarity: f64,
+        limit: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        if query.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?1) AS s
+             FROM memory_vectors v JOIN memories m ON m.id = v.memory_id
+             WHERE v.model = ?2 AND v.dims = ?3 AND (?4 IS NULL OR m.scope = ?4)
+             ORDER BY s DESC LIMIT ?5",
+        )?;
+        let best: Vec<(i64, f64)> = stmt
+            .query_map(
+                params![
+                    vector_blob(query),
+                    model,
+                    query.len() as i64,
+                    scope,
+                    limit as i64
+                ],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
+            .collect::<Result<_, _>>()?;
+        let mut get = self
+            .conn()
+            .prepare_cached("SELECT key, run_id, scope, record FROM memories WHERE id = ?1")?;
+        let mut hits = Vec::new();
+        for (id, s) in best.into_iter().filter(|(_, s)| *s >= min_similarity) {
+            let (key, run, scope, json) =
+                get.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+            if let Some(record) = row_record(key, run, scope, json) {
+                hits.push(Hit::vector(record, s));
             }
         }
         Ok(hits)
@@ -394,6 +486,7 @@ impl Store {
         conn.pragma_update(None, "secure_delete", "ON")?;
         let tx = conn.unchecked_transaction()?;
         conn.execute("DELETE FROM memories_fts WHERE rowid = ?1", [row])?;
+        conn.execute("DELETE FROM memory_vectors WHERE memory_id = ?1", [row])?;
         conn.execute("DELETE FROM memories WHERE id = ?1", [row])?;
         // FTS5's secure-delete takes the record's entries out of the index, but a term can
         // stay on its leaf page; merging the index into one new segment rewrites every
@@ -494,6 +587,69 @@ mod tests {
         assert!(store.forget("run_2-1").unwrap());
         assert!(!store.forget("run_2-1").unwrap());
         assert!(store.recall(None, "\"test_sub\"", 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn embeddings_are_kept_per_model_found_by_similarity_and_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path()).unwrap();
+        let a = episode("t.test_add", "AssertionError: -1 != 5", Some("+a + b\n"));
+        let b = episode("t.test_io", "OSError: disk full", None);
+        let c = episode("t.test_old", "KeyError: 'x'", None);
+        let vectors = vec![Some(vec![1.0, 0.0, 0.0]), Some(vec![0.0, 1.0, 0.0])];
+        store
+            .remember_embedded("/w", "run_1", &[a, b], &vectors, "m1", false)
+            .unwrap();
+        // Remembered before embeddings were configured: no vector.
+        store.remember("/w", "run_0", &[c], false).unwrap();
+        let near = [0.9f32, 0.1, 0.0];
+        let hits = store
+            .recall_vector(Some("/w"), "m1", &near, 0.0, 10)
+            .unwrap();
+        let ids: Vec<&str> = hits.iter().map(|h| h.record.id.as_str()).collect();
+        assert_eq!(ids, ["run_1-1", "run_1-2"]);
+        assert!(hits[0].vector.unwrap() > 0.99 && hits[0].text.is_none());
+        // The floor, another model, another length, another scope: nothing.
+        assert_eq!(
+            store
+                .recall_vector(None, "m1", &near, 0.5, 10)
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(
+            store
+                .recall_vector(None, "m2", &near, 0.0, 10)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            store
+                .recall_vector(None, "m1", &[1.0, 0.0], 0.0, 10)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            store
+                .recall_vector(Some("/x"), "m1", &near, 0.0, 10)
+                .unwrap()
+                .is_empty()
+        );
+        // Recording the run again without vectors, and forgetting, take the vectors away.
+        assert!(store.forget("run_1-2").unwrap());
+        let left: i64 = store
+            .conn()
+            .query_row("SELECT count(*) FROM memory_vectors", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 1);
+        let a = episode("t.test_add", "AssertionError: -1 != 5", Some("+a + b\n"));
+        store.remember("/w", "run_1", &[a], false).unwrap();
+        assert!(
+            store
+                .recall_vector(None, "m1", &near, 0.0, 10)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

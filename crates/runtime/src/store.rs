@@ -32,7 +32,7 @@ pub enum StoreError {
 
 /// The store's schema, one migration per version: `MIGRATIONS[n]` takes a store from
 /// `user_version` n to n + 1, in one transaction.
-const MIGRATIONS: [&str; 10] = [
+const MIGRATIONS: [&str; 11] = [
     "CREATE TABLE IF NOT EXISTS steps (
         id INTEGER PRIMARY KEY,
         run_id TEXT NOT NULL,
@@ -156,7 +156,48 @@ const MIGRATIONS: [&str; 10] = [
         saved_ms INTEGER NOT NULL DEFAULT 0
      );
      INSERT OR IGNORE INTO cache_stats (id) VALUES (1);",
+    // Memory records'
+    // embeddings (docs/memory.md), when `[memory] embeddings` is configured. One row per
+    // record (`memories.id`), with the model that computed it and its length, since a store
+    // outlives a change of model; the vector in sqlite-vec's float32 form (little-endian
+    // f32s), ranked with its `vec_distance_cosine`. A plain table rather than a `vec0` one:
+    // vec0 fixes the length when the table is made, and it is learned from the model's first
+    // answer.
+    "CREATE TABLE IF NOT EXISTS memory_vectors (
+        memory_id INTEGER PRIMARY KEY,
+        model TEXT NOT NULL,
+        dims INTEGER NOT NULL,
+        embedding BLOB NOT NULL
+     );",
 ];
+
+/// Registers sqlite-vec (compiled into this binary by the `sqlite-vec` crate) as an
+/// extension every SQLite connection of this process loads when it opens, once: memory's
+/// vector search uses its `vec_distance_cosine`.
+fn load_sqlite_vec() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        type Entry = unsafe extern "C" fn(
+            *mut rusqlite::ffi::sqlite3,
+            *mut *mut std::os::raw::c_char,
+            *const rusqlite::ffi::sqlite3_api_routines,
+        ) -> std::os::raw::c_int;
+        // SAFETY: the crate declares `sqlite3_vec_init` without arguments, but the C function
+        // is an extension's entry point of the three-argument form `Entry`; compiled with
+        // SQLITE_CORE it calls SQLite directly and ignores the routines pointer. Registering a
+        // static entry point is what sqlite3_auto_extension is for.
+        let rc = unsafe {
+            let entry =
+                std::mem::transmute::<unsafe extern "C" fn(), Entry>(sqlite_vec::sqlite3_vec_init);
+            rusqlite::ffi::sqlite3_auto_extension(Some(entry))
+        };
+        if rc != rusqlite::ffi::SQLITE_OK {
+            tracing::warn!(
+                "sqlite-vec could not be registered (code {rc}): memory ranks by text only"
+            );
+        }
+    });
+}
 
 impl Store {
     /// Opens (or creates) the store. The second value says what was moved aside, if anything.
@@ -189,6 +230,7 @@ impl Store {
                 aside.display()
             ));
         }
+        load_sqlite_vec();
         let conn =
             Connection::open(&path).map_err(|e| StoreError::Open(path.clone(), e.to_string()))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;

@@ -5,13 +5,15 @@
 
 use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::events::RunEvent;
-use agent_ls_core::memory::{self, Attempt, Memory};
+use agent_ls_core::memory::{self, Attempt, Hit, Memory};
 use agent_ls_core::test_output::Failure;
 
 use super::Drive;
 use super::observer::Observer;
 use crate::config::MemoryScope;
+use crate::embeddings::Embedder;
 use crate::memory::{known_secrets, merge_hits, open_user_store, redact, redact_memory, scope_of};
+use crate::store::{Store, StoreError};
 use crate::tests_run::RunResult;
 
 /// The most records a search brings back; the byte budget decides how many are shown.
@@ -23,6 +25,8 @@ const RECALL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 #[derive(Default)]
 pub(super) struct Trail {
     secrets: Vec<String>,
+    /// The embedding model of `[memory] embeddings`, when one is configured.
+    embedder: Option<Embedder>,
     /// The failures of the first test run that failed.
     failures: Vec<Failure>,
     attempts: Vec<Attempt>,
@@ -39,6 +43,13 @@ impl Trail {
             } else {
                 Vec::new()
             },
+            embedder: drive
+                .config
+                .memory
+                .embeddings
+                .as_ref()
+                .filter(|_| drive.config.memory.enabled)
+                .and_then(|_| Embedder::from_config(drive.config)),
             ..Trail::default()
         }
     }
@@ -91,45 +102,100 @@ impl Trail {
 
 impl Drive<'_> {
     /// Searches the workspace's records (and the user's, for `memory.scope = "user"`) for the
-    /// run's first failures, and sets what the prompts show of them.
+    /// run's first failures, by text and, with an embedding model, by vector too, and sets
+    /// what the prompts show of them.
     pub(super) async fn recall(&self, run: &mut Run, trail: &Trail, observer: &mut Observer<'_>) {
         let (Some(store), true) = (self.record, self.config.memory.enabled) else {
             return;
         };
         let signatures: Vec<_> = trail.failures.iter().map(memory::signature).collect();
         let words = memory::query_words(&signatures);
+        let (probe, embeddings) = self.query_vector(trail, &signatures).await;
         let scope = scope_of(self.root);
-        let w = words.clone();
-        let searched = store.call(move |s| s.recall_words(Some(&scope), &w, RECALL));
+        let (w, p) = (words.clone(), probe.clone());
+        let searched = store.call(move |s| search(s, Some(&scope), &w, p.as_ref()));
         // A store another process holds locked gets a moment, then the run goes on without
         // memory: a record never stalls a run.
-        let (query, mut hits) = match tokio::time::timeout(RECALL_WAIT, searched).await {
+        let (query, mut text, mut vector) = match tokio::time::timeout(RECALL_WAIT, searched).await
+        {
             Ok(Some(Ok(found))) => found,
             Ok(Some(Err(e))) => {
                 tracing::warn!("memory: the search failed: {e}");
-                (memory::fts_query(&words), Vec::new())
+                (memory::fts_query(&words), Vec::new(), Vec::new())
             }
-            Ok(None) => (memory::fts_query(&words), Vec::new()),
+            Ok(None) => (memory::fts_query(&words), Vec::new(), Vec::new()),
             Err(_) => {
                 tracing::warn!("memory: the store is busy; this run goes on without memory");
-                (memory::fts_query(&words), Vec::new())
+                (memory::fts_query(&words), Vec::new(), Vec::new())
             }
         };
         if self.config.memory.scope == MemoryScope::User {
             let user = tokio::task::spawn_blocking(move || {
-                open_user_store().and_then(|s| s.recall_words(None, &words, RECALL))
+                open_user_store().and_then(|s| search(&s, None, &words, probe.as_ref()))
             })
             .await;
             match user {
-                Ok(Ok((_, h))) => hits.extend(h),
+                Ok(Ok((_, t, v))) => {
+                    text.extend(t);
+                    vector.extend(v);
+                }
                 Ok(Err(e)) => tracing::warn!("memory: the user's store failed: {e}"),
                 Err(e) => tracing::warn!("memory: the user's store failed: {e}"),
             }
         }
-        let hits = merge_hits(hits, RECALL);
+        let hits = memory::fuse(merge_hits(text, RECALL), merge_hits(vector, RECALL), RECALL);
         let (section, used) = memory::section(&hits, self.config.memory.max_bytes);
         run.memory = section;
-        observer.record(RunEvent::Memory { query, used });
+        observer.record(RunEvent::Memory {
+            query,
+            used,
+            embeddings,
+        });
+    }
+
+    /// The current failures' embedding, when an embedding model is configured and answers,
+    /// and what the journal says of it: how the records are ranked, or why by text alone.
+    async fn query_vector(
+        &self,
+        trail: &Trail,
+        signatures: &[memory::Signature],
+    ) -> (Option<Probe>, Option<String>) {
+        let Some(e) = &trail.embedder else {
+            return (None, None);
+        };
+        let text = redact(&memory::query_text(signatures), &trail.secrets);
+        match e.embed(&[text], self.cancel).await {
+            Ok(mut v) => match v.pop() {
+                Some(vector) => {
+                    let probe = Probe {
+                        model: e.model().to_string(),
+                        vector,
+                        min: self.min_similarity(),
+                    };
+                    let note = format!(
+                        "text (BM25) and vector ({}) rankings fused by reciprocal rank",
+                        e.model()
+                    );
+                    (Some(probe), Some(note))
+                }
+                None => (
+                    None,
+                    Some("no embedding came back; ranked by text alone".into()),
+                ),
+            },
+            Err(err) => {
+                tracing::warn!("memory: {err}; this run's memory is ranked by text alone");
+                (None, Some(format!("{err}; ranked by text alone")))
+            }
+        }
+    }
+
+    fn min_similarity(&self) -> f64 {
+        self.config
+            .memory
+            .embeddings
+            .as_ref()
+            .map_or(0.5, |e| e.min_similarity)
     }
 
     /// Keeps the run's episodes: in the workspace's store, and in the user's for
@@ -153,16 +219,20 @@ impl Drive<'_> {
         .into_iter()
         .map(|e| redact_memory(&Memory::Episode(e), &trail.secrets))
         .collect();
+        let (vectors, model) = self.record_vectors(trail, &records).await;
         let scope = scope_of(self.root);
         let (s, id, r) = (scope.clone(), run_id.to_string(), records.clone());
+        let (v, m) = (vectors.clone(), model.clone());
         // Written on the store's thread like the run's other records, without waiting for it.
         store.send("the run's memory", move |st| {
-            st.remember(&s, &id, &r, false).map(|_| ())
+            st.remember_embedded(&s, &id, &r, &v, &m, false).map(|_| ())
         });
         if self.config.memory.scope == MemoryScope::User {
             let id = run_id.to_string();
             let kept = tokio::task::spawn_blocking(move || {
-                open_user_store().and_then(|st| st.remember(&scope, &id, &records, true))
+                open_user_store().and_then(|st| {
+                    st.remember_embedded(&scope, &id, &records, &vectors, &model, true)
+                })
             })
             .await;
             if !matches!(kept, Ok(Ok(_))) {
@@ -170,4 +240,54 @@ impl Drive<'_> {
             }
         }
     }
+
+    /// The records' embeddings (of their redacted search text), when an embedding model is
+    /// configured; none when its server fails (they are found by text, as records written
+    /// before embeddings were configured are).
+    async fn record_vectors(
+        &self,
+        trail: &Trail,
+        records: &[Memory],
+    ) -> (Vec<Option<Vec<f32>>>, String) {
+        let Some(e) = &trail.embedder else {
+            return (Vec::new(), String::new());
+        };
+        let texts: Vec<String> = records.iter().map(memory::search_text).collect();
+        match e.embed(&texts, self.cancel).await {
+            Ok(v) => (v.into_iter().map(Some).collect(), e.model().to_string()),
+            Err(err) => {
+                tracing::warn!("memory: {err}; this run's records are kept without vectors");
+                (Vec::new(), String::new())
+            }
+        }
+    }
+}
+
+/// The query's embedding, with the model it is of and the least similarity used.
+#[derive(Clone)]
+struct Probe {
+    model: String,
+    vector: Vec<f32>,
+    min: f64,
+}
+
+/// One store's matches: by text (with the FTS5 query), and by vector when there is a probe.
+/// A vector search that fails costs only its own matches.
+fn search(
+    s: &Store,
+    scope: Option<&str>,
+    words: &[String],
+    probe: Option<&Probe>,
+) -> Result<(String, Vec<Hit>, Vec<Hit>), StoreError> {
+    let (query, text) = s.recall_words(scope, words, RECALL)?;
+    let vector = match probe {
+        Some(p) => s
+            .recall_vector(scope, &p.model, &p.vector, p.min, RECALL)
+            .unwrap_or_else(|e| {
+                tracing::warn!("memory: the vector search failed: {e}; ranked by text alone");
+                Vec::new()
+            }),
+        None => Vec::new(),
+    };
+    Ok((query, text, vector))
 }
