@@ -410,3 +410,33 @@ fn a_repeated_planner_request_is_one_model_call_and_a_tool_call_is_reused_only_e
     call(&m, Role::Coder, &edit());
     assert_eq!(server.count(), 5);
 }
+
+/// A store that came with the repository (a committed `.agent-ls/`) holds entries another
+/// user wrote: their keys are salted with that user's own salt, so none answers this user's
+/// call, and this user's salt is a private file.
+#[test]
+fn entries_written_by_another_user_never_answer() {
+    let ws = support::example();
+    let (theirs, mine) = (home(), home());
+    let server = model("add returns a minus b, which is the bug.");
+    run(ws.path(), theirs.path(), &server, QUESTION);
+    assert_eq!(cache(&["stats"], ws.path(), mine.path())["entries"], 1);
+    run(ws.path(), mine.path(), &server, QUESTION);
+    assert_eq!(
+        server.count(),
+        2,
+        "another user's entry answered this user's call"
+    );
+    // Each user's own repeat is still a hit.
+    run(ws.path(), mine.path(), &server, QUESTION);
+    run(ws.path(), theirs.path(), &server, QUESTION);
+    assert_eq!(server.count(), 2);
+    let salt = mine.path().join(".local/share/agent-ls/cache.salt");
+    let meta = std::fs::metadata(&salt).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_ne!(
+        std::fs::read_to_string(&salt).unwrap(),
+        std::fs::read_to_string(theirs.path().join(".local/share/agent-ls/cache.salt")).unwrap()
+    );
+}

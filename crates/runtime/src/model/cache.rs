@@ -37,6 +37,8 @@ pub struct Cache {
     max_entries: usize,
     /// The values of the secrets this process knows (`memory::known_secrets`).
     secrets: Vec<String>,
+    /// The user's own random salt, mixed into every key (`user_salt`).
+    salt: String,
     /// The store, opened at the first lookup.
     store: Mutex<Option<Store>>,
 }
@@ -98,18 +100,92 @@ fn words_text(words: &BTreeSet<String>) -> String {
         .join(" ")
 }
 
+/// The salt file beside the user's memory store: `$XDG_DATA_HOME/agent-ls/cache.salt`.
+fn salt_path() -> Option<PathBuf> {
+    Some(
+        crate::memory::user_store_path()?
+            .parent()?
+            .join("cache.salt"),
+    )
+}
+
+/// The user's secret salt for the cache's keys, made at first use: 32 bytes from the system's
+/// random source, written once (mode 0600). A workspace's store can travel with its repository
+/// (a committed `.agent-ls/`), and keys an author could compute from the files and our prompts
+/// would let a crafted entry answer a plan or an explanation; with a salt only this user has,
+/// no entry written elsewhere ever matches.
+fn user_salt(path: &Path) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    if let Ok(salt) = std::fs::read_to_string(path)
+        && salt.trim().len() >= 32
+    {
+        return Ok(salt.trim().to_string());
+    }
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let salt: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(mut f) => {
+            f.write_all(salt.as_bytes())?;
+            Ok(salt)
+        }
+        // Another process made it first: its salt is the one.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let theirs = std::fs::read_to_string(path)?;
+            if theirs.trim().len() >= 32 {
+                Ok(theirs.trim().to_string())
+            } else {
+                Err(std::io::Error::other(format!(
+                    "{} is too short to be a salt; remove it",
+                    path.display()
+                )))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
 impl Cache {
-    /// The cache of the workspace at `root`; `None` when `cache.enabled` is off.
+    /// The cache of the workspace at `root`; `None` when `cache.enabled` is off, or when the
+    /// user's salt cannot be had (no home folder to keep it in): unsalted keys are not safe.
     pub fn new(config: &Config, root: &Path) -> Option<Arc<Cache>> {
-        (config.cache.enabled != Mode::Off).then(|| {
-            Arc::new(Cache {
-                root: root.to_path_buf(),
-                mode: config.cache.enabled,
-                max_entries: config.cache.max_entries,
-                secrets: crate::memory::known_secrets(config),
-                store: Mutex::new(None),
-            })
-        })
+        if config.cache.enabled == Mode::Off {
+            return None;
+        }
+        let salt = match salt_path().map(|p| (user_salt(&p), p)) {
+            Some((Ok(salt), _)) => salt,
+            Some((Err(e), p)) => {
+                warn!(
+                    "the response cache is off: its key salt {}: {e}",
+                    p.display()
+                );
+                return None;
+            }
+            None => {
+                warn!("the response cache is off: neither XDG_DATA_HOME nor HOME is set");
+                return None;
+            }
+        };
+        Some(Arc::new(Cache {
+            root: root.to_path_buf(),
+            mode: config.cache.enabled,
+            max_entries: config.cache.max_entries,
+            secrets: crate::memory::known_secrets(config),
+            salt,
+            store: Mutex::new(None),
+        }))
+    }
+
+    /// A key: the sha256 of the user's salt and the material.
+    fn key(&self, material: &str) -> String {
+        sha256(&format!("{}\n{material}", self.salt))
     }
 
     /// Whether `text` holds a secret: a known secret's value, or a string shaped like a key.
@@ -148,13 +224,13 @@ impl Cache {
             question: request.question.as_deref(),
         };
         let scope = match reuse {
-            Reuse::ExactOrNear => call.near_material().map(|m| sha256(&m)),
+            Reuse::ExactOrNear => call.near_material().map(|m| self.key(&m)),
             _ => None,
         };
         Some(Ask {
             reuse,
             label,
-            key: sha256(&call.exact_material()),
+            key: self.key(&call.exact_material()),
             words: if scope.is_some() {
                 call.question_words()
             } else {
