@@ -97,7 +97,8 @@ fn six_tasks_with_three_workers_finish_in_their_own_worktrees_and_a_rerun_does_n
         })
         .collect();
     let file = write_tasks(dir.path(), &tasks);
-    let out_dir = dir.path().join("out");
+    // The output folder inside the checkout, as the default `./agent-ls-batch` often is.
+    let out_dir = repo.path().join("agent-ls-batch");
     let server = fixer();
     let started = Instant::now();
     let out = batch(

@@ -64,6 +64,15 @@ fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
     };
     std::fs::create_dir_all(&args.out)?;
     let out = args.out.canonicalize()?;
+    // The default folder is made in the current directory, often a checkout: its own
+    // `.gitignore` keeps the user's `git status` as it was.
+    let ignore = out.join(".gitignore");
+    if !ignore.exists() {
+        std::fs::write(
+            &ignore,
+            "# agent-ls batch's results, clones and worktrees\n*\n",
+        )?;
+    }
     let results_path = out.join("results.jsonl");
     let before = results::newest(&results_path)?;
     let pending: VecDeque<Task> = all
