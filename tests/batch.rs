@@ -100,7 +100,6 @@ fn six_tasks_with_three_workers_finish_in_their_own_worktrees_and_a_rerun_does_n
     // The output folder inside the checkout, as the default `./agent-ls-batch` often is.
     let out_dir = repo.path().join("agent-ls-batch");
     let server = fixer();
-    let started = Instant::now();
     let out = batch(
         &file,
         &out_dir,
@@ -110,7 +109,6 @@ fn six_tasks_with_three_workers_finish_in_their_own_worktrees_and_a_rerun_does_n
     )
     .output()
     .unwrap();
-    eprintln!("6 tasks, 3 workers: {:?}", started.elapsed());
     assert_eq!(code(&out), 0, "{}", said(&out));
     let lines = results(&out_dir);
     assert_eq!(lines.len(), 6, "{lines:?}");
@@ -233,6 +231,17 @@ fn retry_failed_reruns_only_the_failed_task() {
     assert_eq!(lines[2]["id"], "later");
     assert_eq!(lines[2]["status"], "done");
     assert_eq!(server.count(), 2 * one_task);
+    // Another batch folder with the same ids on the same repository: the branch
+    // agent/batch-now is another worktree's, so this one gets agent/batch-now-2.
+    let elsewhere = dir.path().join("elsewhere");
+    let again = batch(&file, &elsewhere, &server.url, &[], home.path())
+        .output()
+        .unwrap();
+    assert_eq!(code(&again), 0, "{}", said(&again));
+    let lines = results(&elsewhere);
+    let now = lines.iter().find(|r| r["id"] == "now").unwrap();
+    assert_eq!(now["status"], "done", "{now}");
+    assert_eq!(now["branch"], "agent/batch-now-2");
 }
 
 #[test]

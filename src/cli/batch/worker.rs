@@ -15,6 +15,8 @@ use super::tasks::{self, Task};
 
 /// How long a cancelled run has to stop by itself before its process group is killed.
 const GRACE: Duration = Duration::from_secs(5);
+/// How many branch names a worktree tries before it gives up.
+const MAX_SUFFIX: u32 = 50;
 
 /// What every task shares.
 pub struct Context {
@@ -49,8 +51,14 @@ pub async fn run(ctx: &Context, task: &Task, cancel: &CancellationToken) -> Opti
         let _one = ctx.git_lock.lock().await;
         prepare(ctx, task).await
     };
-    let (worktree, base) = match place {
+    let Place {
+        worktree,
+        base,
+        branch,
+    } = match place {
         Ok(p) => p,
+        // Cancelled while its worktree was made: no result, so a rerun does it.
+        Err(_) if cancel.is_cancelled() => return None,
         Err(why) => return Some(TaskResult::without_run(&task.id, "error", why, ms(started))),
     };
     let log = ctx.out.join("logs").join(format!("{}.log", task.id));
@@ -84,7 +92,7 @@ pub async fn run(ctx: &Context, task: &Task, cancel: &CancellationToken) -> Opti
         duration_ms: ms(started),
         diff: diff(&worktree, &base).await,
         checkpoint: o["checkpoint"].as_str().map(str::to_string),
-        branch: Some(branch(task)),
+        branch: Some(branch),
         worktree: Some(worktree.display().to_string()),
         run_id,
         journal: journal.map(|p| p.display().to_string()),
@@ -94,8 +102,34 @@ pub async fn run(ctx: &Context, task: &Task, cancel: &CancellationToken) -> Opti
     })
 }
 
-fn branch(task: &Task) -> String {
-    format!("agent/batch-{}", task.id)
+/// Adds the worktree on the branch `agent/batch-<id>` at `base` (reset if it exists), or on
+/// `agent/batch-<id>-2`, `-3`... when another worktree has that branch checked out (another
+/// batch folder with the same ids on the same repository): the branch it is on.
+async fn add_worktree(
+    source: &Path,
+    task: &Task,
+    worktree: &Path,
+    base: &str,
+) -> Result<String, String> {
+    let w = worktree.to_string_lossy().into_owned();
+    let mut last = String::new();
+    for n in 1..=MAX_SUFFIX {
+        let branch = match n {
+            1 => format!("agent/batch-{}", task.id),
+            n => format!("agent/batch-{}-{n}", task.id),
+        };
+        let add = [
+            "worktree", "add", "--quiet", "--force", "-B", &branch, &w, base,
+        ];
+        match git(source, &add).await {
+            Ok(_) => return Ok(branch),
+            Err(e) if e.contains("used by worktree") || e.contains("already checked out") => {
+                last = e;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
 }
 
 /// `git ARGS` in `dir`: its trimmed stdout, or what went wrong.
@@ -105,6 +139,10 @@ async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
         .arg(dir)
         .args(args)
         .stdin(Stdio::null())
+        // Its own process group: a Ctrl-C on the terminal reaches the batch, which decides,
+        // and never fails a clone or a diff half-way.
+        .process_group(0)
+        .kill_on_drop(true)
         .output()
         .await
         .map_err(|e| format!("cannot run git: {e}"))?;
@@ -125,8 +163,16 @@ fn is_url(repo: &str) -> bool {
     repo.contains("://") || (repo.contains('@') && repo.contains(':'))
 }
 
-/// The task's worktree, new at its ref on its own branch, and the commit it starts from.
-async fn prepare(ctx: &Context, task: &Task) -> Result<(PathBuf, String), String> {
+/// Where a task works.
+struct Place {
+    worktree: PathBuf,
+    /// The commit it starts from.
+    base: String,
+    branch: String,
+}
+
+/// The task's worktree, new at its ref on its own branch.
+async fn prepare(ctx: &Context, task: &Task) -> Result<Place, String> {
     let source = if is_url(&task.repo) {
         clone_once(ctx, &task.repo).await?
     } else {
@@ -158,22 +204,12 @@ async fn prepare(ctx: &Context, task: &Task) -> Result<(PathBuf, String), String
         }
     }
     let _ = git(&source, &["worktree", "prune"]).await;
-    let w = worktree.to_string_lossy().into_owned();
-    git(
-        &source,
-        &[
-            "worktree",
-            "add",
-            "--quiet",
-            "--force",
-            "-B",
-            &branch(task),
-            &w,
-            &base,
-        ],
-    )
-    .await?;
-    Ok((worktree, base))
+    let branch = add_worktree(&source, task, &worktree, &base).await?;
+    Ok(Place {
+        worktree,
+        base,
+        branch,
+    })
 }
 
 /// The clone of `url` under `repos/`, made the first time a task names it.
