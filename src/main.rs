@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 use agent_ls::cli::setup::or_exit_1;
 use agent_ls::cli::{
-    apply, cache, commit, config, doctor, git, headless, memory, review, runs, serve, stats, trust,
-    undo,
+    apply, batch, cache, commit, config, doctor, git, headless, memory, review, runs, serve, stats,
+    trust, undo,
 };
 use agent_ls_runtime::drive::ReviewTarget;
 use agent_ls_runtime::trust::Decision;
@@ -45,6 +45,13 @@ enum Command {
     Run {
         #[command(flatten)]
         args: headless::RunGoal,
+    },
+    /// Run many goals (a JSONL file of {id, repo, ref?, goal, agent?, config?}), each in its
+    /// own git worktree, N at a time; results go to DIR/results.jsonl, and a rerun skips the
+    /// tasks that have one (docs/scale.md).
+    Batch {
+        #[command(flatten)]
+        args: batch::BatchArgs,
     },
     /// Re-run a recorded run (a journal in .agent-ls/runs/) against the current files, with
     /// every model answer taken from the journal.
@@ -256,6 +263,7 @@ fn main() -> ExitCode {
         Command::Serve => or_exit_1(serve::lsp()),
         Command::Config { workspace, json } => or_exit_1(config::run(workspace, json)),
         Command::Run { args } => headless::run_goal(args),
+        Command::Batch { args } => batch::run(args),
         Command::Replay {
             journal,
             workspace,

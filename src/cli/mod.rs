@@ -2,6 +2,7 @@
 //! arguments and dispatches here; `setup` is what they all start with.
 
 pub mod apply;
+pub mod batch;
 pub mod cache;
 pub mod commit;
 pub mod config;

@@ -57,6 +57,17 @@ pub const TRUSTED_KEYS: &[&str] = &[
 /// are the user's own choices.
 pub const USER_ONLY_KEYS: &[&str] = &["test.env_allow", "sandbox.mode", "git.no_verify"];
 
+/// Whether only the user's own configuration (the user file, the environment) may set `key`:
+/// a key that runs a program, names a server, sends data or approves (`TRUSTED_KEYS`), a
+/// user-only key, or a secret. `agent-ls batch` refuses a task whose config sets one.
+pub fn runner_only(key: &str) -> bool {
+    covered(key, TRUSTED_KEYS)
+        || covered(key, USER_ONLY_KEYS)
+        || SECRET_KEYS
+            .iter()
+            .any(|s| key == *s || key.ends_with(&format!(".{s}")))
+}
+
 /// What to tell the user about the workspace keys that were left out.
 pub fn untrusted_message(keys: &[String], trusted: bool) -> String {
     let (user_only, gated): (Vec<&String>, Vec<&String>) =

@@ -1,0 +1,204 @@
+//! `agent-ls batch TASKS.jsonl --workers N`: many goals, each in its own git worktree, run by
+//! N workers at once; each task is an `agent-ls run` child process (one driver for every
+//! surface), and each result a line of `DIR/results.jsonl` (docs/scale.md).
+
+mod progress;
+mod results;
+mod tasks;
+mod worker;
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::CancellationToken;
+
+use super::run::exit;
+use results::TaskResult;
+use tasks::Task;
+
+// `agent-ls batch`'s arguments (a plain comment: main.rs describes the subcommand).
+#[derive(clap::Args)]
+pub struct BatchArgs {
+    /// The tasks: one JSON object a line, {id, repo, ref?, goal, agent?, config?}.
+    pub tasks: PathBuf,
+    /// How many tasks run at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub workers: u16,
+    /// Where results.jsonl, the clones, worktrees and logs go.
+    #[arg(long, default_value = "agent-ls-batch")]
+    pub out: PathBuf,
+    /// Run again the tasks whose newest result is not `done`.
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// Print a JSON summary on stdout at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the batch and returns the exit code: 0 every task is done, 1 some is not, 3 the
+/// tasks file was refused, 130 interrupted.
+pub fn run(args: BatchArgs) -> ExitCode {
+    ExitCode::from(match run_batch(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("agent-ls: {e:#}");
+            exit::CONFIG
+        }
+    })
+}
+
+fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
+    let all = match tasks::read(&args.tasks) {
+        Ok(t) => t,
+        Err(errors) => {
+            // Nothing runs from a file with a bad line: its task would be lost, or run on a
+            // guess.
+            for e in &errors {
+                eprintln!("agent-ls: {}: {e}", args.tasks.display());
+            }
+            eprintln!("agent-ls: the tasks file is refused; nothing was run");
+            return Ok(exit::CONFIG);
+        }
+    };
+    std::fs::create_dir_all(&args.out)?;
+    let out = args.out.canonicalize()?;
+    // The default folder is made in the current directory, often a checkout: its own
+    // `.gitignore` keeps the user's `git status` as it was.
+    let ignore = out.join(".gitignore");
+    if !ignore.exists() {
+        std::fs::write(
+            &ignore,
+            "# agent-ls batch's results, clones and worktrees\n*\n",
+        )?;
+    }
+    let results_path = out.join("results.jsonl");
+    let before = results::newest(&results_path)?;
+    let pending: VecDeque<Task> = all
+        .iter()
+        .filter(|t| match before.get(&t.id) {
+            None => true,
+            Some(r) => args.retry_failed && !r.succeeded(),
+        })
+        .cloned()
+        .collect();
+    let skipped = all.len() - pending.len();
+    let base = args
+        .tasks
+        .canonicalize()?
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let ctx = worker::Context {
+        out: out.clone(),
+        base,
+        exe: std::env::current_exe()?,
+        git_lock: tokio::sync::Mutex::new(()),
+    };
+    let mut writer = results::Writer::open(&results_path)?;
+    let mut bar = progress::Progress::new(all.len(), skipped);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let cancel = CancellationToken::new();
+    let finished = runtime.block_on(async {
+        watch_signals(cancel.clone());
+        drive(ctx, pending, args.workers, &cancel, |event| match event {
+            Event::Started(id) => {
+                bar.started(&id);
+                Ok(())
+            }
+            Event::Finished(r) => {
+                writer.append(&r)?;
+                bar.finished(&r);
+                Ok(())
+            }
+        })
+        .await
+    })?;
+    bar.end();
+    let after = results::newest(&results_path)?;
+    let not_done = all
+        .iter()
+        .filter(|t| !after.get(&t.id).is_some_and(TaskResult::succeeded))
+        .count();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"tasks": all.len(), "skipped": skipped, "ran": finished, "not_done": not_done, "cancelled": cancel.is_cancelled(), "results": results_path})
+        );
+    }
+    Ok(if cancel.is_cancelled() {
+        exit::INTERRUPTED
+    } else if not_done > 0 {
+        exit::FAILED
+    } else {
+        exit::DONE
+    })
+}
+
+/// The workers: each takes the next task until none is left or the batch is cancelled, and
+/// hands its result to `on_event` (which writes it) as soon as it ends. The number of
+/// results written.
+async fn drive(
+    ctx: worker::Context,
+    pending: VecDeque<Task>,
+    workers: u16,
+    cancel: &CancellationToken,
+    mut on_event: impl FnMut(Event) -> std::io::Result<()>,
+) -> anyhow::Result<usize> {
+    let ctx = Arc::new(ctx);
+    let queue = Arc::new(Mutex::new(pending));
+    let (send, mut receive) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..workers {
+        let (ctx, queue, send, cancel) = (ctx.clone(), queue.clone(), send.clone(), cancel.clone());
+        tokio::spawn(async move {
+            loop {
+                if cancel.is_cancelled() {
+                    break;
+                }
+                let next = queue.lock().ok().and_then(|mut q| q.pop_front());
+                let Some(task) = next else { break };
+                let _ = send.send(Event::Started(task.id.clone()));
+                if let Some(r) = worker::run(&ctx, &task, &cancel).await {
+                    let _ = send.send(Event::Finished(Box::new(r)));
+                }
+            }
+        });
+    }
+    drop(send);
+    let mut written = 0;
+    // Results are written here, one task at a time, so lines never interleave.
+    while let Some(event) = receive.recv().await {
+        written += usize::from(matches!(event, Event::Finished(_)));
+        on_event(event)?;
+    }
+    Ok(written)
+}
+
+/// What a worker tells the writer.
+enum Event {
+    Started(String),
+    Finished(Box<TaskResult>),
+}
+
+/// SIGINT and SIGTERM cancel the batch: no task starts, running ones are ended (their
+/// results are not written), and finished results stay as they were written.
+fn watch_signals(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("agent-ls: interrupted; stopping the running tasks");
+        cancel.cancel();
+    });
+}

@@ -1,0 +1,186 @@
+//! The tasks file of `agent-ls batch`: one JSON task a line, read whole and checked before
+//! anything runs, and a task's `config` turned into the settings its run is given.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use agent_ls_runtime::config::{self, Source};
+use serde::Deserialize;
+
+/// The longest task id: it names a folder and a branch.
+const MAX_ID: usize = 100;
+
+/// One line of the tasks file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Task {
+    pub id: String,
+    /// A path (relative to the tasks file's folder) or a git URL.
+    pub repo: String,
+    /// The commit the task starts from (default HEAD).
+    #[serde(rename = "ref", default)]
+    pub git_ref: Option<String>,
+    pub goal: String,
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Settings for this task's run, as in the configuration file (an object of sections).
+    #[serde(default)]
+    pub config: Option<serde_json::Value>,
+}
+
+/// Reads every task, or says what is wrong with each bad line (by its number, from 1).
+pub fn read(path: &Path) -> Result<Vec<Task>, Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| vec![format!("cannot read {}: {e}", path.display())])?;
+    parse(&text)
+}
+
+/// The tasks of a file's text; blank lines are skipped.
+pub fn parse(text: &str) -> Result<Vec<Task>, Vec<String>> {
+    let mut tasks = Vec::new();
+    let mut errors = Vec::new();
+    let mut seen = HashSet::new();
+    for (n, line) in text.lines().enumerate() {
+        let n = n + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Task>(line) {
+            Err(e) => errors.push(format!("line {n}: not a task: {e}")),
+            Ok(t) => match check(&t) {
+                Err(why) => errors.push(format!("line {n}: {why}")),
+                Ok(()) if !seen.insert(t.id.clone()) => {
+                    errors.push(format!("line {n}: the id {:?} is used twice", t.id))
+                }
+                Ok(()) => tasks.push(t),
+            },
+        }
+    }
+    if errors.is_empty() {
+        Ok(tasks)
+    } else {
+        Err(errors)
+    }
+}
+
+/// What a task must be to run at all: an id that can name a folder and a branch, a goal and
+/// a repository.
+fn check(t: &Task) -> Result<(), String> {
+    let id_ok = !t.id.is_empty()
+        && t.id.len() <= MAX_ID
+        && !t.id.starts_with(['.', '-'])
+        && t.id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !t.id.contains("..");
+    if !id_ok {
+        return Err(format!(
+            "the id {:?} must be 1 to {MAX_ID} ASCII letters, digits, '-', '_' or '.' (not first), as it names a folder and a branch",
+            t.id
+        ));
+    }
+    if t.goal.trim().is_empty() {
+        return Err("the goal is empty".into());
+    }
+    if t.repo.trim().is_empty() {
+        return Err("the repo is empty".into());
+    }
+    if t.config.as_ref().is_some_and(|c| !c.is_object()) {
+        return Err("config must be an object of settings".into());
+    }
+    Ok(())
+}
+
+/// The settings of a task's `config` as `AGENT_LS_<SECTION>__<KEY>` variables for its run,
+/// or why the task is refused: a key only the batch runner's own configuration may set (a
+/// model endpoint, a command, keys: `config::runner_only`), or a value the configuration
+/// does not accept.
+pub fn settings(config: Option<&serde_json::Value>) -> Result<Vec<(String, String)>, String> {
+    let Some(value) = config else {
+        return Ok(Vec::new());
+    };
+    let mut leaves = Vec::new();
+    flatten("", value, &mut leaves);
+    let refused: Vec<&str> = leaves
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| config::runner_only(k))
+        .collect();
+    if !refused.is_empty() {
+        return Err(format!(
+            "its config sets {}, which run programs, name servers, send data, approve or hold secrets: only the batch runner's own configuration and environment may set them",
+            refused
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if let Err(errors) = config::json_layer(Source::ClientSettings, value) {
+        let said: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        return Err(format!("its config is not valid: {}", said.join("; ")));
+    }
+    Ok(leaves
+        .into_iter()
+        .map(|(key, v)| {
+            let name = format!("AGENT_LS_{}", key.replace('.', "__").to_ascii_uppercase());
+            // A JSON scalar or array of scalars reads the same as a TOML value.
+            (name, v.to_string())
+        })
+        .collect())
+}
+
+/// The non-object values of `value` under their dotted keys (nulls left out: not set).
+fn flatten(prefix: &str, value: &serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        serde_json::Value::Null => {}
+        other => out.push((prefix.to_string(), other.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn bad_lines_are_named_by_number_and_good_ones_parse() {
+        let text = "{\"id\":\"a\",\"repo\":\".\",\"goal\":\"g\"}\n\nnot json\n{\"id\":\"a\",\"repo\":\".\",\"goal\":\"g\"}\n{\"id\":\"../x\",\"repo\":\".\",\"goal\":\"g\"}\n";
+        let errors = parse(text).unwrap_err();
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(errors[0].starts_with("line 3:"), "{errors:?}");
+        assert!(errors[1].starts_with("line 4:") && errors[1].contains("twice"));
+        assert!(errors[2].starts_with("line 5:"));
+        let ok = parse("{\"id\":\"a-1\",\"repo\":\"r\",\"ref\":\"main\",\"goal\":\"g\"}").unwrap();
+        assert_eq!(ok[0].git_ref.as_deref(), Some("main"));
+    }
+
+    #[test]
+    fn a_config_naming_an_endpoint_a_command_or_a_key_is_refused() {
+        for bad in [
+            json!({"model": {"base_url": "http://x"}}),
+            json!({"test": {"command": ["sh"]}}),
+            json!({"model": {"api_key": "k"}}),
+            json!({"sandbox": {"mode": "off"}}),
+        ] {
+            assert!(settings(Some(&bad)).is_err(), "{bad}");
+        }
+        let env = settings(Some(
+            &json!({"agent": {"evaluate": false, "review": "off"}}),
+        ))
+        .unwrap();
+        assert!(env.contains(&("AGENT_LS_AGENT__EVALUATE".into(), "false".into())));
+        assert!(env.contains(&("AGENT_LS_AGENT__REVIEW".into(), "\"off\"".into())));
+        assert!(settings(Some(&json!({"agent": {"evaluate": "maybe"}}))).is_err());
+    }
+}

@@ -1,0 +1,333 @@
+//! One task of `agent-ls batch`: its repository (cloned once when a URL), its own worktree on
+//! the branch `agent/batch-<id>` at its ref, and `agent-ls run --json --yes` there as a child
+//! process in its own process group, so a Ctrl-C ends its whole tree.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::Command;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use super::results::{TaskResult, now_ms};
+use super::tasks::{self, Task};
+
+/// How long a cancelled run has to stop by itself before its process group is killed.
+const GRACE: Duration = Duration::from_secs(5);
+/// How many branch names a worktree tries before it gives up.
+const MAX_SUFFIX: u32 = 50;
+
+/// What every task shares.
+pub struct Context {
+    /// The output folder (absolute): `repos/`, `worktrees/`, `logs/`.
+    pub out: PathBuf,
+    /// Relative repository paths are taken from here (the tasks file's folder).
+    pub base: PathBuf,
+    /// The agent-ls binary to run each task with.
+    pub exe: PathBuf,
+    /// Git commands that add clones, worktrees and branches one at a time (two `worktree
+    /// add` on one repository race for its files).
+    pub git_lock: Mutex<()>,
+}
+
+/// Runs one task to its result; `None` when it was cancelled (it gets no result line, so a
+/// rerun does it again).
+pub async fn run(ctx: &Context, task: &Task, cancel: &CancellationToken) -> Option<TaskResult> {
+    let started = Instant::now();
+    let ms = |s: Instant| s.elapsed().as_millis() as u64;
+    let env = match tasks::settings(task.config.as_ref()) {
+        Ok(env) => env,
+        Err(why) => {
+            return Some(TaskResult::without_run(
+                &task.id,
+                "refused",
+                format!("task {} is refused: {why}", task.id),
+                ms(started),
+            ));
+        }
+    };
+    let place = {
+        let _one = ctx.git_lock.lock().await;
+        prepare(ctx, task).await
+    };
+    let Place {
+        worktree,
+        base,
+        branch,
+    } = match place {
+        Ok(p) => p,
+        // Cancelled while its worktree was made: no result, so a rerun does it.
+        Err(_) if cancel.is_cancelled() => return None,
+        Err(why) => return Some(TaskResult::without_run(&task.id, "error", why, ms(started))),
+    };
+    let log = ctx.out.join("logs").join(format!("{}.log", task.id));
+    let outcome = match spawn_run(ctx, task, &worktree, &env, &log, cancel).await {
+        Ok(Some(o)) => o,
+        Ok(None) => return None,
+        Err(why) => return Some(TaskResult::without_run(&task.id, "error", why, ms(started))),
+    };
+    let (code, stdout) = outcome;
+    let o: serde_json::Value = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let run_id = o["run_id"].as_str().map(str::to_string);
+    let journal = run_id
+        .as_deref()
+        .and_then(|id| agent_ls_runtime::journal::path_of(&worktree, id));
+    let status = o["status"].as_str().unwrap_or("error").to_string();
+    let reason = (status == "error").then(|| {
+        format!(
+            "the run gave no outcome (exit code {code}); see {}",
+            log.display()
+        )
+    });
+    Some(TaskResult {
+        id: task.id.clone(),
+        status,
+        exit_code: Some(code),
+        tokens: o["tokens"].as_u64().unwrap_or(0),
+        duration_ms: ms(started),
+        diff: diff(&worktree, &base).await,
+        checkpoint: o["checkpoint"].as_str().map(str::to_string),
+        branch: Some(branch),
+        worktree: Some(worktree.display().to_string()),
+        run_id,
+        journal: journal.map(|p| p.display().to_string()),
+        log: Some(log.display().to_string()),
+        reason,
+        finished_at: now_ms(),
+    })
+}
+
+/// Adds the worktree on the branch `agent/batch-<id>` at `base` (reset if it exists), or on
+/// `agent/batch-<id>-2`, `-3`... when another worktree has that branch checked out (another
+/// batch folder with the same ids on the same repository): the branch it is on.
+async fn add_worktree(
+    source: &Path,
+    task: &Task,
+    worktree: &Path,
+    base: &str,
+) -> Result<String, String> {
+    let w = worktree.to_string_lossy().into_owned();
+    let mut last = String::new();
+    for n in 1..=MAX_SUFFIX {
+        let branch = match n {
+            1 => format!("agent/batch-{}", task.id),
+            n => format!("agent/batch-{}-{n}", task.id),
+        };
+        let add = [
+            "worktree", "add", "--quiet", "--force", "-B", &branch, &w, base,
+        ];
+        match git(source, &add).await {
+            Ok(_) => return Ok(branch),
+            Err(e) if e.contains("used by worktree") || e.contains("already checked out") => {
+                last = e;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// `git ARGS` in `dir`: its trimmed stdout, or what went wrong.
+async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        // Its own process group: a Ctrl-C on the terminal reaches the batch, which decides,
+        // and never fails a clone or a diff half-way.
+        .process_group(0)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(format!(
+            "git {} in {}: {}",
+            args.join(" "),
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Whether the task's repo is a URL to clone rather than a path.
+fn is_url(repo: &str) -> bool {
+    repo.contains("://") || (repo.contains('@') && repo.contains(':'))
+}
+
+/// Where a task works.
+struct Place {
+    worktree: PathBuf,
+    /// The commit it starts from.
+    base: String,
+    branch: String,
+}
+
+/// The task's worktree, new at its ref on its own branch.
+async fn prepare(ctx: &Context, task: &Task) -> Result<Place, String> {
+    let source = if is_url(&task.repo) {
+        clone_once(ctx, &task.repo).await?
+    } else {
+        let p = ctx.base.join(&task.repo);
+        p.canonicalize()
+            .map_err(|e| format!("the repo {} cannot be opened: {e}", p.display()))?
+    };
+    let wanted = task.git_ref.as_deref().unwrap_or("HEAD");
+    let base = git(
+        &source,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{wanted}^{{commit}}"),
+        ],
+    )
+    .await
+    .map_err(|_| format!("the ref {wanted:?} is not a commit of {}", source.display()))?;
+    let worktree = ctx.out.join("worktrees").join(&task.id);
+    // A worktree left by an earlier attempt (cancelled, or failed and retried) is dropped;
+    // it was the batch's own.
+    if worktree.exists() {
+        let w = worktree.to_string_lossy().into_owned();
+        let _ = git(&source, &["worktree", "remove", "--force", "--force", &w]).await;
+        if worktree.exists() {
+            std::fs::remove_dir_all(&worktree)
+                .map_err(|e| format!("cannot remove the old worktree {w}: {e}"))?;
+        }
+    }
+    let _ = git(&source, &["worktree", "prune"]).await;
+    let branch = add_worktree(&source, task, &worktree, &base).await?;
+    Ok(Place {
+        worktree,
+        base,
+        branch,
+    })
+}
+
+/// The clone of `url` under `repos/`, made the first time a task names it.
+async fn clone_once(ctx: &Context, url: &str) -> Result<PathBuf, String> {
+    let name: String = url
+        .trim_end_matches('/')
+        .trim_end_matches(".git")
+        .rsplit(['/', ':'])
+        .next()
+        .unwrap_or("repo")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let dest = ctx
+        .out
+        .join("repos")
+        .join(if name.is_empty() { "repo".into() } else { name });
+    if dest.join(".git").exists() {
+        return Ok(dest);
+    }
+    let parent = ctx.out.join("repos");
+    std::fs::create_dir_all(&parent)
+        .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
+    let d = dest.to_string_lossy().into_owned();
+    git(&parent, &["clone", "--quiet", url, &d]).await?;
+    Ok(dest)
+}
+
+/// `agent-ls run --json --yes` in the worktree: `Ok(None)` when cancelled, else its exit
+/// code and stdout.
+async fn spawn_run(
+    ctx: &Context,
+    task: &Task,
+    worktree: &Path,
+    env: &[(String, String)],
+    log: &Path,
+    cancel: &CancellationToken,
+) -> Result<Option<(i32, String)>, String> {
+    let logs = ctx.out.join("logs");
+    std::fs::create_dir_all(&logs).map_err(|e| format!("cannot make {}: {e}", logs.display()))?;
+    let stderr =
+        std::fs::File::create(log).map_err(|e| format!("cannot write {}: {e}", log.display()))?;
+    let mut cmd = Command::new(&ctx.exe);
+    cmd.arg("run")
+        .arg("--json")
+        .arg("--yes")
+        .arg("--workspace")
+        .arg(worktree);
+    if let Some(a) = &task.agent {
+        cmd.arg("--agent").arg(a);
+    }
+    cmd.arg("--").arg(&task.goal);
+    // The worktree is the isolation: the run does not branch again inside it.
+    cmd.env("AGENT_LS_GIT__ISOLATION", "none")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(worktree)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", ctx.exe.display()))?;
+    let pid = child.id().map(|p| p as i32);
+    let mut stdout = child.stdout.take();
+    let read = async {
+        let mut text = String::new();
+        if let Some(s) = stdout.as_mut() {
+            use tokio::io::AsyncReadExt;
+            let _ = s.read_to_string(&mut text).await;
+        }
+        text
+    };
+    tokio::select! {
+        (text, status) = async { let t = read.await; (t, child.wait().await) } => {
+            let code = status.map_err(|e| format!("lost the run: {e}"))?.code().unwrap_or(-1);
+            Ok(Some((code, text)))
+        }
+        _ = cancel.cancelled() => {
+            end_group(pid, &mut child).await;
+            Ok(None)
+        }
+    }
+}
+
+/// Ends a cancelled run's process group: SIGTERM (the run stops between steps and ends its
+/// test processes), then SIGKILL for whatever is left after `GRACE`.
+async fn end_group(pid: Option<i32>, child: &mut tokio::process::Child) {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    let Some(pid) = pid else { return };
+    let group = Pid::from_raw(pid);
+    let _ = killpg(group, Signal::SIGTERM);
+    let _ = tokio::time::timeout(GRACE, child.wait()).await;
+    let _ = killpg(group, Signal::SIGKILL);
+    let _ = child.wait().await;
+}
+
+/// The task's change against the commit it started from, new files included (marked
+/// intent-to-add in the worktree's own index) and agent-ls's own folder left out.
+async fn diff(worktree: &Path, base: &str) -> String {
+    let own = ":(exclude).agent-ls";
+    let _ = git(
+        worktree,
+        &["add", "--intent-to-add", "--all", "--", ".", own],
+    )
+    .await;
+    git(
+        worktree,
+        &["diff", "--no-color", "--no-ext-diff", base, "--", ".", own],
+    )
+    .await
+    .unwrap_or_else(|e| format!("(no diff: {e})"))
+}
