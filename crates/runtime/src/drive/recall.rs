@@ -10,8 +10,7 @@ use agent_ls_core::test_output::Failure;
 
 use super::Drive;
 use super::observer::Observer;
-use crate::config::MemoryScope;
-use crate::memory::{known_secrets, merge_hits, open_user_store, redact, redact_memory, scope_of};
+use crate::memory::{Memories, View, known_secrets, redact, redact_memory};
 use crate::tests_run::RunResult;
 
 /// The most records a search brings back; the byte budget decides how many are shown.
@@ -90,52 +89,56 @@ impl Trail {
 }
 
 impl Drive<'_> {
+    /// How long a search may take: a moment for a SQLite store another process holds locked,
+    /// a connection and a query for a team's PostgreSQL store. Past it the run goes on
+    /// without memory: a record never stalls a run.
+    fn memory_wait(&self) -> std::time::Duration {
+        match self.config.memory.url {
+            Some(_) => crate::memory::postgres::CONNECT_TIMEOUT + RECALL_WAIT,
+            None => RECALL_WAIT,
+        }
+    }
+
     /// Searches the workspace's records (and the user's, for `memory.scope = "user"`) for the
     /// run's first failures, and sets what the prompts show of them.
     pub(super) async fn recall(&self, run: &mut Run, trail: &Trail, observer: &mut Observer<'_>) {
-        let (Some(store), true) = (self.record, self.config.memory.enabled) else {
+        let (Some(_), true) = (self.record, self.config.memory.enabled) else {
             return;
         };
         let signatures: Vec<_> = trail.failures.iter().map(memory::signature).collect();
         let words = memory::query_words(&signatures);
-        let scope = scope_of(self.root);
-        let w = words.clone();
-        let searched = store.call(move |s| s.recall_words(Some(&scope), &w, RECALL));
-        // A store another process holds locked gets a moment, then the run goes on without
-        // memory: a record never stalls a run.
-        let (query, mut hits) = match tokio::time::timeout(RECALL_WAIT, searched).await {
-            Ok(Some(Ok(found))) => found,
-            Ok(Some(Err(e))) => {
+        let (root, config, w) = (
+            self.root.to_path_buf(),
+            self.config.memory.clone(),
+            words.clone(),
+        );
+        let searched = tokio::task::spawn_blocking(move || {
+            Memories::open(&root, &config, View::Workspace, true)?.recall(&w, None, RECALL)
+        });
+        let (query, hits) = match tokio::time::timeout(self.memory_wait(), searched).await {
+            Ok(Ok(Ok(found))) => found,
+            Ok(Ok(Err(e))) => {
+                tracing::warn!("memory: {e}; this run goes on without memory");
+                (memory::fts_query(&words), Vec::new())
+            }
+            Ok(Err(e)) => {
                 tracing::warn!("memory: the search failed: {e}");
                 (memory::fts_query(&words), Vec::new())
             }
-            Ok(None) => (memory::fts_query(&words), Vec::new()),
             Err(_) => {
                 tracing::warn!("memory: the store is busy; this run goes on without memory");
                 (memory::fts_query(&words), Vec::new())
             }
         };
-        if self.config.memory.scope == MemoryScope::User {
-            let user = tokio::task::spawn_blocking(move || {
-                open_user_store().and_then(|s| s.recall_words(None, &words, RECALL))
-            })
-            .await;
-            match user {
-                Ok(Ok((_, h))) => hits.extend(h),
-                Ok(Err(e)) => tracing::warn!("memory: the user's store failed: {e}"),
-                Err(e) => tracing::warn!("memory: the user's store failed: {e}"),
-            }
-        }
-        let hits = merge_hits(hits, RECALL);
         let (section, used) = memory::section(&hits, self.config.memory.max_bytes);
         run.memory = section;
         observer.record(RunEvent::Memory { query, used });
     }
 
-    /// Keeps the run's episodes: in the workspace's store, and in the user's for
-    /// `memory.scope = "user"`.
+    /// Keeps the run's episodes: in the workspace's store (and the user's for
+    /// `memory.scope = "user"`), or in the team's PostgreSQL store.
     pub(super) async fn remember(&self, run: &Run, trail: &Trail, status: RunStatus, run_id: &str) {
-        let (Some(store), true) = (self.record, self.config.memory.enabled) else {
+        let (Some(_), true) = (self.record, self.config.memory.enabled) else {
             return;
         };
         if trail.failures.is_empty() {
@@ -153,21 +156,19 @@ impl Drive<'_> {
         .into_iter()
         .map(|e| redact_memory(&Memory::Episode(e), &trail.secrets))
         .collect();
-        let scope = scope_of(self.root);
-        let (s, id, r) = (scope.clone(), run_id.to_string(), records.clone());
-        // Written on the store's thread like the run's other records, without waiting for it.
-        store.send("the run's memory", move |st| {
-            st.remember(&s, &id, &r, false).map(|_| ())
+        let (root, config, id) = (
+            self.root.to_path_buf(),
+            self.config.memory.clone(),
+            run_id.to_string(),
+        );
+        let kept = tokio::task::spawn_blocking(move || {
+            Memories::open(&root, &config, View::Workspace, true)?.remember(&id, &records, None)
         });
-        if self.config.memory.scope == MemoryScope::User {
-            let id = run_id.to_string();
-            let kept = tokio::task::spawn_blocking(move || {
-                open_user_store().and_then(|st| st.remember(&scope, &id, &records, true))
-            })
-            .await;
-            if !matches!(kept, Ok(Ok(_))) {
-                tracing::warn!("memory: the run's records were not kept in the user's store");
-            }
+        match tokio::time::timeout(self.memory_wait() * 5, kept).await {
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!("memory: the run's records were not kept: {e}"),
+            Ok(Err(e)) => tracing::warn!("memory: the run's records were not kept: {e}"),
+            Err(_) => tracing::warn!("memory: the run's records were not kept: the store is busy"),
         }
     }
 }
