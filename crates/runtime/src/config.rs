@@ -323,6 +323,33 @@ pub fn redact_url(url: &str) -> String {
     out
 }
 
+#[cfg(test)]
+mod url_tests {
+    use super::*;
+
+    #[test]
+    fn a_urls_password_is_redacted_wherever_it_is() {
+        assert_eq!(
+            redact_url("postgres://team:s3cr%40t@db.example:5432/mem?sslmode=disable"),
+            "postgres://team:<redacted>@db.example:5432/mem?sslmode=disable"
+        );
+        assert_eq!(
+            redact_url("postgresql://db/mem?user=team&password=s3cret"),
+            "postgresql://db/mem?user=team&password=<redacted>"
+        );
+        assert_eq!(
+            redact_url("postgres://team@db/mem"),
+            "postgres://team@db/mem"
+        );
+        let url = DatabaseUrl::new("postgres://a:b@h/d");
+        assert_eq!(
+            format!("{url:?} {url}"),
+            "postgres://a:<redacted>@h/d postgres://a:<redacted>@h/d"
+        );
+        assert_eq!(url.expose(), "postgres://a:b@h/d");
+    }
+}
+
 impl fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted())

@@ -58,9 +58,10 @@ pub struct Memories {
 }
 
 impl Memories {
-    /// The stores for the workspace at `root`. With `create`, SQLite stores that do not exist
-    /// yet are made (a run that will write); without, they are left absent (a command that
-    /// reads). A PostgreSQL store is connected to within `postgres::CONNECT_TIMEOUT`.
+    /// The stores for the workspace at `root`. With `create` (a run, whose process has opened
+    /// the workspace's store already), SQLite stores that do not exist yet are made; without
+    /// (a command that reads), they are left absent. A PostgreSQL store is connected to within
+    /// `postgres::CONNECT_TIMEOUT`.
     pub fn open(
         root: &Path,
         config: &MemoryConfig,
@@ -71,10 +72,13 @@ impl Memories {
         let backend = match &config.url {
             Some(url) => Backend::Postgres(PgStore::connect(url)?),
             None => {
-                let workspace = if view == View::Workspace && (create || root.join(FILE).exists()) {
-                    Some(Store::open(root)?.0)
-                } else {
-                    None
+                // A run's process has opened and checked the workspace's store already.
+                let workspace = match (view, create) {
+                    (View::Workspace, true) => Some(Store::reopen(root)?),
+                    (View::Workspace, false) if root.join(FILE).exists() => {
+                        Some(Store::open(root)?.0)
+                    }
+                    _ => None,
                 };
                 let user_path = user_store_path();
                 let user_exists = user_path.as_ref().is_some_and(|p| p.exists());
