@@ -543,6 +543,12 @@ impl RawAcp {
             if value["id"] == json!(id) && value.get("method").is_none() {
                 return (value, seen);
             }
+            // A change's permission is granted, as the user would.
+            if value["method"] == "session/request_permission" {
+                let answer = json!({"jsonrpc": "2.0", "id": value["id"],
+                    "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}});
+                writeln!(self.stdin, "{answer}").unwrap();
+            }
             seen.push(value);
         }
     }
@@ -1023,5 +1029,70 @@ fn an_acp_run_isolated_on_a_branch_or_in_a_worktree_says_where_it_works() {
             .iter()
             .all(|w| w.as_str().unwrap().starts_with(&wt.display().to_string())),
         "{seen}"
+    );
+}
+
+#[test]
+fn the_test_command_reproduces_the_bug_with_a_test_before_the_fix() {
+    // The example's `add` subtracts; `/test` has the tester show it before the coder fixes it.
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let test = "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n    def test_add_sums(self):\n        self.assertEqual(add(2, 3), 5)\n";
+    let tester = json!({"tests": [{"path": "test_add.py", "name": "test_add_sums",
+        "kind": "example", "reason": "add must sum", "expect": "AssertionError: -1 != 5",
+        "content": test}]});
+    let script = ws.path().join(".replay.jsonl");
+    std::fs::write(
+        &script,
+        support::replay_script(&[
+            json!({"role": "tester", "content": tester.to_string()}),
+            json!({"role": "coder", "content": FIX}),
+        ]),
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(
+        home.path().join("agent-ls/config.toml"),
+        format!(
+            "[model]\nprovider = \"replay\"\nreplay_file = {:?}\n\n[agent]\nevaluate = false\nreview = \"off\"\n",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut acp = RawAcp::start(home.path());
+    let (created, seen) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].clone();
+    let (answer, mut seen) = {
+        let (a, s) = acp.request(
+            2,
+            "session/prompt",
+            json!({"sessionId": id, "prompt": [{"type": "text", "text": "/test add returns the difference"}]}),
+        );
+        (a, [seen, s].concat())
+    };
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    seen.extend(acp.close());
+    let said: String = seen
+        .iter()
+        .filter_map(|n| n["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(said.contains("fails on the code before the fix"), "{said}");
+    // The session lists the command; the test came first, then the fix.
+    assert!(
+        seen.iter()
+            .any(|n| n["params"]["update"]["availableCommands"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["name"] == "test"))),
+        "{seen:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("test_add.py")).unwrap(),
+        test
+    );
+    assert!(
+        std::fs::read_to_string(ws.path().join("calc.py"))
+            .unwrap()
+            .contains("return a + b")
     );
 }

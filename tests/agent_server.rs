@@ -324,6 +324,7 @@ fn code_actions_offer_the_agent() {
             "Agent: fix this",
             "Agent: explain",
             "Agent: review",
+            "Agent: write a failing test for this",
             "Agent: implement",
             "Agent: refactor",
             "Agent: fix failing tests"
@@ -383,7 +384,7 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
     applies(&mut s);
     s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     assert_eq!(finished(&mut s.client)["status"], "done");
-    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let status = s.client.settled_status();
     assert_eq!(status["steps"][0]["files"], json!(["calc.py"]), "{status}");
     assert_eq!(status["steps"][0]["goal"], "fix the failing tests");
     assert_eq!(status["steps"][0]["task"], "T1 fix the failing tests");
@@ -491,7 +492,7 @@ fn undo_survives_a_restart_of_the_server() {
         editor,
     };
     applies(&mut s);
-    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let status = s.client.settled_status();
     assert_eq!(
         status["steps"][0]["goal"], "fix the failing tests",
         "{status}"
@@ -562,7 +563,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
         .command("agent-ls.run", json!({"goal": "document multiply"}))
         .unwrap();
     assert_eq!(finished(&mut s.client)["status"], "done");
-    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let status = s.client.settled_status();
     let steps = status["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2, "{status}");
     let (newest, older) = (
@@ -599,7 +600,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
         disk.contains("return a - b") && disk.contains("The product."),
         "{disk}"
     );
-    let status = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let status = s.client.settled_status();
     let undone: Vec<u64> = status["steps"]
         .as_array()
         .unwrap()
@@ -750,7 +751,7 @@ fn status_answers_at_once_while_another_process_holds_the_store_lock() {
     s.client
         .on_request("window/showMessageRequest", |_| json!(support::DEFER));
     // The history is read, so the store is open and in WAL mode.
-    let before = s.client.command("agent-ls.status", Value::Null).unwrap();
+    let before = s.client.settled_status();
     assert_eq!(before["interrupted"], json!([]), "{before}");
     let mut holder = lock_store(s.ws.path());
     // The run records itself as it goes: those writes wait for the lock, and the store's
@@ -992,4 +993,57 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_goes_to_d
     assert!(disk(&s).contains("return a + b"), "{}", disk(&s));
     assert_eq!(disk(&s), s.editor.lock().unwrap().0);
     assert_eq!(s.client.document_state(&s.uri)["text"], disk(&s));
+}
+
+#[test]
+fn the_failing_test_action_adds_the_test_as_its_own_step_before_the_fix_and_undo_removes_it() {
+    let caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create", "delete"]}}});
+    let test = "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n    def test_add_sums(self):\n        self.assertEqual(add(2, 3), 5)\n";
+    let answer = json!({"tests": [{"path": "test_add.py", "name": "test_add_sums",
+        "kind": "example", "reason": "add must sum", "expect": "AssertionError: -1 != 5",
+        "content": test}]});
+    let tester = json!({"role": "tester", "content": answer.to_string()});
+    let mut s = setup(&[tester, fix_line()], "auto", caps);
+    applies(&mut s);
+    let actions = s.client.request("textDocument/codeAction", json!({
+        "textDocument": {"uri": s.uri},
+        "range": {"start": {"line": 3, "character": 0}, "end": {"line": 4, "character": 16}},
+        "context": {"diagnostics": []}
+    })).unwrap();
+    let action = actions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["title"] == "Agent: write a failing test for this")
+        .expect("the action")
+        .clone();
+    let args = action["command"]["arguments"][0].clone();
+    assert_eq!(args["reproduce"], true, "{action}");
+    s.client.command("agent-ls.run", args).unwrap();
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(done["tester"]["status"], "kept", "{done}");
+    assert_eq!(done["tester"]["ran"]["after"]["state"], "passed", "{done}");
+    let file = s.ws.path().join("test_add.py");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), test);
+    assert!(disk(&s).contains("return a + b"));
+    // Two steps: the test's alone, then the fix.
+    let status = s.client.settled_status();
+    let steps = status["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{status}");
+    assert_eq!(steps[0]["files"], json!(["calc.py"]));
+    assert_eq!(steps[1]["files"], json!(["test_add.py"]));
+    // Undoing the test's step removes the file and keeps the fix.
+    let step = steps[1]["id"].as_u64().unwrap();
+    s.client
+        .command("agent-ls.undo", json!({"step": step}))
+        .unwrap();
+    s.client.wait_notification("window/showMessage", |p| {
+        p["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("undid step {step}"))
+    });
+    assert!(!file.exists(), "the test file is deleted");
+    assert!(disk(&s).contains("return a + b"));
 }

@@ -128,7 +128,7 @@ fn a_file_the_editor_created_as_it_applied_the_edit_is_the_steps_and_undo_and_re
         std::fs::read_to_string(&helpers).unwrap(),
         "def double(x):\n    return 2 * x\n"
     );
-    let status = c.command("agent-ls.status", Value::Null).unwrap();
+    let status = c.settled_status();
     assert_eq!(status["steps"].as_array().unwrap().len(), 1, "{status}");
 
     c.command("agent-ls.undo", Value::Null).unwrap();

@@ -187,6 +187,32 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
         "the record is not in the user's store"
     );
     assert!(!bytes.contains(CANARY), "the user's store carries the key");
+    // Nor in run 1's journal (its prompts, answers and reflection), nor in the reflection the
+    // workspace's store keeps with the iteration's figures.
+    let lines = journal(ws1.path());
+    assert!(lines.iter().any(|l| l["type"] == "reflection"), "{lines:?}");
+    let text: String = lines.iter().map(|l| l.to_string()).collect();
+    assert!(text.contains("zebra"), "{text}");
+    assert!(
+        !text.contains(CANARY) && !text.contains("sk-live-abcdef"),
+        "the journal carries a key: {text}"
+    );
+    let db = rusqlite::Connection::open(ws1.path().join(".agent-ls/store.sqlite")).unwrap();
+    let reflections: Vec<String> = db
+        .prepare("SELECT reflection FROM iterations WHERE reflection IS NOT NULL")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        reflections.iter().any(|r| r.contains("zebra")),
+        "{reflections:?}"
+    );
+    assert!(
+        reflections.iter().all(|r| !r.contains(CANARY)),
+        "the workspace's store carries the key: {reflections:?}"
+    );
     assert!(!bytes.contains("sk-live-abcdefghijklmnop1234"));
     let export = memory(&["export"], ws1.path(), home.path());
     let export = String::from_utf8_lossy(&export.stdout).into_owned();

@@ -187,3 +187,49 @@ fn the_real_model_calls_a_tool_that_the_loop_runs() {
         .count();
     assert!(coder_calls >= 2, "{said}");
 }
+
+/// The tester's request as the loop makes it (its built-in prompt, a bug to reproduce, the
+/// files), answered by the real model, and read by the loop's parser. The model is too small
+/// to write a good test: its answer may be refused, with a typed error that the repair request
+/// names; what must work is the wire and the reading.
+#[test]
+fn the_real_model_answers_a_tester_request_that_the_loop_reads() {
+    use agent_ls_core::agent::prompts::Prompts;
+    use agent_ls_core::agent::tester;
+    let Some(url) = server() else { return };
+    let files = "Files:\ncsvline.py\n```\ndef parse(line):\n    fields = line.split(\",\")\n    if line.endswith(\",\"):\n        fields = fields[:-1]\n    return fields\n```\n";
+    let messages = tester::prompt(
+        Prompts::default().get("tester"),
+        (
+            tester::Mode::Reproduce,
+            "parse drops the last field when the line ends with a comma",
+            "",
+        ),
+        files,
+        &[],
+    );
+    let req = Request {
+        messages,
+        max_tokens: Some(160),
+        ..Request::default()
+    };
+    let m = models(&url);
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let r = rt
+        .block_on(m.call(Role::Tester, &req, &CancellationToken::new(), None))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!r.text.trim().is_empty(), "an empty answer");
+    match tester::parse_tests(&r.text) {
+        Ok(tests) => assert!(
+            tests
+                .iter()
+                .all(|t| !t.path.is_empty() && !t.expect.is_empty()),
+            "{tests:?}"
+        ),
+        Err(e) => {
+            let repair = tester::repair(&e);
+            assert!(repair.content.contains(&e.to_string()), "{repair:?}");
+        }
+    }
+}

@@ -111,7 +111,7 @@ fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
     );
     *editor.lock().unwrap() = (text, 5);
     applies(&mut c, &uri, editor.clone());
-    let status = c.command("agent-ls.status", Value::Null).unwrap();
+    let status = c.settled_status();
     let interrupted = status["interrupted"].as_array().unwrap();
     assert_eq!(interrupted.len(), 1, "{status}");
     assert_eq!(interrupted[0]["run_id"], run_id.as_str());
@@ -151,7 +151,7 @@ fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
             .unwrap()
             .contains("return a + b")
     );
-    let status = c.command("agent-ls.status", Value::Null).unwrap();
+    let status = c.settled_status();
     assert_eq!(status["interrupted"], json!([]), "{status}");
     let err = c
         .command("agent-ls.resume", json!({"run_id": run_id}))

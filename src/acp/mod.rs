@@ -8,7 +8,8 @@
 //! tool call with its diffs, each test run as an execute tool call), asks
 //! `session/request_permission` before every change, reads and writes through the client's
 //! `fs/*` methods when it offers them, and ends with the answer. `session/cancel` stops it;
-//! `/undo`, `/redo`, `/rollback`, `/rerun`, `/status` and `/commit` are the session's commands; `session/load` shows a
+//! `/undo`, `/redo`, `/rollback`, `/rerun`, `/status`, `/commit` and `/test BUG` (reproduce the
+//! bug with a test first, docs/tester.md) are the session's commands; `session/load` shows a
 //! recorded run and goes on with it when it was interrupted.
 
 mod output;
@@ -74,6 +75,10 @@ fn commands() -> Vec<AvailableCommand> {
             "Roll the latest run (or /rollback RUN) back whole from its git checkpoint; /rollback force even over later edits",
         ),
         AvailableCommand::new("rerun", "Run the last goal again"),
+        AvailableCommand::new(
+            "test",
+            "/test BUG: write a test that fails for the bug first (kept only if it does), then fix it",
+        ),
         AvailableCommand::new("status", "The recent runs of this folder"),
         AvailableCommand::new(
             "commit",
@@ -363,6 +368,7 @@ fn command_answer(command: &str, has_last: bool, root: &Path, limits: &Limits) -
         "/rerun",
         "/status",
         "/commit",
+        "/test",
     ];
     if word.len() > 1
         && word.starts_with('/')
@@ -394,6 +400,10 @@ fn command_answer(command: &str, has_last: bool, root: &Path, limits: &Limits) -
             })
         }
         "/rerun" if !has_last => Some("no goal to run again yet".to_string()),
+        "/test" => Some(
+            "/test needs the bug: /test parse drops the last field of a line ending with a comma"
+                .to_string(),
+        ),
         _ => None,
     }
 }
@@ -798,7 +808,15 @@ async fn run(
     let outcome = match resume {
         Some(Some(mut checkpoint)) => driver.resume(&mut checkpoint, &mut shell, run_id).await,
         Some(None) | None => {
-            let mut run = drive::new_run(&config, &goal);
+            // `/test BUG`: the bug is the goal, reproduced with a test first.
+            let mut run = match drive::test_command(&goal) {
+                Some(bug) => {
+                    let mut run = drive::new_run(&config, bug);
+                    drive::reproduce_first(&mut run);
+                    run
+                }
+                None => drive::new_run(&config, &goal),
+            };
             driver.run(&mut run, &mut shell, run_id).await
         }
     };

@@ -43,6 +43,11 @@ pub struct RunGoal {
     /// so this checkout never changes (git.isolation = "worktree" for this run).
     #[arg(long, conflicts_with = "resume")]
     pub isolated: bool,
+    /// Reproduce first: the tester writes a test that fails on the current code for the
+    /// bug the goal describes (kept only if it fails for the reason it names), proposed as
+    /// its own change; then the fix (docs/tester.md).
+    #[arg(long, conflicts_with = "resume")]
+    pub reproduce: bool,
 }
 
 /// `agent-ls run`: a goal (or an interrupted run) on the files on disk.
@@ -69,6 +74,7 @@ pub fn run_goal(args: RunGoal) -> ExitCode {
         allow_protected: args.allow_protected,
         agent: args.agent,
         isolated: args.isolated,
+        reproduce: args.reproduce,
     }))
 }
 
@@ -97,6 +103,7 @@ pub fn replay(journal: PathBuf, workspace: Option<PathBuf>, json: bool, yes: boo
         allow_protected: false,
         agent: None,
         isolated: false,
+        reproduce: false,
     }))
 }
 

@@ -48,6 +48,8 @@ pub struct Options {
     pub agent: Option<String>,
     /// --isolated: work in a new worktree whatever `git.isolation` says.
     pub isolated: bool,
+    /// --reproduce: the tester writes a test that fails for the goal's bug before any fix.
+    pub reproduce: bool,
 }
 
 /// Exit codes of `agent-ls run`.
@@ -446,6 +448,9 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
     let mut run = drive::new_run(s.cfg, &goal);
     if let Some(c) = s.chosen {
         c.apply(&mut run);
+    }
+    if opts.reproduce {
+        drive::reproduce_first(&mut run);
     }
     let run_id = match &resume {
         Some((id, _, _)) => id.clone(),

@@ -64,6 +64,10 @@ pub struct RunArgs {
     /// `agent-ls.review`: the run is a review of this change, and nothing else.
     #[serde(skip)]
     pub review: Option<drive::ReviewTarget>,
+    /// Reproduce the goal's bug with a test before any fix (the code action "Agent: write a
+    /// failing test for this"; docs/tester.md).
+    #[serde(default)]
+    pub reproduce: bool,
 }
 
 /// The open documents of the workspace, by path relative to its root.
@@ -201,6 +205,8 @@ pub struct StartRun {
     pub git: Option<git_commands::GitContext>,
     /// `agent-ls.review`: review this change instead of running the goal.
     pub review: Option<drive::ReviewTarget>,
+    /// The tester reproduces the goal's bug with a test first (`RunArgs::reproduce`).
+    pub reproduce: bool,
 }
 
 /// Runs the loop to its end on a task of its own; the outcome goes back to the session. The
@@ -348,6 +354,9 @@ async fn drive_run(
     // The configuration is the workspace's, and so are the paths in it (a replay file).
     let models = Models::new(&s.config, Some(&s.connection.root));
     let mut run = drive::new_run(&s.config, &s.goal);
+    if s.reproduce {
+        drive::reproduce_first(&mut run);
+    }
     let mut approval = s.config.agent.approval;
     if let Some(chosen) = &s.agent {
         chosen.apply(&mut run);
@@ -465,6 +474,7 @@ fn ended_early(run_id: String, why: String, started: Instant) -> Outcome {
         worktree: None,
         failure_kind: None,
         review: None,
+        tester: None,
     }
 }
 

@@ -657,8 +657,12 @@ fn review_args(first: Option<serde_json::Value>) -> Result<agent_runs::RunArgs> 
     })
 }
 
-/// The agent's code actions: fix a diagnostic; implement, refactor or explain a selection;
-/// and the source action that fixes the failing tests. Each runs `agent-ls.run`.
+/// The code action that has the tester reproduce a selection's bug with a test first.
+const WRITE_FAILING_TEST: &str = "Agent: write a failing test for this";
+
+/// The agent's code actions: fix a diagnostic; explain, review, write a failing test for,
+/// implement or refactor a selection; and the source action that fixes the failing tests.
+/// Each runs `agent-ls.run`.
 fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionResponse {
     let uri = &params.text_document.uri;
     let action = |title: &str,
@@ -670,6 +674,10 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
         // The review action names its agent; the others run the default one.
         if title == "Agent: review" {
             args["agent"] = "review".into();
+        }
+        // The tester shows the bug with a test before the coder fixes it (docs/tester.md).
+        if title == WRITE_FAILING_TEST {
+            args["reproduce"] = true.into();
         }
         CodeActionOrCommand::CodeAction(CodeAction {
             title: title.into(),
@@ -728,6 +736,14 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
             "Agent: review",
             CodeActionKind::EMPTY,
             "Review the selected code: bugs first, then risks, missing tests and unclear names"
+                .into(),
+            Some(r),
+            None,
+        ));
+        out.push(action(
+            WRITE_FAILING_TEST,
+            CodeActionKind::EMPTY,
+            "The selected code has a bug: write a test that fails because of it, then fix it"
                 .into(),
             Some(r),
             None,

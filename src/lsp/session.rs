@@ -497,7 +497,7 @@ impl Session {
                         run_id,
                         goal.clone(),
                         goal,
-                        (checkpoint.map(|c| *c), None, None),
+                        (checkpoint.map(|c| *c), None, None, false),
                         lock,
                     ),
                 };
@@ -925,7 +925,7 @@ impl Session {
             agent_ls_runtime::drive::new_run_id(),
             args.goal,
             goal,
-            (None, agent, args.review),
+            (None, agent, args.review, args.reproduce),
             lock,
         )
         .map(|id| serde_json::json!({"run_id": id}))
@@ -936,10 +936,11 @@ impl Session {
         id: String,
         title: String,
         goal: String,
-        (resume, agent, review): (
+        (resume, agent, review, reproduce): (
             Option<Run>,
             Option<agent_ls_runtime::drive::ChosenAgent>,
             Option<agent_ls_runtime::drive::ReviewTarget>,
+            bool,
         ),
         lock: RunLock,
     ) -> Result<String, Refused> {
@@ -968,6 +969,7 @@ impl Session {
             lock,
             git,
             review,
+            reproduce,
         });
         Ok(id)
     }

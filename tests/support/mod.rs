@@ -481,6 +481,26 @@ impl Client {
         )
     }
 
+    /// agent-ls.status once the store has answered it. The command answers within 100 ms
+    /// whatever the store does, marking what the store did not give in time "unknown (store
+    /// busy)"; on a loaded machine a server that has just started may not have read its store
+    /// yet, so a test that looks at the steps or the interrupted runs asks again.
+    pub fn settled_status(&mut self) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = self
+                .command("agent-ls.status", Value::Null)
+                .expect("agent-ls.status answers");
+            let busy = ["steps_unknown", "interrupted_unknown"]
+                .iter()
+                .any(|k| status.get(*k).is_some());
+            if !busy || Instant::now() > deadline {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Kills the server with SIGKILL, as a crash would, and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

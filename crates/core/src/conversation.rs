@@ -18,10 +18,12 @@ pub enum Role {
     Summarizer,
     /// Reads the run's whole diff once its tests pass and answers with findings.
     Reviewer,
+    /// Writes a test that fails for the bug before the fix (or a regression test after it).
+    Tester,
 }
 
 impl Role {
-    pub const ALL: [Role; 7] = [
+    pub const ALL: [Role; 8] = [
         Role::Planner,
         Role::Coder,
         Role::Reflector,
@@ -29,6 +31,7 @@ impl Role {
         Role::Intent,
         Role::Summarizer,
         Role::Reviewer,
+        Role::Tester,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -40,6 +43,7 @@ impl Role {
             Role::Intent => "intent",
             Role::Summarizer => "summarizer",
             Role::Reviewer => "reviewer",
+            Role::Tester => "tester",
         }
     }
 }

@@ -80,6 +80,9 @@ pub enum RunEvent {
     },
     /// The reviewer's review of the run's diff, or why there is none.
     Review(crate::agent::review::ReviewResult),
+    /// The tester's record: its tests, their runs before and after the fix, and what became
+    /// of them (docs/tester.md).
+    Tester(crate::agent::tester::Record),
     /// A proposed change: its files, its diff and the review (protected files, risky
     /// constructs) in its wire form.
     Patch {
@@ -230,6 +233,7 @@ impl RunEvent {
             RunEvent::Reflection(_) => "reflector",
             RunEvent::Evaluation { .. } => "evaluator",
             RunEvent::Review(_) => "reviewer",
+            RunEvent::Tester(_) => "tester",
             RunEvent::ToolCall(_) => "coder",
             RunEvent::ToolResult { .. } => "tools",
             RunEvent::Approval { .. } | RunEvent::Undone { .. } => "user",
@@ -260,6 +264,7 @@ impl RunEvent {
             RunEvent::Reflection(_) => "reflection",
             RunEvent::Evaluation { .. } => "evaluation",
             RunEvent::Review(_) => "review",
+            RunEvent::Tester(_) => "tester",
             RunEvent::Patch { .. } => "patch",
             RunEvent::ToolCall(_) => "tool_call",
             RunEvent::ToolResult { .. } => "tool_result",

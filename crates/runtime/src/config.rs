@@ -116,6 +116,7 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     pub git: GitConfig,
     pub memory: MemoryConfig,
+    pub tester: TesterConfig,
     /// Model server addresses a workspace file named (in a trusted folder): no API key is ever
     /// sent to them. Not a configuration key; filled in when the layers are merged.
     #[serde(skip)]
@@ -254,6 +255,27 @@ impl Default for GitConfig {
             no_verify: false,
             remote: "origin".into(),
             isolation: Isolation::None,
+        }
+    }
+}
+
+/// The tester role (docs/tester.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TesterConfig {
+    /// Tests the tester may write for one run before it gives up (each refused one counts);
+    /// 0 turns reproducing off.
+    pub max_attempts: u32,
+    /// After a change no test covered: "off", "suggest" (say so) or "always" (the tester
+    /// adds a regression test that fails on the code before and passes after).
+    pub after_fix: agent_ls_core::agent::tester::AfterFix,
+}
+
+impl Default for TesterConfig {
+    fn default() -> Self {
+        TesterConfig {
+            max_attempts: 3,
+            after_fix: agent_ls_core::agent::tester::AfterFix::Suggest,
         }
     }
 }
@@ -481,6 +503,7 @@ pub struct RolesConfig {
     pub intent: RoleConfig,
     pub summarizer: RoleConfig,
     pub reviewer: RoleConfig,
+    pub tester: RoleConfig,
 }
 
 /// Prices in US dollars per million tokens, keyed by model name.
@@ -987,6 +1010,7 @@ fn workspace_hosts(
         ("intent", &config.roles.intent),
         ("summarizer", &config.roles.summarizer),
         ("reviewer", &config.roles.reviewer),
+        ("tester", &config.roles.tester),
     ];
     let mut add = |url: &Option<String>| {
         if let Some(u) = url {

@@ -17,6 +17,9 @@ pub const DIR: &str = ".agent-ls/runs";
 
 pub struct Journal {
     file: Option<File>,
+    /// Values removed from every line (the keys this process knows); key-shaped strings go
+    /// too. Journals are read by people and replayed, and are never a place for a key.
+    secrets: Vec<String>,
     run_id: String,
     pub path: Option<PathBuf>,
 }
@@ -38,6 +41,7 @@ impl Journal {
         match file {
             Ok(f) => Journal {
                 file: Some(f),
+                secrets: Vec::new(),
                 run_id: run_id.into(),
                 path: Some(path),
             },
@@ -60,6 +64,7 @@ impl Journal {
                 }
                 Journal {
                     file: Some(f),
+                    secrets: Vec::new(),
                     run_id: run_id.into(),
                     path: Some(path),
                 }
@@ -71,9 +76,16 @@ impl Journal {
     pub fn disabled(run_id: &str) -> Journal {
         Journal {
             file: None,
+            secrets: Vec::new(),
             run_id: run_id.into(),
             path: None,
         }
+    }
+
+    /// The same journal, with these secrets' values redacted from every line it writes.
+    pub fn redacting(mut self, secrets: Vec<String>) -> Journal {
+        self.secrets = secrets;
+        self
     }
 
     /// Appends one event as its line; a write error stops the journal, never the run. A model
@@ -90,7 +102,8 @@ impl Journal {
 
     /// One `write` of the line and its newline together, so a process killed mid-run leaves
     /// whole lines (or, at worst, one torn last line that readers skip).
-    fn line(&mut self, value: Value) {
+    fn line(&mut self, mut value: Value) {
+        crate::memory::redact_value(&mut value, &self.secrets);
         let mut text = value.to_string();
         text.push('\n');
         if let Some(f) = &mut self.file

@@ -103,20 +103,22 @@ pub fn redact(text: &str, secrets: &[String]) -> String {
     memory::redact_key_shapes(&out)
 }
 
+/// Every string in a JSON value redacted, in place.
+pub fn redact_value(v: &mut serde_json::Value, secrets: &[String]) {
+    match v {
+        serde_json::Value::String(s) => *s = redact(s, secrets),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|x| redact_value(x, secrets)),
+        serde_json::Value::Object(map) => map.values_mut().for_each(|x| redact_value(x, secrets)),
+        _ => {}
+    }
+}
+
 /// A record with every string in it redacted.
 pub fn redact_memory(m: &Memory, secrets: &[String]) -> Memory {
-    fn walk(v: &mut serde_json::Value, secrets: &[String]) {
-        match v {
-            serde_json::Value::String(s) => *s = redact(s, secrets),
-            serde_json::Value::Array(items) => items.iter_mut().for_each(|x| walk(x, secrets)),
-            serde_json::Value::Object(map) => map.values_mut().for_each(|x| walk(x, secrets)),
-            _ => {}
-        }
-    }
     let Ok(mut v) = serde_json::to_value(m) else {
         return m.clone();
     };
-    walk(&mut v, secrets);
+    redact_value(&mut v, secrets);
     serde_json::from_value(v).unwrap_or_else(|_| m.clone())
 }
 

@@ -10,7 +10,9 @@ pub mod agents;
 pub mod context;
 mod phases;
 pub mod prompts;
+mod reproduce;
 pub mod review;
+pub mod tester;
 pub mod window;
 
 pub use agents::{AgentKind, AgentProfile};
@@ -203,6 +205,9 @@ pub enum Phase {
     Reflecting,
     /// The reviewer reads the run's whole diff once its tests pass.
     Reviewing,
+    /// The tester writes a test that fails for the bug (or, after a change no test covered,
+    /// a regression test), and the loop tries it.
+    Reproducing,
     Done,
     Failed,
     Cancelled,
@@ -224,6 +229,7 @@ impl Phase {
             Phase::Testing => "testing",
             Phase::Reflecting => "reflecting",
             Phase::Reviewing => "reviewing",
+            Phase::Reproducing => "reproducing",
             Phase::Done => "done",
             Phase::Failed => "failed",
             Phase::Cancelled => "cancelled",
@@ -345,6 +351,8 @@ pub enum Event {
     /// The run's git diff against its checkpoint (`None`: no checkpoint, the steps' diff is
     /// reviewed), or why it could not be made.
     RunDiff(Result<Option<String>, String>),
+    /// The runs of the tester's new tests (`Effect::TryTests`), or why they could not run.
+    TestsTried(Result<tester::Tried, String>),
     Cancel,
 }
 
@@ -374,6 +382,12 @@ pub enum Effect {
     },
     /// A review of the run's diff was made (or could not be): journal it, count it, show it.
     Reviewed(review::ReviewResult),
+    /// Write the tester's new tests (and, after a fix, the code before it) for a trial, run
+    /// them, put every file back, and answer with `Event::TestsTried`.
+    TryTests(tester::TrialPlan),
+    /// The tester's record changed (a test refused, kept, or the tester gave up): journal
+    /// it and show it.
+    Tested(tester::Record),
     /// The run ended; `answer` is what the user reads.
     Finish {
         status: Phase,
@@ -498,6 +512,15 @@ pub struct Run {
     /// `agent-ls review`: the run is a review of a given diff, and nothing else.
     #[serde(default)]
     pub review_only: bool,
+    /// The tester's settings (`[tester]`, `--reproduce`).
+    #[serde(default)]
+    pub tester: tester::Settings,
+    /// The tester's turn while it goes (its attempts, the tests on trial).
+    #[serde(default)]
+    pub tester_work: Option<tester::Work>,
+    /// What the tester did in this run.
+    #[serde(default)]
+    pub tester_record: Option<tester::Record>,
 }
 
 impl Run {
@@ -549,6 +572,9 @@ impl Run {
             reviewing: None,
             review_repaired: false,
             review_only: false,
+            tester: tester::Settings::default(),
+            tester_work: None,
+            tester_record: None,
         }
     }
 }

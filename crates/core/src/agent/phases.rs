@@ -36,6 +36,7 @@ pub(super) fn transition(run: &mut Run, event: Event) -> Vec<Effect> {
         Phase::Testing => on_testing(run, event),
         Phase::Reflecting => on_reflecting(run, event),
         Phase::Reviewing => on_reviewing(run, event),
+        Phase::Reproducing => super::reproduce::on_reproducing(run, event),
         Phase::Done | Phase::Failed | Phase::Cancelled => Vec::new(),
     }
 }
@@ -59,7 +60,13 @@ fn on_baseline(run: &mut Run, event: Event) -> Vec<Effect> {
         }
         Event::TestsFinished(t) => {
             let passed = t.passed;
+            // A bug the goal describes and no test shows (or `--reproduce`): a test first.
+            let reproduce = run.tester.max_attempts > 0
+                && (run.tester.reproduce || (passed && super::tester::describes_bug(&run.goal)));
             run.tests = Some(t);
+            if reproduce {
+                return super::reproduce::start(run, super::tester::Mode::Reproduce);
+            }
             if passed {
                 finish(
                     run,
@@ -378,10 +385,12 @@ fn on_approving(run: &mut Run, event: Event) -> Vec<Effect> {
             ));
             retry_or_stop(run, "the change was refused")
         }
-        Event::Rejected => fail(
-            run,
-            "the proposed change was rejected; nothing was applied".into(),
-        ),
+        Event::Rejected => super::reproduce::test_rejected(run).unwrap_or_else(|| {
+            fail(
+                run,
+                "the proposed change was rejected; nothing was applied".into(),
+            )
+        }),
         _ => Vec::new(),
     }
 }
@@ -420,6 +429,9 @@ fn on_applying(run: &mut Run, event: Event) -> Vec<Effect> {
 /// The tests after an applied change: the task is done, or the reflector looks at the
 /// failures (unless the run goes round in circles).
 fn on_testing(run: &mut Run, event: Event) -> Vec<Effect> {
+    if let Some(effects) = super::reproduce::on_new_test_tested(run, &event) {
+        return effects;
+    }
     match event {
         Event::TestsFinished(t) if t.passed => {
             run.tests = Some(t);
@@ -568,6 +580,24 @@ fn task_done(run: &mut Run, answer: String) -> Vec<Effect> {
         return effects;
     }
     run.done_answer = answer;
+    let mut effects = super::reproduce::passed_after_fix(run);
+    match super::reproduce::after_fix(run) {
+        Ok(tester) => {
+            effects.extend(tester);
+            return effects;
+        }
+        Err(notes) => effects.extend(notes),
+    }
+    if let Some(r) = &run.tester_record {
+        run.done_answer = format!("{}; {}", run.done_answer, r.summary());
+    }
+    effects.extend(after_tasks(run));
+    effects
+}
+
+/// Once the tasks are done (and the tester's regression test, if any): the review of the
+/// run's diff, or its evaluation, or its end.
+pub(super) fn after_tasks(run: &mut Run) -> Vec<Effect> {
     if run.review != ReviewMode::Off && !run.files_changed.is_empty() {
         run.phase = Phase::Reviewing;
         return vec![
@@ -791,7 +821,7 @@ fn unreadable(run: &mut Run, e: String) -> Vec<Effect> {
     ]
 }
 
-fn code(run: &mut Run) -> Vec<Effect> {
+pub(super) fn code(run: &mut Run) -> Vec<Effect> {
     vec![
         Effect::Progress("asking the model for a change".into()),
         call_coder(run),
@@ -895,7 +925,7 @@ fn plan_hash(plan: &EditPlan) -> u64 {
 }
 
 /// The run ends failed, with `answer` saying why.
-fn fail(run: &mut Run, answer: String) -> Vec<Effect> {
+pub(super) fn fail(run: &mut Run, answer: String) -> Vec<Effect> {
     finish(run, Phase::Failed, answer)
 }
 

@@ -48,6 +48,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "reviewer",
         include_str!("../../../../config/prompts/reviewer.md"),
     ),
+    (
+        "tester",
+        include_str!("../../../../config/prompts/tester.md"),
+    ),
 ];
 
 impl Default for Prompts {
@@ -127,7 +131,7 @@ pub fn code(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
 /// "Files:" and the context, within what is left of the first prompt's budget after `used`
 /// bytes when the turn has tools to read the rest with (without tools, the runtime's
 /// agent.context_bytes is the only limit), and the files it shows whole.
-fn fixed_context<'r>(
+pub(super) fn fixed_context<'r>(
     run: &'r Run,
     tools: &[String],
     used: usize,
@@ -385,6 +389,9 @@ pub fn role_summary(role: crate::conversation::Role, text: &str) -> Option<Strin
             Err(_) => unread("evaluator"),
         },
         // The review is reported once it is checked (`Effect::Reviewed`), with its findings.
-        Role::Coder | Role::Intent | Role::Summarizer | Role::Reviewer => return None,
+        // The review is reported once it is checked, the tester's tests once they are tried.
+        Role::Coder | Role::Intent | Role::Summarizer | Role::Reviewer | Role::Tester => {
+            return None;
+        }
     })
 }

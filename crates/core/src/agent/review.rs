@@ -216,7 +216,7 @@ pub fn parse_review(text: &str) -> Result<Review, ReviewError> {
 
 /// The JSON object of an answer: a fenced block's body, or from the first `{` to the last
 /// `}`.
-fn json_of(text: &str) -> Option<&str> {
+pub(crate) fn json_of(text: &str) -> Option<&str> {
     if let Some(start) = text.find("```") {
         let after = &text[start + 3..];
         let body_start = after.find('\n').map_or(0, |n| n + 1);

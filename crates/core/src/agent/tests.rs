@@ -465,7 +465,8 @@ fn a_large_goal_is_planned_and_its_tasks_run_in_order_then_evaluated() {
     );
     propose(&mut run, &edit_answer("b + a"));
     let e = step(&mut run, Event::TestsFinished(passing()));
-    assert!(is_call(&e[0], Role::Evaluator));
+    // After the note that no test covers the edit (tester.after_fix = "suggest").
+    assert!(is_call(e.last().unwrap(), Role::Evaluator), "{e:?}");
     let e = answered(
         &mut run,
         Role::Evaluator,
@@ -1101,4 +1102,125 @@ fn remembered_records_reach_the_coder_the_reflector_and_the_planner() {
     assert!(messages[1].content.contains(MEMORY));
     let (plan, _) = prompts::plan(&run, None);
     assert!(plan[1].content.contains(MEMORY));
+}
+
+/// A test answer of the tester's, for `tests/test_t.py::test_t` expecting `expect`.
+fn tester_answer(expect: &str) -> String {
+    serde_json::json!({"tests": [{"path": "tests/test_t.py", "name": "test_t", "kind": "example",
+        "reason": "r", "expect": expect, "content": "def test_t():\n    assert 1 == 2\n"}]})
+    .to_string()
+}
+
+fn trial(failing_with: Option<&str>) -> tester::Trial {
+    tester::Trial {
+        passed: failing_with.is_none(),
+        failures: failing_with
+            .map(|m| crate::test_output::Failure {
+                test_id: "tests/test_t.py::test_t".into(),
+                location: None,
+                message: m.into(),
+                frames: Vec::new(),
+            })
+            .into_iter()
+            .collect(),
+        report: "the output".into(),
+        problem: None,
+    }
+}
+
+fn tried(failing_with: Option<&str>) -> Event {
+    Event::TestsTried(Ok(tester::Tried {
+        before: vec![trial(failing_with); 3],
+        after: None,
+    }))
+}
+
+#[test]
+fn a_described_bug_with_passing_tests_goes_to_the_tester_not_to_the_end() {
+    let mut run = new_run("fix: parse drops the last field", Some(Intent::Fix));
+    step(&mut run, Event::Start);
+    let e = step(&mut run, Event::TestsFinished(passing()));
+    assert!(is_call(e.last().unwrap(), Role::Tester), "{e:?}");
+    assert_eq!(run.phase, Phase::Reproducing);
+    // "fix the failing tests" has nothing to reproduce.
+    let mut run = new_run("fix the failing tests", Some(Intent::Fix));
+    step(&mut run, Event::Start);
+    let e = step(&mut run, Event::TestsFinished(passing()));
+    assert!(finishes(e.last(), Phase::Done, "already pass"), "{e:?}");
+}
+
+#[test]
+fn a_kept_test_is_proposed_alone_and_its_failure_goes_to_the_coder() {
+    let mut run = new_run("fix: parse drops the last field", Some(Intent::Fix));
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(passing()));
+    // An unreadable answer is asked for once more.
+    let e = answered(&mut run, Role::Tester, "I would test parse");
+    assert!(is_call(e.last().unwrap(), Role::Tester), "{e:?}");
+    let e = answered(&mut run, Role::Tester, &tester_answer("assert 1 == 2"));
+    let Some(Effect::TryTests(plan)) = e.last() else {
+        panic!("no trial: {e:?}")
+    };
+    assert_eq!(plan.times, 3);
+    assert_eq!(plan.filter.as_deref(), Some("tests/test_t.py"));
+    // It passes: back to the tester, told why.
+    let e = step(&mut run, tried(None));
+    let Some(Effect::CallModel { messages, .. }) = e.last() else {
+        panic!("no tester call: {e:?}")
+    };
+    assert!(messages.last().unwrap().content.contains("passes"));
+    answered(&mut run, Role::Tester, &tester_answer("assert 1 == 2"));
+    let e = step(&mut run, tried(Some("AssertionError: assert 1 == 2")));
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!("not proposed: {e:?}")
+    };
+    assert_eq!(plan.edits.len(), 1);
+    assert_eq!(plan.edits[0].path, "tests/test_t.py");
+    assert_eq!(
+        run.tester_record.as_ref().map(|r| r.status),
+        Some(tester::Status::Kept)
+    );
+    // Located, approved and applied like any change; its failing run starts the coder.
+    let outcome = locate(plan);
+    step(&mut run, Event::Located(outcome));
+    step(&mut run, Event::Approved);
+    step(&mut run, Event::Applied);
+    let e = step(&mut run, Event::TestsFinished(failing("new")));
+    assert!(is_call(e.last().unwrap(), Role::Coder), "{e:?}");
+}
+
+#[test]
+fn the_tester_budget_ends_a_run_that_needed_the_test() {
+    let mut run = new_run("fix: parse drops the last field", Some(Intent::Fix));
+    run.tester.max_attempts = 1;
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(passing()));
+    answered(&mut run, Role::Tester, &tester_answer("assert 1 == 2"));
+    let e = step(&mut run, tried(Some("ImportError: cannot import name 'x'")));
+    assert!(
+        finishes(e.last(), Phase::Failed, "could not be reproduced"),
+        "{e:?}"
+    );
+    assert_eq!(
+        run.tester_record.as_ref().map(|r| r.status),
+        Some(tester::Status::Exhausted)
+    );
+}
+
+#[test]
+fn a_test_that_could_not_be_written_goes_back_to_the_tester() {
+    let mut run = new_run("fix: parse drops the last field", Some(Intent::Fix));
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(passing()));
+    answered(&mut run, Role::Tester, &tester_answer("assert 1 == 2"));
+    let e = step(
+        &mut run,
+        Event::TestsTried(Err(".git/x.py is protected".into())),
+    );
+    let Some(Effect::CallModel { role, messages, .. }) = e.last() else {
+        panic!("no tester call: {e:?}")
+    };
+    assert_eq!(*role, Role::Tester);
+    assert!(messages.last().unwrap().content.contains("is protected"));
+    assert_eq!(run.tester_work.as_ref().map(|w| w.attempts), Some(1));
 }

@@ -41,8 +41,9 @@ pub fn normalize(output: &str, root: &str) -> String {
     text
 }
 
-/// The first `HEAD_CHARS` and last `TAIL_CHARS` characters, joined by "\n...\n" when the
-/// middle is dropped.
+/// The first `HEAD_CHARS` and last `TAIL_CHARS` characters, joined by a line that says how
+/// many characters of the middle were cut (`\n... [1234 characters cut] ...\n`), so a model
+/// reading it knows the output is not whole.
 pub fn truncate(text: &str) -> String {
     let count = text.chars().count();
     if count <= HEAD_CHARS + TAIL_CHARS {
@@ -50,7 +51,8 @@ pub fn truncate(text: &str) -> String {
     }
     let head: String = text.chars().take(HEAD_CHARS).collect();
     let tail: String = text.chars().skip(count - TAIL_CHARS).collect();
-    format!("{head}\n...\n{tail}")
+    let cut = count - HEAD_CHARS - TAIL_CHARS;
+    format!("{head}\n... [{cut} characters cut] ...\n{tail}")
 }
 
 pub fn model_report(output: &str, root: &str) -> String {
@@ -78,10 +80,14 @@ mod tests {
             .map(|i| char::from(b'a' + (i % 26) as u8))
             .collect();
         let cut = truncate(&text);
-        assert_eq!(cut.chars().count(), HEAD_CHARS + TAIL_CHARS + 5);
+        let marker = "\n... [1500 characters cut] ...\n";
+        assert_eq!(
+            cut.chars().count(),
+            HEAD_CHARS + TAIL_CHARS + marker.chars().count()
+        );
         assert!(cut.starts_with(&text[..HEAD_CHARS]));
         assert!(cut.ends_with(&text[text.len() - TAIL_CHARS..]));
-        assert!(cut.contains("\n...\n"));
+        assert!(cut.contains(marker), "{cut}");
         assert_eq!(truncate("short"), "short");
     }
 }

@@ -10,6 +10,7 @@ mod observer;
 mod recall;
 mod review_target;
 mod setup;
+mod trial;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -30,7 +31,7 @@ use observer::Observer;
 pub use review_target::{ReviewDiffError, ReviewTarget, review_diff};
 pub use setup::{
     AgentError, ChosenAgent, ResumeError, choose_agent, new_run, new_run_id, recorded_store,
-    resume_point,
+    reproduce_first, resume_point, test_command,
 };
 
 /// How the loop reaches the user and the files.
@@ -144,6 +145,10 @@ pub struct Outcome {
     /// The latest review of the run's diff (`agent.review`), when one was made or tried.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub review: Option<agent::review::ReviewResult>,
+    /// What the tester did (docs/tester.md): its tests and their runs before and after the
+    /// fix, when it was called.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tester: Option<agent::tester::Record>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
@@ -255,8 +260,15 @@ impl Drive<'_> {
         run_id: &str,
         resumed: bool,
     ) -> Going<'o> {
-        let mut observer =
-            Observer::open(self.record, self.events, self.root, run_id, run, resumed);
+        let mut observer = Observer::open(
+            self.record,
+            self.events,
+            self.root,
+            run_id,
+            run,
+            resumed,
+            crate::memory::known_secrets(self.config),
+        );
         let (prompts, used, problems) = crate::config::load_prompts(&self.config.prompt_dirs);
         run.prompts = prompts;
         for p in problems {
@@ -405,6 +417,18 @@ impl Drive<'_> {
                 shell.reviewed(&result, &line, loud);
                 return Next::Continue;
             }
+            Effect::TryTests(plan) => {
+                let tried = trial::try_tests(self.root, self.config, self.cancel, &plan).await;
+                if self.cancel.is_cancelled() {
+                    return Next::Event(Event::Cancel);
+                }
+                Event::TestsTried(tried)
+            }
+            Effect::Tested(record) => {
+                g.observer.tester(&record);
+                shell.progress(&record.summary());
+                return Next::Continue;
+            }
             Effect::RunTests => {
                 let baseline = run.phase == agent::Phase::Baseline;
                 let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
@@ -469,6 +493,7 @@ impl Drive<'_> {
             worktree: None,
             failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
             review: run.last_review.clone(),
+            tester: run.tester_record.clone(),
         }
     }
 

@@ -28,6 +28,8 @@ pub(super) struct Observer<'a> {
     run_id: String,
     current: Iteration,
     events: Option<OnEvent<'a>>,
+    /// The keys this process knows, redacted from the journal and the store's text.
+    secrets: Vec<String>,
 }
 
 impl<'a> Observer<'a> {
@@ -38,12 +40,14 @@ impl<'a> Observer<'a> {
         run_id: &str,
         run: &Run,
         resumed: bool,
+        secrets: Vec<String>,
     ) -> Observer<'a> {
         let journal = match (record.is_some(), resumed) {
             (true, true) => Journal::append(root, run_id),
             (true, false) => Journal::create(root, run_id),
             (false, _) => Journal::disabled(run_id),
-        };
+        }
+        .redacting(secrets.clone());
         let mut o = Observer {
             journal,
             store: record.cloned(),
@@ -53,6 +57,7 @@ impl<'a> Observer<'a> {
                 ..Iteration::default()
             },
             events,
+            secrets,
         };
         o.record(RunEvent::Started {
             goal: run.goal.clone(),
@@ -113,6 +118,10 @@ impl<'a> Observer<'a> {
     }
 
     /// A review of the run's diff: a journal line, and a row counted by `agent-ls stats`.
+    pub(super) fn tester(&mut self, record: &agent_ls_core::agent::tester::Record) {
+        self.record(RunEvent::Tester(record.clone()));
+    }
+
     pub(super) fn review(&mut self, result: &agent_ls_core::agent::review::ReviewResult) {
         self.record(RunEvent::Review(result.clone()));
         let result = result.clone();
@@ -212,7 +221,8 @@ impl<'a> Observer<'a> {
                     },
                 };
                 self.record(RunEvent::Reflection(reflection));
-                self.current.reflection = Some(r.text.chars().take(4000).collect());
+                let text: String = r.text.chars().take(4000).collect();
+                self.current.reflection = Some(crate::memory::redact(&text, &self.secrets));
             }
             Role::Evaluator => {
                 if let Ok((score, reason, complete)) = agent::prompts::parse_evaluation(&r.text) {

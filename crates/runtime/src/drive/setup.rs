@@ -33,10 +33,28 @@ pub fn new_run(config: &Config, goal: &str) -> Run {
     run.evaluation = config.agent.evaluate;
     run.review = config.agent.review;
     run.review_min_confidence = config.agent.review_min_confidence;
+    run.tester.max_attempts = config.tester.max_attempts;
+    run.tester.after_fix = config.tester.after_fix;
     if let Ok(chosen) = choose_agent(config, &config.agent.default_agent) {
         chosen.apply(&mut run);
     }
     run
+}
+
+/// Has `run` reproduce its goal's bug with a test before any fix (`agent-ls run
+/// --reproduce`, ACP's `/test`): the goal is a fix, whatever its words, and the tester is
+/// called whatever the tests say (docs/tester.md).
+pub fn reproduce_first(run: &mut Run) {
+    run.intent = Some(agent::Intent::Fix);
+    run.tester.reproduce = true;
+    run.tester.max_attempts = run.tester.max_attempts.max(1);
+}
+
+/// What an ACP prompt `/test DESCRIPTION` asks: the description, to reproduce first; `None`
+/// for any other prompt.
+pub fn test_command(prompt: &str) -> Option<&str> {
+    let rest = prompt.trim().strip_prefix("/test")?;
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
 }
 
 /// A named agent as a run uses it: its profile, and what it overrides of the configuration.

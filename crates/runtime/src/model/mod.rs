@@ -190,6 +190,7 @@ pub fn targets_for(
         Role::Intent => &config.roles.intent,
         Role::Summarizer => &config.roles.summarizer,
         Role::Reviewer => &config.roles.reviewer,
+        Role::Tester => &config.roles.tester,
     };
     let m = &config.model;
     // A role that names another provider does not inherit the default's URL, model or key.

@@ -1,0 +1,334 @@
+//! The tester's phase (`Phase::Reproducing`): the tester writes a test, the loop tries it
+//! (`Effect::TryTests`: written, run three times, put back) and keeps it only when it fails on
+//! the current code for the reason the tester named; a refused test goes back to the tester
+//! with why, within `tester.max_attempts`. A kept test is proposed as its own change, through
+//! the same locating, approval and applying as the coder's. After a change no test covered,
+//! the same phase writes a regression test that must fail on the code before the run and pass
+//! on the code after it (`tester.after_fix = "always"`).
+
+use super::phases::{after_tasks, code, fail};
+use super::tester::{self, Judgement, Mode, Ran, RanBoth, Status, TrialPlan, Work};
+use super::{Effect, Event, Intent, Phase, Run, review};
+use crate::conversation::{Message, Role};
+use crate::edit::{Edit, EditKind, EditPlan};
+
+/// Starts the tester in `mode`.
+pub(super) fn start(run: &mut Run, mode: Mode) -> Vec<Effect> {
+    let change = match mode {
+        Mode::Reproduce => String::new(),
+        Mode::AfterFix => review::steps_diff(&run.originals),
+    };
+    run.tester_work = Some(Work::new(mode, change));
+    run.phase = Phase::Reproducing;
+    let what = match mode {
+        Mode::Reproduce => "the tester writes a test that shows the bug",
+        Mode::AfterFix => "no test covered the change; the tester writes a regression test",
+    };
+    vec![Effect::Progress(what.into()), call_tester(run, Vec::new())]
+}
+
+/// The tester's call: its prompt, what it heard so far, and `extra` (a repair request).
+fn call_tester(run: &Run, extra: Vec<Message>) -> Effect {
+    let (mode, change, feedback) = run
+        .tester_work
+        .as_ref()
+        .map_or((Mode::Reproduce, "", &[][..]), |w| {
+            (w.mode, w.change.as_str(), w.feedback.as_slice())
+        });
+    let (files, _) = super::prompts::fixed_context(run, &[], 0);
+    let mut messages = tester::prompt(
+        run.prompts.get("tester"),
+        (mode, &run.goal, change),
+        &files,
+        feedback,
+    );
+    messages.extend(extra);
+    Effect::CallModel {
+        role: Role::Tester,
+        messages,
+        tools: Vec::new(),
+    }
+}
+
+/// The tester's answer, the trial of its tests, and what the model or the tests failed with.
+pub(super) fn on_reproducing(run: &mut Run, event: Event) -> Vec<Effect> {
+    match event {
+        Event::ModelAnswered {
+            role: Role::Tester,
+            text,
+        } => answered(run, text),
+        Event::ModelFailed {
+            role: Role::Tester,
+            error,
+        } => give_up(
+            run,
+            Status::Unavailable,
+            format!("the tester model failed: {error}"),
+        ),
+        Event::TestsTried(Ok(tried)) => judged(run, tried),
+        // Most often the tester's doing (a protected path, one outside the workspace): it
+        // hears why, and the attempt counts.
+        Event::TestsTried(Err(why)) => refused(run, format!("the test could not be run: {why}")),
+        _ => Vec::new(),
+    }
+}
+
+/// The tester's tests, read: tried (written, run, put back); an unreadable answer is sent
+/// back once.
+fn answered(run: &mut Run, text: String) -> Vec<Effect> {
+    let Some(work) = run.tester_work.as_mut() else {
+        return Vec::new();
+    };
+    match tester::parse_tests(&text) {
+        Ok(tests) => {
+            work.repaired = false;
+            work.attempts += 1;
+            let mut write: Vec<(String, Option<String>)> = Vec::new();
+            let mut after = Vec::new();
+            if work.mode == Mode::AfterFix {
+                // The code as it was before the run (the steps' inverse), then as it is now.
+                for (path, before, now) in &run.originals {
+                    write.push((path.clone(), before.clone()));
+                    after.push((path.clone(), Some(now.clone())));
+                }
+            }
+            write.extend(
+                tests
+                    .iter()
+                    .map(|t| (t.path.clone(), Some(t.content.clone()))),
+            );
+            let plan = TrialPlan {
+                write,
+                filter: tester::filter_of(&tests),
+                times: tester::TRIAL_RUNS,
+                after,
+            };
+            let names = names(&tests);
+            work.tests = tests;
+            vec![
+                Effect::Progress(format!(
+                    "trying the tester's test {names} ({} runs)",
+                    tester::TRIAL_RUNS
+                )),
+                Effect::TryTests(plan),
+            ]
+        }
+        Err(e) if !work.repaired => {
+            work.repaired = true;
+            let extra = vec![Message::assistant(text), tester::repair(&e)];
+            vec![
+                Effect::Progress(format!(
+                    "the tester's answer could not be read ({e}); asking once more"
+                )),
+                call_tester(run, extra),
+            ]
+        }
+        Err(e) => give_up(
+            run,
+            Status::Unavailable,
+            format!("the tester's answer could not be read twice: {e}"),
+        ),
+    }
+}
+
+fn names(tests: &[tester::NewTest]) -> String {
+    tests
+        .iter()
+        .map(|t| format!("{}::{}", t.path, t.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The trial's verdict: the test is kept and proposed, or it goes back to the tester.
+fn judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
+    let Some(work) = run.tester_work.as_ref() else {
+        return Vec::new();
+    };
+    let message = match tester::judge(&work.tests, &tried.before) {
+        Judgement::Fails(message) => message,
+        Judgement::Refused(why) => return refused(run, why),
+    };
+    let mut ran = RanBoth {
+        before: Some(Ran::failed(tried.before.len() as u32, &message)),
+        after: None,
+    };
+    if work.mode == Mode::AfterFix {
+        match tried
+            .after
+            .as_ref()
+            .map(|t| tester::passes_after(&work.tests, t))
+        {
+            Some(Ok(())) => ran.after = Some(Ran::passed(1)),
+            Some(Err(why)) => return refused(run, why),
+            None => return refused(run, "the test was not run on the new code".into()),
+        }
+    }
+    kept(run, ran)
+}
+
+/// A refused test: back to the tester with why, or, once its attempts are spent, the end of
+/// its work.
+fn refused(run: &mut Run, why: String) -> Vec<Effect> {
+    let max = run.tester.max_attempts;
+    let Some(work) = run.tester_work.as_mut() else {
+        return Vec::new();
+    };
+    let first = why.lines().next().unwrap_or("").to_string();
+    work.refused.push(first.clone());
+    let tests = names(&work.tests);
+    if work.attempts >= max {
+        return give_up(
+            run,
+            Status::Exhausted,
+            format!(
+                "no test the tester wrote failed for the stated reason in {max} attempt(s) \
+                 (tester.max_attempts); the last, {tests}: {first}"
+            ),
+        );
+    }
+    work.feedback.push(format!(
+        "Your test {tests} was refused: {why}\n\nWrite another test (attempt {} of {max}), \
+         with the whole file in `content`.",
+        work.attempts + 1
+    ));
+    let record = work.record(Status::Refused, RanBoth::default(), Some(first.clone()));
+    vec![
+        Effect::Tested(record),
+        Effect::Progress(format!("the tester's test was refused: {first}")),
+        call_tester(run, Vec::new()),
+    ]
+}
+
+/// The test fails for the stated reason: recorded, and proposed as its own change.
+fn kept(run: &mut Run, ran: RanBoth) -> Vec<Effect> {
+    let Some(work) = run.tester_work.as_mut() else {
+        return Vec::new();
+    };
+    work.applying = true;
+    let record = work.record(Status::Kept, ran, None);
+    let plan = EditPlan {
+        edits: work
+            .tests
+            .iter()
+            .map(|t| Edit {
+                path: t.path.clone(),
+                kind: EditKind::WholeFile {
+                    content: t.content.clone(),
+                },
+            })
+            .collect(),
+    };
+    let summary = record.summary();
+    run.tester_record = Some(record.clone());
+    run.phase = Phase::Locating;
+    vec![
+        Effect::Tested(record),
+        Effect::Progress(format!("{summary}; proposing it as its own change")),
+        Effect::Locate(plan),
+    ]
+}
+
+/// The tester stops: recorded; a run that needed the test to reproduce its bug stops with
+/// why, a run that only wanted a regression test goes on without it.
+fn give_up(run: &mut Run, status: Status, reason: String) -> Vec<Effect> {
+    let Some(work) = run.tester_work.take() else {
+        return Vec::new();
+    };
+    let record = work.record(status, RanBoth::default(), Some(reason.clone()));
+    run.tester_record = Some(record.clone());
+    let mut effects = vec![Effect::Tested(record)];
+    match work.mode {
+        Mode::Reproduce => effects.extend(fail(
+            run,
+            format!("stopped: the bug could not be reproduced with a test: {reason}"),
+        )),
+        Mode::AfterFix => {
+            effects.push(Effect::Warn(format!(
+                "no regression test was added: {reason}"
+            )));
+            effects.extend(after_tasks(run));
+        }
+    }
+    effects
+}
+
+/// The tests after the kept test's change was applied: for a bug to reproduce, its failure
+/// goes to the coder (no reflector: nothing was tried yet). `None`: the usual handling.
+pub(super) fn on_new_test_tested(run: &mut Run, event: &Event) -> Option<Vec<Effect>> {
+    let work = run.tester_work.as_ref().filter(|w| w.applying)?;
+    let mode = work.mode;
+    run.tester_work = None;
+    match event {
+        Event::TestsFinished(t) if mode == Mode::Reproduce && !t.passed => {
+            run.tests = Some(t.clone());
+            let mut effects = vec![Effect::Progress(
+                "the new test fails as it should; asking the model for a fix".into(),
+            )];
+            effects.extend(code(run));
+            Some(effects)
+        }
+        _ => None,
+    }
+}
+
+/// The user rejected the kept test's change: recorded; the fix goes on without it (or the
+/// run ends, after a fix).
+pub(super) fn test_rejected(run: &mut Run) -> Option<Vec<Effect>> {
+    let work = run.tester_work.take_if(|w| w.applying)?;
+    if let Some(r) = run.tester_record.as_mut() {
+        r.status = Status::Rejected;
+    }
+    let mut effects: Vec<Effect> = run
+        .tester_record
+        .clone()
+        .map(Effect::Tested)
+        .into_iter()
+        .collect();
+    match work.mode {
+        Mode::Reproduce => {
+            effects.push(Effect::Progress(
+                "the new test was rejected; the fix goes on without it".into(),
+            ));
+            effects.extend(code(run));
+        }
+        Mode::AfterFix => effects.extend(after_tasks(run)),
+    }
+    Some(effects)
+}
+
+/// Once the run's tests pass after a fix of a reproduced bug: the kept test's run after the
+/// fix joins its record.
+pub(super) fn passed_after_fix(run: &mut Run) -> Vec<Effect> {
+    match run.tester_record.as_mut() {
+        Some(r)
+            if r.mode == Mode::Reproduce && r.status == Status::Kept && r.ran.after.is_none() =>
+        {
+            r.ran.after = Some(Ran::passed(1));
+            vec![Effect::Tested(r.clone())]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// After the last task passed: under `after_fix = "always"`, a change no test covered (an
+/// edit, which no failing test drove) gets a regression test (`Ok`: the tester's first
+/// effects); otherwise the notes to give before the run goes on (`Err`).
+pub(super) fn after_fix(run: &mut Run) -> Result<Vec<Effect>, Vec<Effect>> {
+    let uncovered = run.intent == Some(Intent::Edit)
+        && run.tester_record.is_none()
+        && !run.files_changed.is_empty()
+        && run.tests.as_ref().is_some_and(|t| t.passed)
+        && !run.review_only;
+    if !uncovered || run.tester.max_attempts == 0 {
+        return Err(Vec::new());
+    }
+    match run.tester.after_fix {
+        tester::AfterFix::Off => Err(Vec::new()),
+        tester::AfterFix::Suggest => Err(vec![Effect::Progress(
+            "no test covers this change; tester.after_fix = \"always\" has the tester add a \
+             regression test"
+                .into(),
+        )]),
+        tester::AfterFix::Always => Ok(start(run, Mode::AfterFix)),
+    }
+}
