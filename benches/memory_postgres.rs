@@ -112,6 +112,23 @@ fn fresh_schema(url: &str) -> String {
     format!("{url}?options=-c%20search_path%3D{name}%2Cpublic")
 }
 
+fn analyze(url: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(conn);
+        client
+            .batch_execute("ANALYZE agent_ls_memories")
+            .await
+            .expect("analyze");
+    });
+}
+
 fn timed(mut f: impl FnMut(usize)) -> (f64, f64, f64) {
     let mut times: Vec<f64> = (0..50)
         .map(|k| {
@@ -132,7 +149,7 @@ fn main() {
         return;
     };
     let url = fresh_schema(&url);
-    let store = PgStore::connect(&DatabaseUrl::new(url)).expect("connect");
+    let store = PgStore::connect(&DatabaseUrl::new(url.clone())).expect("connect");
     println!("memory_postgres: pgvector: {}", store.has_vector());
     let mut m = Memories::postgres(store, "/bench", "bench", false);
     let sizes: &[usize] = if std::env::args().any(|a| a == "--large") {
@@ -146,6 +163,9 @@ fn main() {
         fill(&mut m, have, n);
         let write = start.elapsed();
         have = n;
+        // What autovacuum does on a live server: the statistics the search's choice of words
+        // reads (`PgStore::rare_words`).
+        analyze(&url);
         let target = |k: usize| (k * 977 + 13) % n;
         let words = |k: usize| memory::query_words(&[memory::signature(&failure(target(k)))]);
         let text = timed(|k| {

@@ -83,6 +83,20 @@ fn connect(url: &str) -> PgStore {
     PgStore::connect(&DatabaseUrl::new(url)).unwrap()
 }
 
+fn exec(url: &str, sql: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client.batch_execute(sql).await.unwrap();
+    });
+}
+
 /// Rows of the schema's table, by a query of the test's own.
 fn count(url: &str, sql: &str) -> i64 {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -230,4 +244,30 @@ fn without_pgvector_embeddings_are_real_arrays_ranked_by_cosine() {
     assert_eq!(best(&mut m, &["importerror"], Some(&near_b))[0], "run_v-2");
     // Reconnecting finds the schema made and keeps the real[] column.
     assert!(!connect(&url).has_vector());
+}
+
+#[test]
+fn words_in_most_records_are_left_out_of_the_search_once_the_table_is_analyzed() {
+    let Some(url) = server(false) else { return };
+    let url = fresh_schema(&url);
+    let mut m = Memories::postgres(connect(&url), "/w", "dev", false);
+    let common: Vec<Memory> = (0..300)
+        .map(|i| episode(&format!("t.test_{i}"), "ImportError: no module", None))
+        .collect();
+    m.remember("run_common", &common, None).unwrap();
+    m.remember(
+        "run_rare",
+        &[episode("t.test_zebra", "ImportError: zebra missing", None)],
+        None,
+    )
+    .unwrap();
+    let words = vec!["importerror".to_string(), "zebra".to_string()];
+    // Before statistics exist every word is searched: the common one matches everything.
+    assert_eq!(m.recall(&words, None, 400).unwrap().1.len(), 301);
+    // What autovacuum does in time on a live server.
+    exec(&url, "ANALYZE agent_ls_memories");
+    let (query, hits) = m.recall(&words, None, 400).unwrap();
+    assert_eq!(query, "zebra");
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].record.id, "run_rare-1");
 }

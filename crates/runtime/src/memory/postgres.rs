@@ -281,7 +281,8 @@ impl PgStore {
         embedding: Option<&[f32]>,
         limit: usize,
     ) -> Result<(String, Vec<Hit>), MemoryError> {
-        let query = ts_query(words);
+        let kept = self.rare_words(words)?;
+        let query = ts_query(&kept);
         let q = query.clone();
         let (s, o) = (scope.map(str::to_string), owner.map(str::to_string));
         let text: Vec<Hit> = if query.is_empty() {
@@ -307,6 +308,54 @@ impl PgStore {
         };
         let near = self.nearest(scope, owner, e, limit)?;
         Ok((query, super::fuse(text, near, limit)))
+    }
+
+    /// Of `words`, those worth searching for, as the SQLite store chooses them
+    /// (`Store::recall_words`): words in more than a quarter of the records (once there are
+    /// over 200) are left out, as stop words are, since they barely change the ranking yet
+    /// every record they match must be ranked; at most the 12 rarest are kept, or the 3 rarest
+    /// when every word is that common. How common a word is comes from the planner's
+    /// statistics of the `words` column (`pg_stats.most_common_elems`, which ANALYZE and
+    /// autovacuum keep), so it costs one small query; before the table was ever analyzed
+    /// every word is kept.
+    fn rare_words(&mut self, words: &[String]) -> Result<Vec<String>, MemoryError> {
+        let stats = self.run(async move |client| {
+            client
+                .query_opt(
+                    "SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs,
+                            c.reltuples::float8
+                     FROM pg_stats s JOIN pg_class c ON c.oid = 'agent_ls_memories'::regclass
+                     WHERE s.schemaname = current_schema() AND s.tablename = 'agent_ls_memories'
+                       AND s.attname = 'words' AND s.most_common_elems IS NOT NULL",
+                    &[],
+                )
+                .await
+        })?;
+        let Some(row) = stats else {
+            return Ok(words.to_vec());
+        };
+        let (elems, freqs, rows): (Vec<String>, Vec<f32>, f64) =
+            (row.get(0), row.get(1), row.get(2));
+        let freq = |w: &String| {
+            elems
+                .iter()
+                .position(|e| e == w)
+                .and_then(|i| freqs.get(i).copied())
+                .unwrap_or(0.0)
+        };
+        let mut counted: Vec<(f32, &String)> = words.iter().map(|w| (freq(w), w)).collect();
+        counted.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let common = |f: f32| rows > 200.0 && f > 0.25;
+        let rare: Vec<String> = counted
+            .iter()
+            .filter(|(f, _)| !common(*f))
+            .take(12)
+            .map(|(_, w)| (*w).clone())
+            .collect();
+        if rare.is_empty() {
+            return Ok(counted.iter().take(3).map(|(_, w)| (*w).clone()).collect());
+        }
+        Ok(rare)
     }
 
     /// The records nearest `embedding` (same dimension), best first, scored by cosine
