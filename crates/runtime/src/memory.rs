@@ -88,6 +88,17 @@ pub fn known_secrets(config: &Config) -> Vec<String> {
             .map(|s| s.expose().to_string())
             .filter(|s| s.len() >= 4),
     );
+    // The team store's password (`memory.url`), which a test's output may print.
+    let db_password = config
+        .memory
+        .url
+        .as_ref()
+        .and_then(|u| u.expose().parse::<tokio_postgres::Config>().ok())
+        .and_then(|c| {
+            c.get_password()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+        });
+    out.extend(db_password.filter(|p| p.len() >= 4));
     // The longest first, so a key that contains another is replaced whole.
     out.sort_by_key(|s| std::cmp::Reverse(s.len()));
     out.dedup();
@@ -513,6 +524,19 @@ mod tests {
         assert!(store.forget("run_2-1").unwrap());
         assert!(!store.forget("run_2-1").unwrap());
         assert!(store.recall(None, "\"test_sub\"", 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_memory_servers_password_is_a_known_secret() {
+        let mut config = Config::default();
+        config.memory.url = Some(crate::config::DatabaseUrl::new(
+            "postgres://team:pg-pass-7731@127.0.0.1:5432/mem",
+        ));
+        let secrets = known_secrets(&config);
+        assert_eq!(
+            redact("connect to pg-pass-7731 failed", &secrets),
+            "connect to <redacted> failed"
+        );
     }
 
     #[test]
