@@ -85,7 +85,7 @@ enum Command {
         #[arg(long, global = true)]
         workspace: Option<PathBuf>,
         /// The user's store (every workspace's records, `memory.scope = "user"`) instead of
-        /// the workspace's.
+        /// the workspace's; with `memory.url`, the user's own records from every workspace.
         #[arg(long, global = true)]
         user: bool,
         /// Print JSON.

@@ -340,24 +340,3 @@ fn search_ranks_the_right_record_first_among_a_thousand() {
         assert!(hits[0]["score"].as_f64().unwrap() > second["score"].as_f64().unwrap());
     }
 }
-
-#[test]
-fn a_postgres_url_is_refused_as_not_available_yet() {
-    let ws = support::example();
-    let home = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
-    std::fs::write(
-        home.path().join("agent-ls/config.toml"),
-        "[memory]\nurl = \"postgres://db/agent\"\n",
-    )
-    .unwrap();
-    let out = support::cli(&["config"], ws.path(), home.path())
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.contains("not available yet"), "{text}");
-}

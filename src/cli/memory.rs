@@ -1,5 +1,6 @@
 //! `agent-ls memory list|search|show|forget|export`: the records earlier runs left
-//! (docs/memory.md), in the workspace's store or, with `--user`, the user's.
+//! (docs/memory.md), in the workspace's store or, with `--user`, the user's; or in the
+//! team's PostgreSQL store (`memory.url`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,9 +8,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use agent_ls_core::memory::{Hit, Memory, Record};
-use agent_ls_runtime::store::{FILE, Store};
+use agent_ls_runtime::memory::{Memories, View, user_store_path};
 
-use super::setup::workspace_or_cwd;
+use super::setup::{load_config, log_to_stderr, warn_untrusted, workspace_or_cwd};
 
 /// What to do with the records.
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -34,27 +35,20 @@ pub enum Action {
     Export,
 }
 
-/// The store the command reads: the workspace's, or the user's with `--user`. `None` when
-/// there is none yet (nothing was remembered).
-fn open(workspace: Option<PathBuf>, user: bool) -> anyhow::Result<Option<Store>> {
-    if user {
-        let Some(path) = agent_ls_runtime::memory::user_store_path() else {
-            anyhow::bail!("neither XDG_DATA_HOME nor HOME is set: no user memory store");
-        };
-        if !path.exists() {
-            return Ok(None);
-        }
-        return Ok(Some(Store::open_file(&path)?.0));
-    }
+/// The stores the command reads: the workspace's, or the user's with `--user`; or the team's
+/// PostgreSQL store when `memory.url` is set. SQLite stores that do not exist yet are not made.
+fn open(workspace: Option<PathBuf>, user: bool) -> anyhow::Result<(Memories, PathBuf)> {
     let root = workspace_or_cwd(workspace)?;
-    if !root.join(FILE).exists() {
-        return Ok(None);
+    let loaded = load_config(Some(root.clone()));
+    log_to_stderr(&loaded);
+    warn_untrusted(&loaded);
+    if user && loaded.config.memory.url.is_none() && user_store_path().is_none() {
+        anyhow::bail!("neither XDG_DATA_HOME nor HOME is set: no user memory store");
     }
-    Ok(Some(
-        Store::open(&root)
-            .context("cannot open the workspace's store")?
-            .0,
-    ))
+    let view = if user { View::User } else { View::Workspace };
+    let memories = Memories::open(&root, &loaded.config.memory, view, false)
+        .context("cannot open the memory store")?;
+    Ok((memories, root))
 }
 
 /// A one-line summary of a record, for the listing.
@@ -74,13 +68,10 @@ pub fn run(
     user: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let store = open(workspace.clone(), user)?;
+    let (mut store, root) = open(workspace, user)?;
     match action {
         Action::List { last } => {
-            let records = match &store {
-                Some(s) => s.memories(last)?,
-                None => Vec::new(),
-            };
+            let records = store.list(last)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&records)?);
             } else if records.is_empty() {
@@ -92,10 +83,7 @@ pub fn run(
         }
         Action::Search { query, limit } => {
             let words = agent_ls_core::memory::words_of(&query);
-            let hits: Vec<Hit> = match &store {
-                Some(s) => s.recall_words(None, &words, limit)?.1,
-                None => Vec::new(),
-            };
+            let hits: Vec<Hit> = store.search(&words, None, limit, false)?.1;
             if json {
                 println!("{}", serde_json::to_string_pretty(&hits)?);
             } else {
@@ -105,7 +93,7 @@ pub fn run(
             }
         }
         Action::Show { id } => {
-            let Some(r) = store.as_ref().map(|s| s.memory(&id)).transpose()?.flatten() else {
+            let Some(r) = store.get(&id)? else {
                 anyhow::bail!("no record {id}; `agent-ls memory list` shows the ids");
             };
             if json {
@@ -114,13 +102,9 @@ pub fn run(
                 println!("{}\n{}", line(&r), serde_json::to_string_pretty(&r.memory)?);
             }
         }
-        Action::Forget { id } => return forget(&id, workspace, json),
+        Action::Forget { id } => return forget(&mut store, &id, &root, json),
         Action::Export => {
-            for r in store
-                .map(|s| s.memories(usize::MAX >> 1))
-                .transpose()?
-                .unwrap_or_default()
-            {
+            for r in store.list(usize::MAX >> 1)? {
                 println!("{}", serde_json::to_string(&r)?);
             }
         }
@@ -128,14 +112,14 @@ pub fn run(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Forgets `id` in both stores; exits 1 when neither had it.
-fn forget(id: &str, workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
-    let mut forgotten = false;
-    for user in [false, true] {
-        if let Some(s) = open(workspace.clone(), user)? {
-            forgotten |= s.forget(id)?;
-        }
-    }
+/// Forgets `id` (in both SQLite stores, or in the team's store); exits 1 when none had it.
+fn forget(
+    store: &mut Memories,
+    id: &str,
+    root: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let forgotten = store.forget(id, root)?;
     if json {
         println!("{}", serde_json::json!({"id": id, "forgotten": forgotten}));
     } else if forgotten {

@@ -12,6 +12,10 @@ use crate::config::Config;
 use crate::store::{Store, StoreError};
 use agent_ls_core::memory::{self, Hit, Memory, Pattern, Record};
 
+pub mod postgres;
+mod stores;
+pub use stores::{Memories, MemoryError, View, owner};
+
 /// The user's memory store, shared by every workspace: `$XDG_DATA_HOME/agent-ls/memory.sqlite`
 /// (or `~/.local/share/agent-ls/memory.sqlite`).
 pub fn user_store_path() -> Option<PathBuf> {
@@ -84,6 +88,17 @@ pub fn known_secrets(config: &Config) -> Vec<String> {
             .map(|s| s.expose().to_string())
             .filter(|s| s.len() >= 4),
     );
+    // The team store's password (`memory.url`), which a test's output may print.
+    let db_password = config
+        .memory
+        .url
+        .as_ref()
+        .and_then(|u| u.expose().parse::<tokio_postgres::Config>().ok())
+        .and_then(|c| {
+            c.get_password()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+        });
+    out.extend(db_password.filter(|p| p.len() >= 4));
     // The longest first, so a key that contains another is replaced whole.
     out.sort_by_key(|s| std::cmp::Reverse(s.len()));
     out.dedup();
@@ -118,14 +133,14 @@ pub fn redact_memory(m: &Memory, secrets: &[String]) -> Memory {
     serde_json::from_value(v).unwrap_or_else(|_| m.clone())
 }
 
-fn sig_kind(m: &Memory) -> String {
+pub(crate) fn sig_kind(m: &Memory) -> String {
     match m {
         Memory::Episode(e) => e.signature.kind(),
         Memory::Pattern(p) => p.kind.clone(),
     }
 }
 
-fn kind_name(m: &Memory) -> &'static str {
+pub(crate) fn kind_name(m: &Memory) -> &'static str {
     match m {
         Memory::Episode(_) => "episode",
         Memory::Pattern(_) => "pattern",
@@ -141,7 +156,7 @@ fn short_hash(s: &str) -> String {
     format!("{:08x}", h >> 32)
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -168,6 +183,40 @@ fn vector_blob(v: &[f32]) -> Vec<u8> {
 pub struct Embedded<'a> {
     pub model: &'a str,
     pub vector: &'a [f32],
+}
+
+/// The pattern of `kind` made from the episodes of that kind (their runs and records, oldest
+/// first), with the run it was last fixed in: once two runs or more fixed it. Both stores
+/// count patterns with it.
+pub(crate) fn pattern_of(kind: &str, rows: Vec<(String, String)>) -> Option<(String, Memory)> {
+    let mut runs: Vec<String> = Vec::new();
+    let mut fix = None;
+    for (run, json) in rows {
+        if let Ok(Memory::Episode(e)) = serde_json::from_str::<Memory>(&json)
+            && let Some(f) = e.fix
+        {
+            if !runs.contains(&run) {
+                runs.push(run);
+            }
+            fix = Some(f);
+        }
+    }
+    let (Some(fix), true) = (fix, runs.len() >= 2) else {
+        return None;
+    };
+    let last = runs.last().cloned().unwrap_or_default();
+    let m = Memory::Pattern(Pattern {
+        kind: kind.to_string(),
+        count: runs.len() as u32,
+        fix,
+        runs,
+    });
+    Some((last, m))
+}
+
+/// The id of the pattern of `kind` in `scope`.
+pub(crate) fn pattern_key(scope: &str, kind: &str) -> String {
+    format!("pattern-{}", short_hash(&format!("{scope}\n{kind}")))
 }
 
 impl Store {
@@ -287,30 +336,11 @@ impl Store {
         let rows = stmt.query_map(params![scope, kind, across], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
         })?;
-        let mut runs: Vec<String> = Vec::new();
-        let mut fix = None;
-        for row in rows {
-            let (run, json) = row?;
-            if let Ok(Memory::Episode(e)) = serde_json::from_str::<Memory>(&json)
-                && let Some(f) = e.fix
-            {
-                if !runs.contains(&run) {
-                    runs.push(run);
-                }
-                fix = Some(f);
-            }
-        }
-        let (Some(fix), true) = (fix, runs.len() >= 2) else {
+        let rows = rows.collect::<Result<Vec<_>, _>>()?;
+        let Some((last, m)) = pattern_of(kind, rows) else {
             return Ok(None);
         };
-        let key = format!("pattern-{}", short_hash(&format!("{scope}\n{kind}")));
-        let last = runs.last().cloned().unwrap_or_default();
-        let m = Memory::Pattern(Pattern {
-            kind: kind.to_string(),
-            count: runs.len() as u32,
-            fix,
-            runs,
-        });
+        let key = pattern_key(scope, kind);
         self.put_memory(&key, scope, &last, &m, None)?;
         Ok(Some(key))
     }
@@ -649,6 +679,19 @@ mod tests {
                 .recall_vector(None, "m1", &near, 0.0, 10)
                 .unwrap()
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn the_memory_servers_password_is_a_known_secret() {
+        let mut config = Config::default();
+        config.memory.url = Some(crate::config::DatabaseUrl::new(
+            "postgres://team:pg-pass-7731@127.0.0.1:5432/mem",
+        ));
+        let secrets = known_secrets(&config);
+        assert_eq!(
+            redact("connect to pg-pass-7731 failed", &secrets),
+            "connect to <redacted> failed"
         );
     }
 

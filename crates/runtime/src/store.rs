@@ -230,6 +230,18 @@ impl Store {
                 aside.display()
             ));
         }
+        Ok((Store::connect(&path)?, notice))
+    }
+
+    /// Opens the workspace's store once more, for a second connection in a process that has
+    /// opened (and so checked) it already: without the integrity check, which reads the whole
+    /// file, and which must never move aside a store another connection of ours holds.
+    pub fn reopen(root: &Path) -> Result<Store, StoreError> {
+        Store::connect(&root.join(FILE))
+    }
+
+    fn connect(path: &Path) -> Result<Store, StoreError> {
+        let path = path.to_path_buf();
         load_sqlite_vec();
         let conn =
             Connection::open(&path).map_err(|e| StoreError::Open(path.clone(), e.to_string()))?;
@@ -240,7 +252,7 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let store = Store { conn };
         store.migrate()?;
-        Ok((store, notice))
+        Ok(store)
     }
 
     /// The connection, for the modules that keep their own tables in the store (`memory`).

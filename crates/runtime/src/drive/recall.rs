@@ -5,15 +5,13 @@
 
 use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::events::RunEvent;
-use agent_ls_core::memory::{self, Attempt, Hit, Memory};
+use agent_ls_core::memory::{self, Attempt, Memory};
 use agent_ls_core::test_output::Failure;
 
 use super::Drive;
 use super::observer::Observer;
-use crate::config::MemoryScope;
 use crate::embeddings::Embedder;
-use crate::memory::{known_secrets, merge_hits, open_user_store, redact, redact_memory, scope_of};
-use crate::store::{Store, StoreError};
+use crate::memory::{Memories, View, known_secrets, redact, redact_memory};
 use crate::tests_run::RunResult;
 
 /// The most records a search brings back; the byte budget decides how many are shown.
@@ -101,49 +99,53 @@ impl Trail {
 }
 
 impl Drive<'_> {
+    /// How long a search may take: a moment for a SQLite store another process holds locked,
+    /// a connection and a query for a team's PostgreSQL store. Past it the run goes on
+    /// without memory: a record never stalls a run.
+    fn memory_wait(&self) -> std::time::Duration {
+        match self.config.memory.url {
+            Some(_) => crate::memory::postgres::CONNECT_TIMEOUT + RECALL_WAIT,
+            None => RECALL_WAIT,
+        }
+    }
+
     /// Searches the workspace's records (and the user's, for `memory.scope = "user"`) for the
     /// run's first failures, by text and, with an embedding model, by vector too, and sets
     /// what the prompts show of them.
     pub(super) async fn recall(&self, run: &mut Run, trail: &Trail, observer: &mut Observer<'_>) {
-        let (Some(store), true) = (self.record, self.config.memory.enabled) else {
+        let (Some(_), true) = (self.record, self.config.memory.enabled) else {
             return;
         };
         let signatures: Vec<_> = trail.failures.iter().map(memory::signature).collect();
         let words = memory::query_words(&signatures);
         let (probe, embeddings) = self.query_vector(trail, &signatures).await;
-        let scope = scope_of(self.root);
-        let (w, p) = (words.clone(), probe.clone());
-        let searched = store.call(move |s| search(s, Some(&scope), &w, p.as_ref()));
-        // A store another process holds locked gets a moment, then the run goes on without
-        // memory: a record never stalls a run.
-        let (query, mut text, mut vector) = match tokio::time::timeout(RECALL_WAIT, searched).await
-        {
-            Ok(Some(Ok(found))) => found,
-            Ok(Some(Err(e))) => {
-                tracing::warn!("memory: the search failed: {e}");
-                (memory::fts_query(&words), Vec::new(), Vec::new())
+        let (root, config, w) = (
+            self.root.to_path_buf(),
+            self.config.memory.clone(),
+            words.clone(),
+        );
+        let searched = tokio::task::spawn_blocking(move || {
+            Memories::open(&root, &config, View::Workspace, true)?.recall(
+                &w,
+                probe.as_deref(),
+                RECALL,
+            )
+        });
+        let (query, hits) = match tokio::time::timeout(self.memory_wait(), searched).await {
+            Ok(Ok(Ok(found))) => found,
+            Ok(Ok(Err(e))) => {
+                tracing::warn!("memory: {e}; this run goes on without memory");
+                (memory::fts_query(&words), Vec::new())
             }
-            Ok(None) => (memory::fts_query(&words), Vec::new(), Vec::new()),
+            Ok(Err(e)) => {
+                tracing::warn!("memory: the search failed: {e}");
+                (memory::fts_query(&words), Vec::new())
+            }
             Err(_) => {
                 tracing::warn!("memory: the store is busy; this run goes on without memory");
-                (memory::fts_query(&words), Vec::new(), Vec::new())
+                (memory::fts_query(&words), Vec::new())
             }
         };
-        if self.config.memory.scope == MemoryScope::User {
-            let user = tokio::task::spawn_blocking(move || {
-                open_user_store().and_then(|s| search(&s, None, &words, probe.as_ref()))
-            })
-            .await;
-            match user {
-                Ok(Ok((_, t, v))) => {
-                    text.extend(t);
-                    vector.extend(v);
-                }
-                Ok(Err(e)) => tracing::warn!("memory: the user's store failed: {e}"),
-                Err(e) => tracing::warn!("memory: the user's store failed: {e}"),
-            }
-        }
-        let hits = memory::fuse(merge_hits(text, RECALL), merge_hits(vector, RECALL), RECALL);
         let (section, used) = memory::section(&hits, self.config.memory.max_bytes);
         run.memory = section;
         observer.record(RunEvent::Memory {
@@ -159,7 +161,7 @@ impl Drive<'_> {
         &self,
         trail: &Trail,
         signatures: &[memory::Signature],
-    ) -> (Option<Probe>, Option<String>) {
+    ) -> (Option<Vec<f32>>, Option<String>) {
         let Some(e) = &trail.embedder else {
             return (None, None);
         };
@@ -167,16 +169,11 @@ impl Drive<'_> {
         match e.embed(&[text], self.cancel).await {
             Ok(mut v) => match v.pop() {
                 Some(vector) => {
-                    let probe = Probe {
-                        model: e.model().to_string(),
-                        vector,
-                        min: self.min_similarity(),
-                    };
                     let note = format!(
                         "text (BM25) and vector ({}) rankings fused by reciprocal rank",
                         e.model()
                     );
-                    (Some(probe), Some(note))
+                    (Some(vector), Some(note))
                 }
                 None => (
                     None,
@@ -190,18 +187,10 @@ impl Drive<'_> {
         }
     }
 
-    fn min_similarity(&self) -> f64 {
-        self.config
-            .memory
-            .embeddings
-            .as_ref()
-            .map_or(0.5, |e| e.min_similarity)
-    }
-
-    /// Keeps the run's episodes: in the workspace's store, and in the user's for
-    /// `memory.scope = "user"`.
+    /// Keeps the run's episodes: in the workspace's store (and the user's for
+    /// `memory.scope = "user"`), or in the team's PostgreSQL store.
     pub(super) async fn remember(&self, run: &Run, trail: &Trail, status: RunStatus, run_id: &str) {
-        let (Some(store), true) = (self.record, self.config.memory.enabled) else {
+        let (Some(_), true) = (self.record, self.config.memory.enabled) else {
             return;
         };
         if trail.failures.is_empty() {
@@ -219,75 +208,46 @@ impl Drive<'_> {
         .into_iter()
         .map(|e| redact_memory(&Memory::Episode(e), &trail.secrets))
         .collect();
-        let (vectors, model) = self.record_vectors(trail, &records).await;
-        let scope = scope_of(self.root);
-        let (s, id, r) = (scope.clone(), run_id.to_string(), records.clone());
-        let (v, m) = (vectors.clone(), model.clone());
-        // Written on the store's thread like the run's other records, without waiting for it.
-        store.send("the run's memory", move |st| {
-            st.remember_embedded(&s, &id, &r, &v, &m, false).map(|_| ())
+        let vectors = self.record_vectors(trail, &records).await;
+        let (root, config, id) = (
+            self.root.to_path_buf(),
+            self.config.memory.clone(),
+            run_id.to_string(),
+        );
+        let kept = tokio::task::spawn_blocking(move || {
+            let vectors = (!vectors.is_empty()).then_some(vectors);
+            Memories::open(&root, &config, View::Workspace, true)?.remember(
+                &id,
+                &records,
+                vectors.as_deref(),
+            )
         });
-        if self.config.memory.scope == MemoryScope::User {
-            let id = run_id.to_string();
-            let kept = tokio::task::spawn_blocking(move || {
-                open_user_store().and_then(|st| {
-                    st.remember_embedded(&scope, &id, &records, &vectors, &model, true)
-                })
-            })
-            .await;
-            if !matches!(kept, Ok(Ok(_))) {
-                tracing::warn!("memory: the run's records were not kept in the user's store");
-            }
+        match tokio::time::timeout(self.memory_wait() * 5, kept).await {
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!("memory: the run's records were not kept: {e}"),
+            Ok(Err(e)) => tracing::warn!("memory: the run's records were not kept: {e}"),
+            Err(_) => tracing::warn!("memory: the run's records were not kept: the store is busy"),
         }
     }
 
-    /// The records' embeddings (of their redacted search text), when an embedding model is
-    /// configured; none when its server fails (they are found by text, as records written
-    /// before embeddings were configured are).
-    async fn record_vectors(
-        &self,
-        trail: &Trail,
-        records: &[Memory],
-    ) -> (Vec<Option<Vec<f32>>>, String) {
+    /// The records' embeddings (of their redacted search text), one per record, when an
+    /// embedding model is configured; none when its server fails (they are found by text, as
+    /// records written before embeddings were configured are).
+    async fn record_vectors(&self, trail: &Trail, records: &[Memory]) -> Vec<Vec<f32>> {
         let Some(e) = &trail.embedder else {
-            return (Vec::new(), String::new());
+            return Vec::new();
         };
         let texts: Vec<String> = records.iter().map(memory::search_text).collect();
         match e.embed(&texts, self.cancel).await {
-            Ok(v) => (v.into_iter().map(Some).collect(), e.model().to_string()),
+            Ok(v) if v.len() == records.len() => v,
+            Ok(_) => {
+                tracing::warn!("memory: the embeddings did not match the records; kept without");
+                Vec::new()
+            }
             Err(err) => {
                 tracing::warn!("memory: {err}; this run's records are kept without vectors");
-                (Vec::new(), String::new())
+                Vec::new()
             }
         }
     }
-}
-
-/// The query's embedding, with the model it is of and the least similarity used.
-#[derive(Clone)]
-struct Probe {
-    model: String,
-    vector: Vec<f32>,
-    min: f64,
-}
-
-/// One store's matches: by text (with the FTS5 query), and by vector when there is a probe.
-/// A vector search that fails costs only its own matches.
-fn search(
-    s: &Store,
-    scope: Option<&str>,
-    words: &[String],
-    probe: Option<&Probe>,
-) -> Result<(String, Vec<Hit>, Vec<Hit>), StoreError> {
-    let (query, text) = s.recall_words(scope, words, RECALL)?;
-    let vector = match probe {
-        Some(p) => s
-            .recall_vector(scope, &p.model, &p.vector, p.min, RECALL)
-            .unwrap_or_else(|e| {
-                tracing::warn!("memory: the vector search failed: {e}; ranked by text alone");
-                Vec::new()
-            }),
-        None => Vec::new(),
-    };
-    Ok((query, text, vector))
 }

@@ -1,0 +1,273 @@
+//! The PostgreSQL memory store against a real PostgreSQL on 127.0.0.1 (scripts/postgres,
+//! started by scripts/test): concurrent migrations and writers, the pgvector path with its HNSW
+//! index, and the `real[]` path on a database where the role may not create the extension.
+//! Each test works in a schema of its own, made fresh, so each migrates from nothing.
+//!
+//! Without AGENT_LS_TEST_POSTGRES_URL these tests skip, saying so, unless
+//! AGENT_LS_REQUIRE_POSTGRES is set (scripts/test sets both).
+
+use agent_ls_core::memory::{self, Memory};
+use agent_ls_core::test_output::{Failure, Location};
+use agent_ls_runtime::config::DatabaseUrl;
+use agent_ls_runtime::memory::Memories;
+use agent_ls_runtime::memory::postgres::PgStore;
+
+/// The URL of the database with pgvector (`plain`: without), or `None` to skip.
+fn server(plain: bool) -> Option<String> {
+    let var = if plain {
+        "AGENT_LS_TEST_POSTGRES_PLAIN_URL"
+    } else {
+        "AGENT_LS_TEST_POSTGRES_URL"
+    };
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("AGENT_LS_REQUIRE_POSTGRES").is_some() => {
+            panic!("{var} is not set; scripts/test starts PostgreSQL (scripts/postgres start)")
+        }
+        _ => {
+            eprintln!("skipped: {var} is not set (scripts/postgres start; scripts/test does it)");
+            None
+        }
+    }
+}
+
+/// A new empty schema in `url`'s database, and the URL that works in it (pgvector's types stay
+/// reachable through `public`).
+fn fresh_schema(url: &str) -> String {
+    let name = format!("t{:016x}", fastrand_u64());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+            .batch_execute(&format!("CREATE SCHEMA {name}"))
+            .await
+            .unwrap();
+    });
+    format!("{url}?options=-c%20search_path%3D{name}%2Cpublic")
+}
+
+fn fastrand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
+    h.finish()
+}
+
+fn episode(test: &str, message: &str, fix: Option<&str>) -> Memory {
+    let f = Failure {
+        test_id: test.into(),
+        location: Some(Location {
+            file: "test_calc.py".into(),
+            line: 8,
+            column: None,
+        }),
+        message: message.into(),
+        frames: Vec::new(),
+    };
+    let mut e = memory::episodes(&[f], &["calc.py".into()], &[], fix, "done");
+    Memory::Episode(e.remove(0))
+}
+
+fn connect(url: &str) -> PgStore {
+    PgStore::connect(&DatabaseUrl::new(url)).unwrap()
+}
+
+fn exec(url: &str, sql: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client.batch_execute(sql).await.unwrap();
+    });
+}
+
+/// Rows of the schema's table, by a query of the test's own.
+fn count(url: &str, sql: &str) -> i64 {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client.query_one(sql, &[]).await.unwrap().get(0)
+    })
+}
+
+#[test]
+fn connections_that_migrate_and_write_at_once_lose_and_duplicate_nothing() {
+    let Some(url) = server(false) else { return };
+    let url = fresh_schema(&url);
+    let writers = 6;
+    let rounds = 3;
+    let threads: Vec<_> = (0..writers)
+        .map(|i| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                // Every connection migrates the new schema at once: the advisory lock makes
+                // one of them create it and the others find it made.
+                let store = connect(&url);
+                let mut m = Memories::postgres(store, "/team/repo", &format!("dev{i}"), false);
+                let shared = [
+                    episode("t.test_add", "AssertionError: -1 != 5", Some("-a\n+b\n")),
+                    episode("t.test_io", "OSError: disk full", None),
+                ];
+                let own = [episode(
+                    &format!("t.test_{i}"),
+                    "AssertionError: 1 != 2",
+                    Some("-x\n+y\n"),
+                )];
+                for _ in 0..rounds {
+                    m.remember("run_shared", &shared, None).unwrap();
+                    m.remember(&format!("run_{i}"), &own, None).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(count(&url, "SELECT count(*) FROM agent_ls_schema"), 1);
+    let episodes = count(
+        &url,
+        "SELECT count(*) FROM agent_ls_memories WHERE kind = 'episode'",
+    );
+    assert_eq!(episodes, 2 + writers as i64);
+    assert_eq!(
+        count(
+            &url,
+            "SELECT count(*) FROM (SELECT key FROM agent_ls_memories GROUP BY key HAVING count(*) > 1) d"
+        ),
+        0
+    );
+    // One pattern for the kind every writer fixed, counting every run that fixed it.
+    let mut m = Memories::postgres(connect(&url), "/team/repo", "dev0", false);
+    let patterns: Vec<_> = m
+        .list(100)
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.memory {
+            Memory::Pattern(p) => Some(p),
+            Memory::Episode(_) => None,
+        })
+        .collect();
+    assert_eq!(patterns.len(), 1, "{patterns:?}");
+    assert_eq!(patterns[0].count as usize, writers + 1);
+}
+
+/// Records whose words all match the query equally, and embeddings that tell them apart.
+fn remember_with_vectors(m: &mut Memories) {
+    let records = [
+        episode("t.test_a", "ImportError: cannot import name x", None),
+        episode("t.test_b", "ImportError: cannot import name y", None),
+        episode("t.test_c", "ImportError: cannot import name z", None),
+    ];
+    let vectors = vec![
+        vec![1.0, 0.0, 0.0],
+        vec![0.0, 1.0, 0.0],
+        vec![0.0, 0.0, 1.0],
+    ];
+    m.remember("run_v", &records, Some(&vectors)).unwrap();
+}
+
+fn best(m: &mut Memories, words: &[&str], embedding: Option<&[f32]>) -> Vec<String> {
+    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+    m.recall(&words, embedding, 3)
+        .unwrap()
+        .1
+        .into_iter()
+        .map(|h| h.record.id)
+        .collect()
+}
+
+#[test]
+fn with_pgvector_embeddings_are_vectors_with_an_hnsw_index_and_rank_with_the_text() {
+    let Some(url) = server(false) else { return };
+    let url = fresh_schema(&url);
+    let store = connect(&url);
+    assert!(store.has_vector());
+    let mut m = Memories::postgres(store, "/w", "dev", false);
+    remember_with_vectors(&mut m);
+    assert_eq!(
+        count(
+            &url,
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'agent_ls_memories_hnsw_3' AND indexdef LIKE '%hnsw%'"
+        ),
+        1
+    );
+    // The text alone cannot tell them apart; the vector near record 2 puts it first.
+    let near_b = [0.1f32, 0.9, 0.0];
+    assert_eq!(best(&mut m, &["importerror"], Some(&near_b))[0], "run_v-2");
+    let near_c = [0.0f32, 0.2, 0.9];
+    assert_eq!(best(&mut m, &["importerror"], Some(&near_c))[0], "run_v-3");
+    // Without a query embedding, the text alone: all three match.
+    assert_eq!(best(&mut m, &["importerror"], None).len(), 3);
+}
+
+#[test]
+fn without_pgvector_embeddings_are_real_arrays_ranked_by_cosine() {
+    let Some(url) = server(true) else { return };
+    let url = fresh_schema(&url);
+    let store = connect(&url);
+    assert!(
+        !store.has_vector(),
+        "the plain database must not have pgvector"
+    );
+    assert_eq!(
+        count(
+            &url,
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'agent_ls_memories' AND column_name = 'embedding' AND data_type = 'ARRAY'"
+        ),
+        1
+    );
+    let mut m = Memories::postgres(store, "/w", "dev", false);
+    remember_with_vectors(&mut m);
+    let near_b = [0.1f32, 0.9, 0.0];
+    assert_eq!(best(&mut m, &["importerror"], Some(&near_b))[0], "run_v-2");
+    // Reconnecting finds the schema made and keeps the real[] column.
+    assert!(!connect(&url).has_vector());
+}
+
+#[test]
+fn words_in_most_records_are_left_out_of_the_search_once_the_table_is_analyzed() {
+    let Some(url) = server(false) else { return };
+    let url = fresh_schema(&url);
+    let mut m = Memories::postgres(connect(&url), "/w", "dev", false);
+    let common: Vec<Memory> = (0..300)
+        .map(|i| episode(&format!("t.test_{i}"), "ImportError: no module", None))
+        .collect();
+    m.remember("run_common", &common, None).unwrap();
+    m.remember(
+        "run_rare",
+        &[episode("t.test_zebra", "ImportError: zebra missing", None)],
+        None,
+    )
+    .unwrap();
+    let words = vec!["importerror".to_string(), "zebra".to_string()];
+    // Before statistics exist every word is searched: the common one matches everything.
+    assert_eq!(m.recall(&words, None, 400).unwrap().1.len(), 301);
+    // What autovacuum does in time on a live server.
+    exec(&url, "ANALYZE agent_ls_memories");
+    let (query, hits) = m.recall(&words, None, 400).unwrap();
+    assert_eq!(query, "zebra");
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].record.id, "run_rare-1");
+}
