@@ -1,7 +1,9 @@
 //! The PostgreSQL memory store against a real PostgreSQL on 127.0.0.1 (scripts/postgres,
 //! started by scripts/test): concurrent migrations and writers, the pgvector path with its HNSW
 //! index, and the `real[]` path on a database where the role may not create the extension.
-//! Each test works in a schema of its own, made fresh, so each migrates from nothing.
+//! Each test works in a schema of its own, made fresh, so each migrates from nothing. The
+//! ranking test (the right record first among 1,000, by text and by text and vector fused)
+//! runs on the SQLite store too, through the same `Memories` interface.
 //!
 //! Without AGENT_LS_TEST_POSTGRES_URL these tests skip, saying so, unless
 //! AGENT_LS_REQUIRE_POSTGRES is set (scripts/test sets both).
@@ -270,4 +272,154 @@ fn words_in_most_records_are_left_out_of_the_search_once_the_table_is_analyzed()
     assert_eq!(query, "zebra");
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].record.id, "run_rare-1");
+}
+
+/// A failure of test `test` with `message`, in `file`.
+fn failure(test: &str, file: &str, message: &str) -> Failure {
+    Failure {
+        test_id: test.into(),
+        location: Some(Location {
+            file: file.into(),
+            line: 12,
+            column: None,
+        }),
+        message: message.into(),
+        frames: Vec::new(),
+    }
+}
+
+/// A stand-in embedding: each word hashed into one of 64 dimensions, so texts that share
+/// words are near. Deterministic, as a test needs.
+fn embed(text: &str) -> Vec<f32> {
+    let mut v = vec![0f32; 64];
+    for w in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() > 2)
+    {
+        let h = w
+            .to_lowercase()
+            .bytes()
+            .fold(5381u64, |h, b| h.wrapping_mul(33) ^ u64::from(b));
+        v[(h % 64) as usize] += 1.0;
+    }
+    v
+}
+
+/// 1,000 records, ten runs of 100: six error kinds over 40 modules, every record sharing
+/// words with others; among them, one record of the failure the query is about, in run 7.
+fn thousand_records() -> Vec<(String, Vec<Memory>)> {
+    let kinds = [
+        "AssertionError: expected {n} items, got {m}",
+        "KeyError: 'field_{n}'",
+        "IndexError: list index out of range at item {n}",
+        "TypeError: unsupported operand for {n}",
+        "ValueError: invalid literal {n} for int()",
+        "AttributeError: object has no attribute attr_{n}",
+    ];
+    (0..10)
+        .map(|run| {
+            let records = (0..100)
+                .map(|i| {
+                    let n = run * 100 + i;
+                    let (test, message, file) = if n == 737 {
+                        (
+                            "tests.test_csv.ParseTests.test_trailing_comma_keeps_last_field"
+                                .to_string(),
+                            "IndexError: list index out of range in split_fields".to_string(),
+                            "csvparse/fields.py".to_string(),
+                        )
+                    } else {
+                        (
+                            format!("tests.test_mod{}.Tests.test_case_{n}", n % 40),
+                            kinds[n % 6]
+                                .replace("{n}", &n.to_string())
+                                .replace("{m}", &(n + 1).to_string()),
+                            format!("pkg/mod{}.py", n % 40),
+                        )
+                    };
+                    let f = failure(&test, &file, &message);
+                    let fix = format!("+fixed {n}\n");
+                    let mut e = memory::episodes(&[f], &[file], &[], Some(&fix), "done");
+                    Memory::Episode(e.remove(0))
+                })
+                .collect();
+            (format!("run_{run}"), records)
+        })
+        .collect()
+}
+
+/// The failure the query is about: the same test and error, other numbers and a moved line.
+fn the_query() -> (Vec<String>, Vec<f32>) {
+    let f = failure(
+        "tests.test_csv.ParseTests.test_trailing_comma_keeps_last_field",
+        "csvparse/fields.py",
+        "IndexError: list index out of range in split_fields",
+    );
+    let s = [memory::signature(&f)];
+    (memory::query_words(&s), embed(&memory::query_text(&s)))
+}
+
+/// Remembers the 1,000 records (with their embeddings) and checks that the right one ranks
+/// first by text alone and by text and vector fused.
+fn ranks_the_right_record_first(m: &mut Memories) {
+    for (run, records) in thousand_records() {
+        let vectors: Vec<Vec<f32>> = records
+            .iter()
+            .map(|r| embed(&memory::search_text(r)))
+            .collect();
+        m.remember(&run, &records, Some(&vectors)).unwrap();
+    }
+    let (words, vector) = the_query();
+    for embedding in [None, Some(vector.as_slice())] {
+        let (query, hits) = m.recall(&words, embedding, 8).unwrap();
+        assert!(!hits.is_empty(), "nothing found for {query}");
+        assert_eq!(
+            hits[0].record.id,
+            "run_7-38",
+            "with embedding {}: {:?}",
+            embedding.is_some(),
+            hits.iter()
+                .map(|h| (&h.record.id, h.score))
+                .collect::<Vec<_>>()
+        );
+        if embedding.is_some() {
+            assert!(
+                hits[0].vector.is_some() && hits[0].text.is_some(),
+                "{:?}",
+                hits[0]
+            );
+        }
+    }
+}
+
+#[test]
+fn the_right_record_ranks_first_among_a_thousand_in_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    // A run's process has opened (and checked) the workspace's store before memory does.
+    agent_ls_runtime::store::Store::open(dir.path()).unwrap();
+    let mut config = agent_ls_runtime::config::MemoryConfig::default();
+    config.embeddings = Some(agent_ls_runtime::config::EmbeddingsConfig {
+        url: "http://127.0.0.1:9/v1".into(),
+        model: "hashed-words".into(),
+        api_key_env: None,
+        timeout_secs: 1,
+        min_similarity: 0.3,
+    });
+    let mut m = Memories::open(
+        dir.path(),
+        &config,
+        agent_ls_runtime::memory::View::Workspace,
+        true,
+    )
+    .unwrap();
+    ranks_the_right_record_first(&mut m);
+}
+
+#[test]
+fn the_right_record_ranks_first_among_a_thousand_in_postgres() {
+    let Some(url) = server(false) else { return };
+    let url = fresh_schema(&url);
+    let store = connect(&url).with_min_similarity(0.3);
+    let mut m = Memories::postgres(store, "/team/repo", "someone", false);
+    ranks_the_right_record_first(&mut m);
 }
