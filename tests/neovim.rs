@@ -266,3 +266,13 @@ fn the_failing_test_action_in_neovim_creates_the_test_file_and_undo_removes_it()
     assert!(results.len() >= 13, "{results:#?}");
     assert_all(&results);
 }
+
+#[test]
+fn the_run_view_in_neovim_says_which_runs_records_were_remembered() {
+    let results = scenario("runs_memory", FIX);
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 5, "{results:#?}");
+    assert_all(&results);
+}

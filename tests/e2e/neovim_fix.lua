@@ -420,6 +420,28 @@ local ok, err = pcall(function()
     return
   end
 
+  if scenario == 'runs_memory' then
+    -- The run view folds a run's `memory` event (records remembered from earlier runs) into
+    -- a line under the run, grouped by the run each record came from.
+    local runs = agent.runs
+    local used = {
+      { id = 'run_a-2', run_id = 'run_a', score = 0.03, bytes = 200 },
+      { id = 'run_b-1', run_id = 'run_b', score = 0.02, bytes = 180 },
+      { id = 'run_a-1', run_id = 'run_a', score = 0.01, bytes = 150 },
+    }
+    runs.add({ runId = 'run_m', iteration = 0, role = 'agent', type = 'intent', data = { goal = 'fix the failing tests' } })
+    runs.add({ runId = 'run_m', iteration = 0, role = 'agent', type = 'memory', data = { query = 'q', used = {} } })
+    record('a search that found nothing says nothing', runs.remembered_line(runs.current()) == nil)
+    runs.add({ runId = 'run_m', iteration = 0, role = 'agent', type = 'memory', data = { query = 'q', used = used } })
+    local want = 'remembered from run run_a (run_a-2, run_a-1), run run_b (run_b-1)'
+    record('the run remembers where its records came from', runs.remembered_line(runs.current()) == want,
+      tostring(runs.remembered_line(runs.current())))
+    vim.cmd('AgentRuns')
+    local shown = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+    record(':AgentRuns shows it under the run', shown:find('  ' .. want, 1, true) ~= nil, shown)
+    return
+  end
+
   if scenario == 'tester' then
     -- "Agent: write a failing test for this" on add's lines: the tester's test is kept once it
     -- fails for its reason, Neovim creates its file as it applies the step, the fix follows as

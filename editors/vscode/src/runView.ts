@@ -3,7 +3,7 @@
 //! reflections, evaluation and figures, fed by `agent-ls/runEvent` (see runs.ts).
 
 import * as vscode from 'vscode';
-import { Finished, Iteration, Patch, Run, RunEvent, Runs, figures, taskState, testsLabel } from './runs';
+import { Finished, Iteration, Patch, Run, RunEvent, Runs, figures, rememberedLabel, taskState, testsLabel } from './runs';
 
 /** A row of the tree; `contextValue` picks its inline actions in package.json. */
 class Node extends vscode.TreeItem {
@@ -81,6 +81,12 @@ function runChildren(r: Run): Node[] {
   const out: Node[] = [];
   if (r.baseline) {
     out.push(leaf(`before: ${testsLabel(r.baseline)}`, 'beaker'));
+  }
+  const remembered = rememberedLabel(r);
+  if (remembered) {
+    const n = leaf(remembered, 'history');
+    n.tooltip = (r.remembered ?? []).map((m) => `${m.id} (run ${m.runId}), score ${m.score.toFixed(3)}`).join('\n');
+    out.push(n);
   }
   if (r.plan.length > 0) {
     const icons = { pending: 'circle-large-outline', 'in progress': 'sync~spin', done: 'pass', failed: 'error' };

@@ -57,6 +57,8 @@ export interface Run {
   evaluation?: { score: number; reason: string };
   tokens: number;
   costUsd: number | null;
+  /** Records remembered from earlier runs that entered this run's prompts (docs/memory.md). */
+  remembered?: { id: string; runId: string; score: number }[];
   /** The git checkpoint taken before the run wrote, and its branch and commit. */
   checkpoint?: string;
   branch?: string;
@@ -174,6 +176,13 @@ export class Runs {
         if (p) p.step = num(d.step) ?? undefined;
         break;
       }
+      case 'memory':
+        run.remembered = (Array.isArray(d.used) ? d.used : []).map((u: Record<string, unknown>) => ({
+          id: str(u.id),
+          runId: str(u.run_id),
+          score: num(u.score) ?? 0,
+        }));
+        break;
       case 'checkpoint':
         // Taken before the run's first write: the run can be rolled back from now on.
         run.checkpoint = str(d.commit) || run.checkpoint;
@@ -227,6 +236,20 @@ export class Runs {
     }
     return run;
   }
+}
+
+/**
+ * "remembered from run run_a (run_a-1, run_a-2), run run_b (run_b-1)" when earlier runs'
+ * records entered the run's prompts, in the order memory ranked them; null when none did.
+ */
+export function rememberedLabel(r: Run): string | null {
+  if (!r.remembered || r.remembered.length === 0) return null;
+  const byRun = new Map<string, string[]>();
+  for (const m of r.remembered) {
+    byRun.set(m.runId, [...(byRun.get(m.runId) ?? []), m.id]);
+  }
+  const parts = [...byRun].map(([run, ids]) => `run ${run} (${ids.join(', ')})`);
+  return `remembered from ${parts.join(', ')}`;
 }
 
 function iteration(run: Run, n: number): Iteration {

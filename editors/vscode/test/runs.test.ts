@@ -1,7 +1,7 @@
 // Unit tests of the run view's model: agent-ls/runEvent notifications folded into runs.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { RunEvent, Runs, figures, taskState, testsLabel, worktreeElsewhere } from '../src/runs';
+import { RunEvent, Runs, figures, rememberedLabel, taskState, testsLabel, worktreeElsewhere } from '../src/runs';
 
 const ev = (iteration: number, role: string, type: string, data: Record<string, unknown> = {}): RunEvent => ({
   runId: 'run_1',
@@ -124,4 +124,23 @@ test('a run in a worktree this window does not have open is elsewhere; one it ha
   assert.equal(worktreeElsewhere(done, [`${w}-2`]), w);
   assert.equal(worktreeElsewhere({ run_id: 'run_2', status: 'done', worktree: null }, ['/src/app']), undefined);
   assert.equal(worktreeElsewhere({ run_id: 'run_3', status: 'done' }, []), undefined);
+});
+
+test('records remembered from earlier runs show on the run, grouped by the run they came from', () => {
+  const runs = new Runs();
+  runs.add(ev(0, 'agent', 'intent', { goal: 'fix the failing tests' }));
+  const run = runs.get('run_1')!;
+  assert.equal(rememberedLabel(run), null);
+  runs.add(ev(0, 'agent', 'memory', { query: 'assertionerror', used: [] }));
+  assert.equal(rememberedLabel(run), null, 'a search that found nothing says nothing');
+  runs.add(ev(0, 'agent', 'memory', {
+    query: 'assertionerror calc',
+    used: [
+      { id: 'run_a-2', run_id: 'run_a', score: 0.03, bytes: 200 },
+      { id: 'run_b-1', run_id: 'run_b', score: 0.02, bytes: 180 },
+      { id: 'run_a-1', run_id: 'run_a', score: 0.01, bytes: 150 },
+    ],
+  }));
+  assert.equal(rememberedLabel(run), 'remembered from run run_a (run_a-2, run_a-1), run run_b (run_b-1)');
+  assert.equal(run.remembered?.[1].score, 0.02);
 });

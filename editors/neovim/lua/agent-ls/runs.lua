@@ -114,6 +114,12 @@ function R.add(e)
         break
       end
     end
+  elseif t == 'memory' then
+    -- Records remembered from earlier runs entered the prompts (docs/memory.md).
+    run.remembered = {}
+    for _, u in ipairs(type(d.used) == 'table' and d.used or {}) do
+      table.insert(run.remembered, { id = str(u.id), run_id = str(u.run_id), score = num(u.score) or 0 })
+    end
   elseif t == 'checkpoint' then
     -- Taken before the run's first write: the run can be rolled back from now on.
     if str(d.commit) ~= '' then run.checkpoint = str(d.commit) end
@@ -149,6 +155,25 @@ function R.add(e)
     run.answer = str(d.answer)
   end
   return run
+end
+
+--- "remembered from run run_a (run_a-2, run_a-1), run run_b (run_b-1)" when earlier runs'
+--- records entered the run's prompts, in the order memory ranked them; nil when none did.
+function R.remembered_line(run)
+  if type(run.remembered) ~= 'table' or #run.remembered == 0 then return nil end
+  local order, ids = {}, {}
+  for _, m in ipairs(run.remembered) do
+    if not ids[m.run_id] then
+      ids[m.run_id] = {}
+      table.insert(order, m.run_id)
+    end
+    table.insert(ids[m.run_id], m.id)
+  end
+  local parts = {}
+  for _, r in ipairs(order) do
+    table.insert(parts, ('run %s (%s)'):format(r, table.concat(ids[r], ', ')))
+  end
+  return 'remembered from ' .. table.concat(parts, ', ')
 end
 
 --- A run's end as `agent-ls/runFinished` tells it: its git checkpoint, branch and commit.
@@ -250,6 +275,8 @@ function R.render()
       add(git .. '   (X roll back · c commit · p pull request)', { run = run })
     end
     if run.baseline then add('  before: ' .. R.tests_label(run.baseline)) end
+    local remembered = R.remembered_line(run)
+    if remembered then add('  ' .. remembered) end
     if #run.plan > 0 then
       add('  plan:')
       for _, task in ipairs(run.plan) do
