@@ -436,22 +436,6 @@ fn deep_project() -> tempfile::TempDir {
     support::deep::project("[agent]\ncontext_bytes = 4000\nevaluate = false\nreview = \"off\"\n")
 }
 
-/// The journal lines of every run in `ws`.
-fn journal(ws: &Path) -> Vec<Value> {
-    let runs = ws.join(".agent-ls/runs");
-    std::fs::read_dir(&runs)
-        .unwrap()
-        .flatten()
-        .flat_map(|e| {
-            std::fs::read_to_string(e.path())
-                .unwrap()
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 #[test]
 fn the_coder_finds_code_out_of_its_prompts_reach_with_tools() {
     use support::model_server::{openai_text, openai_tool_call};
@@ -565,7 +549,7 @@ fn without_tools_the_repo_map_brings_the_failing_module_into_the_first_prompt() 
     assert!(first.contains("return price - tax"), "{first}");
     assert!(server.requests()[0].body.get("tools").is_none());
     // The journal has the prompt's size and how it was counted.
-    let prompts: Vec<Value> = journal(ws.path())
+    let prompts: Vec<Value> = support::journal(ws.path())
         .into_iter()
         .filter(|l| l["type"] == "prompt")
         .collect();
@@ -618,7 +602,7 @@ fn a_replayed_tool_session_runs_calls_together_answers_errors_caps_results_and_e
     );
     assert_eq!(o["iterations"], 1);
     assert!(calc(ws.path()).contains(FIX));
-    let lines = journal(ws.path());
+    let lines = support::journal(ws.path());
     let results: Vec<&Value> = lines
         .iter()
         .filter(|l| l["type"] == "tool_result")
@@ -728,7 +712,7 @@ fn the_plan_and_review_agents_answer_in_markdown_and_change_nothing() {
         assert_eq!(out.status.code(), Some(0), "{name}: {o}");
         assert_eq!(o["answer"], answer);
         assert_eq!(calc(ws.path()), before, "{name} changed a file");
-        let context = journal(ws.path())
+        let context = support::journal(ws.path())
             .into_iter()
             .find(|l| l["type"] == "context")
             .unwrap();
@@ -865,7 +849,7 @@ fn role_prompts_are_files_the_user_overrides_and_an_untrusted_workspace_does_not
         body["messages"][0]["content"],
         "You are the user's own coder."
     );
-    let context = journal(ws.path())
+    let context = support::journal(ws.path())
         .into_iter()
         .find(|l| l["type"] == "context")
         .unwrap();
@@ -1017,7 +1001,7 @@ fn on_the_280_file_fixture_the_first_prompt_keeps_its_budget_and_the_fix_lands()
         "{first}"
     );
     // The cached tokens reach the journal and the stats.
-    let calls: Vec<Value> = journal(ws.path())
+    let calls: Vec<Value> = support::journal(ws.path())
         .into_iter()
         .filter(|l| l["type"] == "model_call")
         .collect();

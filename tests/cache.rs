@@ -21,14 +21,7 @@ const QUESTION: &str = "explain what the add function in calc.py does";
 /// A home whose config keeps the runs to the calls under test: no evaluator, no reviewer, no
 /// memory (whose section would change the prompts from run to run).
 fn home() -> tempfile::TempDir {
-    let home = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
-    std::fs::write(
-        home.path().join("agent-ls/config.toml"),
-        "[agent]\nevaluate = false\nreview = \"off\"\n[memory]\nenabled = false\n",
-    )
-    .unwrap();
-    home
+    support::home_with("[agent]\nevaluate = false\nreview = \"off\"\n[memory]\nenabled = false\n")
 }
 
 /// A model that answers every request with `answer`.

@@ -22,14 +22,7 @@ fn coder(from: &str, to: &str) -> String {
 
 /// A home whose user config keeps records in the user's store too.
 fn home() -> tempfile::TempDir {
-    let home = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
-    std::fs::write(
-        home.path().join("agent-ls/config.toml"),
-        "[agent]\nevaluate = false\n[memory]\nscope = \"user\"\n",
-    )
-    .unwrap();
-    home
+    support::home_with("[agent]\nevaluate = false\n[memory]\nscope = \"user\"\n")
 }
 
 fn fix(ws: &Path, home: &Path, server: &ModelServer) -> Value {
@@ -66,20 +59,6 @@ fn memory_json(args: &[&str], ws: &Path, home: &Path) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn journal(ws: &Path) -> Vec<Value> {
-    std::fs::read_dir(ws.join(".agent-ls/runs"))
-        .unwrap()
-        .flatten()
-        .flat_map(|e| {
-            std::fs::read_to_string(e.path())
-                .unwrap()
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .collect::<Vec<_>>()
-        })
-        .collect()
 }
 
 /// The user's store and its WAL, as bytes.
@@ -136,7 +115,7 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
     );
     assert!(first.contains("return a + b"), "{first}");
     // The journal says which record was used, with its score.
-    let used: Vec<Value> = journal(ws2.path())
+    let used: Vec<Value> = support::journal(ws2.path())
         .into_iter()
         .filter(|l| l["type"] == "memory")
         .collect();
@@ -151,7 +130,7 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
         "{used:?}"
     );
     // Run 1 found nothing to use.
-    let none: Vec<Value> = journal(ws1.path())
+    let none: Vec<Value> = support::journal(ws1.path())
         .into_iter()
         .filter(|l| l["type"] == "memory")
         .collect();
@@ -189,7 +168,7 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
     assert!(!bytes.contains(CANARY), "the user's store carries the key");
     // Nor in run 1's journal (its prompts, answers and reflection), nor in the reflection the
     // workspace's store keeps with the iteration's figures.
-    let lines = journal(ws1.path());
+    let lines = support::journal(ws1.path());
     assert!(lines.iter().any(|l| l["type"] == "reflection"), "{lines:?}");
     let text: String = lines.iter().map(|l| l.to_string()).collect();
     assert!(text.contains("zebra"), "{text}");

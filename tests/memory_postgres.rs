@@ -48,14 +48,7 @@ fn someone() -> String {
 }
 
 fn home() -> tempfile::TempDir {
-    let home = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
-    std::fs::write(
-        home.path().join("agent-ls/config.toml"),
-        "[agent]\nevaluate = false\n",
-    )
-    .unwrap();
-    home
+    support::home_with("[agent]\nevaluate = false\n")
 }
 
 fn coder(from: &str, to: &str) -> String {
@@ -126,18 +119,7 @@ fn ids(records: &Value) -> Vec<String> {
 }
 
 fn memory_lines(ws: &Path) -> Vec<Value> {
-    std::fs::read_dir(ws.join(".agent-ls/runs"))
-        .unwrap()
-        .flatten()
-        .flat_map(|e| {
-            std::fs::read_to_string(e.path())
-                .unwrap()
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .filter(|l| l["type"] == "memory")
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    support::journaled(ws, "memory")
 }
 
 /// A clone of the team's repository: the example, with the team's `origin`.

@@ -95,18 +95,7 @@ fn fix(ws: &Path, home: &Path, server: &ModelServer) -> (Value, String) {
 
 /// The run's `memory` journal line's data.
 fn memory_event(ws: &Path) -> Value {
-    let lines: Vec<Value> = std::fs::read_dir(ws.join(".agent-ls/runs"))
-        .unwrap()
-        .flatten()
-        .flat_map(|e| {
-            std::fs::read_to_string(e.path())
-                .unwrap()
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .collect::<Vec<_>>()
-        })
-        .filter(|l| l["type"] == "memory")
-        .collect();
+    let lines = support::journaled(ws, "memory");
     assert_eq!(lines.len(), 1, "{lines:?}");
     lines[0]["data"].clone()
 }

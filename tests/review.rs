@@ -100,23 +100,6 @@ fn json_of(out: &Output, code: i32) -> Value {
     v
 }
 
-/// The journal lines of type `kind` of the workspace's only run.
-fn journaled(ws: &Path, kind: &str) -> Vec<Value> {
-    let dir = ws.join(".agent-ls/runs");
-    let file = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
-    std::fs::read_to_string(file)
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|l| l["type"] == kind)
-        .collect()
-}
-
 fn calc(ws: &Path) -> String {
     std::fs::read_to_string(ws.join("calc.py")).unwrap()
 }
@@ -137,14 +120,14 @@ fn gate_mode_sends_a_p1_back_to_the_coder_once_and_the_second_diff_passes() {
     assert_eq!(o["review"]["verdict"], "correct");
     assert!(calc(ws.path()).contains("    return a + b\n"));
     // Both reviews are journaled: the first (on the git diff against the checkpoint) blocked.
-    let reviews = journaled(ws.path(), "review");
+    let reviews = support::journaled(ws.path(), "review");
     assert_eq!(reviews.len(), 2, "{reviews:?}");
     assert_eq!(reviews[0]["data"]["blocking"], true);
     assert_eq!(reviews[0]["data"]["findings"][0]["start_line"], 5);
     assert_eq!(reviews[0]["data"]["findings"][0]["outside_change"], false);
     assert_eq!(reviews[1]["data"]["verdict"], "correct");
     // The retry's patch names the finding it is to fix; the first fixes nothing.
-    let patches = journaled(ws.path(), "patch");
+    let patches = support::journaled(ws.path(), "patch");
     assert_eq!(patches.len(), 2, "{patches:?}");
     assert!(
         patches[0]["data"]["review"].get("fixes").is_none(),
@@ -222,7 +205,7 @@ fn an_unreadable_review_is_asked_again_once_then_reported_unavailable_not_approv
     assert!(reason.contains("could not be read twice"), "{reason}");
     assert!(o["review"].get("verdict").is_none());
     // Two reviewer calls: the answer and the one repair.
-    let calls = journaled(ws.path(), "model_call");
+    let calls = support::journaled(ws.path(), "model_call");
     let reviewer_calls = calls.iter().filter(|c| c["role"] == "reviewer").count();
     assert_eq!(reviewer_calls, 2);
     let stderr = String::from_utf8_lossy(&out.stderr);

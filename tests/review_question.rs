@@ -102,18 +102,7 @@ fn review_questions(c: &Client) -> Vec<String> {
 }
 
 fn journal_decisions(ws: &Path) -> Vec<Value> {
-    let dir = ws.join(".agent-ls/runs");
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
-        for line in text.lines() {
-            let v: Value = serde_json::from_str(line).unwrap();
-            if v["type"] == "decision" {
-                out.push(v);
-            }
-        }
-    }
-    out
+    support::journaled(ws, "decision")
 }
 
 /// A P1 in advise mode, with the steps asked first ("prompt"), and the review question

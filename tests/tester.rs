@@ -102,22 +102,6 @@ fn run(
     (v, server)
 }
 
-/// The journal lines of type `kind` of the workspace's only run.
-fn journaled(ws: &Path, kind: &str) -> Vec<Value> {
-    let file = std::fs::read_dir(ws.join(".agent-ls/runs"))
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
-    std::fs::read_to_string(file)
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|l| l["type"] == kind)
-        .collect()
-}
-
 fn read(ws: &Path, path: &str) -> Option<String> {
     std::fs::read_to_string(ws.join(path)).ok()
 }
@@ -185,7 +169,7 @@ fn a_described_bug_gets_a_test_that_fails_for_its_reason_first_then_the_fix() {
             .contains("return line.split(\",\")")
     );
     // Two changes, the test's alone first.
-    let patches: Vec<Value> = journaled(ws.path(), "patch")
+    let patches: Vec<Value> = support::journaled(ws.path(), "patch")
         .iter()
         .map(|p| p["data"]["files"].clone())
         .collect();
@@ -193,9 +177,9 @@ fn a_described_bug_gets_a_test_that_fails_for_its_reason_first_then_the_fix() {
         patches,
         [json!(["tests/test_trailing.py"]), json!(["csvline.py"])]
     );
-    assert_eq!(journaled(ws.path(), "approval").len(), 2);
+    assert_eq!(support::journaled(ws.path(), "approval").len(), 2);
     // Each verdict is journaled, the last with the run after the fix.
-    let records = journaled(ws.path(), "tester");
+    let records = support::journaled(ws.path(), "tester");
     let statuses: Vec<&str> = records
         .iter()
         .map(|r| r["data"]["status"].as_str().unwrap())
@@ -311,7 +295,7 @@ fn after_a_change_no_test_covered_a_regression_test_must_fail_before_and_pass_af
             .contains("return line.split(\",\")")
     );
     assert!(read(ws.path(), "tests/test_trailing.py").is_some());
-    let patches: Vec<Value> = journaled(ws.path(), "patch")
+    let patches: Vec<Value> = support::journaled(ws.path(), "patch")
         .iter()
         .map(|p| p["data"]["files"].clone())
         .collect();

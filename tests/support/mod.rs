@@ -833,3 +833,37 @@ pub fn protocol_deps() -> Option<PathBuf> {
     eprintln!("skipped: tests/mcp/node_modules is not installed (scripts/test installs it)");
     None
 }
+
+/// Every line of every run journal under `ws` (`.agent-ls/runs/*.jsonl`), as JSON; a torn last
+/// line (a killed run) is skipped.
+pub fn journal(ws: &Path) -> Vec<Value> {
+    std::fs::read_dir(ws.join(".agent-ls/runs"))
+        .expect("the workspace has run journals")
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .flat_map(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The journal lines of type `kind` under `ws`.
+pub fn journaled(ws: &Path, kind: &str) -> Vec<Value> {
+    journal(ws)
+        .into_iter()
+        .filter(|l| l["type"] == kind)
+        .collect()
+}
+
+/// A home folder whose user config (`agent-ls/config.toml`, as `agent_ls` points
+/// XDG_CONFIG_HOME there) is `config`.
+pub fn home_with(config: &str) -> tempfile::TempDir {
+    let home = tempfile::tempdir().expect("a temporary home");
+    std::fs::create_dir_all(home.path().join("agent-ls")).expect("its config folder");
+    std::fs::write(home.path().join("agent-ls/config.toml"), config).expect("its config");
+    home
+}
