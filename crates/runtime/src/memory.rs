@@ -214,6 +214,19 @@ pub(crate) fn pattern_of(kind: &str, rows: Vec<(String, String)>) -> Option<(Str
     Some((last, m))
 }
 
+/// The error kinds of the episodes that were fixed, each once, in order: the kinds whose
+/// patterns a run's records may make or update. Both stores recount them.
+pub(crate) fn fixed_kinds(episodes: &[Memory]) -> Vec<String> {
+    let mut kinds: Vec<String> = episodes
+        .iter()
+        .filter(|m| matches!(m, Memory::Episode(e) if e.fix.is_some()))
+        .map(sig_kind)
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+}
+
 /// The id of the pattern of `kind` in `scope`.
 pub(crate) fn pattern_key(scope: &str, kind: &str) -> String {
     format!("pattern-{}", short_hash(&format!("{scope}\n{kind}")))
@@ -310,14 +323,7 @@ impl Store {
             self.put_memory(&key, scope, run_id, m, embedded)?;
             ids.push(key);
         }
-        let mut kinds: Vec<String> = episodes
-            .iter()
-            .filter(|m| matches!(m, Memory::Episode(e) if e.fix.is_some()))
-            .map(sig_kind)
-            .collect();
-        kinds.sort();
-        kinds.dedup();
-        for kind in kinds {
+        for kind in fixed_kinds(episodes) {
             if let Some(id) = self.pattern(scope, &kind, across)? {
                 ids.push(id);
             }

@@ -37,20 +37,7 @@ fn server(plain: bool) -> Option<String> {
 /// reachable through `public`).
 fn fresh_schema(url: &str) -> String {
     let name = format!("t{:016x}", fastrand_u64());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        client
-            .batch_execute(&format!("CREATE SCHEMA {name}"))
-            .await
-            .unwrap();
-    });
+    exec(url, &format!("CREATE SCHEMA {name}"));
     format!("{url}?options=-c%20search_path%3D{name}%2Cpublic")
 }
 
@@ -85,7 +72,8 @@ fn connect(url: &str) -> PgStore {
     PgStore::connect(&DatabaseUrl::new(url)).unwrap()
 }
 
-fn exec(url: &str, sql: &str) {
+/// `f` with a client of the test's own on `url`, outside the store under test.
+fn with_client<T>(url: &str, f: impl AsyncFnOnce(&tokio_postgres::Client) -> T) -> T {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -95,23 +83,17 @@ fn exec(url: &str, sql: &str) {
             .await
             .unwrap();
         tokio::spawn(conn);
-        client.batch_execute(sql).await.unwrap();
-    });
+        f(&client).await
+    })
+}
+
+fn exec(url: &str, sql: &str) {
+    with_client(url, async |c| c.batch_execute(sql).await.unwrap());
 }
 
 /// Rows of the schema's table, by a query of the test's own.
 fn count(url: &str, sql: &str) -> i64 {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        client.query_one(sql, &[]).await.unwrap().get(0)
-    })
+    with_client(url, async |c| c.query_one(sql, &[]).await.unwrap().get(0))
 }
 
 #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Transaction};
 
-use super::{MemoryError, kind_name, now_ms, pattern_key, pattern_of, sig_kind};
+use super::{MemoryError, fixed_kinds, kind_name, now_ms, pattern_key, pattern_of, sig_kind};
 use crate::config::DatabaseUrl;
 use agent_ls_core::memory::{self, Hit, Memory, Record, cosine};
 
@@ -221,13 +221,7 @@ impl PgStore {
                 embedding: embeddings.and_then(|e| e.get(n)).cloned(),
             })
             .collect();
-        let mut kinds: Vec<String> = episodes
-            .iter()
-            .filter(|m| matches!(m, Memory::Episode(e) if e.fix.is_some()))
-            .map(sig_kind)
-            .collect();
-        kinds.sort();
-        kinds.dedup();
+        let kinds = fixed_kinds(episodes);
         let (scope, owner, run_id) = (scope.to_string(), owner.to_string(), run_id.to_string());
         self.run(async move |client| {
             let tx = client.transaction().await?;
