@@ -7,7 +7,9 @@
 //! on the code after it (`tester.after_fix = "always"`).
 
 use super::phases::{after_tasks, code, fail};
-use super::tester::{self, Judgement, Mode, Ran, RanBoth, Status, TrialPlan, Work};
+use super::tester::{
+    self, Judgement, Mode, Ran, RanBoth, Status, TestKind, TrialPlan, Work, property,
+};
 use super::{Effect, Event, Intent, Phase, Run, review};
 use crate::conversation::{Message, Role};
 use crate::edit::{Edit, EditKind, EditPlan};
@@ -82,36 +84,10 @@ fn answered(run: &mut Run, text: String) -> Vec<Effect> {
     match tester::parse_tests(&text) {
         Ok(tests) => {
             work.repaired = false;
+            work.examples = false;
             work.attempts += 1;
-            let mut write: Vec<(String, Option<String>)> = Vec::new();
-            let mut after = Vec::new();
-            if work.mode == Mode::AfterFix {
-                // The code as it was before the run (the steps' inverse), then as it is now.
-                for (path, before, now) in &run.originals {
-                    write.push((path.clone(), before.clone()));
-                    after.push((path.clone(), Some(now.clone())));
-                }
-            }
-            write.extend(
-                tests
-                    .iter()
-                    .map(|t| (t.path.clone(), Some(t.content.clone()))),
-            );
-            let plan = TrialPlan {
-                write,
-                filter: tester::filter_of(&tests),
-                times: tester::TRIAL_RUNS,
-                after,
-            };
-            let names = names(&tests);
             work.tests = tests;
-            vec![
-                Effect::Progress(format!(
-                    "trying the tester's test {names} ({} runs)",
-                    tester::TRIAL_RUNS
-                )),
-                Effect::TryTests(plan),
-            ]
+            try_effects(run)
         }
         Err(e) if !work.repaired => {
             work.repaired = true;
@@ -131,6 +107,45 @@ fn answered(run: &mut Run, text: String) -> Vec<Effect> {
     }
 }
 
+/// The trial of the work's tests: written (after a fix, over the code before the change),
+/// run [`tester::TRIAL_RUNS`] times, then (after a fix) run once on the code after it.
+fn try_effects(run: &Run) -> Vec<Effect> {
+    let Some(work) = run.tester_work.as_ref() else {
+        return Vec::new();
+    };
+    let mut write: Vec<(String, Option<String>)> = Vec::new();
+    let mut after = Vec::new();
+    if work.mode == Mode::AfterFix {
+        // The code as it was before the run (the steps' inverse), then as it is now.
+        for (path, before, now) in &run.originals {
+            write.push((path.clone(), before.clone()));
+            after.push((path.clone(), Some(now.clone())));
+        }
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    for t in &work.tests {
+        // Tests in one file share its whole text: written once.
+        if !seen.contains(&t.path.as_str()) {
+            seen.push(&t.path);
+            write.push((t.path.clone(), Some(t.content.clone())));
+        }
+    }
+    let plan = TrialPlan {
+        write,
+        filter: tester::filter_of(&work.tests),
+        times: tester::TRIAL_RUNS,
+        after,
+    };
+    vec![
+        Effect::Progress(format!(
+            "trying the tester's test {} ({} runs)",
+            names(&work.tests),
+            tester::TRIAL_RUNS
+        )),
+        Effect::TryTests(plan),
+    ]
+}
+
 fn names(tests: &[tester::NewTest]) -> String {
     tests
         .iter()
@@ -139,17 +154,33 @@ fn names(tests: &[tester::NewTest]) -> String {
         .join(", ")
 }
 
-/// The trial's verdict: the test is kept and proposed, or it goes back to the tester.
+/// The trial's verdict: the test is kept and proposed, or it goes back to the tester. A
+/// failing property first has its counterexample made into an example test, tried in turn.
 fn judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
     let Some(work) = run.tester_work.as_ref() else {
         return Vec::new();
     };
+    if work.examples {
+        return examples_judged(run, tried);
+    }
     let message = match tester::judge(&work.tests, &tried.before) {
         Judgement::Fails(message) => message,
         Judgement::Refused(why) => return refused(run, why),
     };
+    if work.tests.iter().any(|t| t.kind == TestKind::Property) {
+        return with_examples(run, &tried);
+    }
+    judged_after(run, tried, &message)
+}
+
+/// The kept tests' runs before, and after the change when the tester writes a regression
+/// test (which must pass there).
+fn judged_after(run: &mut Run, tried: tester::Tried, message: &str) -> Vec<Effect> {
+    let Some(work) = run.tester_work.as_ref() else {
+        return Vec::new();
+    };
     let mut ran = RanBoth {
-        before: Some(Ran::failed(tried.before.len() as u32, &message)),
+        before: Some(Ran::failed(tried.before.len() as u32, message)),
         after: None,
     };
     if work.mode == Mode::AfterFix {
@@ -166,6 +197,107 @@ fn judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
     kept(run, ran)
 }
 
+/// Each failing property's shrunk counterexample, read from its runs, becomes an example
+/// test in the property's file; the tests are tried again with them.
+fn with_examples(run: &mut Run, tried: &tester::Tried) -> Vec<Effect> {
+    let Some(work) = run.tester_work.as_mut() else {
+        return Vec::new();
+    };
+    let mut examples = Vec::new();
+    let mut contents: Vec<(String, String)> = Vec::new();
+    for t in work
+        .tests
+        .iter_mut()
+        .filter(|t| t.kind == TestKind::Property)
+    {
+        let Some(args) = tried
+            .before
+            .iter()
+            .find_map(|trial| property::counterexample(t, trial))
+        else {
+            let why = format!(
+                "the property {} fails, but its shrunk counterexample is not in the output \
+                 (Hypothesis' `Falsifying example:` or `Failing test case:`, proptest's \
+                 `minimal failing input:`); write it with @given (Hypothesis) or proptest!",
+                t.name
+            );
+            return refused(run, why);
+        };
+        // Properties in one file: each example goes after the ones before it.
+        let mut base = t.clone();
+        if let Some((_, text)) = contents.iter().find(|(p, _)| *p == t.path) {
+            base.content = text.clone();
+        }
+        let example = match property::example_of(&base, &args) {
+            Ok(e) => e,
+            Err(why) => return refused(run, why),
+        };
+        t.counterexample = Some(args);
+        contents.retain(|(p, _)| *p != t.path);
+        contents.push((t.path.clone(), example.content.clone()));
+        examples.push(example);
+    }
+    work.tests.extend(examples);
+    for t in &mut work.tests {
+        if let Some((_, text)) = contents.iter().find(|(p, _)| *p == t.path) {
+            t.content = text.clone();
+        }
+    }
+    work.examples = true;
+    let mut effects = vec![Effect::Progress(format!(
+        "the property fails; its shrunk counterexample becomes an example test ({})",
+        work.tests
+            .iter()
+            .filter_map(|t| t
+                .counterexample
+                .as_ref()
+                .map(|c| format!("{}: {c}", t.name)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    ))];
+    effects.extend(try_effects(run));
+    effects
+}
+
+/// The example tests made from counterexamples must themselves fail on the current code,
+/// the same way every run: judged on their own failures only.
+fn examples_judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
+    let Some(work) = run.tester_work.as_ref() else {
+        return Vec::new();
+    };
+    let examples: Vec<tester::NewTest> = work
+        .tests
+        .iter()
+        .filter(|e| {
+            e.kind == TestKind::Example
+                && work.tests.iter().any(|p| {
+                    p.kind == TestKind::Property && e.name == format!("{}_example", p.name)
+                })
+        })
+        .cloned()
+        .collect();
+    let theirs: Vec<tester::Trial> = tried
+        .before
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            t.failures
+                .retain(|f| examples.iter().any(|e| f.test_id.ends_with(&e.name)));
+            t
+        })
+        .collect();
+    match tester::judge(&examples, &theirs) {
+        Judgement::Fails(message) => judged_after(run, tried, &message),
+        Judgement::Refused(why) => {
+            let why = format!(
+                "the example test made from the property's counterexample ({}) was refused: {why}",
+                names(&examples)
+            );
+            refused(run, why)
+        }
+    }
+}
+
 /// A refused test: back to the tester with why, or, once its attempts are spent, the end of
 /// its work.
 fn refused(run: &mut Run, why: String) -> Vec<Effect> {
@@ -175,6 +307,7 @@ fn refused(run: &mut Run, why: String) -> Vec<Effect> {
     };
     let first = why.lines().next().unwrap_or("").to_string();
     work.refused.push(first.clone());
+    work.examples = false;
     let tests = names(&work.tests);
     if work.attempts >= max {
         return give_up(
@@ -206,18 +339,19 @@ fn kept(run: &mut Run, ran: RanBoth) -> Vec<Effect> {
     };
     work.applying = true;
     let record = work.record(Status::Kept, ran, None);
-    let plan = EditPlan {
-        edits: work
-            .tests
-            .iter()
-            .map(|t| Edit {
+    let mut edits: Vec<Edit> = Vec::new();
+    for t in &work.tests {
+        // Tests in one file (a property and its example) share its whole text: one edit.
+        if !edits.iter().any(|e| e.path == t.path) {
+            edits.push(Edit {
                 path: t.path.clone(),
                 kind: EditKind::WholeFile {
                     content: t.content.clone(),
                 },
-            })
-            .collect(),
-    };
+            });
+        }
+    }
+    let plan = EditPlan { edits };
     let summary = record.summary();
     run.tester_record = Some(record.clone());
     run.phase = Phase::Locating;

@@ -83,6 +83,14 @@ pub struct NewTest {
     /// added). Left out of the record: the change shows it.
     #[serde(skip_serializing, default)]
     pub content: String,
+    /// A Rust property's plain function that takes the property's inputs and asserts (its
+    /// body): the example test made from a counterexample calls it with the values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
+    /// A failing property's shrunk counterexample, as the arguments its example test calls
+    /// its body with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counterexample: Option<String>,
 }
 
 /// Why a tester's answer could not be read; the tester hears it in its repair request.
@@ -100,6 +108,15 @@ pub enum TesterError {
     BadKind { index: usize, value: String },
     #[error("tests[{index}].path `{path}` must be a relative path inside the workspace")]
     BadPath { index: usize, path: String },
+    #[error(
+        "tests[{index}] is a property test in Rust: `check` must name the plain function the \
+         property calls with its inputs"
+    )]
+    NoCheck { index: usize },
+    #[error(
+        "tests[{index}] is a property test, which must be Python (Hypothesis) or Rust (proptest)"
+    )]
+    BadProperty { index: usize },
 }
 
 /// Reads the tester's answer: one JSON object (bare, fenced, or the outermost braces of prose
@@ -142,6 +159,20 @@ fn test_of(index: usize, t: &Value) -> Result<NewTest, TesterError> {
             });
         }
     };
+    let check = t
+        .get("check")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_string);
+    if kind == TestKind::Property {
+        match path.rsplit('.').next() {
+            Some("py") => {}
+            Some("rs") if check.is_some() => {}
+            Some("rs") => return Err(TesterError::NoCheck { index }),
+            _ => return Err(TesterError::BadProperty { index }),
+        }
+    }
     Ok(NewTest {
         path,
         name: text("name")?.trim().to_string(),
@@ -149,6 +180,8 @@ fn test_of(index: usize, t: &Value) -> Result<NewTest, TesterError> {
         reason: text("reason")?.trim().to_string(),
         expect: text("expect")?.trim().to_string(),
         content: text("content")?.to_string(),
+        check,
+        counterexample: None,
     })
 }
 
@@ -157,7 +190,7 @@ pub fn repair(error: &TesterError) -> Message {
     Message::user(format!(
         "Your answer could not be read ({error}). Answer again with the JSON object only: \
          {{\"tests\": [{{\"path\", \"name\", \"kind\": \"example\" | \"property\", \"reason\", \
-         \"expect\", \"content\"}}]}}."
+         \"expect\", \"content\", \"check\" (a Rust property's body function)}}]}}."
     ))
 }
 
@@ -221,20 +254,21 @@ pub struct Tried {
     pub after: Option<Trial>,
 }
 
-/// The runner's filter for the new tests: the file for runners that take one (pytest, node),
-/// else the test's name; none when there are several tests.
+/// The runner's filter for the new tests: the file for runners that take one (pytest, node)
+/// when they are all in one file, else a name every test's name contains (a property and
+/// its example test: `round_trip`, `round_trip_example`); none when there is no such filter.
 pub fn filter_of(tests: &[NewTest]) -> Option<String> {
-    let [t] = tests else {
-        return None;
-    };
+    let first = tests.first()?;
     let by_file = [".py", ".js", ".mjs", ".cjs", ".ts"]
         .iter()
-        .any(|e| t.path.ends_with(e));
-    Some(if by_file {
-        t.path.clone()
-    } else {
-        t.name.clone()
-    })
+        .any(|e| first.path.ends_with(e));
+    if by_file && tests.iter().all(|t| t.path == first.path) {
+        return Some(first.path.clone());
+    }
+    tests
+        .iter()
+        .all(|t| t.name.contains(&first.name))
+        .then(|| first.name.clone())
 }
 
 /// What a test's runs showed.
@@ -519,6 +553,10 @@ pub struct Work {
     /// The change the regression test is for (after a fix), as a diff.
     #[serde(default)]
     pub change: String,
+    /// The example tests made from the properties' counterexamples are on trial: the last
+    /// of `tests` are those examples.
+    #[serde(default)]
+    pub examples: bool,
 }
 
 impl Work {
@@ -532,6 +570,7 @@ impl Work {
             refused: Vec::new(),
             applying: false,
             change,
+            examples: false,
         }
     }
 
@@ -562,6 +601,8 @@ pub fn describes_bug(goal: &str) -> bool {
         .count()
         >= 3
 }
+
+pub mod property;
 
 #[cfg(test)]
 mod tests;

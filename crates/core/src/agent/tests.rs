@@ -1224,3 +1224,110 @@ fn a_test_that_could_not_be_written_goes_back_to_the_tester() {
     assert!(messages.last().unwrap().content.contains("is protected"));
     assert_eq!(run.tester_work.as_ref().map(|w| w.attempts), Some(1));
 }
+
+/// A Hypothesis property of the tester's, `tests/test_t.py::test_p`.
+fn property_answer() -> String {
+    serde_json::json!({"tests": [{"path": "tests/test_t.py", "name": "test_p", "kind": "property",
+        "reason": "r", "expect": "AssertionError", "content": "@given(st.text())\ndef test_p(s):\n    assert 1 == 2\n"}]})
+    .to_string()
+}
+
+fn failing_in(ids: &[&str], message: &str) -> tester::Trial {
+    tester::Trial {
+        passed: false,
+        failures: ids
+            .iter()
+            .map(|id| crate::test_output::Failure {
+                test_id: (*id).into(),
+                location: None,
+                message: message.into(),
+                frames: Vec::new(),
+            })
+            .collect(),
+        report: "the output".into(),
+        problem: None,
+    }
+}
+
+#[test]
+fn a_failing_property_s_counterexample_becomes_an_example_test_that_must_fail_too() {
+    let mut run = new_run("fix: parse drops the last field", Some(Intent::Fix));
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(passing()));
+    answered(&mut run, Role::Tester, &property_answer());
+    let shrunk = "AssertionError: assert 1 == 2\nFailing test case: test_p(\ns=',',\n)";
+    let before = vec![failing_in(&["tests/test_t.py::test_p"], shrunk); 3];
+    let e = step(
+        &mut run,
+        Event::TestsTried(Ok(tester::Tried {
+            before,
+            after: None,
+        })),
+    );
+    let Some(Effect::TryTests(plan)) = e.last() else {
+        panic!("no trial of the example: {e:?}")
+    };
+    assert_eq!(plan.filter.as_deref(), Some("tests/test_t.py"));
+    assert_eq!(plan.write.len(), 1);
+    let written = plan.write[0].1.clone().unwrap_or_default();
+    assert!(
+        written.contains("def test_p_example():\n")
+            && written.contains("test_p.hypothesis.inner_test(s=',')"),
+        "{written}"
+    );
+    // The example passes: refused, back to the tester, told why.
+    let before = vec![failing_in(&["tests/test_t.py::test_p"], shrunk); 3];
+    let e = step(
+        &mut run,
+        Event::TestsTried(Ok(tester::Tried {
+            before,
+            after: None,
+        })),
+    );
+    let Some(Effect::CallModel { messages, .. }) = e.last() else {
+        panic!("no tester call: {e:?}")
+    };
+    let told = &messages.last().unwrap().content;
+    assert!(
+        told.contains("example test") && told.contains("passes"),
+        "{told}"
+    );
+    // Again, and this time the example fails too: both kept, in one change of one file.
+    answered(&mut run, Role::Tester, &property_answer());
+    let before = vec![failing_in(&["tests/test_t.py::test_p"], shrunk); 3];
+    step(
+        &mut run,
+        Event::TestsTried(Ok(tester::Tried {
+            before,
+            after: None,
+        })),
+    );
+    let both = ["tests/test_t.py::test_p", "tests/test_t.py::test_p_example"];
+    let before = vec![failing_in(&both, "AssertionError: assert 1 == 2"); 3];
+    let e = step(
+        &mut run,
+        Event::TestsTried(Ok(tester::Tried {
+            before,
+            after: None,
+        })),
+    );
+    let Some(Effect::Locate(plan)) = e.last() else {
+        panic!("not proposed: {e:?}")
+    };
+    assert_eq!(plan.edits.len(), 1);
+    let record = run.tester_record.clone().unwrap();
+    assert_eq!(record.status, tester::Status::Kept);
+    let kinds: Vec<_> = record
+        .tests
+        .iter()
+        .map(|t| (t.name.as_str(), t.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("test_p", tester::TestKind::Property),
+            ("test_p_example", tester::TestKind::Example)
+        ]
+    );
+    assert_eq!(record.tests[0].counterexample.as_deref(), Some("s=','"));
+}

@@ -11,6 +11,8 @@ fn test(expect: &str) -> NewTest {
         reason: "the last field is dropped".into(),
         expect: expect.into(),
         content: "def test_trailing_comma(): ...\n".into(),
+        check: None,
+        counterexample: None,
     }
 }
 
@@ -169,5 +171,19 @@ fn the_filter_is_the_file_for_pytest_and_the_name_for_cargo() {
     let mut rust = test("x");
     rust.path = "tests/parse.rs".into();
     assert_eq!(filter_of(&[rust]).as_deref(), Some("test_trailing_comma"));
-    assert_eq!(filter_of(&[test("a"), test("b")]), None);
+    // A property and its example in one file: the file, or the name both names contain.
+    let mut example = test("x");
+    example.name = "test_trailing_comma_example".into();
+    assert_eq!(
+        filter_of(&[test("x"), example.clone()]).as_deref(),
+        Some("tests/test_trailing.py")
+    );
+    let (mut p, mut e) = (test("x"), example);
+    p.path = "tests/parse.rs".into();
+    e.path = "tests/parse.rs".into();
+    assert_eq!(filter_of(&[p, e]).as_deref(), Some("test_trailing_comma"));
+    let mut other = test("b");
+    other.path = "tests/test_other.py".into();
+    other.name = "test_other".into();
+    assert_eq!(filter_of(&[test("a"), other]), None);
 }
