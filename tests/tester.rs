@@ -304,3 +304,155 @@ fn after_a_change_no_test_covered_a_regression_test_must_fail_before_and_pass_af
         [json!(["csvline.py"]), json!(["tests/test_trailing.py"])]
     );
 }
+
+/// A Hypothesis property of `parse` (joining its fields gives the line back), on generated
+/// lines of `a`, `b` and commas; no deadline, since this machine's load is not the bug.
+fn hypothesis_property() -> String {
+    let content = "from hypothesis import given, settings, strategies as st\n\nfrom csvline import parse\n\n\n@settings(deadline=None)\n@given(st.text(alphabet=\"ab,\"))\ndef test_round_trip(s):\n    assert \",\".join(parse(s)) == s\n";
+    json!({"tests": [{"path": "tests/test_round_trip.py", "name": "test_round_trip",
+        "kind": "property", "reason": "joining the fields must give the line back",
+        "expect": "AssertionError", "content": content}]})
+    .to_string()
+}
+
+#[test]
+fn a_hypothesis_property_finds_a_counterexample_that_becomes_an_example_test() {
+    let ws = project("");
+    let (o, server) = run(
+        ws.path(),
+        BUG,
+        &[],
+        &[hypothesis_property(), FIX.to_string()],
+        0,
+    );
+    assert_eq!(o["status"], "done", "{o}");
+    let t = &o["tester"];
+    assert_eq!(t["status"], "kept", "{t}");
+    assert_eq!(t["attempts"], 1, "{t}");
+    let tests = t["tests"].as_array().unwrap();
+    let kinds: Vec<(&str, &str)> = tests
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("test_round_trip", "property"),
+            ("test_round_trip_example", "example")
+        ]
+    );
+    // Hypothesis shrinks the failing line to its smallest: one comma.
+    assert_eq!(tests[0]["counterexample"], "s=','", "{t}");
+    assert_eq!(t["ran"]["before"]["state"], "failed", "{t}");
+    assert_eq!(t["ran"]["after"]["state"], "passed", "{t}");
+    // The example test is in the property's file, on disk, and passes with the fix.
+    let file = read(ws.path(), "tests/test_round_trip.py").unwrap();
+    assert!(
+        file.contains("def test_round_trip_example():\n")
+            && file.contains("test_round_trip.hypothesis.inner_test(s=',')"),
+        "{file}"
+    );
+    // One model call for the tester, one for the coder: the example is the loop's.
+    assert_eq!(server.count(), 2);
+    let patches: Vec<Value> = support::journaled(ws.path(), "patch")
+        .iter()
+        .map(|p| p["data"]["files"].clone())
+        .collect();
+    assert_eq!(
+        patches,
+        [json!(["tests/test_round_trip.py"]), json!(["csvline.py"])]
+    );
+    let kept = support::journaled(ws.path(), "tester");
+    assert_eq!(kept[0]["data"]["tests"][0]["kind"], "property");
+    assert_eq!(kept[0]["data"]["tests"][1]["kind"], "example");
+}
+
+/// A Rust property whose example test the loop cannot make: the property must name the
+/// plain function it calls (`check`), and the answer without it is sent back.
+const ROUND_TRIP_RS: &str = "//! Joining parse's fields gives the line back.\n\nuse fixture_rust_prop::parse;\nuse proptest::prelude::*;\n\nfn check_round_trip(s: &str) {\n    assert_eq!(parse(s).join(\",\"), s);\n}\n\nproptest! {\n    #[test]\n    fn round_trip(s in \"[ab,]{0,6}\") {\n        check_round_trip(&s);\n    }\n}\n";
+
+const RUST_FIX: &str = "src/lib.rs\n<<<<<<< SEARCH\n    let mut fields: Vec<String> = line.split(',').map(str::to_string).collect();\n    if line.ends_with(',') {\n        fields.pop();\n    }\n    fields\n=======\n    line.split(',').map(str::to_string).collect()\n>>>>>>> REPLACE\n";
+
+/// The Rust fixture (tests/fixtures/projects/rust_prop: proptest as a dev dependency, a
+/// committed Cargo.lock) in a temporary folder.
+fn rust_project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/projects/rust_prop");
+    for file in ["Cargo.toml", "Cargo.lock", "src/lib.rs"] {
+        let to = dir.path().join(file);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from.join(file), to).unwrap();
+    }
+    std::fs::write(
+        dir.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\nreview = \"off\"\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn a_proptest_property_in_a_rust_fixture_gets_its_counterexample_as_an_example_test() {
+    let ws = rust_project();
+    let property = |check: Option<&str>| {
+        let mut t = json!({"path": "tests/round_trip.rs", "name": "round_trip",
+            "kind": "property", "reason": "joining the fields must give the line back",
+            "expect": "assertion `left == right` failed", "content": ROUND_TRIP_RS});
+        if let Some(c) = check {
+            t["check"] = json!(c);
+        }
+        json!({"tests": [t]}).to_string()
+    };
+    let replies = [
+        property(None),
+        property(Some("check_round_trip")),
+        RUST_FIX.to_string(),
+    ];
+    let server = ModelServer::start(replies.iter().map(|r| openai_text(&[r])).collect());
+    let home = tempfile::tempdir().unwrap();
+    // Offline, from the machine's cargo registry (scripts/test fetches the fixture's
+    // dependencies), into one target folder the runs share, so proptest builds once.
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fixture-rust-prop");
+    std::fs::create_dir_all(&target).unwrap();
+    let command = json!(["cargo", "test", "--offline", "--target-dir", target]);
+    let real_home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let cargo_home = std::env::var("CARGO_HOME").unwrap_or_else(|_| format!("{real_home}/.cargo"));
+    let rustup_home =
+        std::env::var("RUSTUP_HOME").unwrap_or_else(|_| format!("{real_home}/.rustup"));
+    let writable = json!([target, cargo_home, rustup_home]);
+    let out = support::cli(&["run", BUG, "--yes"], ws.path(), home.path())
+        .env("AGENT_LS_MODEL__PROVIDER", "openai")
+        .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
+        .env("OPENAI_API_KEY", "test-key")
+        .env("AGENT_LS_TEST__COMMAND", command.to_string())
+        .env("AGENT_LS_TEST__TIMEOUT_SECS", "600")
+        .env("AGENT_LS_SANDBOX__WRITABLE", writable.to_string())
+        .env("CARGO_HOME", &cargo_home)
+        .env("RUSTUP_HOME", &rustup_home)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let o: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout {:?}\nstderr {stderr}", out.stdout));
+    assert_eq!(o["status"], "done", "{o}\nstderr {stderr}");
+    let t = &o["tester"];
+    assert_eq!(t["status"], "kept", "{t}");
+    // The answer without `check` was sent back once, and did not count as an attempt.
+    assert_eq!(t["attempts"], 1, "{t}");
+    assert!(told(&server, 1).contains("check"), "{}", told(&server, 1));
+    assert_eq!(t["tests"][0]["kind"], "property", "{t}");
+    assert_eq!(t["tests"][0]["counterexample"], "\",\"", "{t}");
+    assert_eq!(t["tests"][1]["name"], "round_trip_example", "{t}");
+    assert_eq!(t["tests"][1]["kind"], "example", "{t}");
+    assert_eq!(t["ran"]["after"]["state"], "passed", "{t}");
+    let file = read(ws.path(), "tests/round_trip.rs").unwrap();
+    assert!(
+        file.contains("#[test]\nfn round_trip_example() {\n    check_round_trip(\",\");\n}"),
+        "{file}"
+    );
+    assert!(
+        read(ws.path(), "src/lib.rs")
+            .unwrap()
+            .contains("line.split(',').map(str::to_string).collect()")
+    );
+}
