@@ -373,8 +373,9 @@ const ROUND_TRIP_RS: &str = "//! Joining parse's fields gives the line back.\n\n
 
 const RUST_FIX: &str = "src/lib.rs\n<<<<<<< SEARCH\n    let mut fields: Vec<String> = line.split(',').map(str::to_string).collect();\n    if line.ends_with(',') {\n        fields.pop();\n    }\n    fields\n=======\n    line.split(',').map(str::to_string).collect()\n>>>>>>> REPLACE\n";
 
-/// The Rust fixture (tests/fixtures/projects/rust_prop: proptest as a dev dependency, a
-/// committed Cargo.lock) in a temporary folder.
+/// The Rust fixture (tests/fixtures/projects/rust_prop: a committed Cargo.lock that has
+/// proptest) in a temporary folder, without its `[dev-dependencies]`: the tester's property
+/// needs proptest installed.
 fn rust_project() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/projects/rust_prop");
@@ -383,6 +384,10 @@ fn rust_project() -> tempfile::TempDir {
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(from.join(file), to).unwrap();
     }
+    let manifest = std::fs::read_to_string(from.join("Cargo.toml")).unwrap();
+    let without = manifest.replace("[dev-dependencies]\nproptest = \"1.12\"\n", "");
+    assert_ne!(without, manifest, "the fixture's dev-dependencies changed");
+    std::fs::write(dir.path().join("Cargo.toml"), without).unwrap();
     std::fs::write(
         dir.path().join(".agent-ls.toml"),
         "[agent]\nevaluate = false\nreview = \"off\"\n",
@@ -392,7 +397,8 @@ fn rust_project() -> tempfile::TempDir {
 }
 
 #[test]
-fn a_proptest_property_in_a_rust_fixture_gets_its_counterexample_as_an_example_test() {
+fn a_proptest_property_in_a_rust_fixture_installs_proptest_with_approval_and_gets_its_counterexample_as_an_example_test()
+ {
     let ws = rust_project();
     let property = |check: Option<&str>| {
         let mut t = json!({"path": "tests/round_trip.rs", "name": "round_trip",
@@ -428,6 +434,8 @@ fn a_proptest_property_in_a_rust_fixture_gets_its_counterexample_as_an_example_t
         .env("AGENT_LS_TEST__TIMEOUT_SECS", "600")
         .env("AGENT_LS_SANDBOX__WRITABLE", writable.to_string())
         .env("CARGO_HOME", &cargo_home)
+        // `cargo add` picks proptest's version from the registry's local copy.
+        .env("CARGO_NET_OFFLINE", "true")
         .env("RUSTUP_HOME", &rustup_home)
         .output()
         .unwrap();
@@ -435,6 +443,16 @@ fn a_proptest_property_in_a_rust_fixture_gets_its_counterexample_as_an_example_t
     let o: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: stdout {:?}\nstderr {stderr}", out.stdout));
     assert_eq!(o["status"], "done", "{o}\nstderr {stderr}");
+    // proptest was missing: `cargo add --dev proptest` ran, approved by --yes.
+    assert!(
+        stderr.contains("installing it (--yes): cargo add --dev proptest"),
+        "{stderr}"
+    );
+    let manifest = read(ws.path(), "Cargo.toml").unwrap();
+    assert!(
+        manifest.contains("[dev-dependencies]\nproptest = "),
+        "{manifest}"
+    );
     let t = &o["tester"];
     assert_eq!(t["status"], "kept", "{t}");
     // The answer without `check` was sent back once, and did not count as an attempt.

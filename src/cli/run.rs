@@ -142,6 +142,31 @@ impl Shell for CliShell<'_> {
         }
     }
 
+    async fn approve_install(&mut self, library: &str, argv: &[String]) -> bool {
+        let joined = argv.join(" ");
+        let command = visible(&joined);
+        match self.mode {
+            Mode::DryRun => false,
+            Mode::Yes => {
+                eprintln!(
+                    "agent-ls: the tester's property test needs {library}; installing it (--yes): {command}"
+                );
+                true
+            }
+            Mode::Ask if !std::io::stdin().is_terminal() => {
+                eprintln!(
+                    "agent-ls: the tester's property test needs {library}, and there is no terminal to ask whether to run `{command}`; use --yes to install it"
+                );
+                false
+            }
+            Mode::Ask => {
+                ask_terminal(&format!(
+                    "The tester's property test needs {library}. Install it as a dev dependency ({command})?"
+                )) == Verdict::Approved
+            }
+        }
+    }
+
     async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
         // Never overwrite what changed since the change was computed: move the change onto
         // the new text, or redo the step.

@@ -1129,6 +1129,25 @@ impl Shell for ServerShell {
         }
     }
 
+    /// Always asked, whatever the approval mode: the install runs a command, outside the
+    /// sandbox, which no change preview shows.
+    async fn approve_install(&mut self, library: &str, argv: &[String]) -> bool {
+        let request = self.c.outbox.ask(
+            MessageType::INFO,
+            format!(
+                "{}: the tester's property test needs {library}. Install it as a dev dependency (`{}`)?",
+                self.label,
+                argv.join(" ")
+            ),
+            &["Install", "Don't install"],
+        );
+        tokio::select! {
+            r = request => r.is_some_and(|title| title == "Install"),
+            d = self.decisions.recv() => d == Some(true),
+            _ = self.cancel.cancelled() => false,
+        }
+    }
+
     async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
         if let Some(disk) = &self.on_disk {
             return disk.write(&self.c.root, changes, &self.limits);

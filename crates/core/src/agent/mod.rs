@@ -353,6 +353,8 @@ pub enum Event {
     RunDiff(Result<Option<String>, String>),
     /// The runs of the tester's new tests (`Effect::TryTests`), or why they could not run.
     TestsTried(Result<tester::Tried, String>),
+    /// The property tests' library (`Effect::DevDependency`) is there, or why it is not.
+    DevDependency(Result<(), String>),
     Cancel,
 }
 
@@ -385,6 +387,11 @@ pub enum Effect {
     /// Write the tester's new tests (and, after a fix, the code before it) for a trial, run
     /// them, put every file back, and answer with `Event::TestsTried`.
     TryTests(tester::TrialPlan),
+    /// Make sure the project has this library for the tester's property tests (`hypothesis`
+    /// in its Python, `proptest` in its Cargo.toml's dev-dependencies): when it is missing,
+    /// install it as a dev dependency only if the user approves. Answered with
+    /// `Event::DevDependency`.
+    DevDependency(String),
     /// The tester's record changed (a test refused, kept, or the tester gave up): journal
     /// it and show it.
     Tested(tester::Record),

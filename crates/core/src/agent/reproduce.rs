@@ -68,6 +68,18 @@ pub(super) fn on_reproducing(run: &mut Run, event: Event) -> Vec<Effect> {
             format!("the tester model failed: {error}"),
         ),
         Event::TestsTried(Ok(tried)) => judged(run, tried),
+        Event::DevDependency(Ok(())) => {
+            if let Some(work) = run.tester_work.as_mut()
+                && let Some(library) = missing_library(work)
+            {
+                work.ready.push(library);
+            }
+            try_effects(run)
+        }
+        Event::DevDependency(Err(why)) => refused(
+            run,
+            format!("{why}; write an example test instead (\"kind\": \"example\")"),
+        ),
         // Most often the tester's doing (a protected path, one outside the workspace): it
         // hears why, and the attempt counts.
         Event::TestsTried(Err(why)) => refused(run, format!("the test could not be run: {why}")),
@@ -113,6 +125,15 @@ fn try_effects(run: &Run) -> Vec<Effect> {
     let Some(work) = run.tester_work.as_ref() else {
         return Vec::new();
     };
+    // A property test needs its library: found, or installed with the user's approval.
+    if let Some(library) = missing_library(work) {
+        return vec![
+            Effect::Progress(format!(
+                "the tester's property test needs {library}; checking the project has it"
+            )),
+            Effect::DevDependency(library),
+        ];
+    }
     let mut write: Vec<(String, Option<String>)> = Vec::new();
     let mut after = Vec::new();
     if work.mode == Mode::AfterFix {
@@ -144,6 +165,16 @@ fn try_effects(run: &Run) -> Vec<Effect> {
         )),
         Effect::TryTests(plan),
     ]
+}
+
+/// The first library the work's property tests need that this run has not found yet.
+fn missing_library(work: &Work) -> Option<String> {
+    work.tests
+        .iter()
+        .filter(|t| t.kind == TestKind::Property)
+        .filter_map(property::library_of)
+        .find(|l| !work.ready.iter().any(|r| r == l))
+        .map(str::to_string)
 }
 
 fn names(tests: &[tester::NewTest]) -> String {

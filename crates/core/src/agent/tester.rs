@@ -557,6 +557,9 @@ pub struct Work {
     /// of `tests` are those examples.
     #[serde(default)]
     pub examples: bool,
+    /// The property libraries found or installed in this run (`Effect::DevDependency`).
+    #[serde(default)]
+    pub ready: Vec<String>,
 }
 
 impl Work {
@@ -571,6 +574,7 @@ impl Work {
             applying: false,
             change,
             examples: false,
+            ready: Vec::new(),
         }
     }
 

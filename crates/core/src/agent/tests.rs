@@ -1254,7 +1254,26 @@ fn a_failing_property_s_counterexample_becomes_an_example_test_that_must_fail_to
     let mut run = new_run("fix: parse drops the last field", Some(Intent::Fix));
     step(&mut run, Event::Start);
     step(&mut run, Event::TestsFinished(passing()));
+    // Its library is checked first; one the user would not install sends the tester back.
+    let e = answered(&mut run, Role::Tester, &property_answer());
+    assert_eq!(e.last(), Some(&Effect::DevDependency("hypothesis".into())));
+    let e = step(
+        &mut run,
+        Event::DevDependency(Err("the user did not approve installing hypothesis".into())),
+    );
+    let Some(Effect::CallModel { messages, .. }) = e.last() else {
+        panic!("no tester call: {e:?}")
+    };
+    assert!(
+        messages
+            .last()
+            .unwrap()
+            .content
+            .contains("write an example test instead")
+    );
     answered(&mut run, Role::Tester, &property_answer());
+    let e = step(&mut run, Event::DevDependency(Ok(())));
+    assert!(matches!(e.last(), Some(Effect::TryTests(_))), "{e:?}");
     let shrunk = "AssertionError: assert 1 == 2\nFailing test case: test_p(\ns=',',\n)";
     let before = vec![failing_in(&["tests/test_t.py::test_p"], shrunk); 3];
     let e = step(
@@ -1292,8 +1311,10 @@ fn a_failing_property_s_counterexample_becomes_an_example_test_that_must_fail_to
         told.contains("example test") && told.contains("passes"),
         "{told}"
     );
-    // Again, and this time the example fails too: both kept, in one change of one file.
-    answered(&mut run, Role::Tester, &property_answer());
+    // Again (its library found already), and this time the example fails too: both kept,
+    // in one change of one file.
+    let e = answered(&mut run, Role::Tester, &property_answer());
+    assert!(matches!(e.last(), Some(Effect::TryTests(_))), "{e:?}");
     let before = vec![failing_in(&["tests/test_t.py::test_p"], shrunk); 3];
     step(
         &mut run,

@@ -6,6 +6,7 @@
 //! by `setup.rs`.
 
 mod checkpoint;
+mod dev_dependency;
 mod observer;
 mod recall;
 mod review_target;
@@ -59,6 +60,12 @@ pub trait Shell {
     /// The editor's open buffers, for the tools that read off the loop's task.
     fn buffers(&self) -> Vec<(String, FileText)> {
         Vec::new()
+    }
+    /// Asks whether `argv` may run to install `library` as a dev dependency for the tester's
+    /// property tests (outside the sandbox: it downloads). Only a front end that can ask (or
+    /// was told to approve) says yes; the others leave it uninstalled.
+    async fn approve_install(&mut self, _library: &str, _argv: &[String]) -> bool {
+        false
     }
     fn progress(&mut self, message: &str);
     fn warn(&mut self, message: &str);
@@ -429,6 +436,15 @@ impl Drive<'_> {
                     return Next::Event(Event::Cancel);
                 }
                 Event::TestsTried(tried)
+            }
+            Effect::DevDependency(library) => {
+                let ready =
+                    dev_dependency::ensure(self.root, self.config, self.cancel, &library, shell)
+                        .await;
+                if self.cancel.is_cancelled() {
+                    return Next::Event(Event::Cancel);
+                }
+                Event::DevDependency(ready)
             }
             Effect::Tested(record) => {
                 g.observer.tester(&record);
