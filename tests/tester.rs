@@ -341,8 +341,14 @@ fn a_hypothesis_property_finds_a_counterexample_that_becomes_an_example_test() {
             ("test_round_trip_example", "example")
         ]
     );
-    // Hypothesis shrinks the failing line to its smallest: one comma.
+    // Hypothesis shrinks the failing line to its smallest: one comma, which the answer
+    // reports.
     assert_eq!(tests[0]["counterexample"], "s=','", "{t}");
+    let answer = o["answer"].as_str().unwrap();
+    assert!(
+        answer.contains("the counterexample of test_round_trip: s=','"),
+        "{answer}"
+    );
     assert_eq!(t["ran"]["before"]["state"], "failed", "{t}");
     assert_eq!(t["ran"]["after"]["state"], "passed", "{t}");
     // The example test is in the property's file, on disk, and passes with the fix.

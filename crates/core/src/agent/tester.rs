@@ -509,6 +509,19 @@ pub struct Record {
 }
 
 impl Record {
+    /// The properties' shrunk counterexamples, for the summary: `; the counterexample of
+    /// test_round_trip: s=','`.
+    fn counterexamples(&self) -> String {
+        self.tests
+            .iter()
+            .filter_map(|t| {
+                t.counterexample
+                    .as_ref()
+                    .map(|c| format!("; the counterexample of {}: {c}", t.name))
+            })
+            .collect()
+    }
+
     /// One line for a person.
     pub fn summary(&self) -> String {
         let names: Vec<String> = self
@@ -518,9 +531,10 @@ impl Record {
             .collect();
         match self.status {
             Status::Kept => format!(
-                "tester: {} fails on the code before the fix ({} attempt(s))",
+                "tester: {} fails on the code before the fix ({} attempt(s)){}",
                 names.join(", "),
-                self.attempts
+                self.attempts,
+                self.counterexamples()
             ),
             Status::Rejected => format!("tester: the test {} was rejected", names.join(", ")),
             Status::Refused => format!(
