@@ -402,24 +402,21 @@ fn rust_project() -> tempfile::TempDir {
     dir
 }
 
-#[test]
-fn a_proptest_property_in_a_rust_fixture_installs_proptest_with_approval_and_gets_its_counterexample_as_an_example_test()
- {
-    let ws = rust_project();
-    let property = |check: Option<&str>| {
-        let mut t = json!({"path": "tests/round_trip.rs", "name": "round_trip",
-            "kind": "property", "reason": "joining the fields must give the line back",
-            "expect": "assertion `left == right` failed", "content": ROUND_TRIP_RS});
-        if let Some(c) = check {
-            t["check"] = json!(c);
-        }
-        json!({"tests": [t]}).to_string()
-    };
-    let replies = [
-        property(None),
-        property(Some("check_round_trip")),
-        RUST_FIX.to_string(),
-    ];
+/// The tester's proptest property of `parse` in `tests/round_trip.rs`, naming its `check`.
+fn proptest_property(check: Option<&str>) -> String {
+    let mut t = json!({"path": "tests/round_trip.rs", "name": "round_trip",
+        "kind": "property", "reason": "joining the fields must give the line back",
+        "expect": "assertion `left == right` failed", "content": ROUND_TRIP_RS});
+    if let Some(c) = check {
+        t["check"] = json!(c);
+    }
+    json!({"tests": [t]}).to_string()
+}
+
+/// `agent-ls run BUG` and `args` on the Rust fixture, against a server that answers
+/// `replies`, with no terminal to ask on: the outcome, the server, and what it said on
+/// stderr.
+fn rust_run(ws: &Path, replies: &[String], args: &[&str]) -> (Value, ModelServer, String) {
     let server = ModelServer::start(replies.iter().map(|r| openai_text(&[r])).collect());
     let home = tempfile::tempdir().unwrap();
     // Offline, from the machine's cargo registry (scripts/test fetches the fixture's
@@ -432,7 +429,7 @@ fn a_proptest_property_in_a_rust_fixture_installs_proptest_with_approval_and_get
     let rustup_home =
         std::env::var("RUSTUP_HOME").unwrap_or_else(|_| format!("{real_home}/.rustup"));
     let writable = json!([target, cargo_home, rustup_home]);
-    let out = support::cli(&["run", BUG, "--yes"], ws.path(), home.path())
+    let out = support::cli(&[&["run", BUG], args].concat(), ws, home.path())
         .env("AGENT_LS_MODEL__PROVIDER", "openai")
         .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
         .env("OPENAI_API_KEY", "test-key")
@@ -443,11 +440,24 @@ fn a_proptest_property_in_a_rust_fixture_installs_proptest_with_approval_and_get
         // `cargo add` picks proptest's version from the registry's local copy.
         .env("CARGO_NET_OFFLINE", "true")
         .env("RUSTUP_HOME", &rustup_home)
+        .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let o: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: stdout {:?}\nstderr {stderr}", out.stdout));
+    (o, server, stderr)
+}
+
+#[test]
+fn a_proptest_property_in_a_rust_fixture_gets_proptest_installed_and_an_example_test() {
+    let ws = rust_project();
+    let replies = [
+        proptest_property(None),
+        proptest_property(Some("check_round_trip")),
+        RUST_FIX.to_string(),
+    ];
+    let (o, server, stderr) = rust_run(ws.path(), &replies, &["--yes"]);
     assert_eq!(o["status"], "done", "{o}\nstderr {stderr}");
     // proptest was missing: `cargo add --dev proptest` ran, approved by --yes.
     assert!(
@@ -479,4 +489,35 @@ fn a_proptest_property_in_a_rust_fixture_installs_proptest_with_approval_and_get
             .unwrap()
             .contains("line.split(',').map(str::to_string).collect()")
     );
+}
+
+#[test]
+fn a_property_library_the_user_did_not_approve_is_not_installed() {
+    let ws = rust_project();
+    let manifest = read(ws.path(), "Cargo.toml").unwrap();
+    let config = ws.path().join(".agent-ls.toml");
+    let mut settings = std::fs::read_to_string(&config).unwrap();
+    settings.push_str("\n[tester]\nmax_attempts = 1\n");
+    std::fs::write(&config, settings).unwrap();
+    // No --yes and no terminal to ask on: proptest is not installed, and the property,
+    // never tried, is refused; with one attempt allowed the run stops.
+    let (o, server, stderr) = rust_run(
+        ws.path(),
+        &[proptest_property(Some("check_round_trip"))],
+        &[],
+    );
+    assert_eq!(o["status"], "failed", "{o}\nstderr {stderr}");
+    assert!(stderr.contains("use --yes to install it"), "{stderr}");
+    let t = &o["tester"];
+    assert_eq!(t["status"], "exhausted", "{t}");
+    let why = t["refused"][0].as_str().unwrap();
+    assert!(
+        why.contains("proptest is not installed")
+            && why.contains("`cargo add --dev proptest`")
+            && why.contains("was not approved"),
+        "{why}"
+    );
+    assert_eq!(read(ws.path(), "Cargo.toml").unwrap(), manifest);
+    assert_eq!(read(ws.path(), "tests/round_trip.rs"), None);
+    assert_eq!(server.count(), 1);
 }
