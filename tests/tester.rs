@@ -495,10 +495,7 @@ fn a_proptest_property_in_a_rust_fixture_gets_proptest_installed_and_an_example_
 fn a_property_library_the_user_did_not_approve_is_not_installed() {
     let ws = rust_project();
     let manifest = read(ws.path(), "Cargo.toml").unwrap();
-    let config = ws.path().join(".agent-ls.toml");
-    let mut settings = std::fs::read_to_string(&config).unwrap();
-    settings.push_str("\n[tester]\nmax_attempts = 1\n");
-    std::fs::write(&config, settings).unwrap();
+    with_tester_settings(ws.path(), "max_attempts = 1\n");
     // No --yes and no terminal to ask on: proptest is not installed, and the property,
     // never tried, is refused; with one attempt allowed the run stops.
     let (o, server, stderr) = rust_run(
@@ -520,4 +517,26 @@ fn a_property_library_the_user_did_not_approve_is_not_installed() {
     assert_eq!(read(ws.path(), "Cargo.toml").unwrap(), manifest);
     assert_eq!(read(ws.path(), "tests/round_trip.rs"), None);
     assert_eq!(server.count(), 1);
+}
+
+/// Adds a `[tester]` section with `settings` to the workspace's .agent-ls.toml.
+fn with_tester_settings(ws: &Path, settings: &str) {
+    let config = ws.join(".agent-ls.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("\n[tester]\n{settings}"));
+    std::fs::write(&config, text).unwrap();
+}
+
+#[test]
+fn tester_install_false_installs_nothing_even_with_yes() {
+    let ws = rust_project();
+    let manifest = read(ws.path(), "Cargo.toml").unwrap();
+    with_tester_settings(ws.path(), "max_attempts = 1\ninstall = false\n");
+    let replies = [proptest_property(Some("check_round_trip"))];
+    let (o, _, stderr) = rust_run(ws.path(), &replies, &["--yes"]);
+    assert_eq!(o["status"], "failed", "{o}\nstderr {stderr}");
+    let why = o["tester"]["refused"][0].as_str().unwrap();
+    assert!(why.contains("tester.install = false"), "{why}");
+    assert!(!stderr.contains("installing it"), "{stderr}");
+    assert_eq!(read(ws.path(), "Cargo.toml").unwrap(), manifest);
 }

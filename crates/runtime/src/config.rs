@@ -286,6 +286,10 @@ pub struct TesterConfig {
     /// After a change no test covered: "off", "suggest" (say so) or "always" (the tester
     /// adds a regression test that fails on the code before and passes after).
     pub after_fix: agent_ls_core::agent::tester::AfterFix,
+    /// Whether a library a property test needs and the project lacks may be installed as a
+    /// dev dependency, once the user approves; false never installs (`agent-ls batch` sets
+    /// it so: its tasks run only under the sandbox).
+    pub install: bool,
 }
 
 impl Default for TesterConfig {
@@ -293,6 +297,7 @@ impl Default for TesterConfig {
         TesterConfig {
             max_attempts: 3,
             after_fix: agent_ls_core::agent::tester::AfterFix::Suggest,
+            install: true,
         }
     }
 }

@@ -270,6 +270,9 @@ async fn spawn_run(
     cmd.arg("--").arg(&task.goal);
     // The worktree is the isolation: the run does not branch again inside it.
     cmd.env("AGENT_LS_GIT__ISOLATION", "none")
+        // A task runs only under the sandbox: --yes approves no dev dependency's install,
+        // which would run outside it.
+        .env("AGENT_LS_TESTER__INSTALL", "false")
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(worktree)
         .stdin(Stdio::null())

@@ -42,6 +42,12 @@ pub(super) async fn ensure(
         other => return Err(format!("no property-test library is known as {other}")),
     };
     let command = argv.join(" ");
+    if !config.tester.install {
+        return Err(format!(
+            "{library} is not installed, and tester.install = false allows no install \
+             (`{command}`)"
+        ));
+    }
     if !shell.approve_install(library, &argv).await {
         return Err(format!(
             "{library} is not installed, and installing it as a dev dependency (`{command}`) \
