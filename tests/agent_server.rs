@@ -1047,3 +1047,73 @@ fn the_failing_test_action_adds_the_test_as_its_own_step_before_the_fix_and_undo
     assert!(!file.exists(), "the test file is deleted");
     assert!(disk(&s).contains("return a + b"));
 }
+
+#[test]
+fn the_editor_is_asked_before_a_property_test_s_library_is_installed_and_refusing_sends_the_tester_back()
+ {
+    // examples/calc's tests (unittest) run with a Python of their own, a fresh virtual
+    // environment, which has no Hypothesis whatever the machine's Python has.
+    let venv = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new(support::python())
+        .args(["-m", "venv", "--without-pip"])
+        .arg(venv.path())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let python = venv.path().join("bin/python3");
+    let command = json!([python, "-m", "unittest"]).to_string();
+    let property = "from hypothesis import given, strategies as st\n\nfrom calc import add\n\n\n@given(st.integers(), st.integers())\ndef test_add_commutes(a, b):\n    assert add(a, b) == a + b\n";
+    let example = "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n    def test_add_sums(self):\n        self.assertEqual(add(2, 3), 5)\n";
+    let answer = |path: &str, name: &str, kind: &str, content: &str| {
+        let a = json!({"tests": [{"path": path, "name": name, "kind": kind,
+            "reason": "add must sum", "expect": "AssertionError", "content": content}]});
+        json!({"role": "tester", "content": a.to_string()})
+    };
+    let lines = [
+        answer("test_props.py", "test_add_commutes", "property", property),
+        answer("test_add.py", "test_add_sums", "example", example),
+        fix_line(),
+    ];
+    let caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create", "delete"]}}});
+    let env = vec![("AGENT_LS_TEST__COMMAND".to_string(), command)];
+    let mut s = setup_env(&lines, "auto", caps, env);
+    applies(&mut s);
+    let asked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = asked.clone();
+    // Asked even though changes apply without asking ("auto"): the install runs a command.
+    s.client.on_request("window/showMessageRequest", move |p| {
+        seen.lock()
+            .unwrap()
+            .push(p["message"].as_str().unwrap_or("").to_string());
+        json!({"title": "Don't install"})
+    });
+    s.client
+        .command(
+            "agent-ls.run",
+            json!({"goal": "fix: add subtracts instead of adding", "reproduce": true}),
+        )
+        .unwrap();
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "done", "{done}");
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(
+        asked[0].contains("needs hypothesis") && asked[0].contains("-m pip install hypothesis"),
+        "{asked:?}"
+    );
+    let t = &done["tester"];
+    assert_eq!(
+        (t["status"].as_str(), t["attempts"].as_u64()),
+        (Some("kept"), Some(2)),
+        "{t}"
+    );
+    assert!(
+        t["refused"][0]
+            .as_str()
+            .unwrap()
+            .contains("was not approved"),
+        "{t}"
+    );
+    assert!(!s.ws.path().join("test_props.py").exists());
+    assert!(s.ws.path().join("test_add.py").exists());
+}

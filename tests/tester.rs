@@ -2,7 +2,10 @@
 //! OpenAI-compatible server on 127.0.0.1, on a small pytest project whose `parse` drops the
 //! last field of a line that ends with a comma and whose one test passes: the tester's tests
 //! are written, run three times for real, kept only when they fail for the reason named, and
-//! proposed as their own change; then the coder fixes the bug.
+//! proposed as their own change; then the coder fixes the bug. Property tests too: a
+//! Hypothesis property on that project, and a proptest property on a Rust fixture
+//! (tests/fixtures/projects/rust_prop, built offline), whose shrunk counterexamples become
+//! example tests, and whose library is installed only with approval.
 
 mod support;
 
