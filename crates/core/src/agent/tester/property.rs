@@ -154,7 +154,12 @@ pub fn example_of(property: &NewTest, args: &str) -> Result<NewTest, String> {
             "the shrunk counterexample of the property {}: {args}",
             property.name
         ),
-        expect: property.expect.clone(),
+        // proptest's report prefixes the body's panic with `Test failed: `; the example's
+        // panic is the body's alone.
+        expect: property
+            .expect
+            .trim_start_matches("Test failed: ")
+            .to_string(),
         content,
         check: None,
         counterexample: None,
@@ -238,6 +243,10 @@ mod tests {
             e.content
                 .contains("#[test]\nfn round_trip_example() {\n    check_round_trip(\",\", 0);\n}")
         );
+        let mut p = property("tests/prop.rs", "round_trip", Some("check_round_trip"));
+        p.expect = "Test failed: assertion `left == right` failed".into();
+        let e = example_of(&p, "\",\"").unwrap();
+        assert_eq!(e.expect, "assertion `left == right` failed");
         let p = property("tests/prop.rs", "round_trip", None);
         assert!(example_of(&p, "1").unwrap_err().contains("check"));
     }
