@@ -260,6 +260,17 @@ fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
         assert_eq!(*attempts, if id == "slow" { 2 } else { 1 }, "{id}");
     }
     assert_eq!(slow_calls.load(Ordering::SeqCst), 2);
+    // The runs' memory went to the queue's database too: the team's memory learns from each.
+    let run_ids: Vec<String> = rows
+        .iter()
+        .map(|r| r.4["run_id"].as_str().unwrap().to_string())
+        .collect();
+    let remembered = sql(
+        &url,
+        "SELECT count(DISTINCT run_id) FROM agent_ls_memories WHERE run_id = ANY($1)",
+        &[&run_ids],
+    );
+    assert_eq!(remembered[0].get::<_, i64>(0), 12);
     let end = status(&url, &queue, home.path());
     assert_eq!(
         (end["queued"].as_i64(), end["running"].as_i64()),
@@ -369,4 +380,80 @@ fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
         "{end}"
     );
     assert_eq!(end["workers"]["w"]["failed"], 2, "{end}");
+}
+
+#[test]
+fn a_task_whose_leases_keep_running_out_fails_once_its_attempts_are_spent() {
+    let Some(url) = server() else { return };
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    let path = repo.path().display().to_string();
+    let file = write_tasks(
+        dir.path(),
+        "tasks.jsonl",
+        &[task("doomed", &path, "fix the failing tests")],
+    );
+    enqueue(&file, &[], &url, &queue, home.path());
+    // Every model call hangs: the task never ends by itself.
+    let model = ModelServer::answering(|_| Reply::Sse {
+        events: vec![],
+        stall_after: Some(0),
+    });
+    let out = dir.path().join("w1");
+    let mut first = worker("w1", &out, &model.url, &url, &queue, home.path());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while model.count() == 0 {
+        assert!(Instant::now() < deadline, "the task did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // One attempt allowed: the next worker to lease it records the final failure.
+    let mut second = agent_ls(
+        &[
+            "worker",
+            "--once",
+            "--lease-secs",
+            "3",
+            "--max-attempts",
+            "1",
+            "--name",
+            "w2",
+        ],
+        &url,
+        &queue,
+        &model.url,
+        home.path(),
+    )
+    .arg("--out")
+    .arg(dir.path().join("w2"))
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let s = wait_exit(&mut second, Duration::from_secs(60));
+    assert!(s.success(), "{s}");
+    let rows = results(&url, &queue);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (id, st, by, attempts, result, _) = &rows[0];
+    assert_eq!(
+        (id.as_str(), st.as_str(), by.as_str()),
+        ("doomed", "failed", "w2")
+    );
+    assert_eq!(*attempts, 2);
+    assert!(
+        result["reason"]
+            .as_str()
+            .unwrap()
+            .contains("gave up after 1 attempt"),
+        "{result}"
+    );
+    assert_eq!(model.count(), 1, "the task ran again past its attempts");
+    let end = status(&url, &queue, home.path());
+    assert_eq!(
+        (end["queued"].as_i64(), end["failed"].as_i64()),
+        (Some(0), Some(1)),
+        "{end}"
+    );
 }
