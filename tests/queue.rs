@@ -457,3 +457,73 @@ fn a_task_whose_leases_keep_running_out_fails_once_its_attempts_are_spent() {
         "{end}"
     );
 }
+
+#[test]
+fn sigterm_gives_a_workers_running_task_back_to_the_queue_at_once() {
+    let Some(url) = server() else { return };
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    let path = repo.path().display().to_string();
+    let file = write_tasks(
+        dir.path(),
+        "tasks.jsonl",
+        &[task("long", &path, "fix the failing tests")],
+    );
+    enqueue(&file, &[], &url, &queue, home.path());
+    let model = ModelServer::answering(|_| Reply::Sse {
+        events: vec![],
+        stall_after: Some(0),
+    });
+    let out = dir.path().join("w");
+    // A long lease: only the worker's own hand-back can make the task queued again soon.
+    let mut w = agent_ls(
+        &[
+            "worker",
+            "--lease-secs",
+            "600",
+            "--name",
+            "w",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &url,
+        &queue,
+        &model.url,
+        home.path(),
+    )
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let lock = out.join("worktrees/long/.agent-ls/run.lock");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let run_pid = loop {
+        let held: Option<Value> = std::fs::read_to_string(&lock)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if model.count() > 0
+            && let Some(h) = held
+        {
+            break h["pid"].as_u64().unwrap();
+        }
+        assert!(Instant::now() < deadline, "the task did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status(&url, &queue, home.path())["running"], 1);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(w.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let s = wait_exit(&mut w, Duration::from_secs(30));
+    assert_eq!(s.code(), Some(130));
+    assert!(!support::alive(run_pid), "the run still runs");
+    let end = status(&url, &queue, home.path());
+    assert_eq!(
+        (end["queued"].as_i64(), end["running"].as_i64()),
+        (Some(1), Some(0)),
+        "{end}"
+    );
+    assert!(results(&url, &queue).is_empty());
+}
