@@ -321,9 +321,26 @@ impl TaskQueue {
         Ok(())
     }
 
-    /// Gives the task back at once (to be tried again, or because this worker is stopping):
-    /// any worker may lease it now.
-    pub async fn release(&self, msg_id: i64) -> Result<(), QueueError> {
+    /// Gives the task's `attempt` back at once (to be tried again, or because this worker is
+    /// stopping): any worker may lease it now. Not when its lease ran out and another worker
+    /// leased it since (its read count moved on): that worker's lease stands. The check and
+    /// PGMQ's `set_vt` are two statements; a lease taken between them is shown again, and at
+    /// worst the task runs twice with its one result still counted once.
+    pub async fn release(&self, msg_id: i64, attempt: i32) -> Result<(), QueueError> {
+        let ours = self
+            .client
+            .query_opt(
+                &format!(
+                    "SELECT 1 FROM pgmq.q_{} WHERE msg_id = $1 AND read_ct = $2",
+                    self.name
+                ),
+                &[&msg_id, &attempt],
+            )
+            .await?
+            .is_some();
+        if !ours {
+            return Ok(());
+        }
         (&self.client)
             .set_vt::<serde_json::Value, serde_json::Value, _, _, _>(
                 self.name.as_str(),

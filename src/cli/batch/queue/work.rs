@@ -160,7 +160,7 @@ async fn handle(sh: &Shared, l: Leased, cancel: &CancellationToken) -> anyhow::R
     beat.abort();
     match result {
         None if cancel.is_cancelled() => {
-            sh.queue.release(l.msg_id).await?;
+            sh.queue.release(l.msg_id, l.attempt).await?;
             eprintln!(
                 "agent-ls: worker {}: {} given back to the queue",
                 sh.name, task.id
@@ -177,7 +177,7 @@ async fn handle(sh: &Shared, l: Leased, cancel: &CancellationToken) -> anyhow::R
                 task.id,
                 r.reason.as_deref().unwrap_or("no reason")
             );
-            sh.queue.release(l.msg_id).await?;
+            sh.queue.release(l.msg_id, l.attempt).await?;
         }
         Some(r) => record(sh, &l, &r).await?,
     }
