@@ -49,9 +49,24 @@ enum Command {
     /// Run many goals (a JSONL file of {id, repo, ref?, goal, agent?, config?}), each in its
     /// own git worktree, N at a time; results go to DIR/results.jsonl, and a rerun skips the
     /// tasks that have one (docs/scale.md).
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Batch {
+        #[command(subcommand)]
+        action: Option<batch::BatchCommand>,
         #[command(flatten)]
         args: batch::BatchArgs,
+    },
+    /// Put a tasks file's tasks (as `agent-ls batch` reads them) on a shared queue in
+    /// PostgreSQL, for `agent-ls worker` processes on any machine to run (docs/scale.md).
+    Enqueue {
+        #[command(flatten)]
+        args: batch::queue::EnqueueArgs,
+    },
+    /// Lease tasks from a shared queue in PostgreSQL and run each as `agent-ls batch` does,
+    /// renewing the lease by heartbeat; results and journals go to the same database.
+    Worker {
+        #[command(flatten)]
+        args: batch::queue::WorkerArgs,
     },
     /// Re-run a recorded run (a journal in .agent-ls/runs/) against the current files, with
     /// every model answer taken from the journal.
@@ -263,7 +278,13 @@ fn main() -> ExitCode {
         Command::Serve => or_exit_1(serve::lsp()),
         Command::Config { workspace, json } => or_exit_1(config::run(workspace, json)),
         Command::Run { args } => headless::run_goal(args),
-        Command::Batch { args } => batch::run(args),
+        Command::Batch {
+            action: Some(action),
+            ..
+        } => batch::command(action),
+        Command::Batch { args, .. } => batch::run(args),
+        Command::Enqueue { args } => batch::queue::enqueue(args),
+        Command::Worker { args } => batch::queue::worker(args),
         Command::Replay {
             journal,
             workspace,

@@ -3,6 +3,7 @@
 //! surface), and each result a line of `DIR/results.jsonl` (docs/scale.md).
 
 mod progress;
+pub mod queue;
 mod results;
 mod tasks;
 mod worker;
@@ -22,7 +23,8 @@ use tasks::Task;
 #[derive(clap::Args)]
 pub struct BatchArgs {
     /// The tasks: one JSON object a line, {id, repo, ref?, goal, agent?, config?}.
-    pub tasks: PathBuf,
+    #[arg(required = true)]
+    pub tasks: Option<PathBuf>,
     /// How many tasks run at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: u16,
@@ -35,6 +37,20 @@ pub struct BatchArgs {
     /// Print a JSON summary on stdout at the end.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `agent-ls batch`'s subcommands.
+#[derive(clap::Subcommand)]
+pub enum BatchCommand {
+    /// Count a shared queue's tasks: queued, running, done and failed, per worker.
+    Status(queue::StatusArgs),
+}
+
+/// Runs a subcommand of `agent-ls batch`.
+pub fn command(c: BatchCommand) -> ExitCode {
+    match c {
+        BatchCommand::Status(args) => queue::status(args),
+    }
 }
 
 /// Runs the batch and returns the exit code: 0 every task is done, 1 some is not, 3 the
@@ -50,13 +66,16 @@ pub fn run(args: BatchArgs) -> ExitCode {
 }
 
 fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
-    let all = match tasks::read(&args.tasks) {
+    let Some(file) = args.tasks.clone() else {
+        anyhow::bail!("which tasks file? (agent-ls batch TASKS.jsonl)");
+    };
+    let all = match tasks::read(&file) {
         Ok(t) => t,
         Err(errors) => {
             // Nothing runs from a file with a bad line: its task would be lost, or run on a
             // guess.
             for e in &errors {
-                eprintln!("agent-ls: {}: {e}", args.tasks.display());
+                eprintln!("agent-ls: {}: {e}", file.display());
             }
             eprintln!("agent-ls: the tasks file is refused; nothing was run");
             return Ok(exit::CONFIG);
@@ -84,8 +103,7 @@ fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
         .cloned()
         .collect();
     let skipped = all.len() - pending.len();
-    let base = args
-        .tasks
+    let base = file
         .canonicalize()?
         .parent()
         .map(PathBuf::from)
@@ -95,6 +113,7 @@ fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
         base,
         exe: std::env::current_exe()?,
         git_lock: tokio::sync::Mutex::new(()),
+        env: Vec::new(),
     };
     let mut writer = results::Writer::open(&results_path)?;
     let mut bar = progress::Progress::new(all.len(), skipped);
@@ -161,7 +180,7 @@ async fn drive(
                 let next = queue.lock().ok().and_then(|mut q| q.pop_front());
                 let Some(task) = next else { break };
                 let _ = send.send(Event::Started(task.id.clone()));
-                if let Some(r) = worker::run(&ctx, &task, &cancel).await {
+                if let Some(r) = worker::run(&ctx, &task, false, &cancel).await {
                     let _ = send.send(Event::Finished(Box::new(r)));
                 }
             }

@@ -27,6 +27,7 @@ pub mod logging;
 pub mod mcp_client;
 pub mod memory;
 pub mod model;
+pub mod queue;
 pub mod repomap;
 pub mod steps;
 pub mod store;

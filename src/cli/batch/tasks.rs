@@ -5,27 +5,34 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use agent_ls_runtime::config::{self, Source};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The longest task id: it names a folder and a branch.
 const MAX_ID: usize = 100;
 
 /// One line of the tasks file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Task {
     pub id: String,
     /// A path (relative to the tasks file's folder) or a git URL.
     pub repo: String,
     /// The commit the task starts from (default HEAD).
-    #[serde(rename = "ref", default)]
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
     pub git_ref: Option<String>,
     pub goal: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// Settings for this task's run, as in the configuration file (an object of sections).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<serde_json::Value>,
+}
+
+/// A task that came from elsewhere than a file (a queue's message), checked as a line is.
+pub fn from_value(value: &serde_json::Value) -> Result<Task, String> {
+    let t = Task::deserialize(value).map_err(|e| format!("not a task: {e}"))?;
+    check(&t)?;
+    Ok(t)
 }
 
 /// Reads every task, or says what is wrong with each bad line (by its number, from 1).
@@ -94,8 +101,12 @@ fn check(t: &Task) -> Result<(), String> {
 /// The settings of a task's `config` as `AGENT_LS_<SECTION>__<KEY>` variables for its run,
 /// or why the task is refused: a key only the batch runner's own configuration may set (a
 /// model endpoint, a command, keys: `config::runner_only`), or a value the configuration
-/// does not accept.
-pub fn settings(config: Option<&serde_json::Value>) -> Result<Vec<(String, String)>, String> {
+/// does not accept. A `trusted` task (`enqueue --trusted`) may name endpoints and commands,
+/// but never keys, the sandbox or the other user-only keys.
+pub fn settings(
+    config: Option<&serde_json::Value>,
+    trusted: bool,
+) -> Result<Vec<(String, String)>, String> {
     let Some(value) = config else {
         return Ok(Vec::new());
     };
@@ -104,11 +115,17 @@ pub fn settings(config: Option<&serde_json::Value>) -> Result<Vec<(String, Strin
     let refused: Vec<&str> = leaves
         .iter()
         .map(|(k, _)| k.as_str())
-        .filter(|k| config::runner_only(k))
+        .filter(|k| {
+            if trusted {
+                never_from_a_task(k)
+            } else {
+                config::runner_only(k)
+            }
+        })
         .collect();
     if !refused.is_empty() {
         return Err(format!(
-            "its config sets {}, which run programs, name servers, send data, approve or hold secrets: only the batch runner's own configuration and environment may set them",
+            "its config sets {}, which run programs, name servers, send data, approve or hold secrets: only the runner's own configuration and environment may set them (a queue's owner may let a task name endpoints and commands with `agent-ls enqueue --trusted`, never keys or the sandbox)",
             refused
                 .iter()
                 .map(|k| format!("`{k}`"))
@@ -128,6 +145,19 @@ pub fn settings(config: Option<&serde_json::Value>) -> Result<Vec<(String, Strin
             (name, v.to_string())
         })
         .collect())
+}
+
+/// Keys no task sets, trusted or not: secrets and the names of the variables holding them
+/// (keys come from the worker's environment only), the sandbox (it applies to every task) and
+/// the other user-only keys.
+fn never_from_a_task(key: &str) -> bool {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    last.contains("api_key")
+        || key == "sandbox"
+        || key.starts_with("sandbox.")
+        || config::USER_ONLY_KEYS
+            .iter()
+            .any(|k| key == *k || key.starts_with(&format!("{k}.")))
 }
 
 /// The non-object values of `value` under their dotted keys (nulls left out: not set).
@@ -173,14 +203,27 @@ mod tests {
             json!({"model": {"api_key": "k"}}),
             json!({"sandbox": {"mode": "off"}}),
         ] {
-            assert!(settings(Some(&bad)).is_err(), "{bad}");
+            assert!(settings(Some(&bad), false).is_err(), "{bad}");
         }
-        let env = settings(Some(
-            &json!({"agent": {"evaluate": false, "review": "off"}}),
-        ))
+        let env = settings(
+            Some(&json!({"agent": {"evaluate": false, "review": "off"}})),
+            false,
+        )
         .unwrap();
         assert!(env.contains(&("AGENT_LS_AGENT__EVALUATE".into(), "false".into())));
         assert!(env.contains(&("AGENT_LS_AGENT__REVIEW".into(), "\"off\"".into())));
-        assert!(settings(Some(&json!({"agent": {"evaluate": "maybe"}}))).is_err());
+        assert!(settings(Some(&json!({"agent": {"evaluate": "maybe"}})), false).is_err());
+        // Trusted (`enqueue --trusted`): endpoints and commands, but never keys or the sandbox.
+        let endpoint = json!({"model": {"base_url": "http://x"}, "test": {"command": ["sh"]}});
+        assert!(settings(Some(&endpoint), true).is_ok());
+        for never in [
+            json!({"model": {"api_key": "k"}}),
+            json!({"roles": {"coder": {"api_key": "k"}}}),
+            json!({"memory": {"embeddings": {"api_key_env": "AWS_SECRET"}}}),
+            json!({"sandbox": {"mode": "off"}}),
+            json!({"test": {"env_allow": ["HOME"]}}),
+        ] {
+            assert!(settings(Some(&never), true).is_err(), "{never}");
+        }
     }
 }

@@ -29,14 +29,21 @@ pub struct Context {
     /// Git commands that add clones, worktrees and branches one at a time (two `worktree
     /// add` on one repository race for its files).
     pub git_lock: Mutex<()>,
+    /// Set for every run before the task's own settings (a worker's `memory.url`).
+    pub env: Vec<(String, String)>,
 }
 
 /// Runs one task to its result; `None` when it was cancelled (it gets no result line, so a
-/// rerun does it again).
-pub async fn run(ctx: &Context, task: &Task, cancel: &CancellationToken) -> Option<TaskResult> {
+/// rerun does it again). A `trusted` task's config may name endpoints and commands.
+pub async fn run(
+    ctx: &Context,
+    task: &Task,
+    trusted: bool,
+    cancel: &CancellationToken,
+) -> Option<TaskResult> {
     let started = Instant::now();
     let ms = |s: Instant| s.elapsed().as_millis() as u64;
-    let env = match tasks::settings(task.config.as_ref()) {
+    let env = match tasks::settings(task.config.as_ref(), trusted) {
         Ok(env) => env,
         Err(why) => {
             return Some(TaskResult::without_run(
@@ -159,7 +166,7 @@ async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
 }
 
 /// Whether the task's repo is a URL to clone rather than a path.
-fn is_url(repo: &str) -> bool {
+pub fn is_url(repo: &str) -> bool {
     repo.contains("://") || (repo.contains('@') && repo.contains(':'))
 }
 
@@ -273,6 +280,7 @@ async fn spawn_run(
         // A task runs only under the sandbox: --yes approves no dev dependency's install,
         // which would run outside it.
         .env("AGENT_LS_TESTER__INSTALL", "false")
+        .envs(ctx.env.iter().map(|(k, v)| (k, v)))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(worktree)
         .stdin(Stdio::null())
@@ -280,6 +288,7 @@ async fn spawn_run(
         .stderr(stderr)
         .process_group(0)
         .kill_on_drop(true);
+    die_with_parent(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", ctx.exe.display()))?;
@@ -302,6 +311,29 @@ async fn spawn_run(
             end_group(pid, &mut child).await;
             Ok(None)
         }
+    }
+}
+
+/// The run gets SIGKILL when the process that started it dies (PR_SET_PDEATHSIG), however it
+/// dies: a worker killed with SIGKILL (or by the OOM killer) runs no code to end its runs, and
+/// an orphaned run would go on editing a worktree whose task another worker has taken over.
+/// Linux sends it when the thread that forked exits; tokio's worker threads live as long as
+/// the runtime, which is the process's life here.
+fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec this makes only async-signal-safe system calls (prctl,
+    // getppid, kill) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the prctl: no signal will come, so end here.
+            if libc::getppid() != parent {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            Ok(())
+        });
     }
 }
 

@@ -1,0 +1,529 @@
+//! Workers on a shared queue in a real PostgreSQL on 127.0.0.1 (docs/scale.md): three
+//! `agent-ls worker` processes share twelve tasks, one is SIGKILLed mid-task and its task is
+//! taken over once its lease runs out, every task ends exactly once; a task naming an
+//! endpoint is refused unless its owner trusted it; `batch status` counts them.
+//!
+//! The tests skip without AGENT_LS_TEST_POSTGRES_URL, saying so, unless
+//! AGENT_LS_REQUIRE_POSTGRES is set (scripts/test sets both). Each test has a queue of its own.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::git::{FIX_AND_CREATE, example_repository};
+use support::model_server::{ModelServer, Reply, openai_text};
+
+fn server() -> Option<String> {
+    match std::env::var("AGENT_LS_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("AGENT_LS_REQUIRE_POSTGRES").is_some() => panic!(
+            "AGENT_LS_TEST_POSTGRES_URL is not set; scripts/test starts PostgreSQL (scripts/postgres start)"
+        ),
+        _ => {
+            eprintln!(
+                "skipped: AGENT_LS_TEST_POSTGRES_URL is not set (scripts/postgres start; scripts/test does it)"
+            );
+            None
+        }
+    }
+}
+
+/// A queue name no other test (or earlier run) uses.
+fn fresh_queue(dir: &Path) -> String {
+    let name: String = dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    format!("t_{}", name.to_ascii_lowercase())
+}
+
+/// Rows of `query` against the test's database.
+fn sql(
+    url: &str,
+    query: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Vec<tokio_postgres::Row> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            client.query(query, params).await.unwrap()
+        })
+}
+
+/// Each result of the queue: (task id, status, worker, attempts, result, journal).
+fn results(url: &str, queue: &str) -> Vec<(String, String, String, i32, Value, Option<String>)> {
+    sql(
+        url,
+        "SELECT task_id, status, worker, attempts, result, journal FROM agent_ls_queue_results WHERE queue = $1 ORDER BY msg_id",
+        &[&queue],
+    )
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+    .collect()
+}
+
+fn task(id: &str, repo: &str, goal: &str) -> Value {
+    json!({"id": id, "repo": repo, "goal": goal, "config": {"agent": {"evaluate": false, "review": "off"}}})
+}
+
+fn write_tasks(dir: &Path, name: &str, tasks: &[Value]) -> PathBuf {
+    let file = dir.join(name);
+    let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// `agent-ls ARGS` with the queue in AGENT_LS_QUEUE (as a Kubernetes Secret would put it) and
+/// the model at `model`.
+fn agent_ls(args: &[&str], url: &str, queue: &str, model: &str, home: &Path) -> Command {
+    let mut cmd = support::agent_ls(args, home);
+    cmd.env("AGENT_LS_QUEUE", url)
+        .env("AGENT_LS_QUEUE_NAME", queue)
+        .env("AGENT_LS_MODEL__PROVIDER", "openai")
+        .env("AGENT_LS_MODEL__BASE_URL", format!("{model}/v1"))
+        .env("OPENAI_API_KEY", "test-key");
+    cmd
+}
+
+fn said(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn enqueue(file: &Path, extra: &[&str], url: &str, queue: &str, home: &Path) {
+    let mut args = vec!["enqueue", file.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let out = agent_ls(&args, url, queue, "http://127.0.0.1:9", home)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", said(&out));
+}
+
+fn worker(name: &str, out: &Path, model: &str, url: &str, queue: &str, home: &Path) -> Child {
+    let log = std::fs::File::create(out.with_extension("log")).unwrap();
+    agent_ls(
+        &[
+            "worker",
+            "--once",
+            "--lease-secs",
+            "3",
+            "--name",
+            name,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        url,
+        queue,
+        model,
+        home,
+    )
+    .stderr(log)
+    .spawn()
+    .unwrap()
+}
+
+fn status(url: &str, queue: &str, home: &Path) -> Value {
+    let out = agent_ls(
+        &["batch", "status", "--json"],
+        url,
+        queue,
+        "http://127.0.0.1:9",
+        home,
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", said(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("a worker did not exit within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
+    let Some(url) = server() else { return };
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    let path = repo.path().display().to_string();
+    // The first task's first model call hangs: its worker is killed while it runs.
+    let mut tasks = vec![task("slow", &path, "fix the failing tests slowly")];
+    tasks.extend((1..=11).map(|n| {
+        task(
+            &format!("t{n}"),
+            &path,
+            &format!("fix the failing tests ({n})"),
+        )
+    }));
+    let file = write_tasks(dir.path(), "tasks.jsonl", &tasks);
+    enqueue(&file, &[], &url, &queue, home.path());
+    assert_eq!(status(&url, &queue, home.path())["queued"], 12);
+    let slow_calls = Arc::new(AtomicUsize::new(0));
+    let calls = slow_calls.clone();
+    let model = ModelServer::answering(move |body| {
+        if body.to_string().contains("slowly") && calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::Sse {
+                events: vec![],
+                stall_after: Some(0),
+            }
+        } else {
+            openai_text(&[FIX_AND_CREATE])
+        }
+    });
+    let names = ["w1", "w2", "w3"];
+    let outs: Vec<PathBuf> = names.iter().map(|n| dir.path().join(n)).collect();
+    let mut workers: Vec<Child> = names
+        .iter()
+        .zip(&outs)
+        .map(|(n, o)| worker(n, o, &model.url, &url, &queue, home.path()))
+        .collect();
+    // The worker whose run of `slow` holds its run lock.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (victim, run_pid) = loop {
+        let held = outs.iter().enumerate().find_map(|(i, o)| {
+            let lock = o.join("worktrees/slow/.agent-ls/run.lock");
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(lock).ok()?).ok()?;
+            Some((i, v["pid"].as_u64()?))
+        });
+        if let Some(h) = held
+            && slow_calls.load(Ordering::SeqCst) > 0
+        {
+            break h;
+        }
+        assert!(Instant::now() < deadline, "no worker started the slow task");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let running = status(&url, &queue, home.path());
+    assert_eq!(running["workers"][names[victim]]["running"], 1, "{running}");
+    workers[victim].kill().unwrap();
+    workers[victim].wait().unwrap();
+    // Its run dies with it (PR_SET_PDEATHSIG), and stops editing the worktree.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while support::alive(run_pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the killed worker's run still runs"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (i, w) in workers.iter_mut().enumerate() {
+        if i != victim {
+            let s = wait_exit(w, Duration::from_secs(240));
+            assert!(s.success(), "worker {} exited {s}", names[i]);
+        }
+    }
+    let rows = results(&url, &queue);
+    let ids: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(rows.len(), 12, "{rows:?}");
+    assert_eq!(ids.len(), 12, "a task ended twice: {rows:?}");
+    for (id, st, by, attempts, result, journal) in &rows {
+        assert_eq!(st, "done", "{id}: {result}");
+        assert_ne!(by, names[victim], "the killed worker recorded {id}");
+        assert!(
+            result["diff"]
+                .as_str()
+                .unwrap()
+                .contains("+    return a + b"),
+            "{result}"
+        );
+        // The journal's text is kept with the result, in the same database.
+        let run = result["run_id"].as_str().unwrap();
+        assert!(
+            journal.as_deref().is_some_and(|j| j.contains(run)),
+            "{id}: no journal"
+        );
+        assert_eq!(*attempts, if id == "slow" { 2 } else { 1 }, "{id}");
+    }
+    assert_eq!(slow_calls.load(Ordering::SeqCst), 2);
+    // The runs' memory went to the queue's database too: the team's memory learns from each.
+    let run_ids: Vec<String> = rows
+        .iter()
+        .map(|r| r.4["run_id"].as_str().unwrap().to_string())
+        .collect();
+    let remembered = sql(
+        &url,
+        "SELECT count(DISTINCT run_id) FROM agent_ls_memories WHERE run_id = ANY($1)",
+        &[&run_ids],
+    );
+    assert_eq!(remembered[0].get::<_, i64>(0), 12);
+    let end = status(&url, &queue, home.path());
+    assert_eq!(
+        (end["queued"].as_i64(), end["running"].as_i64()),
+        (Some(0), Some(0)),
+        "{end}"
+    );
+    assert_eq!(
+        (end["done"].as_i64(), end["failed"].as_i64()),
+        (Some(12), Some(0)),
+        "{end}"
+    );
+    let by_workers: i64 = end["workers"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|w| w["done"].as_i64().unwrap())
+        .sum();
+    assert_eq!(by_workers, 12, "{end}");
+    // The text form says the same.
+    let text = agent_ls(
+        &["batch", "status"],
+        &url,
+        &queue,
+        "http://127.0.0.1:9",
+        home.path(),
+    )
+    .output()
+    .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(
+        text.starts_with("queued 0  running 0  done 12  failed 0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
+    let Some(url) = server() else { return };
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    let path = repo.path().display().to_string();
+    let model = ModelServer::answering(|_| openai_text(&[FIX_AND_CREATE]));
+    let endpoint = json!({"agent": {"evaluate": false, "review": "off"}, "model": {"base_url": format!("{}/v1", model.url)}});
+    let mut plain = task("plain", &path, "fix the failing tests");
+    plain["config"] = endpoint.clone();
+    let mut owned = task("owned", &path, "fix the failing tests");
+    owned["config"] = endpoint.clone();
+    let mut keyed = task("keyed", &path, "fix the failing tests");
+    keyed["config"] =
+        json!({"model": {"base_url": format!("{}/v1", model.url), "api_key": "sk-from-a-task"}});
+    enqueue(
+        &write_tasks(dir.path(), "plain.jsonl", &[plain]),
+        &[],
+        &url,
+        &queue,
+        home.path(),
+    );
+    let trusted = write_tasks(dir.path(), "trusted.jsonl", &[owned, keyed]);
+    enqueue(&trusted, &["--trusted"], &url, &queue, home.path());
+    // The worker's own endpoint answers nothing: only the trusted task's own can.
+    let mut w = worker(
+        "w",
+        &dir.path().join("w"),
+        "http://127.0.0.1:9",
+        &url,
+        &queue,
+        home.path(),
+    );
+    let s = wait_exit(&mut w, Duration::from_secs(120));
+    assert!(s.success(), "{s}");
+    let rows = results(&url, &queue);
+    let by = |id: &str| {
+        rows.iter()
+            .find(|r| r.0 == id)
+            .unwrap_or_else(|| panic!("{id}: {rows:?}"))
+            .clone()
+    };
+    let plain = by("plain");
+    assert_eq!(plain.1, "refused", "{plain:?}");
+    assert!(
+        plain.4["reason"]
+            .as_str()
+            .unwrap()
+            .contains("`model.base_url`"),
+        "{plain:?}"
+    );
+    assert!(!dir.path().join("w/worktrees/plain").exists());
+    let owned = by("owned");
+    assert_eq!(owned.1, "done", "{owned:?}");
+    // Keys come from the worker's environment only, trusted or not.
+    let keyed = by("keyed");
+    assert_eq!(keyed.1, "refused", "{keyed:?}");
+    assert!(
+        keyed.4["reason"]
+            .as_str()
+            .unwrap()
+            .contains("`model.api_key`"),
+        "{keyed:?}"
+    );
+    assert!(model.count() > 0);
+    let end = status(&url, &queue, home.path());
+    assert_eq!(
+        (end["done"].as_i64(), end["failed"].as_i64()),
+        (Some(1), Some(2)),
+        "{end}"
+    );
+    assert_eq!(end["workers"]["w"]["failed"], 2, "{end}");
+}
+
+#[test]
+fn a_task_whose_leases_keep_running_out_fails_once_its_attempts_are_spent() {
+    let Some(url) = server() else { return };
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    let path = repo.path().display().to_string();
+    let file = write_tasks(
+        dir.path(),
+        "tasks.jsonl",
+        &[task("doomed", &path, "fix the failing tests")],
+    );
+    enqueue(&file, &[], &url, &queue, home.path());
+    // Every model call hangs: the task never ends by itself.
+    let model = ModelServer::answering(|_| Reply::Sse {
+        events: vec![],
+        stall_after: Some(0),
+    });
+    let out = dir.path().join("w1");
+    let mut first = worker("w1", &out, &model.url, &url, &queue, home.path());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while model.count() == 0 {
+        assert!(Instant::now() < deadline, "the task did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // One attempt allowed: the next worker to lease it records the final failure.
+    let mut second = agent_ls(
+        &[
+            "worker",
+            "--once",
+            "--lease-secs",
+            "3",
+            "--max-attempts",
+            "1",
+            "--name",
+            "w2",
+        ],
+        &url,
+        &queue,
+        &model.url,
+        home.path(),
+    )
+    .arg("--out")
+    .arg(dir.path().join("w2"))
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let s = wait_exit(&mut second, Duration::from_secs(60));
+    assert!(s.success(), "{s}");
+    let rows = results(&url, &queue);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (id, st, by, attempts, result, _) = &rows[0];
+    assert_eq!(
+        (id.as_str(), st.as_str(), by.as_str()),
+        ("doomed", "failed", "w2")
+    );
+    assert_eq!(*attempts, 2);
+    assert!(
+        result["reason"]
+            .as_str()
+            .unwrap()
+            .contains("gave up after 1 attempt"),
+        "{result}"
+    );
+    assert_eq!(model.count(), 1, "the task ran again past its attempts");
+    let end = status(&url, &queue, home.path());
+    assert_eq!(
+        (end["queued"].as_i64(), end["failed"].as_i64()),
+        (Some(0), Some(1)),
+        "{end}"
+    );
+}
+
+#[test]
+fn sigterm_gives_a_workers_running_task_back_to_the_queue_at_once() {
+    let Some(url) = server() else { return };
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    let path = repo.path().display().to_string();
+    let file = write_tasks(
+        dir.path(),
+        "tasks.jsonl",
+        &[task("long", &path, "fix the failing tests")],
+    );
+    enqueue(&file, &[], &url, &queue, home.path());
+    let model = ModelServer::answering(|_| Reply::Sse {
+        events: vec![],
+        stall_after: Some(0),
+    });
+    let out = dir.path().join("w");
+    // A long lease: only the worker's own hand-back can make the task queued again soon.
+    let mut w = agent_ls(
+        &[
+            "worker",
+            "--lease-secs",
+            "600",
+            "--name",
+            "w",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &url,
+        &queue,
+        &model.url,
+        home.path(),
+    )
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let lock = out.join("worktrees/long/.agent-ls/run.lock");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let run_pid = loop {
+        let held: Option<Value> = std::fs::read_to_string(&lock)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if model.count() > 0
+            && let Some(h) = held
+        {
+            break h["pid"].as_u64().unwrap();
+        }
+        assert!(Instant::now() < deadline, "the task did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status(&url, &queue, home.path())["running"], 1);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(w.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let s = wait_exit(&mut w, Duration::from_secs(30));
+    assert_eq!(s.code(), Some(130));
+    assert!(!support::alive(run_pid), "the run still runs");
+    let end = status(&url, &queue, home.path());
+    assert_eq!(
+        (end["queued"].as_i64(), end["running"].as_i64()),
+        (Some(1), Some(0)),
+        "{end}"
+    );
+    assert!(results(&url, &queue).is_empty());
+}
