@@ -366,3 +366,66 @@ fn sigint_leaves_whole_result_lines_and_a_rerun_finishes_the_rest() {
     assert_eq!(lines[2]["id"], "slow");
     assert_eq!(lines[2]["status"], "done");
 }
+
+#[test]
+fn index_runs_only_that_task_counting_non_blank_lines_and_past_the_end_is_refused() {
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let path = repo.path().display().to_string();
+    // A blank line between the tasks: indexes count tasks, as a Job's completions do.
+    let file = dir.path().join("tasks.jsonl");
+    let lines = [
+        task("first", &path, "fix the failing tests"),
+        task("second", &path, "fix the failing tests"),
+        task("third", &path, "fix the failing tests"),
+    ];
+    std::fs::write(
+        &file,
+        format!("{}\n\n{}\n{}\n", lines[0], lines[1], lines[2]),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let server = fixer();
+    let out = batch(
+        &file,
+        &out_dir,
+        &server.url,
+        &["--index", "1", "--json"],
+        home.path(),
+    )
+    .output()
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", said(&out));
+    let written = results(&out_dir);
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert_eq!(written[0]["id"], "second");
+    assert_eq!(written[0]["status"], "done");
+    assert!(!out_dir.join("worktrees/first").exists());
+    assert!(!out_dir.join("worktrees/third").exists());
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["tasks"], 1);
+    assert_eq!(summary["ran"], 1);
+    let calls = server.count();
+    // Past the end (a Job with more completions than tasks): refused, nothing run.
+    let past = dir.path().join("past");
+    let out = batch(&file, &past, &server.url, &["--index", "3"], home.path())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 3, "{}", said(&out));
+    assert!(
+        said(&out).contains("--index 3 is past the end: the file has 3 task(s), indexes 0 to 2"),
+        "{}",
+        said(&out)
+    );
+    assert!(results(&past).is_empty());
+    assert_eq!(server.count(), calls);
+    // A bad line elsewhere in the file refuses every index, the good one's too.
+    std::fs::write(&file, format!("{}\nnot json\n", lines[0])).unwrap();
+    let out = batch(&file, &past, &server.url, &["--index", "0"], home.path())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 3, "{}", said(&out));
+    assert!(said(&out).contains("line 2: not a task"), "{}", said(&out));
+    assert_eq!(server.count(), calls);
+}

@@ -37,6 +37,10 @@ pub struct BatchArgs {
     /// Print a JSON summary on stdout at the end.
     #[arg(long)]
     pub json: bool,
+    /// Run only the N-th task of the file (from 0, counting the non-blank lines), as a
+    /// Kubernetes Indexed Job's `$JOB_COMPLETION_INDEX` picks it.
+    #[arg(long, value_name = "N")]
+    pub index: Option<usize>,
 }
 
 /// `agent-ls batch`'s subcommands.
@@ -78,6 +82,13 @@ fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
                 eprintln!("agent-ls: {}: {e}", file.display());
             }
             eprintln!("agent-ls: the tasks file is refused; nothing was run");
+            return Ok(exit::CONFIG);
+        }
+    };
+    let all = match pick(all, args.index) {
+        Ok(t) => t,
+        Err(why) => {
+            eprintln!("agent-ls: {}: {why}; nothing was run", args.tasks.display());
             return Ok(exit::CONFIG);
         }
     };
@@ -155,6 +166,23 @@ fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
     } else {
         exit::DONE
     })
+}
+
+/// The tasks this batch is about: all of them, or with `--index N` the N-th alone. The file
+/// is checked whole first either way, so every pod of an Indexed Job refuses a bad file the
+/// same way, and an index past the end (a Job's `completions` larger than the file) says so
+/// rather than succeeding with nothing done.
+fn pick(all: Vec<Task>, index: Option<usize>) -> Result<Vec<Task>, String> {
+    let Some(n) = index else { return Ok(all) };
+    let count = all.len();
+    match all.into_iter().nth(n) {
+        Some(task) => Ok(vec![task]),
+        None if count == 0 => Err(format!("--index {n}: the file has no task")),
+        None => Err(format!(
+            "--index {n} is past the end: the file has {count} task(s), indexes 0 to {}",
+            count - 1
+        )),
+    }
 }
 
 /// The workers: each takes the next task until none is left or the batch is cancelled, and
