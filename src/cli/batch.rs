@@ -88,7 +88,7 @@ fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
     let all = match pick(all, args.index) {
         Ok(t) => t,
         Err(why) => {
-            eprintln!("agent-ls: {}: {why}; nothing was run", args.tasks.display());
+            eprintln!("agent-ls: {}: {why}; nothing was run", file.display());
             return Ok(exit::CONFIG);
         }
     };
