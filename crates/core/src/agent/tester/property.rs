@@ -26,9 +26,16 @@ pub fn counterexample(test: &NewTest, trial: &Trial) -> Option<String> {
         .filter(|f| {
             f.test_id.ends_with(&test.name) || f.test_id.ends_with(&format!("::{}", test.name))
         })
-        .map(|f| f.message.as_str())
-        .chain(std::iter::once(trial.report.as_str()));
-    for text in texts {
+        .map(|f| f.message.as_str());
+    // The whole report holds every failing test's output: for proptest, whose line does not
+    // name the test, only this test's own section is read, so another property's
+    // counterexample is never taken for this one's.
+    let report = if test.path.ends_with(".py") {
+        Some(trial.report.as_str())
+    } else {
+        cargo_section(&trial.report, &test.name)
+    };
+    for text in texts.chain(report) {
         let found = if test.path.ends_with(".py") {
             hypothesis_args(text, &test.name)
         } else {
@@ -71,6 +78,29 @@ fn hypothesis_args(text: &str, name: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// The part of `cargo test`'s output that test `name` printed: from its `---- NAME stdout ----`
+/// header (NAME maybe with its module path) to the next header or the `failures:` list.
+fn cargo_section<'a>(report: &'a str, name: &str) -> Option<&'a str> {
+    let mut start = None;
+    let mut offset = 0;
+    for line in report.split_inclusive('\n') {
+        let t = line.trim();
+        if let Some(at) = start {
+            if t.starts_with("---- ") || t == "failures:" {
+                return Some(&report[at..offset]);
+            }
+        } else if let Some(header) = t
+            .strip_prefix("---- ")
+            .and_then(|h| h.strip_suffix(" stdout ----"))
+            && (header == name || header.ends_with(&format!("::{name}")))
+        {
+            start = Some(offset + line.len());
+        }
+        offset += line.len();
+    }
+    start.map(|at| &report[at..])
 }
 
 /// proptest: `minimal failing input: s = ",", n = 0`; the values, in order.
@@ -221,6 +251,17 @@ mod tests {
             counterexample(&p, &t).as_deref(),
             Some("\"a, b\", [1, 2], 0")
         );
+    }
+
+    #[test]
+    fn in_cargo_s_report_only_the_property_s_own_section_is_read() {
+        let p = property("tests/prop.rs", "round_trip", Some("check"));
+        // Two failing properties; the parsed failure of round_trip holds no counterexample.
+        let report = "running 2 tests\n\nfailures:\n\n---- other stdout ----\nminimal failing input: s = \"x\"\n\n---- prop::round_trip stdout ----\nTest failed: assertion failed.\nminimal failing input: s = \",\"\n\nfailures:\n    other\n    prop::round_trip\n";
+        let t = trial("prop::round_trip", "assertion failed", report);
+        assert_eq!(counterexample(&p, &t).as_deref(), Some("\",\""));
+        let q = property("tests/prop.rs", "third", Some("check"));
+        assert_eq!(counterexample(&q, &t), None);
     }
 
     #[test]
