@@ -1048,11 +1048,12 @@ fn the_failing_test_action_adds_the_test_as_its_own_step_before_the_fix_and_undo
     assert!(disk(&s).contains("return a + b"));
 }
 
-#[test]
-fn the_editor_is_asked_before_a_property_test_s_library_is_installed_and_refusing_sends_the_tester_back()
- {
-    // examples/calc's tests (unittest) run with a Python of their own, a fresh virtual
-    // environment, which has no Hypothesis whatever the machine's Python has.
+/// A server on examples/calc whose tests (unittest) run with a Python of their own, a fresh
+/// virtual environment without pip, which has no Hypothesis whatever the machine's Python has
+/// (and installs nothing), changes applied without asking ("auto"); the tester proposes a
+/// Hypothesis property and an example test, then the coder fixes `add`. The environment is
+/// the second value, to keep.
+fn property_setup() -> (Setup, tempfile::TempDir) {
     let venv = tempfile::tempdir().unwrap();
     let made = std::process::Command::new(support::python())
         .args(["-m", "venv", "--without-pip"])
@@ -1078,6 +1079,32 @@ fn the_editor_is_asked_before_a_property_test_s_library_is_installed_and_refusin
     let env = vec![("AGENT_LS_TEST__COMMAND".to_string(), command)];
     let mut s = setup_env(&lines, "auto", caps, env);
     applies(&mut s);
+    (s, venv)
+}
+
+/// The run `property_setup` scripts ended with the property refused for `why` and the example
+/// test kept.
+fn property_refused(s: &mut Setup, why: &str) {
+    let done = finished(&mut s.client);
+    assert_eq!(done["status"], "done", "{done}");
+    let t = &done["tester"];
+    assert_eq!(
+        (t["status"].as_str(), t["attempts"].as_u64()),
+        (Some("kept"), Some(2)),
+        "{t}"
+    );
+    assert!(
+        t["refused"][0].as_str().unwrap_or_default().contains(why),
+        "{t}"
+    );
+    assert!(!s.ws.path().join("test_props.py").exists());
+    assert!(s.ws.path().join("test_add.py").exists());
+}
+
+#[test]
+fn the_editor_is_asked_before_a_property_test_s_library_is_installed_and_refusing_sends_the_tester_back()
+ {
+    let (mut s, _venv) = property_setup();
     let asked = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = asked.clone();
     // Asked even though changes apply without asking ("auto"): the install runs a command.
@@ -1093,27 +1120,42 @@ fn the_editor_is_asked_before_a_property_test_s_library_is_installed_and_refusin
             json!({"goal": "fix: add subtracts instead of adding", "reproduce": true}),
         )
         .unwrap();
-    let done = finished(&mut s.client);
-    assert_eq!(done["status"], "done", "{done}");
+    property_refused(&mut s, "was not approved");
     let asked = asked.lock().unwrap().clone();
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert!(
         asked[0].contains("needs hypothesis") && asked[0].contains("-m pip install hypothesis"),
         "{asked:?}"
     );
-    let t = &done["tester"];
-    assert_eq!(
-        (t["status"].as_str(), t["attempts"].as_u64()),
-        (Some("kept"), Some(2)),
-        "{t}"
-    );
+}
+
+/// agent-ls.accept answers a change's question; while the install's question is open it
+/// approves nothing (it may be a click meant for an earlier question): only the question's
+/// own **Install** does.
+#[test]
+fn agent_ls_accept_does_not_approve_an_install() {
+    let (mut s, _venv) = property_setup();
+    // The install's question stays open, as with a user who looks away.
+    s.client
+        .on_request("window/showMessageRequest", |_| json!(support::DEFER));
+    s.client
+        .command(
+            "agent-ls.run",
+            json!({"goal": "fix: add subtracts instead of adding", "reproduce": true}),
+        )
+        .unwrap();
+    s.client.wait_deferred("window/showMessageRequest");
+    let asked = s.client.server_request("window/showMessageRequest");
     assert!(
-        t["refused"][0]
+        asked["params"]["message"]
             .as_str()
-            .unwrap()
-            .contains("was not approved"),
-        "{t}"
+            .unwrap_or_default()
+            .contains("needs hypothesis"),
+        "{asked}"
     );
-    assert!(!s.ws.path().join("test_props.py").exists());
-    assert!(s.ws.path().join("test_add.py").exists());
+    s.client.command("agent-ls.accept", Value::Null).unwrap();
+    // Approved, the install would have run, and failed with no pip to run.
+    property_refused(&mut s, "was not approved");
+    s.client
+        .answer_deferred("window/showMessageRequest", Value::Null);
 }

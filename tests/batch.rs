@@ -282,6 +282,30 @@ fn a_task_whose_config_names_an_endpoint_is_refused_and_a_bad_line_refuses_the_f
     assert_eq!(server.count(), 0);
 }
 
+/// The worker turns the tester's installs off for every run (they run outside the sandbox,
+/// and a run's `--yes` is no one's approval): a task that turns them back on is refused.
+#[test]
+fn a_task_that_turns_installs_back_on_is_refused() {
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let path = repo.path().display().to_string();
+    let mut install = task("install", &path, "fix the failing tests");
+    install["config"]["tester"] = json!({"install": true});
+    let file = write_tasks(dir.path(), &[install]);
+    let out_dir = dir.path().join("out");
+    let server = fixer();
+    let out = batch(&file, &out_dir, &server.url, &[], home.path())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", said(&out));
+    let lines = results(&out_dir);
+    assert_eq!(lines[0]["status"], "refused", "{}", lines[0]);
+    let reason = lines[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("`tester.install`"), "{reason}");
+    assert_eq!(server.count(), 0);
+}
+
 #[test]
 fn sigint_leaves_whole_result_lines_and_a_rerun_finishes_the_rest() {
     let repo = example_repository();

@@ -263,6 +263,10 @@ fn the_batch_job_is_indexed_and_each_pod_runs_the_task_of_its_index() {
         .and_then(|r| r.on_exit_codes.as_ref())
         .expect("a FailIndex rule on exit codes");
     assert!(fails.values.contains(&3));
+    // Exit 1 may be a task whose worktree could not be set up (`error`): it gets its retry,
+    // and the retry runs it again rather than skipping it for its written result.
+    assert!(!fails.values.contains(&1), "{fails:?}");
+    assert!(words.iter().any(|w| w == "--retry-failed"), "{words:?}");
     assert_eq!(fails.container_name.as_deref(), Some(c.name.as_str()));
     assert!(spec.backoff_limit_per_index.is_some());
     run_the_jobs_command(&words, tasks, count);
@@ -542,14 +546,16 @@ fn checkout() -> (tempfile::TempDir, tempfile::TempDir) {
     (repo, remote)
 }
 
-/// Runs, in order, the workflow's steps that call agent-ls, each as GitHub runs a `run:`
-/// script (`bash --noprofile --norc -eo pipefail`) with the job's and the step's `env:`
-/// expanded for `event`. The test adds only the model's address (a server on 127.0.0.1),
-/// settings that ask the model as a coder alone, and HOME.
+/// Runs, in order, the workflow's steps that call agent-ls or gh, each as GitHub runs a
+/// `run:` script (`bash --noprofile --norc -eo pipefail`) with the job's and the step's
+/// `env:` expanded for `event`. The test adds only the model's address (a server on
+/// 127.0.0.1), settings that ask the model as a coder alone, HOME and RUNNER_TEMP.
 fn run_workflow(event: Event, repo: &Path, tools_dir: &Path, model: &str) {
     let bin = tools(tools_dir);
     let home = tools_dir.join("home");
     std::fs::create_dir_all(&home).unwrap();
+    let runner_temp = tools_dir.join("runner-temp");
+    std::fs::create_dir_all(&runner_temp).unwrap();
     let wf = workflow();
     let job_env = env_block(&wf["jobs"]["agent"]["env"]);
     let path = format!(
@@ -559,10 +565,10 @@ fn run_workflow(event: Event, repo: &Path, tools_dir: &Path, model: &str) {
     );
     let steps: Vec<Step> = workflow_steps()
         .into_iter()
-        .filter(|s| !agent_ls_lines(&s.run).is_empty())
+        .filter(|s| !agent_ls_lines(&s.run).is_empty() || s.run.contains("gh "))
         .collect();
     let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names.len(), 4, "trust, run, commit, pr: {names:?}");
+    assert_eq!(names.len(), 5, "trust, log, run, commit, pr: {names:?}");
     for step in &steps {
         let script = tools_dir.join("step.sh");
         std::fs::write(&script, &step.run).unwrap();
@@ -575,6 +581,7 @@ fn run_workflow(event: Event, repo: &Path, tools_dir: &Path, model: &str) {
             .env("PATH", &path)
             .env("HOME", &home)
             .env("XDG_CONFIG_HOME", &home)
+            .env("RUNNER_TEMP", &runner_temp)
             .env("AGENT_LS_MODEL__BASE_URL", format!("{model}/v1"))
             .env("AGENT_LS_AGENT__EVALUATE", "false")
             .env("AGENT_LS_AGENT__REVIEW", "off");
@@ -655,5 +662,64 @@ fn the_workflow_fixes_a_failed_ci_run_from_its_log_and_opens_a_pull_request() {
             "The CI workflow fails on this commit: make it pass",
             "FAILED test_calc.py::test_add - assert -1 == 5",
         ],
+    );
+}
+
+/// The workflow runs the agent with `--yes` and the repository's code: installs (which run
+/// outside the sandbox) are off for the job, the GitHub token reaches only the steps that
+/// read the failed run's log and open the pull request, the model's key only the run and the
+/// commit, and the checkout leaves no credentials in .git/config.
+#[test]
+fn the_workflow_gives_each_secret_only_to_the_steps_that_need_it() {
+    let wf = workflow();
+    let job = &wf["jobs"]["agent"];
+    let job_env = env_block(&job["env"]);
+    assert_eq!(
+        job_env.get("AGENT_LS_TESTER__INSTALL").map(String::as_str),
+        Some("false")
+    );
+    let secret = |v: &String| v.contains("secrets.") || v.contains("github.token");
+    assert!(
+        !job_env.values().any(secret),
+        "a secret in the job's env: {job_env:?}"
+    );
+    let steps = job["steps"].as_array().expect("steps");
+    let checkout = steps
+        .iter()
+        .find(|s| {
+            s["uses"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("actions/checkout@"))
+        })
+        .expect("a checkout step");
+    assert_eq!(checkout["with"]["persist-credentials"], false, "{checkout}");
+    let holding = |what: &str| -> Vec<String> {
+        workflow_steps()
+            .into_iter()
+            .filter(|s| s.env.values().any(|v| v.contains(what)))
+            .map(|s| s.name)
+            .collect()
+    };
+    assert_eq!(
+        holding("github.token"),
+        ["Read the failed run's log", "Open the pull request"]
+    );
+    assert_eq!(
+        holding("secrets.OPENAI_API_KEY"),
+        ["Run the agent", "Commit"]
+    );
+    // No `uses:` step gets a secret through its env either.
+    for step in steps.iter().filter(|s| s.get("run").is_none()) {
+        assert!(!env_block(&step["env"]).values().any(secret), "{step}");
+    }
+    // The pull request's push gets gh's credentials from git's environment configuration.
+    let pr = workflow_steps()
+        .into_iter()
+        .find(|s| s.name == "Open the pull request")
+        .unwrap();
+    assert!(
+        pr.env.values().any(|v| v == "!gh auth git-credential"),
+        "{:?}",
+        pr.env
     );
 }

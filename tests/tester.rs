@@ -455,6 +455,15 @@ fn rust_run(ws: &Path, replies: &[String], args: &[&str]) -> (Value, ModelServer
 #[test]
 fn a_proptest_property_in_a_rust_fixture_gets_proptest_installed_and_an_example_test() {
     let ws = rust_project();
+    // The repository's cargo configuration names a registry of its own for `cargo add`
+    // (`cargo test` does not use it): the install, which runs outside the sandbox, must not
+    // read the workspace's configuration, so it does not run in the workspace.
+    std::fs::create_dir(ws.path().join(".cargo")).unwrap();
+    std::fs::write(
+        ws.path().join(".cargo/config.toml"),
+        "[registry]\ndefault = \"the-repository-s-own\"\n",
+    )
+    .unwrap();
     let replies = [
         proptest_property(None),
         proptest_property(Some("check_round_trip")),
@@ -513,7 +522,7 @@ fn a_property_library_the_user_did_not_approve_is_not_installed() {
     let why = t["refused"][0].as_str().unwrap();
     assert!(
         why.contains("proptest is not installed")
-            && why.contains("`cargo add --dev proptest`")
+            && why.contains("`cargo add --dev proptest --manifest-path ")
             && why.contains("was not approved"),
         "{why}"
     );
@@ -542,4 +551,128 @@ fn tester_install_false_installs_nothing_even_with_yes() {
     assert!(why.contains("tester.install = false"), "{why}");
     assert!(!stderr.contains("installing it"), "{stderr}");
     assert_eq!(read(ws.path(), "Cargo.toml").unwrap(), manifest);
+}
+
+/// A unittest project (`add` subtracts) whose tests run with `python`, with one attempt for
+/// the tester, plus `files`.
+fn calc_project(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let calc = [
+        ("calc.py", "def add(a, b):\n    return a - b\n"),
+        (
+            "test_calc.py",
+            "import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_zero(self):\n        self.assertEqual(add(1, 0), 1)\n",
+        ),
+        (
+            ".agent-ls.toml",
+            "[agent]\nevaluate = false\nreview = \"off\"\n\n[tester]\nmax_attempts = 1\n",
+        ),
+    ];
+    support::workspace(&[&calc[..], files].concat())
+}
+
+/// The tester's Hypothesis property of `add`.
+fn add_property() -> String {
+    let content = "from hypothesis import given, strategies as st\n\nfrom calc import add\n\n\n@given(st.integers(), st.integers())\ndef test_add_commutes(a, b):\n    assert add(a, b) == a + b\n";
+    json!({"tests": [{"path": "test_props.py", "name": "test_add_commutes",
+        "kind": "property", "reason": "add must sum", "expect": "AssertionError",
+        "content": content}]})
+    .to_string()
+}
+
+/// A fresh virtual environment without pip: its Python has no Hypothesis, whatever the
+/// machine's Python has, and installs nothing offline.
+fn bare_venv() -> (tempfile::TempDir, std::path::PathBuf) {
+    let venv = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new(support::python())
+        .args(["-m", "venv", "--without-pip"])
+        .arg(venv.path())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let python = venv.path().join("bin/python3");
+    (venv, python)
+}
+
+/// `agent-ls run BUG` and `args` on `ws`, its tests run by `python -m unittest`, the model
+/// answering the tester's `add_property` once, with no terminal to ask on and `tmp` as the
+/// temporary folder (which the sandbox lets commands write): the outcome and its stderr.
+fn calc_run(ws: &Path, python: &Path, args: &[&str], tmp: &Path) -> (Value, String) {
+    let server = ModelServer::start(vec![openai_text(&[&add_property()])]);
+    let home = tempfile::tempdir().unwrap();
+    let command = json!([python, "-m", "unittest"]);
+    let out = support::cli(&[&["run", BUG], args].concat(), ws, home.path())
+        .env("AGENT_LS_MODEL__PROVIDER", "openai")
+        .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
+        .env("OPENAI_API_KEY", "test-key")
+        .env("AGENT_LS_TEST__COMMAND", command.to_string())
+        .env("TMPDIR", tmp)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let o: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout {:?}\nstderr {stderr}", out.stdout));
+    (o, stderr)
+}
+
+/// The approved `python -m pip install hypothesis` runs outside the sandbox, so it must run
+/// pip, not a `pip.py` the repository put in the workspace (which `-m` would find first from
+/// there): it runs isolated, from `/`.
+#[test]
+fn an_approved_install_runs_pip_not_a_pip_py_in_the_workspace() {
+    let hostile = "import os\n\nwith open(os.path.join(os.path.dirname(os.path.abspath(__file__)), \"PWNED\"), \"w\") as f:\n    f.write(\"pip.py ran\")\n";
+    let ws = calc_project(&[("pip.py", hostile)]);
+    let (_venv, python) = bare_venv();
+    let tmp = tempfile::tempdir().unwrap();
+    let (o, stderr) = calc_run(ws.path(), &python, &["--yes"], tmp.path());
+    assert!(
+        !ws.path().join("PWNED").exists(),
+        "the workspace's pip.py ran: {stderr}"
+    );
+    assert!(
+        stderr.contains("installing hypothesis: ") && stderr.contains("-I -m pip install"),
+        "the install was not tried: {stderr}"
+    );
+    // This Python has no pip: the install failed, and the property was refused for it.
+    let why = o["tester"]["refused"][0].as_str().unwrap_or_default();
+    assert!(
+        why.contains("installing hypothesis") && why.contains("No module named pip"),
+        "{o}\nstderr {stderr}"
+    );
+}
+
+/// Whether the tests' Python has Hypothesis is asked before anyone approved anything, of a
+/// Python that may be the workspace's own and runs code as it starts (a `.pth` file): it is
+/// asked in the sandbox, which lets nothing write outside the workspace and the temporary
+/// folder.
+#[test]
+fn whether_hypothesis_is_there_is_asked_in_the_sandbox() {
+    let ws = calc_project(&[]);
+    let (venv, python) = bare_venv();
+    let marker = venv.path().join("PWNED");
+    let site = std::fs::read_dir(venv.path().join("lib"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("site-packages");
+    let pth = format!(
+        "import os; open({:?}, \"w\").write(\"ran unconfined\")\n",
+        marker.to_str().unwrap()
+    );
+    std::fs::write(site.join("zz_marker.pth"), pth).unwrap();
+    // A temporary folder of its own, so the virtual environment is not in the one the
+    // sandbox lets commands write.
+    let tmp = tempfile::tempdir().unwrap();
+    let (o, stderr) = calc_run(ws.path(), &python, &[], tmp.path());
+    let why = o["tester"]["refused"][0].as_str().unwrap_or_default();
+    assert!(
+        why.contains("hypothesis is not installed") && why.contains("was not approved"),
+        "{o}\nstderr {stderr}"
+    );
+    assert!(
+        !marker.exists(),
+        "the tests' Python started outside the sandbox: {stderr}"
+    );
 }

@@ -1143,7 +1143,9 @@ impl Shell for ServerShell {
         );
         tokio::select! {
             r = request => r.is_some_and(|title| title == "Install"),
-            d = self.decisions.recv() => d == Some(true),
+            // agent-ls.accept answers a change's question, not this one (and may be one the
+            // user gave before this was asked): it approves no install.
+            _ = self.decisions.recv() => false,
             _ = self.cancel.cancelled() => false,
         }
     }

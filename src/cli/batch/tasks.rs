@@ -116,7 +116,9 @@ pub fn settings(
         .iter()
         .map(|(k, _)| k.as_str())
         .filter(|k| {
-            if trusted {
+            if set_by_the_worker(k) {
+                true
+            } else if trusted {
                 never_from_a_task(k)
             } else {
                 config::runner_only(k)
@@ -139,12 +141,35 @@ pub fn settings(
     }
     Ok(leaves
         .into_iter()
-        .map(|(key, v)| {
-            let name = format!("AGENT_LS_{}", key.replace('.', "__").to_ascii_uppercase());
-            // A JSON scalar or array of scalars reads the same as a TOML value.
-            (name, v.to_string())
-        })
+        // A JSON scalar or array of scalars reads the same as a TOML value.
+        .map(|(key, v)| (env_name(&key), v.to_string()))
         .collect())
+}
+
+/// The `AGENT_LS_<SECTION>__<KEY>` variable that sets `key` (dotted).
+fn env_name(key: &str) -> String {
+    format!("AGENT_LS_{}", key.replace('.', "__").to_ascii_uppercase())
+}
+
+/// Settings the worker gives every run itself, which no task sets, trusted or not:
+/// `tester.install` off, since the run's `--yes` is no one's approval of an install that runs
+/// outside the sandbox; `git.isolation` none, since the task's worktree is its isolation.
+const SET_BY_THE_WORKER: &[(&str, &str)] =
+    &[("tester.install", "false"), ("git.isolation", "none")];
+
+/// The worker's own settings for every run (`SET_BY_THE_WORKER`) as variables, to be set
+/// after the task's.
+pub fn worker_settings() -> Vec<(String, String)> {
+    SET_BY_THE_WORKER
+        .iter()
+        .map(|(key, value)| (env_name(key), value.to_string()))
+        .collect()
+}
+
+fn set_by_the_worker(key: &str) -> bool {
+    SET_BY_THE_WORKER
+        .iter()
+        .any(|(k, _)| key == *k || key.starts_with(&format!("{k}.")))
 }
 
 /// Keys no task sets, trusted or not: secrets and the names of the variables holding them
@@ -222,8 +247,19 @@ mod tests {
             json!({"memory": {"embeddings": {"api_key_env": "AWS_SECRET"}}}),
             json!({"sandbox": {"mode": "off"}}),
             json!({"test": {"env_allow": ["HOME"]}}),
+            // The worker turns installs off for every run: a task cannot turn them back on.
+            json!({"tester": {"install": true}}),
+            json!({"git": {"isolation": "branch"}}),
         ] {
             assert!(settings(Some(&never), true).is_err(), "{never}");
+            assert!(settings(Some(&never), false).is_err(), "{never}");
         }
+        assert_eq!(
+            worker_settings(),
+            [
+                ("AGENT_LS_TESTER__INSTALL".to_string(), "false".to_string()),
+                ("AGENT_LS_GIT__ISOLATION".to_string(), "none".to_string())
+            ]
+        );
     }
 }

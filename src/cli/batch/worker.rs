@@ -275,13 +275,12 @@ async fn spawn_run(
         cmd.arg("--agent").arg(a);
     }
     cmd.arg("--").arg(&task.goal);
-    // The worktree is the isolation: the run does not branch again inside it.
-    cmd.env("AGENT_LS_GIT__ISOLATION", "none")
-        // A task runs only under the sandbox: --yes approves no dev dependency's install,
-        // which would run outside it.
-        .env("AGENT_LS_TESTER__INSTALL", "false")
-        .envs(ctx.env.iter().map(|(k, v)| (k, v)))
+    // The worker's own settings come last, so that nothing before them (a task's config
+    // is refused if it names one) can undo them: no install outside the sandbox, no branch
+    // inside the worktree.
+    cmd.envs(ctx.env.iter().map(|(k, v)| (k, v)))
         .envs(env.iter().map(|(k, v)| (k, v)))
+        .envs(tasks::worker_settings())
         .current_dir(worktree)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
