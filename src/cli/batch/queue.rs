@@ -39,6 +39,11 @@ impl QueueArg {
     async fn connect(&self) -> anyhow::Result<TaskQueue> {
         Ok(TaskQueue::connect(&self.url(), &self.queue_name).await?)
     }
+
+    /// `connect`, each call failing past `timeout`.
+    async fn connect_with(&self, timeout: Duration) -> anyhow::Result<TaskQueue> {
+        Ok(TaskQueue::connect_with(&self.url(), &self.queue_name, timeout).await?)
+    }
 }
 
 // `agent-ls enqueue`'s arguments (main.rs describes the subcommand).
@@ -65,7 +70,8 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// How long a lease lasts without a heartbeat (renewed every third of it): a task whose
-    /// worker died is taken by another this long after its last heartbeat.
+    /// worker died is taken by another this long after its last heartbeat, and a run whose
+    /// lease went unrenewed for two thirds of it is stopped.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(2..=86400))]
     pub lease_secs: u64,
     /// How many leases a task gets before its failure is final.
