@@ -421,6 +421,74 @@ fn a_run_whose_lease_cannot_be_renewed_is_stopped_and_its_task_ends_once() {
 }
 
 #[test]
+fn a_workers_memory_url_is_given_to_its_runs_instead_of_the_queues() {
+    let Some(url) = server() else { return };
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    let path = repo.path().display().to_string();
+    let file = write_tasks(
+        dir.path(),
+        "tasks.jsonl",
+        &[task("apart", &path, "fix the failing tests")],
+    );
+    enqueue(&file, &[], &url, &queue, home.path());
+    let model = ModelServer::answering(|_| openai_text(&[FIX_AND_CREATE]));
+    let out = dir.path().join("w");
+    // A store that answers nothing: the run's memory goes there (and is lost), never to the
+    // queue's database, whose password the run is not given.
+    let mut w = agent_ls(
+        &[
+            "worker",
+            "--once",
+            "--name",
+            "w",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &url,
+        &queue,
+        &model.url,
+        home.path(),
+    )
+    .env(
+        "AGENT_LS_WORKER_MEMORY_URL",
+        "postgres://memory:secret@127.0.0.1:9/memory_only_store",
+    )
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let s = wait_exit(&mut w, Duration::from_secs(120));
+    assert!(s.success(), "{s}");
+    let rows = results(&url, &queue);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].1, "done", "{rows:?}");
+    let run = rows[0].4["run_id"].as_str().unwrap().to_string();
+    let has_table: bool = sql(
+        &url,
+        "SELECT to_regclass('agent_ls_memories') IS NOT NULL",
+        &[],
+    )[0]
+    .get(0);
+    if has_table {
+        let n = sql(
+            &url,
+            "SELECT count(*) FROM agent_ls_memories WHERE run_id = $1",
+            &[&run],
+        );
+        assert_eq!(
+            n[0].get::<_, i64>(0),
+            0,
+            "the run's memory went to the queue's database"
+        );
+    }
+    let log = std::fs::read_to_string(out.join("logs/apart.log")).unwrap();
+    assert!(log.contains("memory_only_store"), "{log}");
+    assert!(!log.contains("secret"), "{log}");
+}
+
+#[test]
 fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
     let Some(url) = server() else { return };
     let repo = example_repository();
@@ -444,7 +512,11 @@ fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
         &queue,
         home.path(),
     );
-    let trusted = write_tasks(dir.path(), "trusted.jsonl", &[owned, keyed]);
+    // Nor a file of the worker's to write, trusted or not.
+    let written = dir.path().join("written.log");
+    let mut logged = task("logged", &path, "fix the failing tests");
+    logged["config"] = json!({"log": {"file": written}});
+    let trusted = write_tasks(dir.path(), "trusted.jsonl", &[owned, keyed, logged]);
     enqueue(&trusted, &["--trusted"], &url, &queue, home.path());
     // The worker's own endpoint answers nothing: only the trusted task's own can.
     let mut w = worker(
@@ -486,14 +558,21 @@ fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
             .contains("`model.api_key`"),
         "{keyed:?}"
     );
+    let logged = by("logged");
+    assert_eq!(logged.1, "refused", "{logged:?}");
+    assert!(
+        logged.4["reason"].as_str().unwrap().contains("`log.file`"),
+        "{logged:?}"
+    );
+    assert!(!written.exists());
     assert!(model.count() > 0);
     let end = status(&url, &queue, home.path());
     assert_eq!(
         (end["done"].as_i64(), end["failed"].as_i64()),
-        (Some(1), Some(2)),
+        (Some(1), Some(3)),
         "{end}"
     );
-    assert_eq!(end["workers"]["w"]["failed"], 2, "{end}");
+    assert_eq!(end["workers"]["w"]["failed"], 3, "{end}");
 }
 
 #[test]

@@ -53,7 +53,8 @@ pub struct EnqueueArgs {
     pub tasks: PathBuf,
     #[command(flatten)]
     pub queue: QueueArg,
-    /// The tasks' configs may name model endpoints and commands (never keys or the sandbox).
+    /// The tasks' configs may name model endpoints (which then receive the worker's keys) and
+    /// sandboxed commands; never keys, the sandbox, MCP servers or the worker's files.
     #[arg(long)]
     pub trusted: bool,
     /// Print the message ids as JSON.
@@ -86,6 +87,11 @@ pub struct WorkerArgs {
     /// Exit once the queue is empty (no task queued or running), instead of waiting for more.
     #[arg(long)]
     pub once: bool,
+    /// The memory store the runs are given (`memory.url`), say the queue's database under a
+    /// role that may only use memory's tables, so the queue's password does not reach them;
+    /// default: this worker's own `memory.url`, else the queue's URL.
+    #[arg(long, env = "AGENT_LS_WORKER_MEMORY_URL", hide_env_values = true)]
+    pub memory_url: Option<String>,
 }
 
 // `agent-ls batch status`'s arguments.

@@ -30,11 +30,13 @@ pub fn serve(args: WorkerArgs) -> anyhow::Result<u8> {
     let name = args.name.clone().unwrap_or_else(default_name);
     let url = args.queue.url();
     // Results and journals go to the queue's database, and so does the runs' memory, so the
-    // team's memory learns from every run: unless this worker's own configuration (its user
-    // file or environment) names another store.
+    // team's memory learns from every run: unless `--memory-url` or this worker's own
+    // configuration (its user file or environment) names another store.
     let own = config::load(&config::Inputs::from_process(None));
     let mut env = Vec::new();
-    if own.config.memory.url.is_none() {
+    if let Some(m) = &args.memory_url {
+        env.push(("AGENT_LS_MEMORY__URL".to_string(), m.clone()));
+    } else if own.config.memory.url.is_none() {
         env.push(("AGENT_LS_MEMORY__URL".to_string(), url.expose().to_string()));
     }
     let ctx = worker::Context {
