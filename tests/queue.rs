@@ -652,6 +652,60 @@ fn a_task_whose_leases_keep_running_out_fails_once_its_attempts_are_spent() {
 }
 
 #[test]
+fn a_task_that_could_not_run_waits_before_its_next_attempt() {
+    let Some(url) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    // Its repository does not exist: status `error`, which is tried again, but not at once.
+    let gone = dir.path().join("gone").display().to_string();
+    let file = write_tasks(
+        dir.path(),
+        "tasks.jsonl",
+        &[task("unset", &gone, "fix the failing tests")],
+    );
+    enqueue(&file, &[], &url, &queue, home.path());
+    let out = dir.path().join("w");
+    let mut w = worker("w", &out, "http://127.0.0.1:9", &url, &queue, home.path());
+    let log = out.with_extension("log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("back on the queue in 15 s")
+    {
+        assert!(Instant::now() < deadline, "the task was not given back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Its one lease counted, and it is not visible again for a while.
+    let row = sql(
+        &url,
+        &format!(
+            "SELECT read_ct, vt > clock_timestamp() + interval '10 seconds' FROM pgmq.q_{queue}"
+        ),
+        &[],
+    );
+    assert_eq!(
+        (row[0].get::<_, i32>(0), row[0].get::<_, bool>(1)),
+        (1, true)
+    );
+    // Waiting for its next attempt, it counts as queued, not as running.
+    let waiting = status(&url, &queue, home.path());
+    assert_eq!(
+        (waiting["queued"].as_i64(), waiting["running"].as_i64()),
+        (Some(1), Some(0)),
+        "{waiting}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(w.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let s = wait_exit(&mut w, Duration::from_secs(30));
+    assert_eq!(s.code(), Some(130));
+    assert!(results(&url, &queue).is_empty());
+}
+
+#[test]
 fn sigterm_gives_a_workers_running_task_back_to_the_queue_at_once() {
     let Some(url) = server() else { return };
     let repo = example_repository();

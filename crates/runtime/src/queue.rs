@@ -457,7 +457,8 @@ impl TaskQueue {
         Ok(row.get(0))
     }
 
-    /// Queued (visible), running (leased) and ended tasks, per worker.
+    /// Queued (visible, or waiting to be tried again), running (leased) and ended tasks, per
+    /// worker.
     pub async fn status(&self) -> Result<Status, QueueError> {
         self.within(self.status_now()).await
     }
@@ -468,7 +469,7 @@ impl TaskQueue {
             .client
             .query(
                 &format!(
-                    "SELECT coalesce(l.worker, ''), q.vt > clock_timestamp() AS held, count(*)
+                    "SELECT coalesce(l.worker, ''), q.vt > clock_timestamp() AND l.worker IS NOT NULL AS held, count(*)
                      FROM pgmq.q_{} q LEFT JOIN agent_ls_queue_leases l
                      ON l.queue = $1 AND l.msg_id = q.msg_id
                      GROUP BY 1, 2",
