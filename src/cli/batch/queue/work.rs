@@ -280,3 +280,14 @@ async fn record(sh: &Shared, l: &Leased, r: &TaskResult) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_retry_pause_doubles_from_15_s_up_to_10_minutes() {
+        let secs: Vec<u64> = [1, 2, 3, 6, 7, 1000].map(|a| backoff(a).as_secs()).to_vec();
+        assert_eq!(secs, [15, 30, 60, 480, 600, 600]);
+    }
+}
