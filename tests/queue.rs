@@ -1,7 +1,9 @@
 //! Workers on a shared queue in a real PostgreSQL on 127.0.0.1 (docs/scale.md): three
 //! `agent-ls worker` processes share twelve tasks, one is SIGKILLed mid-task and its task is
-//! taken over once its lease runs out, every task ends exactly once; a task naming an
-//! endpoint is refused unless its owner trusted it; `batch status` counts them.
+//! taken over once its lease runs out, every task ends exactly once; a run whose lease cannot
+//! be renewed (heartbeats hung on a lock, or the connection cut) is stopped and its task ends
+//! once; hand-backs and retries count attempts as they should; a task naming an endpoint is
+//! refused unless its owner trusted it; `batch status` counts them.
 //!
 //! The tests skip without AGENT_LS_TEST_POSTGRES_URL, saying so, unless
 //! AGENT_LS_REQUIRE_POSTGRES is set (scripts/test sets both). Each test has a queue of its own.
@@ -418,6 +420,71 @@ fn a_run_whose_lease_cannot_be_renewed_is_stopped_and_its_task_ends_once() {
     assert_eq!((id.as_str(), st.as_str()), ("held", "done"), "{result}");
     assert_eq!(*attempts, 2);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn a_worker_whose_connection_is_cut_stops_its_run_and_another_ends_the_task_once() {
+    let Some(url) = server() else { return };
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    let path = repo.path().display().to_string();
+    let file = write_tasks(
+        dir.path(),
+        "tasks.jsonl",
+        &[task("cut", &path, "fix the failing tests, cut off")],
+    );
+    enqueue(&file, &[], &url, &queue, home.path());
+    let (model, calls) = first_call_hangs("cut off");
+    // The first worker's connection has a name of its own, for the test to find it by.
+    let named = format!(
+        "{url}{}application_name={queue}",
+        if url.contains('?') { '&' } else { '?' }
+    );
+    let out = dir.path().join("w1");
+    let mut first = worker("w1", &out, &model.url, &named, &queue, home.path());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let run_pid = loop {
+        if let Some((_, pid)) = run_lock_holder(std::slice::from_ref(&out), "cut")
+            && calls.load(Ordering::SeqCst) > 0
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the task did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let cut = sql(
+        &url,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+        &[&queue],
+    );
+    assert_eq!(cut[0].get::<_, i64>(0), 1);
+    // Its heartbeats fail: the run is stopped before the lease can run out, and the worker,
+    // its database lost, exits with code 1.
+    let s = wait_exit(&mut first, Duration::from_secs(30));
+    assert_eq!(s.code(), Some(1));
+    assert!(!support::alive(run_pid), "the run goes on without a lease");
+    assert!(results(&url, &queue).is_empty());
+    let mut second = worker(
+        "w2",
+        &dir.path().join("w2"),
+        &model.url,
+        &url,
+        &queue,
+        home.path(),
+    );
+    let s = wait_exit(&mut second, Duration::from_secs(120));
+    assert!(s.success(), "{s}");
+    let rows = results(&url, &queue);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (id, st, by, attempts, result, _) = &rows[0];
+    assert_eq!(
+        (id.as_str(), st.as_str(), by.as_str()),
+        ("cut", "done", "w2"),
+        "{result}"
+    );
+    assert_eq!(*attempts, 2);
 }
 
 #[test]
