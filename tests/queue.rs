@@ -1,7 +1,9 @@
 //! Workers on a shared queue in a real PostgreSQL on 127.0.0.1 (docs/scale.md): three
 //! `agent-ls worker` processes share twelve tasks, one is SIGKILLed mid-task and its task is
-//! taken over once its lease runs out, every task ends exactly once; a task naming an
-//! endpoint is refused unless its owner trusted it; `batch status` counts them.
+//! taken over once its lease runs out, every task ends exactly once; a run whose lease cannot
+//! be renewed (heartbeats hung on a lock, or the connection cut) is stopped and its task ends
+//! once; hand-backs and retries count attempts as they should; a task naming an endpoint is
+//! refused unless its owner trusted it; `batch status` counts them.
 //!
 //! The tests skip without AGENT_LS_TEST_POSTGRES_URL, saying so, unless
 //! AGENT_LS_REQUIRE_POSTGRES is set (scripts/test sets both). Each test has a queue of its own.
@@ -183,18 +185,7 @@ fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
     let file = write_tasks(dir.path(), "tasks.jsonl", &tasks);
     enqueue(&file, &[], &url, &queue, home.path());
     assert_eq!(status(&url, &queue, home.path())["queued"], 12);
-    let slow_calls = Arc::new(AtomicUsize::new(0));
-    let calls = slow_calls.clone();
-    let model = ModelServer::answering(move |body| {
-        if body.to_string().contains("slowly") && calls.fetch_add(1, Ordering::SeqCst) == 0 {
-            Reply::Sse {
-                events: vec![],
-                stall_after: Some(0),
-            }
-        } else {
-            openai_text(&[FIX_AND_CREATE])
-        }
-    });
+    let (model, slow_calls) = first_call_hangs("slowly");
     let names = ["w1", "w2", "w3"];
     let outs: Vec<PathBuf> = names.iter().map(|n| dir.path().join(n)).collect();
     let mut workers: Vec<Child> = names
@@ -202,22 +193,7 @@ fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
         .zip(&outs)
         .map(|(n, o)| worker(n, o, &model.url, &url, &queue, home.path()))
         .collect();
-    // The worker whose run of `slow` holds its run lock.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (victim, run_pid) = loop {
-        let held = outs.iter().enumerate().find_map(|(i, o)| {
-            let lock = o.join("worktrees/slow/.agent-ls/run.lock");
-            let v: Value = serde_json::from_str(&std::fs::read_to_string(lock).ok()?).ok()?;
-            Some((i, v["pid"].as_u64()?))
-        });
-        if let Some(h) = held
-            && slow_calls.load(Ordering::SeqCst) > 0
-        {
-            break h;
-        }
-        assert!(Instant::now() < deadline, "no worker started the slow task");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (victim, run_pid) = running_slow_task(&outs, &slow_calls);
     let running = status(&url, &queue, home.path());
     assert_eq!(running["workers"][names[victim]]["running"], 1, "{running}");
     workers[victim].kill().unwrap();
@@ -237,13 +213,65 @@ fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
             assert!(s.success(), "worker {} exited {s}", names[i]);
         }
     }
-    let rows = results(&url, &queue);
+    assert_eq!(slow_calls.load(Ordering::SeqCst), 2);
+    each_task_done_once(&url, &queue, names[victim]);
+    twelve_done_in_status(&url, &queue, home.path());
+}
+
+/// A model server whose first call for a goal containing `marker` hangs, and that answers
+/// every other with the fix; how many calls for `marker` it had.
+fn first_call_hangs(marker: &'static str) -> (ModelServer, Arc<AtomicUsize>) {
+    let marked = Arc::new(AtomicUsize::new(0));
+    let calls = marked.clone();
+    let model = ModelServer::answering(move |body| {
+        if body.to_string().contains(marker) && calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::Sse {
+                events: vec![],
+                stall_after: Some(0),
+            }
+        } else {
+            openai_text(&[FIX_AND_CREATE])
+        }
+    });
+    (model, marked)
+}
+
+/// The worker (its index in `outs`) whose run of `slow` holds its run lock, and that run's
+/// process id, once the run has called the model.
+fn running_slow_task(outs: &[PathBuf], slow_calls: &AtomicUsize) -> (usize, u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(held) = run_lock_holder(outs, "slow")
+            && slow_calls.load(Ordering::SeqCst) > 0
+        {
+            return held;
+        }
+        assert!(Instant::now() < deadline, "no worker started the slow task");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Which of the workers' output folders has a run of task `id` holding its run lock, and
+/// that run's process id.
+fn run_lock_holder(outs: &[PathBuf], id: &str) -> Option<(usize, u64)> {
+    outs.iter().enumerate().find_map(|(i, o)| {
+        let lock = o.join(format!("worktrees/{id}/.agent-ls/run.lock"));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(lock).ok()?).ok()?;
+        Some((i, v["pid"].as_u64()?))
+    })
+}
+
+/// Every one of the twelve tasks has one result, `done`, with its diff and journal, by a
+/// worker other than the killed one; `slow` took two attempts. Their memory went to the
+/// queue's database.
+fn each_task_done_once(url: &str, queue: &str, killed: &str) {
+    let rows = results(url, queue);
     let ids: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(rows.len(), 12, "{rows:?}");
     assert_eq!(ids.len(), 12, "a task ended twice: {rows:?}");
     for (id, st, by, attempts, result, journal) in &rows {
         assert_eq!(st, "done", "{id}: {result}");
-        assert_ne!(by, names[victim], "the killed worker recorded {id}");
+        assert_ne!(by, killed, "the killed worker recorded {id}");
         assert!(
             result["diff"]
                 .as_str()
@@ -259,19 +287,22 @@ fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
         );
         assert_eq!(*attempts, if id == "slow" { 2 } else { 1 }, "{id}");
     }
-    assert_eq!(slow_calls.load(Ordering::SeqCst), 2);
     // The runs' memory went to the queue's database too: the team's memory learns from each.
     let run_ids: Vec<String> = rows
         .iter()
         .map(|r| r.4["run_id"].as_str().unwrap().to_string())
         .collect();
     let remembered = sql(
-        &url,
+        url,
         "SELECT count(DISTINCT run_id) FROM agent_ls_memories WHERE run_id = ANY($1)",
         &[&run_ids],
     );
     assert_eq!(remembered[0].get::<_, i64>(0), 12);
-    let end = status(&url, &queue, home.path());
+}
+
+/// `batch status`, as JSON and as text, counts twelve done tasks and nothing else.
+fn twelve_done_in_status(url: &str, queue: &str, home: &Path) {
+    let end = status(url, queue, home);
     assert_eq!(
         (end["queued"].as_i64(), end["running"].as_i64()),
         (Some(0), Some(0)),
@@ -290,20 +321,238 @@ fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
         .sum();
     assert_eq!(by_workers, 12, "{end}");
     // The text form says the same.
-    let text = agent_ls(
-        &["batch", "status"],
-        &url,
-        &queue,
-        "http://127.0.0.1:9",
-        home.path(),
-    )
-    .output()
-    .unwrap();
+    let text = agent_ls(&["batch", "status"], url, queue, "http://127.0.0.1:9", home)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(
         text.starts_with("queued 0  running 0  done 12  failed 0"),
         "{text}"
     );
+}
+
+/// A session of the test's own on the database, kept open across statements (a transaction
+/// that holds a lock while the test watches a worker).
+struct Session {
+    runtime: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+}
+
+impl Session {
+    fn open(url: &str) -> Session {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = runtime.block_on(async {
+            let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            client
+        });
+        Session { runtime, client }
+    }
+
+    fn run(&self, statements: &str) {
+        self.runtime
+            .block_on(self.client.batch_execute(statements))
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_run_whose_lease_cannot_be_renewed_is_stopped_and_its_task_ends_once() {
+    let Some(url) = server() else { return };
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    let path = repo.path().display().to_string();
+    let file = write_tasks(
+        dir.path(),
+        "tasks.jsonl",
+        &[task("held", &path, "fix the failing tests, held up")],
+    );
+    enqueue(&file, &[], &url, &queue, home.path());
+    let (model, calls) = first_call_hangs("held up");
+    let out = dir.path().join("w");
+    let mut w = worker("w", &out, &model.url, &url, &queue, home.path());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let run_pid = loop {
+        if let Some((_, pid)) = run_lock_holder(std::slice::from_ref(&out), "held")
+            && calls.load(Ordering::SeqCst) > 0
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the task did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The test locks the task's message: each heartbeat now waits on the lock, as on a
+    // connection that no longer answers, while the run (its model call hanging) goes on.
+    let session = Session::open(&url);
+    session.run(&format!(
+        "BEGIN; SELECT msg_id FROM pgmq.q_{queue} FOR UPDATE"
+    ));
+    // The lease is 3 s: the run is stopped within 2 s of its last renewal, then has 5 s
+    // before its process group is killed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while support::alive(run_pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the run goes on though its lease could not be renewed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        results(&url, &queue).is_empty(),
+        "the stopped run ended the task"
+    );
+    session.run("ROLLBACK");
+    // Its lease runs out, and the worker leases it again and runs it to its end.
+    let s = wait_exit(&mut w, Duration::from_secs(120));
+    assert!(s.success(), "{s}");
+    let log = std::fs::read_to_string(out.with_extension("log")).unwrap();
+    assert!(log.contains("could not be renewed"), "{log}");
+    let rows = results(&url, &queue);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (id, st, _, attempts, result, _) = &rows[0];
+    assert_eq!((id.as_str(), st.as_str()), ("held", "done"), "{result}");
+    assert_eq!(*attempts, 2);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn a_worker_whose_connection_is_cut_stops_its_run_and_another_ends_the_task_once() {
+    let Some(url) = server() else { return };
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    let path = repo.path().display().to_string();
+    let file = write_tasks(
+        dir.path(),
+        "tasks.jsonl",
+        &[task("cut", &path, "fix the failing tests, cut off")],
+    );
+    enqueue(&file, &[], &url, &queue, home.path());
+    let (model, calls) = first_call_hangs("cut off");
+    // The first worker's connection has a name of its own, for the test to find it by.
+    let named = format!(
+        "{url}{}application_name={queue}",
+        if url.contains('?') { '&' } else { '?' }
+    );
+    let out = dir.path().join("w1");
+    let mut first = worker("w1", &out, &model.url, &named, &queue, home.path());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let run_pid = loop {
+        if let Some((_, pid)) = run_lock_holder(std::slice::from_ref(&out), "cut")
+            && calls.load(Ordering::SeqCst) > 0
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the task did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let cut = sql(
+        &url,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+        &[&queue],
+    );
+    assert_eq!(cut[0].get::<_, i64>(0), 1);
+    // Its heartbeats fail: the run is stopped before the lease can run out, and the worker,
+    // its database lost, exits with code 1.
+    let s = wait_exit(&mut first, Duration::from_secs(30));
+    assert_eq!(s.code(), Some(1));
+    assert!(!support::alive(run_pid), "the run goes on without a lease");
+    assert!(results(&url, &queue).is_empty());
+    let mut second = worker(
+        "w2",
+        &dir.path().join("w2"),
+        &model.url,
+        &url,
+        &queue,
+        home.path(),
+    );
+    let s = wait_exit(&mut second, Duration::from_secs(120));
+    assert!(s.success(), "{s}");
+    let rows = results(&url, &queue);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (id, st, by, attempts, result, _) = &rows[0];
+    assert_eq!(
+        (id.as_str(), st.as_str(), by.as_str()),
+        ("cut", "done", "w2"),
+        "{result}"
+    );
+    assert_eq!(*attempts, 2);
+}
+
+#[test]
+fn a_workers_memory_url_is_given_to_its_runs_instead_of_the_queues() {
+    let Some(url) = server() else { return };
+    let repo = example_repository();
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    let path = repo.path().display().to_string();
+    let file = write_tasks(
+        dir.path(),
+        "tasks.jsonl",
+        &[task("apart", &path, "fix the failing tests")],
+    );
+    enqueue(&file, &[], &url, &queue, home.path());
+    let model = ModelServer::answering(|_| openai_text(&[FIX_AND_CREATE]));
+    let out = dir.path().join("w");
+    // A store that answers nothing: the run's memory goes there (and is lost), never to the
+    // queue's database, whose password the run is not given.
+    let mut w = agent_ls(
+        &[
+            "worker",
+            "--once",
+            "--name",
+            "w",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &url,
+        &queue,
+        &model.url,
+        home.path(),
+    )
+    .env(
+        "AGENT_LS_WORKER_MEMORY_URL",
+        "postgres://memory:secret@127.0.0.1:9/memory_only_store",
+    )
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let s = wait_exit(&mut w, Duration::from_secs(120));
+    assert!(s.success(), "{s}");
+    let rows = results(&url, &queue);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].1, "done", "{rows:?}");
+    let run = rows[0].4["run_id"].as_str().unwrap().to_string();
+    let has_table: bool = sql(
+        &url,
+        "SELECT to_regclass('agent_ls_memories') IS NOT NULL",
+        &[],
+    )[0]
+    .get(0);
+    if has_table {
+        let n = sql(
+            &url,
+            "SELECT count(*) FROM agent_ls_memories WHERE run_id = $1",
+            &[&run],
+        );
+        assert_eq!(
+            n[0].get::<_, i64>(0),
+            0,
+            "the run's memory went to the queue's database"
+        );
+    }
+    let log = std::fs::read_to_string(out.join("logs/apart.log")).unwrap();
+    assert!(log.contains("memory_only_store"), "{log}");
+    assert!(!log.contains("secret"), "{log}");
 }
 
 #[test]
@@ -330,7 +579,11 @@ fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
         &queue,
         home.path(),
     );
-    let trusted = write_tasks(dir.path(), "trusted.jsonl", &[owned, keyed]);
+    // Nor a file of the worker's to write, trusted or not.
+    let written = dir.path().join("written.log");
+    let mut logged = task("logged", &path, "fix the failing tests");
+    logged["config"] = json!({"log": {"file": written}});
+    let trusted = write_tasks(dir.path(), "trusted.jsonl", &[owned, keyed, logged]);
     enqueue(&trusted, &["--trusted"], &url, &queue, home.path());
     // The worker's own endpoint answers nothing: only the trusted task's own can.
     let mut w = worker(
@@ -372,14 +625,21 @@ fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
             .contains("`model.api_key`"),
         "{keyed:?}"
     );
+    let logged = by("logged");
+    assert_eq!(logged.1, "refused", "{logged:?}");
+    assert!(
+        logged.4["reason"].as_str().unwrap().contains("`log.file`"),
+        "{logged:?}"
+    );
+    assert!(!written.exists());
     assert!(model.count() > 0);
     let end = status(&url, &queue, home.path());
     assert_eq!(
         (end["done"].as_i64(), end["failed"].as_i64()),
-        (Some(1), Some(2)),
+        (Some(1), Some(3)),
         "{end}"
     );
-    assert_eq!(end["workers"]["w"]["failed"], 2, "{end}");
+    assert_eq!(end["workers"]["w"]["failed"], 3, "{end}");
 }
 
 #[test]
@@ -459,6 +719,60 @@ fn a_task_whose_leases_keep_running_out_fails_once_its_attempts_are_spent() {
 }
 
 #[test]
+fn a_task_that_could_not_run_waits_before_its_next_attempt() {
+    let Some(url) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let home = support::home_with("");
+    let queue = fresh_queue(dir.path());
+    // Its repository does not exist: status `error`, which is tried again, but not at once.
+    let gone = dir.path().join("gone").display().to_string();
+    let file = write_tasks(
+        dir.path(),
+        "tasks.jsonl",
+        &[task("unset", &gone, "fix the failing tests")],
+    );
+    enqueue(&file, &[], &url, &queue, home.path());
+    let out = dir.path().join("w");
+    let mut w = worker("w", &out, "http://127.0.0.1:9", &url, &queue, home.path());
+    let log = out.with_extension("log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("back on the queue in 15 s")
+    {
+        assert!(Instant::now() < deadline, "the task was not given back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Its one lease counted, and it is not visible again for a while.
+    let row = sql(
+        &url,
+        &format!(
+            "SELECT read_ct, vt > clock_timestamp() + interval '10 seconds' FROM pgmq.q_{queue}"
+        ),
+        &[],
+    );
+    assert_eq!(
+        (row[0].get::<_, i32>(0), row[0].get::<_, bool>(1)),
+        (1, true)
+    );
+    // Waiting for its next attempt, it counts as queued, not as running.
+    let waiting = status(&url, &queue, home.path());
+    assert_eq!(
+        (waiting["queued"].as_i64(), waiting["running"].as_i64()),
+        (Some(1), Some(0)),
+        "{waiting}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(w.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let s = wait_exit(&mut w, Duration::from_secs(30));
+    assert_eq!(s.code(), Some(130));
+    assert!(results(&url, &queue).is_empty());
+}
+
+#[test]
 fn sigterm_gives_a_workers_running_task_back_to_the_queue_at_once() {
     let Some(url) = server() else { return };
     let repo = example_repository();
@@ -526,4 +840,7 @@ fn sigterm_gives_a_workers_running_task_back_to_the_queue_at_once() {
         "{end}"
     );
     assert!(results(&url, &queue).is_empty());
+    // A hand-back is not an attempt: the next lease is the task's first again.
+    let read = sql(&url, &format!("SELECT read_ct FROM pgmq.q_{queue}"), &[]);
+    assert_eq!(read[0].get::<_, i32>(0), 0);
 }

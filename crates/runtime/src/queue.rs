@@ -3,7 +3,8 @@
 //! whose visibility timeout is a task's lease, `set_vt` its heartbeat and `read_ct` its
 //! attempts, beside two tables of ours: who holds which lease, and each task's one result.
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use pgmq::queue::Queue;
 use serde::{Deserialize, Serialize};
@@ -17,6 +18,20 @@ pub const DEFAULT_QUEUE: &str = "agent_ls_tasks";
 const PGMQ_SQL: &str = include_str!("queue/pgmq.sql");
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a query may take unless the caller says otherwise (`connect_with`): past it the
+/// call fails rather than wait on a connection that may be half-open.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long installing may take: PGMQ's SQL, or waiting for another worker's installation.
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// TCP keepalive and user timeout, unless the URL sets them: a connection whose peer is gone
+/// (a half-open one: the database's machine lost, a NAT that forgot it) fails within about
+/// a minute, instead of the system's two hours of keepalive or fifteen of retransmissions.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_RETRIES: u32 = 3;
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+/// tokio-postgres's default keepalive idle time, which tells that the URL did not set one.
+const DEFAULT_KEEPALIVE_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
 /// The advisory lock the installation takes, so two workers starting together install once
 /// ("agentlsq" in ASCII; memory's migrations take another).
 const INSTALL_LOCK: i64 = 0x6167_656e_746c_7371;
@@ -57,6 +72,8 @@ pub enum QueueError {
     Postgres(#[from] tokio_postgres::Error),
     #[error("queue: {0}")]
     Pgmq(#[from] pgmq::PgmqError),
+    #[error("queue: no answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
 }
 
 /// What a message carries: one line of a tasks file, and whether the queue's owner trusted it
@@ -74,6 +91,9 @@ pub struct Leased {
     pub msg_id: i64,
     /// This is the task's n-th lease (PGMQ's `read_ct`), from 1.
     pub attempt: i32,
+    /// When the read that leased it was sent: the lease lasts at least until this plus its
+    /// length, as PGMQ counts it from when the server ran the read, which is later.
+    pub at: Instant,
     /// The message's body; `None` when it is not a `Job` (written by something else).
     pub job: Option<Job>,
     /// The body as it was, for the result of one that is not a `Job`.
@@ -115,12 +135,35 @@ pub struct TaskQueue {
     client: Client,
     /// The PGMQ queue's name (its tables are `pgmq.q_<name>` and `pgmq.a_<name>`).
     name: String,
+    /// How long each call may take (the database abandons a statement after it too).
+    timeout: Duration,
+}
+
+/// How a task is given back to the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBack {
+    /// At once, and not counted as an attempt: the worker is stopping, the task never failed.
+    Stopping,
+    /// After `Duration`, counted as an attempt: its run could not be set up or gave no
+    /// outcome, which may pass (a git server down, a disk full) but not within milliseconds.
+    Retry(Duration),
 }
 
 impl TaskQueue {
     /// Connects to the queue `name` (letters, digits and `_`, as PGMQ allows), and installs
-    /// PGMQ, the queue and our tables where they are missing.
+    /// PGMQ, the queue and our tables where they are missing; each call may take
+    /// `QUERY_TIMEOUT`.
     pub async fn connect(url: &DatabaseUrl, name: &str) -> Result<TaskQueue, QueueError> {
+        Self::connect_with(url, name, QUERY_TIMEOUT).await
+    }
+
+    /// `connect`, each later call failing past `timeout` (a worker's is a third of its lease,
+    /// so that a call hung on a lost connection never outlasts a lease).
+    pub async fn connect_with(
+        url: &DatabaseUrl,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<TaskQueue, QueueError> {
         let shown = url.redacted();
         let err = |reason: String| QueueError::Connect {
             url: shown.clone(),
@@ -139,6 +182,15 @@ impl TaskQueue {
             )));
         }
         config.connect_timeout(CONNECT_TIMEOUT);
+        if config.get_keepalives() && config.get_keepalives_idle() == DEFAULT_KEEPALIVE_IDLE {
+            config
+                .keepalives_idle(KEEPALIVE_IDLE)
+                .keepalives_interval(KEEPALIVE_INTERVAL)
+                .keepalives_retries(KEEPALIVE_RETRIES);
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(TCP_USER_TIMEOUT);
+        }
         if config.get_application_name().is_none() {
             config.application_name("agent-ls queue");
         }
@@ -154,9 +206,34 @@ impl TaskQueue {
         let queue = TaskQueue {
             client,
             name: name.to_ascii_lowercase(),
+            timeout,
         };
-        queue.install().await?;
+        tokio::time::timeout(INSTALL_TIMEOUT, queue.install())
+            .await
+            .map_err(|_| QueueError::Timeout(INSTALL_TIMEOUT))??;
+        // The server gives up on a statement when we do: one we stopped waiting for (a lock
+        // held elsewhere) would otherwise still run later, say renew a lease its worker has
+        // stopped using.
+        let ms = timeout.as_millis().max(1);
+        queue
+            .within(
+                queue
+                    .client
+                    .batch_execute(&format!("SET statement_timeout = {ms}")),
+            )
+            .await?;
         Ok(queue)
+    }
+
+    /// `call`, or `Timeout` once it took longer than this queue's timeout.
+    async fn within<T, E: Into<QueueError>>(
+        &self,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, QueueError> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(done) => done.map_err(Into::into),
+            Err(_) => Err(QueueError::Timeout(self.timeout)),
+        }
     }
 
     /// PGMQ's SQL (when its schema is missing), the queue and our tables, under an advisory
@@ -204,25 +281,26 @@ impl TaskQueue {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let ids = (&self.client)
-            .send_batch(
-                self.name.as_str(),
-                jobs,
-                None::<Vec<serde_json::Value>>,
-                0i32,
-            )
-            .await?;
-        Ok(ids)
+        self.within((&self.client).send_batch(
+            self.name.as_str(),
+            jobs,
+            None::<Vec<serde_json::Value>>,
+            0i32,
+        ))
+        .await
     }
 
     /// Leases the next visible task for `lease` (PGMQ's `read`, `FOR UPDATE SKIP LOCKED`: two
     /// workers never get the same one), and records the lease for `worker`.
     pub async fn lease(&self, lease: Duration, worker: &str) -> Result<Option<Leased>, QueueError> {
-        let mut got = (&self.client)
-            .read::<serde_json::Value, serde_json::Value, _, _, _>(
-                self.name.as_str(),
-                secs(lease),
-                1,
+        let at = Instant::now();
+        let mut got = self
+            .within(
+                (&self.client).read::<serde_json::Value, serde_json::Value, _, _, _>(
+                    self.name.as_str(),
+                    secs(lease),
+                    1,
+                ),
             )
             .await?;
         let Some(m) = got.pop() else { return Ok(None) };
@@ -233,61 +311,65 @@ impl TaskQueue {
             .and_then(|v| v.as_str())
             .unwrap_or("")
             .to_string();
-        self.client
-            .execute(
-                "INSERT INTO agent_ls_queue_leases (queue, msg_id, task_id, worker, attempt) VALUES ($5, $1, $2, $3, $4)
-                 ON CONFLICT (queue, msg_id) DO UPDATE SET worker = $3, attempt = $4, leased_at = now(), heartbeat_at = now()",
-                &[&m.msg_id, &task_id, &worker, &m.read_ct, &self.name],
-            )
-            .await?;
+        self.within(self.client.execute(
+            "INSERT INTO agent_ls_queue_leases (queue, msg_id, task_id, worker, attempt) VALUES ($5, $1, $2, $3, $4)
+             ON CONFLICT (queue, msg_id) DO UPDATE SET worker = $3, attempt = $4, leased_at = now(), heartbeat_at = now()",
+            &[&m.msg_id, &task_id, &worker, &m.read_ct, &self.name],
+        ))
+        .await?;
         Ok(Some(Leased {
             msg_id: m.msg_id,
             attempt: m.read_ct,
+            at,
             job,
             raw: m.message,
         }))
     }
 
-    /// Renews the lease of the task's `attempt` for another `lease`: false when it is no
-    /// longer ours (it ended, or its lease ran out and another worker took it, which raised
-    /// its read count), so the caller stops working on it.
+    /// Renews the lease of the task's `attempt` for another `lease`, counted from when the
+    /// server runs this: false when it is no longer ours (it ended, or its lease ran out and
+    /// another worker took it, which raised its read count), so the caller stops working on
+    /// it. One conditional UPDATE: it never renews another worker's lease.
     pub async fn heartbeat(
         &self,
         msg_id: i64,
         attempt: i32,
         lease: Duration,
     ) -> Result<bool, QueueError> {
-        // PGMQ's set_vt, then the read count says whose lease it renewed: another worker's
-        // (which it renews itself anyway) means ours ran out.
-        let renewed = (&self.client)
-            .set_vt::<serde_json::Value, serde_json::Value, _, _, _>(
-                self.name.as_str(),
-                &[msg_id],
-                secs(lease),
-            )
-            .await?
-            .iter()
-            .any(|m| m.read_ct == attempt);
-        if renewed {
-            self.client
+        self.within(async {
+            let renewed = self
+                .client
                 .execute(
-                    "UPDATE agent_ls_queue_leases SET heartbeat_at = now() WHERE queue = $2 AND msg_id = $1",
-                    &[&msg_id, &self.name],
+                    &format!(
+                        "UPDATE pgmq.q_{} SET vt = clock_timestamp() + make_interval(secs => $3)
+                         WHERE msg_id = $1 AND read_ct = $2",
+                        self.name
+                    ),
+                    &[&msg_id, &attempt, &f64::from(secs(lease))],
                 )
-                .await?;
-        }
-        Ok(renewed)
+                .await?
+                == 1;
+            if renewed {
+                self.client
+                    .execute(
+                        "UPDATE agent_ls_queue_leases SET heartbeat_at = now() WHERE queue = $2 AND msg_id = $1",
+                        &[&msg_id, &self.name],
+                    )
+                    .await?;
+            }
+            Ok::<_, QueueError>(renewed)
+        })
+        .await
     }
 
     /// Whether the message already has its result (a worker ended it and stopped before
     /// taking it off the queue).
     pub async fn has_result(&self, msg_id: i64) -> Result<bool, QueueError> {
         let row = self
-            .client
-            .query_one(
+            .within(self.client.query_one(
                 "SELECT EXISTS (SELECT 1 FROM agent_ls_queue_results WHERE queue = $2 AND msg_id = $1)",
                 &[&msg_id, &self.name],
-            )
+            ))
             .await?;
         Ok(row.get(0))
     }
@@ -296,12 +378,11 @@ impl TaskQueue {
     /// keeps it in its archive table). Whether this was the result that counted.
     pub async fn finish(&self, msg_id: i64, f: &Finished<'_>) -> Result<bool, QueueError> {
         let inserted = self
-            .client
-            .execute(
+            .within(self.client.execute(
                 "INSERT INTO agent_ls_queue_results (queue, msg_id, task_id, status, worker, attempts, result, journal)
                  VALUES ($8, $1, $2, $3, $4, $5, $6, $7) ON CONFLICT (queue, msg_id) DO NOTHING",
                 &[&msg_id, &f.task_id, &f.status, &f.worker, &f.attempts, f.result, &f.journal, &self.name],
-            )
+            ))
             .await?;
         self.take_off(msg_id).await?;
         Ok(inserted == 1)
@@ -309,71 +390,86 @@ impl TaskQueue {
 
     /// Archives a message that has its result, and forgets its lease.
     pub async fn take_off(&self, msg_id: i64) -> Result<(), QueueError> {
-        (&self.client)
-            .archive(self.name.as_str(), &[msg_id])
-            .await?;
-        self.client
-            .execute(
-                "DELETE FROM agent_ls_queue_leases WHERE queue = $2 AND msg_id = $1",
-                &[&msg_id, &self.name],
-            )
-            .await?;
-        Ok(())
+        self.within(async {
+            (&self.client)
+                .archive(self.name.as_str(), &[msg_id])
+                .await?;
+            self.client
+                .execute(
+                    "DELETE FROM agent_ls_queue_leases WHERE queue = $2 AND msg_id = $1",
+                    &[&msg_id, &self.name],
+                )
+                .await?;
+            Ok::<_, QueueError>(())
+        })
+        .await
     }
 
-    /// Gives the task's `attempt` back at once (to be tried again, or because this worker is
-    /// stopping): any worker may lease it now. Not when its lease ran out and another worker
-    /// leased it since (its read count moved on): that worker's lease stands. The check and
-    /// PGMQ's `set_vt` are two statements; a lease taken between them is shown again, and at
-    /// worst the task runs twice with its one result still counted once.
-    pub async fn release(&self, msg_id: i64, attempt: i32) -> Result<(), QueueError> {
-        let ours = self
-            .client
-            .query_opt(
-                &format!(
-                    "SELECT 1 FROM pgmq.q_{} WHERE msg_id = $1 AND read_ct = $2",
-                    self.name
-                ),
-                &[&msg_id, &attempt],
-            )
-            .await?
-            .is_some();
-        if !ours {
-            return Ok(());
-        }
-        (&self.client)
-            .set_vt::<serde_json::Value, serde_json::Value, _, _, _>(
-                self.name.as_str(),
-                &[msg_id],
-                0i32,
-            )
-            .await?;
-        self.client
-            .execute(
-                "DELETE FROM agent_ls_queue_leases WHERE queue = $2 AND msg_id = $1",
-                &[&msg_id, &self.name],
-            )
-            .await?;
-        Ok(())
+    /// Gives the task's `attempt` back (`GiveBack` says when it is visible again, and whether
+    /// this lease counts as an attempt). Not when its lease ran out and another worker leased
+    /// it since (its read count moved on): that worker's lease stands. One conditional UPDATE,
+    /// so no lease can be taken between the check and the change. A hand-back that does not
+    /// count lowers the read count again: the next lease is this one's number, which is safe
+    /// as the worker handing back has stopped its run and its heartbeat first.
+    pub async fn release(
+        &self,
+        msg_id: i64,
+        attempt: i32,
+        how: GiveBack,
+    ) -> Result<(), QueueError> {
+        let (after, uncount) = match how {
+            GiveBack::Stopping => (0.0, 1i32),
+            GiveBack::Retry(after) => (after.as_secs_f64(), 0),
+        };
+        self.within(async {
+            let given = self
+                .client
+                .execute(
+                    &format!(
+                        "UPDATE pgmq.q_{} SET vt = clock_timestamp() + make_interval(secs => $3),
+                         read_ct = read_ct - $4 WHERE msg_id = $1 AND read_ct = $2",
+                        self.name
+                    ),
+                    &[&msg_id, &attempt, &after, &uncount],
+                )
+                .await?;
+            if given == 1 {
+                self.client
+                    .execute(
+                        "DELETE FROM agent_ls_queue_leases WHERE queue = $2 AND msg_id = $1",
+                        &[&msg_id, &self.name],
+                    )
+                    .await?;
+            }
+            Ok::<_, QueueError>(())
+        })
+        .await
     }
 
     /// How many tasks are still on the queue, leased or not.
     pub async fn pending(&self) -> Result<i64, QueueError> {
         let row = self
-            .client
-            .query_one(&format!("SELECT count(*) FROM pgmq.q_{}", self.name), &[])
+            .within(
+                self.client
+                    .query_one(&format!("SELECT count(*) FROM pgmq.q_{}", self.name), &[]),
+            )
             .await?;
         Ok(row.get(0))
     }
 
-    /// Queued (visible), running (leased) and ended tasks, per worker.
+    /// Queued (visible, or waiting to be tried again), running (leased) and ended tasks, per
+    /// worker.
     pub async fn status(&self) -> Result<Status, QueueError> {
+        self.within(self.status_now()).await
+    }
+
+    async fn status_now(&self) -> Result<Status, QueueError> {
         let mut s = Status::default();
         let leases = self
             .client
             .query(
                 &format!(
-                    "SELECT coalesce(l.worker, ''), q.vt > clock_timestamp() AS held, count(*)
+                    "SELECT coalesce(l.worker, ''), q.vt > clock_timestamp() AND l.worker IS NOT NULL AS held, count(*)
                      FROM pgmq.q_{} q LEFT JOIN agent_ls_queue_leases l
                      ON l.queue = $1 AND l.msg_id = q.msg_id
                      GROUP BY 1, 2",

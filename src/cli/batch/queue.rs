@@ -39,6 +39,11 @@ impl QueueArg {
     async fn connect(&self) -> anyhow::Result<TaskQueue> {
         Ok(TaskQueue::connect(&self.url(), &self.queue_name).await?)
     }
+
+    /// `connect`, each call failing past `timeout`.
+    async fn connect_with(&self, timeout: Duration) -> anyhow::Result<TaskQueue> {
+        Ok(TaskQueue::connect_with(&self.url(), &self.queue_name, timeout).await?)
+    }
 }
 
 // `agent-ls enqueue`'s arguments (main.rs describes the subcommand).
@@ -48,7 +53,8 @@ pub struct EnqueueArgs {
     pub tasks: PathBuf,
     #[command(flatten)]
     pub queue: QueueArg,
-    /// The tasks' configs may name model endpoints and commands (never keys or the sandbox).
+    /// The tasks' configs may name model endpoints (which then receive the worker's keys) and
+    /// sandboxed commands; never keys, the sandbox, MCP servers or the worker's files.
     #[arg(long)]
     pub trusted: bool,
     /// Print the message ids as JSON.
@@ -65,7 +71,8 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// How long a lease lasts without a heartbeat (renewed every third of it): a task whose
-    /// worker died is taken by another this long after its last heartbeat.
+    /// worker died is taken by another this long after its last heartbeat, and a run whose
+    /// lease went unrenewed for two thirds of it is stopped.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(2..=86400))]
     pub lease_secs: u64,
     /// How many leases a task gets before its failure is final.
@@ -80,6 +87,11 @@ pub struct WorkerArgs {
     /// Exit once the queue is empty (no task queued or running), instead of waiting for more.
     #[arg(long)]
     pub once: bool,
+    /// The memory store the runs are given (`memory.url`), say the queue's database under a
+    /// role that may only use memory's tables, so the queue's password does not reach them;
+    /// default: this worker's own `memory.url`, else the queue's URL.
+    #[arg(long, env = "AGENT_LS_WORKER_MEMORY_URL", hide_env_values = true)]
+    pub memory_url: Option<String>,
 }
 
 // `agent-ls batch status`'s arguments.

@@ -127,7 +127,7 @@ pub fn settings(
         .collect();
     if !refused.is_empty() {
         return Err(format!(
-            "its config sets {}, which run programs, name servers, send data, approve or hold secrets: only the runner's own configuration and environment may set them (a queue's owner may let a task name endpoints and commands with `agent-ls enqueue --trusted`, never keys or the sandbox)",
+            "its config sets {}, which run programs, name servers, send data, approve or hold secrets: only the runner's own configuration and environment may set them (a queue's owner may let a task name endpoints and sandboxed commands with `agent-ls enqueue --trusted`, never keys, the sandbox, MCP servers or files of the worker's)",
             refused
                 .iter()
                 .map(|k| format!("`{k}`"))
@@ -172,17 +172,28 @@ fn set_by_the_worker(key: &str) -> bool {
         .any(|(k, _)| key == *k || key.starts_with(&format!("{k}.")))
 }
 
+/// Keys no task sets even when trusted, besides secrets, the sandbox and the user-only keys:
+/// those that start a program outside the sandbox (`mcp`: its servers' commands) or name a
+/// file of the worker's machine to write (`log.file`) or read (`model.replay_file`; a custom
+/// agent's `prompt`, whose text goes to the model, under `agents`). The commands a trusted
+/// task may name (`test.command`) run inside the sandbox.
+const NEVER_FROM_A_TRUSTED_TASK: &[&str] = &["mcp", "log.file", "model.replay_file"];
+
 /// Keys no task sets, trusted or not: secrets and the names of the variables holding them
-/// (keys come from the worker's environment only), the sandbox (it applies to every task) and
-/// the other user-only keys.
+/// (keys come from the worker's environment only), the sandbox (it applies to every task),
+/// the other user-only keys, and `NEVER_FROM_A_TRUSTED_TASK`.
 fn never_from_a_task(key: &str) -> bool {
     let last = key.rsplit('.').next().unwrap_or(key);
+    let covered = |list: &[&str]| {
+        list.iter()
+            .any(|k| key == *k || key.starts_with(&format!("{k}.")))
+    };
     last.contains("api_key")
         || key == "sandbox"
         || key.starts_with("sandbox.")
-        || config::USER_ONLY_KEYS
-            .iter()
-            .any(|k| key == *k || key.starts_with(&format!("{k}.")))
+        || covered(config::USER_ONLY_KEYS)
+        || covered(NEVER_FROM_A_TRUSTED_TASK)
+        || (key.starts_with("agents.") && last == "prompt")
 }
 
 /// The non-object values of `value` under their dotted keys (nulls left out: not set).
@@ -241,6 +252,8 @@ mod tests {
         // Trusted (`enqueue --trusted`): endpoints and commands, but never keys or the sandbox.
         let endpoint = json!({"model": {"base_url": "http://x"}, "test": {"command": ["sh"]}});
         assert!(settings(Some(&endpoint), true).is_ok());
+        let agent = json!({"agents": {"prompt": {"description": "d", "tools": ["read_file"]}}});
+        assert!(settings(Some(&agent), true).is_ok());
         for never in [
             json!({"model": {"api_key": "k"}}),
             json!({"roles": {"coder": {"api_key": "k"}}}),
@@ -250,6 +263,11 @@ mod tests {
             // The worker turns installs off for every run: a task cannot turn them back on.
             json!({"tester": {"install": true}}),
             json!({"git": {"isolation": "branch"}}),
+            // Outside the sandbox, or a file of the worker's by its path.
+            json!({"mcp": {"servers": {"x": {"command": "sh"}}}}),
+            json!({"log": {"file": "/home/worker/.bashrc"}}),
+            json!({"model": {"replay_file": "/etc/passwd"}}),
+            json!({"agents": {"thief": {"prompt": "/home/worker/.ssh/id_rsa"}}}),
         ] {
             assert!(settings(Some(&never), true).is_err(), "{never}");
             assert!(settings(Some(&never), false).is_err(), "{never}");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_ls_runtime::config;
-use agent_ls_runtime::queue::{Finished, Leased, TaskQueue};
+use agent_ls_runtime::queue::{Finished, GiveBack, Leased, TaskQueue};
 use tokio_util::sync::CancellationToken;
 
 use super::super::results::TaskResult;
@@ -30,11 +30,13 @@ pub fn serve(args: WorkerArgs) -> anyhow::Result<u8> {
     let name = args.name.clone().unwrap_or_else(default_name);
     let url = args.queue.url();
     // Results and journals go to the queue's database, and so does the runs' memory, so the
-    // team's memory learns from every run: unless this worker's own configuration (its user
-    // file or environment) names another store.
+    // team's memory learns from every run: unless `--memory-url` or this worker's own
+    // configuration (its user file or environment) names another store.
     let own = config::load(&config::Inputs::from_process(None));
     let mut env = Vec::new();
-    if own.config.memory.url.is_none() {
+    if let Some(m) = &args.memory_url {
+        env.push(("AGENT_LS_MEMORY__URL".to_string(), m.clone()));
+    } else if own.config.memory.url.is_none() {
         env.push(("AGENT_LS_MEMORY__URL".to_string(), url.expose().to_string()));
     }
     let ctx = worker::Context {
@@ -50,7 +52,12 @@ pub fn serve(args: WorkerArgs) -> anyhow::Result<u8> {
     runtime.block_on(async {
         let cancel = CancellationToken::new();
         watch_signals(cancel.clone());
-        let queue = args.queue.connect().await?;
+        // Every call fails within a third of a lease: a call hung on a lost connection never
+        // keeps a run going past its lease.
+        let queue = args
+            .queue
+            .connect_with(Duration::from_secs(args.lease_secs) / 3)
+            .await?;
         eprintln!(
             "agent-ls: worker {name}: on {}, {} task(s) at a time, leases of {} s",
             url.redacted(),
@@ -151,8 +158,7 @@ async fn handle(sh: &Shared, l: Leased, cancel: &CancellationToken) -> anyhow::R
     let stop = cancel.child_token();
     let beat = tokio::spawn(heartbeat(
         sh.queue.clone(),
-        l.msg_id,
-        l.attempt,
+        l.clone(),
         sh.lease,
         stop.clone(),
     ));
@@ -160,52 +166,81 @@ async fn handle(sh: &Shared, l: Leased, cancel: &CancellationToken) -> anyhow::R
     beat.abort();
     match result {
         None if cancel.is_cancelled() => {
-            sh.queue.release(l.msg_id, l.attempt).await?;
+            sh.queue
+                .release(l.msg_id, l.attempt, GiveBack::Stopping)
+                .await?;
             eprintln!(
                 "agent-ls: worker {}: {} given back to the queue",
                 sh.name, task.id
             );
         }
         None => eprintln!(
-            "agent-ls: worker {}: {} stopped: its lease ran out and another worker has it",
+            "agent-ls: worker {}: {} stopped: its lease could not be renewed (another worker may have it)",
             sh.name, task.id
         ),
         Some(r) if r.status == "error" && l.attempt < sh.max_attempts => {
+            let after = backoff(l.attempt);
             eprintln!(
-                "agent-ls: worker {}: {} could not run ({}); back on the queue",
+                "agent-ls: worker {}: {} could not run ({}); back on the queue in {} s",
                 sh.name,
                 task.id,
-                r.reason.as_deref().unwrap_or("no reason")
+                r.reason.as_deref().unwrap_or("no reason"),
+                after.as_secs()
             );
-            sh.queue.release(l.msg_id, l.attempt).await?;
+            sh.queue
+                .release(l.msg_id, l.attempt, GiveBack::Retry(after))
+                .await?;
         }
         Some(r) => record(sh, &l, &r).await?,
     }
     Ok(())
 }
 
+/// How long a task whose run could not be set up or gave no outcome waits before its next
+/// attempt: 15 s after the first, doubling up to 10 minutes, so a cause that passes (a git
+/// server down) has time to, and a task failing at once does not spend its attempts in
+/// milliseconds.
+fn backoff(attempt: i32) -> Duration {
+    let doublings = attempt.clamp(1, 10) as u32 - 1;
+    (RETRY_FIRST * 2u32.pow(doublings)).min(RETRY_MOST)
+}
+
+const RETRY_FIRST: Duration = Duration::from_secs(15);
+const RETRY_MOST: Duration = Duration::from_secs(600);
+
 /// Renews the lease every third of it until aborted; cancels `stop` when the lease is no
-/// longer ours, or when no renewal got through for a whole lease (another worker may have it
-/// by then).
-async fn heartbeat(
-    queue: Arc<TaskQueue>,
-    msg_id: i64,
-    attempt: i32,
-    lease: Duration,
-    stop: CancellationToken,
-) {
-    let mut renewed = Instant::now();
+/// longer ours, or one third of a lease before it may run out unrenewed: the run then has
+/// that long to stop before another worker can lease the task. The lease counts from when
+/// the renewal was sent (the server starts it later), and each renewal may take until then.
+async fn heartbeat(queue: Arc<TaskQueue>, l: Leased, lease: Duration, stop: CancellationToken) {
+    let every = lease / 3;
+    let mut until = l.at + lease;
+    let mut next = l.at + every;
     loop {
-        tokio::time::sleep(lease / 3).await;
-        match queue.heartbeat(msg_id, attempt, lease).await {
-            Ok(true) => renewed = Instant::now(),
-            Ok(false) => break,
-            Err(e) => {
-                eprintln!("agent-ls: warning: a heartbeat did not get through: {e}");
-                if renewed.elapsed() >= lease {
-                    break;
-                }
+        let give_up = until - every;
+        tokio::time::sleep_until(next.min(give_up).into()).await;
+        let sent = Instant::now();
+        if sent >= give_up {
+            eprintln!(
+                "agent-ls: warning: the lease of message {} could not be renewed in time; its run is stopped",
+                l.msg_id
+            );
+            break;
+        }
+        match tokio::time::timeout(give_up - sent, queue.heartbeat(l.msg_id, l.attempt, lease))
+            .await
+        {
+            Ok(Ok(true)) => {
+                until = sent + lease;
+                next = sent + every;
             }
+            Ok(Ok(false)) => break,
+            // Tried again soon: a renewal may still get through before the lease runs out.
+            Ok(Err(e)) => {
+                eprintln!("agent-ls: warning: a heartbeat did not get through: {e}");
+                next = Instant::now() + every / 4;
+            }
+            Err(_) => {}
         }
     }
     stop.cancel();
@@ -244,4 +279,15 @@ async fn record(sh: &Shared, l: &Leased, r: &TaskResult) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_retry_pause_doubles_from_15_s_up_to_10_minutes() {
+        let secs: Vec<u64> = [1, 2, 3, 6, 7, 1000].map(|a| backoff(a).as_secs()).to_vec();
+        assert_eq!(secs, [15, 30, 60, 480, 600, 600]);
+    }
 }
