@@ -298,7 +298,7 @@ impl PgStore {
     }
 
     /// Of `words`, those worth searching for, as the SQLite store chooses them
-    /// (`Store::recall_words`): words in more than a quarter of the records (once there are
+    /// (`Store::recall_words`): words in more than a sixteenth of the records (once there are
     /// over 200) are left out, as stop words are, since they barely change the ranking yet
     /// every record they match must be ranked; at most the 12 rarest are kept, or the 3 rarest
     /// when every word is that common. How common a word is comes from the planner's
@@ -332,7 +332,7 @@ impl PgStore {
         };
         let mut counted: Vec<(f32, &String)> = words.iter().map(|w| (freq(w), w)).collect();
         counted.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let common = |f: f32| rows > 200.0 && f > 0.25;
+        let common = |f: f32| rows > 200.0 && f > 0.0625;
         let rare: Vec<String> = counted
             .iter()
             .filter(|(f, _)| !common(*f))
