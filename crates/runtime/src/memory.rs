@@ -26,6 +26,12 @@ pub fn user_store_path() -> Option<PathBuf> {
     Some(base.join("agent-ls").join("memory.sqlite"))
 }
 
+/// The most records a word searched for may be in (beyond a quarter of the records, which
+/// leaves a word out however small the store): each record a word matches costs its
+/// scoring, so this bounds a search's time in a large store, where the rarer words of a
+/// failure tell its records apart anyway. Both stores apply it.
+pub(crate) const MAX_WORD_RECORDS: i64 = 5_000;
+
 /// The scope of the user store's patterns, which are drawn from every workspace.
 pub const USER_SCOPE: &str = "user";
 
@@ -447,12 +453,12 @@ impl Store {
     }
 
     /// The records that best match `words` (`memory::query_words`), best first, and the
-    /// query they were searched with. Words in more than a sixteenth of the records (and
-    /// over 50) are left out, as stop words are: their inverse document frequency is small,
-    /// so they barely change BM25's ranking, yet every record they match must be scored
-    /// (about a microsecond each), which at 100,000 records would be most of a search's
-    /// time. At most the 12 rarest words are kept; when every word is that common, the 3
-    /// rarest.
+    /// query they were searched with. Words in more than a quarter of the records (and
+    /// over 50), or in more than `MAX_WORD_RECORDS`, are left out, as stop words are: their
+    /// inverse document frequency is small, so they barely change BM25's ranking, yet every
+    /// record they match must be scored (about a microsecond each), which at 100,000
+    /// records would be most of a search's time. At most the 12 rarest words are kept; when
+    /// every word is that common, the 3 rarest.
     pub fn recall_words(
         &self,
         scope: Option<&str>,
@@ -462,7 +468,7 @@ impl Store {
         let total: i64 = self
             .conn()
             .query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?;
-        let cap = (total / 16).max(50);
+        let cap = (total / 4).clamp(50, MAX_WORD_RECORDS);
         // How many records a word is in, counted no further than past the cap: the
         // index's own count (`memories_vocab`) reads the whole list of a word's records,
         // which for the words in every record is most of a search's time.
