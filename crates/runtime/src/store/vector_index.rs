@@ -15,11 +15,12 @@ const CANDIDATES_PER_HIT: usize = 8;
 const MIN_CANDIDATES: usize = 64;
 /// sqlite-vec's largest `k`.
 const MAX_CANDIDATES: usize = 4096;
-/// The Hamming distance first tried, as a part of the dimensions: a quarter of the bits
-/// differing is about cosine similarity 0.7. Few records are that near, so sqlite-vec keeps
-/// few of each chunk's and the search costs little beyond the distances. When that gives
-/// fewer than the records wanted, the search goes as far as a record at the least
-/// similarity wanted can be (`reach`).
+/// The Hamming distance first tried, as a part of the dimensions, when every record is
+/// wanted however dissimilar (`min_similarity` 0 or less): a quarter of the bits differing
+/// is about cosine similarity 0.7. Few records are that near, so sqlite-vec keeps few of
+/// each chunk's and the search costs little beyond the distances; only when that gives
+/// fewer than the records wanted is every record a candidate. With a least similarity, the
+/// one search goes as far as a record at that similarity can be (`reach`).
 const FIRST_RADIUS: f64 = 0.25;
 
 /// The Hamming distance (as a part of the dimensions) within which a record of cosine
@@ -142,7 +143,8 @@ pub fn remove(conn: &Connection, id: i64) -> rusqlite::Result<()> {
 
 /// The ids of the records whose vectors (by `model`, of `query`'s dimension; `scope`'s only
 /// when given) are nearest `query`, best first, with their cosine similarity, at most
-/// `limit`, none under `min_similarity`: the bit index's nearest candidates ranked exactly.
+/// `limit`, none under `min_similarity`: the bit index's nearest candidates (within the
+/// distance `reach` allows) ranked exactly.
 pub fn nearest(
     conn: &Connection,
     scope: Option<&str>,
@@ -176,7 +178,7 @@ pub fn nearest(
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut best = Vec::new();
     let last = reach(min_similarity, query.len());
-    let radii = if last > FIRST_RADIUS {
+    let radii = if min_similarity <= 0.0 {
         vec![FIRST_RADIUS, last]
     } else {
         vec![last]
