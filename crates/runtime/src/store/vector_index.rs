@@ -9,8 +9,9 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// How many candidates the bit index gives for each record wanted, and at least how many:
-/// the exact ranking of these makes the sign's coarseness all but invisible in the result
-/// (a record among the best by cosine is among the best few dozen by Hamming distance).
+/// ranking eight times the records wanted exactly is the usual way to make up for sign bits'
+/// coarseness (a record among the best by cosine is seldom outside the best few dozen by
+/// Hamming distance); sqlite-vec's time grows with it (docs/memory.md).
 const CANDIDATES_PER_HIT: usize = 8;
 const MIN_CANDIDATES: usize = 64;
 /// sqlite-vec's largest `k`.
