@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{OptionalExtension, params};
 
 use crate::config::Config;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, vector_index};
 use agent_ls_core::memory::{self, Hit, Memory, Pattern, Record};
 
 pub mod postgres;
@@ -25,6 +25,12 @@ pub fn user_store_path() -> Option<PathBuf> {
     };
     Some(base.join("agent-ls").join("memory.sqlite"))
 }
+
+/// The most records a word searched for may be in (beyond a quarter of the records, which
+/// leaves a word out however small the store): each record a word matches costs its
+/// scoring, so this bounds a search's time in a large store, where the rarer words of a
+/// failure tell its records apart anyway. Both stores apply it.
+pub(crate) const MAX_WORD_RECORDS: i64 = 5_000;
 
 /// The scope of the user store's patterns, which are drawn from every workspace.
 pub const USER_SCOPE: &str = "user";
@@ -251,6 +257,7 @@ impl Store {
             .optional()?;
         if let Some(id) = old {
             conn.execute("DELETE FROM memories_fts WHERE rowid = ?1", [id])?;
+            vector_index::remove(conn, id)?;
             conn.execute("DELETE FROM memory_vectors WHERE memory_id = ?1", [id])?;
             conn.execute("DELETE FROM memories WHERE id = ?1", [id])?;
         }
@@ -265,10 +272,13 @@ impl Store {
             params![id, memory::search_text(m)],
         )?;
         if let Some(e) = embedded.filter(|e| !e.vector.is_empty()) {
+            // Before the vector is kept: a new index is filled with the vectors kept so far.
+            vector_index::ensure(conn, e.vector.len())?;
             conn.execute(
                 "INSERT INTO memory_vectors (memory_id, model, dims, embedding) VALUES (?1, ?2, ?3, ?4)",
                 params![id, e.model, e.vector.len() as i64, vector_blob(e.vector)],
             )?;
+            vector_index::insert(conn, id, e.model, scope, e.vector)?;
         }
         Ok(())
     }
@@ -305,6 +315,16 @@ impl Store {
             "DELETE FROM memories_fts WHERE rowid IN (SELECT id FROM memories WHERE run_id = ?1 AND kind = 'episode')",
             [run_id],
         )?;
+        let embedded: Vec<i64> = self
+            .conn()
+            .prepare_cached(
+                "SELECT memory_id FROM memory_vectors WHERE memory_id IN (SELECT id FROM memories WHERE run_id = ?1 AND kind = 'episode')",
+            )?
+            .query_map([run_id], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        for id in embedded {
+            vector_index::remove(self.conn(), id)?;
+        }
         self.conn().execute(
             "DELETE FROM memory_vectors WHERE memory_id IN (SELECT id FROM memories WHERE run_id = ?1 AND kind = 'episode')",
             [run_id],
@@ -363,13 +383,28 @@ impl Store {
             return Ok(Vec::new());
         }
         // The ids and scores first, so sorting the matches moves two numbers a row rather
-        // than each record's JSON; then the records of the best.
-        let mut stmt = self.conn().prepare_cached(
+        // than each record's JSON; then the records of the best. Looking up each match's
+        // scope would take most of a search's time, so it is done only when the store holds
+        // records of other scopes (two index seeks tell), which a workspace's seldom does.
+        let others = match scope {
+            Some(s) => self
+                .conn()
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM memories WHERE scope < ?1)
+                         OR EXISTS (SELECT 1 FROM memories WHERE scope > ?1)",
+                )?
+                .query_row([s], |r| r.get::<_, bool>(0))?,
+            None => false,
+        };
+        let mut stmt = self.conn().prepare_cached(if others {
             "SELECT m.id, bm25(memories_fts) AS s
              FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
-             WHERE memories_fts MATCH ?1 AND (?2 IS NULL OR m.scope = ?2)
-             ORDER BY s LIMIT ?3",
-        )?;
+             WHERE memories_fts MATCH ?1 AND m.scope = ?2
+             ORDER BY s LIMIT ?3"
+        } else {
+            "SELECT rowid, bm25(memories_fts) AS s FROM memories_fts
+             WHERE memories_fts MATCH ?1 ORDER BY s LIMIT ?3"
+        })?;
         let best: Vec<(i64, f64)> = stmt
             .query_map(params![query, scope, limit as i64], |r| {
                 Ok((r.get(0)?, r.get(1)?))
@@ -392,8 +427,8 @@ impl Store {
     /// The records whose embeddings (by `model`) are closest to `query`, best first, with
     /// their cosine similarity, those under `min_similarity` left out; only `scope`'s when one
     /// is given. Records without an embedding of that model and length are not among them
-    /// (they are still found by text). Every candidate is compared (sqlite-vec's
-    /// `vec_distance_cosine` over the rows): exact, and at 10,000 records a few milliseconds.
+    /// (they are still found by text). The bit index (`store::vector_index`) gives the
+    /// candidates, which are ranked by exact cosine similarity.
     pub fn recall_vector(
         &self,
         scope: Option<&str>,
@@ -402,27 +437,7 @@ impl Store {
         min_similarity: f64,
         limit: usize,
     ) -> Result<Vec<Hit>, StoreError> {
-        if query.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?1) AS s
-             FROM memory_vectors v JOIN memories m ON m.id = v.memory_id
-             WHERE v.model = ?2 AND v.dims = ?3 AND (?4 IS NULL OR m.scope = ?4)
-             ORDER BY s DESC LIMIT ?5",
-        )?;
-        let best: Vec<(i64, f64)> = stmt
-            .query_map(
-                params![
-                    vector_blob(query),
-                    model,
-                    query.len() as i64,
-                    scope,
-                    limit as i64
-                ],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?
-            .collect::<Result<_, _>>()?;
+        let best = vector_index::nearest(self.conn(), scope, model, query, min_similarity, limit)?;
         let mut get = self
             .conn()
             .prepare_cached("SELECT key, run_id, scope, record FROM memories WHERE id = ?1")?;
@@ -439,10 +454,11 @@ impl Store {
 
     /// The records that best match `words` (`memory::query_words`), best first, and the
     /// query they were searched with. Words in more than a quarter of the records (and
-    /// over 50) are left out, as stop words are: their inverse document frequency is small,
-    /// so they barely change BM25's ranking, yet every record they match must be scored,
-    /// which at 100,000 records is most of a search's time. At most the 12 rarest words are kept; when every word is that common,
-    /// the 3 rarest.
+    /// over 50), or in more than `MAX_WORD_RECORDS`, are left out, as stop words are: their
+    /// inverse document frequency is small, so they barely change BM25's ranking, yet every
+    /// record they match must be scored (about a microsecond each), which at 100,000
+    /// records would be most of a search's time. At most the 12 rarest words are kept; when
+    /// every word is that common, the 3 rarest.
     pub fn recall_words(
         &self,
         scope: Option<&str>,
@@ -452,14 +468,20 @@ impl Store {
         let total: i64 = self
             .conn()
             .query_row("SELECT count(*) FROM memories", [], |r| r.get(0))?;
-        let cap = (total / 4).max(50);
-        let mut stmt = self
-            .conn()
-            .prepare_cached("SELECT doc FROM memories_vocab WHERE term = ?1")?;
+        let cap = (total / 4).clamp(50, MAX_WORD_RECORDS);
+        // How many records a word is in, counted no further than past the cap: the
+        // index's own count (`memories_vocab`) reads the whole list of a word's records,
+        // which for the words in every record is most of a search's time.
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ?1 LIMIT ?2)",
+        )?;
         let mut counted: Vec<(i64, &String)> = Vec::new();
         for w in words {
-            let df: Option<i64> = stmt.query_row([w], |r| r.get(0)).optional()?;
-            if let Some(df) = df.filter(|d| *d > 0) {
+            let df: i64 = stmt.query_row(
+                params![memory::fts_query(std::slice::from_ref(w)), cap + 1],
+                |r| r.get(0),
+            )?;
+            if df > 0 {
                 counted.push((df, w));
             }
         }
@@ -471,13 +493,27 @@ impl Store {
             .map(|(_, w)| (*w).clone())
             .collect();
         let kept = if rare.is_empty() {
-            counted.iter().take(3).map(|(_, w)| (*w).clone()).collect()
+            self.rarest(&counted, 3)?
         } else {
             rare
         };
         let query = memory::fts_query(&kept);
         let hits = self.recall(scope, &query, limit)?;
         Ok((query, hits))
+    }
+
+    /// The `n` rarest of `counted` (words all past the cap), by the index's exact count.
+    fn rarest(&self, counted: &[(i64, &String)], n: usize) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT doc FROM memories_vocab WHERE term = ?1")?;
+        let mut exact: Vec<(i64, &String)> = Vec::new();
+        for (_, w) in counted {
+            let df: Option<i64> = stmt.query_row([w], |r| r.get(0)).optional()?;
+            exact.push((df.unwrap_or(0), w));
+        }
+        exact.sort();
+        Ok(exact.iter().take(n).map(|(_, w)| (*w).clone()).collect())
     }
 
     /// The newest records first, at most `limit`.
@@ -522,6 +558,7 @@ impl Store {
         conn.pragma_update(None, "secure_delete", "ON")?;
         let tx = conn.unchecked_transaction()?;
         conn.execute("DELETE FROM memories_fts WHERE rowid = ?1", [row])?;
+        vector_index::remove(conn, row)?;
         conn.execute("DELETE FROM memory_vectors WHERE memory_id = ?1", [row])?;
         conn.execute("DELETE FROM memories WHERE id = ?1", [row])?;
         // FTS5's secure-delete takes the record's entries out of the index, but a term can
@@ -623,6 +660,43 @@ mod tests {
         assert!(store.forget("run_2-1").unwrap());
         assert!(!store.forget("run_2-1").unwrap());
         assert!(store.recall(None, "\"test_sub\"", 10).unwrap().is_empty());
+    }
+
+    /// A store whose vectors were kept before their index existed (schema version 11) gets
+    /// the index when it is opened, and forgetting a record takes its bits out of it.
+    #[test]
+    fn vectors_kept_before_the_index_are_indexed_by_the_migration() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path()).unwrap();
+        let a = episode("t.test_add", "AssertionError: -1 != 5", None);
+        let b = episode("t.test_io", "OSError: disk full", None);
+        let vectors = vec![Some(vec![0.1f32; 16]), Some(vec![-0.1f32; 16])];
+        store
+            .remember_embedded("/w", "run_1", &[a, b], &vectors, "m1", false)
+            .unwrap();
+        store
+            .conn()
+            .execute_batch("DROP TABLE memory_vec_16; PRAGMA user_version = 11;")
+            .unwrap();
+        drop(store);
+        let (store, _) = Store::open(dir.path()).unwrap();
+        let indexed = |s: &Store| -> i64 {
+            s.conn()
+                .query_row("SELECT count(*) FROM memory_vec_16", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(indexed(&store), 2);
+        let hits = store
+            .recall_vector(Some("/w"), "m1", &[0.2f32; 16], -1.0, 10)
+            .unwrap();
+        let ids: Vec<&str> = hits.iter().map(|h| h.record.id.as_str()).collect();
+        assert_eq!(ids, ["run_1-1", "run_1-2"]);
+        assert!(store.forget("run_1-1").unwrap());
+        assert_eq!(indexed(&store), 1);
+        let hits = store
+            .recall_vector(Some("/w"), "m1", &[0.2f32; 16], 0.5, 10)
+            .unwrap();
+        assert!(hits.is_empty(), "{hits:?}");
     }
 
     #[test]

@@ -14,6 +14,8 @@ use rusqlite::{Connection, params};
 use agent_ls_core::agent::RunStatus;
 use agent_ls_core::edit::history::Step;
 
+pub(crate) mod vector_index;
+
 /// The schema this agent-ls writes; a store with a higher `user_version` is from a newer one.
 const SCHEMA: i64 = MIGRATIONS.len() as i64;
 pub const FILE: &str = ".agent-ls/store.sqlite";
@@ -32,7 +34,7 @@ pub enum StoreError {
 
 /// The store's schema, one migration per version: `MIGRATIONS[n]` takes a store from
 /// `user_version` n to n + 1, in one transaction.
-const MIGRATIONS: [&str; 11] = [
+const MIGRATIONS: [&str; 12] = [
     "CREATE TABLE IF NOT EXISTS steps (
         id INTEGER PRIMARY KEY,
         run_id TEXT NOT NULL,
@@ -169,7 +171,13 @@ const MIGRATIONS: [&str; 11] = [
         dims INTEGER NOT NULL,
         embedding BLOB NOT NULL
      );",
+    // The memory vectors' index (`vector_index`): its tables are made per dimension, so
+    // this migration's work is `vector_index::ensure_all`, for the vectors already kept.
+    "",
 ];
+
+/// The version whose migration makes the memory vectors' index (`vector_index`).
+const VECTOR_INDEX_VERSION: usize = 12;
 
 /// Registers sqlite-vec (compiled into this binary by the `sqlite-vec` crate) as an
 /// extension every SQLite connection of this process loads when it opens, once: memory's
@@ -266,10 +274,25 @@ impl Store {
             .pragma_query_value(None, "user_version", |r| r.get(0))?;
         let done = usize::try_from(version).unwrap_or(0);
         for (from, sql) in MIGRATIONS.iter().enumerate().skip(done) {
-            self.conn.execute_batch(&format!(
-                "BEGIN; {sql} PRAGMA user_version = {}; COMMIT;",
-                from + 1
-            ))?;
+            // Immediate, so a second process migrating at the same time waits for this one
+            // and then finds the version done, rather than failing on a stale snapshot.
+            let tx = rusqlite::Transaction::new_unchecked(
+                &self.conn,
+                rusqlite::TransactionBehavior::Immediate,
+            )?;
+            let now: i64 = self
+                .conn
+                .pragma_query_value(None, "user_version", |r| r.get(0))?;
+            if usize::try_from(now).unwrap_or(0) > from {
+                continue;
+            }
+            self.conn.execute_batch(sql)?;
+            if from + 1 == VECTOR_INDEX_VERSION {
+                vector_index::ensure_all(&self.conn)?;
+            }
+            self.conn
+                .pragma_update(None, "user_version", from as i64 + 1)?;
+            tx.commit()?;
         }
         Ok(())
     }

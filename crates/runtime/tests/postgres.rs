@@ -1,5 +1,5 @@
 //! The PostgreSQL memory store against a real PostgreSQL on 127.0.0.1 (scripts/postgres,
-//! started by scripts/test): concurrent migrations and writers, the pgvector path with its HNSW
+//! started by scripts/test): concurrent migrations and writers in two processes, the pgvector path with its HNSW
 //! index, and the `real[]` path on a database where the role may not create the extension.
 //! Each test works in a schema of its own, made fresh, so each migrates from nothing. The
 //! ranking test (the right record first among 1,000, by text and by text and vector fused)
@@ -96,18 +96,23 @@ fn count(url: &str, sql: &str) -> i64 {
     with_client(url, async |c| c.query_one(sql, &[]).await.unwrap().get(0))
 }
 
-#[test]
-fn connections_that_migrate_and_write_at_once_lose_and_duplicate_nothing() {
-    let Some(url) = server(false) else { return };
-    let url = fresh_schema(&url);
-    let writers = 6;
-    let rounds = 3;
-    let threads: Vec<_> = (0..writers)
-        .map(|i| {
-            let url = url.clone();
+/// The environment variables that make this test's binary a writer process (`writer`).
+const WRITER: &str = "AGENT_LS_TEST_PG_WRITER";
+const WRITER_URL: &str = "AGENT_LS_TEST_PG_WRITER_URL";
+const WRITER_GO: &str = "AGENT_LS_TEST_PG_WRITER_GO";
+const WRITERS: usize = 2;
+const ROUNDS: usize = 5;
+
+/// One writer process's work, with `threads` connections of its own: every connection
+/// migrates the new schema at once (the advisory lock makes one of them create it and the
+/// others find it made), then writes the runs every writer writes (the same keys) and one of
+/// its own, `ROUNDS` times over.
+fn write_as(writer: usize, url: &str, threads: usize) {
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let url = url.to_string();
             std::thread::spawn(move || {
-                // Every connection migrates the new schema at once: the advisory lock makes
-                // one of them create it and the others find it made.
+                let i = writer * threads + t;
                 let store = connect(&url);
                 let mut m = Memories::postgres(store, "/team/repo", &format!("dev{i}"), false);
                 let shared = [
@@ -119,16 +124,69 @@ fn connections_that_migrate_and_write_at_once_lose_and_duplicate_nothing() {
                     "AssertionError: 1 != 2",
                     Some("-x\n+y\n"),
                 )];
-                for _ in 0..rounds {
+                for _ in 0..ROUNDS {
                     m.remember("run_shared", &shared, None).unwrap();
                     m.remember(&format!("run_{i}"), &own, None).unwrap();
                 }
             })
         })
         .collect();
-    for t in threads {
-        t.join().unwrap();
+    for w in workers {
+        w.join().unwrap();
     }
+}
+
+/// Two processes (this test's binary run again as writers, `WRITER`) migrate a new schema
+/// and write at once, with three connections each: the runs they share are kept once, each
+/// writer's own once, the schema's version once, and the pattern counts every run.
+#[test]
+fn processes_that_migrate_and_write_at_once_lose_and_duplicate_nothing() {
+    if let Ok(writer) = std::env::var(WRITER) {
+        let url = std::env::var(WRITER_URL).unwrap();
+        let go = std::path::PathBuf::from(std::env::var(WRITER_GO).unwrap());
+        // Both processes start writing when the test says so, not as each comes up.
+        while !go.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        write_as(writer.parse().unwrap(), &url, 3);
+        return;
+    }
+    let Some(url) = server(false) else { return };
+    let url = fresh_schema(&url);
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let me = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            std::process::Command::new(&me)
+                .args([
+                    "--exact",
+                    "processes_that_migrate_and_write_at_once_lose_and_duplicate_nothing",
+                    "--nocapture",
+                ])
+                .env(WRITER, w.to_string())
+                .env(WRITER_URL, &url)
+                .env(WRITER_GO, &go)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::fs::write(&go, "").unwrap();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "a writer failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The writer ran the test as a writer (libtest would say "0 passed" had the name
+        // matched nothing).
+        assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
+    }
+    let writers = WRITERS * 3;
     assert_eq!(count(&url, "SELECT count(*) FROM agent_ls_schema"), 1);
     let episodes = count(
         &url,
