@@ -273,6 +273,13 @@ fn main() -> ExitCode {
         let code = agent_ls_runtime::trust::sandbox::helper_main(&args[2..]);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
+    // Commands and test runs start as the same user as agent-ls, and its environment holds
+    // the model's key: a process that may not be dumped keeps its `/proc/<pid>/environ` and
+    // memory from other processes of that user (root's aside). Each child gets its own flag
+    // back at exec, so nothing it starts is changed.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("agent-ls: cannot keep its environment from its commands: {e}");
+    }
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => or_exit_1(serve::lsp()),
