@@ -27,13 +27,6 @@ fn fixer() -> ModelServer {
     ModelServer::answering(|_| openai_text(&[FIX_AND_CREATE]))
 }
 
-fn write_tasks(dir: &Path, tasks: &[Value]) -> std::path::PathBuf {
-    let file = dir.join("tasks.jsonl");
-    let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
-    std::fs::write(&file, text).unwrap();
-    file
-}
-
 /// `agent-ls batch TASKS --out OUT EXTRA...` against the model at `url`.
 fn batch(tasks: &Path, out: &Path, url: &str, extra: &[&str], home: &Path) -> Command {
     let mut cmd = support::agent_ls(&["batch"], home);
@@ -45,6 +38,57 @@ fn batch(tasks: &Path, out: &Path, url: &str, extra: &[&str], home: &Path) -> Co
         .env("AGENT_LS_MODEL__BASE_URL", format!("{url}/v1"))
         .env("OPENAI_API_KEY", "test-key");
     cmd
+}
+
+/// What each test starts from: the example repository, and a folder and a home of the
+/// test's own.
+struct Setup {
+    repo: tempfile::TempDir,
+    dir: tempfile::TempDir,
+    home: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        Setup {
+            repo: example_repository(),
+            dir: tempfile::tempdir().unwrap(),
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The example repository's path, as a task names it.
+    fn path(&self) -> String {
+        self.repo.path().display().to_string()
+    }
+
+    /// A task `id` on the example repository.
+    fn task(&self, id: &str, goal: &str) -> Value {
+        task(id, &self.path(), goal)
+    }
+
+    /// `tasks` written to tasks.jsonl in the test's folder.
+    fn write_tasks(&self, tasks: &[Value]) -> std::path::PathBuf {
+        let file = self.join("tasks.jsonl");
+        let text: String = tasks.iter().map(|t| format!("{t}\n")).collect();
+        std::fs::write(&file, text).unwrap();
+        file
+    }
+
+    /// A path in the test's folder (a batch's output folder, say).
+    fn join(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `agent-ls batch TASKS --out OUT EXTRA...` against `model`, with the test's home.
+    fn batch(&self, tasks: &Path, out: &Path, model: &ModelServer, extra: &[&str]) -> Command {
+        batch(tasks, out, &model.url, extra, self.home.path())
+    }
+
+    /// The same, run to its end.
+    fn run(&self, tasks: &Path, out: &Path, model: &ModelServer, extra: &[&str]) -> Output {
+        self.batch(tasks, out, model, extra).output().unwrap()
+    }
 }
 
 fn code(out: &Output) -> i32 {
@@ -79,12 +123,10 @@ fn snapshot(repo: &Path) -> (String, String, String, String) {
 
 #[test]
 fn six_tasks_with_three_workers_finish_in_their_own_worktrees_and_a_rerun_does_nothing() {
-    let repo = example_repository();
-    let url = format!("file://{}", repo.path().display());
-    let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let before = snapshot(repo.path());
-    let path = repo.path().display().to_string();
+    let t = Setup::new();
+    let url = format!("file://{}", t.repo.path().display());
+    let before = snapshot(t.repo.path());
+    let path = t.path();
     let tasks: Vec<Value> = (1..=6)
         .map(|n| {
             // Two of them name the repository by URL: it is cloned once.
@@ -96,19 +138,11 @@ fn six_tasks_with_three_workers_finish_in_their_own_worktrees_and_a_rerun_does_n
             )
         })
         .collect();
-    let file = write_tasks(dir.path(), &tasks);
+    let file = t.write_tasks(&tasks);
     // The output folder inside the checkout, as the default `./agent-ls-batch` often is.
-    let out_dir = repo.path().join("agent-ls-batch");
+    let out_dir = t.repo.path().join("agent-ls-batch");
     let server = fixer();
-    let out = batch(
-        &file,
-        &out_dir,
-        &server.url,
-        &["--workers", "3", "--json"],
-        home.path(),
-    )
-    .output()
-    .unwrap();
+    let out = t.run(&file, &out_dir, &server, &["--workers", "3", "--json"]);
     assert_eq!(code(&out), 0, "{}", said(&out));
     let lines = results(&out_dir);
     assert_eq!(lines.len(), 6, "{lines:?}");
@@ -147,21 +181,13 @@ fn six_tasks_with_three_workers_finish_in_their_own_worktrees_and_a_rerun_does_n
         "{listed}"
     );
     // The user's checkout: same HEAD, same branch, clean, the bug still there.
-    assert_eq!(snapshot(repo.path()), before);
+    assert_eq!(snapshot(t.repo.path()), before);
     assert!(before.2.contains("a - b"));
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["ran"], 6);
     // A second batch on the same file: nothing new, no model call.
     let calls = server.count();
-    let again = batch(
-        &file,
-        &out_dir,
-        &server.url,
-        &["--workers", "3"],
-        home.path(),
-    )
-    .output()
-    .unwrap();
+    let again = t.run(&file, &out_dir, &server, &["--workers", "3"]);
     assert_eq!(code(&again), 0, "{}", said(&again));
     assert_eq!(server.count(), calls);
     assert_eq!(results(&out_dir).len(), 6);
@@ -174,27 +200,13 @@ fn six_tasks_with_three_workers_finish_in_their_own_worktrees_and_a_rerun_does_n
 
 #[test]
 fn retry_failed_reruns_only_the_failed_task() {
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let path = repo.path().display().to_string();
-    let mut later = task("later", &path, "fix the failing tests");
+    let t = Setup::new();
+    let mut later = t.task("later", "fix the failing tests");
     later["ref"] = json!("later");
-    let file = write_tasks(
-        dir.path(),
-        &[task("now", &path, "fix the failing tests"), later],
-    );
-    let out_dir = dir.path().join("out");
+    let file = t.write_tasks(&[t.task("now", "fix the failing tests"), later]);
+    let out_dir = t.join("out");
     let server = fixer();
-    let first = batch(
-        &file,
-        &out_dir,
-        &server.url,
-        &["--workers", "2"],
-        home.path(),
-    )
-    .output()
-    .unwrap();
+    let first = t.run(&file, &out_dir, &server, &["--workers", "2"]);
     assert_eq!(code(&first), 1, "{}", said(&first));
     let lines = results(&out_dir);
     let by = |id: &str| lines.iter().find(|r| r["id"] == id).unwrap().clone();
@@ -210,21 +222,11 @@ fn retry_failed_reruns_only_the_failed_task() {
     let one_task = server.count();
     assert!(one_task > 0);
     // Without --retry-failed the failure stands; with it, only that task runs again.
-    git(repo.path(), &["branch", "later"]);
-    let rerun = batch(&file, &out_dir, &server.url, &[], home.path())
-        .output()
-        .unwrap();
+    git(t.repo.path(), &["branch", "later"]);
+    let rerun = t.run(&file, &out_dir, &server, &[]);
     assert_eq!(code(&rerun), 1);
     assert_eq!(results(&out_dir).len(), 2);
-    let retry = batch(
-        &file,
-        &out_dir,
-        &server.url,
-        &["--retry-failed"],
-        home.path(),
-    )
-    .output()
-    .unwrap();
+    let retry = t.run(&file, &out_dir, &server, &["--retry-failed"]);
     assert_eq!(code(&retry), 0, "{}", said(&retry));
     let lines = results(&out_dir);
     assert_eq!(lines.len(), 3);
@@ -233,10 +235,8 @@ fn retry_failed_reruns_only_the_failed_task() {
     assert_eq!(server.count(), 2 * one_task);
     // Another batch folder with the same ids on the same repository: the branch
     // agent/batch-now is another worktree's, so this one gets agent/batch-now-2.
-    let elsewhere = dir.path().join("elsewhere");
-    let again = batch(&file, &elsewhere, &server.url, &[], home.path())
-        .output()
-        .unwrap();
+    let elsewhere = t.join("elsewhere");
+    let again = t.run(&file, &elsewhere, &server, &[]);
     assert_eq!(code(&again), 0, "{}", said(&again));
     let lines = results(&elsewhere);
     let now = lines.iter().find(|r| r["id"] == "now").unwrap();
@@ -246,18 +246,13 @@ fn retry_failed_reruns_only_the_failed_task() {
 
 #[test]
 fn a_task_whose_config_names_an_endpoint_is_refused_and_a_bad_line_refuses_the_file() {
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let path = repo.path().display().to_string();
-    let mut evil = task("evil", &path, "fix the failing tests");
+    let t = Setup::new();
+    let mut evil = t.task("evil", "fix the failing tests");
     evil["config"] = json!({"model": {"base_url": "http://127.0.0.1:9/v1"}, "test": {"command": ["sh", "-c", "true"]}});
-    let file = write_tasks(dir.path(), &[evil]);
-    let out_dir = dir.path().join("out");
+    let file = t.write_tasks(&[evil]);
+    let out_dir = t.join("out");
     let server = fixer();
-    let out = batch(&file, &out_dir, &server.url, &[], home.path())
-        .output()
-        .unwrap();
+    let out = t.run(&file, &out_dir, &server, &[]);
     assert_eq!(code(&out), 1, "{}", said(&out));
     let lines = results(&out_dir);
     assert_eq!(lines[0]["status"], "refused");
@@ -269,13 +264,11 @@ fn a_task_whose_config_names_an_endpoint_is_refused_and_a_bad_line_refuses_the_f
     assert_eq!(server.count(), 0);
     assert!(!out_dir.join("worktrees/evil").exists());
     // A malformed line: the file is refused before anything runs, the line named.
-    let bad = dir.path().join("bad.jsonl");
-    let good = task("good", &path, "fix the failing tests");
+    let bad = t.join("bad.jsonl");
+    let good = t.task("good", "fix the failing tests");
     std::fs::write(&bad, format!("{good}\n{{\"id\": \"x\", \"goal\": 1}}\n")).unwrap();
-    let other = dir.path().join("other");
-    let out = batch(&bad, &other, &server.url, &[], home.path())
-        .output()
-        .unwrap();
+    let other = t.join("other");
+    let out = t.run(&bad, &other, &server, &[]);
     assert_eq!(code(&out), 3);
     assert!(said(&out).contains("line 2: not a task"), "{}", said(&out));
     assert!(results(&other).is_empty());
@@ -286,18 +279,13 @@ fn a_task_whose_config_names_an_endpoint_is_refused_and_a_bad_line_refuses_the_f
 /// and a run's `--yes` is no one's approval): a task that turns them back on is refused.
 #[test]
 fn a_task_that_turns_installs_back_on_is_refused() {
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let path = repo.path().display().to_string();
-    let mut install = task("install", &path, "fix the failing tests");
+    let t = Setup::new();
+    let mut install = t.task("install", "fix the failing tests");
     install["config"]["tester"] = json!({"install": true});
-    let file = write_tasks(dir.path(), &[install]);
-    let out_dir = dir.path().join("out");
+    let file = t.write_tasks(&[install]);
+    let out_dir = t.join("out");
     let server = fixer();
-    let out = batch(&file, &out_dir, &server.url, &[], home.path())
-        .output()
-        .unwrap();
+    let out = t.run(&file, &out_dir, &server, &[]);
     assert_eq!(code(&out), 1, "{}", said(&out));
     let lines = results(&out_dir);
     assert_eq!(lines[0]["status"], "refused", "{}", lines[0]);
@@ -308,19 +296,13 @@ fn a_task_that_turns_installs_back_on_is_refused() {
 
 #[test]
 fn sigint_leaves_whole_result_lines_and_a_rerun_finishes_the_rest() {
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let path = repo.path().display().to_string();
-    let file = write_tasks(
-        dir.path(),
-        &[
-            task("a", &path, "fix the failing tests"),
-            task("slow", &path, "fix the failing tests slowly"),
-            task("b", &path, "fix the failing tests"),
-        ],
-    );
-    let out_dir = dir.path().join("out");
+    let t = Setup::new();
+    let file = t.write_tasks(&[
+        t.task("a", "fix the failing tests"),
+        t.task("slow", "fix the failing tests slowly"),
+        t.task("b", "fix the failing tests"),
+    ]);
+    let out_dir = t.join("out");
     // The slow task's model call hangs until the flag is cleared.
     let stall = Arc::new(AtomicBool::new(true));
     let hang = stall.clone();
@@ -334,16 +316,11 @@ fn sigint_leaves_whole_result_lines_and_a_rerun_finishes_the_rest() {
             openai_text(&[FIX_AND_CREATE])
         }
     });
-    let mut child = batch(
-        &file,
-        &out_dir,
-        &server.url,
-        &["--workers", "2"],
-        home.path(),
-    )
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    let mut child = t
+        .batch(&file, &out_dir, &server, &["--workers", "2"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let lock = out_dir.join("worktrees/slow/.agent-ls/run.lock");
     let deadline = Instant::now() + Duration::from_secs(60);
     let run_pid = loop {
@@ -375,15 +352,7 @@ fn sigint_leaves_whole_result_lines_and_a_rerun_finishes_the_rest() {
             .all(|r| r["id"] != "slow" && r["status"] == "done")
     );
     stall.store(false, Ordering::SeqCst);
-    let rerun = batch(
-        &file,
-        &out_dir,
-        &server.url,
-        &["--workers", "2"],
-        home.path(),
-    )
-    .output()
-    .unwrap();
+    let rerun = t.run(&file, &out_dir, &server, &["--workers", "2"]);
     assert_eq!(code(&rerun), 0, "{}", said(&rerun));
     let lines = results(&out_dir);
     assert_eq!(lines.len(), 3);
@@ -393,33 +362,22 @@ fn sigint_leaves_whole_result_lines_and_a_rerun_finishes_the_rest() {
 
 #[test]
 fn index_runs_only_that_task_counting_non_blank_lines_and_past_the_end_is_refused() {
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let path = repo.path().display().to_string();
+    let t = Setup::new();
     // A blank line between the tasks: indexes count tasks, as a Job's completions do.
-    let file = dir.path().join("tasks.jsonl");
+    let file = t.join("tasks.jsonl");
     let lines = [
-        task("first", &path, "fix the failing tests"),
-        task("second", &path, "fix the failing tests"),
-        task("third", &path, "fix the failing tests"),
+        t.task("first", "fix the failing tests"),
+        t.task("second", "fix the failing tests"),
+        t.task("third", "fix the failing tests"),
     ];
     std::fs::write(
         &file,
         format!("{}\n\n{}\n{}\n", lines[0], lines[1], lines[2]),
     )
     .unwrap();
-    let out_dir = dir.path().join("out");
+    let out_dir = t.join("out");
     let server = fixer();
-    let out = batch(
-        &file,
-        &out_dir,
-        &server.url,
-        &["--index", "1", "--json"],
-        home.path(),
-    )
-    .output()
-    .unwrap();
+    let out = t.run(&file, &out_dir, &server, &["--index", "1", "--json"]);
     assert_eq!(code(&out), 0, "{}", said(&out));
     let written = results(&out_dir);
     assert_eq!(written.len(), 1, "{written:?}");
@@ -432,10 +390,8 @@ fn index_runs_only_that_task_counting_non_blank_lines_and_past_the_end_is_refuse
     assert_eq!(summary["ran"], 1);
     let calls = server.count();
     // Past the end (a Job with more completions than tasks): refused, nothing run.
-    let past = dir.path().join("past");
-    let out = batch(&file, &past, &server.url, &["--index", "3"], home.path())
-        .output()
-        .unwrap();
+    let past = t.join("past");
+    let out = t.run(&file, &past, &server, &["--index", "3"]);
     assert_eq!(code(&out), 3, "{}", said(&out));
     assert!(
         said(&out).contains("--index 3 is past the end: the file has 3 task(s), indexes 0 to 2"),
@@ -446,9 +402,7 @@ fn index_runs_only_that_task_counting_non_blank_lines_and_past_the_end_is_refuse
     assert_eq!(server.count(), calls);
     // A bad line elsewhere in the file refuses every index, the good one's too.
     std::fs::write(&file, format!("{}\nnot json\n", lines[0])).unwrap();
-    let out = batch(&file, &past, &server.url, &["--index", "0"], home.path())
-        .output()
-        .unwrap();
+    let out = t.run(&file, &past, &server, &["--index", "0"]);
     assert_eq!(code(&out), 3, "{}", said(&out));
     assert!(said(&out).contains("line 2: not a task"), "{}", said(&out));
     assert_eq!(server.count(), calls);

@@ -165,36 +165,100 @@ fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
     }
 }
 
+/// What each test starts from: the database, the example repository, a folder and a home of
+/// the test's own, and a queue no other test (or earlier run) uses.
+struct Queued {
+    url: String,
+    repo: tempfile::TempDir,
+    dir: tempfile::TempDir,
+    home: tempfile::TempDir,
+    queue: String,
+}
+
+impl Queued {
+    /// None, and the test skips, without a database (see `server`).
+    fn new() -> Option<Queued> {
+        let url = server()?;
+        let dir = tempfile::tempdir().unwrap();
+        let queue = fresh_queue(dir.path());
+        Some(Queued {
+            url,
+            repo: example_repository(),
+            dir,
+            home: support::home_with(""),
+            queue,
+        })
+    }
+
+    /// A task `id` on the example repository.
+    fn task(&self, id: &str, goal: &str) -> Value {
+        task(id, &self.repo.path().display().to_string(), goal)
+    }
+
+    /// `tasks` written to `name` in the test's folder and enqueued, with `extra` arguments.
+    fn enqueue(&self, name: &str, tasks: &[Value], extra: &[&str]) {
+        let file = write_tasks(self.dir.path(), name, tasks);
+        enqueue(&file, extra, &self.url, &self.queue, self.home.path());
+    }
+
+    /// A path in the test's folder (a worker's output folder, say).
+    fn join(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `agent-ls ARGS` on the test's queue, with the model at `model`.
+    fn agent_ls(&self, args: &[&str], model: &str) -> Command {
+        agent_ls(args, &self.url, &self.queue, model, self.home.path())
+    }
+
+    /// A worker `name` (see `worker`) writing to the folder of its name.
+    fn worker(&self, name: &str, model: &str) -> Child {
+        let out = self.join(name);
+        worker(name, &out, model, &self.url, &self.queue, self.home.path())
+    }
+
+    fn status(&self) -> Value {
+        status(&self.url, &self.queue, self.home.path())
+    }
+
+    fn results(&self) -> Vec<(String, String, String, i32, Value, Option<String>)> {
+        results(&self.url, &self.queue)
+    }
+}
+
+/// A model server whose every call hangs: a task using it never ends by itself.
+fn every_call_hangs() -> ModelServer {
+    ModelServer::answering(|_| Reply::Sse {
+        events: vec![],
+        stall_after: Some(0),
+    })
+}
+
+/// SIGTERM to `child`, as Kubernetes sends before it stops a pod.
+fn sigterm(child: &Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+}
+
 #[test]
 fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
-    let Some(url) = server() else { return };
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = support::home_with("");
-    let queue = fresh_queue(dir.path());
-    let path = repo.path().display().to_string();
+    let Some(q) = Queued::new() else { return };
     // The first task's first model call hangs: its worker is killed while it runs.
-    let mut tasks = vec![task("slow", &path, "fix the failing tests slowly")];
-    tasks.extend((1..=11).map(|n| {
-        task(
-            &format!("t{n}"),
-            &path,
-            &format!("fix the failing tests ({n})"),
-        )
-    }));
-    let file = write_tasks(dir.path(), "tasks.jsonl", &tasks);
-    enqueue(&file, &[], &url, &queue, home.path());
-    assert_eq!(status(&url, &queue, home.path())["queued"], 12);
+    let mut tasks = vec![q.task("slow", "fix the failing tests slowly")];
+    tasks.extend(
+        (1..=11).map(|n| q.task(&format!("t{n}"), &format!("fix the failing tests ({n})"))),
+    );
+    q.enqueue("tasks.jsonl", &tasks, &[]);
+    assert_eq!(q.status()["queued"], 12);
     let (model, slow_calls) = first_call_hangs("slowly");
     let names = ["w1", "w2", "w3"];
-    let outs: Vec<PathBuf> = names.iter().map(|n| dir.path().join(n)).collect();
-    let mut workers: Vec<Child> = names
-        .iter()
-        .zip(&outs)
-        .map(|(n, o)| worker(n, o, &model.url, &url, &queue, home.path()))
-        .collect();
-    let (victim, run_pid) = running_slow_task(&outs, &slow_calls);
-    let running = status(&url, &queue, home.path());
+    let outs: Vec<PathBuf> = names.iter().map(|n| q.join(n)).collect();
+    let mut workers: Vec<Child> = names.iter().map(|n| q.worker(n, &model.url)).collect();
+    let (victim, run_pid) = run_started(&outs, "slow", || slow_calls.load(Ordering::SeqCst) > 0);
+    let running = q.status();
     assert_eq!(running["workers"][names[victim]]["running"], 1, "{running}");
     workers[victim].kill().unwrap();
     workers[victim].wait().unwrap();
@@ -214,8 +278,8 @@ fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
         }
     }
     assert_eq!(slow_calls.load(Ordering::SeqCst), 2);
-    each_task_done_once(&url, &queue, names[victim]);
-    twelve_done_in_status(&url, &queue, home.path());
+    each_task_done_once(&q.url, &q.queue, names[victim]);
+    twelve_done_in_status(&q.url, &q.queue, q.home.path());
 }
 
 /// A model server whose first call for a goal containing `marker` hangs, and that answers
@@ -236,17 +300,17 @@ fn first_call_hangs(marker: &'static str) -> (ModelServer, Arc<AtomicUsize>) {
     (model, marked)
 }
 
-/// The worker (its index in `outs`) whose run of `slow` holds its run lock, and that run's
-/// process id, once the run has called the model.
-fn running_slow_task(outs: &[PathBuf], slow_calls: &AtomicUsize) -> (usize, u64) {
+/// The worker (its index in `outs`) whose run of task `id` holds its run lock, and that
+/// run's process id, once the model has been `called`.
+fn run_started(outs: &[PathBuf], id: &str, called: impl Fn() -> bool) -> (usize, u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some(held) = run_lock_holder(outs, "slow")
-            && slow_calls.load(Ordering::SeqCst) > 0
+        if let Some(held) = run_lock_holder(outs, id)
+            && called()
         {
             return held;
         }
-        assert!(Instant::now() < deadline, "no worker started the slow task");
+        assert!(Instant::now() < deadline, "no worker started task {id}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -363,36 +427,24 @@ impl Session {
 
 #[test]
 fn a_run_whose_lease_cannot_be_renewed_is_stopped_and_its_task_ends_once() {
-    let Some(url) = server() else { return };
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = support::home_with("");
-    let queue = fresh_queue(dir.path());
-    let path = repo.path().display().to_string();
-    let file = write_tasks(
-        dir.path(),
+    let Some(q) = Queued::new() else { return };
+    q.enqueue(
         "tasks.jsonl",
-        &[task("held", &path, "fix the failing tests, held up")],
+        &[q.task("held", "fix the failing tests, held up")],
+        &[],
     );
-    enqueue(&file, &[], &url, &queue, home.path());
     let (model, calls) = first_call_hangs("held up");
-    let out = dir.path().join("w");
-    let mut w = worker("w", &out, &model.url, &url, &queue, home.path());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let run_pid = loop {
-        if let Some((_, pid)) = run_lock_holder(std::slice::from_ref(&out), "held")
-            && calls.load(Ordering::SeqCst) > 0
-        {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "the task did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let out = q.join("w");
+    let mut w = q.worker("w", &model.url);
+    let (_, run_pid) = run_started(std::slice::from_ref(&out), "held", || {
+        calls.load(Ordering::SeqCst) > 0
+    });
     // The test locks the task's message: each heartbeat now waits on the lock, as on a
     // connection that no longer answers, while the run (its model call hanging) goes on.
-    let session = Session::open(&url);
+    let session = Session::open(&q.url);
     session.run(&format!(
-        "BEGIN; SELECT msg_id FROM pgmq.q_{queue} FOR UPDATE"
+        "BEGIN; SELECT msg_id FROM pgmq.q_{} FOR UPDATE",
+        q.queue
     ));
     // The lease is 3 s: the run is stopped within 2 s of its last renewal, then has 5 s
     // before its process group is killed.
@@ -404,17 +456,14 @@ fn a_run_whose_lease_cannot_be_renewed_is_stopped_and_its_task_ends_once() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(
-        results(&url, &queue).is_empty(),
-        "the stopped run ended the task"
-    );
+    assert!(q.results().is_empty(), "the stopped run ended the task");
     session.run("ROLLBACK");
     // Its lease runs out, and the worker leases it again and runs it to its end.
     let s = wait_exit(&mut w, Duration::from_secs(120));
     assert!(s.success(), "{s}");
     let log = std::fs::read_to_string(out.with_extension("log")).unwrap();
     assert!(log.contains("could not be renewed"), "{log}");
-    let rows = results(&url, &queue);
+    let rows = q.results();
     assert_eq!(rows.len(), 1, "{rows:?}");
     let (id, st, _, attempts, result, _) = &rows[0];
     assert_eq!((id.as_str(), st.as_str()), ("held", "done"), "{result}");
@@ -424,40 +473,29 @@ fn a_run_whose_lease_cannot_be_renewed_is_stopped_and_its_task_ends_once() {
 
 #[test]
 fn a_worker_whose_connection_is_cut_stops_its_run_and_another_ends_the_task_once() {
-    let Some(url) = server() else { return };
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = support::home_with("");
-    let queue = fresh_queue(dir.path());
-    let path = repo.path().display().to_string();
-    let file = write_tasks(
-        dir.path(),
+    let Some(q) = Queued::new() else { return };
+    q.enqueue(
         "tasks.jsonl",
-        &[task("cut", &path, "fix the failing tests, cut off")],
+        &[q.task("cut", "fix the failing tests, cut off")],
+        &[],
     );
-    enqueue(&file, &[], &url, &queue, home.path());
     let (model, calls) = first_call_hangs("cut off");
     // The first worker's connection has a name of its own, for the test to find it by.
     let named = format!(
-        "{url}{}application_name={queue}",
-        if url.contains('?') { '&' } else { '?' }
+        "{}{}application_name={}",
+        q.url,
+        if q.url.contains('?') { '&' } else { '?' },
+        q.queue
     );
-    let out = dir.path().join("w1");
-    let mut first = worker("w1", &out, &model.url, &named, &queue, home.path());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let run_pid = loop {
-        if let Some((_, pid)) = run_lock_holder(std::slice::from_ref(&out), "cut")
-            && calls.load(Ordering::SeqCst) > 0
-        {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "the task did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let out = q.join("w1");
+    let mut first = worker("w1", &out, &model.url, &named, &q.queue, q.home.path());
+    let (_, run_pid) = run_started(std::slice::from_ref(&out), "cut", || {
+        calls.load(Ordering::SeqCst) > 0
+    });
     let cut = sql(
-        &url,
+        &q.url,
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
-        &[&queue],
+        &[&q.queue],
     );
     assert_eq!(cut[0].get::<_, i64>(0), 1);
     // Its heartbeats fail: the run is stopped before the lease can run out, and the worker,
@@ -465,18 +503,11 @@ fn a_worker_whose_connection_is_cut_stops_its_run_and_another_ends_the_task_once
     let s = wait_exit(&mut first, Duration::from_secs(30));
     assert_eq!(s.code(), Some(1));
     assert!(!support::alive(run_pid), "the run goes on without a lease");
-    assert!(results(&url, &queue).is_empty());
-    let mut second = worker(
-        "w2",
-        &dir.path().join("w2"),
-        &model.url,
-        &url,
-        &queue,
-        home.path(),
-    );
+    assert!(q.results().is_empty());
+    let mut second = q.worker("w2", &model.url);
     let s = wait_exit(&mut second, Duration::from_secs(120));
     assert!(s.success(), "{s}");
-    let rows = results(&url, &queue);
+    let rows = q.results();
     assert_eq!(rows.len(), 1, "{rows:?}");
     let (id, st, by, attempts, result, _) = &rows[0];
     assert_eq!(
@@ -489,58 +520,50 @@ fn a_worker_whose_connection_is_cut_stops_its_run_and_another_ends_the_task_once
 
 #[test]
 fn a_workers_memory_url_is_given_to_its_runs_instead_of_the_queues() {
-    let Some(url) = server() else { return };
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = support::home_with("");
-    let queue = fresh_queue(dir.path());
-    let path = repo.path().display().to_string();
-    let file = write_tasks(
-        dir.path(),
+    let Some(q) = Queued::new() else { return };
+    q.enqueue(
         "tasks.jsonl",
-        &[task("apart", &path, "fix the failing tests")],
+        &[q.task("apart", "fix the failing tests")],
+        &[],
     );
-    enqueue(&file, &[], &url, &queue, home.path());
     let model = ModelServer::answering(|_| openai_text(&[FIX_AND_CREATE]));
-    let out = dir.path().join("w");
+    let out = q.join("w");
     // A store that answers nothing: the run's memory goes there (and is lost), never to the
     // queue's database, whose password the run is not given.
-    let mut w = agent_ls(
-        &[
-            "worker",
-            "--once",
-            "--name",
-            "w",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        &url,
-        &queue,
-        &model.url,
-        home.path(),
-    )
-    .env(
-        "AGENT_LS_WORKER_MEMORY_URL",
-        "postgres://memory:secret@127.0.0.1:9/memory_only_store",
-    )
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut w = q
+        .agent_ls(
+            &[
+                "worker",
+                "--once",
+                "--name",
+                "w",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &model.url,
+        )
+        .env(
+            "AGENT_LS_WORKER_MEMORY_URL",
+            "postgres://memory:secret@127.0.0.1:9/memory_only_store",
+        )
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let s = wait_exit(&mut w, Duration::from_secs(120));
     assert!(s.success(), "{s}");
-    let rows = results(&url, &queue);
+    let rows = q.results();
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0].1, "done", "{rows:?}");
     let run = rows[0].4["run_id"].as_str().unwrap().to_string();
     let has_table: bool = sql(
-        &url,
+        &q.url,
         "SELECT to_regclass('agent_ls_memories') IS NOT NULL",
         &[],
     )[0]
     .get(0);
     if has_table {
         let n = sql(
-            &url,
+            &q.url,
             "SELECT count(*) FROM agent_ls_memories WHERE run_id = $1",
             &[&run],
         );
@@ -557,46 +580,27 @@ fn a_workers_memory_url_is_given_to_its_runs_instead_of_the_queues() {
 
 #[test]
 fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
-    let Some(url) = server() else { return };
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = support::home_with("");
-    let queue = fresh_queue(dir.path());
-    let path = repo.path().display().to_string();
+    let Some(q) = Queued::new() else { return };
     let model = ModelServer::answering(|_| openai_text(&[FIX_AND_CREATE]));
     let endpoint = json!({"agent": {"evaluate": false, "review": "off"}, "model": {"base_url": format!("{}/v1", model.url)}});
-    let mut plain = task("plain", &path, "fix the failing tests");
+    let mut plain = q.task("plain", "fix the failing tests");
     plain["config"] = endpoint.clone();
-    let mut owned = task("owned", &path, "fix the failing tests");
+    let mut owned = q.task("owned", "fix the failing tests");
     owned["config"] = endpoint.clone();
-    let mut keyed = task("keyed", &path, "fix the failing tests");
+    let mut keyed = q.task("keyed", "fix the failing tests");
     keyed["config"] =
         json!({"model": {"base_url": format!("{}/v1", model.url), "api_key": "sk-from-a-task"}});
-    enqueue(
-        &write_tasks(dir.path(), "plain.jsonl", &[plain]),
-        &[],
-        &url,
-        &queue,
-        home.path(),
-    );
+    q.enqueue("plain.jsonl", &[plain], &[]);
     // Nor a file of the worker's to write, trusted or not.
-    let written = dir.path().join("written.log");
-    let mut logged = task("logged", &path, "fix the failing tests");
+    let written = q.join("written.log");
+    let mut logged = q.task("logged", "fix the failing tests");
     logged["config"] = json!({"log": {"file": written}});
-    let trusted = write_tasks(dir.path(), "trusted.jsonl", &[owned, keyed, logged]);
-    enqueue(&trusted, &["--trusted"], &url, &queue, home.path());
+    q.enqueue("trusted.jsonl", &[owned, keyed, logged], &["--trusted"]);
     // The worker's own endpoint answers nothing: only the trusted task's own can.
-    let mut w = worker(
-        "w",
-        &dir.path().join("w"),
-        "http://127.0.0.1:9",
-        &url,
-        &queue,
-        home.path(),
-    );
+    let mut w = q.worker("w", "http://127.0.0.1:9");
     let s = wait_exit(&mut w, Duration::from_secs(120));
     assert!(s.success(), "{s}");
-    let rows = results(&url, &queue);
+    let rows = q.results();
     let by = |id: &str| {
         rows.iter()
             .find(|r| r.0 == id)
@@ -612,7 +616,7 @@ fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
             .contains("`model.base_url`"),
         "{plain:?}"
     );
-    assert!(!dir.path().join("w/worktrees/plain").exists());
+    assert!(!q.join("w/worktrees/plain").exists());
     let owned = by("owned");
     assert_eq!(owned.1, "done", "{owned:?}");
     // Keys come from the worker's environment only, trusted or not.
@@ -633,7 +637,7 @@ fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
     );
     assert!(!written.exists());
     assert!(model.count() > 0);
-    let end = status(&url, &queue, home.path());
+    let end = q.status();
     assert_eq!(
         (end["done"].as_i64(), end["failed"].as_i64()),
         (Some(1), Some(3)),
@@ -644,25 +648,14 @@ fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
 
 #[test]
 fn a_task_whose_leases_keep_running_out_fails_once_its_attempts_are_spent() {
-    let Some(url) = server() else { return };
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = support::home_with("");
-    let queue = fresh_queue(dir.path());
-    let path = repo.path().display().to_string();
-    let file = write_tasks(
-        dir.path(),
+    let Some(q) = Queued::new() else { return };
+    q.enqueue(
         "tasks.jsonl",
-        &[task("doomed", &path, "fix the failing tests")],
+        &[q.task("doomed", "fix the failing tests")],
+        &[],
     );
-    enqueue(&file, &[], &url, &queue, home.path());
-    // Every model call hangs: the task never ends by itself.
-    let model = ModelServer::answering(|_| Reply::Sse {
-        events: vec![],
-        stall_after: Some(0),
-    });
-    let out = dir.path().join("w1");
-    let mut first = worker("w1", &out, &model.url, &url, &queue, home.path());
+    let model = every_call_hangs();
+    let mut first = q.worker("w1", &model.url);
     let deadline = Instant::now() + Duration::from_secs(60);
     while model.count() == 0 {
         assert!(Instant::now() < deadline, "the task did not start");
@@ -671,30 +664,28 @@ fn a_task_whose_leases_keep_running_out_fails_once_its_attempts_are_spent() {
     first.kill().unwrap();
     first.wait().unwrap();
     // One attempt allowed: the next worker to lease it records the final failure.
-    let mut second = agent_ls(
-        &[
-            "worker",
-            "--once",
-            "--lease-secs",
-            "3",
-            "--max-attempts",
-            "1",
-            "--name",
-            "w2",
-        ],
-        &url,
-        &queue,
-        &model.url,
-        home.path(),
-    )
-    .arg("--out")
-    .arg(dir.path().join("w2"))
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut second = q
+        .agent_ls(
+            &[
+                "worker",
+                "--once",
+                "--lease-secs",
+                "3",
+                "--max-attempts",
+                "1",
+                "--name",
+                "w2",
+            ],
+            &model.url,
+        )
+        .arg("--out")
+        .arg(q.join("w2"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let s = wait_exit(&mut second, Duration::from_secs(60));
     assert!(s.success(), "{s}");
-    let rows = results(&url, &queue);
+    let rows = q.results();
     assert_eq!(rows.len(), 1, "{rows:?}");
     let (id, st, by, attempts, result, _) = &rows[0];
     assert_eq!(
@@ -710,7 +701,7 @@ fn a_task_whose_leases_keep_running_out_fails_once_its_attempts_are_spent() {
         "{result}"
     );
     assert_eq!(model.count(), 1, "the task ran again past its attempts");
-    let end = status(&url, &queue, home.path());
+    let end = q.status();
     assert_eq!(
         (end["queued"].as_i64(), end["failed"].as_i64()),
         (Some(0), Some(1)),
@@ -720,21 +711,16 @@ fn a_task_whose_leases_keep_running_out_fails_once_its_attempts_are_spent() {
 
 #[test]
 fn a_task_that_could_not_run_waits_before_its_next_attempt() {
-    let Some(url) = server() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let home = support::home_with("");
-    let queue = fresh_queue(dir.path());
+    let Some(q) = Queued::new() else { return };
     // Its repository does not exist: status `error`, which is tried again, but not at once.
-    let gone = dir.path().join("gone").display().to_string();
-    let file = write_tasks(
-        dir.path(),
+    let gone = q.join("gone").display().to_string();
+    q.enqueue(
         "tasks.jsonl",
         &[task("unset", &gone, "fix the failing tests")],
+        &[],
     );
-    enqueue(&file, &[], &url, &queue, home.path());
-    let out = dir.path().join("w");
-    let mut w = worker("w", &out, "http://127.0.0.1:9", &url, &queue, home.path());
-    let log = out.with_extension("log");
+    let mut w = q.worker("w", "http://127.0.0.1:9");
+    let log = q.join("w").with_extension("log");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !std::fs::read_to_string(&log)
         .unwrap_or_default()
@@ -745,9 +731,10 @@ fn a_task_that_could_not_run_waits_before_its_next_attempt() {
     }
     // Its one lease counted, and it is not visible again for a while.
     let row = sql(
-        &url,
+        &q.url,
         &format!(
-            "SELECT read_ct, vt > clock_timestamp() + interval '10 seconds' FROM pgmq.q_{queue}"
+            "SELECT read_ct, vt > clock_timestamp() + interval '10 seconds' FROM pgmq.q_{}",
+            q.queue
         ),
         &[],
     );
@@ -756,91 +743,63 @@ fn a_task_that_could_not_run_waits_before_its_next_attempt() {
         (1, true)
     );
     // Waiting for its next attempt, it counts as queued, not as running.
-    let waiting = status(&url, &queue, home.path());
+    let waiting = q.status();
     assert_eq!(
         (waiting["queued"].as_i64(), waiting["running"].as_i64()),
         (Some(1), Some(0)),
         "{waiting}"
     );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(w.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    sigterm(&w);
     let s = wait_exit(&mut w, Duration::from_secs(30));
     assert_eq!(s.code(), Some(130));
-    assert!(results(&url, &queue).is_empty());
+    assert!(q.results().is_empty());
 }
 
 #[test]
 fn sigterm_gives_a_workers_running_task_back_to_the_queue_at_once() {
-    let Some(url) = server() else { return };
-    let repo = example_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let home = support::home_with("");
-    let queue = fresh_queue(dir.path());
-    let path = repo.path().display().to_string();
-    let file = write_tasks(
-        dir.path(),
+    let Some(q) = Queued::new() else { return };
+    q.enqueue(
         "tasks.jsonl",
-        &[task("long", &path, "fix the failing tests")],
+        &[q.task("long", "fix the failing tests")],
+        &[],
     );
-    enqueue(&file, &[], &url, &queue, home.path());
-    let model = ModelServer::answering(|_| Reply::Sse {
-        events: vec![],
-        stall_after: Some(0),
-    });
-    let out = dir.path().join("w");
+    let model = every_call_hangs();
+    let out = q.join("w");
     // A long lease: only the worker's own hand-back can make the task queued again soon.
-    let mut w = agent_ls(
-        &[
-            "worker",
-            "--lease-secs",
-            "600",
-            "--name",
-            "w",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        &url,
-        &queue,
-        &model.url,
-        home.path(),
-    )
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
-    let lock = out.join("worktrees/long/.agent-ls/run.lock");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let run_pid = loop {
-        let held: Option<Value> = std::fs::read_to_string(&lock)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
-        if model.count() > 0
-            && let Some(h) = held
-        {
-            break h["pid"].as_u64().unwrap();
-        }
-        assert!(Instant::now() < deadline, "the task did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status(&url, &queue, home.path())["running"], 1);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(w.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    let mut w = q
+        .agent_ls(
+            &[
+                "worker",
+                "--lease-secs",
+                "600",
+                "--name",
+                "w",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &model.url,
+        )
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (_, run_pid) = run_started(std::slice::from_ref(&out), "long", || model.count() > 0);
+    assert_eq!(q.status()["running"], 1);
+    sigterm(&w);
     let s = wait_exit(&mut w, Duration::from_secs(30));
     assert_eq!(s.code(), Some(130));
     assert!(!support::alive(run_pid), "the run still runs");
-    let end = status(&url, &queue, home.path());
+    let end = q.status();
     assert_eq!(
         (end["queued"].as_i64(), end["running"].as_i64()),
         (Some(1), Some(0)),
         "{end}"
     );
-    assert!(results(&url, &queue).is_empty());
+    assert!(q.results().is_empty());
     // A hand-back is not an attempt: the next lease is the task's first again.
-    let read = sql(&url, &format!("SELECT read_ct FROM pgmq.q_{queue}"), &[]);
+    let read = sql(
+        &q.url,
+        &format!("SELECT read_ct FROM pgmq.q_{}", q.queue),
+        &[],
+    );
     assert_eq!(read[0].get::<_, i32>(0), 0);
 }
