@@ -201,6 +201,11 @@ impl Queued {
         enqueue(&file, extra, &self.url, &self.queue, self.home.path());
     }
 
+    /// One task `id` on the example repository enqueued.
+    fn enqueue_task(&self, id: &str, goal: &str) {
+        self.enqueue("tasks.jsonl", &[self.task(id, goal)], &[]);
+    }
+
     /// A path in the test's folder (a worker's output folder, say).
     fn join(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
@@ -428,11 +433,7 @@ impl Session {
 #[test]
 fn a_run_whose_lease_cannot_be_renewed_is_stopped_and_its_task_ends_once() {
     let Some(q) = Queued::new() else { return };
-    q.enqueue(
-        "tasks.jsonl",
-        &[q.task("held", "fix the failing tests, held up")],
-        &[],
-    );
+    q.enqueue_task("held", "fix the failing tests, held up");
     let (model, calls) = first_call_hangs("held up");
     let out = q.join("w");
     let mut w = q.worker("w", &model.url);
@@ -474,11 +475,7 @@ fn a_run_whose_lease_cannot_be_renewed_is_stopped_and_its_task_ends_once() {
 #[test]
 fn a_worker_whose_connection_is_cut_stops_its_run_and_another_ends_the_task_once() {
     let Some(q) = Queued::new() else { return };
-    q.enqueue(
-        "tasks.jsonl",
-        &[q.task("cut", "fix the failing tests, cut off")],
-        &[],
-    );
+    q.enqueue_task("cut", "fix the failing tests, cut off");
     let (model, calls) = first_call_hangs("cut off");
     // The first worker's connection has a name of its own, for the test to find it by.
     let named = format!(
@@ -521,11 +518,7 @@ fn a_worker_whose_connection_is_cut_stops_its_run_and_another_ends_the_task_once
 #[test]
 fn a_workers_memory_url_is_given_to_its_runs_instead_of_the_queues() {
     let Some(q) = Queued::new() else { return };
-    q.enqueue(
-        "tasks.jsonl",
-        &[q.task("apart", "fix the failing tests")],
-        &[],
-    );
+    q.enqueue_task("apart", "fix the failing tests");
     let model = ModelServer::answering(|_| openai_text(&[FIX_AND_CREATE]));
     let out = q.join("w");
     // A store that answers nothing: the run's memory goes there (and is lost), never to the
@@ -649,11 +642,7 @@ fn a_task_naming_an_endpoint_is_refused_unless_its_owner_trusted_it() {
 #[test]
 fn a_task_whose_leases_keep_running_out_fails_once_its_attempts_are_spent() {
     let Some(q) = Queued::new() else { return };
-    q.enqueue(
-        "tasks.jsonl",
-        &[q.task("doomed", "fix the failing tests")],
-        &[],
-    );
+    q.enqueue_task("doomed", "fix the failing tests");
     let model = every_call_hangs();
     let mut first = q.worker("w1", &model.url);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -758,11 +747,7 @@ fn a_task_that_could_not_run_waits_before_its_next_attempt() {
 #[test]
 fn sigterm_gives_a_workers_running_task_back_to_the_queue_at_once() {
     let Some(q) = Queued::new() else { return };
-    q.enqueue(
-        "tasks.jsonl",
-        &[q.task("long", "fix the failing tests")],
-        &[],
-    );
+    q.enqueue_task("long", "fix the failing tests");
     let model = every_call_hangs();
     let out = q.join("w");
     // A long lease: only the worker's own hand-back can make the task queued again soon.
