@@ -20,21 +20,6 @@ use support::model_server::{ModelServer, openai_text};
 const CANARY: &str = "sk-canary-3f9a1c77d2";
 const PASSWORD: &str = "hunter2-db-password";
 
-fn server() -> Option<String> {
-    match std::env::var("AGENT_LS_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("AGENT_LS_REQUIRE_POSTGRES").is_some() => panic!(
-            "AGENT_LS_TEST_POSTGRES_URL is not set; scripts/test starts PostgreSQL (scripts/postgres start)"
-        ),
-        _ => {
-            eprintln!(
-                "skipped: AGENT_LS_TEST_POSTGRES_URL is not set (scripts/postgres start; scripts/test does it)"
-            );
-            None
-        }
-    }
-}
-
 /// A login name no other test uses, for the records' owner.
 fn someone() -> String {
     let dir = tempfile::tempdir().unwrap();
@@ -133,7 +118,9 @@ fn clone_of_team_repo(remote: &str) -> tempfile::TempDir {
 #[test]
 fn runs_remember_in_postgres_and_a_teammates_clone_recalls_and_the_commands_read_and_forget_there()
 {
-    let Some(url) = server() else { return };
+    let Some(url) = support::postgres_url() else {
+        return;
+    };
     let remote = format!("https://git.example/team/{}.git", someone());
     // Two developers, each with a clone of the team's repository.
     let (alice, bob) = (someone(), someone());
@@ -223,7 +210,9 @@ fn runs_remember_in_postgres_and_a_teammates_clone_recalls_and_the_commands_read
 
 #[test]
 fn with_memory_scope_user_runs_in_two_workspaces_see_each_others_records() {
-    let Some(url) = server() else { return };
+    let Some(url) = support::postgres_url() else {
+        return;
+    };
     let me = someone();
     let env = [
         ("AGENT_LS_MEMORY__URL", url.as_str()),

@@ -20,21 +20,6 @@ use serde_json::{Value, json};
 use support::git::{FIX_AND_CREATE, example_repository};
 use support::model_server::{ModelServer, Reply, openai_text};
 
-fn server() -> Option<String> {
-    match std::env::var("AGENT_LS_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("AGENT_LS_REQUIRE_POSTGRES").is_some() => panic!(
-            "AGENT_LS_TEST_POSTGRES_URL is not set; scripts/test starts PostgreSQL (scripts/postgres start)"
-        ),
-        _ => {
-            eprintln!(
-                "skipped: AGENT_LS_TEST_POSTGRES_URL is not set (scripts/postgres start; scripts/test does it)"
-            );
-            None
-        }
-    }
-}
-
 /// A queue name no other test (or earlier run) uses.
 fn fresh_queue(dir: &Path) -> String {
     let name: String = dir
@@ -178,7 +163,7 @@ struct Queued {
 impl Queued {
     /// None, and the test skips, without a database (see `server`).
     fn new() -> Option<Queued> {
-        let url = server()?;
+        let url = support::postgres_url()?;
         let dir = tempfile::tempdir().unwrap();
         let queue = fresh_queue(dir.path());
         Some(Queued {

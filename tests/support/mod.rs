@@ -695,6 +695,24 @@ fn read_frames(stdout: impl Read, tx: std::sync::mpsc::Sender<Incoming>) {
     }
 }
 
+/// The real PostgreSQL's URL that scripts/test starts (`scripts/postgres start`), or None to
+/// skip where none runs; with `AGENT_LS_REQUIRE_POSTGRES` set (scripts/test) a missing URL
+/// fails the test instead.
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("AGENT_LS_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("AGENT_LS_REQUIRE_POSTGRES").is_some() => panic!(
+            "AGENT_LS_TEST_POSTGRES_URL is not set; scripts/test starts PostgreSQL (scripts/postgres start)"
+        ),
+        _ => {
+            eprintln!(
+                "skipped: AGENT_LS_TEST_POSTGRES_URL is not set (scripts/postgres start; scripts/test does it)"
+            );
+            None
+        }
+    }
+}
+
 /// The Python the tests run (scripts/test puts pytest in `.venv-test`).
 pub fn python() -> String {
     std::env::var("AGENT_LS_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
