@@ -1,11 +1,17 @@
 //! The language server: the only module that knows LSP types and JSON-RPC. Data flows one
 //! way: stdin → `transport` (frames, parses once) → the `session` (document notifications,
 //! in wire order) or tower-lsp (requests, answered from the session's state) → subsystems
-//! (`test_runs`, `agent_runs`, the store) whose reports come back to the session → the
-//! `outbox` → stdout. `agent-ls serve` (`cli::serve::lsp`) starts it with `serve_stdio`; the
-//! agent runs themselves are the runtime's `Drive`, which `agent_runs` gives an editor Shell.
+//! (`test_runs`, `agent_runs`, `undo`, `rollback`, the store) whose reports come back to the
+//! session → the `outbox` → stdout. `agent-ls serve` (`cli::serve::lsp`) starts it with
+//! `serve_stdio`; the agent runs themselves are the runtime's `Drive`, which `agent_runs`
+//! gives the editor shell of `shell`.
+//!
+//! No file here imports one that imports it back: the session imports the subsystems, the
+//! subsystems share the types below them (`connection`, `refused`, `jobs`), and none imports
+//! this file or the session.
 
 pub mod agent_runs;
+pub mod connection;
 pub mod convert;
 pub mod ext;
 pub mod git_commands;
@@ -13,15 +19,17 @@ mod isolation;
 pub mod jobs;
 mod json_text;
 pub mod outbox;
+pub mod refused;
 pub mod review_decision;
 pub mod review_diagnostics;
 pub mod rollback;
 pub mod session;
+mod shell;
 pub mod test_runs;
 pub mod transport;
+pub mod undo;
 pub mod workspace_edit;
 
-use std::any::Any;
 use std::future::Future;
 use std::os::fd::AsFd;
 use std::panic::AssertUnwindSafe;
@@ -40,11 +48,7 @@ use agent_ls_runtime::config;
 use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::logging::LogHandle;
 use outbox::Outbox;
-use session::{Event, Session, SessionHandle};
-
-/// How a subsystem reports to the session: a function that takes its own message type (the
-/// session wraps it into its `Event`), so the subsystem never sees the session.
-pub type Report<T> = Arc<dyn Fn(T) + Send + Sync>;
+use session::{Event, STORE_BUSY, Session, SessionHandle};
 
 /// Runs the server on stdin/stdout until `exit`, returning the process exit code the
 /// specification asks for: 0 when `shutdown` came first, 1 otherwise.
@@ -125,9 +129,6 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
 /// How long agent-ls.status may wait, all waits included: it must answer within 200 ms, and
 /// this leaves room for the pipe and a loaded machine.
 const STATUS_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// What status says of the store's part when the store did not answer in time.
-pub const STORE_BUSY: &str = "unknown (store busy)";
 
 /// Calls tower-lsp's service for each forwarded message and puts its answer on the outbox.
 struct Router {
@@ -411,12 +412,9 @@ impl Backend {
         let (goal, checkpoint) = {
             let run_id = run_id.clone();
             store
-                .call(move |s| {
-                    agent_ls_runtime::drive::resume_point(s, &run_id, active.as_deref())
-                        .map_err(|e| e.to_string())
-                })
+                .call(move |s| agent_ls_runtime::drive::resume_point(s, &run_id, active.as_deref()))
                 .await
-                .unwrap_or_else(|| Err("the store could not be opened".into()))
+                .ok_or_else(|| refused("the store could not be opened"))?
                 .map_err(refused)?
         };
         let lock = self.lock(&goal).await?;
@@ -780,7 +778,7 @@ async fn guarded<T>(method: &str, handler: impl Future<Output = Result<T>>) -> R
     match AssertUnwindSafe(handler).catch_unwind().await {
         Ok(result) => result,
         Err(panic) => {
-            let message = panic_message(&panic);
+            let message = jobs::panic_message(&panic);
             error!("{method} panicked: {message}");
             Err(Error {
                 code: ErrorCode::InternalError,
@@ -789,14 +787,6 @@ async fn guarded<T>(method: &str, handler: impl Future<Output = Result<T>>) -> R
             })
         }
     }
-}
-
-pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 trait WithMessage {
