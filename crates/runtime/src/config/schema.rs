@@ -12,7 +12,7 @@ use agent_ls_core::agent::Evaluation;
 use serde::{Deserialize, Serialize, Serializer};
 
 /// The documented default file; the built-in defaults must equal what it says (a test pins it).
-pub const DEFAULT_FILE: &str = include_str!("../../../../config/agent-ls.toml");
+pub const DEFAULT_FILE: &str = include_str!("../../defaults/agent-ls.toml");
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
