@@ -10,6 +10,8 @@ pub mod openai;
 pub mod replay;
 mod sse;
 
+pub(crate) use http::client_builder;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -368,7 +370,7 @@ impl Models {
             })
         });
         Models {
-            http: reqwest::Client::builder()
+            http: client_builder()
                 .connect_timeout(Duration::from_secs(10))
                 .build()
                 .unwrap_or_default(),
