@@ -45,4 +45,5 @@ mod runners;
 mod test_diagnostics;
 mod tester;
 mod trust;
+mod vendored;
 mod vscode;
