@@ -205,7 +205,23 @@ fn an_acp_client_grants_permission_and_the_fix_is_written_through_it() {
     let (seen, ws) = client("allow", NO_EVAL);
     assert_eq!(seen["initialize"]["agentCapabilities"]["loadSession"], true);
     assert_eq!(seen["stop"], "end_turn");
-    let k = kinds(&seen);
+    the_tool_calls_come_in_order_and_say_what_and_where(&seen);
+    the_thoughts_are_prose_and_the_permission_shows_the_diff(&seen);
+    the_files_go_through_the_client(&seen);
+    assert!(seen["final"].as_str().unwrap().contains("return a + b"));
+    assert_eq!(
+        messages(&seen).last().unwrap(),
+        "done: the tests pass after 1 iteration(s)"
+    );
+    // The same run the LSP server would make: journaled, with its step in the store.
+    let runs = std::fs::read_dir(ws.path().join(".agent-ls/runs"))
+        .unwrap()
+        .count();
+    assert_eq!(runs, 1);
+}
+
+fn the_tool_calls_come_in_order_and_say_what_and_where(seen: &Value) {
+    let k = kinds(seen);
     assert_eq!(k[0], "available_commands_update");
     // The baseline run, the proposal (with its diff) before the permission, the test run after.
     let edit = k
@@ -253,6 +269,10 @@ fn an_acp_client_grants_permission_and_the_fix_is_written_through_it() {
         seen["permissions"][0]["toolCall"]["locations"],
         edit_call["locations"]
     );
+}
+
+fn the_thoughts_are_prose_and_the_permission_shows_the_diff(seen: &Value) {
+    let updates = seen["updates"].as_array().unwrap();
     // The thoughts are prose: no edit block, which the edit tool call shows.
     let thoughts: String = updates
         .iter()
@@ -267,6 +287,9 @@ fn an_acp_client_grants_permission_and_the_fix_is_written_through_it() {
     assert_eq!(diff["type"], "diff");
     assert!(diff["newText"].as_str().unwrap().contains("return a + b"));
     assert!(diff["oldText"].as_str().unwrap().contains("return a - b"));
+}
+
+fn the_files_go_through_the_client(seen: &Value) {
     // The client read the files and wrote the change; the disk has it because the client did.
     assert!(
         seen["reads"]
@@ -285,16 +308,6 @@ fn an_acp_client_grants_permission_and_the_fix_is_written_through_it() {
         .filter(|p| p.as_str().unwrap().ends_with("/calc.py"))
         .count();
     assert_eq!(calc_reads, 2, "{}", seen["reads"]);
-    assert!(seen["final"].as_str().unwrap().contains("return a + b"));
-    assert_eq!(
-        messages(&seen).last().unwrap(),
-        "done: the tests pass after 1 iteration(s)"
-    );
-    // The same run the LSP server would make: journaled, with its step in the store.
-    let runs = std::fs::read_dir(ws.path().join(".agent-ls/runs"))
-        .unwrap()
-        .count();
-    assert_eq!(runs, 1);
 }
 
 #[test]

@@ -489,21 +489,7 @@ fn the_coder_finds_code_out_of_its_prompts_reach_with_tools() {
             "apply_patch"
         ]
     );
-    // The call and its result go back as the protocol's own messages, in order.
-    let second = requests[1].body["messages"].as_array().unwrap();
-    let n = second.len();
-    assert_eq!(second[n - 2]["tool_calls"][0]["function"]["name"], "grep");
-    assert_eq!(second[n - 1]["role"], "tool");
-    assert_eq!(second[n - 1]["tool_call_id"], "call_1");
-    assert_eq!(
-        second[n - 1]["content"],
-        "app/m29/pricing.py:41: def net(price, tax):"
-    );
-    let third = requests[2].body["messages"].as_array().unwrap();
-    assert_eq!(
-        third.last().unwrap()["content"],
-        "    41| def net(price, tax):\n    42|     return price - tax\n"
-    );
+    each_call_and_its_result_go_back_in_order(&requests);
     let o = outcome(&out);
     assert_eq!(o["status"], "done", "{said}");
     assert_eq!(o["iterations"], 1, "the tool rounds are one turn: {said}");
@@ -521,6 +507,25 @@ fn the_coder_finds_code_out_of_its_prompts_reach_with_tools() {
         .collect();
     assert_eq!(journal.matches("\"type\":\"tool_call\"").count(), 2);
     assert_eq!(journal.matches("\"type\":\"tool_result\"").count(), 2);
+}
+
+/// The grep call and its result, then the read_file call's, go back to the model as the
+/// protocol's own messages, in order.
+fn each_call_and_its_result_go_back_in_order(requests: &[support::model_server::Recorded]) {
+    let second = requests[1].body["messages"].as_array().unwrap();
+    let n = second.len();
+    assert_eq!(second[n - 2]["tool_calls"][0]["function"]["name"], "grep");
+    assert_eq!(second[n - 1]["role"], "tool");
+    assert_eq!(second[n - 1]["tool_call_id"], "call_1");
+    assert_eq!(
+        second[n - 1]["content"],
+        "app/m29/pricing.py:41: def net(price, tax):"
+    );
+    let third = requests[2].body["messages"].as_array().unwrap();
+    assert_eq!(
+        third.last().unwrap()["content"],
+        "    41| def net(price, tax):\n    42|     return price - tax\n"
+    );
 }
 
 #[test]
@@ -608,6 +613,14 @@ fn a_replayed_tool_session_runs_calls_together_answers_errors_caps_results_and_e
         .filter(|l| l["type"] == "tool_result")
         .map(|l| &l["data"])
         .collect();
+    the_results_come_in_call_order_capped_or_refused(&results);
+    // The edit tool's call was the change: proposed, approved, applied, tested.
+    assert!(lines.iter().any(|l| l["type"] == "patch"));
+}
+
+/// The six results of the session's first two rounds: in call order, a path outside the
+/// workspace refused, a long file cut, a narrowed test run, a command the allowlist refuses.
+fn the_results_come_in_call_order_capped_or_refused(results: &[&Value]) {
     let names: Vec<&str> = results
         .iter()
         .map(|r| r["name"].as_str().unwrap())
@@ -652,8 +665,6 @@ fn a_replayed_tool_session_runs_calls_together_answers_errors_caps_results_and_e
         "{}",
         results[5]
     );
-    // The edit tool's call was the change: proposed, approved, applied, tested.
-    assert!(lines.iter().any(|l| l["type"] == "patch"));
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -92,6 +93,29 @@ fn finished(c: &mut Client) -> Value {
 
 fn disk(s: &Setup) -> String {
     std::fs::read_to_string(s.ws.path().join("calc.py")).unwrap()
+}
+
+/// Waits for the server to show a message containing `text`.
+fn shown(s: &mut Setup, text: &str) -> Value {
+    s.client.wait_notification("window/showMessage", |p| {
+        p["message"].as_str().unwrap_or("").contains(text)
+    })
+}
+
+/// The user types in the editor: calc.py's buffer becomes `edit` of itself at the next
+/// version, and the server hears of it.
+fn type_in_the_editor(s: &mut Setup, edit: impl FnOnce(&str) -> String) {
+    let (version, text) = {
+        let mut e = s.editor.lock().unwrap();
+        e.0 = edit(&e.0);
+        e.1 += 1;
+        (e.1, e.0.clone())
+    };
+    let document = json!({"uri": s.uri, "version": version});
+    s.client.notify(
+        "textDocument/didChange",
+        json!({"textDocument": document, "contentChanges": [{"text": text}]}),
+    );
 }
 
 #[test]
@@ -403,9 +427,7 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
 
     let r = s.client.command("agent-ls.undo", Value::Null).unwrap();
     let step = r["step"].as_u64().unwrap();
-    s.client.wait_notification("window/showMessage", |p| {
-        p["message"].as_str().unwrap_or("").contains("undid step")
-    });
+    shown(&mut s, "undid step");
     assert!(
         s.editor.lock().unwrap().0.contains("return a - b"),
         "the editor's buffer is back"
@@ -413,24 +435,12 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
     assert!(disk(&s).contains("return a - b"), "and the disk");
 
     s.client.command("agent-ls.redo", Value::Null).unwrap();
-    s.client.wait_notification("window/showMessage", |p| {
-        p["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains(&format!("redid step {step}"))
-    });
+    shown(&mut s, &format!("redid step {step}"));
     assert!(s.editor.lock().unwrap().0.contains("return a + b"));
     assert!(disk(&s).contains("return a + b"));
 
     // The user edits the very line the step changed: undo refuses and names it.
-    let version = {
-        let mut e = s.editor.lock().unwrap();
-        e.0 = e.0.replace("return a + b", "return b + a");
-        e.1 += 1;
-        e.1
-    };
-    let text = s.editor.lock().unwrap().0.clone();
-    s.client.notify("textDocument/didChange", json!({"textDocument": {"uri": s.uri, "version": version}, "contentChanges": [{"text": text}]}));
+    type_in_the_editor(&mut s, |t| t.replace("return a + b", "return b + a"));
     let err = s.client.command("agent-ls.undo", Value::Null).unwrap_err();
     let msg = err["message"].as_str().unwrap();
     assert!(
@@ -439,20 +449,12 @@ fn undo_and_redo_go_through_the_editor_and_refuse_to_overwrite_typing() {
     );
 
     // An edit elsewhere in the file does not block it.
-    let version = {
-        let mut e = s.editor.lock().unwrap();
-        e.0 =
-            e.0.replace("return b + a", "return a + b")
-                .replace("def multiply", "# product\ndef multiply");
-        e.1 += 1;
-        e.1
-    };
-    let text = s.editor.lock().unwrap().0.clone();
-    s.client.notify("textDocument/didChange", json!({"textDocument": {"uri": s.uri, "version": version}, "contentChanges": [{"text": text}]}));
-    s.client.command("agent-ls.undo", Value::Null).unwrap();
-    s.client.wait_notification("window/showMessage", |p| {
-        p["message"].as_str().unwrap_or("").contains("undid step")
+    type_in_the_editor(&mut s, |t| {
+        t.replace("return b + a", "return a + b")
+            .replace("def multiply", "# product\ndef multiply")
     });
+    s.client.command("agent-ls.undo", Value::Null).unwrap();
+    shown(&mut s, "undid step");
     let editor = s.editor.lock().unwrap().0.clone();
     assert!(
         editor.contains("return a - b") && editor.contains("# product"),
@@ -498,9 +500,7 @@ fn undo_survives_a_restart_of_the_server() {
         "{status}"
     );
     s.client.command("agent-ls.undo", Value::Null).unwrap();
-    s.client.wait_notification("window/showMessage", |p| {
-        p["message"].as_str().unwrap_or("").contains("undid step")
-    });
+    shown(&mut s, "undid step");
     assert!(s.editor.lock().unwrap().0.contains("return a - b"));
     assert!(disk(&s).contains("return a - b"));
 }
@@ -552,25 +552,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
     let helpers = s.ws.path().join("helpers.py");
     assert!(helpers.exists());
 
-    // Step 2, a later run, documents multiply (the replay script is read afresh per run).
-    let second = json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\ndef multiply(a, b):\n=======\ndef multiply(a, b):\n    \"\"\"The product.\"\"\"\n>>>>>>> REPLACE\n"});
-    std::fs::write(
-        s.ws.path().join(".replay.jsonl"),
-        support::replay_script(&[second]),
-    )
-    .unwrap();
-    s.client
-        .command("agent-ls.run", json!({"goal": "document multiply"}))
-        .unwrap();
-    assert_eq!(finished(&mut s.client)["status"], "done");
-    let status = s.client.settled_status();
-    let steps = status["steps"].as_array().unwrap();
-    assert_eq!(steps.len(), 2, "{status}");
-    let (newest, older) = (
-        steps[0]["id"].as_u64().unwrap(),
-        steps[1]["id"].as_u64().unwrap(),
-    );
-    assert_eq!(steps[1]["files"], json!(["calc.py", "helpers.py"]));
+    let (newest, older) = a_later_run_documents_multiply(&mut s);
 
     // Undo the older step by name: add is broken again and helpers.py goes, while the newer
     // step's docstring stays.
@@ -579,12 +561,7 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
         .command("agent-ls.undo", json!({"step": older}))
         .unwrap();
     assert_eq!(r["step"], older);
-    s.client.wait_notification("window/showMessage", |p| {
-        p["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains(&format!("undid step {older}"))
-    });
+    shown(&mut s, &format!("undid step {older}"));
     assert!(!helpers.exists(), "the created file is deleted");
     assert!(
         s.client
@@ -610,16 +587,56 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
         .collect();
     assert_eq!(undone, vec![older], "{status}");
 
-    // Redo brings the file back; a step id that is not applied is refused.
+    redo_brings_the_file_back_and_a_step_not_applied_is_refused(&mut s, &helpers, older, newest);
+
+    // A created file the user has since changed is not deleted.
+    std::fs::write(&helpers, "def double(x):\n    return x + x\n").unwrap();
+    let err = s
+        .client
+        .command("agent-ls.undo", json!({"step": older}))
+        .unwrap_err();
+    let msg = err["message"].as_str().unwrap();
+    assert!(
+        msg.contains("helpers.py") && msg.contains("changed"),
+        "{msg}"
+    );
+    assert!(helpers.exists());
+}
+
+/// Step 2, a later run, documents multiply (the replay script is read afresh per run);
+/// returns the ids of the newest step and of the older one, which made calc.py and helpers.py.
+fn a_later_run_documents_multiply(s: &mut Setup) -> (u64, u64) {
+    let second = json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\ndef multiply(a, b):\n=======\ndef multiply(a, b):\n    \"\"\"The product.\"\"\"\n>>>>>>> REPLACE\n"});
+    std::fs::write(
+        s.ws.path().join(".replay.jsonl"),
+        support::replay_script(&[second]),
+    )
+    .unwrap();
+    s.client
+        .command("agent-ls.run", json!({"goal": "document multiply"}))
+        .unwrap();
+    assert_eq!(finished(&mut s.client)["status"], "done");
+    let status = s.client.settled_status();
+    let steps = status["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{status}");
+    let (newest, older) = (
+        steps[0]["id"].as_u64().unwrap(),
+        steps[1]["id"].as_u64().unwrap(),
+    );
+    assert_eq!(steps[1]["files"], json!(["calc.py", "helpers.py"]));
+    (newest, older)
+}
+
+fn redo_brings_the_file_back_and_a_step_not_applied_is_refused(
+    s: &mut Setup,
+    helpers: &Path,
+    older: u64,
+    newest: u64,
+) {
     s.client.command("agent-ls.redo", Value::Null).unwrap();
-    s.client.wait_notification("window/showMessage", |p| {
-        p["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains(&format!("redid step {older}"))
-    });
+    shown(s, &format!("redid step {older}"));
     assert_eq!(
-        std::fs::read_to_string(&helpers).unwrap(),
+        std::fs::read_to_string(helpers).unwrap(),
         "def double(x):\n    return 2 * x\n"
     );
     let err = s
@@ -638,19 +655,6 @@ fn undo_deletes_a_created_file_and_a_named_older_step_can_be_undone() {
         .command("agent-ls.undo", json!({"stp": newest}))
         .unwrap_err();
     assert_eq!(err["code"], -32602);
-
-    // A created file the user has since changed is not deleted.
-    std::fs::write(&helpers, "def double(x):\n    return x + x\n").unwrap();
-    let err = s
-        .client
-        .command("agent-ls.undo", json!({"step": older}))
-        .unwrap_err();
-    let msg = err["message"].as_str().unwrap();
-    assert!(
-        msg.contains("helpers.py") && msg.contains("changed"),
-        "{msg}"
-    );
-    assert!(helpers.exists());
 }
 
 #[test]
@@ -944,9 +948,7 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_goes_to_d
         (json!({"applied": true}), vec![change])
     });
     s.client.command("agent-ls.undo", Value::Null).unwrap();
-    s.client.wait_notification("window/showMessage", |p| {
-        p["message"].as_str().unwrap_or("").contains("undid step")
-    });
+    shown(&mut s, "undid step");
     assert!(
         seen.lock().unwrap()[0].contains("return a - b"),
         "the disk held the undo before the edit was sent: {:?}",
@@ -960,12 +962,7 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_goes_to_d
         |_| json!({"applied": false, "failureReason": "declined"}),
     );
     s.client.command("agent-ls.redo", Value::Null).unwrap();
-    s.client.wait_notification("window/showMessage", |p| {
-        p["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("could not redo")
-    });
+    shown(&mut s, "could not redo");
     assert!(disk(&s).contains("return a - b"), "{}", disk(&s));
     assert_eq!(disk(&s), s.editor.lock().unwrap().0);
 
@@ -987,9 +984,7 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_goes_to_d
         )
     });
     s.client.command("agent-ls.redo", Value::Null).unwrap();
-    s.client.wait_notification("window/showMessage", |p| {
-        p["message"].as_str().unwrap_or("").contains("redid step")
-    });
+    shown(&mut s, "redid step");
     assert!(disk(&s).contains("return a + b"), "{}", disk(&s));
     assert_eq!(disk(&s), s.editor.lock().unwrap().0);
     assert_eq!(s.client.document_state(&s.uri)["text"], disk(&s));
@@ -1038,12 +1033,7 @@ fn the_failing_test_action_adds_the_test_as_its_own_step_before_the_fix_and_undo
     s.client
         .command("agent-ls.undo", json!({"step": step}))
         .unwrap();
-    s.client.wait_notification("window/showMessage", |p| {
-        p["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains(&format!("undid step {step}"))
-    });
+    shown(&mut s, &format!("undid step {step}"));
     assert!(!file.exists(), "the test file is deleted");
     assert!(disk(&s).contains("return a + b"));
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use agent_ls_core::edit::{self, EditStatus, FileText, Limits};
+use agent_ls_core::edit::{self, EditStatus, FileText, Limits, PlanOutcome};
 
 #[derive(Default, Debug)]
 struct Case {
@@ -135,6 +135,13 @@ fn check(case: &Case) -> Result<(), String> {
             None => FileText::Missing,
         },
     );
+    check_reports(case, &outcome)?;
+    check_files(case, &outcome)
+}
+
+/// Each edit's report: refused with the reason the case names, else applied, with the status
+/// and the locating rule the case expects.
+fn check_reports(case: &Case, outcome: &PlanOutcome) -> Result<(), String> {
     let report = |i: usize| {
         outcome
             .reports
@@ -181,6 +188,12 @@ fn check(case: &Case) -> Result<(), String> {
             other => return Err(format!("edit {i} not applied: {other:?}")),
         }
     }
+    Ok(())
+}
+
+/// The files after the plan are the case's expected ones, and each change's inverse
+/// restores the file it changed exactly.
+fn check_files(case: &Case, outcome: &PlanOutcome) -> Result<(), String> {
     let mut after = case.files.clone();
     for change in &outcome.changes {
         // The inverse must restore the original exactly.

@@ -254,6 +254,61 @@ fn agent_ls_run_exits_3_on_a_broken_test_command_before_any_model_call() {
     assert_eq!(model.count(), 0);
 }
 
+/// Each event but the streamed tokens, as its iteration and `role:type`.
+fn outline(events: &[Value]) -> Vec<(u64, String)> {
+    events
+        .iter()
+        .filter(|e| e["type"] != "token")
+        .map(|e| {
+            (
+                e["iteration"].as_u64().unwrap(),
+                format!(
+                    "{}:{}",
+                    e["role"].as_str().unwrap(),
+                    e["type"].as_str().unwrap()
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The outline of a run whose first change the reflector turns down and whose second passes.
+fn two_iterations_outline() -> Vec<(u64, String)> {
+    [
+        (0, "agent:intent"),
+        (0, "agent:context"),
+        (0, "tests:test_result"),
+        // Memory is searched for the first failures (docs/memory.md): nothing is remembered
+        // in a new workspace, and the line says what was looked for.
+        (0, "agent:memory"),
+        (1, "agent:iteration"),
+        (1, "coder:prompt"),
+        (1, "coder:model_call"),
+        (1, "agent:patch"),
+        (1, "user:approval"),
+        (1, "agent:step"),
+        (1, "tests:test_result"),
+        (1, "reflector:prompt"),
+        (1, "reflector:model_call"),
+        (1, "reflector:reflection"),
+        (2, "agent:iteration"),
+        (2, "coder:prompt"),
+        (2, "coder:model_call"),
+        (2, "agent:patch"),
+        (2, "user:approval"),
+        (2, "agent:step"),
+        (2, "tests:test_result"),
+        // The reviewer (agent.review = "advise") has no answer in the script: its review is
+        // unavailable, and the run ends as it would have.
+        (2, "reviewer:prompt"),
+        (2, "reviewer:review"),
+        (2, "agent:finished"),
+    ]
+    .iter()
+    .map(|(i, s)| (*i, s.to_string()))
+    .collect()
+}
+
 #[test]
 fn run_events_follow_a_two_iteration_run_in_order_and_name_the_steps_to_undo() {
     let ws = support::example();
@@ -292,54 +347,7 @@ fn run_events_follow_a_two_iteration_run_in_order_and_name_the_steps_to_undo() {
         .collect();
     assert!(events.iter().all(|e| e["runId"] == run_id.as_str()));
     // The view's outline: tokens aside, every event in the order it happened.
-    let outline: Vec<(u64, String)> = events
-        .iter()
-        .filter(|e| e["type"] != "token")
-        .map(|e| {
-            (
-                e["iteration"].as_u64().unwrap(),
-                format!(
-                    "{}:{}",
-                    e["role"].as_str().unwrap(),
-                    e["type"].as_str().unwrap()
-                ),
-            )
-        })
-        .collect();
-    let expected: Vec<(u64, String)> = [
-        (0, "agent:intent"),
-        (0, "agent:context"),
-        (0, "tests:test_result"),
-        // Memory is searched for the first failures (docs/memory.md): nothing is remembered
-        // in a new workspace, and the line says what was looked for.
-        (0, "agent:memory"),
-        (1, "agent:iteration"),
-        (1, "coder:prompt"),
-        (1, "coder:model_call"),
-        (1, "agent:patch"),
-        (1, "user:approval"),
-        (1, "agent:step"),
-        (1, "tests:test_result"),
-        (1, "reflector:prompt"),
-        (1, "reflector:model_call"),
-        (1, "reflector:reflection"),
-        (2, "agent:iteration"),
-        (2, "coder:prompt"),
-        (2, "coder:model_call"),
-        (2, "agent:patch"),
-        (2, "user:approval"),
-        (2, "agent:step"),
-        (2, "tests:test_result"),
-        // The reviewer (agent.review = "advise") has no answer in the script: its review is
-        // unavailable, and the run ends as it would have.
-        (2, "reviewer:prompt"),
-        (2, "reviewer:review"),
-        (2, "agent:finished"),
-    ]
-    .iter()
-    .map(|(i, s)| (*i, s.to_string()))
-    .collect();
-    assert_eq!(outline, expected);
+    assert_eq!(outline(&events), two_iterations_outline());
     // The model's answer streamed before its model_call, in pieces that add up to it.
     let streamed: String = events
         .iter()

@@ -594,6 +594,31 @@ class UserCheckout(unittest.TestCase):
 
 "#;
 
+/// The run's change is in the worktree `wt`, on its branch from the checkout `p`'s HEAD,
+/// without the checkout's own uncommitted changes.
+fn the_change_is_in_the_worktree_on_its_branch_from_head(p: &Path, wt: &Path) {
+    assert_eq!(
+        git(wt, &["symbolic-ref", "HEAD"]).trim(),
+        "refs/heads/agent/fix-the-failing-tests"
+    );
+    assert_eq!(
+        git(wt, &["rev-parse", "HEAD"]),
+        git(p, &["rev-parse", "HEAD"])
+    );
+    assert!(
+        std::fs::read_to_string(wt.join("calc.py"))
+            .unwrap()
+            .contains("a + b")
+    );
+    assert!(
+        !std::fs::read_to_string(wt.join("calc.py"))
+            .unwrap()
+            .contains("# mine")
+    );
+    assert!(wt.join("notes.py").exists());
+    assert!(!wt.join("scratch.txt").exists());
+}
+
 #[test]
 fn worktree_isolation_leaves_the_users_checkout_byte_identical() {
     // `.agent-ls/` is not ignored here: the worktrees' folder must keep itself out of the
@@ -657,27 +682,7 @@ fn worktree_isolation_leaves_the_users_checkout_byte_identical() {
     assert_eq!(git(p, &["symbolic-ref", "HEAD"]).trim(), "refs/heads/main");
     assert!(!p.join("notes.py").exists());
 
-    // The run's change is in the worktree, on its branch from HEAD, checkpointed there.
-    assert_eq!(
-        git(&wt, &["symbolic-ref", "HEAD"]).trim(),
-        "refs/heads/agent/fix-the-failing-tests"
-    );
-    assert_eq!(
-        git(&wt, &["rev-parse", "HEAD"]),
-        git(p, &["rev-parse", "HEAD"])
-    );
-    assert!(
-        std::fs::read_to_string(wt.join("calc.py"))
-            .unwrap()
-            .contains("a + b")
-    );
-    assert!(
-        !std::fs::read_to_string(wt.join("calc.py"))
-            .unwrap()
-            .contains("# mine")
-    );
-    assert!(wt.join("notes.py").exists());
-    assert!(!wt.join("scratch.txt").exists());
+    the_change_is_in_the_worktree_on_its_branch_from_head(p, &wt);
     // The tests ran in the worktree, the user's checkout test among them, and passed.
     assert_eq!(o["tests"]["failed"], 0, "{o}");
     assert!(o["tests"]["passed"].as_u64().unwrap() >= 4, "{o}");
@@ -732,10 +737,10 @@ fn a_run_killed_midway_is_rolled_back_from_the_steps_it_recorded() {
     assert_eq!(git(p, &["status", "--porcelain"]), "");
 }
 
-#[test]
-fn a_nested_repository_and_a_submodule_are_untouched_on_a_detached_head() {
-    let ws = repository(true);
-    let p = ws.path();
+/// Adds to the repository `p` a submodule `sub`, from a repository beside it (returned, to
+/// live as long as the test), and a repository of its own in `vendor/inner`, untracked by the
+/// outer one; each has a change of its own.
+fn add_a_submodule_and_a_nested_repository(p: &Path) -> tempfile::TempDir {
     // A submodule, from a repository beside the workspace.
     let upstream = tempfile::tempdir().unwrap();
     let u = upstream.path();
@@ -766,6 +771,15 @@ fn a_nested_repository_and_a_submodule_are_untouched_on_a_detached_head() {
     git(&nested, &["commit", "-qm", "inner"]);
     std::fs::write(nested.join("inner.py"), "INNER = 2\n").unwrap();
     std::fs::write(p.join("sub/lib.py"), "LIB = 2\n").unwrap();
+    upstream
+}
+
+#[test]
+fn a_nested_repository_and_a_submodule_are_untouched_on_a_detached_head() {
+    let ws = repository(true);
+    let p = ws.path();
+    let _upstream = add_a_submodule_and_a_nested_repository(p);
+    let nested = p.join("vendor/inner");
     git(p, &["checkout", "-q", "--detach"]);
     // (git status refreshes an index's stat data, so it runs before the tree is taken.)
     let inner_before = (

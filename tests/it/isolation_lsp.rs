@@ -161,24 +161,9 @@ fn branch_mode_refuses_a_dirty_tree_with_a_message_and_changes_nothing() {
     assert!(!p.join("notes.py").exists());
 }
 
-#[test]
-fn worktree_mode_works_in_a_new_worktree_on_disk_after_asking_and_leaves_the_checkout_alone() {
-    let ws = repository();
-    let p = ws.path();
-    let start = git(p, &["rev-parse", "HEAD"]);
-    // The user's own unsaved and uncommitted work stays where it is: a worktree needs no
-    // clean tree.
-    std::fs::write(p.join("scratch.txt"), "mine\n").unwrap();
-    let git_settings = json!({"isolation": "worktree", "commit": "on_success"});
-    let mut c = server_asking(p, git_settings, "confirm");
-    c.on_request("window/showMessageRequest", |_| json!({"title": "Accept"}));
-    c.command("agent-ls.fixTests", Value::Null).unwrap();
-    let done = c.wait_notification("agent-ls/runFinished", |_| true);
-    assert_eq!(done["status"], "done", "{done}\n{}", c.stderr());
-    let top = p.join(".agent-ls/worktrees/fix-the-failing-tests");
-    assert_eq!(done["worktree"], top.to_string_lossy().as_ref(), "{done}");
-    assert_eq!(done["branch"], "agent/fix-the-failing-tests", "{done}");
-    // The change was asked about, then written in the worktree, never sent to the editor.
+/// The change was asked about, naming the worktree `top`, then written there: never sent to
+/// the editor.
+fn asked_then_written_in_the_worktree_not_sent(c: &Client, top: &Path) {
     let asked: Vec<&Value> = c
         .server_requests
         .iter()
@@ -201,6 +186,26 @@ fn worktree_mode_works_in_a_new_worktree_on_disk_after_asking_and_leaves_the_che
             .any(|r| r["method"] == "workspace/applyEdit"),
         "an edit was sent to the editor"
     );
+}
+
+#[test]
+fn worktree_mode_works_in_a_new_worktree_on_disk_after_asking_and_leaves_the_checkout_alone() {
+    let ws = repository();
+    let p = ws.path();
+    let start = git(p, &["rev-parse", "HEAD"]);
+    // The user's own unsaved and uncommitted work stays where it is: a worktree needs no
+    // clean tree.
+    std::fs::write(p.join("scratch.txt"), "mine\n").unwrap();
+    let git_settings = json!({"isolation": "worktree", "commit": "on_success"});
+    let mut c = server_asking(p, git_settings, "confirm");
+    c.on_request("window/showMessageRequest", |_| json!({"title": "Accept"}));
+    c.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(done["status"], "done", "{done}\n{}", c.stderr());
+    let top = p.join(".agent-ls/worktrees/fix-the-failing-tests");
+    assert_eq!(done["worktree"], top.to_string_lossy().as_ref(), "{done}");
+    assert_eq!(done["branch"], "agent/fix-the-failing-tests", "{done}");
+    asked_then_written_in_the_worktree_not_sent(&c, &top);
     assert!(
         std::fs::read_to_string(top.join("calc.py"))
             .unwrap()

@@ -355,17 +355,8 @@ fn inspector(deps: &Path, ws: &Path, home: &Path, args: &[&str]) -> (Value, Stri
     (answer, stderr)
 }
 
-#[test]
-fn the_mcp_inspector_lists_the_tools_with_schemas_and_annotations_and_calls_each() {
-    let Some(deps) = support::protocol_deps() else {
-        return;
-    };
-    let ws = support::example();
-    let home = tempfile::tempdir().unwrap();
-    let (ws, home) = (ws.path(), home.path());
-    // --strict: the Inspector also checks that the schemas are portable to every client.
-    let (listed, warned) = inspector(&deps, ws, home, &["--method", "tools/list", "--strict"]);
-    assert!(!warned.contains("Warning"), "{warned}");
+/// The nine tools, each with an object schema and the three hints a client shows.
+fn every_tool_is_listed_with_its_schema_and_annotations(listed: &Value) {
     let tools = listed["tools"].as_array().unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
     names.sort_unstable();
@@ -389,6 +380,20 @@ fn the_mcp_inspector_lists_the_tools_with_schemas_and_annotations_and_calls_each
             assert!(t["annotations"][hint].is_boolean(), "{t}");
         }
     }
+}
+
+#[test]
+fn the_mcp_inspector_lists_the_tools_with_schemas_and_annotations_and_calls_each() {
+    let Some(deps) = support::protocol_deps() else {
+        return;
+    };
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let (ws, home) = (ws.path(), home.path());
+    // --strict: the Inspector also checks that the schemas are portable to every client.
+    let (listed, warned) = inspector(&deps, ws, home, &["--method", "tools/list", "--strict"]);
+    assert!(!warned.contains("Warning"), "{warned}");
+    every_tool_is_listed_with_its_schema_and_annotations(&listed);
     let fix = "edits=calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
     let call = |tool: &str, args: &[&str]| -> Value {
         let mut argv = vec!["--method", "tools/call", "--tool-name", tool];

@@ -105,7 +105,15 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
     assert_eq!(o2["iterations"], 1);
     assert!(server2.count() < server1.count());
 
-    // The first prompt shows run 1's record: what failed, why, and what worked.
+    the_first_prompt_shows_run_1s_record(&server2, ws1.path(), ws2.path(), &run1);
+    two_fixes_of_one_kind_make_a_pattern(ws2.path(), home.path());
+    no_key_is_kept_anywhere(ws1.path(), home.path());
+    show_and_search_find_the_record_and_forget_removes_it(ws1.path(), home.path(), &run1);
+}
+
+/// The first prompt of run 2 (in `ws2`) shows run 1's record: what failed, why, and what
+/// worked; the journal says which record was used, with its score.
+fn the_first_prompt_shows_run_1s_record(server2: &ModelServer, ws1: &Path, ws2: &Path, run1: &str) {
     let first = server2.requests()[0].body.to_string();
     assert!(first.contains("Remembered from earlier runs"), "{first}");
     assert!(first.contains(&format!("run {run1}")), "{first}");
@@ -115,7 +123,7 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
     );
     assert!(first.contains("return a + b"), "{first}");
     // The journal says which record was used, with its score.
-    let used: Vec<Value> = support::journal(ws2.path())
+    let used: Vec<Value> = support::journal(ws2)
         .into_iter()
         .filter(|l| l["type"] == "memory")
         .collect();
@@ -130,14 +138,16 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
         "{used:?}"
     );
     // Run 1 found nothing to use.
-    let none: Vec<Value> = support::journal(ws1.path())
+    let none: Vec<Value> = support::journal(ws1)
         .into_iter()
         .filter(|l| l["type"] == "memory")
         .collect();
     assert_eq!(none[0]["data"]["used"], json!([]));
+}
 
-    // Two runs fixed the same kind of failure: a pattern.
-    let user = memory_json(&["list", "--user"], ws2.path(), home.path());
+/// Two runs fixed the same kind of failure: a pattern.
+fn two_fixes_of_one_kind_make_a_pattern(ws2: &Path, home: &Path) {
+    let user = memory_json(&["list", "--user"], ws2, home);
     let kinds: Vec<&str> = user
         .as_array()
         .unwrap()
@@ -157,10 +167,12 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
         .unwrap_or_else(|| panic!("no pattern: {user}"));
     assert_eq!(pattern["memory"]["count"], 2);
     assert_eq!(pattern["memory"]["kind"], "AssertionError in test_calc.py");
+}
 
+fn no_key_is_kept_anywhere(ws1: &Path, home: &Path) {
     // Neither the key nor the key-shaped string is kept: not in the user's store's bytes or
     // WAL, not in the workspace's records.
-    let bytes = user_store_bytes(home.path());
+    let bytes = user_store_bytes(home);
     assert!(
         bytes.contains("zebra"),
         "the record is not in the user's store"
@@ -168,7 +180,7 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
     assert!(!bytes.contains(CANARY), "the user's store carries the key");
     // Nor in run 1's journal (its prompts, answers and reflection), nor in the reflection the
     // workspace's store keeps with the iteration's figures.
-    let lines = support::journal(ws1.path());
+    let lines = support::journal(ws1);
     assert!(lines.iter().any(|l| l["type"] == "reflection"), "{lines:?}");
     let text: String = lines.iter().map(|l| l.to_string()).collect();
     assert!(text.contains("zebra"), "{text}");
@@ -176,7 +188,7 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
         !text.contains(CANARY) && !text.contains("sk-live-abcdef"),
         "the journal carries a key: {text}"
     );
-    let db = rusqlite::Connection::open(ws1.path().join(".agent-ls/store.sqlite")).unwrap();
+    let db = rusqlite::Connection::open(ws1.join(".agent-ls/store.sqlite")).unwrap();
     let reflections: Vec<String> = db
         .prepare("SELECT reflection FROM iterations WHERE reflection IS NOT NULL")
         .unwrap()
@@ -193,7 +205,7 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
         "the workspace's store carries the key: {reflections:?}"
     );
     assert!(!bytes.contains("sk-live-abcdefghijklmnop1234"));
-    let export = memory(&["export"], ws1.path(), home.path());
+    let export = memory(&["export"], ws1, home);
     let export = String::from_utf8_lossy(&export.stdout).into_owned();
     assert!(
         export.contains("zebra") && export.contains("<redacted>"),
@@ -203,37 +215,27 @@ fn a_second_run_on_a_copy_gets_the_first_runs_fix_in_its_first_prompt_and_needs_
         !export.contains(CANARY) && !export.contains("sk-live-abcdef"),
         "{export}"
     );
+}
 
+fn show_and_search_find_the_record_and_forget_removes_it(ws1: &Path, home: &Path, run1: &str) {
     // `show` and `search` find the record; `forget` removes it from both stores, its text
     // gone from the user's store's files.
     let id = format!("{run1}-1");
-    let shown = memory_json(&["show", &id], ws1.path(), home.path());
-    assert_eq!(shown["run_id"], run1.as_str());
-    let hits = memory_json(&["search", "zebra multiplied"], ws1.path(), home.path());
+    let shown = memory_json(&["show", &id], ws1, home);
+    assert_eq!(shown["run_id"], run1);
+    let hits = memory_json(&["search", "zebra multiplied"], ws1, home);
     assert_eq!(hits[0]["record"]["id"], id.as_str(), "{hits}");
-    let gone = memory_json(&["forget", &id], ws1.path(), home.path());
+    let gone = memory_json(&["forget", &id], ws1, home);
     assert_eq!(gone, json!({"id": id, "forgotten": true}));
-    assert!(
-        !memory(&["show", &id], ws1.path(), home.path())
-            .status
-            .success()
-    );
-    assert!(
-        !memory(&["show", &id, "--user"], ws1.path(), home.path())
-            .status
-            .success()
-    );
+    assert!(!memory(&["show", &id], ws1, home).status.success());
+    assert!(!memory(&["show", &id, "--user"], ws1, home).status.success());
     // Run 1's other record (test_add_negative) carries the same reflection.
-    memory_json(&["forget", &format!("{run1}-2")], ws1.path(), home.path());
+    memory_json(&["forget", &format!("{run1}-2")], ws1, home);
     assert!(
-        !user_store_bytes(home.path()).contains("zebra"),
+        !user_store_bytes(home).contains("zebra"),
         "the forgotten text is still on disk"
     );
-    assert!(
-        !memory(&["forget", &id], ws1.path(), home.path())
-            .status
-            .success()
-    );
+    assert!(!memory(&["forget", &id], ws1, home).status.success());
 }
 
 /// 1,000 records through the runtime's API: one is about a renamed import in a settings

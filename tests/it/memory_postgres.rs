@@ -115,6 +115,29 @@ fn clone_of_team_repo(remote: &str) -> tempfile::TempDir {
     ws
 }
 
+/// search, show and export read the team's rows (`listed` of them), with no key in any.
+fn search_show_and_export_read_postgres(
+    ws: &Path,
+    home: &Path,
+    env: &[(&str, &str)],
+    run1: &str,
+    listed: usize,
+) {
+    let id = format!("{run1}-1");
+    let hits = memory_json(&["search", "zebra multiplied"], ws, home, env);
+    assert_eq!(hits[0]["record"]["id"], id.as_str(), "{hits}");
+    assert!(hits[0]["score"].as_f64().unwrap() > 0.0);
+    let shown = memory_json(&["show", &id], ws, home, env);
+    assert_eq!(shown["run_id"], run1);
+    let export = agent(&["memory", "export"], ws, home, env)
+        .output()
+        .unwrap();
+    let export = String::from_utf8_lossy(&export.stdout).into_owned();
+    assert_eq!(export.lines().count(), listed, "{export}");
+    assert!(export.contains("zebra") && export.contains("<redacted>"));
+    assert!(!export.contains(CANARY), "{export}");
+}
+
 #[test]
 fn runs_remember_in_postgres_and_a_teammates_clone_recalls_and_the_commands_read_and_forget_there()
 {
@@ -170,27 +193,16 @@ fn runs_remember_in_postgres_and_a_teammates_clone_recalls_and_the_commands_read
     let local = memory_json(&["list"], ws_b.path(), home_b.path(), &[]);
     assert_eq!(local, json!([]));
 
-    // search, show, export; no key in any row.
-    let id = format!("{run1}-1");
-    let hits = memory_json(
-        &["search", "zebra multiplied"],
+    search_show_and_export_read_postgres(
         ws_a.path(),
         home_a.path(),
         &env_a,
+        &run1,
+        listed_ids.len(),
     );
-    assert_eq!(hits[0]["record"]["id"], id.as_str(), "{hits}");
-    assert!(hits[0]["score"].as_f64().unwrap() > 0.0);
-    let shown = memory_json(&["show", &id], ws_a.path(), home_a.path(), &env_a);
-    assert_eq!(shown["run_id"], run1.as_str());
-    let export = agent(&["memory", "export"], ws_a.path(), home_a.path(), &env_a)
-        .output()
-        .unwrap();
-    let export = String::from_utf8_lossy(&export.stdout).into_owned();
-    assert_eq!(export.lines().count(), listed_ids.len(), "{export}");
-    assert!(export.contains("zebra") && export.contains("<redacted>"));
-    assert!(!export.contains(CANARY), "{export}");
 
     // forget deletes the row for everyone.
+    let id = format!("{run1}-1");
     let gone = memory_json(&["forget", &id], ws_a.path(), home_a.path(), &env_a);
     assert_eq!(gone, json!({"id": id, "forgotten": true}));
     let out = agent(&["memory", "show", &id], ws_b.path(), home_b.path(), &env_b)

@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -64,21 +65,25 @@ fn stalls_in_the_second_iteration() -> ModelServer {
     ])
 }
 
-#[test]
-fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
-    let ws = support::example();
-    let uri = file_uri(&ws.path().join("calc.py"));
-    // The server is killed while its model hangs in the second iteration's coder call.
+/// The server's settings with the model at `url`: changes applied without asking, no
+/// evaluation or review.
+fn settings(url: &str) -> Value {
+    json!({"model": {"provider": "openai", "base_url": format!("{url}/v1"), "name": "m"},
+           "agent": {"approval": "auto", "evaluate": false, "review": "off"}})
+}
+
+/// Starts a fix run on `ws` with calc.py open in `editor`, and kills the server while its
+/// model hangs in the second iteration's coder call; returns the run's id.
+fn killed_in_the_second_iteration(
+    ws: &Path,
+    uri: &str,
+    editor: &Arc<Mutex<(String, i64)>>,
+) -> String {
     let first = stalls_in_the_second_iteration();
-    let settings = |url: &str| {
-        json!({"model": {"provider": "openai", "base_url": format!("{url}/v1"), "name": "m"},
-               "agent": {"approval": "auto", "evaluate": false, "review": "off"}})
-    };
-    let editor = Arc::new(Mutex::new((BROKEN.to_string(), 1)));
     let mut c = Client::spawn(Default::default());
-    c.initialize(ws.path(), json!({}), settings(&first.url));
-    c.open(&uri, BROKEN);
-    applies(&mut c, &uri, editor.clone());
+    c.initialize(ws, json!({}), settings(&first.url));
+    c.open(uri, BROKEN);
+    applies(&mut c, uri, editor.clone());
     let run_id = c.command("agent-ls.fixTests", Value::Null).unwrap()["run_id"]
         .as_str()
         .unwrap()
@@ -94,11 +99,20 @@ fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
     }
     c.kill();
     assert!(
-        std::fs::read_to_string(ws.path().join("calc.py"))
+        std::fs::read_to_string(ws.join("calc.py"))
             .unwrap()
             .contains("return b - a"),
         "the first iteration's change is on disk"
     );
+    run_id
+}
+
+#[test]
+fn a_run_killed_mid_iteration_resumes_from_its_checkpoint() {
+    let ws = support::example();
+    let uri = file_uri(&ws.path().join("calc.py"));
+    let editor = Arc::new(Mutex::new((BROKEN.to_string(), 1)));
+    let run_id = killed_in_the_second_iteration(ws.path(), &uri, &editor);
 
     // A new server (a restart) on the same workspace, the editor still holding its buffer.
     let second = ModelServer::start(vec![openai_text(&[RIGHT])]);
@@ -187,6 +201,89 @@ fn apply_edits(from: &str, edits: &Value) -> String {
     out
 }
 
+/// After a kill in `round`, the store at `ws` opens as it is, every step row reads with a
+/// working inverse, and every run is whole; returns how many runs show as still running.
+fn the_store_is_whole(ws: &Path, round: usize) -> i64 {
+    // The store opens as it is: nothing corrupt to move aside.
+    let (store, notice) = Store::open(ws).unwrap();
+    assert!(notice.is_none(), "round {round}: {notice:?}");
+    let conn = rusqlite::Connection::open(ws.join(".agent-ls/store.sqlite")).unwrap();
+    let rows: i64 = conn
+        .query_row("SELECT COUNT(*) FROM steps", [], |r| r.get(0))
+        .unwrap();
+    let steps = store.load_steps().unwrap();
+    assert_eq!(
+        steps.len() as i64,
+        rows,
+        "round {round}: every step row reads"
+    );
+    every_step_carries_an_inverse_that_undoes_it(&conn);
+    // Runs are whole: no figures without their run, known statuses only.
+    let orphans: i64 = conn
+        .query_row(
+            "SELECT (SELECT COUNT(*) FROM iterations WHERE run_id NOT IN (SELECT run_id FROM runs))
+                  + (SELECT COUNT(*) FROM approvals WHERE run_id NOT IN (SELECT run_id FROM runs))",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(orphans, 0, "round {round}");
+    let bad: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM runs WHERE status NOT IN ('running', 'done', 'failed', 'cancelled')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(bad, 0);
+    let running: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM runs WHERE status = 'running'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let interrupted = store.interrupted_runs(None).unwrap();
+    assert_eq!(
+        interrupted.len() as i64,
+        running,
+        "a killed run shows as interrupted"
+    );
+    running
+}
+
+/// Every recorded step carries its inverse, and the inverse undoes it exactly.
+fn every_step_carries_an_inverse_that_undoes_it(conn: &rusqlite::Connection) {
+    let mut stmt = conn.prepare("SELECT changes, files FROM steps").unwrap();
+    let all: Vec<(String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for (changes, files) in all {
+        let changes: Value = serde_json::from_str(&changes).unwrap();
+        let files: Value = serde_json::from_str(&files).unwrap();
+        for (ch, file) in changes
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(files.as_array().unwrap())
+        {
+            assert_eq!(
+                file["hash"].as_str().unwrap(),
+                agent_ls_core::edit::history::text_hash(ch["new_text"].as_str().unwrap())
+            );
+        }
+        for ch in changes.as_array().unwrap() {
+            let original = ch["original"].as_str().unwrap();
+            let new_text = ch["new_text"].as_str().unwrap();
+            assert!(!ch["inverse"].as_array().unwrap().is_empty());
+            assert_eq!(apply_edits(original, &ch["edits"]), new_text);
+            assert_eq!(apply_edits(new_text, &ch["inverse"]), original);
+        }
+    }
+}
+
 #[test]
 fn sigkill_at_random_moments_leaves_a_consistent_store() {
     let ws = support::example();
@@ -201,7 +298,6 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
     .map(|l| format!("{l}\n"))
     .collect::<String>();
     std::fs::write(ws.path().join(".replay.jsonl"), replay).unwrap();
-    let db = ws.path().join(".agent-ls/store.sqlite");
     let mut rng = fastrand::Rng::with_seed(7);
     let rounds = 24;
     let mut killed_running = 0;
@@ -223,79 +319,7 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
         c.pump(wait);
         c.kill();
 
-        // The store opens as it is: nothing corrupt to move aside.
-        let (store, notice) = Store::open(ws.path()).unwrap();
-        assert!(notice.is_none(), "round {round}: {notice:?}");
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        let rows: i64 = conn
-            .query_row("SELECT COUNT(*) FROM steps", [], |r| r.get(0))
-            .unwrap();
-        let steps = store.load_steps().unwrap();
-        assert_eq!(
-            steps.len() as i64,
-            rows,
-            "round {round}: every step row reads"
-        );
-        // Every recorded step carries its inverse, and the inverse undoes it exactly.
-        let mut stmt = conn.prepare("SELECT changes, files FROM steps").unwrap();
-        let all: Vec<(String, String)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        for (changes, files) in all {
-            let changes: Value = serde_json::from_str(&changes).unwrap();
-            let files: Value = serde_json::from_str(&files).unwrap();
-            for (ch, file) in changes
-                .as_array()
-                .unwrap()
-                .iter()
-                .zip(files.as_array().unwrap())
-            {
-                assert_eq!(
-                    file["hash"].as_str().unwrap(),
-                    agent_ls_core::edit::history::text_hash(ch["new_text"].as_str().unwrap())
-                );
-            }
-            for ch in changes.as_array().unwrap() {
-                let original = ch["original"].as_str().unwrap();
-                let new_text = ch["new_text"].as_str().unwrap();
-                assert!(!ch["inverse"].as_array().unwrap().is_empty());
-                assert_eq!(apply_edits(original, &ch["edits"]), new_text);
-                assert_eq!(apply_edits(new_text, &ch["inverse"]), original);
-            }
-        }
-        // Runs are whole: no figures without their run, known statuses only.
-        let orphans: i64 = conn
-            .query_row(
-                "SELECT (SELECT COUNT(*) FROM iterations WHERE run_id NOT IN (SELECT run_id FROM runs))
-                      + (SELECT COUNT(*) FROM approvals WHERE run_id NOT IN (SELECT run_id FROM runs))",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(orphans, 0, "round {round}");
-        let bad: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM runs WHERE status NOT IN ('running', 'done', 'failed', 'cancelled')",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(bad, 0);
-        let running: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM runs WHERE status = 'running'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        let interrupted = store.interrupted_runs(None).unwrap();
-        assert_eq!(
-            interrupted.len() as i64,
-            running,
-            "a killed run shows as interrupted"
-        );
+        let running = the_store_is_whole(ws.path(), round);
         if running > killed_running {
             mid_run += 1;
         }
@@ -310,9 +334,13 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
     eprintln!("{rounds} kills: {mid_run} inside a run, {steps} steps recorded");
     assert!(killed_running > 0, "some kills landed inside a run");
 
-    // After all that, a server starts on the store and undoes the latest step, with the
-    // file as that step left it (each round began by putting calc.py back).
-    let (latest, _) = Store::open(ws.path())
+    the_latest_step_still_undoes(ws.path());
+}
+
+/// After all the kills, a server starts on the store and undoes the latest step, with the
+/// file as that step left it (each round began by putting calc.py back).
+fn the_latest_step_still_undoes(ws: &Path) {
+    let (latest, _) = Store::open(ws)
         .unwrap()
         .0
         .load_steps()
@@ -320,9 +348,9 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
         .pop()
         .expect("some step was recorded");
     let change = &latest.changes[0];
-    std::fs::write(ws.path().join(&change.path), &change.new_text).unwrap();
+    std::fs::write(ws.join(&change.path), &change.new_text).unwrap();
     let mut c = Client::spawn(Default::default());
-    c.initialize(ws.path(), json!({}), json!({"agent": {"approval": "auto"}}));
+    c.initialize(ws, json!({}), json!({"agent": {"approval": "auto"}}));
     let status = c.command("agent-ls.status", Value::Null).unwrap();
     assert_eq!(status["steps"][0]["id"], latest.id, "{status}");
     let r = c.command("agent-ls.undo", Value::Null).unwrap();
@@ -331,9 +359,39 @@ fn sigkill_at_random_moments_leaves_a_consistent_store() {
         p["message"].as_str().unwrap_or("").contains("undid step")
     });
     assert_eq!(
-        std::fs::read_to_string(ws.path().join(&change.path)).unwrap(),
+        std::fs::read_to_string(ws.join(&change.path)).unwrap(),
         change.original.clone().unwrap()
     );
+}
+
+/// The journal carries the loop's readings beside the raw model answers.
+fn the_journal_has_the_loops_readings(ws: &Path) {
+    let journal = std::fs::read_dir(ws.join(".agent-ls/runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect::<String>();
+    let types: Vec<String> = journal
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for kind in [
+        "intent",
+        "model_call",
+        "patch",
+        "approval",
+        "test_result",
+        "reflection",
+        "evaluation",
+        "finished",
+    ] {
+        assert!(types.iter().any(|t| t == kind), "no {kind} in {types:?}");
+    }
 }
 
 #[test]
@@ -397,33 +455,7 @@ fn stats_report_tokens_times_iterations_and_rates() {
     assert!(failed > 0);
     assert!(!reflection.is_empty());
 
-    // The journal carries the loop's readings beside the raw model answers.
-    let journal = std::fs::read_dir(ws.path().join(".agent-ls/runs"))
-        .unwrap()
-        .flatten()
-        .map(|e| std::fs::read_to_string(e.path()).unwrap())
-        .collect::<String>();
-    let types: Vec<String> = journal
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["type"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
-    for kind in [
-        "intent",
-        "model_call",
-        "patch",
-        "approval",
-        "test_result",
-        "reflection",
-        "evaluation",
-        "finished",
-    ] {
-        assert!(types.iter().any(|t| t == kind), "no {kind} in {types:?}");
-    }
+    the_journal_has_the_loops_readings(ws.path());
 
     let out = run(&["stats"]);
     let text = String::from_utf8_lossy(&out.stdout);

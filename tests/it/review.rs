@@ -314,19 +314,21 @@ fn review_diagnostics(p: &Value, uri: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Over LSP, in `encoding`: a replayed reviewer's P1 and P3 findings become diagnostics on
-/// their lines, move with an edit above them, and go when their line is edited or the step
-/// is undone.
-fn findings_become_diagnostics(encoding: &str) {
-    use support::{Client, Spawn, apply_lsp_edits, file_uri};
-    let ws = workspace("", false);
-    let uri = file_uri(&ws.path().join("calc.py"));
-    let broken = calc(ws.path());
+/// A server on `ws` in `encoding`, with calc.py (`uri`) open in an editor that applies edits
+/// to its buffer (returned), and a replayed run whose review finds a P1 on line 5 and a P3 on
+/// line 9.
+fn server_whose_review_finds_a_p1_and_a_p3(
+    ws: &std::path::Path,
+    encoding: &str,
+    uri: &str,
+) -> (support::Client, Buffer) {
+    use support::{Client, Spawn, apply_lsp_edits};
+    let broken = calc(ws);
     let findings = json!({"role": "reviewer", "content": json!({
         "findings": [finding_at(1, 5), finding_at(3, 9)],
         "verdict": "incorrect", "explanation": "x", "confidence": 0.9}).to_string()});
     std::fs::write(
-        ws.path().join(".replay.jsonl"),
+        ws.join(".replay.jsonl"),
         support::replay_script(&[coder("a - b", "a + b"), findings]),
     )
     .unwrap();
@@ -334,13 +336,13 @@ fn findings_become_diagnostics(encoding: &str) {
         "agent": {"approval": "auto", "evaluate": false}});
     let mut c = Client::spawn(Spawn::default());
     c.initialize(
-        ws.path(),
+        ws,
         support::capabilities_with_encodings(&[encoding]),
         options,
     );
-    c.open(&uri, &broken);
+    c.open(uri, &broken);
     let buffer = std::sync::Arc::new(std::sync::Mutex::new((broken.clone(), 1i64)));
-    let (b, u) = (buffer.clone(), uri.clone());
+    let (b, u) = (buffer.clone(), uri.to_string());
     c.on_request_then("workspace/applyEdit", move |p| {
         let mut b = b.lock().unwrap();
         for op in p["edit"]["documentChanges"]
@@ -355,6 +357,19 @@ fn findings_become_diagnostics(encoding: &str) {
             "textDocument": {"uri": u, "version": b.1}, "contentChanges": [{"text": b.0}]}});
         (json!({"applied": true}), vec![note])
     });
+    (c, buffer)
+}
+
+/// The editor's copy of calc.py and its version.
+type Buffer = std::sync::Arc<std::sync::Mutex<(String, i64)>>;
+
+/// Over LSP, in `encoding`: a replayed reviewer's P1 and P3 findings become diagnostics on
+/// their lines, move with an edit above them, and go when their line is edited or the step
+/// is undone.
+fn findings_become_diagnostics(encoding: &str) {
+    let ws = workspace("", false);
+    let uri = support::file_uri(&ws.path().join("calc.py"));
+    let (mut c, buffer) = server_whose_review_finds_a_p1_and_a_p3(ws.path(), encoding, &uri);
     c.command("agent-ls.fixTests", Value::Null).unwrap();
     let done = c.wait_notification("agent-ls/runFinished", |_| true);
     assert_eq!(done["review"]["verdict"], "incorrect", "{done}");

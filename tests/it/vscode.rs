@@ -42,18 +42,26 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ws = tempfile::tempdir().unwrap();
     support::copy_example(ws.path());
+    let script = replay_for(name, ws.path());
+    std::fs::write(ws.path().join(".replay.jsonl"), script).unwrap();
+    Some(run_e2e(name, ws.path(), tools))
+}
+
+/// The replay model's answers for scenario `name`, with what the scenario needs of the
+/// workspace `ws` (a commit, an uncommitted change, a helper file) set up on the way.
+fn replay_for(name: &str, ws: &std::path::Path) -> String {
     // The reviewer passes a change, so a run that fixes asks nothing after it (a review with
     // findings, or none to be had, ends with the review question: docs/review.md).
     let passed = serde_json::json!({"role": "reviewer", "content": r#"{"findings": [], "verdict": "correct", "explanation": "add adds", "confidence": 0.9}"#});
-    let script = match name {
+    match name {
         "explain" => EXPLAIN.to_string(),
         "create" => {
-            std::fs::write(ws.path().join("test_helpers.py"), support::TEST_HELPERS).unwrap();
+            std::fs::write(ws.join("test_helpers.py"), support::TEST_HELPERS).unwrap();
             format!("{}{passed}\n", support::create_module_replay())
         }
         "runview" => support::two_iterations_replay(),
         "rollback" => {
-            support::git::commit_all(ws.path());
+            support::git::commit_all(ws);
             support::replay_script(&[
                 serde_json::json!({"role": "coder", "content": support::git::FIX_AND_CREATE}),
                 passed,
@@ -75,7 +83,7 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
             ])
         }
         "review_question" => {
-            support::git::commit_all(ws.path());
+            support::git::commit_all(ws);
             let p1 = serde_json::json!({
                 "findings": [{"title": "[P1] add subtracts", "body": "add(2, 3) gives -1",
                     "priority": 1, "confidence": 0.9, "path": "calc.py",
@@ -88,7 +96,7 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
             )
         }
         "review" => {
-            support::git::uncommitted_change(ws.path());
+            support::git::uncommitted_change(ws);
             support::git::review_findings_replay()
         }
         "tester" => {
@@ -103,8 +111,16 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
         }
         "accept" => format!("{FIX}{passed}\n"),
         _ => FIX.to_string(),
-    };
-    std::fs::write(ws.path().join(".replay.jsonl"), script).unwrap();
+    }
+}
+
+/// Runs editors/vscode/test/e2e.mjs's scenario `name` on `ws`, failing with the script's output
+/// unless every check passed, and returns the checks.
+fn run_e2e(
+    name: &str,
+    ws: &std::path::Path,
+    tools: [(String, String); 4],
+) -> Vec<serde_json::Value> {
     // The flow's screenshots; AGENT_LS_UPDATE_DOCS=1 puts them in docs/images, which the
     // README and docs show.
     let screenshots = if std::env::var_os("AGENT_LS_UPDATE_DOCS").is_some() {
@@ -120,7 +136,7 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
         .arg(support::repo("editors/vscode/test/e2e.mjs"))
         .envs(tools)
         .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
-        .env("WORKSPACE", ws.path().canonicalize().unwrap())
+        .env("WORKSPACE", ws.canonicalize().unwrap())
         .env("RESULT", &result)
         .env("ARTIFACTS", &artifacts)
         .env("SCENARIO", name)
@@ -143,7 +159,7 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
         failed.is_empty() && out.status.success(),
         "failed checks (screenshot and logs in target/vscode-e2e/): {failed:#?}\n{said}"
     );
-    Some(checks)
+    checks
 }
 
 const EXPLAIN: &str = "{\"role\": \"coder\", \"content\": \"`add` is meant to sum its arguments.\\n\\nIt subtracts instead:\\n\\n- `add(2, 3)` gives -1\\n- the tests expect 5\\n\"}\n";
