@@ -46,69 +46,15 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 fn main() {
-    // 30 search/replace edits spread through a 100,000-line file.
     let text: String = (0..100_000).map(line).collect();
-    let plan = EditPlan {
-        edits: (0..30)
-            .map(|k| {
-                let i = k * 3_331 + 17;
-                Edit {
-                    path: "big.rs".into(),
-                    kind: EditKind::SearchReplace {
-                        search: line(i),
-                        replace: line(i).replace("compute", "recompute"),
-                    },
-                }
-            })
-            .collect(),
-    };
+    let plan = thirty_edits();
     // The file is over the default 1 MB limit for model edits; the figure is about the engine.
     let limits = Limits {
         max_file_bytes: usize::MAX,
         ..Limits::default()
     };
-    let mut runs = Vec::new();
-    for _ in 0..20 {
-        let start = Instant::now();
-        let outcome = edit::apply_plan(&plan, Path::new("/ws"), &limits, |_| {
-            FileText::Text(text.clone())
-        });
-        runs.push(start.elapsed());
-        assert!(outcome.all_applied(), "{}", outcome.refusal_report());
-    }
-    let clone_cost = median(
-        (0..20)
-            .map(|_| {
-                let s = Instant::now();
-                std::hint::black_box(text.clone());
-                s.elapsed()
-            })
-            .collect(),
-    );
-    println!(
-        "30 edits located and applied in a 100,000-line file ({:.1} MB): median {:.2} ms (of which {:.2} ms is copying the text in)",
-        text.len() as f64 / 1e6,
-        median(runs).as_secs_f64() * 1e3,
-        clone_cost.as_secs_f64() * 1e3,
-    );
-
-    // Applying 30 already-located edits to a rope of the same file.
-    let outcome = edit::apply_plan(&plan, Path::new("/ws"), &limits, |_| {
-        FileText::Text(text.clone())
-    });
-    let located = &outcome.changes[0].edits;
-    let rope = ropey::Rope::from_str(&text);
-    let mut runs = Vec::new();
-    for _ in 0..50 {
-        let mut r = rope.clone();
-        let start = Instant::now();
-        edit::apply::apply_to_rope(&mut r, located).unwrap();
-        runs.push(start.elapsed());
-    }
-    println!(
-        "30 located edits applied to the rope (reverse order, with inverses): median {:.1} µs",
-        median(runs).as_secs_f64() * 1e6
-    );
+    located_and_applied(&text, &plan, &limits);
+    applied_to_a_rope(&text, &plan, &limits);
 
     // A 20-line block with a typo on every other line, in a 10,000-line file.
     let small: String = (0..10_000).map(line).collect();
@@ -122,20 +68,7 @@ fn main() {
             }
         })
         .collect();
-    let mut runs = Vec::new();
-    for _ in 0..20 {
-        let start = Instant::now();
-        let found =
-            edit::locate::locate(&small, &search, "x\n", None, &LocateOptions::default()).unwrap();
-        runs.push(start.elapsed());
-        assert!(
-            matches!(found, edit::Found::At(ref l) if l.rule == Rule::Fuzzy && l.line == 5_001)
-        );
-    }
-    println!(
-        "20-line fuzzy block located in a 10,000-line file of near-identical lines (worst case): median {:.2} ms",
-        median(runs).as_secs_f64() * 1e3
-    );
+    fuzzy_block(&small, &search, "near-identical lines (worst case)");
 
     // The same in a file shaped like real code: lines of many lengths and kinds.
     let code: String = (0..10_000).map(code_line).collect();
@@ -149,11 +82,82 @@ fn main() {
             }
         })
         .collect();
+    fuzzy_block(&code, &search, "varied code");
+}
+
+/// 30 search/replace edits spread through the 100,000-line file.
+fn thirty_edits() -> EditPlan {
+    EditPlan {
+        edits: (0..30)
+            .map(|k| {
+                let i = k * 3_331 + 17;
+                Edit {
+                    path: "big.rs".into(),
+                    kind: EditKind::SearchReplace {
+                        search: line(i),
+                        replace: line(i).replace("compute", "recompute"),
+                    },
+                }
+            })
+            .collect(),
+    }
+}
+
+/// The whole plan located and applied, less the cost of handing the engine its copy of the text.
+fn located_and_applied(text: &str, plan: &EditPlan, limits: &Limits) {
+    let mut runs = Vec::new();
+    for _ in 0..20 {
+        let start = Instant::now();
+        let outcome = edit::apply_plan(plan, Path::new("/ws"), limits, |_| {
+            FileText::Text(text.to_string())
+        });
+        runs.push(start.elapsed());
+        assert!(outcome.all_applied(), "{}", outcome.refusal_report());
+    }
+    let clone_cost = median(
+        (0..20)
+            .map(|_| {
+                let s = Instant::now();
+                std::hint::black_box(text.to_string());
+                s.elapsed()
+            })
+            .collect(),
+    );
+    println!(
+        "30 edits located and applied in a 100,000-line file ({:.1} MB): median {:.2} ms (of which {:.2} ms is copying the text in)",
+        text.len() as f64 / 1e6,
+        median(runs).as_secs_f64() * 1e3,
+        clone_cost.as_secs_f64() * 1e3,
+    );
+}
+
+/// Applying the 30 edits, located already, to a rope of the same file.
+fn applied_to_a_rope(text: &str, plan: &EditPlan, limits: &Limits) {
+    let outcome = edit::apply_plan(plan, Path::new("/ws"), limits, |_| {
+        FileText::Text(text.to_string())
+    });
+    let located = &outcome.changes[0].edits;
+    let rope = ropey::Rope::from_str(text);
+    let mut runs = Vec::new();
+    for _ in 0..50 {
+        let mut r = rope.clone();
+        let start = Instant::now();
+        edit::apply::apply_to_rope(&mut r, located).unwrap();
+        runs.push(start.elapsed());
+    }
+    println!(
+        "30 located edits applied to the rope (reverse order, with inverses): median {:.1} µs",
+        median(runs).as_secs_f64() * 1e6
+    );
+}
+
+/// `search`, lines 5,001 to 5,020 of `text` with typos, found by the fuzzy rule.
+fn fuzzy_block(text: &str, search: &str, kind: &str) {
     let mut runs = Vec::new();
     for _ in 0..20 {
         let start = Instant::now();
         let found =
-            edit::locate::locate(&code, &search, "x\n", None, &LocateOptions::default()).unwrap();
+            edit::locate::locate(text, search, "x\n", None, &LocateOptions::default()).unwrap();
         runs.push(start.elapsed());
         assert!(
             matches!(found, edit::Found::At(ref l) if l.rule == Rule::Fuzzy && l.line == 5_001),
@@ -161,7 +165,7 @@ fn main() {
         );
     }
     println!(
-        "20-line fuzzy block located in a 10,000-line file of varied code: median {:.2} ms",
+        "20-line fuzzy block located in a 10,000-line file of {kind}: median {:.2} ms",
         median(runs).as_secs_f64() * 1e3
     );
 }

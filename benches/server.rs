@@ -322,6 +322,9 @@ fn floor_binary() -> PathBuf {
         .expect("the floor's executable")
 }
 
+/// A server measured: its name, its program and the arguments that start it.
+type Server<'a> = (&'a str, &'a PathBuf, &'a [&'a str]);
+
 fn main() {
     // `cargo bench --bench server -- open` runs only the scenarios named (changes, open,
     // memory, huge) and only for the servers named (agent-ls, floor), when any are.
@@ -338,7 +341,7 @@ fn main() {
     };
     let ours = PathBuf::from(env!("CARGO_BIN_EXE_agent-ls"));
     let floor = floor_binary();
-    let servers: Vec<(&str, &PathBuf, &[&str])> = [
+    let servers: Vec<Server> = [
         ("agent-ls", &ours, &["serve"][..]),
         ("floor", &floor, &[][..]),
     ]
@@ -350,60 +353,16 @@ fn main() {
 
     // The machine's speed drifts over seconds, so the servers take turns, round by round,
     // and each figure is the median of its rounds.
-    let mut per_change = Vec::new();
-    let mut p99 = Vec::new();
-    if wanted("changes") {
-        let mut peers: Vec<(Peer, Long)> = servers
-            .iter()
-            .map(|(_, program, args)| {
-                let mut peer = Peer::spawn(program, args);
-                let doc = open_long(&mut peer);
-                (peer, doc)
-            })
-            .collect();
-        let mut bursts = vec![Vec::new(); peers.len()];
-        let mut latencies = vec![Vec::new(); peers.len()];
-        for _ in 0..11 {
-            for (k, (peer, doc)) in peers.iter_mut().enumerate() {
-                bursts[k].push(change_burst(peer, doc));
-                change_latencies(peer, doc, 100, &mut latencies[k]);
-            }
-        }
-        for (k, (name, _, _)) in servers.iter().enumerate() {
-            let us = median(bursts[k].clone());
-            latencies[k].sort();
-            let (a, b) = (
-                percentile(&latencies[k], 0.5),
-                percentile(&latencies[k], 0.99),
-            );
-            println!(
-                "{name:>8}: 2,000 one-character changes to a 100,000-line document: {us:.1} µs per change; a change then a request: p50 {:.0} µs, p99 {:.0} µs",
-                a.as_secs_f64() * 1e6,
-                b.as_secs_f64() * 1e6
-            );
-            per_change.push(us);
-            p99.push(b);
-        }
-    }
-    let mut opens = Vec::new();
-    if wanted("open") {
-        let text = big_text();
-        let mut peers: Vec<Peer> = servers
-            .iter()
-            .map(|(_, program, args)| Peer::spawn(program, args))
-            .collect();
-        let mut rounds = vec![Vec::new(); peers.len()];
-        for round in 0..9 {
-            for (k, peer) in peers.iter_mut().enumerate() {
-                rounds[k].push(big_open(peer, &text, round));
-            }
-        }
-        for (k, (name, _, _)) in servers.iter().enumerate() {
-            let ms = median(rounds[k].clone());
-            println!("{name:>8}: a 10 MB didOpen until the next request is answered: {ms:.1} ms");
-            opens.push(ms);
-        }
-    }
+    let (per_change, p99) = if wanted("changes") {
+        changes(&servers)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let opens = if wanted("open") {
+        opens(&servers)
+    } else {
+        Vec::new()
+    };
     let mut memories = Vec::new();
     for (name, program, args) in servers.iter().filter(|_| wanted("memory")) {
         let mut peer = Peer::spawn(program, args);
@@ -425,9 +384,73 @@ fn main() {
             peak / text
         );
     }
-    if servers.len() < 2 {
-        return;
+    if servers.len() == 2 {
+        ratios(&per_change, &p99, &opens, memories.first());
     }
+}
+
+/// Per server, the median µs of a one-character change in a burst, and the p99 of a change
+/// then a request.
+fn changes(servers: &[Server]) -> (Vec<f64>, Vec<Duration>) {
+    let (mut per_change, mut p99) = (Vec::new(), Vec::new());
+    let mut peers: Vec<(Peer, Long)> = servers
+        .iter()
+        .map(|(_, program, args)| {
+            let mut peer = Peer::spawn(program, args);
+            let doc = open_long(&mut peer);
+            (peer, doc)
+        })
+        .collect();
+    let mut bursts = vec![Vec::new(); peers.len()];
+    let mut latencies = vec![Vec::new(); peers.len()];
+    for _ in 0..11 {
+        for (k, (peer, doc)) in peers.iter_mut().enumerate() {
+            bursts[k].push(change_burst(peer, doc));
+            change_latencies(peer, doc, 100, &mut latencies[k]);
+        }
+    }
+    for (k, (name, _, _)) in servers.iter().enumerate() {
+        let us = median(bursts[k].clone());
+        latencies[k].sort();
+        let (a, b) = (
+            percentile(&latencies[k], 0.5),
+            percentile(&latencies[k], 0.99),
+        );
+        println!(
+            "{name:>8}: 2,000 one-character changes to a 100,000-line document: {us:.1} µs per change; a change then a request: p50 {:.0} µs, p99 {:.0} µs",
+            a.as_secs_f64() * 1e6,
+            b.as_secs_f64() * 1e6
+        );
+        per_change.push(us);
+        p99.push(b);
+    }
+    (per_change, p99)
+}
+
+/// Per server, the median ms of a 10 MB didOpen until the next request is answered.
+fn opens(servers: &[Server]) -> Vec<f64> {
+    let text = big_text();
+    let mut peers: Vec<Peer> = servers
+        .iter()
+        .map(|(_, program, args)| Peer::spawn(program, args))
+        .collect();
+    let mut rounds = vec![Vec::new(); peers.len()];
+    for round in 0..9 {
+        for (k, peer) in peers.iter_mut().enumerate() {
+            rounds[k].push(big_open(peer, &text, round));
+        }
+    }
+    let mut opens = Vec::new();
+    for (k, (name, _, _)) in servers.iter().enumerate() {
+        let ms = median(rounds[k].clone());
+        println!("{name:>8}: a 10 MB didOpen until the next request is answered: {ms:.1} ms");
+        opens.push(ms);
+    }
+    opens
+}
+
+/// agent-ls's figures over the floor's, against their targets.
+fn ratios(per_change: &[f64], p99: &[Duration], opens: &[f64], memory: Option<&(usize, usize)>) {
     println!();
     if per_change.len() == 2 {
         println!(
@@ -442,7 +465,7 @@ fn main() {
             opens[0] / opens[1]
         );
     }
-    if let Some((grown, held)) = memories.first() {
+    if let Some((grown, held)) = memory {
         println!(
             "agent-ls holds its text at {:.2}x resident per byte (target <= 1.15)",
             *grown as f64 / *held as f64

@@ -1,7 +1,7 @@
 // The official TypeScript ACP SDK as the client (the editor) of `agent-ls acp`: it offers
 // fs/read_text_file and fs/write_text_file over its own copy of the files (the editor's
 // buffers), answers session/request_permission as the scenario says, and prints what it saw
-// as one JSON object for tests/acp.rs to check.
+// as one JSON object for tests/it/acp.rs to check.
 // Usage: node acp-client.mjs AGENT_LS_BINARY WORKSPACE SCENARIO
 //   SCENARIO: allow | reject | cancel | undo (then /redo) | load:RUN_ID | mcp (the session brings the MCP filesystem
 //   server, whose path is in ACP_MCP_FS) | rollback (the user edits calc.py's buffer without

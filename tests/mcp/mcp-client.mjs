@@ -1,5 +1,5 @@
 // The official TypeScript MCP SDK as the client of `agent-ls mcp`: lists the tools, calls
-// each kind once, and prints what came back as one JSON object for tests/mcp.rs to check.
+// each kind once, and prints what came back as one JSON object for tests/it/mcp.rs to check.
 // Usage: node mcp-client.mjs AGENT_LS_BINARY WORKSPACE
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";

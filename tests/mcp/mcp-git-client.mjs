@@ -1,7 +1,7 @@
 // The official TypeScript MCP SDK as the client of `agent-ls mcp` in a git repository: takes
 // a checkpoint, then changes the workspace as a calling agent would (an apply_edit, a file
 // created and one deleted with its own tools, a file in an ignored folder), rolls back to the
-// checkpoint, and prints what came back as one JSON object for tests/mcp.rs to check.
+// checkpoint, and prints what came back as one JSON object for tests/it/mcp.rs to check.
 // Usage: node mcp-git-client.mjs AGENT_LS_BINARY WORKSPACE
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";

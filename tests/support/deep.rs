@@ -1,6 +1,6 @@
 //! The 280-file fixture: a Python project of forty packages of seven helper modules each, and
 //! one bug (`app/m29/pricing.py` subtracts the tax) that one failing test finds. Shared by
-//! tests/agent_run.rs and benches/prompt.rs, which measures the prompt on it.
+//! tests/it/agent_run.rs and benches/prompt.rs, which measures the prompt on it.
 
 #![allow(dead_code)]
 

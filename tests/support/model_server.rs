@@ -149,10 +149,35 @@ fn serve(
     requests: &Recorder,
     respond: Option<Responder>,
 ) {
+    let Some(request) = read_request(&stream) else {
+        return;
+    };
+    let scripted = script.lock().unwrap().pop_front();
+    let reply = scripted
+        .or_else(|| respond.map(|f| f(&request.body)))
+        .unwrap_or_else(|| Reply::status(500, "the test script has no more replies"));
+    requests.list.lock().unwrap().push(request);
+    requests.arrived.notify_all();
+    match reply {
+        Reply::Status {
+            code,
+            headers,
+            body,
+        } => write_status(stream, code, &headers, &body),
+        Reply::Sse {
+            events,
+            stall_after,
+        } => write_events(stream, &events, stall_after),
+    }
+}
+
+/// One HTTP/1.1 request off the connection: its line, its headers, and its body as JSON (null
+/// when it is not); None when the client closed first.
+fn read_request(stream: &TcpStream) -> Option<Recorded> {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut first = String::new();
     if reader.read_line(&mut first).unwrap_or(0) == 0 {
-        return;
+        return None;
     }
     let mut parts = first.split_whitespace();
     let method = parts.next().unwrap_or_default().to_string();
@@ -162,7 +187,7 @@ fn serve(
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
+            return None;
         }
         let line = line.trim_end();
         if line.is_empty() {
@@ -177,66 +202,55 @@ fn serve(
     }
     let mut body = vec![0; length];
     let _ = reader.read_exact(&mut body);
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let scripted = script.lock().unwrap().pop_front();
-    let reply = scripted
-        .or_else(|| respond.map(|f| f(&body)))
-        .unwrap_or_else(|| Reply::status(500, "the test script has no more replies"));
-    requests.list.lock().unwrap().push(Recorded {
+    Some(Recorded {
         method,
         path,
         headers,
-        body,
-    });
-    requests.arrived.notify_all();
-    let mut out = stream;
-    match reply {
-        Reply::Status {
-            code,
-            headers,
-            body,
-        } => {
-            let mut head = format!(
-                "HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n",
-                body.len()
-            );
-            if !headers
-                .iter()
-                .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
-            {
-                head.push_str("Content-Type: application/json\r\n");
-            }
-            for (k, v) in headers {
-                head.push_str(&format!("{k}: {v}\r\n"));
-            }
-            let _ = out.write_all(format!("{head}\r\n{body}").as_bytes());
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    })
+}
+
+/// A whole answer with `code`, JSON unless `headers` name another type.
+fn write_status(mut out: TcpStream, code: u16, headers: &[(String, String)], body: &str) {
+    let mut head = format!(
+        "HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+    {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    let _ = out.write_all(format!("{head}\r\n{body}").as_bytes());
+}
+
+/// A server-sent event stream of `events`, going silent for a minute before event
+/// `stall_after` (or after the last, when it is the count) as a stalled server does.
+fn write_events(mut out: TcpStream, events: &[String], stall_after: Option<usize>) {
+    let _ = out.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
+    );
+    for (i, e) in events.iter().enumerate() {
+        if stall_after == Some(i) {
+            std::thread::sleep(Duration::from_secs(60));
+            return;
         }
-        Reply::Sse {
-            events,
-            stall_after,
-        } => {
-            let _ = out.write_all(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
-            );
-            for (i, e) in events.iter().enumerate() {
-                if stall_after == Some(i) {
-                    std::thread::sleep(Duration::from_secs(60));
-                    return;
-                }
-                let frame = if e.starts_with("event:") {
-                    format!("{e}\n\n")
-                } else {
-                    format!("data: {e}\n\n")
-                };
-                if out.write_all(frame.as_bytes()).is_err() {
-                    return;
-                }
-                let _ = out.flush();
-            }
-            if stall_after == Some(events.len()) {
-                std::thread::sleep(Duration::from_secs(60));
-            }
+        let frame = if e.starts_with("event:") {
+            format!("{e}\n\n")
+        } else {
+            format!("data: {e}\n\n")
+        };
+        if out.write_all(frame.as_bytes()).is_err() {
+            return;
         }
+        let _ = out.flush();
+    }
+    if stall_after == Some(events.len()) {
+        std::thread::sleep(Duration::from_secs(60));
     }
 }
 

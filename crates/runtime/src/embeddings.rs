@@ -80,7 +80,7 @@ impl Embedder {
             .filter(|v| !v.is_empty())
             .map(Secret::new);
         Some(Embedder {
-            http: reqwest::Client::builder()
+            http: crate::model::client_builder()
                 .connect_timeout(Duration::from_secs(5))
                 .build()
                 .unwrap_or_default(),

@@ -1,7 +1,7 @@
 // The extension in real VS Code (code-server in headless Chromium, driven by playwright-core):
 // installs the built .vsix, opens a fixture project, runs "Agent: Fix Failing Tests" from the
 // palette, accepts the refactor preview, and checks the file, the status bar and the problems.
-// Run by tests/vscode.rs; every check is written to $RESULT as one JSON line.
+// Run by tests/it/vscode.rs; every check is written to $RESULT as one JSON line.
 //
 // Environment: CODE_SERVER (the code-server script), NODE24 (folder of a Node 24 binary),
 // CHROMIUM, VSIX, AGENT_LS (the server binary), WORKSPACE (the project), RESULT, ARTIFACTS

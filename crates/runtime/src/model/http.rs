@@ -13,6 +13,19 @@ use super::types::{Kind, ModelError, OnToken, Response, Target, Usage, redact};
 use crate::config::Secret;
 use agent_ls_core::conversation::ToolCall;
 
+/// A builder of an HTTP client whose TLS runs on rustls's ring provider. reqwest is built
+/// without a provider of its own (its default, aws-lc-rs, needs cmake and a long C build; see
+/// docs/architecture.md) and panics on building a client while none is installed, so every
+/// client starts here. A provider installed already, by a host embedding the runtime, is kept.
+pub(crate) fn client_builder() -> reqwest::ClientBuilder {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // An error only says that a provider is installed already, which is all this needs.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder()
+}
+
 /// One request to a model over HTTP, all but the request itself.
 pub(crate) struct Call<'a> {
     pub http: &'a reqwest::Client,

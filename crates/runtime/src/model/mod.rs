@@ -12,6 +12,8 @@ pub mod replay;
 mod sse;
 mod types;
 
+pub(crate) use http::client_builder;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -194,7 +196,7 @@ impl Models {
             })
         });
         Models {
-            http: reqwest::Client::builder()
+            http: client_builder()
                 .connect_timeout(Duration::from_secs(10))
                 .build()
                 .unwrap_or_default(),

@@ -1,0 +1,1111 @@
+//! The Agent Client Protocol through the real binary: `agent-ls acp` driven by the official
+//! TypeScript SDK (`@agentclientprotocol/sdk`) as the editor, with the replay provider as the
+//! model: a fix with permission granted, one rejected, a cancel, and an undo. The client
+//! offers fs/read_text_file and fs/write_text_file, so reads and writes go through it.
+
+use crate::support;
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+use support::git::FIX_AND_CREATE;
+
+fn deps() -> Option<std::path::PathBuf> {
+    support::protocol_deps()
+}
+
+const FIX: &str =
+    "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+
+/// Runs the client in `scenario` on a copy of the example, with `user_config` as the user's
+/// configuration file.
+fn client(scenario: &str, user_config: &str) -> (Value, tempfile::TempDir) {
+    let ws = support::example();
+    let script = if scenario == "plan" {
+        vec![
+            json!({"role": "planner", "content": r#"{"plan_id": "p1", "tasks": [{"id": "T1", "title": "make add return the sum"}, {"id": "T2", "title": "document add"}]}"#}),
+            json!({"role": "coder", "content": FIX}),
+            json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n=======\ndef add(a, b):\n    \"\"\"The sum.\"\"\"\n>>>>>>> REPLACE\n"}),
+        ]
+    } else if scenario == "mcp" {
+        let path = ws.path().canonicalize().unwrap().join("calc.py");
+        vec![
+            json!({"role": "coder", "content": "", "tool_calls": [
+                {"name": "mcp__fs__read_text_file", "arguments": {"path": path}}
+            ]}),
+            json!({"role": "coder", "content": FIX}),
+        ]
+    } else if scenario == "review" {
+        let answer = json!({
+            "findings": [
+                {"title": "[P1] add ignores overflow", "body": "big sums wrap", "priority": 1,
+                 "confidence": 0.9, "path": "calc.py", "start_line": 5, "end_line": 5},
+                {"title": "[P3] multiply is untested", "body": "no test calls it", "priority": 3,
+                 "confidence": 0.8, "path": "calc.py", "start_line": 9, "end_line": 9}
+            ],
+            "verdict": "incorrect", "explanation": "add needs a bound", "confidence": 0.85
+        });
+        vec![
+            json!({"role": "coder", "content": FIX}),
+            json!({"role": "reviewer", "content": format!("```json\n{answer}\n```")}),
+        ]
+    } else {
+        vec![json!({"role": "coder", "content": FIX})]
+    };
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&script),
+    )
+    .unwrap();
+    client_in(ws, scenario, user_config)
+}
+
+fn client_in(
+    ws: tempfile::TempDir,
+    scenario: &str,
+    user_config: &str,
+) -> (Value, tempfile::TempDir) {
+    let deps = deps().expect("checked by the caller");
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(home.path().join("agent-ls/config.toml"), user_config).unwrap();
+    let out = Command::new("node")
+        .arg(deps.join("acp-client.mjs"))
+        .arg(support::binary())
+        .arg(ws.path().canonicalize().unwrap())
+        .arg(scenario)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .env(
+            "ACP_MCP_FS",
+            deps.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"),
+        )
+        .env(
+            "ACP_PROMPT",
+            if scenario == "plan" {
+                "make add return the sum, then document add"
+            } else {
+                "fix the failing tests"
+            },
+        )
+        .env("AGENT_LS_MODEL__PROVIDER", "replay")
+        .env(
+            "AGENT_LS_MODEL__REPLAY_FILE",
+            ws.path().join(".replay.jsonl").display().to_string(),
+        )
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{said}");
+    let seen = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{said}", String::from_utf8_lossy(&out.stdout)));
+    (seen, ws)
+}
+
+fn kinds(seen: &Value) -> Vec<String> {
+    seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            format!(
+                "{}{}",
+                u["sessionUpdate"].as_str().unwrap_or(""),
+                u["kind"]
+                    .as_str()
+                    .map(|k| format!(":{k}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+fn messages(seen: &Value) -> Vec<String> {
+    seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .map(|u| u["content"]["text"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+const NO_EVAL: &str = "[agent]\nevaluate = false\n";
+
+#[test]
+fn an_acp_client_sees_the_review_as_a_tool_call_at_its_findings_lines() {
+    if deps().is_none() {
+        return;
+    }
+    // The default review mode (advise): the replayed reviewer's findings come after the
+    // tests pass, as one tool call whose locations are the lines they name.
+    let (seen, ws) = client("review", NO_EVAL);
+    assert_eq!(seen["stop"], "end_turn");
+    let updates = seen["updates"].as_array().unwrap();
+    let reviews: Vec<&Value> = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call" && u["kind"] == "think")
+        .collect();
+    assert_eq!(reviews.len(), 1, "{:?}", kinds(&seen));
+    let review = reviews[0];
+    assert_eq!(review["title"], "Review: patch is incorrect (2 findings)");
+    assert_eq!(review["status"], "completed");
+    let calc = ws.path().canonicalize().unwrap().join("calc.py");
+    assert_eq!(
+        review["locations"],
+        json!([{"path": calc, "line": 5}, {"path": calc, "line": 9}]),
+        "{review}"
+    );
+    let texts: Vec<&str> = review["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["content"]["text"].as_str().unwrap())
+        .collect();
+    assert!(
+        texts[0].starts_with("review: the patch is incorrect")
+            && texts[0].contains("add needs a bound"),
+        "{texts:?}"
+    );
+    assert_eq!(
+        texts[1..],
+        [
+            "[P1] add ignores overflow: calc.py:5-5 (confidence 0.90)\nbig sums wrap",
+            "[P3] multiply is untested: calc.py:9-9 (confidence 0.80; outside the change)\nno test calls it",
+        ]
+    );
+    assert_eq!(review["rawOutput"]["verdict"], "incorrect");
+    // After the test run that passed, before the answer; the thoughts do not repeat it.
+    let k = kinds(&seen);
+    let at = k.iter().position(|x| x == "tool_call:think").unwrap();
+    let last_run = k.iter().rposition(|x| x == "tool_call:execute").unwrap();
+    assert!(last_run < at, "{k:?}");
+    let thoughts: String = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(!thoughts.contains("add ignores overflow"), "{thoughts}");
+    // The change itself went through as in advise mode: the findings never block.
+    assert!(
+        std::fs::read_to_string(&calc)
+            .unwrap()
+            .contains("return a + b")
+    );
+}
+
+#[test]
+fn an_acp_client_grants_permission_and_the_fix_is_written_through_it() {
+    if deps().is_none() {
+        return;
+    }
+    let (seen, ws) = client("allow", NO_EVAL);
+    assert_eq!(seen["initialize"]["agentCapabilities"]["loadSession"], true);
+    assert_eq!(seen["stop"], "end_turn");
+    the_tool_calls_come_in_order_and_say_what_and_where(&seen);
+    the_thoughts_are_prose_and_the_permission_shows_the_diff(&seen);
+    the_files_go_through_the_client(&seen);
+    assert!(seen["final"].as_str().unwrap().contains("return a + b"));
+    assert_eq!(
+        messages(&seen).last().unwrap(),
+        "done: the tests pass after 1 iteration(s)"
+    );
+    // The same run the LSP server would make: journaled, with its step in the store.
+    let runs = std::fs::read_dir(ws.path().join(".agent-ls/runs"))
+        .unwrap()
+        .count();
+    assert_eq!(runs, 1);
+}
+
+fn the_tool_calls_come_in_order_and_say_what_and_where(seen: &Value) {
+    let k = kinds(seen);
+    assert_eq!(k[0], "available_commands_update");
+    // The baseline run, the proposal (with its diff) before the permission, the test run after.
+    let edit = k
+        .iter()
+        .position(|x| x == "tool_call:edit")
+        .expect("an edit tool call");
+    let runs: Vec<usize> = k
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| *x == "tool_call:execute")
+        .map(|(i, _)| i)
+        .collect();
+    assert!(runs.len() == 2 && runs[0] < edit && edit < runs[1], "{k:?}");
+    // Each tool call says what it does, how far it is, and where.
+    let updates = seen["updates"].as_array().unwrap();
+    let test_run = updates.iter().find(|u| u["kind"] == "execute").unwrap();
+    let title = test_run["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("Run the tests: ") && title.len() > "Run the tests: ".len(),
+        "{title}"
+    );
+    assert_eq!(test_run["status"], "in_progress");
+    let edit_call = updates.iter().find(|u| u["kind"] == "edit").unwrap();
+    // Pending is ACP's default status, which the schema leaves out of a tool call.
+    assert!(
+        edit_call.get("status").is_none_or(|s| s == "pending"),
+        "{edit_call}"
+    );
+    assert_eq!(seen["permissions"][0]["toolCall"]["status"], "pending");
+    let edit_statuses: Vec<&Value> = updates
+        .iter()
+        .filter(|u| {
+            u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == edit_call["toolCallId"]
+        })
+        .map(|u| &u["status"])
+        .collect();
+    assert_eq!(edit_statuses, [&json!("in_progress"), &json!("completed")]);
+    let location = &edit_call["locations"][0];
+    assert!(
+        location["path"].as_str().unwrap().ends_with("/calc.py"),
+        "{edit_call}"
+    );
+    assert_eq!(location["line"], 5, "{edit_call}");
+    assert_eq!(
+        seen["permissions"][0]["toolCall"]["locations"],
+        edit_call["locations"]
+    );
+}
+
+fn the_thoughts_are_prose_and_the_permission_shows_the_diff(seen: &Value) {
+    let updates = seen["updates"].as_array().unwrap();
+    // The thoughts are prose: no edit block, which the edit tool call shows.
+    let thoughts: String = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(!thoughts.contains("<<<<<<<"), "{thoughts}");
+    assert!(!thoughts.contains("return a + b"), "{thoughts}");
+    let permission = &seen["permissions"][0];
+    assert_eq!(permission["options"][0]["kind"], "allow_once");
+    let diff = &permission["toolCall"]["content"][0];
+    assert_eq!(diff["type"], "diff");
+    assert!(diff["newText"].as_str().unwrap().contains("return a + b"));
+    assert!(diff["oldText"].as_str().unwrap().contains("return a - b"));
+}
+
+fn the_files_go_through_the_client(seen: &Value) {
+    // The client read the files and wrote the change; the disk has it because the client did.
+    assert!(
+        seen["reads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().ends_with("calc.py"))
+    );
+    assert_eq!(seen["writes"].as_array().unwrap().len(), 1);
+    // Read through the client once for the turn, and once more just before the change is
+    // applied (to see whether the editor changed it since), not again in every phase.
+    let calc_reads = seen["reads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p.as_str().unwrap().ends_with("/calc.py"))
+        .count();
+    assert_eq!(calc_reads, 2, "{}", seen["reads"]);
+}
+
+#[test]
+fn an_acp_client_rejects_the_change_and_nothing_is_written() {
+    if deps().is_none() {
+        return;
+    }
+    let (seen, _ws) = client("reject", NO_EVAL);
+    assert_eq!(seen["stop"], "end_turn");
+    assert_eq!(seen["permissions"].as_array().unwrap().len(), 1);
+    assert!(seen["writes"].as_array().unwrap().is_empty());
+    assert!(seen["final"].as_str().unwrap().contains("return a - b"));
+    assert!(
+        messages(&seen).last().unwrap().contains("rejected"),
+        "{:?}",
+        messages(&seen)
+    );
+}
+
+#[test]
+fn an_acp_client_cancels_a_run_whose_tests_hang() {
+    if deps().is_none() {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let (seen, _ws) = client(
+        "cancel",
+        "[agent]\nevaluate = false\n[test]\ncommand = [\"sleep\", \"60\"]\nallowlist = [\"sleep\"]\n",
+    );
+    assert_eq!(seen["stop"], "cancelled", "{seen}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert!(seen["permissions"].as_array().unwrap().is_empty());
+    assert!(seen["final"].as_str().unwrap().contains("return a - b"));
+}
+
+#[test]
+fn an_acp_client_undoes_and_redoes_the_step_through_its_own_fs() {
+    if deps().is_none() {
+        return;
+    }
+    let (seen, _ws) = client("undo", NO_EVAL);
+    assert!(seen["afterFix"].as_str().unwrap().contains("return a + b"));
+    assert_eq!(seen["undoStop"], "end_turn");
+    assert_eq!(seen["redoStop"], "end_turn");
+    let said = messages(&seen);
+    assert_eq!(
+        said[said.len() - 2..],
+        ["undid step 1: calc.py", "redid step 1: calc.py"]
+    );
+    assert!(seen["afterUndo"].as_str().unwrap().contains("return a - b"));
+    assert!(seen["final"].as_str().unwrap().contains("return a + b"));
+    // The client offered fs/write_text_file: the fix, the undo and the redo all went
+    // through it, so its buffers (and its own undo) saw each one.
+    assert_eq!(seen["writes"].as_array().unwrap().len(), 3, "{seen}");
+}
+
+#[test]
+fn the_mcp_servers_a_session_brings_are_the_runs_tools() {
+    if deps().is_none() {
+        return;
+    }
+    let (seen, _ws) = client("mcp", NO_EVAL);
+    assert_eq!(seen["stop"], "end_turn");
+    let updates = seen["updates"].as_array().unwrap();
+    let call = updates
+        .iter()
+        .find(|u| {
+            u["sessionUpdate"] == "tool_call"
+                && u["title"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("mcp__fs__read_text_file")
+        })
+        .unwrap_or_else(|| panic!("no MCP tool call: {:?}", kinds(&seen)));
+    let id = call["toolCallId"].clone();
+    let result = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["toolCallId"] == id)
+        .expect("its result");
+    assert_eq!(result["status"], "completed", "{result}");
+    assert!(
+        result["content"].to_string().contains("return a - b"),
+        "{result}"
+    );
+    assert!(seen["final"].as_str().unwrap().contains("return a + b"));
+}
+
+#[test]
+fn session_load_shows_a_recorded_run() {
+    if deps().is_none() {
+        return;
+    }
+    // A run made by `agent-ls run`, then loaded over ACP by its id.
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": FIX})]),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = support::cli(
+        &["run", "fix the failing tests", "--yes"],
+        ws.path(),
+        home.path(),
+    )
+    .env("AGENT_LS_MODEL__PROVIDER", "replay")
+    .env(
+        "AGENT_LS_MODEL__REPLAY_FILE",
+        ws.path().join(".replay.jsonl"),
+    )
+    .env("AGENT_LS_AGENT__EVALUATE", "off")
+    .output()
+    .unwrap();
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = o["run_id"].as_str().unwrap().to_string();
+    let (seen, _ws) = client_in(ws, &format!("load:{id}"), NO_EVAL);
+    let updates = seen["updates"].as_array().unwrap();
+    assert!(
+        updates
+            .iter()
+            .any(|u| u["sessionUpdate"] == "user_message_chunk"
+                && u["content"]["text"] == "fix the failing tests"),
+        "{seen}"
+    );
+    assert!(
+        messages(&seen)
+            .iter()
+            .any(|m| m == &format!("run {id} ended: done")),
+        "{seen}"
+    );
+    assert_eq!(
+        kinds(&seen)
+            .iter()
+            .filter(|k| *k == "available_commands_update")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_planned_goal_streams_its_plan_with_each_tasks_status() {
+    if deps().is_none() {
+        return;
+    }
+    let (seen, _ws) = client("plan", NO_EVAL);
+    assert_eq!(seen["stop"], "end_turn");
+    let plans: Vec<Vec<(String, String)>> = seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "plan")
+        .map(|u| {
+            u["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    (
+                        e["content"].as_str().unwrap().to_string(),
+                        e["status"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let status = |p: &Vec<(String, String)>| {
+        p.iter()
+            .map(|(_, s)| s.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let seq: Vec<String> = plans.iter().map(status).collect();
+    assert_eq!(
+        seq,
+        [
+            "pending,pending",
+            "in_progress,pending",
+            "completed,in_progress",
+            "completed,completed"
+        ],
+        "{plans:?}"
+    );
+    assert_eq!(plans[0][0].0, "make add return the sum");
+    // The planner answers in JSON; the thoughts say the plan in a sentence instead.
+    let thoughts: String = seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(!thoughts.contains("plan_id"), "{thoughts}");
+    assert!(
+        thoughts.contains("The plan: make add return the sum; document add."),
+        "{thoughts}"
+    );
+    let text = seen["final"].as_str().unwrap();
+    assert!(
+        text.contains("return a + b") && text.contains("The sum."),
+        "{text}"
+    );
+}
+
+/// `agent-ls acp` spoken to line by line, as a host that is not the TypeScript SDK does.
+struct RawAcp {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl RawAcp {
+    fn start(home: &std::path::Path) -> RawAcp {
+        use std::process::Stdio;
+        let mut child = support::agent_ls(&["acp"], home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut acp = RawAcp {
+            child,
+            stdin,
+            stdout,
+        };
+        acp.request(
+            0,
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        );
+        acp
+    }
+
+    /// Sends request `id` and returns its answer; the notifications before it are kept in
+    /// `seen`.
+    fn request(&mut self, id: u64, method: &str, params: Value) -> (Value, Vec<Value>) {
+        use std::io::{BufRead, Write};
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.stdin, "{message}").unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "acp ended");
+            let value: Value = serde_json::from_str(&line).unwrap();
+            if value["id"] == json!(id) && value.get("method").is_none() {
+                return (value, seen);
+            }
+            // A change's permission is granted, as the user would.
+            if value["method"] == "session/request_permission" {
+                let answer = json!({"jsonrpc": "2.0", "id": value["id"],
+                    "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}});
+                writeln!(self.stdin, "{answer}").unwrap();
+            }
+            seen.push(value);
+        }
+    }
+
+    /// Notifications that arrive within a short while (those that follow an answer).
+    fn close(mut self) -> Vec<Value> {
+        use std::io::BufRead;
+        drop(self.stdin);
+        let mut rest = Vec::new();
+        let mut line = String::new();
+        while self.stdout.read_line(&mut line).unwrap_or(0) > 0 {
+            rest.extend(serde_json::from_str::<Value>(&line).ok());
+            line.clear();
+        }
+        self.child.wait().unwrap();
+        rest
+    }
+}
+
+#[test]
+fn a_session_loads_in_a_new_process_and_an_unknown_id_is_not_found() {
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut first = RawAcp::start(home.path());
+    let (created, _) = first.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].as_str().unwrap().to_string();
+    first.close();
+
+    let mut second = RawAcp::start(home.path());
+    let (loaded, _) = second.request(
+        1,
+        "session/load",
+        json!({"sessionId": id, "cwd": cwd, "mcpServers": []}),
+    );
+    assert!(loaded.get("error").is_none(), "{loaded}");
+    let (unknown, _) = second.request(
+        2,
+        "session/load",
+        json!({"sessionId": "sess_00000000", "cwd": cwd, "mcpServers": []}),
+    );
+    assert_eq!(unknown["error"]["code"], -32002, "{unknown}");
+    let (hostile, _) = second.request(
+        3,
+        "session/load",
+        json!({"sessionId": "../../etc/passwd", "cwd": cwd, "mcpServers": []}),
+    );
+    assert_eq!(hostile["error"]["code"], -32002, "{hostile}");
+    second.close();
+}
+
+#[test]
+fn an_unknown_slash_command_lists_the_commands_and_starts_nothing() {
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let before = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    let mut acp = RawAcp::start(home.path());
+    let (created, _) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].clone();
+    let (answer, seen) = acp.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "/bogus"}]}),
+    );
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let said: String = seen
+        .iter()
+        .filter_map(|n| n["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(said.contains("unknown command /bogus"), "{seen:?}");
+    assert!(said.contains("/undo"), "{said}");
+    acp.close();
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("calc.py")).unwrap(),
+        before
+    );
+    assert!(
+        !ws.path().join(".agent-ls/runs").exists(),
+        "no run was started"
+    );
+}
+
+#[test]
+fn an_untrusted_folders_ignored_settings_are_told_in_the_session_with_how_to_trust_it() {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[test]\ncommand = [\"python3\", \"-m\", \"pytest\"]\n",
+    )
+    .unwrap();
+    // The user's own model: a replay that answers without a change, so the run ends at once.
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": "I see no change to make."})]),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(
+        home.path().join("agent-ls/config.toml"),
+        format!(
+            "[agent]\nevaluate = false\n[model]\nprovider = \"replay\"\nreplay_file = {:?}\n",
+            ws.path().join(".replay.jsonl")
+        ),
+    )
+    .unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let told = |notes: &[Value]| -> String {
+        notes
+            .iter()
+            .filter(|n| n["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+            .filter_map(|n| n["params"]["update"]["content"]["text"].as_str())
+            .filter(|t| t.contains("not trusted"))
+            .collect()
+    };
+    let mut acp = RawAcp::start(home.path());
+    let (created, _) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].clone();
+    let (_, in_turn) = acp.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "fix the failing tests"}]}),
+    );
+    // Said when the session starts, and again in its first turn: some clients show only what
+    // comes in a turn.
+    let said = told(&in_turn);
+    assert_eq!(said.matches("not trusted").count(), 2, "{in_turn:?}");
+    assert!(said.contains("`test.command`"), "{said}");
+    assert!(
+        said.contains(&format!("agent-ls trust {}", cwd.display())),
+        "{said}"
+    );
+    // The next turn does not say it again.
+    let (_, second_turn) = acp.request(
+        3,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "fix the failing tests"}]}),
+    );
+    assert_eq!(told(&second_turn), "", "{second_turn:?}");
+    acp.close();
+}
+
+#[test]
+fn a_folder_whose_settings_all_apply_says_nothing_of_trust() {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\n",
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut acp = RawAcp::start(home.path());
+    let (created, before) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    assert!(created.get("error").is_none(), "{created}");
+    let mut notes = before;
+    notes.extend(acp.close());
+    assert!(
+        !notes.iter().any(|n| n.to_string().contains("not trusted")),
+        "{notes:?}"
+    );
+}
+
+/// acpx, a headless ACP client from npm, driving `agent-ls acp` in `ws` as a user would:
+/// `acpx --agent "agent-ls acp" ARGS`. acpx keeps its sessions under `home`, and the user's
+/// agent-ls configuration is `home`'s too; the model is the replay in `ws`.
+fn acpx(ws: &std::path::Path, home: &std::path::Path) -> Command {
+    let deps = deps().expect("checked by the caller");
+    let mut cmd = Command::new(deps.join("node_modules/.bin/acpx"));
+    cmd.arg("--agent")
+        .arg(format!("{} acp", support::binary().display()))
+        // acpx keeps the agent for its next prompt; a second is enough between ours.
+        .args(["--ttl", "2", "--approve-all"])
+        .current_dir(ws)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("AGENT_LS_MODEL__PROVIDER", "replay")
+        .env("AGENT_LS_MODEL__REPLAY_FILE", ws.join(".replay.jsonl"))
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Runs acpx with `args`, which must succeed; its stdout and stderr together.
+fn acpx_ok(ws: &std::path::Path, home: &std::path::Path, args: &[&str]) -> String {
+    let out = acpx(ws, home).args(args).output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "acpx {args:?} failed:\n{said}");
+    said
+}
+
+/// A workspace copy of the example with the fix as the replayed answer, and acpx's home with
+/// the user's agent-ls configuration `user_config`.
+fn acpx_workspace(user_config: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": FIX})]),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(home.path().join("agent-ls/config.toml"), user_config).unwrap();
+    (ws, home)
+}
+
+#[test]
+fn acpx_prompts_a_saved_session_undoes_with_undo_and_a_typo_changes_nothing() {
+    if deps().is_none() {
+        return;
+    }
+    let (ws, home) = acpx_workspace(NO_EVAL);
+    let (ws, home) = (ws.path(), home.path());
+    let calc = || std::fs::read_to_string(ws.join("calc.py")).unwrap();
+    let created = acpx_ok(ws, home, &["sessions", "new"]);
+    let id = created
+        .split_whitespace()
+        .find(|w| w.starts_with("sess_"))
+        .unwrap_or_else(|| panic!("no session id: {created}"))
+        .trim_end_matches(')')
+        .to_string();
+    // `prompt` loads the saved session (acpx would start a new one only on -32002).
+    let fixed = acpx_ok(
+        ws,
+        home,
+        &["--format", "json", "prompt", "fix the failing tests"],
+    );
+    assert!(
+        fixed.contains("\"method\":\"session/load\"") && fixed.contains(&id),
+        "{fixed}"
+    );
+    assert!(
+        fixed.contains("done: the tests pass after 1 iteration(s)"),
+        "{fixed}"
+    );
+    // acpx offers fs/write_text_file: the change was written by it.
+    assert!(
+        fixed.contains("\"method\":\"fs/write_text_file\""),
+        "{fixed}"
+    );
+    assert!(calc().contains("return a + b"));
+    let runs = || {
+        std::fs::read_dir(ws.join(".agent-ls/runs"))
+            .unwrap()
+            .count()
+    };
+    let runs_after_fix = runs();
+
+    let typo = acpx_ok(ws, home, &["prompt", "/bogus"]);
+    assert!(typo.contains("unknown command /bogus"), "{typo}");
+    assert!(calc().contains("return a + b"), "/bogus changed calc.py");
+    assert_eq!(runs(), runs_after_fix, "/bogus started a run");
+
+    let undone = acpx_ok(ws, home, &["prompt", "/undo"]);
+    assert!(undone.contains("undid step 1: calc.py"), "{undone}");
+    assert!(calc().contains("return a - b"));
+    acpx_ok(ws, home, &["sessions", "close"]);
+}
+
+#[test]
+fn acpx_cancels_a_prompt_whose_tests_hang() {
+    if deps().is_none() {
+        return;
+    }
+    // The test command says its pid, then hangs.
+    let (ws, home) = acpx_workspace(
+        "[agent]\nevaluate = false\n[test]\ncommand = [\"sh\", \"-c\", \"echo $$ > test.pid; exec sleep 60\"]\nallowlist = [\"sh\"]\n",
+    );
+    let (ws, home) = (ws.path(), home.path());
+    acpx_ok(ws, home, &["sessions", "new"]);
+    let prompt = acpx(ws, home)
+        .args(["prompt", "fix the failing tests"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid_file = ws.join("test.pid");
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')) {
+        assert!(
+            started.elapsed() < support::DEADLINE,
+            "the tests never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let test_pid = std::fs::read_to_string(&pid_file).unwrap();
+    let cancel = acpx_ok(ws, home, &["cancel"]);
+    assert!(cancel.contains("cancel requested"), "{cancel}");
+    let out = prompt.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("[done] cancelled"), "{said}");
+    assert!(
+        !support::alive(&test_pid),
+        "the hanging test outlived the cancel"
+    );
+    assert!(
+        std::fs::read_to_string(ws.join("calc.py"))
+            .unwrap()
+            .contains("return a - b")
+    );
+    acpx_ok(ws, home, &["sessions", "close"]);
+}
+
+/// A copy of the example as a git repository with one commit, the model's answer
+/// `FIX_AND_CREATE`.
+fn example_repository() -> tempfile::TempDir {
+    let ws = support::git::example_repository();
+    let p = ws.path();
+    std::fs::write(
+        p.join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": FIX_AND_CREATE})]),
+    )
+    .unwrap();
+    ws
+}
+
+#[test]
+fn an_acp_client_rolls_a_run_back_through_its_fs_refusing_an_unsaved_edit_unless_forced() {
+    if deps().is_none() {
+        return;
+    }
+    let ws = example_repository();
+    let original = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    let (seen, ws) = client_in(ws, "rollback", NO_EVAL);
+    let commands = seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["sessionUpdate"] == "available_commands_update")
+        .expect("the commands are advertised");
+    assert!(
+        commands["availableCommands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "rollback"),
+        "{commands}"
+    );
+    let fixed = seen["afterFix"].as_str().unwrap();
+    assert!(fixed.contains("return a + b"), "{seen}");
+    let said = messages(&seen);
+    // The unsaved edit in calc.py's buffer is a change since the run: refused, nothing
+    // written.
+    let refusal = &said[said.len() - 3];
+    assert!(
+        refusal.contains("nothing was rolled back")
+            && refusal.contains("calc.py")
+            && refusal.contains("/rollback force")
+            && !refusal.contains("notes.py"),
+        "{refusal}"
+    );
+    assert_eq!(seen["afterRefusal"].as_str().unwrap(), fixed);
+    // Forced: calc.py written back through the client (its buffer replaced), notes.py
+    // deleted on disk.
+    let forced = &said[said.len() - 2];
+    assert!(
+        forced.starts_with("rolled back run ") && forced.ends_with(": calc.py, notes.py"),
+        "{forced}"
+    );
+    // Again: the files hold the checkpoint's content, so nothing is refused or written.
+    let again = &said[said.len() - 1];
+    assert!(again.contains("rolled back already"), "{again}");
+    assert_eq!(seen["againStop"], "end_turn");
+    assert_eq!(
+        seen["writes"].as_array().unwrap().len() as u64,
+        seen["writesAfterForce"].as_u64().unwrap()
+    );
+    assert_eq!(seen["final"].as_str().unwrap(), original);
+    assert!(!ws.path().join("notes.py").exists());
+    assert_eq!(seen["bufferLeft"], false);
+    let writes = seen["writes"].as_array().unwrap();
+    assert!(
+        writes
+            .last()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .ends_with("/calc.py"),
+        "{seen}"
+    );
+    assert_eq!(seen["refusedStop"], "end_turn");
+    assert_eq!(seen["forcedStop"], "end_turn");
+}
+
+#[test]
+fn acpx_rolls_a_run_back_with_rollback() {
+    if deps().is_none() {
+        return;
+    }
+    let ws = example_repository();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(home.path().join("agent-ls/config.toml"), NO_EVAL).unwrap();
+    let (ws, home) = (ws.path(), home.path());
+    let original = std::fs::read_to_string(ws.join("calc.py")).unwrap();
+    acpx_ok(ws, home, &["sessions", "new"]);
+    acpx_ok(ws, home, &["prompt", "fix the failing tests"]);
+    assert!(ws.join("notes.py").exists());
+    let rolled = acpx_ok(ws, home, &["prompt", "/rollback"]);
+    assert!(
+        rolled.contains("rolled back run ") && rolled.contains("calc.py, notes.py"),
+        "{rolled}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("calc.py")).unwrap(),
+        original
+    );
+    assert!(!ws.join("notes.py").exists());
+    acpx_ok(ws, home, &["sessions", "close"]);
+}
+
+/// `git ARGS` in `dir`: its output, trimmed.
+fn git_out(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn an_acp_run_isolated_on_a_branch_or_in_a_worktree_says_where_it_works() {
+    if deps().is_none() {
+        return;
+    }
+    // "branch": the run's change is in the folder, on a new branch from HEAD.
+    let ws = example_repository();
+    let head = git_out(ws.path(), &["rev-parse", "HEAD"]);
+    let config = format!("{NO_EVAL}[git]\nisolation = \"branch\"\n");
+    let (seen, ws) = client_in(ws, "allow", &config);
+    let said = messages(&seen).join("");
+    assert!(
+        said.contains("working on the new branch agent/fix-the-failing-tests"),
+        "{said}"
+    );
+    assert!(seen["final"].as_str().unwrap().contains("return a + b"));
+    assert_eq!(
+        git_out(ws.path(), &["symbolic-ref", "HEAD"]),
+        "refs/heads/agent/fix-the-failing-tests"
+    );
+    assert_eq!(git_out(ws.path(), &["rev-parse", "HEAD"]), head);
+
+    // "worktree": the client writes into the worktree; the folder's own files stay.
+    let ws = example_repository();
+    let original = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    let config = format!("{NO_EVAL}[git]\nisolation = \"worktree\"\n");
+    let (seen, ws) = client_in(ws, "allow", &config);
+    let said = messages(&seen).join("");
+    let wt = ws
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join(".agent-ls/worktrees/fix-the-failing-tests");
+    assert!(
+        said.contains(&format!("working in the worktree {}", wt.display())),
+        "{said}"
+    );
+    assert_eq!(seen["final"].as_str().unwrap(), original);
+    assert_eq!(git_out(ws.path(), &["status", "--porcelain"]), "");
+    assert!(
+        std::fs::read_to_string(wt.join("calc.py"))
+            .unwrap()
+            .contains("return a + b")
+    );
+    let writes = seen["writes"].as_array().unwrap();
+    assert!(!writes.is_empty(), "{seen}");
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.as_str().unwrap().starts_with(&wt.display().to_string())),
+        "{seen}"
+    );
+}
+
+#[test]
+fn the_test_command_reproduces_the_bug_with_a_test_before_the_fix() {
+    // The example's `add` subtracts; `/test` has the tester show it before the coder fixes it.
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let test = "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n    def test_add_sums(self):\n        self.assertEqual(add(2, 3), 5)\n";
+    let tester = json!({"tests": [{"path": "test_add.py", "name": "test_add_sums",
+        "kind": "example", "reason": "add must sum", "expect": "AssertionError: -1 != 5",
+        "content": test}]});
+    let script = ws.path().join(".replay.jsonl");
+    std::fs::write(
+        &script,
+        support::replay_script(&[
+            json!({"role": "tester", "content": tester.to_string()}),
+            json!({"role": "coder", "content": FIX}),
+        ]),
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(
+        home.path().join("agent-ls/config.toml"),
+        format!(
+            "[model]\nprovider = \"replay\"\nreplay_file = {:?}\n\n[agent]\nevaluate = false\nreview = \"off\"\n",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut acp = RawAcp::start(home.path());
+    let (created, seen) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].clone();
+    let (answer, mut seen) = {
+        let (a, s) = acp.request(
+            2,
+            "session/prompt",
+            json!({"sessionId": id, "prompt": [{"type": "text", "text": "/test add returns the difference"}]}),
+        );
+        (a, [seen, s].concat())
+    };
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    seen.extend(acp.close());
+    let said: String = seen
+        .iter()
+        .filter_map(|n| n["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(said.contains("fails on the code before the fix"), "{said}");
+    // The session lists the command; the test came first, then the fix.
+    assert!(
+        seen.iter()
+            .any(|n| n["params"]["update"]["availableCommands"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["name"] == "test"))),
+        "{seen:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("test_add.py")).unwrap(),
+        test
+    );
+    assert!(
+        std::fs::read_to_string(ws.path().join("calc.py"))
+            .unwrap()
+            .contains("return a + b")
+    );
+}

@@ -1,0 +1,215 @@
+//! The Emacs client (editors/emacs/agent-ls.el) and eglot alone, with the real binary in a
+//! real headless Emacs 28 with eglot 1.9 (Debian's `emacs-nox` and `elpa-eglot`, which
+//! scripts/test installs): fix, undo and redo, with the buffer and the disk in step after
+//! each, and every question Emacs asks recorded (tests/e2e/emacs_fix.el).
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support;
+
+/// Where Debian's elpa-eglot puts eglot.
+const ELPA: &str = "/usr/share/emacs/site-lisp/elpa";
+
+fn required() -> bool {
+    std::env::var("AGENT_LS_REQUIRE_EDITOR_TESTS").is_ok()
+        || std::env::var("AGENT_LS_REQUIRE_REAL_MODEL").is_ok()
+}
+
+/// The Emacs to run, or `None` (the test is skipped) when there is none and the editor tests
+/// are not required.
+fn emacs() -> Option<String> {
+    let emacs = std::env::var("AGENT_LS_TEST_EMACS").unwrap_or_else(|_| "emacs".into());
+    let runs = Command::new(&emacs)
+        .args(["--batch", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let eglot = std::fs::read_dir(ELPA)
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("eglot-"))
+        })
+        .unwrap_or(false);
+    match (runs, eglot) {
+        (true, true) => Some(emacs),
+        _ if required() => panic!(
+            "no Emacs with eglot ({emacs} runs: {runs}; eglot under {ELPA}: {eglot}); \
+             scripts/test installs emacs-nox and elpa-eglot"
+        ),
+        _ => {
+            eprintln!(
+                "skipped: no Emacs with eglot (apt-get install emacs-nox elpa-eglot, as scripts/test does)"
+            );
+            None
+        }
+    }
+}
+
+/// The coder's fix, then a reviewer that passes it: a run whose review found something (or
+/// could not be had) ends with the review question (docs/review.md), which these flows,
+/// counting one question for the change, are not about.
+const FIX: &str = "{\"role\": \"coder\", \"content\": \"calc.py\\n<<<<<<< SEARCH\\n    return a - b\\n=======\\n    return a + b\\n>>>>>>> REPLACE\\n\"}\n{\"role\": \"reviewer\", \"content\": \"{\\\"findings\\\": [], \\\"verdict\\\": \\\"correct\\\", \\\"explanation\\\": \\\"adds\\\", \\\"confidence\\\": 0.9}\"}\n";
+
+/// Runs one scenario of tests/e2e/emacs_fix.el in a copy of the example; its checks.
+fn scenario(name: &str) -> Vec<serde_json::Value> {
+    let Some(emacs) = emacs() else {
+        return Vec::new();
+    };
+    let ws = tempfile::tempdir().unwrap();
+    support::copy_example(ws.path());
+    std::fs::create_dir(ws.path().join(".git")).unwrap();
+    std::fs::write(ws.path().join(".replay.jsonl"), FIX).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let result = state.path().join("result.jsonl");
+    let events = state.path().join("events.txt");
+    let mut child = Command::new(emacs)
+        .args(["-Q", "--batch", "-l"])
+        .arg(support::repo("tests/e2e/emacs_fix.el"))
+        // Emacs writes nothing of its own into the user's home.
+        .env("HOME", state.path())
+        .env("RESULT", &result)
+        .env("EVENTS", &events)
+        .env("SCENARIO", name)
+        .env("WORKSPACE", ws.path().canonicalize().unwrap())
+        .env("PLUGIN", support::repo("editors/emacs"))
+        .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A question the harness did not answer would wait for a terminal that is not there:
+    // the scenario gets two minutes, then fails with what Emacs said.
+    let started = std::time::Instant::now();
+    let mut timed_out = false;
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            timed_out = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}\nevents:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        read(&events)
+    );
+    let text = std::fs::read_to_string(&result)
+        .unwrap_or_else(|e| panic!("no results ({e}); emacs said: {said}"));
+    let mut results: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    if timed_out {
+        results.push(serde_json::json!({
+            "name": "the scenario ends (Emacs was stopped after 120 s, waiting at a prompt?)",
+            "ok": false,
+            "detail": said,
+        }));
+    }
+    let failed: Vec<_> = results.iter().filter(|r| r["ok"] != true).collect();
+    assert!(
+        failed.is_empty(),
+        "failed checks: {failed:#?}\nall: {results:#?}\nemacs said: {said}"
+    );
+    results
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn names(results: &[serde_json::Value]) -> Vec<&str> {
+    results.iter().filter_map(|r| r["name"].as_str()).collect()
+}
+
+#[test]
+fn fix_undo_and_redo_with_agent_ls_el_keep_buffer_and_disk_in_step_without_questions() {
+    let results = scenario("plugin");
+    if results.is_empty() {
+        return;
+    }
+    let names = names(&results);
+    for check in [
+        "one question for the change",
+        "buffer saved after undo",
+        "buffer saved after redo",
+        "no changed-on-disk question, even on save",
+    ] {
+        assert!(names.contains(&check), "{check} was not checked: {names:?}");
+    }
+    assert!(results.len() >= 20, "{results:#?}");
+}
+
+/// eglot alone, the user answering yes to Emacs's "changed on disk; discard your edits?":
+/// Emacs re-reads the file, which the server wrote first, so undo and redo land.
+#[test]
+fn undo_and_redo_with_eglot_alone_land_when_emacs_rereads_the_file() {
+    let results = scenario("eglot");
+    if results.is_empty() {
+        return;
+    }
+    assert!(
+        names(&results).contains(&"one question for the change (eglot's)"),
+        "{results:#?}"
+    );
+    assert!(results.len() >= 16, "{results:#?}");
+}
+
+/// eglot alone, the user answering no (keep the buffer): the edit goes into the buffer, and
+/// the disk, written first, holds the same text.
+#[test]
+fn undo_and_redo_with_eglot_alone_land_when_the_user_keeps_the_buffer() {
+    let results = scenario("eglot-no");
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 16, "{results:#?}");
+}
+
+/// agent-ls.el's review question: Show diff opens the change in a diff-mode buffer and asks
+/// again, Reject leaves buffer and disk untouched; the mode line follows the run and a rerun,
+/// and the runs buffer shows the proposal and its rejection.
+#[test]
+fn the_review_question_in_emacs_shows_the_diff_and_a_rejection_changes_nothing() {
+    let results = scenario("review");
+    if results.is_empty() {
+        return;
+    }
+    assert!(
+        names(&results).contains(&"Show diff opens the change in diff-mode"),
+        "{results:#?}"
+    );
+    assert!(results.len() >= 12, "{results:#?}");
+}
+
+/// agent-ls.el byte-compiles against eglot 1.9 with no warning (an unknown function or a
+/// free variable would be one).
+#[test]
+fn agent_ls_el_byte_compiles_without_warnings() {
+    let Some(emacs) = emacs() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("agent-ls.el");
+    std::fs::copy(support::repo("editors/emacs/agent-ls.el"), &copy).unwrap();
+    let out = Command::new(emacs)
+        .env("HOME", dir.path())
+        .args(["-Q", "--batch", "--eval"])
+        .arg(format!(
+            "(progn (dolist (d (file-expand-wildcards \"{ELPA}/*\")) (add-to-list 'load-path d)) \
+             (setq byte-compile-error-on-warn t))"
+        ))
+        .args(["-f", "batch-byte-compile"])
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && dir.path().join("agent-ls.elc").exists(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,307 @@
+//! The VS Code extension in real VS Code: code-server in headless Chromium, driven by
+//! playwright-core (editors/vscode/test/e2e.mjs), with the real binary and the replay model.
+//! scripts/test builds the .vsix, installs code-server, Node 24 and Chromium, and sets the
+//! AGENT_LS_TEST_* variables this test reads.
+
+use std::process::Command;
+
+use crate::support;
+
+/// The variables the test needs; `None` (skipped, saying so) under a plain `cargo test`.
+fn tools() -> Option<[(String, String); 4]> {
+    let names = [
+        ("CODE_SERVER", "AGENT_LS_TEST_CODE_SERVER"),
+        ("NODE24", "AGENT_LS_TEST_NODE24"),
+        ("CHROMIUM", "AGENT_LS_TEST_CHROMIUM"),
+        ("VSIX", "AGENT_LS_TEST_VSIX"),
+    ];
+    let mut out = Vec::new();
+    for (key, var) in names {
+        match std::env::var(var) {
+            Ok(v) => out.push((key.to_string(), v)),
+            Err(_) if std::env::var("AGENT_LS_REQUIRE_REAL_MODEL").is_ok() => {
+                panic!("{var} is not set; scripts/test installs code-server and builds the .vsix")
+            }
+            Err(_) => {
+                eprintln!("skipped: {var} is not set (scripts/test sets it)");
+                return None;
+            }
+        }
+    }
+    out.try_into().ok()
+}
+
+const FIX: &str = "{\"role\": \"coder\", \"content\": \"calc.py\\n<<<<<<< SEARCH\\n    return a - b\\n=======\\n    return a + b\\n>>>>>>> REPLACE\\n\"}\n";
+
+/// One code-server and Chromium at a time: two at once on a 2-core machine starve each other.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs one scenario of the script and returns its checks.
+fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
+    let tools = tools()?;
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ws = tempfile::tempdir().unwrap();
+    support::copy_example(ws.path());
+    let script = replay_for(name, ws.path());
+    std::fs::write(ws.path().join(".replay.jsonl"), script).unwrap();
+    Some(run_e2e(name, ws.path(), tools))
+}
+
+/// The replay model's answers for scenario `name`, with what the scenario needs of the
+/// workspace `ws` (a commit, an uncommitted change, a helper file) set up on the way.
+fn replay_for(name: &str, ws: &std::path::Path) -> String {
+    // The reviewer passes a change, so a run that fixes asks nothing after it (a review with
+    // findings, or none to be had, ends with the review question: docs/review.md).
+    let passed = serde_json::json!({"role": "reviewer", "content": r#"{"findings": [], "verdict": "correct", "explanation": "add adds", "confidence": 0.9}"#});
+    match name {
+        "explain" => EXPLAIN.to_string(),
+        "create" => {
+            std::fs::write(ws.join("test_helpers.py"), support::TEST_HELPERS).unwrap();
+            format!("{}{passed}\n", support::create_module_replay())
+        }
+        "runview" => support::two_iterations_replay(),
+        "rollback" => {
+            support::git::commit_all(ws);
+            support::replay_script(&[
+                serde_json::json!({"role": "coder", "content": support::git::FIX_AND_CREATE}),
+                passed,
+            ])
+        }
+        "gate" => {
+            let coder = |from: &str, to: &str| serde_json::json!({"role": "coder", "content": format!("calc.py\n<<<<<<< SEARCH\n    return {from}\n=======\n    return {to}\n>>>>>>> REPLACE\n")});
+            let p1 = serde_json::json!({
+                "findings": [{"title": "[P1] operands swapped", "body": "b + a reads oddly",
+                    "priority": 1, "confidence": 0.9, "path": "calc.py",
+                    "start_line": 5, "end_line": 5}],
+                "verdict": "incorrect", "explanation": "swapped", "confidence": 0.9
+            });
+            support::replay_script(&[
+                coder("a - b", "b + a"),
+                serde_json::json!({"role": "reviewer", "content": p1.to_string()}),
+                coder("b + a", "a + b"),
+                passed,
+            ])
+        }
+        "review_question" => {
+            support::git::commit_all(ws);
+            let p1 = serde_json::json!({
+                "findings": [{"title": "[P1] add subtracts", "body": "add(2, 3) gives -1",
+                    "priority": 1, "confidence": 0.9, "path": "calc.py",
+                    "start_line": 5, "end_line": 5}],
+                "verdict": "incorrect", "explanation": "add is wrong", "confidence": 0.85
+            });
+            format!(
+                "{FIX}{}\n",
+                serde_json::json!({"role": "reviewer", "content": p1.to_string()})
+            )
+        }
+        "review" => {
+            support::git::uncommitted_change(ws);
+            support::git::review_findings_replay()
+        }
+        "tester" => {
+            let test = "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n    def test_add_sums(self):\n        self.assertEqual(add(2, 3), 5)\n";
+            let answer = serde_json::json!({"tests": [{"path": "test_add.py",
+                "name": "test_add_sums", "kind": "example", "reason": "add must sum",
+                "expect": "AssertionError: -1 != 5", "content": test}]});
+            format!(
+                "{}\n{FIX}{passed}\n",
+                serde_json::json!({"role": "tester", "content": answer.to_string()})
+            )
+        }
+        "accept" => format!("{FIX}{passed}\n"),
+        _ => FIX.to_string(),
+    }
+}
+
+/// Runs editors/vscode/test/e2e.mjs's scenario `name` on `ws`, failing with the script's output
+/// unless every check passed, and returns the checks.
+fn run_e2e(
+    name: &str,
+    ws: &std::path::Path,
+    tools: [(String, String); 4],
+) -> Vec<serde_json::Value> {
+    // The flow's screenshots; AGENT_LS_UPDATE_DOCS=1 puts them in docs/images, which the
+    // README and docs show.
+    let screenshots = if std::env::var_os("AGENT_LS_UPDATE_DOCS").is_some() {
+        support::repo("docs/images")
+    } else {
+        support::repo("target/vscode-e2e/screenshots")
+    };
+    let out_dir = tempfile::tempdir().unwrap();
+    let result = out_dir.path().join("result.jsonl");
+    let artifacts = support::repo("target/vscode-e2e");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let out = Command::new("node")
+        .arg(support::repo("editors/vscode/test/e2e.mjs"))
+        .envs(tools)
+        .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
+        .env("WORKSPACE", ws.canonicalize().unwrap())
+        .env("RESULT", &result)
+        .env("ARTIFACTS", &artifacts)
+        .env("SCENARIO", name)
+        .env("SCREENSHOTS", &screenshots)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&result)
+        .unwrap_or_else(|e| panic!("no results ({e}); the script said: {said}"));
+    let checks: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let failed: Vec<_> = checks.iter().filter(|c| c["ok"] != true).collect();
+    assert!(
+        failed.is_empty() && out.status.success(),
+        "failed checks (screenshot and logs in target/vscode-e2e/): {failed:#?}\n{said}"
+    );
+    checks
+}
+
+const EXPLAIN: &str = "{\"role\": \"coder\", \"content\": \"`add` is meant to sum its arguments.\\n\\nIt subtracts instead:\\n\\n- `add(2, 3)` gives -1\\n- the tests expect 5\\n\"}\n";
+
+#[test]
+fn fix_failing_tests_from_the_palette_in_real_vs_code() {
+    let Some(checks) = scenario("accept") else {
+        return;
+    };
+    // Every step of the flow reported: install, status bar, problem, preview, disk, cleared,
+    // passed, editor, undo, redo.
+    assert!(checks.len() >= 10, "{checks:#?}");
+}
+
+#[test]
+fn discarding_the_preview_in_real_vs_code_changes_nothing() {
+    let Some(checks) = scenario("reject") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "calc.py is unchanged on disk"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn a_question_from_agent_run_opens_its_answer_as_a_document_in_real_vs_code() {
+    let Some(checks) = scenario("explain") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the explanation opens as a document"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn a_change_that_creates_a_module_then_save_all_undo_and_redo_in_real_vs_code() {
+    let Some(checks) = scenario("create") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "Save All raises no conflict"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn the_run_view_follows_a_two_iteration_run_and_undoes_its_first_step_in_real_vs_code() {
+    let Some(checks) = scenario("runview") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "undo from the view reverts only that step"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn a_test_command_that_cannot_run_is_an_error_not_failing_tests_in_real_vs_code() {
+    let Some(checks) = scenario("broken") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the fix run stops before any model call"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn a_run_rolled_back_from_the_palette_after_a_second_confirmation_in_real_vs_code() {
+    let Some(checks) = scenario("rollback") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "git sees the tree as at the checkpoint"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn agent_review_changes_shows_the_reviewers_findings_in_problems_in_real_vs_code() {
+    let Some(checks) = scenario("review") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the P1 is an error on line 5, from agent-ls review"),
+        "{checks:#?}"
+    );
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "editing line 5 drops its finding, line 9 keeps its own"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn the_review_question_lists_the_finding_in_a_dialog_and_rolls_the_run_back_in_real_vs_code() {
+    let Some(checks) = scenario("review_question") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the editor shows calc.py as before the run"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn in_gate_mode_the_retrys_refactor_preview_names_the_finding_in_real_vs_code() {
+    let Some(checks) = scenario("gate") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the retry preview names the finding it is to fix"),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn the_failing_test_code_action_creates_the_test_file_and_undo_removes_it_in_real_vs_code() {
+    let Some(checks) = scenario("tester") else {
+        return;
+    };
+    // Install, status bar, the action offered, the file, the fix, done, the two undos.
+    assert!(checks.len() >= 8, "{checks:#?}");
+}
