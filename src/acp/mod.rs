@@ -811,9 +811,9 @@ async fn run(
             // `/test BUG`: the bug is the goal, reproduced with a test first.
             let mut run = match drive::test_command(&goal) {
                 Some(bug) => {
-                    let mut run = drive::new_run(&config, bug);
-                    drive::reproduce_first(&mut run);
-                    run
+                    let mut settings = drive::run_settings(&config, bug);
+                    drive::reproduce_first(&mut settings);
+                    agent_ls_core::agent::Run::new(bug, settings)
                 }
                 None => drive::new_run(&config, &goal),
             };

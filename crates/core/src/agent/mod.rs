@@ -1,18 +1,29 @@
 //! The agent loop as a pure state machine: `step(&mut Run, Event) -> Vec<Effect>`. The
 //! runtime's driver (`agent_ls_runtime::drive`) performs the effects (model calls, locating
 //! edits, approval, applying, test runs) and feeds their results back as events. The core
-//! does no IO: the prompts' texts (`Run::prompts`) and the files the prompt shows
-//! (`Run::context`) are handed in, and everything to be done goes out as an effect; it logs
-//! through `tracing`, whose subscriber the runtime installs. No clocks, no LSP types.
-//! `phases` holds what each phase does with an event.
+//! does no IO: the prompts' texts and the files the prompt shows are handed in as events
+//! (`Event::Input`), and everything to be done goes out as an effect; it logs through
+//! `tracing`, whose subscriber the runtime installs. No clocks, no LSP types.
+//!
+//! `phases` dispatches an event to its phase. Each phase's module owns the state only it
+//! needs: `turn` (a model's turn: its tool rounds, the parse retry), `change` (locating,
+//! approving, applying a proposal), `reviewing`, `reproduce` (the tester), `evaluate` (the
+//! evaluator and the run's end answer); `steps` holds the steps they share (calling the
+//! coder, retrying, failing, finishing). The files form no cycle: `phases` -> `change` ->
+//! `reproduce` -> `reviewing` -> `evaluate` -> `steps` -> `turn` -> `prompts`.
 
 pub mod agents;
+mod change;
 pub mod context;
+mod evaluate;
 mod phases;
 pub mod prompts;
 mod reproduce;
 pub mod review;
+mod reviewing;
+mod steps;
 pub mod tester;
+mod turn;
 pub mod window;
 
 pub use agents::{AgentKind, AgentProfile};
@@ -21,7 +32,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::conversation::Role;
 use crate::edit::{EditPlan, FileChange, PlanOutcome};
-use phases::{continue_call, transition};
 
 /// What the user asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -350,11 +360,13 @@ pub enum Event {
     ToolResults(Vec<(crate::conversation::ToolCall, String)>),
     /// The run's git diff against its checkpoint (`None`: no checkpoint, the steps' diff is
     /// reviewed), or why it could not be made.
-    RunDiff(Result<Option<String>, String>),
+    RunDiff(Result<Option<String>, review::DiffError>),
     /// The runs of the tester's new tests (`Effect::TryTests`), or why they could not run.
-    TestsTried(Result<tester::Tried, String>),
+    TestsTried(Result<tester::Tried, tester::TrialError>),
     /// The property tests' library (`Effect::DevDependency`) is there, or why it is not.
-    DevDependency(Result<(), String>),
+    DevDependency(Result<(), tester::InstallError>),
+    /// Something the run reads (prompts, context, memory), handed in by the driver.
+    Input(Input),
     Cancel,
 }
 
@@ -422,124 +434,127 @@ pub struct Budget {
     pub first_prompt_bytes: usize,
 }
 
-/// Everything the loop knows. The driver keeps it and passes every event through `step`.
-/// It serializes as the checkpoint taken before every coder call, from which `resume` goes on.
+/// What a run is given when it is made (`Run::new`): the driver builds it from the
+/// configuration, the chosen agent and the surface's flags, and has no other way to set a
+/// run up.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Run {
-    pub goal: String,
-    /// `None` until the intent model has classified an unclear goal.
+pub struct Settings {
+    /// `None` until the intent model has classified an unclear goal (the one setting the run
+    /// itself may fill in).
     pub intent: Option<Intent>,
-    /// The plan's tasks in order (one, the goal itself, when there is no plan) and the
-    /// current one.
-    pub tasks: Vec<Task>,
-    pub task: usize,
-    /// Self-evaluation at the end: off, basic (may end the run partial) or full (may start
-    /// correction rounds).
-    #[serde(default)]
-    pub evaluation: crate::agent::Evaluation,
-    /// Correction rounds started by the evaluator so far.
-    #[serde(default)]
-    pub corrections: u32,
-    /// The evaluator found the goal not fully reached: the run ends partial.
-    #[serde(default)]
-    pub partial: bool,
+    pub budget: Budget,
     /// The agent running the goal: its kind, tools and prompt.
     #[serde(default)]
     pub agent: AgentProfile,
-    /// The role prompts (built in, or the user's and a trusted workspace's files), set by the
-    /// driver before every drive.
-    #[serde(skip)]
-    pub prompts: prompts::Prompts,
-    /// What the run will answer once the evaluator has spoken.
-    done_answer: String,
-    pub phase: Phase,
-    pub budget: Budget,
-    /// Files and their text the prompt may show, gathered by the driver before every step
-    /// (so a checkpoint leaves it out: it is gathered afresh on resume), and cut to the
-    /// first prompt's budget by the prompts.
-    #[serde(skip)]
-    pub context: context::Context,
-    /// Coder attempts so far (each proposal counts).
-    pub iterations: u32,
-    /// Attempts for the current task since its last success.
-    pub retries: u32,
-    /// The last test result.
-    pub tests: Option<TestSummary>,
-    /// What the coder hears next: refusals, failures, the reflector's advice.
-    pub feedback: Vec<String>,
-    /// A reply that did not parse is sent back once; then the step fails.
-    pub parse_retry_used: bool,
-    /// Fingerprints of failures after each applied edit, and a hash of each applied diff.
-    pub failure_history: Vec<String>,
-    pub edit_history: Vec<u64>,
-    /// Each change refused so far (a hash of its files' new text) with the reason: the same
-    /// change proposed again ends the run instead of being asked about again.
+    /// Self-evaluation at the end: off, basic (may end the run partial) or full (may start
+    /// correction rounds).
     #[serde(default)]
-    pub refused: Vec<(u64, String)>,
-    /// A hash of the edits the coder proposed last, kept until they are located: edits that
-    /// could not be applied and come again unchanged end the run.
-    #[serde(default)]
-    pub proposal: u64,
-    pub files_changed: Vec<String>,
-    /// What earlier runs remembered about the current failures (`memory::section`), set by
-    /// the driver once the failures are known; shown to the planner, the coder and the
-    /// reflector.
-    #[serde(default)]
-    pub memory: String,
-    pub warned_budget: bool,
-    /// The coder's tool calls and their results in the current turn, after its prompt.
-    #[serde(default)]
-    pub exchange: Vec<crate::conversation::Message>,
-    /// Tool-calling rounds in the current turn.
-    #[serde(default)]
-    pub tool_steps: u32,
-    /// Checkpoints are taken before a coder call, when nothing is pending.
-    #[serde(skip)]
-    pending: Vec<FileChange>,
-    /// The review of the run's diff once its tests pass (`agent.review`); a new run is
-    /// unreviewed until the driver sets it from the configuration.
+    pub evaluation: Evaluation,
+    /// The review of the run's diff once its tests pass (`agent.review`).
     #[serde(default)]
     pub review: review::ReviewMode,
     /// From this confidence a P0/P1 finding blocks in gate mode.
     #[serde(default = "review::default_min_confidence")]
     pub review_min_confidence: f64,
-    /// The latest review of the run's diff.
-    #[serde(default)]
-    pub last_review: Option<review::ReviewResult>,
-    /// Each file the run changed: its text before the run and after the latest step, for
-    /// the steps' diff where there is no git checkpoint.
-    #[serde(default)]
-    pub originals: Vec<(String, Option<String>, String)>,
-    /// The change under review (its diff and files) while the reviewer works.
-    #[serde(skip)]
-    reviewing: Option<(String, Vec<review::ChangedFile>)>,
-    /// The reviewer's unreadable answer was sent back once.
-    #[serde(default)]
-    review_repaired: bool,
-    /// `agent-ls review`: the run is a review of a given diff, and nothing else.
-    #[serde(default)]
-    pub review_only: bool,
     /// The tester's settings (`[tester]`, `--reproduce`).
     #[serde(default)]
     pub tester: tester::Settings,
-    /// The tester's turn while it goes (its attempts, the tests on trial).
+}
+
+impl Settings {
+    /// A run under `budget` by the default agent, with no evaluation, no review and the
+    /// tester's defaults.
+    pub fn new(intent: Option<Intent>, budget: Budget) -> Settings {
+        Settings {
+            intent,
+            budget,
+            agent: AgentProfile::default(),
+            evaluation: Evaluation::Off,
+            review: review::ReviewMode::Off,
+            review_min_confidence: review::default_min_confidence(),
+            tester: tester::Settings::default(),
+        }
+    }
+}
+
+/// What the driver hands a run to read, before a step (`Event::Input`): it changes what the
+/// prompts show, never the phase, and produces no effect.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// The role prompts (built in, or the user's and a trusted workspace's files), handed in
+    /// as every drive opens (a checkpoint leaves them out).
+    Prompts(prompts::Prompts),
+    /// The files and their text the prompt may show, gathered before every step (a
+    /// checkpoint leaves them out: they are gathered afresh on resume).
+    Context(context::Context),
+    /// What earlier runs remembered about the current failures (`memory::section`), once
+    /// the failures are known.
+    Memory(String),
+}
+
+/// Everything the loop knows. The driver keeps it and passes every event through `step`;
+/// it reads the run through the accessors below and changes it only through events. State
+/// that one phase needs is that phase's own type (`turn::Turn`, `change::Change`,
+/// `reviewing::Reviewer`, `reproduce::Tester`, `evaluate::Ending`); the fields here are
+/// what several phases share. It serializes as the checkpoint taken before every coder
+/// call, from which `resume` goes on: the phases' types are flattened into it, so a
+/// checkpoint keeps the shape it had before they were split out, and old ones still load.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Run {
+    goal: String,
+    #[serde(flatten)]
+    settings: Settings,
+    phase: Phase,
+    /// The plan's tasks in order (one, the goal itself, when there is no plan) and the
+    /// current one.
+    tasks: Vec<Task>,
+    task: usize,
+    /// Coder attempts so far (each proposal counts).
+    iterations: u32,
+    /// Attempts for the current task since its last success.
+    retries: u32,
+    /// The last test result.
+    tests: Option<TestSummary>,
+    /// What the coder hears next: refusals, failures, the reflector's advice.
+    feedback: Vec<String>,
+    /// Fingerprints of failures after each applied edit.
+    failure_history: Vec<String>,
+    warned_budget: bool,
+    files_changed: Vec<String>,
+    /// Each file the run changed: its text before the run and after the latest step, for
+    /// the steps' diff where there is no git checkpoint.
     #[serde(default)]
-    pub tester_work: Option<tester::Work>,
-    /// What the tester did in this run.
+    originals: Vec<(String, Option<String>, String)>,
+    /// The role prompts (`Input::Prompts`).
+    #[serde(skip)]
+    prompts: prompts::Prompts,
+    /// The files the prompt may show (`Input::Context`), cut to the first prompt's budget by
+    /// the prompts.
+    #[serde(skip)]
+    context: context::Context,
+    /// What earlier runs remembered (`Input::Memory`); shown to the planner, the coder and
+    /// the reflector.
     #[serde(default)]
-    pub tester_record: Option<tester::Record>,
+    memory: String,
+    #[serde(flatten)]
+    turn: turn::Turn,
+    #[serde(flatten)]
+    change: change::Change,
+    #[serde(flatten)]
+    reviewing: reviewing::Reviewer,
+    #[serde(flatten)]
+    reproducing: reproduce::Tester,
+    #[serde(flatten)]
+    ending: evaluate::Ending,
 }
 
 impl Run {
-    pub fn new(
-        goal: &str,
-        intent: Option<Intent>,
-        budget: Budget,
-        context: impl Into<context::Context>,
-    ) -> Self {
+    /// A new run of `goal` under `settings`, before its start (`Event::Start`).
+    pub fn new(goal: &str, settings: Settings) -> Self {
         Run {
             goal: goal.to_string(),
-            intent,
+            settings,
+            phase: Phase::Baseline,
             tasks: vec![Task {
                 id: "T1".into(),
                 title: goal.to_string(),
@@ -548,49 +563,114 @@ impl Run {
                 artifacts: Vec::new(),
             }],
             task: 0,
-            evaluation: crate::agent::Evaluation::Off,
-            corrections: 0,
-            partial: false,
-            agent: AgentProfile::default(),
-            prompts: prompts::Prompts::default(),
-            done_answer: String::new(),
-            phase: Phase::Baseline,
-            budget,
-            context: context.into(),
             iterations: 0,
             retries: 0,
             tests: None,
             feedback: Vec::new(),
-            parse_retry_used: false,
             failure_history: Vec::new(),
-            edit_history: Vec::new(),
-            refused: Vec::new(),
-            proposal: 0,
-            files_changed: Vec::new(),
-            memory: String::new(),
             warned_budget: false,
-            exchange: Vec::new(),
-            tool_steps: 0,
-            pending: Vec::new(),
-            review: review::ReviewMode::Off,
-            review_min_confidence: review::default_min_confidence(),
-            last_review: None,
+            files_changed: Vec::new(),
             originals: Vec::new(),
-            reviewing: None,
-            review_repaired: false,
-            review_only: false,
-            tester: tester::Settings::default(),
-            tester_work: None,
-            tester_record: None,
+            prompts: prompts::Prompts::default(),
+            context: context::Context::default(),
+            memory: String::new(),
+            turn: turn::Turn::default(),
+            change: change::Change::default(),
+            reviewing: reviewing::Reviewer::default(),
+            reproducing: reproduce::Tester::default(),
+            ending: evaluate::Ending::default(),
+        }
+    }
+
+    pub fn goal(&self) -> &str {
+        &self.goal
+    }
+
+    /// What the run was given, with the intent as the run knows it now.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn intent(&self) -> Option<Intent> {
+        self.settings.intent
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    pub fn budget(&self) -> &Budget {
+        &self.settings.budget
+    }
+
+    pub fn agent(&self) -> &AgentProfile {
+        &self.settings.agent
+    }
+
+    /// Coder attempts so far.
+    pub fn iterations(&self) -> u32 {
+        self.iterations
+    }
+
+    /// The plan's task the run works on.
+    pub fn current_task(&self) -> Option<&Task> {
+        self.tasks.get(self.task)
+    }
+
+    /// The last test result.
+    pub fn tests(&self) -> Option<&TestSummary> {
+        self.tests.as_ref()
+    }
+
+    pub fn files_changed(&self) -> &[String] {
+        &self.files_changed
+    }
+
+    /// Each file the run changed: its path, its text before the run (`None`: it did not
+    /// exist) and after the latest step.
+    pub fn originals(&self) -> &[(String, Option<String>, String)] {
+        &self.originals
+    }
+
+    /// Tool-calling rounds in the current turn.
+    pub fn tool_steps(&self) -> u32 {
+        self.turn.tool_steps()
+    }
+
+    /// The latest review of the run's diff.
+    pub fn last_review(&self) -> Option<&review::ReviewResult> {
+        self.reviewing.last()
+    }
+
+    /// What the tester did in this run.
+    pub fn tester_record(&self) -> Option<&tester::Record> {
+        self.reproducing.record()
+    }
+
+    /// The evaluator found the goal not fully reached: the run ended partial.
+    pub fn partial(&self) -> bool {
+        self.ending.partial()
+    }
+
+    /// Takes what the driver hands in (`Event::Input`).
+    fn take(&mut self, input: Input) {
+        match input {
+            Input::Prompts(p) => self.prompts = p,
+            Input::Context(c) => self.context = c,
+            Input::Memory(m) => self.memory = m,
         }
     }
 }
 
 /// One transition. Every event is accepted in every phase: one that does not fit (a late
-/// answer after a cancel, say) changes nothing.
+/// answer after a cancel, say) changes nothing. An `Input` is taken in any phase.
 pub fn step(run: &mut Run, event: Event) -> Vec<Effect> {
+    if let Event::Input(input) = event {
+        run.take(input);
+        return Vec::new();
+    }
     let before = run.phase;
-    let effects = transition(run, event);
+    let effects = phases::transition(run, event);
     if run.phase != before {
         tracing::info!(from = ?before, to = ?run.phase, iteration = run.iterations, "agent step");
     }
@@ -605,28 +685,22 @@ pub fn resume(run: &mut Run) -> Vec<Effect> {
         run.phase = Phase::Baseline;
         return step(run, Event::Start);
     }
-    run.pending.clear();
+    run.change.forget_pending();
     vec![
         Effect::Progress(format!(
             "resumed at iteration {} of {}",
-            run.iterations, run.budget.max_iterations
+            run.iterations, run.settings.budget.max_iterations
         )),
-        continue_call(run),
+        turn::continue_call(run),
     ]
 }
 
 /// An on-demand review (`agent-ls review`): the reviewer reads `diff` (the user's own
 /// change), with `files` its changed files and their line counts, and the run ends with its
-/// verdict. `run.goal` says what the change is for, as far as the caller knows.
+/// verdict. The run's goal says what the change is for, as far as the caller knows.
 pub fn start_review(run: &mut Run, diff: String, files: Vec<review::ChangedFile>) -> Vec<Effect> {
-    run.review_only = true;
-    run.intent = Some(Intent::Edit);
-    phases::review_diff(run, diff, files)
-}
-
-/// A, B, A, B: the last four applied edits alternate between two different changes.
-fn alternating(history: &[u64]) -> bool {
-    matches!(history, [.., a, b, c, d] if a == c && b == d && a != b)
+    run.settings.intent = Some(Intent::Edit);
+    reviewing::review_only(run, diff, files)
 }
 
 /// A goal as a question or a status names it: its first line that has text, cut at about 80
@@ -644,16 +718,6 @@ pub fn one_line(goal: &str) -> String {
         None if more => format!("{first} …"),
         None => first.to_string(),
     }
-}
-
-fn diff_hash(changes: &[FileChange]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for c in changes {
-        c.path.hash(&mut h);
-        c.new_text.hash(&mut h);
-    }
-    h.finish()
 }
 
 #[cfg(test)]

@@ -86,7 +86,7 @@ impl Prompts {
 
 /// The system prompt of the run's agent for the coder's turn.
 fn coder_system(run: &Run) -> String {
-    run.agent
+    run.agent()
         .prompt
         .clone()
         .unwrap_or_else(|| run.prompts.get("coder").to_string())
@@ -119,7 +119,7 @@ pub fn code(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
         ));
     }
     user.push_str(&run.memory);
-    let (files, shown) = fixed_context(run, &run.agent.tools, system.len() + user.len());
+    let (files, shown) = fixed_context(run, &run.agent().tools, system.len() + user.len());
     user.push_str(&files);
     let mut messages = vec![Message::system(system), Message::user(user)];
     for f in &run.feedback {
@@ -138,9 +138,9 @@ pub(super) fn fixed_context<'r>(
 ) -> (String, Vec<(&'r str, &'r str)>) {
     const HEAD: &str = "Files:\n";
     let lean =
-        run.budget.first_prompt_bytes > 0 && run.budget.max_tool_steps > 0 && !tools.is_empty();
+        run.budget().first_prompt_bytes > 0 && run.budget().max_tool_steps > 0 && !tools.is_empty();
     let room = if lean {
-        run.budget
+        run.budget()
             .first_prompt_bytes
             .saturating_sub(used + HEAD.len() + 1)
     } else {
@@ -156,21 +156,24 @@ pub fn reflect(run: &Run) -> Vec<Message> {
         Message::system(run.prompts.get("reflector")),
         Message::user(format!(
             "Goal: {}\nIteration {} of {}.\nTest output after the last change:\n{report}\n{}",
-            run.goal, run.iterations, run.budget.max_iterations, run.memory
+            run.goal,
+            run.iterations,
+            run.budget().max_iterations,
+            run.memory
         )),
     ]
 }
 
 /// An answer in Markdown: an explanation, or the plan or review agent's answer.
 pub fn explain(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
-    let system = match (&run.agent.prompt, run.agent.kind) {
+    let system = match (&run.agent().prompt, run.agent().kind) {
         (Some(p), _) => p.clone(),
         (None, super::AgentKind::Plan) => run.prompts.get("plan").to_string(),
         (None, super::AgentKind::Review) => run.prompts.get("review").to_string(),
         (None, super::AgentKind::Build) => run.prompts.get("explain").to_string(),
     };
     let head = format!("{}\n\nCode:\n", run.goal);
-    let tools = run.agent.reading_tools();
+    let tools = run.agent().reading_tools();
     let (code, shown) = fixed_context(run, &tools, system.len() + head.len());
     let code = code.strip_prefix("Files:\n").unwrap_or(&code);
     let messages = vec![
@@ -183,7 +186,7 @@ pub fn explain(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
 /// The summariser's prompt: the turn's tool calls and results so far, to be condensed.
 pub fn summarize(run: &Run) -> Vec<Message> {
     let mut transcript = String::new();
-    for m in &run.exchange {
+    for m in run.turn.messages() {
         for c in &m.tool_calls {
             transcript.push_str(&format!("call {}({})\n", c.name, c.arguments));
         }
@@ -262,7 +265,7 @@ pub fn plan<'r>(
 ) -> (Vec<Message>, Vec<(&'r str, &'r str)>) {
     let system = run.prompts.get("planner");
     let head = format!("Goal: {}\n\n{}", run.goal, run.memory);
-    let tools = run.agent.reading_tools();
+    let tools = run.agent().reading_tools();
     let (files, shown) = fixed_context(run, &tools, system.len() + head.len());
     let mut messages = vec![
         Message::system(system),
@@ -320,7 +323,7 @@ pub fn review(run: &Run) -> Vec<Message> {
     let tests = run.tests.as_ref().map_or("not run".to_string(), |t| {
         format!("{} passed, {} failed", t.passed_count, t.failed_count)
     });
-    let diff = run.reviewing.as_ref().map_or("", |(d, _)| d.as_str());
+    let diff = run.reviewing.diff();
     super::review::prompt(run.prompts.get("reviewer"), &run.goal, &tests, diff)
 }
 

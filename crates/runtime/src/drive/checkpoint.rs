@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use super::{Drive, Going, Shell};
 use crate::git::{self, GitError, Repo};
 use agent_ls_core::agent::Event;
+use agent_ls_core::agent::review::DiffError;
 use agent_ls_core::events::RunEvent;
 
 /// Where a run stands with its checkpoint.
@@ -142,8 +143,8 @@ impl Drive<'_> {
         .await;
         Event::RunDiff(match diff {
             Ok(Ok(bytes)) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(e.to_string()),
+            Ok(Err(e)) => Err(DiffError::Git(e.to_string())),
+            Err(e) => Err(DiffError::Thread(e.to_string())),
         })
     }
 }

@@ -1,9 +1,10 @@
 //! Performs the agent's effects and feeds the results back into `agent::step`. Shared by the
 //! headless `agent-ls run` and the server (and any other surface): only the `Shell` (how
 //! approval, applying, tests and progress reach the user) differs, so the loops cannot drift
-//! apart. Each effect is performed by one method that returns the event it produced; the
-//! journal and the store watch the run from one `Observer` (`observer.rs`); a run is set up
-//! by `setup.rs`.
+//! apart. Each effect is performed by one method that returns the event it produced; what the
+//! run reads besides (its prompts, context and memory) is handed in as `Event::Input`, so the
+//! driver changes a run only through `agent::step`. The journal and the store watch the run
+//! from one `Observer` (`observer.rs`); a run is set up by `setup.rs`.
 
 mod checkpoint;
 mod dev_dependency;
@@ -24,7 +25,7 @@ use crate::model::{Message, ModelError, Models, OnToken, Request, Role, Totals};
 use crate::store::{Store, StoreThread};
 use crate::tests_run::{self, RunEnd, RunError, RunResult, diagnostics_of, summary};
 use crate::trust::Review;
-use agent_ls_core::agent::{self, Effect, Event, FailureKind, Run, RunStatus};
+use agent_ls_core::agent::{self, Effect, Event, FailureKind, Input, Run, RunStatus};
 use agent_ls_core::edit::{self, FileChange, FileText};
 use agent_ls_core::events::{LiveEvent, RunEvent};
 pub use checkpoint::{RecordedRun, RecordedRunError, recorded_run};
@@ -32,7 +33,7 @@ use observer::Observer;
 pub use review_target::{ReviewDiffError, ReviewTarget, review_diff};
 pub use setup::{
     AgentError, ChosenAgent, ResumeError, choose_agent, new_run, new_run_id, recorded_store,
-    reproduce_first, resume_point, test_command,
+    reproduce_first, resume_point, run_settings, test_command,
 };
 
 /// How the loop reaches the user and the files.
@@ -283,12 +284,12 @@ impl Drive<'_> {
             crate::memory::known_secrets(self.config),
         );
         let (prompts, used, problems) = crate::config::load_prompts(&self.config.prompt_dirs);
-        run.prompts = prompts;
+        hand_in(run, Input::Prompts(prompts));
         for p in problems {
             shell.warn(&p);
         }
         observer.record(RunEvent::Context {
-            agent: run.agent.name.clone(),
+            agent: run.agent().name.clone(),
             prompt_files: used,
             tokenizer: self.counter().name().into(),
             context_tokens: self.config.model.context_tokens,
@@ -303,7 +304,7 @@ impl Drive<'_> {
         for w in warnings {
             shell.warn(&w);
         }
-        self.refresh_context(run, None, shell);
+        hand_in(run, Input::Context(self.context(run, None, shell)));
         Going {
             observer,
             totals: Totals::default(),
@@ -346,7 +347,10 @@ impl Drive<'_> {
                 Event::TestsFinished(t) => Some(t.report.clone()),
                 _ => None,
             };
-            self.refresh_context(run, latest.as_deref(), shell);
+            hand_in(
+                run,
+                Input::Context(self.context(run, latest.as_deref(), shell)),
+            );
             queue.extend(agent::step(run, event));
             going.observer.phase(run);
         }
@@ -368,7 +372,7 @@ impl Drive<'_> {
         let event = match effect {
             Effect::Finish { status, answer } => return Next::Finish(status, answer),
             Effect::Progress(m) => {
-                let (n, of) = (run.iterations.max(1), run.budget.max_iterations);
+                let (n, of) = (run.iterations().max(1), run.budget().max_iterations);
                 shell.progress(&format!("{m} (iteration {n} of {of})"));
                 return Next::Continue;
             }
@@ -376,33 +380,20 @@ impl Drive<'_> {
                 shell.warn(&m);
                 return Next::Continue;
             }
+            Effect::Reviewed(result) => {
+                self.reviewed(run, &result, shell, &mut g.observer);
+                return Next::Continue;
+            }
+            Effect::Tested(record) => {
+                g.observer.tester(&record);
+                shell.progress(&record.summary());
+                return Next::Continue;
+            }
             Effect::CallModel {
                 role,
                 messages,
                 tools,
-            } => {
-                let mcp_specs = g.mcp.specs(&tools);
-                g.offered = tools.clone();
-                g.offered.extend(mcp_specs.iter().map(|s| s.name.clone()));
-                let call = (role, messages, tools, mcp_specs);
-                let event = self
-                    .call_model(
-                        run,
-                        call,
-                        &mut g.observer,
-                        &mut g.totals,
-                        &mut g.failure_kind,
-                    )
-                    .await;
-                if let Event::ModelAnswered {
-                    role: Role::Reflector,
-                    text,
-                } = &event
-                {
-                    g.trail.reflected(text);
-                }
-                event
-            }
+            } => self.model_turn(run, (role, messages, tools), g).await,
             Effect::RunTools(calls) => {
                 let tools = (g.offered.as_slice(), &g.mcp);
                 self.run_tools(calls, shell, &mut g.observer, tools, &mut g.last_tests)
@@ -420,51 +411,91 @@ impl Drive<'_> {
                 self.apply(run, &changes, shell).await
             }
             Effect::DiffRun { files } => self.run_diff(g, files).await,
-            Effect::Reviewed(result) => {
-                g.observer.review(&result);
-                let line = result.report();
-                // An unavailable review in gate mode leaves the change unreviewed: say so
-                // loudly; in advise mode it is a note like any other.
-                let loud = run.review == agent::review::ReviewMode::Gate
-                    && matches!(result, agent::review::ReviewResult::Unavailable { .. });
-                shell.reviewed(&result, &line, loud);
-                return Next::Continue;
-            }
             Effect::TryTests(plan) => {
                 let tried = trial::try_tests(self.root, self.config, self.cancel, &plan).await;
-                if self.cancel.is_cancelled() {
-                    return Next::Event(Event::Cancel);
-                }
-                Event::TestsTried(tried)
+                self.unless_cancelled(Event::TestsTried(tried))
             }
             Effect::DevDependency(library) => {
                 let ready =
                     dev_dependency::ensure(self.root, self.config, self.cancel, &library, shell)
                         .await;
-                if self.cancel.is_cancelled() {
-                    return Next::Event(Event::Cancel);
-                }
-                Event::DevDependency(ready)
+                self.unless_cancelled(Event::DevDependency(ready))
             }
-            Effect::Tested(record) => {
-                g.observer.tester(&record);
-                shell.progress(&record.summary());
-                return Next::Continue;
-            }
-            Effect::RunTests => {
-                let baseline = run.phase == agent::Phase::Baseline;
-                let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
-                let event = self
-                    .run_tests(shell, observer, kind, baseline, &mut g.last_tests)
-                    .await;
-                if matches!(event, Event::TestsFinished(_)) && g.trail.tested(g.last_tests.as_ref())
-                {
-                    self.recall(run, &g.trail, &mut g.observer).await;
-                }
-                event
-            }
+            Effect::RunTests => self.whole_test_run(run, shell, g).await,
         };
         Next::Event(event)
+    }
+
+    /// A review of the run's diff was made (or could not be): journaled, counted, shown.
+    fn reviewed(
+        &self,
+        run: &Run,
+        result: &agent::review::ReviewResult,
+        shell: &mut impl Shell,
+        observer: &mut Observer<'_>,
+    ) {
+        observer.review(result);
+        let line = result.report();
+        // An unavailable review in gate mode leaves the change unreviewed: say so loudly; in
+        // advise mode it is a note like any other.
+        let loud = run.settings().review == agent::review::ReviewMode::Gate
+            && matches!(result, agent::review::ReviewResult::Unavailable { .. });
+        shell.reviewed(result, &line, loud);
+    }
+
+    /// A model call for the run, with the tools it offers (the run's MCP servers' among
+    /// them), and the reflector's answer kept for memory.
+    async fn model_turn(
+        &self,
+        run: &Run,
+        (role, messages, tools): (Role, Vec<Message>, Vec<String>),
+        g: &mut Going<'_>,
+    ) -> Event {
+        let mcp_specs = g.mcp.specs(&tools);
+        g.offered = tools.clone();
+        g.offered.extend(mcp_specs.iter().map(|s| s.name.clone()));
+        let call = (role, messages, tools, mcp_specs);
+        let (observer, totals, kind) = (&mut g.observer, &mut g.totals, &mut g.failure_kind);
+        let event = self.call_model(run, call, observer, totals, kind).await;
+        if let Event::ModelAnswered {
+            role: Role::Reflector,
+            text,
+        } = &event
+        {
+            g.trail.reflected(text);
+        }
+        event
+    }
+
+    /// The workspace's whole test run; once the run's first failures are known, what earlier
+    /// runs remembered of them is handed in before their result is stepped.
+    async fn whole_test_run(
+        &self,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        g: &mut Going<'_>,
+    ) -> Event {
+        let baseline = run.phase() == agent::Phase::Baseline;
+        let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
+        let event = self
+            .run_tests(shell, observer, kind, baseline, &mut g.last_tests)
+            .await;
+        if matches!(event, Event::TestsFinished(_))
+            && g.trail.tested(g.last_tests.as_ref())
+            && let Some(section) = self.recall(&g.trail, &mut g.observer).await
+        {
+            hand_in(run, Input::Memory(section));
+        }
+        event
+    }
+
+    /// `event`, or the cancel that came while it was made.
+    fn unless_cancelled(&self, event: Event) -> Event {
+        if self.cancel.is_cancelled() {
+            Event::Cancel
+        } else {
+            event
+        }
     }
 
     /// The run's end: its MCP servers stop, the record of it, and its outcome.
@@ -476,7 +507,7 @@ impl Drive<'_> {
         phase: agent::Phase,
         answer: String,
     ) -> Outcome {
-        let branch = self.record_run_files(&mut going, &run.files_changed).await;
+        let branch = self.record_run_files(&mut going, run.files_changed()).await;
         let checkpoint = going.git.id();
         let status = RunStatus::from_phase(phase);
         self.remember(run, &going.trail, status, &run_id).await;
@@ -488,23 +519,20 @@ impl Drive<'_> {
             ..
         } = going;
         mcp.shutdown().await;
-        if run.partial {
+        if run.partial() {
             failure_kind = Some(FailureKind::Partial);
         }
         observer.finished(status, run, &answer);
-        let tests = run
-            .tests
-            .as_ref()
-            .map_or(TestCounts::default(), |t| TestCounts {
-                passed: t.passed_count,
-                failed: t.failed_count,
-            });
+        let tests = run.tests().map_or(TestCounts::default(), |t| TestCounts {
+            passed: t.passed_count,
+            failed: t.failed_count,
+        });
         Outcome {
             run_id,
             status,
             answer,
-            iterations: run.iterations,
-            files_changed: run.files_changed.clone(),
+            iterations: run.iterations(),
+            files_changed: run.files_changed().to_vec(),
             tests,
             tokens: totals.usage.input_tokens + totals.usage.output_tokens,
             duration_ms: started.elapsed().as_millis() as u64,
@@ -514,8 +542,8 @@ impl Drive<'_> {
             branch,
             worktree: None,
             failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
-            review: run.last_review.clone(),
-            tester: run.tester_record.clone(),
+            review: run.last_review().cloned(),
+            tester: run.tester_record().cloned(),
             decision: None,
         }
     }
@@ -627,7 +655,7 @@ impl Drive<'_> {
         }
         let first = &self.config.agent.first_tool;
         let tool_choice = (role == Role::Coder
-            && run.tool_steps == 0
+            && run.tool_steps() == 0
             && !first.is_empty()
             && tools.contains(first))
         .then(|| first.clone());
@@ -636,7 +664,7 @@ impl Drive<'_> {
         // A turn offered only the reading tools edits nothing (planning, explaining,
         // reviewing), which the response cache tells apart from the coder's editing turns.
         let reading_only = matches!(
-            run.phase,
+            run.phase(),
             agent::Phase::Planning | agent::Phase::Explaining | agent::Phase::Reviewing
         );
         let request = Request {
@@ -644,7 +672,7 @@ impl Drive<'_> {
             tools: specs,
             tool_choice,
             reading_only,
-            question: Some(run.goal.clone()),
+            question: Some(run.goal().to_string()),
             ..Request::default()
         };
         observer.prompt(role, &request, fitted.tokens, counter.name());
@@ -856,7 +884,7 @@ impl Drive<'_> {
         }
         let mut review = review(changes);
         // A change the gate sent back: its preview and question name what it is to fix.
-        if let Some(sent) = agent::review::sent_back(run.review, run.last_review.as_ref()) {
+        if let Some(sent) = agent::review::sent_back(run.settings().review, run.last_review()) {
             review.fixes = sent
                 .findings
                 .iter()
@@ -871,7 +899,7 @@ impl Drive<'_> {
         }
         observer.patch(changes, diff, &review);
         let verdict = shell.approve(changes, diff, &review).await;
-        observer.approval(run.iterations, verdict == Verdict::Approved, changes);
+        observer.approval(run.iterations(), verdict == Verdict::Approved, changes);
         if self.cancel.is_cancelled() {
             return Event::Cancel;
         }
@@ -884,11 +912,10 @@ impl Drive<'_> {
 
     async fn apply(&self, run: &Run, changes: &[FileChange], shell: &mut impl Shell) -> Event {
         let task = run
-            .tasks
-            .get(run.task)
+            .current_task()
             .map(|t| format!("{} {}", t.id, t.title))
             .unwrap_or_default();
-        shell.task(&task, run.iterations);
+        shell.task(&task, run.iterations());
         match shell.apply(changes).await {
             Ok(()) => Event::Applied,
             Err(ApplyError::Stale(e)) => Event::Stale(e),
@@ -939,12 +966,17 @@ impl Drive<'_> {
             }
         }
     }
-    /// The coder sees the files that matter now: those the goal names, those the failures
-    /// point at (of `latest`, the test report about to be recorded, else the run's last),
-    /// then the rest of the project's small text files, within the byte budget.
-    fn refresh_context(&self, run: &mut Run, latest: Option<&str>, shell: &impl Shell) {
-        let report = latest.or(run.tests.as_ref().map(|t| t.report.as_str()));
-        let mut wanted = self.named_files(&run.goal, report);
+    /// What the coder sees now, gathered before every step: the files the goal names, those
+    /// the failures point at (of `latest`, the test report about to be recorded, else the
+    /// run's last), then the rest of the project's small text files, within the byte budget.
+    fn context(
+        &self,
+        run: &Run,
+        latest: Option<&str>,
+        shell: &impl Shell,
+    ) -> agent::context::Context {
+        let report = latest.or(run.tests().map(|t| t.report.as_str()));
+        let mut wanted = self.named_files(run.goal(), report);
         // The repo map, ranked toward the files above and the names the goal and the failure
         // mention; then the best-ranked files in full while the budget lasts, then the rest.
         let buffers: std::collections::HashMap<String, String> = shell
@@ -956,7 +988,7 @@ impl Drive<'_> {
             })
             .collect();
         let map = crate::repomap::build(self.root, &buffers);
-        let mut mentioned = run.goal.clone();
+        let mut mentioned = run.goal().to_string();
         if let Some(report) = report {
             mentioned.push('\n');
             mentioned.push_str(report);
@@ -978,7 +1010,7 @@ impl Drive<'_> {
         }
         let mut context = agent::context::Context::default();
         // The review agent reviews the latest agent change when there is one: its diff leads.
-        if run.agent.kind == agent::AgentKind::Review
+        if run.agent().kind == agent::AgentKind::Review
             && let Some(diff) = latest_step_diff(self.root)
         {
             context.pieces.push(agent::context::Piece {
@@ -987,7 +1019,7 @@ impl Drive<'_> {
             });
         }
         self.fill_context(&mut context, &wanted, named, &map_text, shell);
-        run.context = context;
+        context
     }
 
     /// The files that the goal names, then those a test report's lines point at.
@@ -1073,6 +1105,13 @@ impl Drive<'_> {
             context.pieces.push(map);
         }
     }
+}
+
+/// Hands the run what it reads but does not decide on (its prompts, context, memory): an
+/// event that produces no effect.
+fn hand_in(run: &mut Run, input: Input) {
+    let effects = agent::step(run, Event::Input(input));
+    debug_assert!(effects.is_empty(), "an input produced effects: {effects:?}");
 }
 
 /// The latest applied agent step of the workspace as a diff, for the review agent.

@@ -53,23 +53,23 @@ impl<'a> Observer<'a> {
             store: record.cloned(),
             run_id: run_id.into(),
             current: Iteration {
-                n: run.iterations,
+                n: run.iterations(),
                 ..Iteration::default()
             },
             events,
             secrets,
         };
         o.record(RunEvent::Started {
-            goal: run.goal.clone(),
-            intent: run.intent,
-            iterations: run.iterations,
+            goal: run.goal().to_string(),
+            intent: run.intent(),
+            iterations: run.iterations(),
             resumed,
         });
         let intent = run
-            .intent
+            .intent()
             .and_then(|i| serde_json::to_value(i).ok())
             .and_then(|v| v.as_str().map(String::from));
-        let goal = run.goal.clone();
+        let goal = run.goal().to_string();
         o.store("the run's start", move |s, id| {
             s.run_started(id, &goal, intent.as_deref())
         });
@@ -145,24 +145,21 @@ impl<'a> Observer<'a> {
     /// process holds locked gets `CHECKPOINT_WAIT`, and then the run goes on without waiting
     /// for the write: a record never stalls a run.
     pub(super) async fn checkpoint(&mut self, run: &Run) {
-        if run.iterations != self.current.n {
+        if run.iterations() != self.current.n {
             self.flush();
             self.current = Iteration {
-                n: run.iterations,
+                n: run.iterations(),
                 ..Iteration::default()
             };
-            let task = run
-                .tasks
-                .get(run.task)
-                .map(|t| format!("{} {}", t.id, t.title));
+            let task = run.current_task().map(|t| format!("{} {}", t.id, t.title));
             self.record(RunEvent::Iteration {
-                n: run.iterations,
+                n: run.iterations(),
                 task,
             });
         }
         match serde_json::to_string(run) {
             Ok(state) => {
-                let n = run.iterations;
+                let n = run.iterations();
                 if let Some(store) = &self.store {
                     let id = self.run_id.clone();
                     let written = store.call(move |s| s.checkpoint(&id, n, &state));
@@ -332,8 +329,8 @@ impl<'a> Observer<'a> {
 
     pub(super) fn phase(&mut self, run: &Run) {
         // A step that starts the next iteration belongs to it, recorded at its checkpoint.
-        if run.iterations == self.current.n && self.current.phase != Some(run.phase) {
-            self.current.phase = Some(run.phase);
+        if run.iterations() == self.current.n && self.current.phase != Some(run.phase()) {
+            self.current.phase = Some(run.phase());
             self.flush();
         }
     }
@@ -347,12 +344,12 @@ impl<'a> Observer<'a> {
         self.record(RunEvent::Finished {
             status,
             answer: answer.into(),
-            iterations: run.iterations,
-            files_changed: run.files_changed.clone(),
+            iterations: run.iterations(),
+            files_changed: run.files_changed().to_vec(),
         });
         self.flush();
-        let tests = run.tests.as_ref().map(|t| (t.passed_count, t.failed_count));
-        let (iterations, answer) = (run.iterations, answer.to_string());
+        let tests = run.tests().map(|t| (t.passed_count, t.failed_count));
+        let (iterations, answer) = (run.iterations(), answer.to_string());
         self.store("the run's end", move |s, id| {
             s.run_finished(id, status, iterations, tests, &answer)
         });
