@@ -12,11 +12,36 @@ use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::WriteTextFileRequest;
 use agent_ls_core::edit::FileText;
-use agent_ls_runtime::drive::recorded_run;
-use agent_ls_runtime::git::Repo;
-use agent_ls_runtime::git::checkpoint::{self, Restore, RollbackPlan};
+use agent_ls_runtime::drive::{RecordedRunError, recorded_run};
+use agent_ls_runtime::files::FileError;
+use agent_ls_runtime::git::checkpoint::{self, Restore, RollbackError, RollbackPlan};
+use agent_ls_runtime::git::{GitError, Repo};
 
-use super::{ClientFs, read_through};
+use super::client::{ClientFs, read_through};
+
+/// Why a run was not rolled back, or not whole.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Recorded(#[from] RecordedRunError),
+    #[error(transparent)]
+    Rollback(#[from] RollbackError),
+    #[error(transparent)]
+    Path(#[from] FileError),
+    /// Boxed: the protocol's error is large, and this one is rare.
+    #[error("the client did not write {file}: {reason}")]
+    ClientWrite {
+        file: String,
+        reason: Box<agent_client_protocol::Error>,
+    },
+    #[error("{file}: {reason}")]
+    Mode {
+        file: String,
+        reason: std::io::Error,
+    },
+}
 
 /// `/rollback ...`'s run (default: the latest with a checkpoint) and whether it is forced;
 /// `None` when `command` is not `/rollback`.
@@ -47,11 +72,11 @@ pub(super) async fn answer(
         let repo = Repo::discover(&root)?;
         let recorded = recorded_run(&root, &repo, run.as_deref())?;
         let plan = checkpoint::plan_rollback(&repo, &recorded.checkpoint, &recorded.files)?;
-        Ok::<_, anyhow::Error>((repo, recorded, plan))
+        Ok::<_, Failure>((repo, recorded, plan))
     });
     let (repo, recorded, mut plan) = match planned {
         Ok(p) => p,
-        Err(e) => return format!("nothing was rolled back: {e:#}"),
+        Err(e) => return format!("nothing was rolled back: {e}"),
     };
     let id = &recorded.run_id;
     if !plan.left_out.is_empty() && !force {
@@ -92,7 +117,7 @@ pub(super) async fn answer(
     let done = if fs.write {
         write_through((&conn, &session), &repo, &root, plan).await
     } else {
-        tokio::task::block_in_place(|| checkpoint::apply(&repo, &plan)).map_err(|e| e.to_string())
+        tokio::task::block_in_place(|| checkpoint::apply(&repo, &plan)).map_err(Failure::from)
     };
     let note = if recorded.interrupted {
         format!("run {id} did not finish; its files are taken from the steps it recorded\n")
@@ -113,7 +138,7 @@ async fn write_through(
     repo: &Repo,
     root: &std::path::Path,
     plan: RollbackPlan,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, Failure> {
     let mut on_disk = Vec::new();
     let mut done = Vec::new();
     for (file, restore) in plan.files {
@@ -125,20 +150,22 @@ async fn write_through(
             on_disk.push((file, restore));
             continue;
         };
-        let path = agent_ls_runtime::files::resolve(root, &file).map_err(|e| e.to_string())?;
+        let path = agent_ls_runtime::files::resolve(root, &file)?;
         let request = WriteTextFileRequest::new(session.to_string(), path.clone(), text);
-        if let Err(e) = conn.send_request(request).block_task().await {
-            return Err(format!("the client did not write {file}: {e}"));
+        if let Err(reason) = conn.send_request(request).block_task().await {
+            let reason = Box::new(reason);
+            return Err(Failure::ClientWrite { file, reason });
         }
-        checkpoint::set_executable(&path, *executable).map_err(|e| format!("{file}: {e}"))?;
+        if let Err(reason) = checkpoint::set_executable(&path, *executable) {
+            return Err(Failure::Mode { file, reason });
+        }
         done.push(file);
     }
     let rest = RollbackPlan {
         files: on_disk,
         left_out: Vec::new(),
     };
-    let written = tokio::task::block_in_place(|| checkpoint::apply(repo, &rest))
-        .map_err(|e| e.to_string())?;
+    let written = tokio::task::block_in_place(|| checkpoint::apply(repo, &rest))?;
     done.extend(written);
     done.sort();
     Ok(done)

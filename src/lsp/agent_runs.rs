@@ -1,7 +1,6 @@
-//! Agent runs (and undo/redo) inside the server: the `Shell` that reaches the editor
-//! (approval through change annotations or `window/showMessageRequest`, edits through
-//! `workspace/applyEdit` with version checks before and after, the disk kept in step for the
-//! tests) and progress.
+//! Agent runs inside the server: a run starts where `git.isolation` says, drives the
+//! runtime's loop through the editor shell (`shell.rs`), asks the review question at its end,
+//! and commits when `git.commit` says; its progress goes to the client.
 //!
 //! A run is a task of its own. It reports to the session only through `AgentMessage` (it
 //! never sees the session), asks the session's one owner of test runs for its tests, and
@@ -9,49 +8,43 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tower_lsp_server::ls_types::notification::Notification;
-use tower_lsp_server::ls_types::request::{ApplyWorkspaceEdit, WorkDoneProgressCreate};
+use tower_lsp_server::ls_types::request::WorkDoneProgressCreate;
 use tower_lsp_server::ls_types::{
-    ApplyWorkspaceEditParams, MessageType, ProgressToken, Uri, WorkDoneProgress,
-    WorkDoneProgressBegin, WorkDoneProgressCreateParams, WorkDoneProgressEnd,
-    WorkDoneProgressReport, WorkspaceEdit,
+    MessageType, ProgressToken, Uri, WorkDoneProgress, WorkDoneProgressBegin,
+    WorkDoneProgressCreateParams, WorkDoneProgressEnd, WorkDoneProgressReport,
 };
-use tracing::{info, warn};
+use tracing::info;
 
-use super::Report;
+use super::connection::{AgentMessage, Connection};
+use super::convert;
 use super::ext;
 use super::git_commands;
 use super::isolation;
 use super::jobs;
-use super::outbox::Outbox;
 use super::review_decision;
 use super::rollback;
-use super::session::Refused;
-use super::workspace_edit::{self, EditSupport, Target};
+use super::shell::ServerShell;
 use agent_ls_core::agent::{Run, RunStatus};
-use agent_ls_core::edit::history::{Reversal, Step, StepFile};
-use agent_ls_core::edit::{self, FileChange, FileText};
 use agent_ls_core::text::{Buffer, Encoding};
 use agent_ls_runtime::config::{Approval, Config};
-use agent_ls_runtime::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
-use agent_ls_runtime::files;
+use agent_ls_runtime::drive::{self, Drive, Outcome, Shell};
+use agent_ls_runtime::git::isolate::Isolated;
 use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::model::Models;
 use agent_ls_runtime::store::StoreThread;
-use agent_ls_runtime::tests_run::{RunError, RunResult};
-use agent_ls_runtime::trust::Review;
 
 /// Notification `agent-ls/runFinished`.
 pub enum RunFinished {}
 
 impl Notification for RunFinished {
     type Params = Outcome;
-    const METHOD: &'static str = super::ext::RUN_FINISHED;
+    const METHOD: &'static str = ext::RUN_FINISHED;
 }
 
 /// Arguments of `agent-ls.run`.
@@ -70,129 +63,6 @@ pub struct RunArgs {
     /// failing test for this"; docs/tester.md).
     #[serde(default)]
     pub reproduce: bool,
-}
-
-/// The open documents of the workspace, by path relative to its root.
-pub type Snapshot = HashMap<String, (Uri, Buffer)>;
-
-/// What a run (or an undo) tells the session, or asks of it.
-pub enum AgentMessage {
-    /// The open documents as they are now.
-    Snapshot { reply: oneshot::Sender<Snapshot> },
-    /// Answer once every document named holds its text (the `didChange` that follows an
-    /// applied edit); the asker gives up after its own deadline.
-    AwaitTexts {
-        want: Vec<(Uri, String)>,
-        reply: oneshot::Sender<()>,
-    },
-    /// Run the tests through the session's one owner of test runs.
-    RunTests {
-        reply: oneshot::Sender<Result<RunResult, RunError>>,
-        /// A tool's narrowed run or command in place of the tests; its result is the
-        /// model's and is not published as diagnostics.
-        command: Option<Vec<String>>,
-    },
-    /// An agent step was applied and confirmed: record it in the history.
-    StepApplied {
-        run_id: String,
-        goal: String,
-        task: String,
-        /// The run's iteration that made it.
-        iteration: u32,
-        changes: Vec<FileChange>,
-        files: Vec<StepFile>,
-    },
-    /// The run ended.
-    Finished { id: String, outcome: Box<Outcome> },
-    /// The run's review, about to be asked about: its findings go on their lines now, so the
-    /// user sees them in the files while deciding. Answered once they are in the outbox, so
-    /// they reach the client before the question.
-    Reviewed {
-        review: Box<agent_ls_core::agent::review::ReviewResult>,
-        reply: oneshot::Sender<()>,
-    },
-    /// A rollback ended; `rolled_back` when the run's files are back to its checkpoint,
-    /// `changed` when that changed any file.
-    RollbackFinished {
-        run_id: Option<String>,
-        rolled_back: bool,
-        changed: bool,
-    },
-    /// An undo (or redo) ended.
-    UndoFinished {
-        step: u64,
-        redo: bool,
-        goal: String,
-        result: Result<(), UndoFailed>,
-    },
-}
-
-/// Why an undo or redo did not happen; the text follows "could not undo step N: ".
-#[derive(Debug, thiserror::Error)]
-pub enum UndoFailed {
-    /// The reversal cannot be computed from the files as they are now.
-    #[error("{0}")]
-    Reversal(String),
-    /// The editor or the disk did not take it.
-    #[error("{0}")]
-    Apply(String),
-}
-
-/// The editor said it applied an edit, but these documents do not hold it.
-#[derive(Debug, thiserror::Error)]
-#[error("the editor reported the change as applied, but {} does not hold it (was it declined?)", .0.join(", "))]
-struct NotHeld(Vec<String>);
-
-/// Why the disk could not be brought in step with an applied edit.
-#[derive(Debug, thiserror::Error)]
-enum DiskSync {
-    #[error("{0}")]
-    Refused(String),
-    #[error("{0} has unsaved changes around the agent's edit; save it so the tests see the change")]
-    UnsavedAround(String),
-    #[error("{0} was created or deleted on disk meanwhile")]
-    CreatedOrDeleted(String),
-    #[error(transparent)]
-    Write(#[from] files::FileError),
-}
-
-/// The open documents whose file the server wrote on disk under the editor's buffer (for a
-/// client without `agent-ls/saveFiles`), until the editor reads or saves the file again.
-/// Such an editor knows the file changed behind it: Emacs asks "changed on disk; discard your
-/// edits?" before it applies the next edit to that buffer, and reverting reopens the document
-/// at a new version, which refuses the edit. So the next edit to such a file is written to the
-/// disk first, and whichever the answer, the buffer and the disk end up holding it.
-#[derive(Clone, Default)]
-pub struct WrittenUnder(std::sync::Arc<std::sync::Mutex<std::collections::HashSet<Uri>>>);
-
-impl WrittenUnder {
-    fn mark(&self, uri: &Uri) {
-        if let Ok(mut set) = self.0.lock() {
-            set.insert(uri.clone());
-        }
-    }
-
-    pub fn forget(&self, uri: &Uri) {
-        if let Ok(mut set) = self.0.lock() {
-            set.remove(uri);
-        }
-    }
-
-    fn contains(&self, uri: &Uri) -> bool {
-        self.0.lock().is_ok_and(|set| set.contains(uri))
-    }
-}
-
-/// What a run needs from the client connection, the same for every run of a session.
-#[derive(Clone)]
-pub struct Connection {
-    pub outbox: Outbox,
-    pub report: Report<AgentMessage>,
-    pub root: PathBuf,
-    pub encoding: Encoding,
-    pub support: EditSupport,
-    pub progress: bool,
-    pub written_under: WrittenUnder,
 }
 
 /// Everything a run needs, taken from the session when it starts.
@@ -236,7 +106,8 @@ pub fn spawn(mut s: StartRun) {
         let driving = drive_run(s, progress.clone(), (&mut git, &mut store));
         let mut outcome = match jobs::caught(jobs::Kind::AgentRun, driving).await {
             Ok(outcome) => outcome,
-            Err(why) => {
+            Err(panicked) => {
+                let why = panicked.to_string();
                 // The store would list the run as interrupted, and offer to resume what panicked.
                 if let Some(store) = store {
                     let (id, why) = (id.clone(), why.clone());
@@ -346,65 +217,94 @@ async fn drive_run(
 ) -> Outcome {
     jobs::injected_panic(jobs::Kind::AgentRun);
     let started = Instant::now();
-    // A resumed run goes on where it was; a new one starts where `git.isolation` says.
-    let isolated = match s.resume {
-        Some(_) => None,
-        None => {
-            let (root, mode) = (s.connection.root.clone(), s.config.git.isolation);
-            match isolation::isolate(root, mode, s.goal.clone()).await {
-                Ok(i) => i,
-                Err(why) => return ended_early(s.id, why.to_string(), started),
-            }
-        }
+    let place = match place(&mut s, progress.as_ref(), (git, record)).await {
+        Ok(place) => place,
+        Err(why) => return ended_early(s.id, why.to_string(), started),
     };
-    if let Some(i) = &isolated {
-        say_where(&s.connection, progress.as_ref(), &i.describe());
-    }
-    // A run in a new worktree of its own works there as `agent-ls run --isolated` does: its
-    // files, tests, checkpoint, record, lock and commit are the worktree's.
-    let mut conn = s.connection.clone();
-    let (mut on_disk, mut worktree_lock) = (None, None);
-    if let Some(i) = isolated.as_ref().filter(|i| i.new && i.worktree.is_some()) {
-        let w = match isolation::WorktreeRun::start(i, &s.config, &s.goal) {
-            Ok(w) => w,
-            Err(why) => return ended_early(s.id, why.to_string(), started),
-        };
-        conn.root = w.root;
-        s.store = Some(w.store.clone());
-        *record = s.store.clone();
-        if let Some(cx) = git.as_mut() {
-            cx.root = conn.root.clone();
-            cx.store = w.store;
-        }
-        (on_disk, worktree_lock) = (Some(w.on_disk), Some(w.lock));
-    }
-    let c = &conn;
-    // The configuration is the workspace's, and so are the paths in it (a replay file).
-    let models = Models::new(&s.config, Some(&s.connection.root));
     let (mut run, approval, resumed) = initial_run(&mut s);
+    let worktree = place.isolated.as_ref().and_then(|i| i.worktree.as_ref());
+    let (on_disk, worktree_lock) = place.worktree.unzip();
+    let label = label(&s.goal, worktree.filter(|_| on_disk.is_some()));
     let mut shell = ServerShell {
-        c: c.clone(),
         approval,
-        label: label(
-            &s.goal,
-            isolated
-                .as_ref()
-                .and_then(|i| i.worktree.as_ref())
-                .filter(|_| on_disk.is_some()),
-        ),
-        snapshot: HashMap::new(),
-        decisions: s.decisions,
+        decisions: std::mem::replace(&mut s.decisions, mpsc::unbounded_channel().1),
         cancel: s.cancel.clone(),
         progress,
-        limits: s.config.edit.limits(),
         // The session's history is of the checkout's files, which a worktree run leaves alone.
         record: on_disk.is_none().then(|| (s.id.clone(), s.goal.clone())),
-        task: String::new(),
-        iteration: 0,
-        review: Review::default(),
-        exact_disk: false,
-        on_disk: on_disk.take(),
+        on_disk,
+        ..ServerShell::new(place.connection, label, s.config.edit.limits())
     };
+    let mut outcome = drive(&s, &mut run, &mut shell, resumed).await;
+    // The user decides on the reviewed change while the workspace is still the run's.
+    if s.review.is_none() {
+        settle_review(&mut shell, &run, &mut outcome, s.store.as_ref()).await;
+    }
+    drop((s.lock, worktree_lock));
+    if let Some(i) = place.isolated {
+        outcome.branch = Some(i.branch);
+        outcome.worktree = i.worktree.map(|w| w.display().to_string());
+    }
+    outcome
+}
+
+/// Where a run works, once `git.isolation` is worked out.
+struct Place {
+    /// The branch or worktree the run was isolated in, if any.
+    isolated: Option<Isolated>,
+    /// The connection the run works through: the session's, with a new worktree's folder.
+    connection: Connection,
+    /// A run in a new worktree of its own: its disk, and its own run lock, held until the
+    /// run ends.
+    worktree: Option<(isolation::OnDisk, RunLock)>,
+}
+
+/// Works out where the run works: a resumed run goes on where it was; a new one starts where
+/// `git.isolation` says. A run in a new worktree of its own works there as `agent-ls run
+/// --isolated` does: its files, tests, checkpoint, record (`record`, and `s.store`), lock and
+/// commit (`git`) are the worktree's.
+async fn place(
+    s: &mut StartRun,
+    progress: Option<&ProgressToken>,
+    (git, record): (
+        &mut Option<git_commands::GitContext>,
+        &mut Option<StoreThread>,
+    ),
+) -> Result<Place, isolation::NotIsolated> {
+    let mut place = Place {
+        isolated: None,
+        connection: s.connection.clone(),
+        worktree: None,
+    };
+    if s.resume.is_none() {
+        let (root, mode) = (s.connection.root.clone(), s.config.git.isolation);
+        place.isolated = isolation::isolate(root, mode, s.goal.clone()).await?;
+    }
+    let Some(i) = &place.isolated else {
+        return Ok(place);
+    };
+    say_where(&s.connection, progress, &i.describe());
+    if !i.new || i.worktree.is_none() {
+        return Ok(place);
+    }
+    let w = isolation::WorktreeRun::start(i, &s.config, &s.goal)?;
+    place.connection.root = w.root;
+    s.store = Some(w.store.clone());
+    *record = s.store.clone();
+    if let Some(cx) = git.as_mut() {
+        cx.root = place.connection.root.clone();
+        cx.store = w.store;
+    }
+    place.worktree = Some((w.on_disk, w.lock));
+    Ok(place)
+}
+
+/// Drives the loop through `shell`: a review of the change `s.review` names, a resumed run,
+/// or a new one. Its live events go to the client as they happen.
+async fn drive(s: &StartRun, run: &mut Run, shell: &mut ServerShell, resumed: bool) -> Outcome {
+    let c = shell.c.clone();
+    // The configuration is the workspace's, and so are the paths in it (a replay file).
+    let models = Models::new(&s.config, Some(&s.connection.root));
     let outbox = c.outbox.clone();
     let on_event = move |e: agent_ls_core::events::LiveEvent| {
         outbox.notify::<ext::RunEventNotification>(e.to_wire())
@@ -418,34 +318,20 @@ async fn drive_run(
         record: s.store.as_ref(),
         events: Some(&on_event),
     };
-    let mut outcome = if let Some(target) = s.review.clone() {
-        // The change is git's, made off the async threads.
-        let root = c.root.clone();
-        let started = Instant::now();
-        match tokio::task::spawn_blocking(move || drive::review_diff(&root, &target)).await {
-            Ok(Ok(change)) => {
-                driver
-                    .review(&mut run, &mut shell, s.id.clone(), change)
-                    .await
-            }
-            Ok(Err(e)) => ended_early(s.id.clone(), format!("nothing reviewed: {e}"), started),
-            Err(e) => ended_early(s.id.clone(), format!("nothing reviewed: {e}"), started),
-        }
-    } else if resumed {
-        driver.resume(&mut run, &mut shell, s.id.clone()).await
-    } else {
-        driver.run(&mut run, &mut shell, s.id.clone()).await
+    let Some(target) = s.review.clone() else {
+        return if resumed {
+            driver.resume(run, shell, s.id.clone()).await
+        } else {
+            driver.run(run, shell, s.id.clone()).await
+        };
     };
-    // The user decides on the reviewed change while the workspace is still the run's.
-    if s.review.is_none() {
-        settle_review(&mut shell, &run, &mut outcome, s.store.as_ref()).await;
+    // The change is git's, made off the async threads.
+    let (root, started) = (c.root.clone(), Instant::now());
+    match tokio::task::spawn_blocking(move || drive::review_diff(&root, &target)).await {
+        Ok(Ok(change)) => driver.review(run, shell, s.id.clone(), change).await,
+        Ok(Err(e)) => ended_early(s.id.clone(), format!("nothing reviewed: {e}"), started),
+        Err(e) => ended_early(s.id.clone(), format!("nothing reviewed: {e}"), started),
     }
-    drop((s.lock, worktree_lock));
-    if let Some(i) = isolated {
-        outcome.branch = Some(i.branch);
-        outcome.worktree = i.worktree.map(|w| w.display().to_string());
-    }
-    outcome
 }
 
 /// The review question at a run's end (`review_decision`): for a run of the editor's buffers
@@ -579,726 +465,6 @@ fn ended_early(run_id: String, why: String, started: Instant) -> Outcome {
     }
 }
 
-/// What an undo or redo needs: the step, which way, and the documents as the session had them.
-pub struct UndoStart {
-    pub step: Step,
-    pub redo: bool,
-    pub snapshot: Snapshot,
-    pub connection: Connection,
-    pub limits: edit::Limits,
-    /// The command's answer: the step's id once its reversal is computed, or why not.
-    pub reply: oneshot::Sender<Result<u64, Refused>>,
-    pub lock: RunLock,
-}
-
-/// Computes and applies an undo or redo through workspace/applyEdit like any agent edit (so
-/// the editor's own undo sees it), on a task of its own: the files not open in the editor
-/// are read here, never on the session's task. It runs under the panic guard: the command
-/// and the session hear of its end whatever happens.
-pub fn spawn_undo(u: UndoStart) {
-    let UndoStart {
-        step,
-        redo,
-        snapshot,
-        connection,
-        limits,
-        reply,
-        lock,
-    } = u;
-    tokio::spawn(async move {
-        let (step_id, goal, report) = (step.id, step.goal.clone(), connection.report.clone());
-        let mut reply = Some(reply);
-        let job = UndoJob {
-            step,
-            redo,
-            snapshot,
-            c: connection,
-            limits,
-            lock,
-        };
-        let result = match jobs::caught(jobs::Kind::Undo, undo(job, &mut reply)).await {
-            Ok(result) => result,
-            Err(why) => Err(UndoFailed::Apply(why)),
-        };
-        // Not answered yet: the reversal could not be computed, or the job panicked first.
-        if let Some(reply) = reply.take() {
-            let _ = reply.send(match &result {
-                Ok(()) => Ok(step_id),
-                Err(UndoFailed::Reversal(why)) => Err(Refused::Reversal(why.clone())),
-                Err(UndoFailed::Apply(why)) => Err(Refused::Failed(why.clone())),
-            });
-        }
-        report(AgentMessage::UndoFinished {
-            step: step_id,
-            redo,
-            goal,
-            result,
-        });
-    });
-}
-
-/// An undo's parts once the command's reply is taken out.
-struct UndoJob {
-    step: Step,
-    redo: bool,
-    snapshot: Snapshot,
-    c: Connection,
-    limits: edit::Limits,
-    lock: RunLock,
-}
-
-/// The undo itself; `reply` is answered as soon as the reversal is computed. The lock is
-/// released as this returns (or unwinds).
-async fn undo(
-    u: UndoJob,
-    reply: &mut Option<oneshot::Sender<Result<u64, Refused>>>,
-) -> Result<(), UndoFailed> {
-    jobs::injected_panic(jobs::Kind::Undo);
-    let c = u.c;
-    let step_id = u.step.id;
-    let current = |rel: &str| match u.snapshot.get(rel) {
-        Some((_, b)) => Some(b.text()),
-        None => std::fs::read_to_string(c.root.join(rel)).ok(),
-    };
-    let reversal = if u.redo {
-        edit::history::reapply(&u.step, current, &u.limits).map(|changes| Reversal {
-            changes,
-            deletes: Vec::new(),
-        })
-    } else {
-        edit::history::revert(&u.step, current, &u.limits)
-    };
-    let reversal = reversal.map_err(|e| UndoFailed::Reversal(e.to_string()))?;
-    if let Some(reply) = reply.take() {
-        let _ = reply.send(Ok(step_id));
-    }
-    let mut shell = ServerShell {
-        c: c.clone(),
-        approval: Approval::Auto,
-        label: format!(
-            "agent-ls: {} step {step_id}",
-            if u.redo { "redo" } else { "undo" }
-        ),
-        snapshot: u.snapshot,
-        decisions: mpsc::unbounded_channel().1,
-        cancel: CancellationToken::new(),
-        progress: None,
-        limits: u.limits,
-        record: None,
-        task: String::new(),
-        iteration: 0,
-        review: Review::default(),
-        exact_disk: false,
-        on_disk: None,
-    };
-    let mut result = if reversal.changes.is_empty() {
-        Ok(())
-    } else {
-        shell.apply(&reversal.changes).await
-    };
-    if result.is_ok() {
-        result = delete_files(&c, &reversal.deletes).await;
-    }
-    drop(u.lock);
-    result.map_err(|(ApplyError::Stale(e) | ApplyError::Failed(e))| UndoFailed::Apply(e))
-}
-
-/// Applies changes that restore known texts (a rollback) through workspace/applyEdit like an
-/// undo, without asking, then writes exactly their texts to the disk the editor did not save.
-pub(super) async fn apply_restore(
-    c: &Connection,
-    snapshot: Snapshot,
-    limits: edit::Limits,
-    label: String,
-    changes: &[FileChange],
-) -> Result<(), ApplyError> {
-    if changes.is_empty() {
-        return Ok(());
-    }
-    let mut shell = ServerShell {
-        c: c.clone(),
-        approval: Approval::Auto,
-        label,
-        snapshot,
-        decisions: mpsc::unbounded_channel().1,
-        cancel: CancellationToken::new(),
-        progress: None,
-        limits,
-        record: None,
-        task: String::new(),
-        iteration: 0,
-        review: Review::default(),
-        exact_disk: true,
-        on_disk: None,
-    };
-    shell.apply(changes).await
-}
-
-/// Deletes files an undone step created: through workspace/applyEdit when the client can
-/// delete (so an open editor closes), then on disk if the file is still there.
-pub(super) async fn delete_files(c: &Connection, paths: &[String]) -> Result<(), ApplyError> {
-    use tower_lsp_server::ls_types::{
-        DeleteFile, DeleteFileOptions, DocumentChangeOperation, DocumentChanges, ResourceOp,
-    };
-    if paths.is_empty() {
-        return Ok(());
-    }
-    if c.support.delete_files {
-        let ops = paths
-            .iter()
-            .filter_map(|p| Uri::from_file_path(c.root.join(p)))
-            .map(|uri| {
-                DocumentChangeOperation::Op(ResourceOp::Delete(DeleteFile {
-                    uri,
-                    options: Some(DeleteFileOptions {
-                        recursive: Some(false),
-                        ignore_if_not_exists: Some(true),
-                    }),
-                    annotation_id: None,
-                }))
-            })
-            .collect();
-        let edit = WorkspaceEdit {
-            document_changes: Some(DocumentChanges::Operations(ops)),
-            ..Default::default()
-        };
-        send_edit(&c.outbox, edit, None).await?;
-    }
-    for p in paths {
-        let path = c.root.join(p);
-        if path.exists() {
-            std::fs::remove_file(&path)
-                .map_err(|e| ApplyError::Failed(format!("cannot delete {p}: {e}")))?;
-        }
-    }
-    Ok(())
-}
-
-/// Sends `workspace/applyEdit` and reads the client's answer; `applied: false` is a refusal.
-async fn send_edit(
-    outbox: &Outbox,
-    edit: WorkspaceEdit,
-    label: Option<String>,
-) -> Result<(), ApplyError> {
-    match outbox
-        .request::<ApplyWorkspaceEdit>(ApplyWorkspaceEditParams { label, edit })
-        .await
-    {
-        Ok(r) if r.applied => Ok(()),
-        Ok(r) => {
-            Err(ApplyError::Failed(r.failure_reason.unwrap_or_else(|| {
-                "the change was rejected in the editor".into()
-            })))
-        }
-        Err(e) => Err(ApplyError::Failed(format!(
-            "the editor did not answer workspace/applyEdit: {e}"
-        ))),
-    }
-}
-
-struct ServerShell {
-    c: Connection,
-    approval: Approval,
-    label: String,
-    /// The open documents of the workspace, as of the last refresh.
-    snapshot: Snapshot,
-    decisions: mpsc::UnboundedReceiver<bool>,
-    cancel: CancellationToken,
-    /// The run's `$/progress` token, when the client takes progress.
-    progress: Option<ProgressToken>,
-    limits: edit::Limits,
-    /// The plan's task the change being applied works on, for the history.
-    task: String,
-    iteration: u32,
-    /// The run and goal an applied change is recorded under in the history; `None` for an
-    /// undo or redo, which moves an existing step instead.
-    record: Option<(String, String)>,
-    /// The review of the change being applied, for the preview's labels.
-    review: Review,
-    /// The disk gets exactly each change's new text, whatever it holds now (a rollback, which
-    /// restores known contents; forced, it overwrites the user's changes on purpose).
-    exact_disk: bool,
-    /// A run in a worktree of its own: it reads and writes that worktree's disk and runs its
-    /// tests there, since no editor buffer is its.
-    on_disk: Option<isolation::OnDisk>,
-}
-
-impl ServerShell {
-    async fn take_snapshot(&self) -> Snapshot {
-        // The editor's buffers are the checkout's, not the worktree's.
-        if self.on_disk.is_some() {
-            return Snapshot::new();
-        }
-        let (reply, answer) = oneshot::channel();
-        (self.c.report)(AgentMessage::Snapshot { reply });
-        answer.await.unwrap_or_default()
-    }
-
-    fn current_text(&self, rel: &str) -> Option<String> {
-        match self.read(rel) {
-            FileText::Text(t) => Some(t),
-            _ => None,
-        }
-    }
-
-    /// Asks with window/showMessageRequest, or takes an agent-ls.accept/reject command,
-    /// whichever comes first. No timeout: the user may take their time.
-    async fn ask(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> bool {
-        let files: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();
-        let mut flagged = if review.findings.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " The static scan flagged: {}.",
-                review.findings_joined("; ")
-            )
-        };
-        // A change the review gate sent back: the findings it is to fix, one a line.
-        if !review.fixes.is_empty() {
-            flagged.push_str(&format!(
-                " It is meant to fix the reviewer's findings:\n{}",
-                review.fixes_joined("\n")
-            ));
-        }
-        loop {
-            let request = self.c.outbox.ask(
-                MessageType::INFO,
-                format!(
-                    "{}: apply the proposed change to {}?{flagged}",
-                    self.label,
-                    files.join(", ")
-                ),
-                &["Accept", "Reject", "Show diff"],
-            );
-            let answer = tokio::select! {
-                r = request => r,
-                d = self.decisions.recv() => d.map(|yes| if yes { "Accept".to_string() } else { "Reject".to_string() }),
-                _ = self.cancel.cancelled() => None,
-            };
-            match answer.as_deref() {
-                Some("Accept") => return true,
-                Some("Show diff") => self.c.outbox.show_message(MessageType::INFO, diff),
-                _ => return false,
-            }
-        }
-    }
-
-    /// Asks whether the change may write one protected file, with a button that names it;
-    /// agent-ls.reject (or a cancel) refuses.
-    async fn allow_protected(&mut self, path: &str, why: &str) -> bool {
-        let allow = format!("Allow {path}");
-        let request = self.c.outbox.ask(
-            MessageType::WARNING,
-            format!(
-                "{}: the change writes {path}, which is protected: {why}. Allow the agent to write it?",
-                self.label
-            ),
-            &[&allow, "Refuse"],
-        );
-        tokio::select! {
-            r = request => r.is_some_and(|title| title == allow),
-            // agent-ls.accept does not name the file, so it allows nothing here.
-            _ = self.decisions.recv() => false,
-            _ = self.cancel.cancelled() => false,
-        }
-    }
-
-    /// Waits until the editor's buffers hold the new text (the `didChange` after an applied
-    /// edit can come after the reply), for at most 5 seconds.
-    async fn confirm_applied(&mut self, changes: &[FileChange]) -> Result<(), NotHeld> {
-        // The documents open now, which includes those the editor opened as it applied the
-        // edit (Neovim loads a buffer for a file it creates or edits, and reports its text
-        // only after a debounce): each must come to hold its change.
-        self.snapshot = self.take_snapshot().await;
-        let want: Vec<(Uri, String)> = changes
-            .iter()
-            .filter_map(|c| {
-                // A file not open in the editor: it applied the edit to a buffer it did not
-                // report to us, or to the file; the disk check settles it.
-                let (uri, _) = self.snapshot.get(&c.path)?;
-                Some((uri.clone(), c.new_text.clone()))
-            })
-            .collect();
-        if !want.is_empty() {
-            let (reply, answer) = oneshot::channel();
-            (self.c.report)(AgentMessage::AwaitTexts { want, reply });
-            let landed = tokio::time::timeout(Duration::from_secs(5), answer).await;
-            self.snapshot = self.take_snapshot().await;
-            if !matches!(landed, Ok(Ok(()))) {
-                let pending = changes
-                    .iter()
-                    .filter(|c| {
-                        self.snapshot
-                            .get(&c.path)
-                            .is_some_and(|(_, b)| b.text() != c.new_text)
-                    })
-                    .map(|c| c.path.clone())
-                    .collect();
-                return Err(NotHeld(pending));
-            }
-        }
-        Ok(())
-    }
-
-    /// Asks an editor that can (`agent-ls/saveFiles`) to save the documents the step wrote,
-    /// so its buffers and the disk agree with no conflict; returns the paths it saved. A
-    /// document that held unsaved typing of the user's is saved with it, and the user is told.
-    async fn save_in_editor(&mut self, changes: &[FileChange]) -> Vec<String> {
-        if !self.c.support.save_files || changes.is_empty() {
-            return Vec::new();
-        }
-        let mut files = Vec::new();
-        let mut with_typing = Vec::new();
-        for c in changes {
-            let Ok(uri) = workspace_edit::file_uri(&self.c.root, &c.path) else {
-                continue;
-            };
-            let (uri, version) = match self.snapshot.get(&c.path) {
-                Some((uri, b)) => (uri.clone(), Some(b.version())),
-                None => (uri, None),
-            };
-            // The buffer held text the disk did not: the user's unsaved typing.
-            if let (FileText::Text(disk), Some(original)) =
-                (files::read_for_plan(&self.c.root, &c.path), &c.original)
-                && disk != *original
-            {
-                with_typing.push(c.path.clone());
-            }
-            files.push(ext::FileToSave { uri, version });
-        }
-        let asked = self
-            .c
-            .outbox
-            .request::<ext::SaveFiles>(ext::SaveFilesParams { files });
-        let saved = match tokio::time::timeout(Duration::from_secs(10), asked).await {
-            Ok(Ok(r)) => r.saved,
-            Ok(Err(e)) => {
-                warn!("the editor did not save the agent's files: {e}");
-                return Vec::new();
-            }
-            Err(_) => {
-                warn!("the editor did not answer agent-ls/saveFiles within 10 s");
-                return Vec::new();
-            }
-        };
-        let saved: Vec<String> = changes
-            .iter()
-            .filter(|c| {
-                workspace_edit::file_uri(&self.c.root, &c.path)
-                    .is_ok_and(|u| saved.iter().any(|s| same_file(s, &u)))
-            })
-            .map(|c| c.path.clone())
-            .collect();
-        let told: Vec<&String> = with_typing.iter().filter(|p| saved.contains(p)).collect();
-        if !told.is_empty() {
-            self.c.outbox.show_message(
-                MessageType::INFO,
-                format!(
-                    "agent-ls saved {} with your unsaved changes in it, so the tests run on what you see",
-                    told.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            );
-        }
-        saved
-    }
-
-    /// For a client without `agent-ls/saveFiles`: writes the change to the files the server
-    /// already wrote under the editor's buffer before the edit is sent (see `WrittenUnder`).
-    /// Returns the writes that put the disk back, for an edit that does not land.
-    fn write_early(&self, changes: &[FileChange]) -> Result<Vec<FileChange>, ApplyError> {
-        if self.c.support.save_files {
-            return Ok(Vec::new());
-        }
-        let early: Vec<FileChange> = changes
-            .iter()
-            .filter(|c| {
-                self.snapshot
-                    .get(&c.path)
-                    .is_some_and(|(uri, _)| self.c.written_under.contains(uri))
-            })
-            .cloned()
-            .collect();
-        let mut restore = Vec::new();
-        for c in &early {
-            if let FileText::Text(disk) = files::read_for_plan(&self.c.root, &c.path) {
-                restore.push(FileChange {
-                    path: c.path.clone(),
-                    original: Some(c.new_text.clone()),
-                    new_text: disk,
-                    edits: Vec::new(),
-                    inverse: Vec::new(),
-                });
-            }
-        }
-        self.sync_disk(&early)
-            .map_err(|e| ApplyError::Failed(e.to_string()))?;
-        Ok(restore)
-    }
-
-    /// Tests run on the disk, which holds neither the editor's edit (editors do not save) nor,
-    /// in a buffer with unsaved work, that work. The agent's change alone is written: the new
-    /// text where the disk matched the buffer, else the change re-located onto the disk's text,
-    /// so the user's unsaved typing is never saved behind their back. A new file the editor
-    /// created as it applied the edit (empty, or already holding the text) is the step's.
-    fn sync_disk(&self, changes: &[FileChange]) -> Result<(), DiskSync> {
-        let mut writes = Vec::new();
-        for c in changes {
-            let disk = match files::read_for_plan(&self.c.root, &c.path) {
-                FileText::Text(t) => Some(t),
-                FileText::Missing => None,
-                FileText::Refused(why) => return Err(DiskSync::Refused(why)),
-            };
-            match (&disk, &c.original) {
-                _ if self.exact_disk => writes.push(c.clone()),
-                (None, None) => writes.push(c.clone()),
-                (Some(d), None) if *d == c.new_text => {}
-                (Some(d), None) if d.is_empty() => writes.push(c.clone()),
-                (Some(d), Some(o)) if d == o => writes.push(c.clone()),
-                (Some(d), Some(_)) if *d == c.new_text => {}
-                (Some(d), Some(_)) => match edit::relocate(c, d, &self.limits) {
-                    Some(moved) => writes.push(moved),
-                    None => return Err(DiskSync::UnsavedAround(c.path.clone())),
-                },
-                (None, Some(_)) | (Some(_), None) => {
-                    return Err(DiskSync::CreatedOrDeleted(c.path.clone()));
-                }
-            }
-        }
-        files::write_changes(&self.c.root, &writes)?;
-        // An editor that cannot save on request now holds a buffer whose file changed behind
-        // it; the next edit to it is written first.
-        if !self.c.support.save_files {
-            for w in &writes {
-                if let Some((uri, _)) = self.snapshot.get(&w.path) {
-                    self.c.written_under.mark(uri);
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Whether two file URIs name the same file (clients differ in how they escape a path).
-fn same_file(a: &Uri, b: &Uri) -> bool {
-    a == b
-        || matches!(
-            (super::convert::path_from_uri(a), super::convert::path_from_uri(b)),
-            (Some(x), Some(y)) if x == y
-        )
-}
-
-impl Shell for ServerShell {
-    fn read(&self, relative: &str) -> FileText {
-        match self.snapshot.get(relative) {
-            Some((_, b)) if b.needs_resync() => FileText::Refused(format!(
-                "{relative} is out of sync with the editor; close and reopen it"
-            )),
-            Some((_, b)) => FileText::Text(b.text()),
-            None => files::read_for_plan(&self.c.root, relative),
-        }
-    }
-
-    async fn refresh(&mut self) {
-        self.snapshot = self.take_snapshot().await;
-    }
-
-    async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict {
-        self.review = review.clone();
-        // A protected file is allowed only by a button that names it, whatever the mode.
-        for (path, why) in &review.protected {
-            if !self.allow_protected(path, why).await {
-                return Verdict::Refused(format!(
-                    "the user did not allow writing the protected file {path} ({why}); leave it alone"
-                ));
-            }
-        }
-        let yes = match self.approval {
-            // Applying without asking stops at a risky construct: it becomes a question.
-            Approval::Auto if review.findings.is_empty() => true,
-            // The editor asks when it applies the annotated edit (VS Code's preview, whose
-            // labels carry the review).
-            // A worktree run's change is written on disk, with no preview: it is asked here.
-            Approval::Confirm if self.c.support.change_annotations && self.on_disk.is_none() => {
-                true
-            }
-            _ => self.ask(changes, diff, review).await,
-        };
-        if yes {
-            Verdict::Approved
-        } else {
-            Verdict::Rejected
-        }
-    }
-
-    /// Always asked, whatever the approval mode: the install runs a command, outside the
-    /// sandbox, which no change preview shows.
-    async fn approve_install(&mut self, library: &str, argv: &[String]) -> bool {
-        let request = self.c.outbox.ask(
-            MessageType::INFO,
-            format!(
-                "{}: the tester's property test needs {library}. Install it as a dev dependency (`{}`)?",
-                self.label,
-                argv.join(" ")
-            ),
-            &["Install", "Don't install"],
-        );
-        tokio::select! {
-            r = request => r.is_some_and(|title| title == "Install"),
-            // agent-ls.accept answers a change's question, not this one (and may be one the
-            // user gave before this was asked): it approves no install.
-            _ = self.decisions.recv() => false,
-            _ = self.cancel.cancelled() => false,
-        }
-    }
-
-    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
-        if let Some(disk) = &self.on_disk {
-            return disk.write(&self.c.root, changes, &self.limits);
-        }
-        // Never send an edit against a buffer older than the one it was computed for: if the
-        // user typed meanwhile, move the change onto the new text, or redo the step.
-        self.snapshot = self.take_snapshot().await;
-        let current = edit::rebase(changes, |p| self.current_text(p), &self.limits)
-            .map_err(|e| ApplyError::Stale(e.to_string()))?;
-        let targets: HashMap<String, Target> = current
-            .iter()
-            .filter_map(|c| {
-                let (uri, b) = self.snapshot.get(&c.path)?;
-                Some((
-                    c.path.clone(),
-                    Target {
-                        uri: uri.clone(),
-                        version: Some(b.version()),
-                    },
-                ))
-            })
-            .collect();
-        let support = EditSupport {
-            change_annotations: self.c.support.change_annotations
-                && self.approval == Approval::Confirm,
-            ..self.c.support
-        };
-        let review = std::mem::take(&mut self.review);
-        let edit = workspace_edit::to_workspace_edit(
-            &current,
-            &targets,
-            &self.c.root,
-            self.c.encoding,
-            support,
-            &self.label,
-            &|path| review.note_for(path),
-        )
-        .map_err(|e| ApplyError::Failed(e.to_string()))?;
-        let early = self.write_early(&current)?;
-        let sent = send_edit(&self.c.outbox, edit, Some(self.label.clone())).await;
-        if sent.is_err() && early.is_empty() {
-            return sent;
-        }
-        let held = self.confirm_applied(&current).await;
-        // An edit the editor refused but whose text the buffer holds anyway: it re-read the
-        // file written first (Emacs, answered "yes" to "changed on disk"), at a new version.
-        if held.is_err() {
-            // The disk goes back to what it held; the error below says why.
-            let _ = files::write_changes(&self.c.root, &early);
-            sent?;
-        }
-        if let Err(why) = held {
-            // A buffer that moved past the version the edit was sent for means the user typed
-            // while the edit was in flight, and the editor refused the stale edit: redo the
-            // step on the fresh text rather than calling it a rejection.
-            let typed = current.iter().any(|c| {
-                let sent = targets.get(&c.path).and_then(|t| t.version);
-                let now = self.snapshot.get(&c.path).map(|(_, b)| b.version());
-                matches!((sent, now), (Some(s), Some(n)) if n > s)
-            });
-            return Err(if typed {
-                ApplyError::Stale(format!("{why} while the edit was sent"))
-            } else {
-                ApplyError::Failed(why.to_string())
-            });
-        }
-        // The editor saves what it can; the disk is brought in step for the rest.
-        let saved = self.save_in_editor(&current).await;
-        // Files written before the edit already hold it (re-located around unsaved typing).
-        let unsaved: Vec<FileChange> = current
-            .iter()
-            .filter(|c| !saved.contains(&c.path) && !early.iter().any(|e| e.path == c.path))
-            .cloned()
-            .collect();
-        self.sync_disk(&unsaved)
-            .map_err(|e| ApplyError::Failed(e.to_string()))?;
-        if let Some((run_id, goal)) = &self.record {
-            let files = Step::files_after(&current, |path| {
-                self.snapshot.get(path).map(|(_, b)| b.version())
-            });
-            (self.c.report)(AgentMessage::StepApplied {
-                run_id: run_id.clone(),
-                goal: goal.clone(),
-                task: self.task.clone(),
-                iteration: self.iteration,
-                changes: current,
-                files,
-            });
-        }
-        Ok(())
-    }
-
-    fn buffers(&self) -> Vec<(String, FileText)> {
-        self.snapshot
-            .keys()
-            .map(|rel| (rel.clone(), self.read(rel)))
-            .collect()
-    }
-
-    async fn run_tests(
-        &mut self,
-        cancel: &CancellationToken,
-        command: Option<Vec<String>>,
-    ) -> Result<RunResult, RunError> {
-        if let Some(disk) = &self.on_disk {
-            return disk.run_tests(&self.c.root, cancel, command).await;
-        }
-        let (reply, answer) = oneshot::channel();
-        (self.c.report)(AgentMessage::RunTests { reply, command });
-        // The run's own cancel reaches the test run through agent-ls.cancel, which cancels
-        // both; a cancel that only ends the run stops waiting here.
-        tokio::select! {
-            r = answer => r.unwrap_or(Err(RunError::Superseded)),
-            _ = cancel.cancelled() => Err(RunError::Superseded),
-        }
-    }
-
-    fn progress(&mut self, message: &str) {
-        info!("agent: {message}");
-        match &self.progress {
-            Some(token) => self.c.outbox.progress(
-                token.clone(),
-                WorkDoneProgress::Report(WorkDoneProgressReport {
-                    message: Some(message.to_string()),
-                    ..Default::default()
-                }),
-            ),
-            // A client without workDoneProgress follows the run in its log instead.
-            None => self
-                .c
-                .outbox
-                .log_message(MessageType::INFO, format!("agent-ls: {message}")),
-        }
-    }
-
-    fn warn(&mut self, message: &str) {
-        warn!("agent: {message}");
-        self.c
-            .outbox
-            .show_message(MessageType::WARNING, format!("agent-ls: {message}"));
-    }
-
-    fn task(&mut self, task: &str, iteration: u32) {
-        self.task = task.to_string();
-        self.iteration = iteration;
-    }
-}
-
 /// Builds the goal of a run from a command's arguments: a selection adds its text.
 pub fn goal_with_selection(
     args: &RunArgs,
@@ -1314,13 +480,12 @@ pub fn goal_with_selection(
     };
     let rope = buffer.rope();
     let at = |p: tower_lsp_server::ls_types::Position| {
-        agent_ls_core::text::to_char_index(&rope, super::convert::position_from_lsp(p), encoding)
-            .ok()
+        agent_ls_core::text::to_char_index(&rope, convert::position_from_lsp(p), encoding).ok()
     };
     let (Some(start), Some(end)) = (at(range.start), at(range.end)) else {
         return args.goal.clone();
     };
-    let path = super::convert::path_from_uri(uri)
+    let path = convert::path_from_uri(uri)
         .and_then(|p| {
             p.strip_prefix(root)
                 .ok()

@@ -12,7 +12,7 @@ use agent_ls_runtime::config::{Config, Isolation, TestConfig};
 use agent_ls_runtime::drive::ApplyError;
 use agent_ls_runtime::files;
 use agent_ls_runtime::git::isolate::{self, IsolateError, Isolated};
-use agent_ls_runtime::lock::RunLock;
+use agent_ls_runtime::lock::{LockError, RunLock};
 use agent_ls_runtime::store::StoreThread;
 use agent_ls_runtime::tests_run::{self, RunError, RunResult};
 use agent_ls_runtime::trust::sandbox::Sandbox;
@@ -26,9 +26,9 @@ pub enum NotIsolated {
     #[error("cannot isolate the run: {0}")]
     Isolate(#[from] IsolateError),
     #[error("cannot isolate the run: {0}")]
-    Lock(String),
+    Lock(#[from] LockError),
     #[error("cannot isolate the run: {0}")]
-    Job(String),
+    Job(#[from] tokio::task::JoinError),
 }
 
 /// Where a run of `goal` from the editor works: `None` for the checkout as it is, else the
@@ -41,7 +41,7 @@ pub async fn isolate(
     goal: String,
 ) -> Result<Option<Isolated>, NotIsolated> {
     let job = tokio::task::spawn_blocking(move || isolate::start(&root, mode, &goal));
-    Ok(job.await.map_err(|e| NotIsolated::Job(e.to_string()))??)
+    Ok(job.await??)
 }
 
 /// What a run in a new worktree of its own works with, in place of the session's.
@@ -59,7 +59,7 @@ impl WorktreeRun {
     /// Takes the new worktree `i` for a run of `goal` with the workspace's configuration.
     pub fn start(i: &Isolated, config: &Config, goal: &str) -> Result<WorktreeRun, NotIsolated> {
         let root = i.root.clone();
-        let lock = RunLock::acquire(&root, goal).map_err(|e| NotIsolated::Lock(e.to_string()))?;
+        let lock = RunLock::acquire(&root, goal)?;
         let store = StoreThread::open(root.clone(), |opened| {
             if let Err(e) = opened {
                 warn!("the worktree run's figures will not be kept: {e}");

@@ -1,20 +1,35 @@
 //! The panic guard every job the session spawns runs under (agent runs, undo and redo, test
-//! runs, configuration reloads, rollbacks). A job that panics must still report its end, or the session
-//! would stay "busy" or "reloading" until a restart: `caught` turns the panic into an error
-//! the job's own end-report carries.
+//! runs, configuration reloads, rollbacks), and `Report`, the way such a job reports back. A
+//! job that panics must still report its end, or the session would stay "busy" or
+//! "reloading" until a restart: `caught` turns the panic into a `Panicked` error the job's own
+//! end-report carries.
 //!
 //! It also holds the test hook that makes a job of a given kind panic once, so the tests can
 //! show the session serving the next request after each kind of panic.
 
+use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use futures::FutureExt;
 use tracing::error;
 
 use super::ext;
+
+/// How a subsystem reports to the session: a function that takes its own message type (the
+/// session wraps it into its `Event`), so the subsystem never sees the session.
+pub type Report<T> = Arc<dyn Fn(T) + Send + Sync>;
+
+/// A job panicked; the text is what its end-report shows the user.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("agent-ls failed inside the {}: {message}", .kind.describe())]
+pub struct Panicked {
+    pub kind: Kind,
+    /// The panic's own message.
+    pub message: String,
+}
 
 /// The kinds of job the session spawns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,27 +66,35 @@ impl Kind {
     }
 }
 
-/// Runs a job's body, turning a panic into the message that its end-report carries. The
+/// Runs a job's body, turning a panic into the error that its end-report carries. The
 /// body's own values (a run lock, a reply channel) are dropped as it unwinds, so a lock is
 /// released before the end is reported.
-pub async fn caught<T>(kind: Kind, body: impl Future<Output = T>) -> Result<T, String> {
+pub async fn caught<T>(kind: Kind, body: impl Future<Output = T>) -> Result<T, Panicked> {
     AssertUnwindSafe(body)
         .catch_unwind()
         .await
-        .map_err(|panic| {
-            let message = super::panic_message(&panic);
-            error!("a {} job panicked: {message}", kind.as_str());
-            format!("agent-ls failed inside the {}: {message}", kind.describe())
-        })
+        .map_err(|panic| panicked(kind, &panic))
 }
 
 /// Like `caught`, for a job that runs on a blocking thread.
-pub fn caught_blocking<T>(kind: Kind, body: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(AssertUnwindSafe(body)).map_err(|panic| {
-        let message = super::panic_message(&panic);
-        error!("a {} job panicked: {message}", kind.as_str());
-        format!("agent-ls failed inside the {}: {message}", kind.describe())
-    })
+pub fn caught_blocking<T>(kind: Kind, body: impl FnOnce() -> T) -> Result<T, Panicked> {
+    std::panic::catch_unwind(AssertUnwindSafe(body)).map_err(|panic| panicked(kind, &panic))
+}
+
+/// Logs a caught panic of a `kind` job and makes its error.
+fn panicked(kind: Kind, panic: &Box<dyn Any + Send>) -> Panicked {
+    let message = panic_message(panic);
+    error!("a {} job panicked: {message}", kind.as_str());
+    Panicked { kind, message }
+}
+
+/// The text a panic was raised with (`panic!`'s message), or "unknown panic".
+pub fn panic_message(panic: &Box<dyn Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 impl Kind {

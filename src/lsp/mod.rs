@@ -1,11 +1,17 @@
 //! The language server: the only module that knows LSP types and JSON-RPC. Data flows one
 //! way: stdin → `transport` (frames, parses once) → the `session` (document notifications,
 //! in wire order) or tower-lsp (requests, answered from the session's state) → subsystems
-//! (`test_runs`, `agent_runs`, the store) whose reports come back to the session → the
-//! `outbox` → stdout. `agent-ls serve` (`cli::serve::lsp`) starts it with `serve_stdio`; the
-//! agent runs themselves are the runtime's `Drive`, which `agent_runs` gives an editor Shell.
+//! (`test_runs`, `agent_runs`, `undo`, `rollback`, the store) whose reports come back to the
+//! session → the `outbox` → stdout. `agent-ls serve` (`cli::serve::lsp`) starts it with
+//! `serve_stdio`; the agent runs themselves are the runtime's `Drive`, which `agent_runs`
+//! gives the editor shell of `shell`.
+//!
+//! No file here imports one that imports it back: the session imports the subsystems, the
+//! subsystems share the types below them (`connection`, `refused`, `jobs`), and none imports
+//! this file or the session.
 
 pub mod agent_runs;
+pub mod connection;
 pub mod convert;
 pub mod ext;
 pub mod git_commands;
@@ -13,15 +19,17 @@ mod isolation;
 pub mod jobs;
 mod json_text;
 pub mod outbox;
+pub mod refused;
 pub mod review_decision;
 pub mod review_diagnostics;
 pub mod rollback;
 pub mod session;
+mod shell;
 pub mod test_runs;
 pub mod transport;
+pub mod undo;
 pub mod workspace_edit;
 
-use std::any::Any;
 use std::future::Future;
 use std::os::fd::AsFd;
 use std::panic::AssertUnwindSafe;
@@ -40,11 +48,7 @@ use agent_ls_runtime::config;
 use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::logging::LogHandle;
 use outbox::Outbox;
-use session::{Event, Session, SessionHandle};
-
-/// How a subsystem reports to the session: a function that takes its own message type (the
-/// session wraps it into its `Event`), so the subsystem never sees the session.
-pub type Report<T> = Arc<dyn Fn(T) + Send + Sync>;
+use session::{Event, STORE_BUSY, Session, SessionHandle};
 
 /// Runs the server on stdin/stdout until `exit`, returning the process exit code the
 /// specification asks for: 0 when `shutdown` came first, 1 otherwise.
@@ -125,9 +129,6 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
 /// How long agent-ls.status may wait, all waits included: it must answer within 200 ms, and
 /// this leaves room for the pipe and a loaded machine.
 const STATUS_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// What status says of the store's part when the store did not answer in time.
-pub const STORE_BUSY: &str = "unknown (store busy)";
 
 /// Calls tower-lsp's service for each forwarded message and puts its answer on the outbox.
 struct Router {
@@ -411,12 +412,9 @@ impl Backend {
         let (goal, checkpoint) = {
             let run_id = run_id.clone();
             store
-                .call(move |s| {
-                    agent_ls_runtime::drive::resume_point(s, &run_id, active.as_deref())
-                        .map_err(|e| e.to_string())
-                })
+                .call(move |s| agent_ls_runtime::drive::resume_point(s, &run_id, active.as_deref()))
                 .await
-                .unwrap_or_else(|| Err("the store could not be opened".into()))
+                .ok_or_else(|| refused("the store could not be opened"))?
                 .map_err(refused)?
         };
         let lock = self.lock(&goal).await?;
@@ -519,100 +517,38 @@ impl LanguageServer for Backend {
 
     async fn execute_command(&self, params: ExecuteCommandParams) -> Result<Option<LSPAny>> {
         guarded("workspace/executeCommand", async {
-            match params.command.as_str() {
-                ext::RUN_COMMAND | ext::FIX_TESTS_COMMAND => {
-                    let args: agent_runs::RunArgs = if params.command == ext::FIX_TESTS_COMMAND {
-                        agent_runs::RunArgs {
-                            goal: "fix the failing tests".into(),
-                            ..Default::default()
-                        }
-                    } else {
-                        let first = params
-                            .arguments
-                            .first()
-                            .cloned()
-                            .unwrap_or(serde_json::Value::Null);
-                        serde_json::from_value(first).map_err(|e| {
-                            Error::invalid_params(format!(
-                                "agent-ls.run takes {{goal, uri?, range?}}: {e}"
-                            ))
-                        })?
+            let (command, first) = (params.command.as_str(), params.arguments.first());
+            // One arm a command: each parses its argument and hands the work on, so the match
+            // reads as the list of commands.
+            match command {
+                ext::RUN_COMMAND => self.start_run(run_args(first)?).await.map(Some),
+                ext::FIX_TESTS_COMMAND => {
+                    let args = agent_runs::RunArgs {
+                        goal: "fix the failing tests".into(),
+                        ..Default::default()
                     };
                     self.start_run(args).await.map(Some)
                 }
                 ext::REVIEW_COMMAND => {
-                    let args = review_args(params.arguments.first().cloned())?;
+                    let args = review_args(first.cloned())?;
                     self.start_run(args).await.map(Some)
                 }
                 ext::ACCEPT_COMMAND | ext::REJECT_COMMAND => {
                     self.session
-                        .send(Event::Decision(params.command == ext::ACCEPT_COMMAND));
+                        .send(Event::Decision(command == ext::ACCEPT_COMMAND));
                     Ok(Some(serde_json::json!({"sent": true})))
                 }
                 ext::UNDO_COMMAND | ext::REDO_COMMAND => {
-                    let step = match params.arguments.first() {
-                        None | Some(serde_json::Value::Null) => None,
-                        Some(v) => Some(v.get("step").and_then(|s| s.as_u64()).ok_or_else(
-                            || {
-                                Error::invalid_params(format!(
-                                    "{} takes no argument or {{\"step\": id}}",
-                                    params.command
-                                ))
-                            },
-                        )?),
-                    };
-                    if step.is_some() && params.command == ext::REDO_COMMAND {
-                        return Err(Error::invalid_params(
-                            "agent-ls.redo re-applies the latest undone step; it takes no step",
-                        ));
-                    }
-                    let id = self
-                        .undo(params.command == ext::REDO_COMMAND, step)
-                        .await?;
+                    let redo = command == ext::REDO_COMMAND;
+                    let id = self.undo(redo, step_arg(command, first)?).await?;
                     Ok(Some(serde_json::json!({"step": id})))
                 }
-                ext::RESUME_COMMAND => {
-                    let run_id = params
-                        .arguments
-                        .first()
-                        .and_then(|v| v.get("run_id"))
-                        .and_then(|v| v.as_str())
-                        .map(String::from)
-                        .ok_or_else(|| {
-                            Error::invalid_params(
-                                "agent-ls.resume takes {\"run_id\": id} (agent-ls.status lists interrupted runs)",
-                            )
-                        })?;
-                    self.resume(run_id).await.map(Some)
-                }
-                ext::ROLLBACK_COMMAND => {
-                    let args = match params.arguments.first() {
-                        None | Some(serde_json::Value::Null) => Default::default(),
-                        Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
-                            Error::invalid_params(format!(
-                                "agent-ls.rollback takes {{run?, force?}}: {e}"
-                            ))
-                        })?,
-                    };
-                    self.rollback(args).await.map(Some)
-                }
+                ext::RESUME_COMMAND => self.resume(resume_arg(first)?).await.map(Some),
+                ext::ROLLBACK_COMMAND => self.rollback(rollback_args(first)?).await.map(Some),
                 ext::COMMIT_COMMAND | ext::PR_COMMAND => {
-                    let run = match params.arguments.first() {
-                        None | Some(serde_json::Value::Null) => None,
-                        Some(v) => match v.get("run") {
-                            None | Some(serde_json::Value::Null) => None,
-                            Some(serde_json::Value::String(r)) => Some(r.clone()),
-                            Some(_) => {
-                                return Err(Error::invalid_params(format!(
-                                    "{} takes no argument or {{\"run\": id}}",
-                                    params.command
-                                )));
-                            }
-                        },
-                    };
-                    self.git_command(params.command == ext::PR_COMMAND, run)
-                        .await
-                        .map(Some)
+                    let pr = command == ext::PR_COMMAND;
+                    let run = run_arg(command, first)?;
+                    self.git_command(pr, run).await.map(Some)
                 }
                 ext::STATUS_COMMAND => self.status().await.map(Some),
                 ext::RERUN_TESTS_COMMAND => {
@@ -634,6 +570,64 @@ impl LanguageServer for Backend {
             }
         })
         .await
+    }
+}
+
+/// `agent-ls.run`'s argument: `{goal, uri?, range?, agent?, reproduce?}`.
+fn run_args(first: Option<&serde_json::Value>) -> Result<agent_runs::RunArgs> {
+    let first = first.cloned().unwrap_or(serde_json::Value::Null);
+    serde_json::from_value(first).map_err(|e| {
+        Error::invalid_params(format!("agent-ls.run takes {{goal, uri?, range?}}: {e}"))
+    })
+}
+
+/// `agent-ls.undo`'s and `agent-ls.redo`'s argument: none, or `{"step": id}` (undo only).
+fn step_arg(command: &str, first: Option<&serde_json::Value>) -> Result<Option<u64>> {
+    let step = match first {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => Some(v.get("step").and_then(|s| s.as_u64()).ok_or_else(|| {
+            Error::invalid_params(format!("{command} takes no argument or {{\"step\": id}}"))
+        })?),
+    };
+    if step.is_some() && command == ext::REDO_COMMAND {
+        return Err(Error::invalid_params(
+            "agent-ls.redo re-applies the latest undone step; it takes no step",
+        ));
+    }
+    Ok(step)
+}
+
+/// `agent-ls.resume`'s argument: `{"run_id": id}`.
+fn resume_arg(first: Option<&serde_json::Value>) -> Result<String> {
+    first
+        .and_then(|v| v.get("run_id"))
+        .and_then(|v| v.as_str())
+        .map(String::from)
+        .ok_or_else(|| {
+            Error::invalid_params(
+                "agent-ls.resume takes {\"run_id\": id} (agent-ls.status lists interrupted runs)",
+            )
+        })
+}
+
+/// `agent-ls.rollback`'s argument: none, or `{run?, force?}`.
+fn rollback_args(first: Option<&serde_json::Value>) -> Result<rollback::RollbackArgs> {
+    match first {
+        None | Some(serde_json::Value::Null) => Ok(Default::default()),
+        Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+            Error::invalid_params(format!("agent-ls.rollback takes {{run?, force?}}: {e}"))
+        }),
+    }
+}
+
+/// `agent-ls.commit`'s and `agent-ls.pr`'s argument: none, or `{"run": id}`.
+fn run_arg(command: &str, first: Option<&serde_json::Value>) -> Result<Option<String>> {
+    match first.map(|v| v.get("run")) {
+        None | Some(None | Some(serde_json::Value::Null)) => Ok(None),
+        Some(Some(serde_json::Value::String(r))) => Ok(Some(r.clone())),
+        Some(Some(_)) => Err(Error::invalid_params(format!(
+            "{command} takes no argument or {{\"run\": id}}"
+        ))),
     }
 }
 
@@ -666,34 +660,28 @@ const WRITE_FAILING_TEST: &str = "Agent: write a failing test for this";
 /// Each runs `agent-ls.run`.
 fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionResponse {
     let uri = &params.text_document.uri;
-    let action = |title: &str,
-                  kind: CodeActionKind,
-                  goal: String,
-                  range: Option<Range>,
-                  diagnostics: Option<Vec<Diagnostic>>| {
-        let mut args = serde_json::json!({"goal": goal, "uri": uri, "range": range});
-        // The review action names its agent; the others run the default one.
-        if title == "Agent: review" {
-            args["agent"] = "review".into();
-        }
-        // The tester shows the bug with a test before the coder fixes it (docs/tester.md).
-        if title == WRITE_FAILING_TEST {
-            args["reproduce"] = true.into();
-        }
-        CodeActionOrCommand::CodeAction(CodeAction {
-            title: title.into(),
-            kind: Some(kind),
-            diagnostics,
-            command: Some(Command {
-                title: title.into(),
-                command: ext::RUN_COMMAND.into(),
-                arguments: Some(vec![args]),
-            }),
-            ..CodeAction::default()
-        })
-    };
     let mut out = Vec::new();
-    for d in params.context.diagnostics.iter().filter(|_| !out_of_sync) {
+    if !out_of_sync {
+        out.extend(fix_actions(uri, &params.context.diagnostics));
+        let r = params.range;
+        if r.start != r.end {
+            out.extend(selection_actions(uri, r));
+        }
+    }
+    out.push(agent_action(
+        uri,
+        "Agent: fix failing tests",
+        CodeActionKind::new("source.agent-ls.fixTests"),
+        "fix the failing tests".into(),
+        (None, None),
+    ));
+    out
+}
+
+/// "Agent: fix this" for each error among the diagnostics at the cursor.
+fn fix_actions(uri: &Uri, diagnostics: &[Diagnostic]) -> Vec<CodeActionOrCommand> {
+    let mut out = Vec::new();
+    for d in diagnostics {
         if d.severity.is_some_and(|s| s != DiagnosticSeverity::ERROR) {
             continue;
         }
@@ -704,7 +692,8 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
             (Some(test_runs::SOURCE), _) => "test failure".to_string(),
             _ => "error".to_string(),
         };
-        let mut fix = action(
+        let mut fix = agent_action(
+            uri,
             "Agent: fix this",
             CodeActionKind::QUICKFIX,
             format!(
@@ -712,8 +701,7 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
                 d.range.start.line + 1,
                 d.message
             ),
-            Some(d.range),
-            Some(vec![d.clone()]),
+            (Some(d.range), Some(vec![d.clone()])),
         );
         // The fix of the failure under the cursor is what a client applies on its own
         // (eglot's and VS Code's "preferred" quick fix).
@@ -722,56 +710,73 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
         }
         out.push(fix);
     }
-    let r = params.range;
-    if r.start != r.end && !out_of_sync {
-        // The actions that only read come first: a client that takes the first action on
-        // a keypress must not start an edit run on a selection by accident.
-        out.push(action(
+    out
+}
+
+/// The actions on a selection. The actions that only read come first: a client that takes
+/// the first action on a keypress must not start an edit run on a selection by accident.
+fn selection_actions(uri: &Uri, r: Range) -> Vec<CodeActionOrCommand> {
+    [
+        (
             "Agent: explain",
             CodeActionKind::EMPTY,
-            "Explain the selected code".into(),
-            Some(r),
-            None,
-        ));
-        out.push(action(
+            "Explain the selected code",
+        ),
+        (
             "Agent: review",
             CodeActionKind::EMPTY,
-            "Review the selected code: bugs first, then risks, missing tests and unclear names"
-                .into(),
-            Some(r),
-            None,
-        ));
-        out.push(action(
+            "Review the selected code: bugs first, then risks, missing tests and unclear names",
+        ),
+        (
             WRITE_FAILING_TEST,
             CodeActionKind::EMPTY,
-            "The selected code has a bug: write a test that fails because of it, then fix it"
-                .into(),
-            Some(r),
-            None,
-        ));
-        out.push(action(
+            "The selected code has a bug: write a test that fails because of it, then fix it",
+        ),
+        (
             "Agent: implement",
             CodeActionKind::REFACTOR_REWRITE,
-            "Implement the selected code".into(),
-            Some(r),
-            None,
-        ));
-        out.push(action(
+            "Implement the selected code",
+        ),
+        (
             "Agent: refactor",
             CodeActionKind::REFACTOR,
-            "Refactor the selected code, keeping its behaviour".into(),
-            Some(r),
-            None,
-        ));
+            "Refactor the selected code, keeping its behaviour",
+        ),
+    ]
+    .into_iter()
+    .map(|(title, kind, goal)| agent_action(uri, title, kind, goal.into(), (Some(r), None)))
+    .collect()
+}
+
+/// A code action that runs `agent-ls.run` for `goal`, on `range` when given, fixing the
+/// `diagnostics` given.
+fn agent_action(
+    uri: &Uri,
+    title: &str,
+    kind: CodeActionKind,
+    goal: String,
+    (range, diagnostics): (Option<Range>, Option<Vec<Diagnostic>>),
+) -> CodeActionOrCommand {
+    let mut args = serde_json::json!({"goal": goal, "uri": uri, "range": range});
+    // The review action names its agent; the others run the default one.
+    if title == "Agent: review" {
+        args["agent"] = "review".into();
     }
-    out.push(action(
-        "Agent: fix failing tests",
-        CodeActionKind::new("source.agent-ls.fixTests"),
-        "fix the failing tests".into(),
-        None,
-        None,
-    ));
-    out
+    // The tester shows the bug with a test before the coder fixes it (docs/tester.md).
+    if title == WRITE_FAILING_TEST {
+        args["reproduce"] = true.into();
+    }
+    CodeActionOrCommand::CodeAction(CodeAction {
+        title: title.into(),
+        kind: Some(kind),
+        diagnostics,
+        command: Some(Command {
+            title: title.into(),
+            command: ext::RUN_COMMAND.into(),
+            arguments: Some(vec![args]),
+        }),
+        ..CodeAction::default()
+    })
 }
 
 /// Runs a request handler so that a panic inside it answers that request with an internal
@@ -780,7 +785,7 @@ async fn guarded<T>(method: &str, handler: impl Future<Output = Result<T>>) -> R
     match AssertUnwindSafe(handler).catch_unwind().await {
         Ok(result) => result,
         Err(panic) => {
-            let message = panic_message(&panic);
+            let message = jobs::panic_message(&panic);
             error!("{method} panicked: {message}");
             Err(Error {
                 code: ErrorCode::InternalError,
@@ -789,14 +794,6 @@ async fn guarded<T>(method: &str, handler: impl Future<Output = Result<T>>) -> R
             })
         }
     }
-}
-
-pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 trait WithMessage {

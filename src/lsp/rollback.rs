@@ -16,15 +16,50 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use super::agent_runs::{self, AgentMessage, Connection, Snapshot};
+use super::connection::{AgentMessage, Connection, Snapshot};
 use super::jobs;
-use super::session::Refused;
+use super::refused::Refused;
+use super::shell;
 use agent_ls_core::edit::{self, FileChange, FileText};
-use agent_ls_runtime::drive::{ApplyError, recorded_run};
+use agent_ls_runtime::drive::{RecordedRunError, recorded_run};
 use agent_ls_runtime::files;
-use agent_ls_runtime::git::Repo;
 use agent_ls_runtime::git::checkpoint::{self, Restore, RollbackPlan};
+use agent_ls_runtime::git::{GitError, Repo};
 use agent_ls_runtime::lock::RunLock;
+
+/// Why a rollback from the editor did not go through, or (for the run that just ended, rolled
+/// back at its review question) was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum NotRolledBack {
+    /// Refused by the checkpoint's plan: files changed since the run, or left out of it.
+    #[error("{0}")]
+    Refused(String),
+    /// Refused: these files no longer hold what the run left.
+    #[error("changed since the run: {}", .0.join(", "))]
+    ChangedSince(Vec<String>),
+    #[error("{path}: {why}")]
+    Unreadable { path: String, why: String },
+    /// The editor or the disk did not take the restore.
+    #[error("{0}")]
+    Apply(String),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Record(#[from] RecordedRunError),
+    #[error(transparent)]
+    Checkpoint(#[from] checkpoint::RollbackError),
+    #[error("{file}: {source}")]
+    Executable {
+        file: String,
+        source: std::io::Error,
+    },
+    /// The blocking job that reads or writes git did not finish.
+    #[error("{0}")]
+    Job(#[from] tokio::task::JoinError),
+    /// The rollback job itself failed (it panicked, or could not restore).
+    #[error(transparent)]
+    Failed(#[from] Refused),
+}
 
 /// Arguments of `agent-ls.rollback`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -84,7 +119,7 @@ pub fn spawn_rollback(r: RollbackStart) {
         let job = rollback(r.args, r.snapshot, r.connection, r.limits);
         let (run_id, answer) = match jobs::caught(jobs::Kind::Rollback, job).await {
             Ok(done) => done,
-            Err(why) => (None, Err(Refused::Failed(why))),
+            Err(panicked) => (None, Err(Refused::Panicked(panicked))),
         };
         drop(lock);
         let files = answer.as_ref().ok().and_then(|v| v.get("rolled_back"));
@@ -114,10 +149,9 @@ async fn rollback(
     let root = c.root.clone();
     let planned =
         tokio::task::spawn_blocking(move || plan(&root, args.run.as_deref(), &texts)).await;
-    let p = match planned {
-        Ok(Ok(p)) => p,
-        Ok(Err(why)) => return (None, Err(Refused::Failed(why))),
-        Err(e) => return (None, Err(Refused::Failed(e.to_string()))),
+    let p = match planned.map_err(NotRolledBack::from).and_then(|p| p) {
+        Ok(p) => p,
+        Err(why) => return (None, Err(Refused::Failed(why.to_string()))),
     };
     let run_id = Some(p.run_id.clone());
     let mut answer = json!({"run_id": p.run_id, "checkpoint": p.checkpoint});
@@ -175,7 +209,7 @@ pub(super) async fn roll_back_ended_run(
     limits: edit::Limits,
     (run_id, checkpoint): (&str, bool),
     originals: &[(String, Option<String>, String)],
-) -> Result<bool, String> {
+) -> Result<bool, NotRolledBack> {
     if checkpoint {
         let args = RollbackArgs {
             run: Some(run_id.to_string()),
@@ -184,13 +218,15 @@ pub(super) async fn roll_back_ended_run(
         return match rollback(args, snapshot, c.clone(), limits).await.1 {
             Ok(answer) => match answer.get("rolled_back").and_then(|f| f.as_array()) {
                 Some(files) => Ok(!files.is_empty()),
-                None => Err(answer
-                    .get("refused")
-                    .and_then(|r| r.as_str())
-                    .unwrap_or("refused")
-                    .to_string()),
+                None => Err(NotRolledBack::Refused(
+                    answer
+                        .get("refused")
+                        .and_then(|r| r.as_str())
+                        .unwrap_or("refused")
+                        .to_string(),
+                )),
             },
-            Err(why) => Err(why.to_string()),
+            Err(why) => Err(why.into()),
         };
     }
     let (mut edits, mut deletes, mut changed) = (Vec::new(), Vec::new(), Vec::new());
@@ -200,7 +236,10 @@ pub(super) async fn roll_back_ended_run(
             None => match files::read_for_plan(&c.root, path) {
                 FileText::Text(t) => Some(t),
                 FileText::Missing => None,
-                FileText::Refused(why) => return Err(format!("{path}: {why}")),
+                FileText::Refused(why) => {
+                    let path = path.clone();
+                    return Err(NotRolledBack::Unreadable { path, why });
+                }
             },
         };
         if now.as_deref() != Some(left.as_str()) {
@@ -213,16 +252,14 @@ pub(super) async fn roll_back_ended_run(
         }
     }
     if !changed.is_empty() {
-        return Err(format!("changed since the run: {}", changed.join(", ")));
+        return Err(NotRolledBack::ChangedSince(changed));
     }
     let label = format!("agent-ls: roll back run {run_id}");
-    let failed = |(ApplyError::Stale(e) | ApplyError::Failed(e))| e;
-    agent_runs::apply_restore(c, snapshot, limits, label, &edits)
+    let failed = |e| NotRolledBack::Apply(shell::apply_failure(e));
+    shell::apply_restore(c, snapshot, limits, label, &edits)
         .await
         .map_err(failed)?;
-    agent_runs::delete_files(c, &deletes)
-        .await
-        .map_err(failed)?;
+    shell::delete_files(c, &deletes).await.map_err(failed)?;
     Ok(!edits.is_empty() || !deletes.is_empty())
 }
 
@@ -246,15 +283,13 @@ fn plan(
     root: &Path,
     run: Option<&str>,
     texts: &BTreeMap<String, Vec<u8>>,
-) -> Result<Planned, String> {
-    let repo = Repo::discover(root).map_err(|e| e.to_string())?;
-    let run = recorded_run(root, &repo, run).map_err(|e| e.to_string())?;
-    let mut plan =
-        checkpoint::plan_rollback(&repo, &run.checkpoint, &run.files).map_err(|e| e.to_string())?;
+) -> Result<Planned, NotRolledBack> {
+    let repo = Repo::discover(root)?;
+    let run = recorded_run(root, &repo, run)?;
+    let mut plan = checkpoint::plan_rollback(&repo, &run.checkpoint, &run.files)?;
     let already = plan.take_restored(&repo, texts);
     let names: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
-    let changed =
-        checkpoint::changed_since(&repo, &run.files, &names, texts).map_err(|e| e.to_string())?;
+    let changed = checkpoint::changed_since(&repo, &run.files, &names, texts)?;
     Ok(Planned {
         repo,
         run_id: run.run_id,
@@ -316,12 +351,12 @@ async fn restore(
     limits: edit::Limits,
     label: String,
     ways: &Ways,
-) -> Result<(), String> {
-    let failed = |(ApplyError::Stale(e) | ApplyError::Failed(e))| e;
-    agent_runs::apply_restore(c, snapshot, limits, label, &ways.edits)
+) -> Result<(), NotRolledBack> {
+    let failed = |e| NotRolledBack::Apply(shell::apply_failure(e));
+    shell::apply_restore(c, snapshot, limits, label, &ways.edits)
         .await
         .map_err(failed)?;
-    agent_runs::delete_files(c, &ways.deletes)
+    shell::delete_files(c, &ways.deletes)
         .await
         .map_err(failed)?;
     let (repo, disk, root) = (repo.clone(), ways.disk.clone(), c.root.clone());
@@ -331,12 +366,12 @@ async fn restore(
             files: disk,
             left_out: Vec::new(),
         };
-        checkpoint::apply(&repo, &plan).map_err(|e| e.to_string())?;
-        for f in executable {
-            checkpoint::set_executable(&root.join(&f), true).map_err(|e| format!("{f}: {e}"))?;
+        checkpoint::apply(&repo, &plan)?;
+        for file in executable {
+            checkpoint::set_executable(&root.join(&file), true)
+                .map_err(|source| NotRolledBack::Executable { file, source })?;
         }
         Ok(())
     })
-    .await
-    .map_err(|e| e.to_string())?
+    .await?
 }

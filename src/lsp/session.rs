@@ -24,12 +24,22 @@ use tower_lsp_server::ls_types::{
 };
 use tracing::{debug, error, info, warn};
 
-use super::agent_runs::{self, AgentMessage, Connection, RunArgs, RunFinished, Snapshot};
+use super::agent_runs::{self, RunArgs, RunFinished};
+use super::connection::{
+    AgentMessage, AppliedStep, Connection, Snapshot, UndoFailed, WrittenUnder,
+};
+use super::convert;
+use super::ext;
+use super::git_commands;
+use super::jobs::{self, Panicked, Report};
 use super::outbox::Outbox;
+use super::refused::Refused;
+use super::review_diagnostics::ReviewDiagnostics;
+use super::rollback::{self, RollbackArgs};
 use super::test_runs::{self, TestMessage, TestRuns, Trigger};
 use super::transport::Notice;
+use super::undo;
 use super::workspace_edit::EditSupport;
-use super::{Report, convert};
 use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::edit::history::{History, Step};
 use agent_ls_core::events::{LiveEvent, RunEvent};
@@ -40,7 +50,9 @@ use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::logging::LogHandle;
 use agent_ls_runtime::store::{StoreError, StoreThread};
 
-/// The answers of the trust question.
+/// What status says of the store's part when the store did not answer in time.
+pub const STORE_BUSY: &str = "unknown (store busy)";
+
 /// A closed document past this size has its memory handed back to the system at once.
 const LARGE_DOCUMENT_BYTES: usize = 8 * 1024 * 1024;
 
@@ -55,6 +67,7 @@ fn give_back_freed_memory() {
     }
 }
 
+/// The answers of the trust question.
 const TRUST_FOLDER: &str = "Trust Folder";
 const NOT_NOW: &str = "Not Now";
 const NEVER: &str = "Never for This Folder";
@@ -87,7 +100,7 @@ pub enum Event {
     /// force stays.
     ConfigFailed {
         generation: u64,
-        why: String,
+        why: Panicked,
     },
     Tests(TestMessage),
     Agent(AgentMessage),
@@ -125,7 +138,7 @@ pub enum Event {
     },
     /// agent-ls.rollback: restore a run's files from its git checkpoint.
     Rollback {
-        args: super::rollback::RollbackArgs,
+        args: RollbackArgs,
         lock: RunLock,
         reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
     },
@@ -138,39 +151,6 @@ pub enum Event {
         lock: RunLock,
         reply: oneshot::Sender<Result<String, Refused>>,
     },
-}
-
-/// Why the session will not start a run, an undo or a resume: the text is the command's
-/// error message.
-#[derive(Debug, thiserror::Error)]
-pub enum Refused {
-    #[error("a run is in progress ({id}: {goal}); cancel it first with agent-ls.cancel")]
-    RunInProgress { id: String, goal: String },
-    #[error("an undo of step {0} is in progress")]
-    UndoInProgress(u64),
-    #[error("a rollback is in progress")]
-    RollbackInProgress,
-    #[error("agent-ls needs a workspace folder to run the agent")]
-    NoWorkspaceForRun,
-    #[error("no workspace folder")]
-    NoWorkspace,
-    #[error("the goal is empty")]
-    EmptyGoal,
-    /// The agent the command named cannot be used (`choose_agent` says why).
-    #[error("{0}")]
-    Agent(String),
-    #[error("the undo history is not loaded yet")]
-    HistoryNotLoaded,
-    #[error("no applied step {0} to undo (agent-ls.status lists the steps)")]
-    NoSuchStep(u64),
-    #[error("nothing to {}", if *.redo { "redo" } else { "undo" })]
-    NothingTo { redo: bool },
-    /// The step's reversal cannot be computed from the files as they are now.
-    #[error("{0}")]
-    Reversal(String),
-    /// The job failed inside agent-ls (a panic, caught and reported).
-    #[error("{0}")]
-    Failed(String),
 }
 
 /// The sending side, cloned into every handler. Sending never blocks or awaits, so a handler
@@ -267,7 +247,7 @@ pub struct Session {
     capabilities: ClientCapabilities,
     tests: TestRuns,
     /// The latest review's findings, as diagnostics.
-    review: super::review_diagnostics::ReviewDiagnostics,
+    review: ReviewDiagnostics,
     test_report: Report<TestMessage>,
     agent_report: Report<AgentMessage>,
     active: Option<Active>,
@@ -281,7 +261,7 @@ pub struct Session {
     trust_asked: bool,
     /// Open documents whose file the server wrote under the editor (a client without
     /// `agent-ls/saveFiles`), until the editor reads or saves the file again.
-    written_under: agent_runs::WrittenUnder,
+    written_under: WrittenUnder,
 }
 
 impl Session {
@@ -314,7 +294,7 @@ impl Session {
             store: None,
             waiters: Vec::new(),
             trust_asked: false,
-            written_under: agent_runs::WrittenUnder::default(),
+            written_under: WrittenUnder::default(),
         };
         tokio::spawn(session.run(rx));
         me
@@ -362,15 +342,14 @@ impl Session {
         });
         if self.history.is_none() {
             // The store has not given the history yet: no steps is not "no steps".
-            status["steps_unknown"] = super::STORE_BUSY.into();
+            status["steps_unknown"] = STORE_BUSY.into();
         }
         status
     }
 
-    /// The id of the run in progress, which is not interrupted though the store says running.
     /// What a run's commit or pull request needs (none without a folder or a store).
-    pub fn git_context(&self) -> Option<super::git_commands::GitContext> {
-        Some(super::git_commands::GitContext {
+    pub fn git_context(&self) -> Option<git_commands::GitContext> {
+        Some(git_commands::GitContext {
             root: self.workspace_root.clone()?,
             config: self.config.config.clone(),
             trusted: self.config.trusted,
@@ -378,6 +357,7 @@ impl Session {
         })
     }
 
+    /// The id of the run in progress, which is not interrupted though the store says running.
     pub fn active_run(&self) -> Option<String> {
         match &self.active {
             Some(Active::Run { id, .. }) => Some(id.clone()),
@@ -391,7 +371,7 @@ impl Session {
             if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| self.handle(event))) {
                 error!(
                     "session event handler panicked: {}",
-                    super::panic_message(&panic)
+                    jobs::panic_message(&panic)
                 );
             }
         }
@@ -438,21 +418,7 @@ impl Session {
             Event::TrustDecided(decision) => self.trust_decided(decision),
             Event::Tests(m) => self.test_message(m),
             Event::Agent(m) => self.agent_message(m),
-            Event::StoreOpened(result) => match result {
-                Ok(Some(notice)) => {
-                    warn!("{notice}");
-                    self.outbox
-                        .show_message(MessageType::WARNING, format!("agent-ls: {notice}"));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    error!("{e}");
-                    self.outbox.show_message(
-                        MessageType::WARNING,
-                        format!("agent-ls: {e}; undo history will not survive a restart"),
-                    );
-                }
-            },
+            Event::StoreOpened(result) => self.store_opened(result),
             Event::HistoryLoaded(steps) => {
                 self.history = Some(History::restore(steps));
                 self.replay_deferred();
@@ -469,14 +435,7 @@ impl Session {
             Event::StartRun { args, lock, reply } => {
                 let _ = reply.send(self.start_run(args, lock));
             }
-            Event::Decision(yes) => match &self.active {
-                Some(Active::Run { decisions, .. }) => {
-                    let _ = decisions.send(yes);
-                }
-                _ => self
-                    .outbox
-                    .show_message(MessageType::INFO, "agent-ls: no proposal is waiting"),
-            },
+            Event::Decision(yes) => self.decision(yes),
             Event::Undo {
                 redo,
                 step,
@@ -491,19 +450,57 @@ impl Session {
                 lock,
                 reply,
             } => {
-                let answer = match self.busy() {
-                    Some(why) => Err(why),
-                    None => self.launch(
-                        run_id,
-                        goal.clone(),
-                        goal,
-                        (checkpoint.map(|c| *c), None, None, false),
-                        lock,
-                    ),
-                };
-                let _ = reply.send(answer);
+                let _ = reply.send(self.resume(run_id, goal, checkpoint.map(|c| *c), lock));
             }
         }
+    }
+
+    /// The store opened, perhaps after moving an unreadable one aside, or could not be: the
+    /// user hears of either.
+    fn store_opened(&mut self, result: Result<Option<String>, StoreError>) {
+        match result {
+            Ok(Some(notice)) => {
+                warn!("{notice}");
+                self.outbox
+                    .show_message(MessageType::WARNING, format!("agent-ls: {notice}"));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                error!("{e}");
+                self.outbox.show_message(
+                    MessageType::WARNING,
+                    format!("agent-ls: {e}; undo history will not survive a restart"),
+                );
+            }
+        }
+    }
+
+    /// agent-ls.accept or agent-ls.reject: the answer goes to the run waiting for one.
+    fn decision(&mut self, yes: bool) {
+        match &self.active {
+            Some(Active::Run { decisions, .. }) => {
+                let _ = decisions.send(yes);
+            }
+            _ => self
+                .outbox
+                .show_message(MessageType::INFO, "agent-ls: no proposal is waiting"),
+        }
+    }
+
+    /// agent-ls.resume: an interrupted run goes on from its checkpoint (or from its goal, when
+    /// it has none), under its own id.
+    fn resume(
+        &mut self,
+        run_id: String,
+        goal: String,
+        checkpoint: Option<Run>,
+        lock: RunLock,
+    ) -> Result<String, Refused> {
+        if let Some(why) = self.busy() {
+            return Err(why);
+        }
+        let title = goal.clone();
+        self.launch(run_id, title, goal, (checkpoint, None, None, false), lock)
     }
 
     /// The history is read and no configuration reload is under way.
@@ -541,34 +538,7 @@ impl Session {
                     give_back_freed_memory();
                 }
             }
-            Notice::Saved(p) => {
-                self.written_under.forget(&p.text_document.uri);
-                let is_workspace_config = match (
-                    &self.workspace_root,
-                    convert::path_from_uri(&p.text_document.uri),
-                ) {
-                    (Some(root), Some(path)) => path == root.join(config::WORKSPACE_FILE),
-                    _ => false,
-                };
-                if is_workspace_config {
-                    self.reload_config(self.inputs.clone());
-                } else if self.active.is_some() {
-                    // An agent run (or undo) saves the files it wrote and runs the tests
-                    // itself; a save now starts no run of its own.
-                    debug!("save during an agent run; no test run of its own");
-                } else if self.config.config.test.on_save {
-                    match self.config.config.test.debounce_ms {
-                        // No delay asked for: the save's run starts now.
-                        0 => self.start_tests(Trigger::User {
-                            reason: "save".into(),
-                            command: None,
-                        }),
-                        ms => self
-                            .tests
-                            .saved(&self.test_report, std::time::Duration::from_millis(ms)),
-                    }
-                }
-            }
+            Notice::Saved(p) => self.saved(&p.text_document.uri),
             Notice::Configuration(p) => {
                 let mut inputs = self.inputs.clone();
                 let mut settings = p.settings;
@@ -579,28 +549,60 @@ impl Session {
                 inputs.client_settings = (!settings.is_null()).then_some(settings);
                 self.reload_config(inputs);
             }
-            Notice::ProgressCancel(p) => {
-                let token = match p.token {
-                    NumberOrString::String(s) => s,
-                    NumberOrString::Number(n) => n.to_string(),
-                };
-                if let Some(id) = token.strip_prefix("agent-ls/run/") {
-                    match &self.active {
-                        Some(Active::Run {
-                            id: active, cancel, ..
-                        }) if active == id => {
-                            cancel.cancel();
-                            self.tests.cancel_agent();
-                        }
-                        _ => debug!("a cancel for run {id}, which is not running"),
-                    }
-                } else if let Some(generation) = token
-                    .strip_prefix("agent-ls/tests/")
-                    .and_then(|g| g.parse().ok())
-                {
-                    self.tests.cancel_generation(generation);
-                }
+            Notice::ProgressCancel(p) => self.progress_cancelled(p.token),
+        }
+    }
+
+    /// A document was saved: the configuration file is loaded again; any other file starts a
+    /// test run when `test.on_save` asks for one and no job is in progress.
+    fn saved(&mut self, uri: &Uri) {
+        self.written_under.forget(uri);
+        let is_workspace_config = match (&self.workspace_root, convert::path_from_uri(uri)) {
+            (Some(root), Some(path)) => path == root.join(config::WORKSPACE_FILE),
+            _ => false,
+        };
+        if is_workspace_config {
+            self.reload_config(self.inputs.clone());
+        } else if self.active.is_some() {
+            // An agent run (or undo) saves the files it wrote and runs the tests
+            // itself; a save now starts no run of its own.
+            debug!("save during an agent run; no test run of its own");
+        } else if self.config.config.test.on_save {
+            match self.config.config.test.debounce_ms {
+                // No delay asked for: the save's run starts now.
+                0 => self.start_tests(Trigger::User {
+                    reason: "save".into(),
+                    command: None,
+                }),
+                ms => self
+                    .tests
+                    .saved(&self.test_report, std::time::Duration::from_millis(ms)),
             }
+        }
+    }
+
+    /// The client's cancel button on a progress: an agent run's (which also cancels the tests
+    /// it is waiting on), or a test run's.
+    fn progress_cancelled(&mut self, token: NumberOrString) {
+        let token = match token {
+            NumberOrString::String(s) => s,
+            NumberOrString::Number(n) => n.to_string(),
+        };
+        if let Some(id) = token.strip_prefix("agent-ls/run/") {
+            match &self.active {
+                Some(Active::Run {
+                    id: active, cancel, ..
+                }) if active == id => {
+                    cancel.cancel();
+                    self.tests.cancel_agent();
+                }
+                _ => debug!("a cancel for run {id}, which is not running"),
+            }
+        } else if let Some(generation) = token
+            .strip_prefix("agent-ls/tests/")
+            .and_then(|g| g.parse().ok())
+        {
+            self.tests.cancel_generation(generation);
         }
     }
 
@@ -639,31 +641,8 @@ impl Session {
             AgentMessage::RunTests { reply, command } => {
                 self.start_tests(Trigger::Agent { reply, command })
             }
-            AgentMessage::StepApplied {
-                run_id,
-                goal,
-                task,
-                iteration,
-                changes,
-                files,
-            } => self.step_applied(run_id, goal, task, iteration, changes, files),
-            AgentMessage::Finished { id, outcome } => {
-                if matches!(&self.active, Some(Active::Run { id: a, .. }) if *a == id) {
-                    self.active = None;
-                }
-                // The session knows the run ended before the client does, so a client that
-                // reacts to runFinished (an undo, a new run) never finds it still in progress.
-                let kind = if outcome.status == RunStatus::Done {
-                    MessageType::INFO
-                } else {
-                    MessageType::WARNING
-                };
-                self.outbox
-                    .show_message(kind, format!("agent-ls: {}", outcome.answer));
-                self.outbox.notify::<RunFinished>((*outcome).clone());
-                self.reviewed(&outcome);
-                self.last_outcome = Some(*outcome);
-            }
+            AgentMessage::StepApplied(step) => self.step_applied(step),
+            AgentMessage::Finished { id, outcome } => self.run_finished(&id, *outcome),
             AgentMessage::Reviewed { review, reply } => {
                 if let Some(root) = &self.workspace_root {
                     let uris = self.review.set(root, Some(&review));
@@ -681,57 +660,78 @@ impl Session {
                 redo,
                 goal,
                 result,
-            } => {
-                if matches!(self.active, Some(Active::Undo { step: s }) if s == step) {
-                    self.active = None;
-                }
-                let what = if redo { "redo" } else { "undo" };
-                match result {
-                    Ok(()) => {
-                        if let Some(history) = &mut self.history {
-                            if redo {
-                                history.mark_redone(step);
-                            } else {
-                                history.mark_undone(step);
-                            }
-                            // The run view marks the step undone (or done again).
-                            let run_id = history
-                                .find_done(step)
-                                .or(history.last_undone().filter(|s| s.id == step))
-                                .map(|s| s.run_id.clone());
-                            if let Some(run_id) = run_id {
-                                self.outbox.notify::<super::ext::RunEventNotification>(
-                                    LiveEvent {
-                                        run_id,
-                                        iteration: 0,
-                                        event: RunEvent::Undone { step, redo },
-                                    }
-                                    .to_wire(),
-                                );
-                            }
-                        }
-                        if let Some(store) = &self.store {
-                            store.send("an undo", move |s| s.set_undone(step, !redo));
-                        }
-                        if !redo {
-                            self.review_undone();
-                        }
-                        let did = if redo { "redid" } else { "undid" };
-                        self.outbox.show_message(
-                            MessageType::INFO,
-                            format!(
-                                "agent-ls: {did} step {step} ({})",
-                                agent_ls_core::agent::one_line(&goal)
-                            ),
-                        );
+            } => self.undo_finished(step, redo, &goal, result),
+        }
+    }
+
+    /// A run ended. The session knows it before the client does, so a client that reacts to
+    /// runFinished (an undo, a new run) never finds it still in progress.
+    fn run_finished(&mut self, id: &str, outcome: Outcome) {
+        if matches!(&self.active, Some(Active::Run { id: a, .. }) if a == id) {
+            self.active = None;
+        }
+        let kind = if outcome.status == RunStatus::Done {
+            MessageType::INFO
+        } else {
+            MessageType::WARNING
+        };
+        self.outbox
+            .show_message(kind, format!("agent-ls: {}", outcome.answer));
+        self.outbox.notify::<RunFinished>(outcome.clone());
+        self.reviewed(&outcome);
+        self.last_outcome = Some(outcome);
+    }
+
+    /// An undo or redo ended: the workspace is free, and a step that moved is marked so in
+    /// the history, the run view and the store.
+    fn undo_finished(&mut self, step: u64, redo: bool, goal: &str, result: Result<(), UndoFailed>) {
+        if matches!(self.active, Some(Active::Undo { step: s }) if s == step) {
+            self.active = None;
+        }
+        let what = if redo { "redo" } else { "undo" };
+        if let Err(e) = result {
+            self.outbox.show_message(
+                MessageType::ERROR,
+                format!("agent-ls: could not {what} step {step}: {e}"),
+            );
+            return;
+        }
+        if let Some(history) = &mut self.history {
+            if redo {
+                history.mark_redone(step);
+            } else {
+                history.mark_undone(step);
+            }
+            // The run view marks the step undone (or done again).
+            let run_id = history
+                .find_done(step)
+                .or(history.last_undone().filter(|s| s.id == step))
+                .map(|s| s.run_id.clone());
+            if let Some(run_id) = run_id {
+                self.outbox.notify::<ext::RunEventNotification>(
+                    LiveEvent {
+                        run_id,
+                        iteration: 0,
+                        event: RunEvent::Undone { step, redo },
                     }
-                    Err(e) => self.outbox.show_message(
-                        MessageType::ERROR,
-                        format!("agent-ls: could not {what} step {step}: {e}"),
-                    ),
-                }
+                    .to_wire(),
+                );
             }
         }
+        if let Some(store) = &self.store {
+            store.send("an undo", move |s| s.set_undone(step, !redo));
+        }
+        if !redo {
+            self.review_undone();
+        }
+        let did = if redo { "redid" } else { "undid" };
+        self.outbox.show_message(
+            MessageType::INFO,
+            format!(
+                "agent-ls: {did} step {step} ({})",
+                agent_ls_core::agent::one_line(goal)
+            ),
+        );
     }
 
     /// The open documents of the workspace by relative path (rope clones are O(1)).
@@ -830,7 +830,7 @@ impl Session {
             return refuse(reply, Refused::NothingTo { redo });
         };
         self.active = Some(Active::Undo { step: step.id });
-        agent_runs::spawn_undo(agent_runs::UndoStart {
+        undo::spawn_undo(undo::UndoStart {
             step,
             redo,
             snapshot: self.snapshot(),
@@ -844,7 +844,7 @@ impl Session {
     /// Starts rolling a run back to its checkpoint; refuses while a run or an undo goes on.
     fn rollback(
         &mut self,
-        args: super::rollback::RollbackArgs,
+        args: RollbackArgs,
         lock: RunLock,
         reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
     ) {
@@ -857,7 +857,7 @@ impl Session {
             return;
         };
         self.active = Some(Active::Rollback);
-        super::rollback::spawn_rollback(super::rollback::RollbackStart {
+        rollback::spawn_rollback(rollback::RollbackStart {
             args,
             snapshot: self.snapshot(),
             connection,
@@ -894,7 +894,7 @@ impl Session {
         };
         for step in history.done_of_run(run_id) {
             history.mark_undone(step);
-            self.outbox.notify::<super::ext::RunEventNotification>(
+            self.outbox.notify::<ext::RunEventNotification>(
                 LiveEvent {
                     run_id: run_id.to_string(),
                     iteration: 0,
@@ -921,10 +921,10 @@ impl Session {
             return Err(Refused::EmptyGoal);
         }
         let agent = match &args.agent {
-            Some(name) => Some(
-                agent_ls_runtime::drive::choose_agent(&self.config.config, name)
-                    .map_err(|e| Refused::Agent(e.to_string()))?,
-            ),
+            Some(name) => Some(agent_ls_runtime::drive::choose_agent(
+                &self.config.config,
+                name,
+            )?),
             None => None,
         };
         let goal = agent_runs::goal_with_selection(&args, &self.documents, &root, self.encoding);
@@ -1013,24 +1013,24 @@ impl Session {
 
     /// A run's change was applied: it goes into the history, and the run view hears its
     /// step's id (for undo from there) and the store keeps it.
-    fn step_applied(
-        &mut self,
-        run_id: String,
-        goal: String,
-        task: String,
-        iteration: u32,
-        changes: Vec<agent_ls_core::edit::FileChange>,
-        files: Vec<agent_ls_core::edit::history::StepFile>,
-    ) {
+    fn step_applied(&mut self, applied: AppliedStep) {
         let Some(history) = &mut self.history else {
             return;
         };
+        let AppliedStep {
+            run_id,
+            goal,
+            task,
+            iteration,
+            changes,
+            files,
+        } = applied;
         history.record(&run_id, &goal, &task, changes, files);
         if let Some(step) = history.last_done() {
             // The run view offers undo of this step by its id.
-            self.outbox.notify::<super::ext::RunEventNotification>(
+            self.outbox.notify::<ext::RunEventNotification>(
                 LiveEvent {
-                    run_id: run_id.clone(),
+                    run_id,
                     iteration,
                     event: RunEvent::Step {
                         step: step.id,
@@ -1047,7 +1047,7 @@ impl Session {
     }
 
     /// A run's review: its findings become diagnostics on the lines they name.
-    fn reviewed(&mut self, outcome: &agent_ls_runtime::drive::Outcome) {
+    fn reviewed(&mut self, outcome: &Outcome) {
         use agent_ls_core::agent::review::Decision;
         if let (Some(review), Some(root)) = (&outcome.review, &self.workspace_root) {
             // A run rolled back at its review question left nothing for the findings to be on.
@@ -1184,8 +1184,8 @@ impl Session {
         tokio::task::spawn_blocking(move || {
             // Under the panic guard: a reload that panics ends too, or the session would
             // hold every save and command behind "reloading" until a restart.
-            let loaded = super::jobs::caught_blocking(super::jobs::Kind::ConfigReload, || {
-                super::jobs::injected_panic(super::jobs::Kind::ConfigReload);
+            let loaded = jobs::caught_blocking(jobs::Kind::ConfigReload, || {
+                jobs::injected_panic(jobs::Kind::ConfigReload);
                 config::load(&inputs)
             });
             me.send(match loaded {
@@ -1200,7 +1200,7 @@ impl Session {
 
     /// A reload failed inside agent-ls: the configuration in force stays, and the events
     /// that waited for the reload go on under it.
-    fn config_failed(&mut self, generation: u64, why: String) {
+    fn config_failed(&mut self, generation: u64, why: Panicked) {
         if generation != self.config_generation {
             return;
         }

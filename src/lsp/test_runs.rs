@@ -30,8 +30,7 @@ use tower_lsp_server::ls_types::{
 };
 use tracing::{debug, info, warn};
 
-use super::Report;
-use super::jobs;
+use super::jobs::{self, Report};
 use super::outbox::Outbox;
 use agent_ls_core::text::{Buffer, Encoding, to_position};
 use agent_ls_runtime::config::{SandboxConfig, TestConfig};
@@ -208,7 +207,7 @@ impl TestRuns {
             if let Err(why) = jobs::caught(jobs::Kind::TestRun, job).await {
                 report(TestMessage::Finished {
                     generation,
-                    result: Box::new(Err(RunError::Internal(why))),
+                    result: Box::new(Err(RunError::Internal(why.to_string()))),
                     disk: HashMap::new(),
                 });
             }
@@ -450,7 +449,7 @@ async fn run(
     };
     let result = jobs::caught(jobs::Kind::TestRun, running)
         .await
-        .unwrap_or_else(|why| Err(RunError::Internal(why)));
+        .unwrap_or_else(|why| Err(RunError::Internal(why.to_string())));
     let summary = match &result {
         Ok(r) => format!(
             "{}: {} passed, {} failed",

@@ -94,72 +94,18 @@ pub fn to_workspace_edit(
         };
         let annotation_id = support.change_annotations.then(|| {
             let id = format!("agent-ls:{}", change.path);
-            annotations.insert(
-                id.clone(),
-                ChangeAnnotation {
-                    // What the review found shows where the user confirms the file.
-                    label: match note(&change.path) {
-                        Some(n) => format!("{label} ({n})"),
-                        None => label.to_string(),
-                    },
-                    needs_confirmation: Some(true),
-                    description: Some(match note(&change.path) {
-                        Some(n) => format!("{}: {n}", change.path),
-                        None => change.path.clone(),
-                    }),
-                },
-            );
+            annotations.insert(id.clone(), annotation(&change.path, label, note));
             id
         });
         if change.creates() {
             if !support.create_files {
                 return Err(WorkspaceEditError::CannotCreate(change.path.clone()));
             }
-            operations.push(DocumentChangeOperation::Op(ResourceOp::Create(
-                CreateFile {
-                    uri: uri.clone(),
-                    options: Some(CreateFileOptions {
-                        overwrite: Some(false),
-                        ignore_if_exists: Some(false),
-                    }),
-                    annotation_id: annotation_id.clone(),
-                },
-            )));
+            operations.push(create(uri.clone(), annotation_id.clone()));
         }
-        let original = Rope::from_str(change.original.as_deref().unwrap_or(""));
-        let edits = change
-            .edits
-            .iter()
-            .map(|e| {
-                let start = to_position(&original, original.byte_to_char(e.range.start), encoding);
-                let mut end = position_to_lsp(to_position(
-                    &original,
-                    original.byte_to_char(e.range.end),
-                    encoding,
-                ));
-                // An empty document is one empty line to Neovim, and text inserted before
-                // it keeps that line: a new file would gain a blank last line. An end on the
-                // next line is the document's end to every client (positions past the end
-                // are clamped), and Neovim then drops the line.
-                if original.len_bytes() == 0 {
-                    end = tower_lsp_server::ls_types::Position::new(1, 0);
-                }
-                let text_edit = TextEdit {
-                    range: tower_lsp_server::ls_types::Range::new(position_to_lsp(start), end),
-                    new_text: e.text.clone(),
-                };
-                match &annotation_id {
-                    Some(id) => OneOf::Right(AnnotatedTextEdit {
-                        text_edit,
-                        annotation_id: id.clone(),
-                    }),
-                    None => OneOf::Left(text_edit),
-                }
-            })
-            .collect();
         operations.push(DocumentChangeOperation::Edit(TextDocumentEdit {
             text_document: OptionalVersionedTextDocumentIdentifier { uri, version },
-            edits,
+            edits: text_edits(change, encoding, annotation_id.as_ref()),
         }));
     }
     Ok(WorkspaceEdit {
@@ -167,6 +113,71 @@ pub fn to_workspace_edit(
         document_changes: Some(DocumentChanges::Operations(operations)),
         change_annotations: (!annotations.is_empty()).then_some(annotations),
     })
+}
+
+/// The annotation that has the user confirm the change to `path`, with what the review found
+/// in it where the user confirms the file.
+fn annotation(path: &str, label: &str, note: &dyn Fn(&str) -> Option<String>) -> ChangeAnnotation {
+    let note = note(path);
+    ChangeAnnotation {
+        label: match &note {
+            Some(n) => format!("{label} ({n})"),
+            None => label.to_string(),
+        },
+        needs_confirmation: Some(true),
+        description: Some(match &note {
+            Some(n) => format!("{path}: {n}"),
+            None => path.to_string(),
+        }),
+    }
+}
+
+/// The `CreateFile` of a new file, which must not exist yet.
+fn create(uri: Uri, annotation_id: Option<String>) -> DocumentChangeOperation {
+    DocumentChangeOperation::Op(ResourceOp::Create(CreateFile {
+        uri,
+        options: Some(CreateFileOptions {
+            overwrite: Some(false),
+            ignore_if_exists: Some(false),
+        }),
+        annotation_id,
+    }))
+}
+
+/// The change's edits as LSP text edits on its original text, in `encoding`.
+fn text_edits(
+    change: &FileChange,
+    encoding: Encoding,
+    annotation_id: Option<&String>,
+) -> Vec<OneOf<TextEdit, AnnotatedTextEdit>> {
+    let original = Rope::from_str(change.original.as_deref().unwrap_or(""));
+    let at = |byte: usize| to_position(&original, original.byte_to_char(byte), encoding);
+    change
+        .edits
+        .iter()
+        .map(|e| {
+            let start = at(e.range.start);
+            let mut end = position_to_lsp(at(e.range.end));
+            // An empty document is one empty line to Neovim, and text inserted before
+            // it keeps that line: a new file would gain a blank last line. An end on the
+            // next line is the document's end to every client (positions past the end
+            // are clamped), and Neovim then drops the line.
+            if original.len_bytes() == 0 {
+                end = tower_lsp_server::ls_types::Position::new(1, 0);
+            }
+            let text_edit = TextEdit {
+                range: tower_lsp_server::ls_types::Range::new(position_to_lsp(start), end),
+                new_text: e.text.clone(),
+            };
+            match annotation_id {
+                Some(id) => OneOf::Right(AnnotatedTextEdit {
+                    text_edit,
+                    annotation_id: id.clone(),
+                }),
+                None => OneOf::Left(text_edit),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

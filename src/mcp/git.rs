@@ -8,11 +8,28 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
-use agent_ls_runtime::drive::recorded_run;
+use agent_ls_runtime::drive::{RecordedRunError, recorded_run};
 use agent_ls_runtime::git::checkpoint::{self, RollbackError, RolledBack, RunFiles};
-use agent_ls_runtime::git::{Repo, since};
+use agent_ls_runtime::git::{GitError, Repo, since};
 
-use super::{object, text_result, tool};
+use super::wire::{object, text_result, tool};
+
+/// Why `rollback` put nothing back.
+#[derive(Debug, thiserror::Error)]
+enum RollbackToolError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("there is no checkpoint {0} (dropped by `agent-ls gc`?)")]
+    NoCheckpoint(String),
+    #[error(transparent)]
+    Recorded(#[from] RecordedRunError),
+    /// Files changed since, or left out: said with this tool's `force: true`, not the
+    /// command line's `--force`.
+    #[error("{}", .0.to_string().replace("--force", "force: true"))]
+    Refused(RollbackError),
+    #[error(transparent)]
+    Rollback(RollbackError),
+}
 
 /// Where a checkpoint taken through MCP is named: `refs/agent-ls/checkpoints/mcp_<hex>`.
 const PREFIX: &str = "mcp_";
@@ -74,7 +91,7 @@ pub(super) async fn take(root: PathBuf, last: Arc<Mutex<Option<String>>>) -> Cal
         let repo = Repo::discover(&root)?;
         let id = format!("{PREFIX}{:08x}", fastrand::u32(..));
         let taken = checkpoint::take(&repo, &id)?;
-        Ok::<_, anyhow::Error>((id, taken))
+        Ok::<_, GitError>((id, taken))
     })
     .await;
     match done {
@@ -91,7 +108,7 @@ pub(super) async fn take(root: PathBuf, last: Arc<Mutex<Option<String>>>) -> Cal
             }
             result
         }
-        Ok(Err(e)) => text_result(format!("no checkpoint was taken: {e:#}"), true),
+        Ok(Err(e)) => text_result(format!("no checkpoint was taken: {e}"), true),
         Err(e) => text_result(format!("no checkpoint was taken: {e}"), true),
     }
 }
@@ -110,7 +127,7 @@ pub(super) async fn rollback(
         Ok(Ok((run, checkpoint, r))) => CallToolResult::structured(
             json!({"run": run, "checkpoint": checkpoint, "files": r.done, "already_rolled_back": r.already}),
         ),
-        Ok(Err(e)) => text_result(format!("nothing was rolled back: {e:#}"), true),
+        Ok(Err(e)) => text_result(format!("nothing was rolled back: {e}"), true),
         Err(e) => text_result(format!("nothing was rolled back: {e}"), true),
     }
 }
@@ -121,12 +138,12 @@ fn roll_back(
     root: &Path,
     run: Option<String>,
     force: bool,
-) -> anyhow::Result<(String, String, RolledBack)> {
+) -> Result<(String, String, RolledBack), RollbackToolError> {
     let repo = Repo::discover(root)?;
     let (id, commit, left): (String, String, RunFiles) = match run {
         Some(id) if id.starts_with(PREFIX) => {
             let Some(commit) = checkpoint::existing(&repo, &id) else {
-                anyhow::bail!("there is no checkpoint {id} (dropped by `agent-ls gc`?)");
+                return Err(RollbackToolError::NoCheckpoint(id));
             };
             let left = since::changed(&repo, &commit)?;
             (id, commit, left)
@@ -139,8 +156,8 @@ fn roll_back(
     match checkpoint::rollback(&repo, &commit, &left, force) {
         Ok(files) => Ok((id, commit, files)),
         Err(e @ (RollbackError::ChangedSince(_) | RollbackError::LeftOut(_))) => {
-            anyhow::bail!("{}", e.to_string().replace("--force", "force: true"))
+            Err(RollbackToolError::Refused(e))
         }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(RollbackToolError::Rollback(e)),
     }
 }

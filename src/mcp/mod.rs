@@ -4,14 +4,15 @@
 //! steps are the same code the loop uses. `checkpoint` and `rollback` (`git.rs`) are git's.
 
 mod git;
+mod wire;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
@@ -22,6 +23,17 @@ use agent_ls_runtime::config::Config;
 use agent_ls_runtime::tests_run::RunResult;
 use agent_ls_runtime::tools::{self, Limits, Snapshot};
 use agent_ls_runtime::trust::sandbox::Sandbox;
+use wire::{object, text_result, tool};
+
+/// Why `agent-ls mcp` stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// Boxed: rmcp's error is large, and this one is rare.
+    #[error("the MCP session did not start: {0}")]
+    Start(Box<rmcp::service::ServerInitializeError>),
+    #[error("the MCP session ended with an error: {0}")]
+    Ended(tokio::task::JoinError),
+}
 
 /// The tools `agent-ls mcp` serves.
 const SERVED: &[&str] = &[
@@ -211,21 +223,6 @@ impl AgentLsMcp {
     }
 }
 
-fn tool(name: &str, description: &str, schema: Value) -> Tool {
-    let object = match schema {
-        Value::Object(map) => map,
-        _ => serde_json::Map::new(),
-    };
-    Tool::new(name.to_string(), description.to_string(), Arc::new(object))
-}
-
-fn object(schema: Value) -> Arc<serde_json::Map<String, Value>> {
-    match schema {
-        Value::Object(map) => Arc::new(map),
-        _ => Arc::new(serde_json::Map::new()),
-    }
-}
-
 /// What a host may assume of each tool (MCP's annotations): the reading ones change nothing,
 /// run_tests changes no file of the workspace but runs its code, and apply_edit rewrites
 /// files (sending the same edits again changes nothing more: they are already applied).
@@ -248,14 +245,6 @@ fn annotated(tool: Tool) -> Tool {
             .open_world(false),
     };
     tool.annotate(annotations)
-}
-
-fn text_result(text: String, is_error: bool) -> CallToolResult {
-    if is_error {
-        CallToolResult::error(vec![ContentBlock::text(text)])
-    } else {
-        CallToolResult::success(vec![ContentBlock::text(text)])
-    }
 }
 
 impl ServerHandler for AgentLsMcp {
@@ -306,7 +295,7 @@ impl ServerHandler for AgentLsMcp {
 }
 
 /// Serves the workspace's tools on stdin and stdout until the client goes away.
-pub async fn serve(root: &Path, config: Config) -> anyhow::Result<()> {
+pub async fn serve(root: &Path, config: Config) -> Result<(), McpError> {
     let closing = CancellationToken::new();
     // rmcp speaks through two pipes; tasks of ours stand between them and stdio.
     let (rmcp_in, to_rmcp) = tokio::io::duplex(64 * 1024);
@@ -323,11 +312,8 @@ pub async fn serve(root: &Path, config: Config) -> anyhow::Result<()> {
     let service = AgentLsMcp::new(root.to_path_buf(), config, closing)
         .serve((rmcp_in, rmcp_out))
         .await
-        .map_err(|e| anyhow::anyhow!("the MCP session did not start: {e}"))?;
-    let ended = service
-        .waiting()
-        .await
-        .map_err(|e| anyhow::anyhow!("the MCP session ended with an error: {e}"));
+        .map_err(|e| McpError::Start(Box::new(e)))?;
+    let ended = service.waiting().await.map_err(McpError::Ended);
     // rmcp's last answers are still on their way to stdout.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), writer).await;
     ended.map(|_| ())

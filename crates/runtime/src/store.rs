@@ -826,6 +826,9 @@ fn check(path: &Path) -> Option<&'static str> {
         Ok(c) => c,
         Err(_) => return Some("corrupt"),
     };
+    // A lock answers at once here (rusqlite's default would wait 5 s): the open that follows
+    // waits for it anyway.
+    let _ = conn.busy_timeout(std::time::Duration::ZERO);
     let ok: Result<String, _> = conn.query_row("PRAGMA quick_check", [], |r| r.get(0));
     match ok.as_deref() {
         Ok("ok") => {}

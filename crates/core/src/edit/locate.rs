@@ -398,20 +398,7 @@ impl<'a> Locator<'a> {
         opts: &LocateOptions,
     ) -> Result<Found, LocateError> {
         let file = &self.file;
-        let pieces: Vec<&[&str]> = wanted.split(|l| is_elision(l)).collect();
-        let new_pieces: Vec<&[&str]> = replacement.split(|l| is_elision(l)).collect();
-        if pieces.len() != new_pieces.len() {
-            return Err(LocateError::Elision(format!(
-                "the SEARCH has {} `...` line(s) and the REPLACE {}; elide the same unchanged lines in both, or send the lines in full",
-                pieces.len() - 1,
-                new_pieces.len() - 1
-            )));
-        }
-        if pieces.iter().any(|p| p.iter().all(|l| l.trim().is_empty())) {
-            return Err(LocateError::Elision(
-                "a `...` line at the start or end of the SEARCH (or two in a row) leaves the place open; put real lines before and after every `...`".into(),
-            ));
-        }
+        let (pieces, new_pieces) = elided_pieces(wanted, replacement)?;
         let mut text = String::new();
         let mut start = None;
         let mut end = 0;
@@ -419,32 +406,7 @@ impl<'a> Locator<'a> {
         let mut differing = Vec::new();
         let mut changed = false;
         for (piece, new_piece) in pieces.iter().zip(&new_pieces) {
-            let from = end;
-            let (rule, starts) = candidates(file, piece, None, opts, true)
-                .into_iter()
-                .map(|(rule, starts)| {
-                    let after: Vec<usize> = starts
-                        .into_iter()
-                        .filter(|&s| file.starts[s] >= from)
-                        .collect();
-                    (rule, after)
-                })
-                .find(|(_, starts)| !starts.is_empty())
-                .ok_or_else(|| {
-                    LocateError::Elision(format!(
-                        "the lines around a `...` were not found in order (\"{}\"); send the lines in full",
-                        piece.first().map_or("", |l| l.trim())
-                    ))
-                })?;
-            if starts.len() > 1 {
-                return Err(LocateError::Elision(format!(
-                    "the lines \"{}\" around a `...` match {} places (lines {}); add lines to make them unique, or send the lines in full",
-                    piece.first().map_or("", |l| l.trim()),
-                    starts.len(),
-                    join_numbers(&starts.iter().map(|s| s + 1).collect::<Vec<_>>())
-                )));
-            }
-            let s = starts[0];
+            let (rule, s) = elided_piece(file, piece, end, opts)?;
             let here = file.starts[s];
             // The elided lines between two pieces, kept as they are.
             if start.is_some() {
@@ -478,6 +440,67 @@ impl<'a> Locator<'a> {
             differing,
         }))
     }
+}
+
+/// The runs of lines between the `...` lines of an elided block.
+type Pieces<'w, 'a> = Vec<&'w [&'a str]>;
+
+/// The pieces between the `...` lines of a SEARCH and of its REPLACE, which must elide
+/// alike, with real lines around every `...`.
+fn elided_pieces<'w, 'a>(
+    wanted: &'w [&'a str],
+    replacement: &'w [&'a str],
+) -> Result<(Pieces<'w, 'a>, Pieces<'w, 'a>), LocateError> {
+    let pieces: Vec<&[&str]> = wanted.split(|l| is_elision(l)).collect();
+    let new_pieces: Vec<&[&str]> = replacement.split(|l| is_elision(l)).collect();
+    if pieces.len() != new_pieces.len() {
+        return Err(LocateError::Elision(format!(
+            "the SEARCH has {} `...` line(s) and the REPLACE {}; elide the same unchanged lines in both, or send the lines in full",
+            pieces.len() - 1,
+            new_pieces.len() - 1
+        )));
+    }
+    if pieces.iter().any(|p| p.iter().all(|l| l.trim().is_empty())) {
+        return Err(LocateError::Elision(
+            "a `...` line at the start or end of the SEARCH (or two in a row) leaves the place open; put real lines before and after every `...`".into(),
+        ));
+    }
+    Ok((pieces, new_pieces))
+}
+
+/// Where one piece of an elided SEARCH is, at or after byte `from`: under the strictest rule
+/// that finds it there, at exactly one place.
+fn elided_piece(
+    file: &Lines<'_>,
+    piece: &[&str],
+    from: usize,
+    opts: &LocateOptions,
+) -> Result<(Rule, usize), LocateError> {
+    let (rule, starts) = candidates(file, piece, None, opts, true)
+        .into_iter()
+        .map(|(rule, starts)| {
+            let after: Vec<usize> = starts
+                .into_iter()
+                .filter(|&s| file.starts[s] >= from)
+                .collect();
+            (rule, after)
+        })
+        .find(|(_, starts)| !starts.is_empty())
+        .ok_or_else(|| {
+            LocateError::Elision(format!(
+                "the lines around a `...` were not found in order (\"{}\"); send the lines in full",
+                piece.first().map_or("", |l| l.trim())
+            ))
+        })?;
+    if starts.len() > 1 {
+        return Err(LocateError::Elision(format!(
+            "the lines \"{}\" around a `...` match {} places (lines {}); add lines to make them unique, or send the lines in full",
+            piece.first().map_or("", |l| l.trim()),
+            starts.len(),
+            join_numbers(&starts.iter().map(|s| s + 1).collect::<Vec<_>>())
+        )));
+    }
+    Ok((rule, starts[0]))
 }
 
 /// The file's lines `s..s + wanted.len()` where an edit was located under `rule`, and the
@@ -1077,7 +1100,6 @@ fn bounded_levenshtein(a: &[char], b: &[char], max: usize) -> Option<usize> {
 
 /// The start of the one window where the lines are similar enough; ties between equally good
 /// windows are broken by the stated line, else refused.
-///
 fn fuzzy(
     file: &Lines<'_>,
     file_p: &[Prepared],
@@ -1092,16 +1114,49 @@ fn fuzzy(
     let need = (FUZZY_SHARE * m as f64).ceil() as usize;
     let allowed_misses = m - need;
     let want_p: Vec<Prepared> = wanted.iter().map(|l| Prepared::new(l)).collect();
+    let best = best_windows(file_p, &want_p, allowed_misses);
+    one_window(best, stated_line)
+}
 
-    // Every window gets an upper bound on its score from the cheap per-line bounds; windows
-    // are then scored best bound first, and the search stops once no bound can beat the best
-    // score found.
+/// The starts of the windows with the best score. Every window gets an upper bound on its
+/// score from the cheap per-line bounds; windows are then scored best bound first, and the
+/// search stops once no bound can beat the best score found.
+fn best_windows(file_p: &[Prepared], want_p: &[Prepared], allowed_misses: usize) -> Vec<usize> {
+    let eps = 1e-9;
+    let mut best: Vec<usize> = Vec::new();
+    let mut best_score = 0.0;
+    for (s, bound) in window_bounds(file_p, want_p, allowed_misses) {
+        if bound < best_score - eps {
+            break;
+        }
+        let Some(score) = window_score(&file_p[s..], want_p, allowed_misses) else {
+            continue;
+        };
+        if score > best_score + eps {
+            best_score = score;
+            best = vec![s];
+        } else if (score - best_score).abs() <= eps {
+            best.push(s);
+        }
+    }
+    best.sort_unstable();
+    best
+}
+
+/// Each window that may have few enough misses, with the upper bound of its score, best
+/// bound first.
+fn window_bounds(
+    file_p: &[Prepared],
+    want_p: &[Prepared],
+    allowed_misses: usize,
+) -> Vec<(usize, f64)> {
+    let (n, m) = (file_p.len(), want_p.len());
     let mut bounds: Vec<(usize, f64)> = Vec::with_capacity(n - m + 1);
     for s in 0..=n - m {
         let mut sum = 0.0;
         let mut misses = 0;
-        for j in 0..m {
-            let b = similarity_bound(&file_p[s + j], &want_p[j]);
+        for (f, w) in file_p[s..s + m].iter().zip(want_p) {
+            let b = similarity_bound(f, w);
             if b < FUZZY_LINE {
                 misses += 1;
                 if misses > allowed_misses {
@@ -1115,40 +1170,30 @@ fn fuzzy(
         }
     }
     bounds.sort_by(|a, b| b.1.total_cmp(&a.1));
+    bounds
+}
 
-    let eps = 1e-9;
-    let mut best: Vec<usize> = Vec::new();
-    let mut best_score = 0.0;
-    for (s, bound) in bounds {
-        if bound < best_score - eps {
-            break;
+/// The mean similarity of `window`'s first lines to the wanted lines, or `None` when more
+/// of them miss than allowed.
+fn window_score(window: &[Prepared], want_p: &[Prepared], allowed_misses: usize) -> Option<f64> {
+    let mut misses = 0;
+    let mut total = 0.0;
+    for (f, w) in window.iter().zip(want_p) {
+        let sim = similarity(f, w);
+        if sim < FUZZY_LINE {
+            misses += 1;
         }
-        let mut misses = 0;
-        let mut total = 0.0;
-        let mut alive = true;
-        for j in 0..m {
-            let sim = similarity(&file_p[s + j], &want_p[j]);
-            if sim < FUZZY_LINE {
-                misses += 1;
-            }
-            total += sim;
-            if misses > allowed_misses {
-                alive = false;
-                break;
-            }
-        }
-        if !alive {
-            continue;
-        }
-        let score = total / m as f64;
-        if score > best_score + eps {
-            best_score = score;
-            best = vec![s];
-        } else if (score - best_score).abs() <= eps {
-            best.push(s);
+        total += sim;
+        if misses > allowed_misses {
+            return None;
         }
     }
-    best.sort_unstable();
+    Some(total / want_p.len() as f64)
+}
+
+/// The one best window, or the one nearest the stated line among equals; several equals
+/// with none nearest are ambiguous.
+fn one_window(best: Vec<usize>, stated_line: Option<usize>) -> Result<Option<usize>, LocateError> {
     match best.len() {
         0 => Ok(None),
         1 => Ok(Some(best[0])),

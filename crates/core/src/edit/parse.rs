@@ -262,69 +262,32 @@ pub fn parse_unified_diff(text: &str) -> Result<EditPlan, ParseError> {
     while i < lines.len() {
         let line = lines[i];
         if let Some(old) = line.strip_prefix("--- ") {
-            let new = lines
-                .get(i + 1)
-                .and_then(|l| l.strip_prefix("+++ "))
-                .ok_or_else(|| ParseError::BadDiff {
-                    line: i + 1,
-                    message: "a --- line must be followed by a +++ line".into(),
-                })?;
-            let new_path = diff_path(new);
-            if new_path == "/dev/null" {
-                return Err(ParseError::BadDiff {
-                    line: i + 2,
-                    message: "deleting files is not supported".into(),
-                });
-            }
-            creating = diff_path(old) == "/dev/null";
+            let (new_path, created) = file_header(&lines, i, old)?;
             path = Some(new_path);
+            creating = created;
             i += 2;
             continue;
         }
         if line.starts_with("@@") {
-            let header_line = i + 1;
             let Some(file) = path.clone() else {
                 return Err(ParseError::BadDiff {
-                    line: header_line,
+                    line: i + 1,
                     message: "a hunk before any ---/+++ file header".into(),
                 });
             };
             let start = hunk_old_start(line);
-            let (mut search, mut replace) = (String::new(), String::new());
-            i += 1;
-            while i < lines.len() && !lines[i].starts_with("@@") && !is_file_header(&lines, i) {
-                let l = lines[i];
-                match l.chars().next() {
-                    Some('+') => replace.push_str(&format!("{}\n", &l[1..])),
-                    Some('-') => search.push_str(&format!("{}\n", &l[1..])),
-                    Some(' ') => {
-                        search.push_str(&format!("{}\n", &l[1..]));
-                        replace.push_str(&format!("{}\n", &l[1..]));
-                    }
-                    None => {
-                        search.push('\n');
-                        replace.push('\n');
-                    }
-                    Some('\\') => {} // "\ No newline at end of file"
-                    Some(_) => break,
-                }
-                i += 1;
-            }
-            if creating {
-                plan.edits.push(Edit {
-                    path: file,
-                    kind: EditKind::WholeFile { content: replace },
-                });
+            let (search, replace, next) = hunk_body(&lines, i + 1);
+            i = next;
+            let kind = if creating {
+                EditKind::WholeFile { content: replace }
             } else {
-                plan.edits.push(Edit {
-                    path: file,
-                    kind: EditKind::Hunk {
-                        line: start,
-                        search,
-                        replace,
-                    },
-                });
-            }
+                EditKind::Hunk {
+                    line: start,
+                    search,
+                    replace,
+                }
+            };
+            plan.edits.push(Edit { path: file, kind });
             continue;
         }
         i += 1;
@@ -333,6 +296,51 @@ pub fn parse_unified_diff(text: &str) -> Result<EditPlan, ParseError> {
         return Err(ParseError::NoEdits);
     }
     Ok(plan)
+}
+
+/// The `--- old` line at `i` and the `+++ new` line after it: the file the hunks change, and
+/// whether the diff creates it (from /dev/null).
+fn file_header(lines: &[&str], i: usize, old: &str) -> Result<(String, bool), ParseError> {
+    let new = lines
+        .get(i + 1)
+        .and_then(|l| l.strip_prefix("+++ "))
+        .ok_or_else(|| ParseError::BadDiff {
+            line: i + 1,
+            message: "a --- line must be followed by a +++ line".into(),
+        })?;
+    let new_path = diff_path(new);
+    if new_path == "/dev/null" {
+        return Err(ParseError::BadDiff {
+            line: i + 2,
+            message: "deleting files is not supported".into(),
+        });
+    }
+    Ok((new_path, diff_path(old) == "/dev/null"))
+}
+
+/// A hunk's lines from `i` up to the next hunk or file header: its old text (context and
+/// removed lines), its new text (context and added lines), and where it ended.
+fn hunk_body(lines: &[&str], mut i: usize) -> (String, String, usize) {
+    let (mut search, mut replace) = (String::new(), String::new());
+    while i < lines.len() && !lines[i].starts_with("@@") && !is_file_header(lines, i) {
+        let l = lines[i];
+        match l.chars().next() {
+            Some('+') => replace.push_str(&format!("{}\n", &l[1..])),
+            Some('-') => search.push_str(&format!("{}\n", &l[1..])),
+            Some(' ') => {
+                search.push_str(&format!("{}\n", &l[1..]));
+                replace.push_str(&format!("{}\n", &l[1..]));
+            }
+            None => {
+                search.push('\n');
+                replace.push('\n');
+            }
+            Some('\\') => {} // "\ No newline at end of file"
+            Some(_) => break,
+        }
+        i += 1;
+    }
+    (search, replace, i)
 }
 
 fn is_file_header(lines: &[&str], i: usize) -> bool {

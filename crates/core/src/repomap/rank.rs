@@ -53,40 +53,119 @@ fn ident_weight(ident: &str, definers: usize, focus: &HashSet<&str>) -> f64 {
 /// flows to its file through its name.
 pub fn rank(files: &BTreeMap<String, Tags>, focus: &Focus) -> Vec<Ranked> {
     let paths: Vec<&str> = files.keys().map(String::as_str).collect();
-    let index: HashMap<&str, usize> = paths.iter().enumerate().map(|(i, p)| (*p, i)).collect();
-    let n = paths.len();
-    if n == 0 {
+    if paths.is_empty() {
         return Vec::new();
     }
-    let mut definers: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, tags) in files.values().enumerate() {
-        for d in &tags.defs {
-            let list = definers.entry(d.name.as_str()).or_default();
-            if list.last() != Some(&i) {
-                list.push(i);
+    let graph = Graph::of(files, focus);
+    let pr = graph.page_rank(&teleport(&paths, focus));
+    let mut out = graph.definitions(files, &paths, &pr);
+    out.sort_by(|a, b| {
+        b.rank
+            .total_cmp(&a.rank)
+            .then_with(|| a.path.cmp(&b.path))
+            .then(a.def.cmp(&b.def))
+    });
+    out
+}
+
+/// Files as nodes (by their index in path order), uses as weighted edges.
+struct Graph<'t> {
+    /// Edges from a user to a definer, weighted, with the name they share.
+    edges: Vec<Vec<(usize, &'t str, f64)>>,
+    /// Each file's edges' total weight.
+    out_weight: Vec<f64>,
+}
+
+impl<'t> Graph<'t> {
+    fn of(files: &'t BTreeMap<String, Tags>, focus: &Focus) -> Graph<'t> {
+        let mut definers: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, tags) in files.values().enumerate() {
+            for d in &tags.defs {
+                let list = definers.entry(d.name.as_str()).or_default();
+                if list.last() != Some(&i) {
+                    list.push(i);
+                }
             }
         }
-    }
-    let focus_idents: HashSet<&str> = focus.idents.iter().map(String::as_str).collect();
-    // Edges from a user to a definer, weighted, with the name they share.
-    let mut edges: Vec<Vec<(usize, &str, f64)>> = vec![Vec::new(); n];
-    for (i, tags) in files.values().enumerate() {
-        for (ident, count) in &tags.refs {
-            let Some(ds) = definers.get(ident.as_str()) else {
-                continue;
-            };
-            let w = ident_weight(ident, ds.len(), &focus_idents) * f64::from(*count).sqrt()
-                / ds.len() as f64;
-            for &d in ds.iter().filter(|d| **d != i) {
-                edges[i].push((d, ident.as_str(), w));
+        let focus_idents: HashSet<&str> = focus.idents.iter().map(String::as_str).collect();
+        let mut edges: Vec<Vec<(usize, &str, f64)>> = vec![Vec::new(); files.len()];
+        for (i, tags) in files.values().enumerate() {
+            for (ident, count) in &tags.refs {
+                let Some(ds) = definers.get(ident.as_str()) else {
+                    continue;
+                };
+                let w = ident_weight(ident, ds.len(), &focus_idents) * f64::from(*count).sqrt()
+                    / ds.len() as f64;
+                for &d in ds.iter().filter(|d| **d != i) {
+                    edges[i].push((d, ident.as_str(), w));
+                }
             }
         }
+        let out_weight = edges
+            .iter()
+            .map(|es| es.iter().map(|e| e.2).sum())
+            .collect();
+        Graph { edges, out_weight }
     }
-    let out_weight: Vec<f64> = edges
-        .iter()
-        .map(|es| es.iter().map(|e| e.2).sum())
-        .collect();
-    // Restarts land on the focus files when there are any, anywhere otherwise.
+
+    /// The power iteration: each file's rank, from restarts on `teleport`.
+    fn page_rank(&self, teleport: &[f64]) -> Vec<f64> {
+        let mut pr = teleport.to_vec();
+        for _ in 0..ITERATIONS {
+            let mut next: Vec<f64> = teleport.iter().map(|t| (1.0 - DAMPING) * t).collect();
+            let mut dangling = 0.0;
+            for (i, edges) in self.edges.iter().enumerate() {
+                if self.out_weight[i] == 0.0 {
+                    dangling += pr[i];
+                    continue;
+                }
+                for &(d, _, w) in edges {
+                    next[d] += DAMPING * pr[i] * w / self.out_weight[i];
+                }
+            }
+            for (x, t) in next.iter_mut().zip(teleport) {
+                *x += DAMPING * dangling * t;
+            }
+            pr = next;
+        }
+        pr
+    }
+
+    /// A definition's rank: what flows to its file through its name, plus a small share of
+    /// its file's own rank (so the focus files' definitions are on the map too).
+    fn definitions(
+        &self,
+        files: &BTreeMap<String, Tags>,
+        paths: &[&str],
+        pr: &[f64],
+    ) -> Vec<Ranked> {
+        let mut def_rank: HashMap<(usize, &str), f64> = HashMap::new();
+        for (i, edges) in self.edges.iter().enumerate() {
+            for &(d, ident, w) in edges {
+                *def_rank.entry((d, ident)).or_default() += pr[i] * w / self.out_weight[i];
+            }
+        }
+        let mut out = Vec::new();
+        for (i, tags) in files.values().enumerate() {
+            let base = pr[i] * 0.1 / tags.defs.len().max(1) as f64;
+            for (k, d) in tags.defs.iter().enumerate() {
+                let flow = def_rank.get(&(i, d.name.as_str())).copied().unwrap_or(0.0);
+                out.push(Ranked {
+                    path: paths[i].to_string(),
+                    def: k,
+                    rank: flow + base,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Where the random surfer restarts: on the focus files when there are any, anywhere
+/// otherwise.
+fn teleport(paths: &[&str], focus: &Focus) -> Vec<f64> {
+    let n = paths.len();
+    let index: HashMap<&str, usize> = paths.iter().enumerate().map(|(i, p)| (*p, i)).collect();
     let focused: Vec<usize> = focus
         .files
         .iter()
@@ -100,51 +179,7 @@ pub fn rank(files: &BTreeMap<String, Tags>, focus: &Focus) -> Vec<Ranked> {
             teleport[f] += 1.0 / focused.len() as f64;
         }
     }
-    let mut pr = teleport.clone();
-    for _ in 0..ITERATIONS {
-        let mut next: Vec<f64> = teleport.iter().map(|t| (1.0 - DAMPING) * t).collect();
-        let mut dangling = 0.0;
-        for i in 0..n {
-            if out_weight[i] == 0.0 {
-                dangling += pr[i];
-                continue;
-            }
-            for &(d, _, w) in &edges[i] {
-                next[d] += DAMPING * pr[i] * w / out_weight[i];
-            }
-        }
-        for (x, t) in next.iter_mut().zip(&teleport) {
-            *x += DAMPING * dangling * t;
-        }
-        pr = next;
-    }
-    // A definition's rank: what flows to its file through its name, plus a small share of
-    // its file's own rank (so the focus files' definitions are on the map too).
-    let mut def_rank: HashMap<(usize, &str), f64> = HashMap::new();
-    for i in 0..n {
-        for &(d, ident, w) in &edges[i] {
-            *def_rank.entry((d, ident)).or_default() += pr[i] * w / out_weight[i];
-        }
-    }
-    let mut out = Vec::new();
-    for (i, tags) in files.values().enumerate() {
-        let base = pr[i] * 0.1 / tags.defs.len().max(1) as f64;
-        for (k, d) in tags.defs.iter().enumerate() {
-            let flow = def_rank.get(&(i, d.name.as_str())).copied().unwrap_or(0.0);
-            out.push(Ranked {
-                path: paths[i].to_string(),
-                def: k,
-                rank: flow + base,
-            });
-        }
-    }
-    out.sort_by(|a, b| {
-        b.rank
-            .total_cmp(&a.rank)
-            .then_with(|| a.path.cmp(&b.path))
-            .then(a.def.cmp(&b.def))
-    });
-    out
+    teleport
 }
 
 /// The files in order of their best definition's rank.

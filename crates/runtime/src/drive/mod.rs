@@ -12,6 +12,8 @@ mod observer;
 mod recall;
 mod review_target;
 mod setup;
+#[cfg(test)]
+mod tests;
 mod trial;
 
 use std::path::Path;

@@ -56,6 +56,8 @@ fn sanitize(name: &str) -> String {
         .collect()
 }
 
+/// The Messages API body: the system prompts joined, the conversation, the tools (with the
+/// schema's tool forced), and the prompt cache's breakpoints.
 fn build_body(
     target: &Target,
     request: &Request,
@@ -68,63 +70,8 @@ fn build_body(
         .filter(|m| m.speaker == Speaker::System)
         .map(|m| m.content.as_str())
         .collect();
-    let mut messages: Vec<Value> = Vec::new();
-    for m in request
-        .messages
-        .iter()
-        .filter(|m| m.speaker != Speaker::System)
-    {
-        match m.speaker {
-            Speaker::Assistant if !m.tool_calls.is_empty() => {
-                let mut blocks: Vec<Value> = Vec::new();
-                if !m.content.is_empty() {
-                    blocks.push(json!({"type": "text", "text": m.content}));
-                }
-                blocks.extend(m.tool_calls.iter().map(|c| {
-                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
-                }));
-                messages.push(json!({"role": "assistant", "content": blocks}));
-            }
-            Speaker::Tool => {
-                let block = json!({"type": "tool_result",
-                    "tool_use_id": m.answers.as_ref().map_or("", |(id, _)| id.as_str()),
-                    "content": m.content});
-                // The results of one turn's calls go back together, in one user message.
-                match messages.last_mut() {
-                    Some(last)
-                        if last["role"] == "user"
-                            && last["content"]
-                                .as_array()
-                                .is_some_and(|b| b.iter().all(|b| b["type"] == "tool_result")) =>
-                    {
-                        if let Some(blocks) = last["content"].as_array_mut() {
-                            blocks.push(block);
-                        }
-                    }
-                    _ => messages.push(json!({"role": "user", "content": [block]})),
-                }
-            }
-            Speaker::Assistant => messages.push(json!({"role": "assistant", "content": m.content})),
-            Speaker::User | Speaker::System => {
-                messages.push(json!({"role": "user", "content": m.content}))
-            }
-        }
-    }
-    let mut tools: Vec<Value> = request
-        .tools
-        .iter()
-        .map(
-            |t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}),
-        )
-        .collect();
-    let mut tool_choice = request
-        .tool_choice
-        .as_ref()
-        .map(|n| json!({"type": "tool", "name": n}));
-    if let (Some(name), Some((_, schema))) = (schema_tool, &request.json_schema) {
-        tools.push(json!({"name": name, "description": "Give the answer as this tool's input.", "input_schema": schema}));
-        tool_choice = Some(json!({"type": "tool", "name": name}));
-    }
+    let mut messages = conversation(request);
+    let (mut tools, tool_choice) = tools(request, schema_tool);
     // Prompt cache breakpoints on the parts that stay the same from call to call, in the
     // order the cache reads them: the tools, the system prompt, the fixed context (the first
     // user message), and the conversation so far (its last block), which the next tool round
@@ -156,6 +103,79 @@ fn build_body(
     body
 }
 
+/// The conversation but its system prompts, as Anthropic's user and assistant messages: an
+/// assistant's tool calls as `tool_use` blocks, their results as `tool_result` blocks.
+fn conversation(request: &Request) -> Vec<Value> {
+    let mut messages: Vec<Value> = Vec::new();
+    for m in request
+        .messages
+        .iter()
+        .filter(|m| m.speaker != Speaker::System)
+    {
+        match m.speaker {
+            Speaker::Assistant if !m.tool_calls.is_empty() => {
+                let mut blocks: Vec<Value> = Vec::new();
+                if !m.content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": m.content}));
+                }
+                blocks.extend(m.tool_calls.iter().map(|c| {
+                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
+                }));
+                messages.push(json!({"role": "assistant", "content": blocks}));
+            }
+            Speaker::Tool => {
+                let block = json!({"type": "tool_result",
+                    "tool_use_id": m.answers.as_ref().map_or("", |(id, _)| id.as_str()),
+                    "content": m.content});
+                push_tool_result(&mut messages, block);
+            }
+            Speaker::Assistant => messages.push(json!({"role": "assistant", "content": m.content})),
+            Speaker::User | Speaker::System => {
+                messages.push(json!({"role": "user", "content": m.content}))
+            }
+        }
+    }
+    messages
+}
+
+/// Adds a tool's result: the results of one turn's calls go back together, in one user
+/// message.
+fn push_tool_result(messages: &mut Vec<Value>, block: Value) {
+    match messages.last_mut() {
+        Some(last)
+            if last["role"] == "user"
+                && last["content"]
+                    .as_array()
+                    .is_some_and(|b| b.iter().all(|b| b["type"] == "tool_result")) =>
+        {
+            if let Some(blocks) = last["content"].as_array_mut() {
+                blocks.push(block);
+            }
+        }
+        _ => messages.push(json!({"role": "user", "content": [block]})),
+    }
+}
+
+/// The request's tools and the forced choice; a JSON schema is one more tool, forced.
+fn tools(request: &Request, schema_tool: Option<&str>) -> (Vec<Value>, Option<Value>) {
+    let mut tools: Vec<Value> = request
+        .tools
+        .iter()
+        .map(
+            |t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}),
+        )
+        .collect();
+    let mut tool_choice = request
+        .tool_choice
+        .as_ref()
+        .map(|n| json!({"type": "tool", "name": n}));
+    if let (Some(name), Some((_, schema))) = (schema_tool, &request.json_schema) {
+        tools.push(json!({"name": name, "description": "Give the answer as this tool's input.", "input_schema": schema}));
+        tool_choice = Some(json!({"type": "tool", "name": name}));
+    }
+    (tools, tool_choice)
+}
+
 /// Marks a message's last content block as a cache breakpoint (a text content becomes one
 /// text block to carry it).
 fn breakpoint(message: Option<&mut Value>, cache: &Value) {
@@ -171,8 +191,9 @@ fn breakpoint(message: Option<&mut Value>, cache: &Value) {
     }
 }
 
+/// Reads the streamed answer up to `message_stop`: text blocks are passed on as text; only
+/// tool-use blocks are kept, as calls.
 async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer, ModelError> {
-    // Text blocks are streamed as text; only tool-use blocks are kept, as calls.
     let mut usage = Usage::default();
     let mut stopped = false;
     while let Some(event) = stream.next().await? {
@@ -187,40 +208,9 @@ async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer
             }
         };
         match data["type"].as_str().unwrap_or(event.event.as_str()) {
-            "message_start" => {
-                // Anthropic counts the cached prompt apart; the total is the prompt's size.
-                let u = &data["message"]["usage"];
-                let n = |k: &str| u[k].as_u64().unwrap_or(0);
-                usage.cached_tokens = n("cache_read_input_tokens");
-                usage.cache_write_tokens = n("cache_creation_input_tokens");
-                usage.input_tokens =
-                    n("input_tokens") + usage.cached_tokens + usage.cache_write_tokens;
-            }
-            "content_block_start" => {
-                let index = data["index"].as_u64().unwrap_or(0);
-                let block = &data["content_block"];
-                if block["type"] == "tool_use" {
-                    stream.calls.insert(
-                        index,
-                        PartialCall {
-                            id: block["id"].as_str().unwrap_or_default().into(),
-                            name: block["name"].as_str().unwrap_or_default().into(),
-                            arguments: String::new(),
-                        },
-                    );
-                }
-            }
-            "content_block_delta" => {
-                let index = data["index"].as_u64().unwrap_or(0);
-                let delta = &data["delta"];
-                if let Some(piece) = delta["text"].as_str() {
-                    stream.push_text(piece);
-                } else if let Some(part) = delta["partial_json"].as_str()
-                    && let Some(call) = stream.calls.get_mut(&index)
-                {
-                    call.arguments.push_str(part);
-                }
-            }
+            "message_start" => prompt_usage(&mut usage, &data["message"]["usage"]),
+            "content_block_start" => start_block(&mut stream, &data),
+            "content_block_delta" => delta(&mut stream, &data),
             "message_delta" => {
                 if let Some(n) = data["usage"]["output_tokens"].as_u64() {
                     usage.output_tokens = n;
@@ -230,19 +220,7 @@ async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer
                 stopped = true;
                 break;
             }
-            "error" => {
-                let kind = data["error"]["type"].as_str().unwrap_or("error");
-                let message = data["error"]["message"].as_str().unwrap_or_default();
-                // An overload mid-stream is worth a retry like a 529.
-                return Err(if kind == "overloaded_error" || kind == "api_error" {
-                    ModelError::Truncated {
-                        provider: target.label(),
-                        reason: format!("{kind}: {message}"),
-                    }
-                } else {
-                    bad_answer(target, format!("{kind}: {message}"))
-                });
-            }
+            "error" => return Err(stream_error(target, &data)),
             _ => {}
         }
     }
@@ -253,4 +231,56 @@ async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer
         });
     }
     stream.finish(target, Some(usage))
+}
+
+/// The prompt's usage from `message_start`: Anthropic counts the cached prompt apart; the
+/// total is the prompt's size.
+fn prompt_usage(usage: &mut Usage, u: &Value) {
+    let n = |k: &str| u[k].as_u64().unwrap_or(0);
+    usage.cached_tokens = n("cache_read_input_tokens");
+    usage.cache_write_tokens = n("cache_creation_input_tokens");
+    usage.input_tokens = n("input_tokens") + usage.cached_tokens + usage.cache_write_tokens;
+}
+
+/// `content_block_start`: a tool-use block begins a call at its index.
+fn start_block(stream: &mut Streamed<'_>, data: &Value) {
+    let index = data["index"].as_u64().unwrap_or(0);
+    let block = &data["content_block"];
+    if block["type"] == "tool_use" {
+        stream.calls.insert(
+            index,
+            PartialCall {
+                id: block["id"].as_str().unwrap_or_default().into(),
+                name: block["name"].as_str().unwrap_or_default().into(),
+                arguments: String::new(),
+            },
+        );
+    }
+}
+
+/// `content_block_delta`: a piece of text, or a fragment of a call's JSON input.
+fn delta(stream: &mut Streamed<'_>, data: &Value) {
+    let index = data["index"].as_u64().unwrap_or(0);
+    let delta = &data["delta"];
+    if let Some(piece) = delta["text"].as_str() {
+        stream.push_text(piece);
+    } else if let Some(part) = delta["partial_json"].as_str()
+        && let Some(call) = stream.calls.get_mut(&index)
+    {
+        call.arguments.push_str(part);
+    }
+}
+
+/// An `error` event: an overload mid-stream is worth a retry like a 529.
+fn stream_error(target: &Target, data: &Value) -> ModelError {
+    let kind = data["error"]["type"].as_str().unwrap_or("error");
+    let message = data["error"]["message"].as_str().unwrap_or_default();
+    if kind == "overloaded_error" || kind == "api_error" {
+        ModelError::Truncated {
+            provider: target.label(),
+            reason: format!("{kind}: {message}"),
+        }
+    } else {
+        bad_answer(target, format!("{kind}: {message}"))
+    }
 }

@@ -15,20 +15,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
+pub use super::types::Cached;
 use super::{Kind, Request, Response, Role, Target, ToolCall, Usage};
 use crate::config::Config;
 use crate::store::{Store, StoreError};
 use agent_ls_core::cache::{self as rules, HitKind, Mode, Reuse};
-
-/// What a cached answer saved: how it was found and what its original call took.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Cached {
-    pub hit: HitKind,
-    /// The original call's tokens, not spent again.
-    pub saved: Usage,
-    /// The original call's duration.
-    pub saved_ms: u64,
-}
 
 /// The cache of one workspace's models.
 pub struct Cache {

@@ -214,7 +214,7 @@ async fn check_completion(models: &Models, t: &Target, report: &mut Report<'_>) 
         idle: Duration::from_secs(30),
         on_token: None,
     };
-    let result = call.complete(&request).await;
+    let result = super::complete(call, &request).await;
     match result {
         Ok(r) => report.push(
             "completion",

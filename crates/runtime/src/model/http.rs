@@ -1,14 +1,17 @@
 //! What the two HTTP providers (openai.rs, anthropic.rs) and `doctor` share: the key in the
 //! provider's header, one request sent with a failed status or a dropped connection turned
 //! into a `ModelError` the same way, a tool call's JSON arguments read, and the `Response`
-//! built from an answer. The wire formats themselves stay in each provider's file.
+//! built from an answer. The wire formats themselves stay in each provider's file, and the
+//! choice between them in `model::complete`: this file names neither, so they import it
+//! one way.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::sse::{Event, Events, Limits, read_capped};
-use super::{Kind, ModelError, OnToken, Request, Response, Target, ToolCall, Usage, redact};
+use super::types::{Kind, ModelError, OnToken, Response, Target, Usage, redact};
 use crate::config::Secret;
+use agent_ls_core::conversation::ToolCall;
 
 /// One request to a model over HTTP, all but the request itself.
 pub(crate) struct Call<'a> {
@@ -18,16 +21,6 @@ pub(crate) struct Call<'a> {
     /// The longest the answer's stream may stay silent.
     pub idle: Duration,
     pub on_token: Option<OnToken<'a>>,
-}
-
-impl Call<'_> {
-    /// Sends `request` in the wire format of the target: Anthropic's, or else OpenAI's.
-    pub async fn complete(self, request: &Request) -> Result<Response, ModelError> {
-        match self.target.kind {
-            Kind::Anthropic => super::anthropic::complete(self, request).await,
-            Kind::OpenAi | Kind::Replay => super::openai::complete(self, request).await,
-        }
-    }
 }
 
 /// Adds the target's API key (when it has a non-empty one) in its provider's header.

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::http::{Answer, Call, Streamed, bad_answer};
 use super::sse::{Limits, read_capped};
-use super::{ModelError, Request, Response, Speaker, Target, ToolCall, Usage};
+use super::{Message, ModelError, Request, Response, Speaker, Target, ToolCall, Usage};
 
 /// Servers that rejected native JSON schemas or tools, so later calls go straight to the
 /// instruction-only form instead of failing first every time.
@@ -127,47 +127,10 @@ fn simpler_mode(mode: Mode, request: &Request, refused: &super::http::Refused) -
     }
 }
 
+/// The chat completions body: the conversation, then what the mode asks for the schema and
+/// the tools (native fields, or system messages that say the form to answer in).
 fn build_body(target: &Target, request: &Request, max_tokens: u32, mode: Mode) -> Value {
-    let mut messages: Vec<Value> = request
-        .messages
-        .iter()
-        .map(|m| match m.speaker {
-            Speaker::System => json!({"role": "system", "content": m.content}),
-            Speaker::User => json!({"role": "user", "content": m.content}),
-            Speaker::Assistant if m.tool_calls.is_empty() => {
-                json!({"role": "assistant", "content": m.content})
-            }
-            // Content is a string even when empty: llama.cpp's Python server refuses null
-            // beside tool calls, and OpenAI takes both.
-            Speaker::Assistant if mode.native_tools => json!({
-                "role": "assistant",
-                "content": m.content,
-                "tool_calls": m.tool_calls.iter().map(|c| json!({
-                    "id": c.id, "type": "function",
-                    "function": {"name": c.name, "arguments": c.arguments.to_string()}
-                })).collect::<Vec<_>>(),
-            }),
-            // The text protocol answers one call at a time, as the object it asked for.
-            Speaker::Assistant => {
-                let calls: Vec<String> = m
-                    .tool_calls
-                    .iter()
-                    .map(|c| json!({"tool": c.name, "arguments": c.arguments}).to_string())
-                    .collect();
-                json!({"role": "assistant", "content": calls.join("\n")})
-            }
-            Speaker::Tool => match (&m.answers, mode.native_tools) {
-                (Some((id, _)), true) => {
-                    json!({"role": "tool", "tool_call_id": id, "content": m.content})
-                }
-                (answers, _) => json!({"role": "user", "content": format!(
-                    "Result of {}:\n{}",
-                    answers.as_ref().map_or("the tool", |(_, name)| name.as_str()),
-                    m.content
-                )}),
-            },
-        })
-        .collect();
+    let mut messages: Vec<Value> = request.messages.iter().map(|m| message(m, mode)).collect();
     let mut body = json!({
         "model": target.model,
         "messages": [],
@@ -177,52 +140,108 @@ fn build_body(target: &Target, request: &Request, max_tokens: u32, mode: Mode) -
         "stream_options": {"include_usage": true},
     });
     if let Some((name, schema)) = &request.json_schema {
-        match mode.schema {
-            SchemaMode::JsonSchema => {
-                body["response_format"] =
-                    json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}});
-            }
-            SchemaMode::JsonObject | SchemaMode::Instructions => {
-                if mode.schema == SchemaMode::JsonObject {
-                    body["response_format"] = json!({"type": "json_object", "schema": schema});
-                }
-                messages.push(json!({"role": "system", "content": format!(
-                    "Answer with only one JSON object, no prose and no code fence, that matches this JSON schema:\n{schema}"
-                )}));
-            }
-        }
+        ask_schema(&mut body, &mut messages, (name, schema), mode);
     }
     if !request.tools.is_empty() {
-        if mode.native_tools {
-            body["tools"] = Value::Array(
-                request
-                    .tools
-                    .iter()
-                    .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
-                    .collect(),
-            );
-            if let Some(name) = &request.tool_choice {
-                body["tool_choice"] = json!({"type": "function", "function": {"name": name}});
-            }
-        } else {
-            let list: Vec<String> = request
-                .tools
-                .iter()
-                .map(|t| {
-                    format!(
-                        "- {}: {} Arguments schema: {}",
-                        t.name, t.description, t.parameters
-                    )
-                })
-                .collect();
-            messages.push(json!({"role": "system", "content": format!(
-                "To call a tool, answer with only one JSON object {{\"tool\": NAME, \"arguments\": {{...}}}} and nothing else. Tools:\n{}",
-                list.join("\n")
-            )}));
-        }
+        offer_tools(&mut body, &mut messages, request, mode);
     }
     body["messages"] = Value::Array(messages);
     body
+}
+
+/// One message of the conversation; without native tools, calls and results are text.
+fn message(m: &Message, mode: Mode) -> Value {
+    match m.speaker {
+        Speaker::System => json!({"role": "system", "content": m.content}),
+        Speaker::User => json!({"role": "user", "content": m.content}),
+        Speaker::Assistant if m.tool_calls.is_empty() => {
+            json!({"role": "assistant", "content": m.content})
+        }
+        // Content is a string even when empty: llama.cpp's Python server refuses null
+        // beside tool calls, and OpenAI takes both.
+        Speaker::Assistant if mode.native_tools => json!({
+            "role": "assistant",
+            "content": m.content,
+            "tool_calls": m.tool_calls.iter().map(|c| json!({
+                "id": c.id, "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments.to_string()}
+            })).collect::<Vec<_>>(),
+        }),
+        // The text protocol answers one call at a time, as the object it asked for.
+        Speaker::Assistant => {
+            let calls: Vec<String> = m
+                .tool_calls
+                .iter()
+                .map(|c| json!({"tool": c.name, "arguments": c.arguments}).to_string())
+                .collect();
+            json!({"role": "assistant", "content": calls.join("\n")})
+        }
+        Speaker::Tool => match (&m.answers, mode.native_tools) {
+            (Some((id, _)), true) => {
+                json!({"role": "tool", "tool_call_id": id, "content": m.content})
+            }
+            (answers, _) => json!({"role": "user", "content": format!(
+                "Result of {}:\n{}",
+                answers.as_ref().map_or("the tool", |(_, name)| name.as_str()),
+                m.content
+            )}),
+        },
+    }
+}
+
+/// Asks for an answer that matches the schema `(name, schema)`, in the mode's form.
+fn ask_schema(
+    body: &mut Value,
+    messages: &mut Vec<Value>,
+    (name, schema): (&str, &Value),
+    mode: Mode,
+) {
+    match mode.schema {
+        SchemaMode::JsonSchema => {
+            body["response_format"] =
+                json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}});
+        }
+        SchemaMode::JsonObject | SchemaMode::Instructions => {
+            if mode.schema == SchemaMode::JsonObject {
+                body["response_format"] = json!({"type": "json_object", "schema": schema});
+            }
+            messages.push(json!({"role": "system", "content": format!(
+                "Answer with only one JSON object, no prose and no code fence, that matches this JSON schema:\n{schema}"
+            )}));
+        }
+    }
+}
+
+/// Offers the request's tools: as `tools` (with the forced choice), or, without native
+/// tools, as a system message that lists them and says how to call one.
+fn offer_tools(body: &mut Value, messages: &mut Vec<Value>, request: &Request, mode: Mode) {
+    if mode.native_tools {
+        body["tools"] = Value::Array(
+            request
+                .tools
+                .iter()
+                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+                .collect(),
+        );
+        if let Some(name) = &request.tool_choice {
+            body["tool_choice"] = json!({"type": "function", "function": {"name": name}});
+        }
+        return;
+    }
+    let list: Vec<String> = request
+        .tools
+        .iter()
+        .map(|t| {
+            format!(
+                "- {}: {} Arguments schema: {}",
+                t.name, t.description, t.parameters
+            )
+        })
+        .collect();
+    messages.push(json!({"role": "system", "content": format!(
+        "To call a tool, answer with only one JSON object {{\"tool\": NAME, \"arguments\": {{...}}}} and nothing else. Tools:\n{}",
+        list.join("\n")
+    )}));
 }
 
 /// An OpenAI usage object, with the prompt tokens its prompt cache served.

@@ -1,0 +1,261 @@
+//! One run of the loop for a session: where it works (the folder, or the branch or worktree
+//! `git.isolation` asks for), the shared driver with the ACP shell, and the live view of its
+//! events: the plan, the model's prose as thoughts, the tools it calls as tool calls.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use agent_client_protocol::Client;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    self, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, SessionUpdate, StopReason, ToolCall,
+    ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+};
+use tokio_util::sync::CancellationToken;
+
+use agent_ls_core::agent::{Run, RunStatus};
+use agent_ls_core::events::{LiveEvent, RunEvent};
+use agent_ls_runtime::config::Config;
+use agent_ls_runtime::drive::{self, Drive, Outcome};
+use agent_ls_runtime::model::Models;
+use agent_ls_runtime::store::StoreThread;
+
+use super::client::{ClientFs, notify, say, text_chunk};
+use super::output;
+use super::shell::AcpShell;
+
+/// Where the run of `goal` works: the session's folder, or as `git.isolation` says a new
+/// branch there or a new worktree (said in the session). `None` when it cannot start so (a
+/// dirty tree on `"branch"`), which is said too.
+pub(super) fn isolated_root(
+    conn: &ConnectionTo<Client>,
+    session: &str,
+    root: PathBuf,
+    cfg: &Config,
+    goal: &str,
+) -> Option<PathBuf> {
+    let (text, root) = match agent_ls_runtime::git::isolate::start(&root, cfg.git.isolation, goal) {
+        Ok(None) => return Some(root),
+        Ok(Some(i)) => (format!("agent-ls: {}\n", i.describe()), Some(i.root)),
+        Err(e) => (format!("agent-ls: cannot isolate the run: {e}\n"), None),
+    };
+    say(conn, session, text);
+    root
+}
+
+/// One run of the loop for a session, through the shared driver; the stop reason for the
+/// prompt's answer. `resume` is a recorded run's checkpoint (`Some(None)` when it has none).
+pub(super) async fn run(
+    config: Config,
+    root: PathBuf,
+    goal: String,
+    resume: Option<Option<Run>>,
+    (session, conn, fs): (String, ConnectionTo<Client>, ClientFs),
+    cancel: CancellationToken,
+) -> StopReason {
+    let _lock = match agent_ls_runtime::lock::RunLock::acquire(&root, &goal) {
+        Ok(l) => l,
+        Err(e) => {
+            say(&conn, &session, format!("agent-ls: {e}"));
+            return StopReason::EndTurn;
+        }
+    };
+    let store = StoreThread::open(root.clone(), |_| {});
+    let models = Models::new(&config, Some(&root));
+    // A resumed session's run goes on under the session's id.
+    let run_id = match resume {
+        Some(_) => session.clone(),
+        None => drive::new_run_id(),
+    };
+    let peer = (conn.clone(), session.clone(), fs);
+    let mut shell = AcpShell::new(peer, root.clone(), goal.clone(), run_id.clone());
+    let on_event = live_view(conn.clone(), session.clone(), root.clone());
+    let driver = Drive {
+        models: &models,
+        config: &config,
+        root: &root,
+        cancel: &cancel,
+        on_token: None,
+        record: Some(&store),
+        events: Some(&on_event),
+    };
+    let outcome = start(&driver, &mut shell, &goal, resume, run_id).await;
+    store.flush_blocking();
+    say(&conn, &session, outcome.answer.clone());
+    if outcome.status == RunStatus::Cancelled {
+        StopReason::Cancelled
+    } else {
+        StopReason::EndTurn
+    }
+}
+
+/// Goes on with the recorded run, or starts one for `goal`; `/test BUG` makes the bug the
+/// goal, reproduced with a test first.
+async fn start(
+    driver: &Drive<'_>,
+    shell: &mut AcpShell,
+    goal: &str,
+    resume: Option<Option<Run>>,
+    run_id: String,
+) -> Outcome {
+    if let Some(Some(mut checkpoint)) = resume {
+        return driver.resume(&mut checkpoint, shell, run_id).await;
+    }
+    let mut run = match drive::test_command(goal) {
+        Some(bug) => {
+            let mut settings = drive::run_settings(driver.config, bug);
+            drive::reproduce_first(&mut settings);
+            agent_ls_core::agent::Run::new(bug, settings)
+        }
+        None => drive::new_run(driver.config, goal),
+    };
+    driver.run(&mut run, shell, run_id).await
+}
+
+/// What the client sees of a run's events as they come: the plan, the model's words as
+/// prose thoughts (its JSON and its edit blocks are not thoughts), the tools it calls.
+fn live_view(
+    conn: ConnectionTo<Client>,
+    session: String,
+    root: PathBuf,
+) -> impl Fn(LiveEvent) + Send + Sync {
+    let plan = Mutex::new(PlanView::default());
+    let thoughts = Mutex::new(output::Thoughts::default());
+    move |e: LiveEvent| {
+        if let Ok(mut plan) = plan.lock()
+            && let Some(entries) = plan.follow(&e.event)
+        {
+            notify(&conn, &session, SessionUpdate::Plan(Plan::new(entries)));
+        }
+        let lines = match (&e.event, thoughts.lock()) {
+            (RunEvent::Token { role, text }, Ok(mut t)) => t.token(*role, text),
+            (other, Ok(mut t)) => {
+                let mut lines = t.flush();
+                lines.extend(output::sentence(other));
+                lines
+            }
+            _ => Vec::new(),
+        };
+        for line in lines {
+            notify(
+                &conn,
+                &session,
+                SessionUpdate::AgentThoughtChunk(text_chunk(format!("{line}\n"))),
+            );
+        }
+        event(&conn, &session, &root, &e.event);
+    }
+}
+
+/// The plan as the client sees it: the planner's tasks, each pending, in progress (the task
+/// the current iteration works on) or completed (those before it, and all once the run is
+/// done). ACP replaces the whole plan with each update.
+#[derive(Default)]
+struct PlanView {
+    tasks: Vec<(String, String)>,
+    current: Option<usize>,
+    done: bool,
+}
+
+impl PlanView {
+    /// The plan's entries after `e`, when `e` changed them.
+    fn follow(&mut self, e: &RunEvent) -> Option<Vec<PlanEntry>> {
+        match e {
+            RunEvent::Plan { tasks } => {
+                self.tasks = tasks
+                    .iter()
+                    .map(|t| (t.id.clone(), t.title.clone()))
+                    .collect();
+                self.current = None;
+            }
+            RunEvent::Iteration { task, .. } => {
+                let task = task.as_deref()?;
+                let i = self
+                    .tasks
+                    .iter()
+                    .position(|(id, _)| task.split(' ').next() == Some(id.as_str()))?;
+                if self.current == Some(i) {
+                    return None;
+                }
+                self.current = Some(i);
+            }
+            RunEvent::Finished {
+                status: RunStatus::Done,
+                ..
+            } => self.done = true,
+            _ => return None,
+        }
+        if self.tasks.is_empty() {
+            return None;
+        }
+        Some(
+            self.tasks
+                .iter()
+                .enumerate()
+                .map(|(i, (_, title))| {
+                    let status = match self.current {
+                        _ if self.done => PlanEntryStatus::Completed,
+                        Some(c) if i < c => PlanEntryStatus::Completed,
+                        Some(c) if i == c => PlanEntryStatus::InProgress,
+                        _ => PlanEntryStatus::Pending,
+                    };
+                    PlanEntry::new(title.clone(), PlanEntryPriority::Medium, status)
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A run event as the client sees it: the tools the model calls and their results.
+fn event(conn: &ConnectionTo<Client>, session: &str, root: &Path, e: &RunEvent) {
+    match e {
+        RunEvent::ToolCall(call) => {
+            let kind = acp_kind(agent_ls_runtime::tools::kind_of(&call.name));
+            let id = format!("tool_{}", call.id);
+            notify(
+                conn,
+                session,
+                SessionUpdate::ToolCall(
+                    ToolCall::new(id, output::tool_title(&call.name, &call.arguments))
+                        .kind(kind)
+                        .status(ToolCallStatus::InProgress)
+                        .locations(output::tool_locations(root, &call.arguments))
+                        .raw_input(call.arguments.clone()),
+                ),
+            );
+        }
+        RunEvent::ToolResult {
+            id, is_error, text, ..
+        } => {
+            let id = format!("tool_{id}");
+            let (failed, text) = (*is_error, text.clone());
+            notify(
+                conn,
+                session,
+                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    id,
+                    ToolCallUpdateFields::new()
+                        .status(if failed {
+                            ToolCallStatus::Failed
+                        } else {
+                            ToolCallStatus::Completed
+                        })
+                        .content(vec![ToolCallContent::Content(schema::Content::new(text))]),
+                )),
+            );
+        }
+        _ => {}
+    }
+}
+
+/// ACP's name for a kind of tool.
+fn acp_kind(kind: agent_ls_runtime::tools::ToolKind) -> ToolKind {
+    use agent_ls_runtime::tools::ToolKind as Kind;
+    match kind {
+        Kind::Read => ToolKind::Read,
+        Kind::Search => ToolKind::Search,
+        Kind::Execute => ToolKind::Execute,
+        Kind::Edit => ToolKind::Edit,
+        Kind::Other => ToolKind::Other,
+    }
+}

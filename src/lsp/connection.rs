@@ -1,0 +1,133 @@
+//! What the jobs that reach the editor (agent runs, undo and redo, rollbacks) share with the
+//! session: the `Connection` each is handed when it starts, the `Snapshot` of open documents
+//! it reads, and the `AgentMessage`s it reports through. These types sit below the session
+//! and the jobs alike, so a job names them without importing the session, and the session
+//! starts the jobs without the jobs importing each other back.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+use tower_lsp_server::ls_types::Uri;
+
+use super::jobs::{Panicked, Report};
+use super::outbox::Outbox;
+use super::workspace_edit::EditSupport;
+use agent_ls_core::agent::review::ReviewResult;
+use agent_ls_core::edit::FileChange;
+use agent_ls_core::edit::history::{StepError, StepFile};
+use agent_ls_core::text::{Buffer, Encoding};
+use agent_ls_runtime::drive::Outcome;
+use agent_ls_runtime::tests_run::{RunError, RunResult};
+
+/// The open documents of the workspace, by path relative to its root.
+pub type Snapshot = HashMap<String, (Uri, Buffer)>;
+
+/// What a run (or an undo, or a rollback) tells the session, or asks of it.
+pub enum AgentMessage {
+    /// The open documents as they are now.
+    Snapshot { reply: oneshot::Sender<Snapshot> },
+    /// Answer once every document named holds its text (the `didChange` that follows an
+    /// applied edit); the asker gives up after its own deadline.
+    AwaitTexts {
+        want: Vec<(Uri, String)>,
+        reply: oneshot::Sender<()>,
+    },
+    /// Run the tests through the session's one owner of test runs.
+    RunTests {
+        reply: oneshot::Sender<Result<RunResult, RunError>>,
+        /// A tool's narrowed run or command in place of the tests; its result is the
+        /// model's and is not published as diagnostics.
+        command: Option<Vec<String>>,
+    },
+    /// An agent step was applied and confirmed: record it in the history.
+    StepApplied(AppliedStep),
+    /// The run ended.
+    Finished { id: String, outcome: Box<Outcome> },
+    /// The run's review, about to be asked about: its findings go on their lines now, so the
+    /// user sees them in the files while deciding. Answered once they are in the outbox, so
+    /// they reach the client before the question.
+    Reviewed {
+        review: Box<ReviewResult>,
+        reply: oneshot::Sender<()>,
+    },
+    /// A rollback ended; `rolled_back` when the run's files are back to its checkpoint,
+    /// `changed` when that changed any file.
+    RollbackFinished {
+        run_id: Option<String>,
+        rolled_back: bool,
+        changed: bool,
+    },
+    /// An undo (or redo) ended.
+    UndoFinished {
+        step: u64,
+        redo: bool,
+        goal: String,
+        result: Result<(), UndoFailed>,
+    },
+}
+
+/// An agent step the editor applied and holds, for the history.
+pub struct AppliedStep {
+    pub run_id: String,
+    pub goal: String,
+    pub task: String,
+    /// The run's iteration that made it.
+    pub iteration: u32,
+    pub changes: Vec<FileChange>,
+    pub files: Vec<StepFile>,
+}
+
+/// Why an undo or redo did not happen; the text follows "could not undo step N: ".
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UndoFailed {
+    /// The reversal cannot be computed from the files as they are now.
+    #[error(transparent)]
+    Reversal(#[from] StepError),
+    /// The editor or the disk did not take it.
+    #[error("{0}")]
+    Apply(String),
+    /// The undo failed inside agent-ls.
+    #[error(transparent)]
+    Panicked(#[from] Panicked),
+}
+
+/// The open documents whose file the server wrote on disk under the editor's buffer (for a
+/// client without `agent-ls/saveFiles`), until the editor reads or saves the file again.
+/// Such an editor knows the file changed behind it: Emacs asks "changed on disk; discard your
+/// edits?" before it applies the next edit to that buffer, and reverting reopens the document
+/// at a new version, which refuses the edit. So the next edit to such a file is written to the
+/// disk first, and whichever the answer, the buffer and the disk end up holding it.
+#[derive(Clone, Default)]
+pub struct WrittenUnder(Arc<Mutex<HashSet<Uri>>>);
+
+impl WrittenUnder {
+    pub fn mark(&self, uri: &Uri) {
+        if let Ok(mut set) = self.0.lock() {
+            set.insert(uri.clone());
+        }
+    }
+
+    pub fn forget(&self, uri: &Uri) {
+        if let Ok(mut set) = self.0.lock() {
+            set.remove(uri);
+        }
+    }
+
+    pub fn contains(&self, uri: &Uri) -> bool {
+        self.0.lock().is_ok_and(|set| set.contains(uri))
+    }
+}
+
+/// What a run needs from the client connection, the same for every run of a session.
+#[derive(Clone)]
+pub struct Connection {
+    pub outbox: Outbox,
+    pub report: Report<AgentMessage>,
+    pub root: PathBuf,
+    pub encoding: Encoding,
+    pub support: EditSupport,
+    pub progress: bool,
+    pub written_under: WrittenUnder,
+}

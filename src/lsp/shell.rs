@@ -1,0 +1,698 @@
+//! The editor `Shell` of a run, an undo or a rollback: what the runtime's `Drive` does to the
+//! files and the user goes through the editor here. Reads come from the editor's buffers (a
+//! snapshot from the session), approval through change annotations or
+//! `window/showMessageRequest`, edits through `workspace/applyEdit` with version checks
+//! before and after, and the disk is kept in step for the tests. Everything for the client
+//! leaves through the outbox; the session is asked only through `AgentMessage`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tower_lsp_server::ls_types::request::ApplyWorkspaceEdit;
+use tower_lsp_server::ls_types::{
+    ApplyWorkspaceEditParams, MessageType, ProgressToken, Uri, WorkDoneProgress,
+    WorkDoneProgressReport, WorkspaceEdit,
+};
+use tracing::{info, warn};
+
+use super::connection::{AgentMessage, AppliedStep, Connection, Snapshot};
+use super::convert;
+use super::ext;
+use super::isolation;
+use super::outbox::Outbox;
+use super::workspace_edit::{self, EditSupport, Target};
+use agent_ls_core::edit::history::Step;
+use agent_ls_core::edit::{self, FileChange, FileText};
+use agent_ls_runtime::config::Approval;
+use agent_ls_runtime::drive::{ApplyError, Shell, Verdict};
+use agent_ls_runtime::files;
+use agent_ls_runtime::tests_run::{RunError, RunResult};
+use agent_ls_runtime::trust::Review;
+
+/// The editor said it applied an edit, but these documents do not hold it.
+#[derive(Debug, thiserror::Error)]
+#[error("the editor reported the change as applied, but {} does not hold it (was it declined?)", .0.join(", "))]
+struct NotHeld(Vec<String>);
+
+/// Why the disk could not be brought in step with an applied edit.
+#[derive(Debug, thiserror::Error)]
+enum DiskSync {
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0} has unsaved changes around the agent's edit; save it so the tests see the change")]
+    UnsavedAround(String),
+    #[error("{0} was created or deleted on disk meanwhile")]
+    CreatedOrDeleted(String),
+    #[error(transparent)]
+    Write(#[from] files::FileError),
+}
+
+/// Applies changes that restore known texts (a rollback) through workspace/applyEdit like an
+/// undo, without asking, then writes exactly their texts to the disk the editor did not save.
+pub async fn apply_restore(
+    c: &Connection,
+    snapshot: Snapshot,
+    limits: edit::Limits,
+    label: String,
+    changes: &[FileChange],
+) -> Result<(), ApplyError> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let mut shell = ServerShell {
+        snapshot,
+        exact_disk: true,
+        ..ServerShell::new(c.clone(), label, limits)
+    };
+    shell.apply(changes).await
+}
+
+/// Deletes files an undone step created: through workspace/applyEdit when the client can
+/// delete (so an open editor closes), then on disk if the file is still there.
+pub async fn delete_files(c: &Connection, paths: &[String]) -> Result<(), ApplyError> {
+    use tower_lsp_server::ls_types::{
+        DeleteFile, DeleteFileOptions, DocumentChangeOperation, DocumentChanges, ResourceOp,
+    };
+    if paths.is_empty() {
+        return Ok(());
+    }
+    if c.support.delete_files {
+        let ops = paths
+            .iter()
+            .filter_map(|p| Uri::from_file_path(c.root.join(p)))
+            .map(|uri| {
+                DocumentChangeOperation::Op(ResourceOp::Delete(DeleteFile {
+                    uri,
+                    options: Some(DeleteFileOptions {
+                        recursive: Some(false),
+                        ignore_if_not_exists: Some(true),
+                    }),
+                    annotation_id: None,
+                }))
+            })
+            .collect();
+        let edit = WorkspaceEdit {
+            document_changes: Some(DocumentChanges::Operations(ops)),
+            ..Default::default()
+        };
+        send_edit(&c.outbox, edit, None).await?;
+    }
+    for p in paths {
+        let path = c.root.join(p);
+        if path.exists() {
+            std::fs::remove_file(&path)
+                .map_err(|e| ApplyError::Failed(format!("cannot delete {p}: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// What an `ApplyError` says (whichever kind: an undo or a rollback that did not go through
+/// is not redone, so stale or failed reads the same).
+pub fn apply_failure(e: ApplyError) -> String {
+    let (ApplyError::Stale(why) | ApplyError::Failed(why)) = e;
+    why
+}
+
+/// Sends `workspace/applyEdit` and reads the client's answer; `applied: false` is a refusal.
+async fn send_edit(
+    outbox: &Outbox,
+    edit: WorkspaceEdit,
+    label: Option<String>,
+) -> Result<(), ApplyError> {
+    match outbox
+        .request::<ApplyWorkspaceEdit>(ApplyWorkspaceEditParams { label, edit })
+        .await
+    {
+        Ok(r) if r.applied => Ok(()),
+        Ok(r) => {
+            Err(ApplyError::Failed(r.failure_reason.unwrap_or_else(|| {
+                "the change was rejected in the editor".into()
+            })))
+        }
+        Err(e) => Err(ApplyError::Failed(format!(
+            "the editor did not answer workspace/applyEdit: {e}"
+        ))),
+    }
+}
+
+/// The editor shell of one run, undo or rollback.
+pub(super) struct ServerShell {
+    pub(super) c: Connection,
+    pub(super) approval: Approval,
+    pub(super) label: String,
+    /// The open documents of the workspace, as of the last refresh.
+    pub(super) snapshot: Snapshot,
+    /// agent-ls.accept (true) and agent-ls.reject (false), for the question waiting.
+    pub(super) decisions: mpsc::UnboundedReceiver<bool>,
+    pub(super) cancel: CancellationToken,
+    /// The run's `$/progress` token, when the client takes progress.
+    pub(super) progress: Option<ProgressToken>,
+    pub(super) limits: edit::Limits,
+    /// The plan's task the change being applied works on, for the history.
+    pub(super) task: String,
+    pub(super) iteration: u32,
+    /// The run and goal an applied change is recorded under in the history; `None` for an
+    /// undo or redo, which moves an existing step instead.
+    pub(super) record: Option<(String, String)>,
+    /// The review of the change being applied, for the preview's labels.
+    pub(super) review: Review,
+    /// The disk gets exactly each change's new text, whatever it holds now (a rollback, which
+    /// restores known contents; forced, it overwrites the user's changes on purpose).
+    pub(super) exact_disk: bool,
+    /// A run in a worktree of its own: it reads and writes that worktree's disk and runs its
+    /// tests there, since no editor buffer is its.
+    pub(super) on_disk: Option<isolation::OnDisk>,
+}
+
+impl ServerShell {
+    /// A shell that applies without asking, records nothing, and cannot be cancelled or
+    /// answered (an undo's or a rollback's); a run sets what it needs over it.
+    pub(super) fn new(c: Connection, label: String, limits: edit::Limits) -> Self {
+        ServerShell {
+            c,
+            approval: Approval::Auto,
+            label,
+            snapshot: Snapshot::new(),
+            decisions: mpsc::unbounded_channel().1,
+            cancel: CancellationToken::new(),
+            progress: None,
+            limits,
+            task: String::new(),
+            iteration: 0,
+            record: None,
+            review: Review::default(),
+            exact_disk: false,
+            on_disk: None,
+        }
+    }
+
+    pub(super) async fn take_snapshot(&self) -> Snapshot {
+        // The editor's buffers are the checkout's, not the worktree's.
+        if self.on_disk.is_some() {
+            return Snapshot::new();
+        }
+        let (reply, answer) = oneshot::channel();
+        (self.c.report)(AgentMessage::Snapshot { reply });
+        answer.await.unwrap_or_default()
+    }
+
+    fn current_text(&self, rel: &str) -> Option<String> {
+        match self.read(rel) {
+            FileText::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Asks with window/showMessageRequest, or takes an agent-ls.accept/reject command,
+    /// whichever comes first. No timeout: the user may take their time.
+    async fn ask(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> bool {
+        let files: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();
+        let mut flagged = if review.findings.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " The static scan flagged: {}.",
+                review.findings_joined("; ")
+            )
+        };
+        // A change the review gate sent back: the findings it is to fix, one a line.
+        if !review.fixes.is_empty() {
+            flagged.push_str(&format!(
+                " It is meant to fix the reviewer's findings:\n{}",
+                review.fixes_joined("\n")
+            ));
+        }
+        loop {
+            let request = self.c.outbox.ask(
+                MessageType::INFO,
+                format!(
+                    "{}: apply the proposed change to {}?{flagged}",
+                    self.label,
+                    files.join(", ")
+                ),
+                &["Accept", "Reject", "Show diff"],
+            );
+            let answer = tokio::select! {
+                r = request => r,
+                d = self.decisions.recv() => d.map(|yes| if yes { "Accept".to_string() } else { "Reject".to_string() }),
+                _ = self.cancel.cancelled() => None,
+            };
+            match answer.as_deref() {
+                Some("Accept") => return true,
+                Some("Show diff") => self.c.outbox.show_message(MessageType::INFO, diff),
+                _ => return false,
+            }
+        }
+    }
+
+    /// Asks whether the change may write one protected file, with a button that names it;
+    /// agent-ls.reject (or a cancel) refuses.
+    async fn allow_protected(&mut self, path: &str, why: &str) -> bool {
+        let allow = format!("Allow {path}");
+        let request = self.c.outbox.ask(
+            MessageType::WARNING,
+            format!(
+                "{}: the change writes {path}, which is protected: {why}. Allow the agent to write it?",
+                self.label
+            ),
+            &[&allow, "Refuse"],
+        );
+        tokio::select! {
+            r = request => r.is_some_and(|title| title == allow),
+            // agent-ls.accept does not name the file, so it allows nothing here.
+            _ = self.decisions.recv() => false,
+            _ = self.cancel.cancelled() => false,
+        }
+    }
+
+    /// Waits until the editor's buffers hold the new text (the `didChange` after an applied
+    /// edit can come after the reply), for at most 5 seconds.
+    async fn confirm_applied(&mut self, changes: &[FileChange]) -> Result<(), NotHeld> {
+        // The documents open now, which includes those the editor opened as it applied the
+        // edit (Neovim loads a buffer for a file it creates or edits, and reports its text
+        // only after a debounce): each must come to hold its change.
+        self.snapshot = self.take_snapshot().await;
+        let want: Vec<(Uri, String)> = changes
+            .iter()
+            .filter_map(|c| {
+                // A file not open in the editor: it applied the edit to a buffer it did not
+                // report to us, or to the file; the disk check settles it.
+                let (uri, _) = self.snapshot.get(&c.path)?;
+                Some((uri.clone(), c.new_text.clone()))
+            })
+            .collect();
+        if !want.is_empty() {
+            let (reply, answer) = oneshot::channel();
+            (self.c.report)(AgentMessage::AwaitTexts { want, reply });
+            let landed = tokio::time::timeout(Duration::from_secs(5), answer).await;
+            self.snapshot = self.take_snapshot().await;
+            if !matches!(landed, Ok(Ok(()))) {
+                let pending = changes
+                    .iter()
+                    .filter(|c| {
+                        self.snapshot
+                            .get(&c.path)
+                            .is_some_and(|(_, b)| b.text() != c.new_text)
+                    })
+                    .map(|c| c.path.clone())
+                    .collect();
+                return Err(NotHeld(pending));
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks an editor that can (`agent-ls/saveFiles`) to save the documents the step wrote,
+    /// so its buffers and the disk agree with no conflict; returns the paths it saved. A
+    /// document that held unsaved typing of the user's is saved with it, and the user is told.
+    async fn save_in_editor(&mut self, changes: &[FileChange]) -> Vec<String> {
+        if !self.c.support.save_files || changes.is_empty() {
+            return Vec::new();
+        }
+        let mut files = Vec::new();
+        let mut with_typing = Vec::new();
+        for c in changes {
+            let Ok(uri) = workspace_edit::file_uri(&self.c.root, &c.path) else {
+                continue;
+            };
+            let (uri, version) = match self.snapshot.get(&c.path) {
+                Some((uri, b)) => (uri.clone(), Some(b.version())),
+                None => (uri, None),
+            };
+            // The buffer held text the disk did not: the user's unsaved typing.
+            if let (FileText::Text(disk), Some(original)) =
+                (files::read_for_plan(&self.c.root, &c.path), &c.original)
+                && disk != *original
+            {
+                with_typing.push(c.path.clone());
+            }
+            files.push(ext::FileToSave { uri, version });
+        }
+        let asked = self
+            .c
+            .outbox
+            .request::<ext::SaveFiles>(ext::SaveFilesParams { files });
+        let saved = match tokio::time::timeout(Duration::from_secs(10), asked).await {
+            Ok(Ok(r)) => r.saved,
+            Ok(Err(e)) => {
+                warn!("the editor did not save the agent's files: {e}");
+                return Vec::new();
+            }
+            Err(_) => {
+                warn!("the editor did not answer agent-ls/saveFiles within 10 s");
+                return Vec::new();
+            }
+        };
+        let saved: Vec<String> = changes
+            .iter()
+            .filter(|c| {
+                workspace_edit::file_uri(&self.c.root, &c.path)
+                    .is_ok_and(|u| saved.iter().any(|s| same_file(s, &u)))
+            })
+            .map(|c| c.path.clone())
+            .collect();
+        let told: Vec<&String> = with_typing.iter().filter(|p| saved.contains(p)).collect();
+        if !told.is_empty() {
+            self.c.outbox.show_message(
+                MessageType::INFO,
+                format!(
+                    "agent-ls saved {} with your unsaved changes in it, so the tests run on what you see",
+                    told.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
+        saved
+    }
+
+    /// For a client without `agent-ls/saveFiles`: writes the change to the files the server
+    /// already wrote under the editor's buffer before the edit is sent (see `WrittenUnder`).
+    /// Returns the writes that put the disk back, for an edit that does not land.
+    fn write_early(&self, changes: &[FileChange]) -> Result<Vec<FileChange>, ApplyError> {
+        if self.c.support.save_files {
+            return Ok(Vec::new());
+        }
+        let early: Vec<FileChange> = changes
+            .iter()
+            .filter(|c| {
+                self.snapshot
+                    .get(&c.path)
+                    .is_some_and(|(uri, _)| self.c.written_under.contains(uri))
+            })
+            .cloned()
+            .collect();
+        let mut restore = Vec::new();
+        for c in &early {
+            if let FileText::Text(disk) = files::read_for_plan(&self.c.root, &c.path) {
+                restore.push(FileChange {
+                    path: c.path.clone(),
+                    original: Some(c.new_text.clone()),
+                    new_text: disk,
+                    edits: Vec::new(),
+                    inverse: Vec::new(),
+                });
+            }
+        }
+        self.sync_disk(&early)
+            .map_err(|e| ApplyError::Failed(e.to_string()))?;
+        Ok(restore)
+    }
+
+    /// Tests run on the disk, which holds neither the editor's edit (editors do not save) nor,
+    /// in a buffer with unsaved work, that work. The agent's change alone is written: the new
+    /// text where the disk matched the buffer, else the change re-located onto the disk's text,
+    /// so the user's unsaved typing is never saved behind their back. A new file the editor
+    /// created as it applied the edit (empty, or already holding the text) is the step's.
+    fn sync_disk(&self, changes: &[FileChange]) -> Result<(), DiskSync> {
+        let mut writes = Vec::new();
+        for c in changes {
+            let disk = match files::read_for_plan(&self.c.root, &c.path) {
+                FileText::Text(t) => Some(t),
+                FileText::Missing => None,
+                FileText::Refused(why) => return Err(DiskSync::Refused(why)),
+            };
+            match (&disk, &c.original) {
+                _ if self.exact_disk => writes.push(c.clone()),
+                (None, None) => writes.push(c.clone()),
+                (Some(d), None) if *d == c.new_text => {}
+                (Some(d), None) if d.is_empty() => writes.push(c.clone()),
+                (Some(d), Some(o)) if d == o => writes.push(c.clone()),
+                (Some(d), Some(_)) if *d == c.new_text => {}
+                (Some(d), Some(_)) => match edit::relocate(c, d, &self.limits) {
+                    Some(moved) => writes.push(moved),
+                    None => return Err(DiskSync::UnsavedAround(c.path.clone())),
+                },
+                (None, Some(_)) | (Some(_), None) => {
+                    return Err(DiskSync::CreatedOrDeleted(c.path.clone()));
+                }
+            }
+        }
+        files::write_changes(&self.c.root, &writes)?;
+        // An editor that cannot save on request now holds a buffer whose file changed behind
+        // it; the next edit to it is written first.
+        if !self.c.support.save_files {
+            for w in &writes {
+                if let Some((uri, _)) = self.snapshot.get(&w.path) {
+                    self.c.written_under.mark(uri);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The open documents the changes go to, at the versions they were computed for.
+    fn targets(&self, changes: &[FileChange]) -> HashMap<String, Target> {
+        changes
+            .iter()
+            .filter_map(|c| {
+                let (uri, b) = self.snapshot.get(&c.path)?;
+                Some((
+                    c.path.clone(),
+                    Target {
+                        uri: uri.clone(),
+                        version: Some(b.version()),
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// The changes as the editor's edit, annotated for its preview when it asks before
+    /// applying (the approval mode asks, and the client can), with the review's notes.
+    fn workspace_edit(
+        &mut self,
+        changes: &[FileChange],
+        targets: &HashMap<String, Target>,
+    ) -> Result<WorkspaceEdit, ApplyError> {
+        let support = EditSupport {
+            change_annotations: self.c.support.change_annotations
+                && self.approval == Approval::Confirm,
+            ..self.c.support
+        };
+        let review = std::mem::take(&mut self.review);
+        workspace_edit::to_workspace_edit(
+            changes,
+            targets,
+            &self.c.root,
+            self.c.encoding,
+            support,
+            &self.label,
+            &|path| review.note_for(path),
+        )
+        .map_err(|e| ApplyError::Failed(e.to_string()))
+    }
+
+    /// Sends the edit and waits until the buffers hold it. `early` are the disk writes made
+    /// before it was sent (`write_early`), put back when it does not land.
+    async fn land(
+        &mut self,
+        edit: WorkspaceEdit,
+        changes: &[FileChange],
+        targets: &HashMap<String, Target>,
+        early: &[FileChange],
+    ) -> Result<(), ApplyError> {
+        let sent = send_edit(&self.c.outbox, edit, Some(self.label.clone())).await;
+        if sent.is_err() && early.is_empty() {
+            return sent;
+        }
+        let held = self.confirm_applied(changes).await;
+        // An edit the editor refused but whose text the buffer holds anyway: it re-read the
+        // file written first (Emacs, answered "yes" to "changed on disk"), at a new version.
+        let Err(why) = held else {
+            return Ok(());
+        };
+        // The disk goes back to what it held; the error below says why.
+        let _ = files::write_changes(&self.c.root, early);
+        sent?;
+        // A buffer that moved past the version the edit was sent for means the user typed
+        // while the edit was in flight, and the editor refused the stale edit: redo the
+        // step on the fresh text rather than calling it a rejection.
+        let typed = changes.iter().any(|c| {
+            let sent = targets.get(&c.path).and_then(|t| t.version);
+            let now = self.snapshot.get(&c.path).map(|(_, b)| b.version());
+            matches!((sent, now), (Some(s), Some(n)) if n > s)
+        });
+        Err(if typed {
+            ApplyError::Stale(format!("{why} while the edit was sent"))
+        } else {
+            ApplyError::Failed(why.to_string())
+        })
+    }
+
+    /// A run's applied change goes into the session's history (an undo's or a rollback's
+    /// does not: it moves existing steps, or none).
+    fn record_step(&self, changes: Vec<FileChange>) {
+        let Some((run_id, goal)) = &self.record else {
+            return;
+        };
+        let files = Step::files_after(&changes, |path| {
+            self.snapshot.get(path).map(|(_, b)| b.version())
+        });
+        (self.c.report)(AgentMessage::StepApplied(AppliedStep {
+            run_id: run_id.clone(),
+            goal: goal.clone(),
+            task: self.task.clone(),
+            iteration: self.iteration,
+            changes,
+            files,
+        }));
+    }
+}
+
+/// Whether two file URIs name the same file (clients differ in how they escape a path).
+fn same_file(a: &Uri, b: &Uri) -> bool {
+    a == b
+        || matches!(
+            (convert::path_from_uri(a), convert::path_from_uri(b)),
+            (Some(x), Some(y)) if x == y
+        )
+}
+
+impl Shell for ServerShell {
+    fn read(&self, relative: &str) -> FileText {
+        match self.snapshot.get(relative) {
+            Some((_, b)) if b.needs_resync() => FileText::Refused(format!(
+                "{relative} is out of sync with the editor; close and reopen it"
+            )),
+            Some((_, b)) => FileText::Text(b.text()),
+            None => files::read_for_plan(&self.c.root, relative),
+        }
+    }
+
+    async fn refresh(&mut self) {
+        self.snapshot = self.take_snapshot().await;
+    }
+
+    async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict {
+        self.review = review.clone();
+        // A protected file is allowed only by a button that names it, whatever the mode.
+        for (path, why) in &review.protected {
+            if !self.allow_protected(path, why).await {
+                return Verdict::Refused(format!(
+                    "the user did not allow writing the protected file {path} ({why}); leave it alone"
+                ));
+            }
+        }
+        let yes = match self.approval {
+            // Applying without asking stops at a risky construct: it becomes a question.
+            Approval::Auto if review.findings.is_empty() => true,
+            // The editor asks when it applies the annotated edit (VS Code's preview, whose
+            // labels carry the review).
+            // A worktree run's change is written on disk, with no preview: it is asked here.
+            Approval::Confirm if self.c.support.change_annotations && self.on_disk.is_none() => {
+                true
+            }
+            _ => self.ask(changes, diff, review).await,
+        };
+        if yes {
+            Verdict::Approved
+        } else {
+            Verdict::Rejected
+        }
+    }
+
+    /// Always asked, whatever the approval mode: the install runs a command, outside the
+    /// sandbox, which no change preview shows.
+    async fn approve_install(&mut self, library: &str, argv: &[String]) -> bool {
+        let request = self.c.outbox.ask(
+            MessageType::INFO,
+            format!(
+                "{}: the tester's property test needs {library}. Install it as a dev dependency (`{}`)?",
+                self.label,
+                argv.join(" ")
+            ),
+            &["Install", "Don't install"],
+        );
+        tokio::select! {
+            r = request => r.is_some_and(|title| title == "Install"),
+            // agent-ls.accept answers a change's question, not this one (and may be one the
+            // user gave before this was asked): it approves no install.
+            _ = self.decisions.recv() => false,
+            _ = self.cancel.cancelled() => false,
+        }
+    }
+
+    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
+        if let Some(disk) = &self.on_disk {
+            return disk.write(&self.c.root, changes, &self.limits);
+        }
+        // Never send an edit against a buffer older than the one it was computed for: if the
+        // user typed meanwhile, move the change onto the new text, or redo the step.
+        self.snapshot = self.take_snapshot().await;
+        let current = edit::rebase(changes, |p| self.current_text(p), &self.limits)
+            .map_err(|e| ApplyError::Stale(e.to_string()))?;
+        let targets = self.targets(&current);
+        let edit = self.workspace_edit(&current, &targets)?;
+        let early = self.write_early(&current)?;
+        self.land(edit, &current, &targets, &early).await?;
+        // The editor saves what it can; the disk is brought in step for the rest.
+        let saved = self.save_in_editor(&current).await;
+        // Files written before the edit already hold it (re-located around unsaved typing).
+        let unsaved: Vec<FileChange> = current
+            .iter()
+            .filter(|c| !saved.contains(&c.path) && !early.iter().any(|e| e.path == c.path))
+            .cloned()
+            .collect();
+        self.sync_disk(&unsaved)
+            .map_err(|e| ApplyError::Failed(e.to_string()))?;
+        self.record_step(current);
+        Ok(())
+    }
+
+    fn buffers(&self) -> Vec<(String, FileText)> {
+        self.snapshot
+            .keys()
+            .map(|rel| (rel.clone(), self.read(rel)))
+            .collect()
+    }
+
+    async fn run_tests(
+        &mut self,
+        cancel: &CancellationToken,
+        command: Option<Vec<String>>,
+    ) -> Result<RunResult, RunError> {
+        if let Some(disk) = &self.on_disk {
+            return disk.run_tests(&self.c.root, cancel, command).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        (self.c.report)(AgentMessage::RunTests { reply, command });
+        // The run's own cancel reaches the test run through agent-ls.cancel, which cancels
+        // both; a cancel that only ends the run stops waiting here.
+        tokio::select! {
+            r = answer => r.unwrap_or(Err(RunError::Superseded)),
+            _ = cancel.cancelled() => Err(RunError::Superseded),
+        }
+    }
+
+    fn progress(&mut self, message: &str) {
+        info!("agent: {message}");
+        match &self.progress {
+            Some(token) => self.c.outbox.progress(
+                token.clone(),
+                WorkDoneProgress::Report(WorkDoneProgressReport {
+                    message: Some(message.to_string()),
+                    ..Default::default()
+                }),
+            ),
+            // A client without workDoneProgress follows the run in its log instead.
+            None => self
+                .c
+                .outbox
+                .log_message(MessageType::INFO, format!("agent-ls: {message}")),
+        }
+    }
+
+    fn warn(&mut self, message: &str) {
+        warn!("agent: {message}");
+        self.c
+            .outbox
+            .show_message(MessageType::WARNING, format!("agent-ls: {message}"));
+    }
+
+    fn task(&mut self, task: &str, iteration: u32) {
+        self.task = task.to_string();
+        self.iteration = iteration;
+    }
+}
