@@ -2,8 +2,8 @@
 //! a file to a known text (a git rollback) and wants the editor to keep the lines that do
 //! not change (their marks, folds and undo history) rather than replace the whole buffer.
 
-use super::FileChange;
 use super::apply::{TextEdit, apply_to_string};
+use super::change::FileChange;
 
 /// The change that turns `original` (`None`: the file does not exist) into `new_text`, with
 /// one edit per run of differing lines, in `original`'s byte offsets.

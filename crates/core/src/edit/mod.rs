@@ -4,6 +4,7 @@
 
 pub mod apply;
 mod between;
+mod change;
 pub mod history;
 pub mod locate;
 pub mod parse;
@@ -16,6 +17,7 @@ use serde::Serialize;
 
 pub use apply::TextEdit;
 pub use between::change_between;
+pub use change::FileChange;
 pub use locate::{Differing, Found, LocateError, LocateOptions, NumberedLine, Rule};
 pub use parse::{ParseError, parse_plan, plan_from_tool_calls};
 pub use plan::{Edit, EditKind, EditPlan};
@@ -66,23 +68,6 @@ pub struct EditReport {
     pub path: String,
     #[serde(flatten)]
     pub status: EditStatus,
-}
-
-/// The new state of one file: its text before (`None` when the plan creates it), after, the
-/// edits in the original's coordinates, and their inverse in the new text's.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct FileChange {
-    pub path: String,
-    pub original: Option<String>,
-    pub new_text: String,
-    pub edits: Vec<TextEdit>,
-    pub inverse: Vec<TextEdit>,
-}
-
-impl FileChange {
-    pub fn creates(&self) -> bool {
-        self.original.is_none()
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

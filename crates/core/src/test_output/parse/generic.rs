@@ -1,7 +1,7 @@
 //! The fallback for tools we do not know: every `path:line[:col]: message` line whose path
 //! looks like a file of the workspace.
 
-use super::{Context, Failure, split_location};
+use super::types::{Context, Failure, split_location};
 
 pub fn parse(output: &str, ctx: &Context<'_>) -> Vec<Failure> {
     let mut failures = Vec::new();

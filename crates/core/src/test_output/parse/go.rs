@@ -1,7 +1,7 @@
 //! go test: `--- FAIL:` blocks with `file.go:line: message` lines, mapped from the package's
 //! import path to its folder, build errors, and panics.
 
-use super::{Context, Failure, Parsed, split_location};
+use super::types::{Context, Failure, Parsed, split_location};
 
 pub fn parse(output: &str, ctx: &Context<'_>) -> Parsed {
     let mut state = State::default();

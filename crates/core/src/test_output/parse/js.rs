@@ -1,6 +1,6 @@
 //! JavaScript runners: node's test runner (TAP), Jest and Vitest.
 
-use super::{Context, Failure, Location, Parsed, count_before, split_location};
+use super::types::{Context, Failure, Location, Parsed, count_before, split_location};
 
 /// A location inside a stack line: "at fn (path:1:2)", "fn (path:1:2)", "at path:1:2",
 /// "❯ path:1:2", "file:///path:1:2".

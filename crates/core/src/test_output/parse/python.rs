@@ -1,7 +1,7 @@
 //! pytest (default and `--tb=short` tracebacks, rewritten assertions, collection errors,
 //! `SyntaxError`) and unittest.
 
-use super::{Context, Failure, Location, Parsed, count_before, split_location};
+use super::types::{Context, Failure, Location, Parsed, count_before, split_location};
 
 /// A `____ name ____` block header in pytest's FAILURES or ERRORS section.
 fn block_header(line: &str) -> Option<&str> {

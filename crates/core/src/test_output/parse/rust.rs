@@ -2,7 +2,7 @@
 //! (`assert_eq!` left/right included), backtrace frames in the workspace, tests that failed
 //! without a panic, and compile errors with their `-->` locations.
 
-use super::{Context, Failure, Parsed, count_before, split_location};
+use super::types::{Context, Failure, Parsed, count_before, split_location};
 
 pub fn parse(output: &str, ctx: &Context<'_>) -> Parsed {
     let lines: Vec<&str> = output.lines().collect();
