@@ -8,11 +8,52 @@
 use super::steps::{code, fail, finish, model_failed, retry_or_stop};
 use super::turn::{continue_call, in_turn};
 use super::{
-    AgentKind, Effect, Event, Intent, Phase, Run, TestSummary, agents, change, evaluate,
-    needs_plan, prompts, reproduce, reviewing, tester,
+    AgentKind, Effect, Event, Intent, Phase, Run, TestSummary, agents, change, evaluate, messages,
+    needs_plan, prompts, reproduce, review, reviewing, tester,
 };
 use crate::conversation::{Message, Role};
 use crate::edit::{EditPlan, ParseError};
+
+/// One transition. Every event is accepted in every phase: one that does not fit (a late
+/// answer after a cancel, say) changes nothing. An `Input` is taken in any phase.
+pub fn step(run: &mut Run, event: Event) -> Vec<Effect> {
+    if let Event::Input(input) = event {
+        run.take(input);
+        return Vec::new();
+    }
+    let before = run.phase;
+    let effects = transition(run, event);
+    if run.phase != before {
+        tracing::info!(from = ?before, to = ?run.phase, iteration = run.iterations, "agent step");
+    }
+    effects
+}
+
+/// Goes on from a checkpoint (a `Run` saved as the coder was about to be called): the same
+/// iteration's coder call again, on the files as they are now. A run that is not at such a
+/// point starts over.
+pub fn resume(run: &mut Run) -> Vec<Effect> {
+    if run.phase != Phase::Coding {
+        run.phase = Phase::Baseline;
+        return step(run, Event::Start);
+    }
+    run.change.forget_pending();
+    vec![
+        Effect::Progress(format!(
+            "resumed at iteration {} of {}",
+            run.iterations, run.settings.budget.max_iterations
+        )),
+        continue_call(run),
+    ]
+}
+
+/// An on-demand review (`agent-ls review`): the reviewer reads `diff` (the user's own
+/// change), with `files` its changed files and their line counts, and the run ends with its
+/// verdict. The run's goal says what the change is for, as far as the caller knows.
+pub fn start_review(run: &mut Run, diff: String, files: Vec<review::ChangedFile>) -> Vec<Effect> {
+    run.settings.intent = Some(Intent::Edit);
+    reviewing::review_only(run, diff, files)
+}
 
 /// One event in the run's phase. A final phase takes nothing more; a cancel ends any other;
 /// an event the phase does not expect (a late answer) changes nothing.
@@ -141,7 +182,7 @@ fn planned(run: &mut Run, text: &str) -> Vec<Effect> {
     if run.turn.retry_once() {
         return fail(run, format!("the plan could not be read twice: {e}"));
     }
-    let (mut messages, shown) = prompts::plan(run, None);
+    let (mut messages, shown) = messages::plan(run, None);
     messages.extend(run.turn.messages().iter().cloned());
     let mut messages = super::context::lean(messages, &shown);
     messages.push(Message::user(format!(
@@ -260,7 +301,7 @@ fn tests_failed(run: &mut Run, t: TestSummary) -> Vec<Effect> {
     run.phase = Phase::Reflecting;
     vec![Effect::CallModel {
         role: Role::Reflector,
-        messages: prompts::reflect(run),
+        messages: messages::reflect(run),
         tools: Vec::new(),
     }]
 }
@@ -297,7 +338,7 @@ fn start(run: &mut Run) -> Vec<Effect> {
         run.phase = Phase::Classifying;
         return vec![Effect::CallModel {
             role: Role::Intent,
-            messages: prompts::intent(run),
+            messages: messages::intent(run),
             tools: Vec::new(),
         }];
     };

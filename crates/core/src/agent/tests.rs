@@ -1,8 +1,9 @@
 //! The state machine with plain values: each scenario feeds events and checks the effects.
 
 use super::*;
-use crate::conversation::ToolCall;
+use crate::conversation::{Role, ToolCall};
 use crate::edit::{self, FileText, Limits};
+use crate::edit::{EditPlan, PlanOutcome};
 
 fn budget(max_retries: u32, max_iterations: u32) -> Budget {
     Budget {
@@ -1112,7 +1113,7 @@ fn remembered_records_reach_the_coder_the_reflector_and_the_planner() {
     };
     assert_eq!(*role, Role::Reflector);
     assert!(messages[1].content.contains(MEMORY));
-    let (plan, _) = prompts::plan(&run, None);
+    let (plan, _) = messages::plan(&run, None);
     assert!(plan[1].content.contains(MEMORY));
 }
 

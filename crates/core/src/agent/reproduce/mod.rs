@@ -8,38 +8,18 @@
 //! the tester's work while it goes, and its record in the run. What a test is and how its
 //! runs are judged is `tester.rs`'s.
 
-use serde::{Deserialize, Serialize};
+mod state;
+
+pub(super) use state::Tester;
 
 use super::reviewing::after_tasks;
 use super::steps::{code, fail};
 use super::tester::{
-    self, Judgement, Mode, Ran, RanBoth, Record, Status, TestKind, TrialPlan, Work, property,
+    self, Judgement, Mode, Ran, RanBoth, Status, TestKind, TrialPlan, Work, property,
 };
-use super::{Effect, Event, Intent, Phase, Run, review};
+use super::{Effect, Event, Intent, Phase, Run, messages, review};
 use crate::conversation::{Message, Role};
 use crate::edit::{Edit, EditKind, EditPlan};
-
-/// The tester's state in a run.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(super) struct Tester {
-    /// The tester's turn while it goes (its attempts, the tests on trial).
-    #[serde(default, rename = "tester_work")]
-    work: Option<Work>,
-    /// What the tester did in this run.
-    #[serde(default, rename = "tester_record")]
-    record: Option<Record>,
-}
-
-impl Tester {
-    pub(super) fn record(&self) -> Option<&Record> {
-        self.record.as_ref()
-    }
-
-    #[cfg(test)]
-    pub(super) fn work(&self) -> Option<&Work> {
-        self.work.as_ref()
-    }
-}
 
 /// Starts the tester in `mode`.
 pub(super) fn start(run: &mut Run, mode: Mode) -> Vec<Effect> {
@@ -65,7 +45,7 @@ fn call_tester(run: &Run, extra: Vec<Message>) -> Effect {
         .map_or((Mode::Reproduce, "", &[][..]), |w| {
             (w.mode, w.change.as_str(), w.feedback.as_slice())
         });
-    let (files, _) = super::prompts::fixed_context(run, &[], 0);
+    let (files, _) = messages::fixed_context(run, &[], 0);
     let mut messages = tester::prompt(
         run.prompts.get("tester"),
         (mode, &run.goal, change),

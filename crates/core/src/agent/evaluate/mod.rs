@@ -3,45 +3,13 @@
 //! critique as its task (under `full`), or a partial end. `Ending` keeps the answer the run
 //! will end with and the rounds so far.
 
-use serde::{Deserialize, Serialize};
+mod state;
+
+pub(super) use state::Ending;
 
 use super::steps::{code, fail, finish};
-use super::{Effect, Evaluation, Event, Phase, Run, Task, prompts};
+use super::{Effect, Evaluation, Event, Phase, Run, Task, messages, prompts};
 use crate::conversation::Role;
-
-/// What the run will answer once the evaluator has spoken, and what it said so far.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(super) struct Ending {
-    /// Correction rounds started by the evaluator so far.
-    #[serde(default)]
-    corrections: u32,
-    /// The evaluator found the goal not fully reached: the run ends partial.
-    #[serde(default)]
-    partial: bool,
-    /// What the run will answer once the evaluator has spoken.
-    #[serde(default)]
-    done_answer: String,
-}
-
-impl Ending {
-    pub(super) fn partial(&self) -> bool {
-        self.partial
-    }
-
-    #[cfg(test)]
-    pub(super) fn corrections(&self) -> u32 {
-        self.corrections
-    }
-
-    pub(super) fn set_answer(&mut self, answer: String) {
-        self.done_answer = answer;
-    }
-
-    /// A note joins the answer (`done: ...; the review found ...`).
-    pub(super) fn add(&mut self, note: &str) {
-        self.done_answer = format!("{}; {note}", self.done_answer);
-    }
-}
 
 /// The evaluator's score: done, or not complete (a correction round or a partial end). It
 /// never blocks: an unreadable or failed evaluation ends the run done.
@@ -77,7 +45,7 @@ pub(super) fn evaluate_or_finish(run: &mut Run) -> Vec<Effect> {
         run.phase = Phase::Evaluating;
         return vec![Effect::CallModel {
             role: Role::Evaluator,
-            messages: prompts::evaluate(run),
+            messages: messages::evaluate(run),
             tools: Vec::new(),
         }];
     }

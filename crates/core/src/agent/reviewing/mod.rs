@@ -4,45 +4,15 @@
 //! its evaluation. `agent-ls review` runs this phase alone on a given diff. `Reviewer` is
 //! the phase's own state. What a review is (its JSON, its checks) is `review.rs`'s.
 
-use serde::{Deserialize, Serialize};
+mod state;
+
+pub(super) use state::Reviewer;
 
 use super::evaluate::evaluate_or_finish;
 use super::steps::{finish, retry_or_stop};
 use super::turn::{continue_call, in_turn};
 use super::{Effect, Event, Phase, Run, review};
 use crate::conversation::Role;
-
-/// The reviewer's state in a run.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(super) struct Reviewer {
-    /// The change under review (its diff and files) while the reviewer works.
-    #[serde(skip)]
-    reviewing: Option<(String, Vec<review::ChangedFile>)>,
-    /// The reviewer's unreadable answer was sent back once.
-    #[serde(default)]
-    review_repaired: bool,
-    /// The latest review of the run's diff.
-    #[serde(default)]
-    last_review: Option<review::ReviewResult>,
-    /// `agent-ls review`: the run is a review of a given diff, and nothing else.
-    #[serde(default)]
-    review_only: bool,
-}
-
-impl Reviewer {
-    pub(super) fn last(&self) -> Option<&review::ReviewResult> {
-        self.last_review.as_ref()
-    }
-
-    /// The diff under review (empty outside a review).
-    pub(super) fn diff(&self) -> &str {
-        self.reviewing.as_ref().map_or("", |(d, _)| d.as_str())
-    }
-
-    pub(super) fn review_only(&self) -> bool {
-        self.review_only
-    }
-}
 
 /// Once the tasks are done (and the tester's regression test, if any): the review of the
 /// run's diff, or its evaluation, or its end.

@@ -3,65 +3,13 @@
 //! way's own state: the proposal, what was refused and why (the same change again ends the
 //! run), the change waiting for approval, and each applied change, to see edits alternate.
 
-use serde::{Deserialize, Serialize};
+mod state;
+
+pub(super) use state::Change;
 
 use super::steps::{fail, retry_or_stop};
 use super::{Effect, Event, Phase, Run, reproduce};
 use crate::edit::{EditPlan, FileChange, PlanOutcome};
-
-/// The change between the coder's proposal and the tests.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(super) struct Change {
-    /// A hash of the edits the coder proposed last, kept until they are located: edits that
-    /// could not be applied and come again unchanged end the run.
-    #[serde(default)]
-    proposal: u64,
-    /// Each change refused so far (a hash of its files' new text, or of its edits) with the
-    /// reason: the same change proposed again ends the run instead of being asked about again.
-    #[serde(default)]
-    refused: Vec<(u64, String)>,
-    /// The located change waiting for approval and applying. Checkpoints are taken before a
-    /// coder call, when nothing is pending.
-    #[serde(skip)]
-    pending: Vec<FileChange>,
-    /// A hash of each applied change.
-    #[serde(default)]
-    edit_history: Vec<u64>,
-}
-
-impl Change {
-    /// A checkpoint goes on with nothing pending.
-    pub(super) fn forget_pending(&mut self) {
-        self.pending.clear();
-    }
-
-    /// A, B, A, B: the last four applied changes alternate between two different ones.
-    pub(super) fn alternating(&self) -> bool {
-        matches!(self.edit_history.as_slice(), [.., a, b, c, d] if a == c && b == d && a != b)
-    }
-
-    /// Applied changes with these hashes, for the tests of `alternating`.
-    #[cfg(test)]
-    pub(super) fn applied(edit_history: Vec<u64>) -> Change {
-        Change {
-            edit_history,
-            ..Change::default()
-        }
-    }
-
-    #[cfg(test)]
-    pub(super) fn pending(&self) -> &[FileChange] {
-        &self.pending
-    }
-
-    /// Why this change (by its hash) was refused before, if it was.
-    fn refusal(&self, hash: u64) -> Option<&str> {
-        self.refused
-            .iter()
-            .find(|(h, _)| *h == hash)
-            .map(|(_, why)| why.as_str())
-    }
-}
 
 /// The coder's readable edits: located, unless they are the very edits refused before.
 pub(super) fn locate(run: &mut Run, plan: EditPlan) -> Vec<Effect> {

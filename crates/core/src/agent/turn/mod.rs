@@ -3,57 +3,12 @@
 //! `summarize_after` rounds, until it answers. `Turn` is the turn's own state; the phases
 //! with a turn hand it the events that are not their answer (`in_turn`).
 
-use serde::{Deserialize, Serialize};
+mod state;
 
-use super::{Effect, Event, Phase, Run, prompts};
+pub(super) use state::Turn;
+
+use super::{Effect, Event, Phase, Run, messages};
 use crate::conversation::{Message, Role, ToolCall};
-
-/// The current turn: its tool calls and their results after its prompt, and whether its
-/// unreadable answer was sent back already.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(super) struct Turn {
-    /// The model's tool calls and their results in this turn, after its prompt.
-    #[serde(default)]
-    exchange: Vec<Message>,
-    /// Tool-calling rounds in this turn.
-    #[serde(default)]
-    tool_steps: u32,
-    /// A planner's or coder's answer that did not parse is sent back once; then the step
-    /// fails. Kept across the call that asks again, cleared by an answer that parses.
-    #[serde(default)]
-    parse_retry_used: bool,
-}
-
-impl Turn {
-    /// A new turn: each reads afresh, the files that matter now are in its prompt.
-    pub(super) fn begin(&mut self) {
-        self.exchange.clear();
-        self.tool_steps = 0;
-    }
-
-    pub(super) fn messages(&self) -> &[Message] {
-        &self.exchange
-    }
-
-    /// The model's answer and the request to repair it join the turn.
-    pub(super) fn push(&mut self, message: Message) {
-        self.exchange.push(message);
-    }
-
-    pub(super) fn tool_steps(&self) -> u32 {
-        self.tool_steps
-    }
-
-    /// Whether the unreadable answer was sent back already; marks it sent back.
-    pub(super) fn retry_once(&mut self) -> bool {
-        std::mem::replace(&mut self.parse_retry_used, true)
-    }
-
-    /// An answer parsed: the next unreadable one gets its retry again.
-    pub(super) fn parsed(&mut self) {
-        self.parse_retry_used = false;
-    }
-}
 
 /// The events of a model's turn that are not its answer, in every phase with a turn
 /// (planning, explaining, coding, reviewing): tool calls and their results, and the summary
@@ -120,7 +75,7 @@ fn tool_results(run: &mut Run, results: Vec<(ToolCall, String)>) -> Vec<Effect> 
     } else if budget.summarize_after > 0 && turn.tool_steps.is_multiple_of(budget.summarize_after) {
         return vec![Effect::CallModel {
             role: Role::Summarizer,
-            messages: prompts::summarize(run),
+            messages: messages::summarize(run),
             tools: Vec::new(),
         }];
     }
@@ -141,16 +96,16 @@ pub(super) fn continue_call(run: &mut Run) -> Effect {
     let (role, (mut messages, shown), tools) = match run.phase {
         Phase::Planning => (
             Role::Planner,
-            prompts::plan(run, None),
+            messages::plan(run, None),
             agent.reading_tools(),
         ),
-        Phase::Explaining => (Role::Coder, prompts::explain(run), agent.reading_tools()),
+        Phase::Explaining => (Role::Coder, messages::explain(run), agent.reading_tools()),
         Phase::Reviewing => (
             Role::Reviewer,
-            (prompts::review(run), Vec::new()),
+            (messages::review(run), Vec::new()),
             agent.reading_tools(),
         ),
-        _ => (Role::Coder, prompts::code(run), agent.tools.clone()),
+        _ => (Role::Coder, messages::code(run), agent.tools.clone()),
     };
     messages.extend(run.turn.exchange.iter().cloned());
     // Each file's lines once: an earlier copy the turn read again becomes a pointer.
