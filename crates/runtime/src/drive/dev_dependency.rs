@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::Shell;
+use super::shell::Shell;
 use crate::config::Config;
 use crate::tests_run::command::filtered_env;
 use crate::tests_run::process::{self, Limits};

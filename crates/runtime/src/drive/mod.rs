@@ -4,14 +4,18 @@
 //! apart. Each effect is performed by one method that returns the event it produced; what the
 //! run reads besides (its prompts, context and memory) is handed in as `Event::Input`, so the
 //! driver changes a run only through `agent::step`. The journal and the store watch the run
-//! from one `Observer` (`observer.rs`); a run is set up by `setup.rs`.
+//! from one `Observer` (`observer.rs`); a run is set up by `setup.rs`; what a front end
+//! provides is its `Shell` (`shell.rs`), and `Drive` itself is `driver.rs`. None of those
+//! files uses this one: it is the top of the driver.
 
 mod checkpoint;
 mod dev_dependency;
+mod driver;
 mod observer;
 mod recall;
 mod review_target;
 mod setup;
+mod shell;
 #[cfg(test)]
 mod tests;
 mod trial;
@@ -20,110 +24,23 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
-use crate::model::{Message, ModelError, Models, OnToken, Request, Role, Totals};
-use crate::store::{Store, StoreThread};
+use crate::model::{Message, ModelError, OnToken, Request, Role, Totals};
+use crate::store::Store;
 use crate::tests_run::{self, RunEnd, RunError, RunResult, diagnostics_of, summary};
-use crate::trust::Review;
 use agent_ls_core::agent::{self, Effect, Event, FailureKind, Input, Run, RunStatus};
 use agent_ls_core::edit::{self, FileChange, FileText};
-use agent_ls_core::events::{LiveEvent, RunEvent};
+use agent_ls_core::events::RunEvent;
 pub use checkpoint::{RecordedRun, RecordedRunError, recorded_run};
+pub use driver::Drive;
 use observer::Observer;
+pub use observer::OnEvent;
 pub use review_target::{ReviewDiffError, ReviewTarget, review_diff};
 pub use setup::{
     AgentError, ChosenAgent, ResumeError, choose_agent, new_run, new_run_id, recorded_store,
     reproduce_first, resume_point, run_settings, test_command,
 };
-
-/// How the loop reaches the user and the files.
-#[allow(async_fn_in_trait)]
-pub trait Shell {
-    /// The current text of a workspace file (the editor's buffer when it has one).
-    fn read(&self, relative: &str) -> FileText;
-    /// Shows the change, with what the review found (protected files, risky constructs),
-    /// and answers whether to apply it. A protected file needs the user's confirmation of that
-    /// file by name, whatever the approval mode; a change it may not make is `Refused`, and
-    /// the model hears why.
-    async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict;
-    /// Applies an approved change. A file that changed since the change was computed gets the
-    /// change re-located onto its new text (`edit::rebase`); where that is impossible the
-    /// answer is `Stale`, and the step is redone.
-    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError>;
-    /// Runs the workspace's tests (the server's through its one owner of test runs), or
-    /// `command` in their place under the same policy (a tool's narrowed run or allowlisted
-    /// command, whose result is the model's, not the editor's diagnostics).
-    async fn run_tests(
-        &mut self,
-        cancel: &CancellationToken,
-        command: Option<Vec<String>>,
-    ) -> Result<RunResult, RunError>;
-    /// The editor's open buffers, for the tools that read off the loop's task.
-    fn buffers(&self) -> Vec<(String, FileText)> {
-        Vec::new()
-    }
-    /// Asks whether `argv` may run to install `library` as a dev dependency for the tester's
-    /// property tests (outside the sandbox: it downloads). Only a front end that can ask (or
-    /// was told to approve) says yes; the others leave it uninstalled.
-    async fn approve_install(&mut self, _library: &str, _argv: &[String]) -> bool {
-        false
-    }
-    fn progress(&mut self, message: &str);
-    fn warn(&mut self, message: &str);
-    /// The reviewer's result on the run's change; `report` tells it in lines (the summary,
-    /// then each finding at its place), and `loud` says it must not be missed (a review that
-    /// could not be had in gate mode). A shell that can show the findings at their places
-    /// (ACP, as a tool call with locations) does that instead.
-    fn reviewed(&mut self, _result: &agent::review::ReviewResult, report: &str, loud: bool) {
-        if loud {
-            self.warn(report);
-        } else {
-            self.progress(report);
-        }
-    }
-    /// Called before each step, so `read` sees the latest text (the server takes a fresh
-    /// snapshot of the editor's buffers here).
-    async fn refresh(&mut self) {}
-    /// The plan's task the next change works on ("T1 fix the failing tests") and the
-    /// iteration it is made in, for the history and the run view.
-    fn task(&mut self, _task: &str, _iteration: u32) {}
-}
-
-/// What became of a proposed change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    Approved,
-    Rejected,
-    /// Not applied, for this reason, which the model hears (a protected file nobody allowed).
-    Refused(String),
-}
-
-/// The review of a change before approval: the protected files it writes and the risky
-/// constructs it introduces.
-pub fn review(changes: &[FileChange]) -> Review {
-    Review {
-        protected: crate::trust::protected::in_changes(changes)
-            .into_iter()
-            .map(|(p, why)| (p, why.to_string()))
-            .collect(),
-        findings: changes
-            .iter()
-            .flat_map(|c| {
-                crate::trust::scan::introduced(&c.path, c.original.as_deref(), &c.new_text)
-            })
-            .collect(),
-        fixes: Vec::new(),
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApplyError {
-    /// The files changed meanwhile and the change could not be re-located.
-    Stale(String),
-    Failed(String),
-}
+pub use shell::{ApplyError, Shell, Verdict, review};
 
 /// The outcome of a run, in the shape of `agent-ls/runFinished`.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -172,23 +89,6 @@ pub struct TestCounts {
     pub passed: u32,
     pub failed: u32,
 }
-
-pub struct Drive<'a> {
-    pub models: &'a Models,
-    pub config: &'a Config,
-    pub root: &'a Path,
-    pub cancel: &'a CancellationToken,
-    /// Receives streamed model text (the terminal's stderr for `agent-ls run`).
-    pub on_token: Option<OnToken<'a>>,
-    /// Record the run: its journal in `.agent-ls/runs/` and its figures in the store.
-    pub record: Option<&'a StoreThread>,
-    /// Receives the run's events as they happen (the editor's run view).
-    pub events: Option<OnEvent<'a>>,
-}
-
-/// Receives a run's events as a live view shows them (`agent_ls_core::events`): the journal's
-/// lines with the iteration they belong to, and the model's answer as it streams.
-pub type OnEvent<'a> = &'a (dyn Fn(LiveEvent) + Send + Sync);
 
 /// What a run's effects share while it goes: its recorder and figures, and what one effect
 /// leaves for the next (the last whole test run, the tools the last model call was offered:
@@ -409,10 +309,11 @@ impl Drive<'_> {
             }
             Effect::Apply(changes) => {
                 let id = g.run_id.clone();
-                self.checkpoint_before_write(&id, g, shell).await;
+                self.checkpoint_before_write(&id, (&mut g.git, &mut g.observer), shell)
+                    .await;
                 self.apply(run, &changes, shell).await
             }
-            Effect::DiffRun { files } => self.run_diff(g, files).await,
+            Effect::DiffRun { files } => self.run_diff(&g.git, files).await,
             Effect::TryTests(plan) => {
                 let tried = trial::try_tests(self.root, self.config, self.cancel, &plan).await;
                 self.unless_cancelled(Event::TestsTried(tried))
@@ -509,7 +410,9 @@ impl Drive<'_> {
         phase: agent::Phase,
         answer: String,
     ) -> Outcome {
-        let branch = self.record_run_files(&mut going, run.files_changed()).await;
+        let branch = self
+            .record_run_files((&going.git, &mut going.observer), run.files_changed())
+            .await;
         let checkpoint = going.git.id();
         let status = RunStatus::from_phase(phase);
         self.remember(run, &going.trail, status, &run_id).await;

@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::OnEvent;
 use crate::journal::Journal;
 use crate::model::{Request, Role, Totals};
 use crate::store::{Iteration, Store, StoreThread};
@@ -14,6 +13,10 @@ use crate::trust::Review;
 use agent_ls_core::agent::{self, Run, RunStatus, TestSummary};
 use agent_ls_core::edit::FileChange;
 use agent_ls_core::events::{self, LiveEvent, RunEvent};
+
+/// Receives a run's events as a live view shows them (`agent_ls_core::events`): the journal's
+/// lines with the iteration they belong to, and the model's answer as it streams.
+pub type OnEvent<'a> = &'a (dyn Fn(LiveEvent) + Send + Sync);
 
 /// How long a coder call waits for its checkpoint to be written (a healthy store takes
 /// milliseconds; a store locked by another process would take its whole busy timeout).

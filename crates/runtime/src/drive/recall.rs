@@ -8,7 +8,7 @@ use agent_ls_core::events::RunEvent;
 use agent_ls_core::memory::{self, Attempt, Memory};
 use agent_ls_core::test_output::Failure;
 
-use super::Drive;
+use super::driver::Drive;
 use super::observer::Observer;
 use crate::embeddings::Embedder;
 use crate::memory::{Memories, View, known_secrets, redact, redact_memory};
