@@ -38,8 +38,8 @@ fn every_extension_is_documented() {
 fn the_configuration_doc_names_every_section() {
     let docs =
         fs::read_to_string(repo("docs/configuration.md")).expect("read docs/configuration.md");
-    let defaults =
-        fs::read_to_string(repo("config/agent-ls.toml")).expect("read config/agent-ls.toml");
+    let defaults = fs::read_to_string(repo("crates/runtime/defaults/agent-ls.toml"))
+        .expect("read crates/runtime/defaults/agent-ls.toml");
     for section in defaults.lines().filter(|l| l.starts_with('[')) {
         assert!(
             docs.contains(section),

@@ -5,6 +5,7 @@
 mod progress;
 pub mod queue;
 mod results;
+mod signals;
 mod tasks;
 mod worker;
 
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::run::exit;
 use results::TaskResult;
+use signals::watch_signals;
 use tasks::Task;
 
 // `agent-ls batch`'s arguments (a plain comment: main.rs describes the subcommand).
@@ -228,24 +230,4 @@ async fn drive(
 enum Event {
     Started(String),
     Finished(Box<TaskResult>),
-}
-
-/// SIGINT and SIGTERM cancel the batch: no task starts, running ones are ended (their
-/// results are not written), and finished results stay as they were written.
-fn watch_signals(cancel: CancellationToken) {
-    tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return;
-        };
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-        eprintln!("agent-ls: interrupted; stopping the running tasks");
-        cancel.cancel();
-    });
 }

@@ -1,55 +1,28 @@
 //! What each role is told, and how the roles' answers (intent, plan, reflection, evaluation)
-//! are read. Pure text: the built-in prompts are compiled in from `config/prompts/` and
+//! are read. Pure text: the built-in prompts are compiled in from `crates/core/prompts/` and
 //! overrides are handed in (`Prompts::set`); reading override files is the runtime's. The
 //! messages a run sends with them are built in `messages.rs`.
 
 use serde::Deserialize;
 
-/// The role prompts, by name: the defaults in `config/prompts/*.md`, overridden by files of
+/// The role prompts, by name: the defaults in `crates/core/prompts/*.md`, overridden by files of
 /// the same name in the user's and a trusted workspace's prompt folders.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prompts(std::collections::BTreeMap<&'static str, String>);
 
-/// The built-in prompts, compiled in from `config/prompts/`.
+/// The built-in prompts, compiled in from `crates/core/prompts/`.
 pub const BUILT_IN: &[(&str, &str)] = &[
-    ("coder", include_str!("../../../../config/prompts/coder.md")),
-    (
-        "reflector",
-        include_str!("../../../../config/prompts/reflector.md"),
-    ),
-    (
-        "explain",
-        include_str!("../../../../config/prompts/explain.md"),
-    ),
-    (
-        "intent",
-        include_str!("../../../../config/prompts/intent.md"),
-    ),
-    (
-        "planner",
-        include_str!("../../../../config/prompts/planner.md"),
-    ),
-    (
-        "evaluator",
-        include_str!("../../../../config/prompts/evaluator.md"),
-    ),
-    (
-        "summarizer",
-        include_str!("../../../../config/prompts/summarizer.md"),
-    ),
-    ("plan", include_str!("../../../../config/prompts/plan.md")),
-    (
-        "review",
-        include_str!("../../../../config/prompts/review.md"),
-    ),
-    (
-        "reviewer",
-        include_str!("../../../../config/prompts/reviewer.md"),
-    ),
-    (
-        "tester",
-        include_str!("../../../../config/prompts/tester.md"),
-    ),
+    ("coder", include_str!("../../prompts/coder.md")),
+    ("reflector", include_str!("../../prompts/reflector.md")),
+    ("explain", include_str!("../../prompts/explain.md")),
+    ("intent", include_str!("../../prompts/intent.md")),
+    ("planner", include_str!("../../prompts/planner.md")),
+    ("evaluator", include_str!("../../prompts/evaluator.md")),
+    ("summarizer", include_str!("../../prompts/summarizer.md")),
+    ("plan", include_str!("../../prompts/plan.md")),
+    ("review", include_str!("../../prompts/review.md")),
+    ("reviewer", include_str!("../../prompts/reviewer.md")),
+    ("tester", include_str!("../../prompts/tester.md")),
 ];
 
 impl Default for Prompts {

@@ -6,19 +6,10 @@
 use std::path::Path;
 
 use super::postgres::PgStore;
-use super::{merge_hits, open_user_store, scope_of, user_store_path};
+use super::{MemoryError, merge_hits, open_user_store, scope_of, user_store_path};
 use crate::config::{MemoryConfig, MemoryScope};
-use crate::store::{FILE, Store, StoreError};
+use crate::store::{FILE, Store};
 use agent_ls_core::memory::{self as core, Hit, Memory, Record};
-
-#[derive(Debug, thiserror::Error)]
-pub enum MemoryError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The URL is shown without its password.
-    #[error("the PostgreSQL memory store {url}: {reason}")]
-    Postgres { url: String, reason: String },
-}
 
 /// Which records a command reads: the workspace's, or the user's own from every workspace
 /// (`agent-ls memory --user`).

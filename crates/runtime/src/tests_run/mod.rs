@@ -3,6 +3,7 @@
 
 pub mod command;
 pub mod process;
+mod result;
 mod summary;
 
 use agent_ls_core::test_output::{parse, report};
@@ -10,7 +11,6 @@ use agent_ls_core::test_output::{parse, report};
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::TestConfig;
@@ -19,147 +19,8 @@ pub use agent_ls_core::test_output::TestState;
 pub use command::TestCommand;
 pub use parse::{Failure, Format, Location, Parsed};
 pub use process::RunEnd;
+pub use result::RunResult;
 pub use summary::{diagnostics_of, summary};
-
-/// What a finished run found.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunResult {
-    pub command: TestCommand,
-    pub end: RunEnd,
-    pub duration_ms: u64,
-    pub format: Format,
-    /// Failures in the order the tool reported them, first failure first.
-    pub failures: Vec<Failure>,
-    pub passed: Option<u32>,
-    pub failed: Option<u32>,
-    /// The output for the model: normalised and cut to its head and tail.
-    pub report: String,
-    /// Set when the command did not get as far as running the tests (see
-    /// `environment_problem`): what went wrong and what to fix.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub environment: Option<String>,
-}
-
-impl RunResult {
-    /// Passed means the command exited 0 and no failure was found.
-    pub fn passed_all(&self) -> bool {
-        self.end == RunEnd::Exited { code: 0 } && self.failures.is_empty()
-    }
-
-    /// One line for a tool result or a client's tool call: the command, how it ended and
-    /// the counts, then the report.
-    pub fn summary(&self) -> String {
-        format!(
-            "{}: {} ({} passed, {} failed){}\n{}",
-            self.command.argv.join(" "),
-            self.state().as_str(),
-            self.passed.unwrap_or(0),
-            self.failed.unwrap_or(self.failures.len() as u32),
-            self.environment
-                .as_ref()
-                .map(|e| format!("; it did not run: {e}"))
-                .unwrap_or_default(),
-            self.report
-        )
-    }
-
-    pub fn state(&self) -> TestState {
-        match self.end {
-            _ if self.passed_all() => TestState::Passed,
-            RunEnd::TimedOut => TestState::TimedOut,
-            RunEnd::Cancelled => TestState::Cancelled,
-            _ if self.environment.is_some() => TestState::Error,
-            _ => TestState::Failed,
-        }
-    }
-
-    /// Why this run says nothing about the code, when the command did not get as far as
-    /// running the tests: it failed with no test result any parser recognises (a python
-    /// without pytest, a broken runner), or every failure is an import of a dependency the
-    /// project declares (requirements, pyproject.toml, setup.cfg, Pipfile) but that is not
-    /// installed. A missing module the project does not declare may be one the tests want
-    /// written, so it stays a failure for the model. The text names the command, what went
-    /// wrong and what to fix.
-    pub fn environment_problem(&self, root: &Path) -> Option<String> {
-        if self.passed_all() || matches!(self.end, RunEnd::TimedOut | RunEnd::Cancelled) {
-            return None;
-        }
-        let command = self.command.argv.join(" ");
-        let missing = self
-            .failures
-            .iter()
-            .find_map(|f| missing_module(&f.message))
-            .or_else(|| missing_module(&self.report));
-        let nothing_recognised =
-            self.failures.is_empty() && self.passed.is_none() && self.failed.is_none();
-        let only_missing_dependencies = !self.failures.is_empty()
-            && self.passed.unwrap_or(0) == 0
-            && self
-                .failures
-                .iter()
-                .all(|f| missing_module(&f.message).is_some_and(|m| declared_dependency(root, &m)));
-        if !nothing_recognised && !only_missing_dependencies {
-            return None;
-        }
-        Some(match missing {
-            Some(module) => format!(
-                "`{command}`: No module named {module}; install {module} or set `test.command`"
-            ),
-            None => {
-                let tail: Vec<&str> = self
-                    .report
-                    .lines()
-                    .rev()
-                    .filter(|l| !l.trim().is_empty())
-                    .take(5)
-                    .collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                let how = match self.end {
-                    RunEnd::Exited { code } => format!("exited with {code}"),
-                    _ => "was killed by a signal".to_string(),
-                };
-                format!(
-                    "`{command}` {how} without a test result agent-ls recognises; fix the command or set `test.command`. Its last lines:\n{}",
-                    tail.join("\n")
-                )
-            }
-        })
-    }
-}
-
-/// Whether the project's dependency files name `module` (by its top-level name, with `-`
-/// and `_` taken as equal, as pip does).
-fn declared_dependency(root: &Path, module: &str) -> bool {
-    let top = module.split('.').next().unwrap_or(module).to_lowercase();
-    let norm = |s: &str| s.to_lowercase().replace('-', "_");
-    let top = norm(&top);
-    [
-        "requirements.txt",
-        "requirements-dev.txt",
-        "pyproject.toml",
-        "setup.cfg",
-        "Pipfile",
-    ]
-    .iter()
-    .filter_map(|f| std::fs::read_to_string(root.join(f)).ok())
-    .any(|text| {
-        norm(&text)
-            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .any(|word| word == top)
-    })
-}
-
-/// The module of the first "No module named X" in `text` (Python's ModuleNotFoundError).
-fn missing_module(text: &str) -> Option<String> {
-    let at = text.find("No module named ")?;
-    let rest = &text[at + "No module named ".len()..];
-    let name: String = rest
-        .trim_start_matches(['\'', '"'])
-        .chars()
-        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.' || *c == '-')
-        .collect();
-    (!name.is_empty()).then_some(name)
-}
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RunError {

@@ -3,7 +3,7 @@
 
 use agent_ls_core::agent::TestSummary;
 
-use super::RunResult;
+use super::result::RunResult;
 
 /// The failures of a test run as `get_diagnostics` reports them: each failure at its place.
 pub fn diagnostics_of(r: Option<&RunResult>) -> Vec<crate::tools::Diagnostic> {

@@ -1,24 +1,14 @@
 //! The `git` binary, run safely: every call time-bound, never a pager, an editor or a
 //! prompt, and with the repository's own program-running settings (fsmonitor, hooks, clean
 //! and smudge filters, external diff, textconv, ssh) turned off, since a repository's config is
-//! not trusted (docs/security.md). `checkpoint`, `isolate` and `since` build on it.
-
-pub mod checkpoint;
-pub mod commit;
-pub mod isolate;
-pub mod message;
-pub mod pr;
-pub mod run;
-pub mod since;
+//! not trusted (docs/security.md). Below everything else in `git/`: checkpoints, commits and
+//! the rest call git through it, and it uses none of them.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
-
-pub use checkpoint::{Checkpoint, Restore, RollbackPlan, RunFiles};
-pub use commit::{CommitError, Committed};
 
 /// The oldest git that has everything used here (`--attr-source`, which reads attributes from
 /// an empty tree so no filter or line-ending conversion applies, is 2.40's).
