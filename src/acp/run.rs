@@ -103,9 +103,9 @@ async fn start(
     }
     let mut run = match drive::test_command(goal) {
         Some(bug) => {
-            let mut run = drive::new_run(driver.config, bug);
-            drive::reproduce_first(&mut run);
-            run
+            let mut settings = drive::run_settings(driver.config, bug);
+            drive::reproduce_first(&mut settings);
+            agent_ls_core::agent::Run::new(bug, settings)
         }
         None => drive::new_run(driver.config, goal),
     };

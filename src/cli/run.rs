@@ -470,13 +470,14 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
     let models = Models::new(s.cfg, Some(s.root));
-    let mut run = drive::new_run(s.cfg, &goal);
+    let mut settings = drive::run_settings(s.cfg, &goal);
     if let Some(c) = s.chosen {
-        c.apply(&mut run);
+        c.apply(&mut settings);
     }
     if opts.reproduce {
-        drive::reproduce_first(&mut run);
+        drive::reproduce_first(&mut settings);
     }
+    let mut run = agent_ls_core::agent::Run::new(&goal, settings);
     let run_id = match &resume {
         Some((id, _, _)) => id.clone(),
         None => drive::new_run_id(),

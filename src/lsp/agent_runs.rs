@@ -188,15 +188,16 @@ async fn begin_progress(c: &Connection, id: &str, goal: &str) -> Option<Progress
 /// The run to drive, the approval mode it asks for, and whether it is resumed: a resumed run
 /// as it was checkpointed, or a new one for the goal with the chosen agent applied.
 fn initial_run(s: &mut StartRun) -> (agent_ls_core::agent::Run, Approval, bool) {
-    let mut run = drive::new_run(&s.config, &s.goal);
+    let mut settings = drive::run_settings(&s.config, &s.goal);
     if s.reproduce {
-        drive::reproduce_first(&mut run);
+        drive::reproduce_first(&mut settings);
     }
     let mut approval = s.config.agent.approval;
     if let Some(chosen) = &s.agent {
-        chosen.apply(&mut run);
+        chosen.apply(&mut settings);
         approval = chosen.approval.unwrap_or(approval);
     }
+    let run = agent_ls_core::agent::Run::new(&s.goal, settings);
     match s.resume.take() {
         Some(checkpoint) => (checkpoint, approval, true),
         None => (run, approval, false),
@@ -372,7 +373,7 @@ async fn settle_review(
         let snapshot = shell.take_snapshot().await;
         let which = (outcome.run_id.as_str(), outcome.checkpoint.is_some());
         let c = &shell.c;
-        match rollback::roll_back_ended_run(c, snapshot, shell.limits, which, &run.originals).await
+        match rollback::roll_back_ended_run(c, snapshot, shell.limits, which, run.originals()).await
         {
             Ok(changed) => (c.report)(AgentMessage::RollbackFinished {
                 run_id: Some(outcome.run_id.clone()),
@@ -396,7 +397,7 @@ async fn settle_review(
     shell.c.outbox.notify::<ext::RunEventNotification>(
         agent_ls_core::events::LiveEvent {
             run_id: outcome.run_id.clone(),
-            iteration: run.iterations,
+            iteration: run.iterations(),
             event: event.clone(),
         }
         .to_wire(),

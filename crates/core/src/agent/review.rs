@@ -26,6 +26,19 @@ pub fn default_min_confidence() -> f64 {
     0.8
 }
 
+/// Why the run's diff against its checkpoint could not be made (`Event::RunDiff`): the review
+/// is then unavailable. The runtime's causes are kept as their messages, so the event stays a
+/// plain value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DiffError {
+    /// git could not make it.
+    #[error("{0}")]
+    Git(String),
+    /// The thread that asked git failed.
+    #[error("the diff's thread failed: {0}")]
+    Thread(String),
+}
+
 /// The reviewer's overall verdict on the patch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

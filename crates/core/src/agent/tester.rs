@@ -254,6 +254,58 @@ pub struct Tried {
     pub after: Option<Trial>,
 }
 
+/// Why a trial could not be made (`Event::TestsTried`). Most often the tester's doing (a
+/// protected path, one outside the workspace): it hears why, and the attempt counts. The
+/// runtime's causes are kept as their messages, so the event stays a plain value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrialError {
+    /// The path is not one the trial may write (outside the workspace, not a file path).
+    #[error("{path}: {reason}")]
+    BadPath { path: String, reason: String },
+    #[error("{path} is protected ({why}); write the test elsewhere")]
+    Protected { path: String, why: String },
+    #[error("{path}: {reason}")]
+    Folder { path: String, reason: String },
+    #[error("cannot write {path} for the trial: {reason}")]
+    Write { path: String, reason: String },
+    /// The test command could not run.
+    #[error("{0}")]
+    Run(String),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Why the property tests' library is not there (`Event::DevDependency`); the tester hears
+/// it and is asked for an example test instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstallError {
+    #[error(
+        "{library} is not installed, and tester.install = false allows no install (`{command}`)"
+    )]
+    NotAllowed { library: String, command: String },
+    #[error(
+        "{library} is not installed, and installing it as a dev dependency (`{command}`) was \
+         not approved"
+    )]
+    NotApproved { library: String, command: String },
+    #[error("installing {library} (`{command}`) failed: {why}")]
+    Failed {
+        library: String,
+        command: String,
+        why: String,
+    },
+    #[error("`{command}` ran, but {library} is still not there")]
+    StillMissing { library: String, command: String },
+    #[error("no property-test library is known as {0}")]
+    Unknown(String),
+    #[error("the workspace's path is not UTF-8")]
+    NotUtf8,
+    /// Whether the library is there could not be asked (the sandbox, a timeout, an unreadable
+    /// Cargo.toml).
+    #[error("{0}")]
+    Unasked(String),
+}
+
 /// The runner's filter for the new tests: the file for runners that take one (pytest, node)
 /// when they are all in one file, else a name every test's name contains (a property and
 /// its example test: `round_trip`, `round_trip_example`); none when there is no such filter.
@@ -401,10 +453,22 @@ fn first_line(text: &str) -> &str {
         .trim()
 }
 
+/// Why a regression test does not tell the code before the change from the code after it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotRegression {
+    #[error("the tests did not run on the new code: {0}")]
+    NotRun(String),
+    #[error(
+        "the test fails on the code after the change too ({failures}), so it does not tell the \
+         two apart\nThe output (cut to its head and tail):\n{report}"
+    )]
+    FailsAfter { failures: String, report: String },
+}
+
 /// Judges the new tests' run on the code after the change (a regression test must pass).
-pub fn passes_after(tests: &[NewTest], trial: &Trial) -> Result<(), String> {
+pub fn passes_after(tests: &[NewTest], trial: &Trial) -> Result<(), NotRegression> {
     if let Some(problem) = &trial.problem {
-        return Err(format!("the tests did not run on the new code: {problem}"));
+        return Err(NotRegression::NotRun(problem.clone()));
     }
     if trial.passed {
         return Ok(());
@@ -415,16 +479,14 @@ pub fn passes_after(tests: &[NewTest], trial: &Trial) -> Result<(), String> {
         .filter(|f| tests.iter().any(|t| concerns(f, t)))
         .map(|f| format!("{}: {}", f.test_id, first_line(&f.message)))
         .collect();
-    Err(format!(
-        "the test fails on the code after the change too ({}), so it does not tell the two \
-         apart\nThe output (cut to its head and tail):\n{}",
-        if ours.is_empty() {
+    Err(NotRegression::FailsAfter {
+        failures: if ours.is_empty() {
             "other tests fail".to_string()
         } else {
             ours.join("; ")
         },
-        trial.report
-    ))
+        report: trial.report.clone(),
+    })
 }
 
 /// What became of the tester's work in a run.

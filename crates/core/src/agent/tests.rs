@@ -1,8 +1,9 @@
 //! The state machine with plain values: each scenario feeds events and checks the effects.
 
 use super::*;
-use crate::conversation::ToolCall;
+use crate::conversation::{Role, ToolCall};
 use crate::edit::{self, FileText, Limits};
+use crate::edit::{EditPlan, PlanOutcome};
 
 fn budget(max_retries: u32, max_iterations: u32) -> Budget {
     Budget {
@@ -17,12 +18,29 @@ fn budget(max_retries: u32, max_iterations: u32) -> Budget {
 
 /// A run of `goal` with 3 retries and 15 iterations, and no files in its prompt.
 fn new_run(goal: &str, intent: Option<Intent>) -> Run {
-    Run::new(goal, intent, budget(3, 15), String::new())
+    made(goal, intent, budget(3, 15))
+}
+
+/// A run of `goal` under `budget`, with the default settings otherwise.
+fn made(goal: &str, intent: Option<Intent>, budget: Budget) -> Run {
+    Run::new(goal, Settings::new(intent, budget))
+}
+
+/// A run of `goal` whose prompt shows `context`, handed in as the driver does.
+fn with_context(
+    goal: &str,
+    intent: Option<Intent>,
+    budget: Budget,
+    context: impl Into<context::Context>,
+) -> Run {
+    let mut run = made(goal, intent, budget);
+    assert!(step(&mut run, Event::Input(Input::Context(context.into()))).is_empty());
+    run
 }
 
 /// A fix whose tests failed with `fp` before the first edit: the coder is being asked.
 fn fixing(budget: Budget, fp: &str) -> Run {
-    let mut run = Run::new("fix", Some(Intent::Fix), budget, String::new());
+    let mut run = made("fix", Some(Intent::Fix), budget);
     step(&mut run, Event::Start);
     step(&mut run, Event::TestsFinished(failing(fp)));
     run
@@ -152,7 +170,7 @@ fn finishes(e: Option<&Effect>, status: Phase, text: &str) -> bool {
 
 #[test]
 fn a_fix_in_one_iteration() {
-    let mut run = Run::new(
+    let mut run = with_context(
         "fix the failing tests",
         Some(Intent::Fix),
         budget(3, 15),
@@ -247,12 +265,7 @@ fn a_rejected_plan_stops_the_run_and_applies_nothing() {
 /// A run whose first proposal (`a + b`) was refused for writing a protected file, with
 /// `max_retries` retries, and the refusal's effects.
 fn refused_once(max_retries: u32) -> (Run, Vec<Effect>) {
-    let mut run = Run::new(
-        "edit",
-        Some(Intent::Edit),
-        budget(max_retries, 15),
-        String::new(),
-    );
+    let mut run = made("edit", Some(Intent::Edit), budget(max_retries, 15));
     step(&mut run, Event::Start);
     locate_answer(&mut run, &edit_answer("a + b"));
     let e = step(
@@ -277,7 +290,7 @@ fn a_refused_change_is_told_to_the_model_and_tried_again_within_the_budget() {
             .any(|m| m.content.contains(".git/config") && m.content.contains("not applied")),
         "the refusal reaches the model"
     );
-    assert!(run.pending.is_empty() && run.files_changed.is_empty());
+    assert!(run.change.pending().is_empty() && run.files_changed.is_empty());
     // A second refusal spends the last retry: the run stops, nothing applied.
     locate_answer(&mut run, &edit_answer("a * b"));
     let e = step(&mut run, Event::Refused("again".into()));
@@ -400,9 +413,9 @@ fn cancel_ends_the_run_and_late_events_are_ignored() {
 
 #[test]
 fn alternating_edits_stop_the_run() {
-    assert!(alternating(&[1, 2, 1, 2]));
-    assert!(!alternating(&[1, 2, 3, 2]));
-    assert!(!alternating(&[1, 1, 1, 1]));
+    assert!(change::Change::applied(vec![1, 2, 1, 2]).alternating());
+    assert!(!change::Change::applied(vec![1, 2, 3, 2]).alternating());
+    assert!(!change::Change::applied(vec![1, 1, 1, 1]).alternating());
 }
 
 #[test]
@@ -442,14 +455,14 @@ fn an_unclear_goal_is_classified_by_the_intent_model() {
     assert!(is_call(&e[0], Role::Intent));
     let e = answered(&mut run, Role::Intent, r#"{"intent": "edit"}"#);
     assert!(is_call(e.last().unwrap(), Role::Coder));
-    assert_eq!(run.intent, Some(Intent::Edit));
+    assert_eq!(run.intent(), Some(Intent::Edit));
 }
 
 #[test]
 fn a_large_goal_is_planned_and_its_tasks_run_in_order_then_evaluated() {
     let goal = "Add a subtract function. Then add a divide function that refuses zero. Then document both in the README.";
     let mut run = new_run(goal, Some(Intent::Edit));
-    run.evaluation = crate::agent::Evaluation::Basic;
+    run.settings.evaluation = crate::agent::Evaluation::Basic;
     let e = step(&mut run, Event::Start);
     assert!(is_call(&e[0], Role::Planner));
     let plan = r#"{"plan_id": "plan_0001", "tasks": [{"id": "T1", "title": "fix add", "acceptance": "add adds"}, {"id": "T2", "title": "fix add again", "acceptance": "still adds"}]}"#;
@@ -478,7 +491,7 @@ fn a_large_goal_is_planned_and_its_tasks_run_in_order_then_evaluated() {
 #[test]
 fn the_evaluator_never_blocks() {
     let mut run = fixing(budget(3, 15), "a");
-    run.evaluation = crate::agent::Evaluation::Basic;
+    run.settings.evaluation = crate::agent::Evaluation::Basic;
     propose(&mut run, &edit_answer("a + b"));
     step(&mut run, Event::TestsFinished(passing()));
     let e = step(
@@ -656,7 +669,7 @@ fn the_coder_reads_with_tools_within_its_turn_then_must_answer() {
         "the next turn is the coder's, with tools again: {e:?}"
     );
     assert_eq!(run.iterations, 2);
-    assert!(run.exchange.is_empty() && run.tool_steps == 0);
+    assert!(run.turn.messages().is_empty() && run.tool_steps() == 0);
 }
 
 #[test]
@@ -690,7 +703,7 @@ fn editing_tools_are_proposals_that_go_through_locate_and_approval() {
 #[test]
 fn a_reading_agent_answers_in_markdown_with_reading_tools_only() {
     let mut run = new_run("review calc.py", Some(Intent::Edit));
-    run.agent = AgentProfile::built_in("review").unwrap();
+    run.settings.agent = AgentProfile::built_in("review").unwrap();
     let e = step(&mut run, Event::Start);
     let Some(Effect::CallModel {
         role,
@@ -720,7 +733,7 @@ fn long_tool_turns_are_summarised() {
     let mut b = budget(3, 15);
     b.max_tool_steps = 8;
     b.summarize_after = 2;
-    let mut run = Run::new("change add", Some(Intent::Edit), b, String::new());
+    let mut run = made("change add", Some(Intent::Edit), b);
     step(&mut run, Event::Start);
     let grep = call("g", "grep", serde_json::json!({"pattern": "x"}));
     for round in 1..=2 {
@@ -742,7 +755,7 @@ fn long_tool_turns_are_summarised() {
         }
     }
     let e = answered(&mut run, Role::Summarizer, "calc.py:4 has add");
-    assert_eq!(run.exchange.len(), 1);
+    assert_eq!(run.turn.messages().len(), 1);
     let (messages, tools) = coder_turn(&e);
     assert!(
         messages
@@ -763,7 +776,7 @@ fn evaluation_basic_ends_partial_and_full_corrects() {
         (crate::agent::Evaluation::Full, true),
     ] {
         let mut run = new_run("add add and mul", Some(Intent::Edit));
-        run.evaluation = mode;
+        run.settings.evaluation = mode;
         step(&mut run, Event::Start);
         propose(&mut run, &edit_answer("a + b"));
         let e = step(&mut run, Event::TestsFinished(passing()));
@@ -784,9 +797,9 @@ fn evaluation_basic_ends_partial_and_full_corrects() {
                 run.tasks.last().unwrap().title,
                 "finish the goal: mul is missing"
             );
-            assert_eq!(run.corrections, 1);
+            assert_eq!(run.ending.corrections(), 1);
         } else {
-            assert!(run.partial);
+            assert!(run.partial());
             assert!(finishes(e.last(), Phase::Failed, "mul is missing"), "{e:?}");
             assert!(
                 matches!(e.last(), Some(Effect::Finish { answer, .. }) if answer.starts_with("partial:")),
@@ -857,7 +870,7 @@ fn lean_fix(bytes: usize) -> (Run, Vec<Effect>) {
     let mut b = budget(3, 15);
     b.first_prompt_bytes = bytes;
     b.max_tool_steps = 8;
-    let mut run = Run::new("fix the failing tests", Some(Intent::Fix), b, context);
+    let mut run = with_context("fix the failing tests", Some(Intent::Fix), b, context);
     step(&mut run, Event::Start);
     let e = step(&mut run, Event::TestsFinished(failing("a")));
     (run, e)
@@ -880,7 +893,7 @@ fn the_first_prompt_keeps_within_its_budget_when_tools_can_read_the_rest() {
         "a large file comes through the tools"
     );
     // Without tools, the runtime's own limit is the only one.
-    run.budget.max_tool_steps = 0;
+    run.settings.budget.max_tool_steps = 0;
     let e = answered(&mut run, Role::Coder, "no edits here");
     let whole: usize = coder_call(&e).iter().map(|m| m.content.len()).sum();
     assert!(whole > 30_000, "{whole}");
@@ -946,7 +959,7 @@ fn review_answer(verdict: &str, priority: u8) -> String {
 /// steps' diff (no git checkpoint).
 fn reviewing(mode: review::ReviewMode) -> Run {
     let mut run = fixing(budget(3, 15), "f1");
-    run.review = mode;
+    run.settings.review = mode;
     propose(&mut run, &edit_answer("a + b"));
     let e = step(&mut run, Event::TestsFinished(passing()));
     assert!(
@@ -1018,14 +1031,14 @@ fn a_p3_finding_or_advise_mode_does_not_block() {
 #[test]
 fn gate_mode_stops_with_the_findings_once_the_retries_are_spent() {
     let mut run = reviewing(review::ReviewMode::Gate);
-    run.budget.max_retries = 0;
+    run.settings.budget.max_retries = 0;
     let e = answered(&mut run, Role::Reviewer, &review_answer("incorrect", 0));
     assert!(
         finishes(e.last(), Phase::Failed, "the reviewer found problems"),
         "{e:?}"
     );
     assert!(matches!(
-        run.last_review,
+        run.last_review(),
         Some(review::ReviewResult::Reviewed { .. })
     ));
 }
@@ -1056,7 +1069,7 @@ fn an_unreadable_review_is_asked_again_once_then_unavailable_not_approved() {
     ));
     assert!(finishes(e.last(), Phase::Done, "the tests pass"), "{e:?}");
     assert!(!matches!(
-        run.last_review,
+        run.last_review(),
         Some(review::ReviewResult::Reviewed { .. })
     ));
 }
@@ -1064,7 +1077,7 @@ fn an_unreadable_review_is_asked_again_once_then_unavailable_not_approved() {
 #[test]
 fn a_review_reads_the_git_diff_and_checks_its_lines_against_the_new_text() {
     let mut run = fixing(budget(3, 15), "f1");
-    run.review = review::ReviewMode::Advise;
+    run.settings.review = review::ReviewMode::Advise;
     propose(&mut run, &edit_answer("a + b"));
     step(&mut run, Event::TestsFinished(passing()));
     let git = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n";
@@ -1087,10 +1100,10 @@ fn a_review_reads_the_git_diff_and_checks_its_lines_against_the_new_text() {
 #[test]
 fn remembered_records_reach_the_coder_the_reflector_and_the_planner() {
     const MEMORY: &str = "Remembered from earlier runs (the most relevant first):\n- [r-1] x\n\n";
-    let mut run = Run::new("fix", Some(Intent::Fix), budget(3, 15), String::new());
+    let mut run = made("fix", Some(Intent::Fix), budget(3, 15));
     step(&mut run, Event::Start);
-    // The driver sets the section before the baseline's result is stepped.
-    run.memory = MEMORY.into();
+    // The driver hands the section in before the baseline's result is stepped.
+    step(&mut run, Event::Input(Input::Memory(MEMORY.into())));
     let e = step(&mut run, Event::TestsFinished(failing("a")));
     assert!(coder_call(&e)[1].content.contains(MEMORY));
     propose(&mut run, &edit_answer("a * b"));
@@ -1100,7 +1113,7 @@ fn remembered_records_reach_the_coder_the_reflector_and_the_planner() {
     };
     assert_eq!(*role, Role::Reflector);
     assert!(messages[1].content.contains(MEMORY));
-    let (plan, _) = prompts::plan(&run, None);
+    let (plan, _) = messages::plan(&run, None);
     assert!(plan[1].content.contains(MEMORY));
 }
 
@@ -1177,7 +1190,7 @@ fn a_kept_test_is_proposed_alone_and_its_failure_goes_to_the_coder() {
     assert_eq!(plan.edits.len(), 1);
     assert_eq!(plan.edits[0].path, "tests/test_t.py");
     assert_eq!(
-        run.tester_record.as_ref().map(|r| r.status),
+        run.tester_record().map(|r| r.status),
         Some(tester::Status::Kept)
     );
     // Located, approved and applied like any change; its failing run starts the coder.
@@ -1192,7 +1205,7 @@ fn a_kept_test_is_proposed_alone_and_its_failure_goes_to_the_coder() {
 #[test]
 fn the_tester_budget_ends_a_run_that_needed_the_test() {
     let mut run = new_run("fix: parse drops the last field", Some(Intent::Fix));
-    run.tester.max_attempts = 1;
+    run.settings.tester.max_attempts = 1;
     step(&mut run, Event::Start);
     step(&mut run, Event::TestsFinished(passing()));
     answered(&mut run, Role::Tester, &tester_answer("assert 1 == 2"));
@@ -1202,7 +1215,7 @@ fn the_tester_budget_ends_a_run_that_needed_the_test() {
         "{e:?}"
     );
     assert_eq!(
-        run.tester_record.as_ref().map(|r| r.status),
+        run.tester_record().map(|r| r.status),
         Some(tester::Status::Exhausted)
     );
 }
@@ -1215,14 +1228,17 @@ fn a_test_that_could_not_be_written_goes_back_to_the_tester() {
     answered(&mut run, Role::Tester, &tester_answer("assert 1 == 2"));
     let e = step(
         &mut run,
-        Event::TestsTried(Err(".git/x.py is protected".into())),
+        Event::TestsTried(Err(tester::TrialError::Protected {
+            path: ".git/x.py".into(),
+            why: "git's own files".into(),
+        })),
     );
     let Some(Effect::CallModel { role, messages, .. }) = e.last() else {
         panic!("no tester call: {e:?}")
     };
     assert_eq!(*role, Role::Tester);
     assert!(messages.last().unwrap().content.contains("is protected"));
-    assert_eq!(run.tester_work.as_ref().map(|w| w.attempts), Some(1));
+    assert_eq!(run.reproducing.work().map(|w| w.attempts), Some(1));
 }
 
 /// A Hypothesis property of the tester's, `tests/test_t.py::test_p`.
@@ -1249,40 +1265,54 @@ fn failing_in(ids: &[&str], message: &str) -> tester::Trial {
     }
 }
 
-#[test]
-fn a_failing_property_s_counterexample_becomes_an_example_test_that_must_fail_too() {
+/// The tester's property test, its library checked: the run reproducing a bug, with the
+/// effects of the library's answer `ready`.
+fn property_checked(ready: Result<(), tester::InstallError>) -> (Run, Vec<Effect>) {
     let mut run = new_run("fix: parse drops the last field", Some(Intent::Fix));
     step(&mut run, Event::Start);
     step(&mut run, Event::TestsFinished(passing()));
-    // Its library is checked first; one the user would not install sends the tester back.
     let e = answered(&mut run, Role::Tester, &property_answer());
     assert_eq!(e.last(), Some(&Effect::DevDependency("hypothesis".into())));
-    let e = step(
-        &mut run,
-        Event::DevDependency(Err("the user did not approve installing hypothesis".into())),
-    );
-    let Some(Effect::CallModel { messages, .. }) = e.last() else {
-        panic!("no tester call: {e:?}")
-    };
-    assert!(
-        messages
-            .last()
-            .unwrap()
-            .content
-            .contains("write an example test instead")
-    );
-    answered(&mut run, Role::Tester, &property_answer());
-    let e = step(&mut run, Event::DevDependency(Ok(())));
-    assert!(matches!(e.last(), Some(Effect::TryTests(_))), "{e:?}");
-    let shrunk = "AssertionError: assert 1 == 2\nFailing test case: test_p(\ns=',',\n)";
-    let before = vec![failing_in(&["tests/test_t.py::test_p"], shrunk); 3];
-    let e = step(
-        &mut run,
+    let e = step(&mut run, Event::DevDependency(ready));
+    (run, e)
+}
+
+/// The trial's three runs fail in the tests `ids` with `message`.
+fn trial_failing(run: &mut Run, ids: &[&str], message: &str) -> Vec<Effect> {
+    let before = vec![failing_in(ids, message); 3];
+    step(
+        run,
         Event::TestsTried(Ok(tester::Tried {
             before,
             after: None,
         })),
-    );
+    )
+}
+
+/// The last message of the tester call the effects end with.
+fn told_tester(e: &[Effect]) -> &str {
+    let Some(Effect::CallModel { messages, .. }) = e.last() else {
+        panic!("no tester call: {e:?}")
+    };
+    &messages.last().unwrap().content
+}
+
+const SHRUNK: &str = "AssertionError: assert 1 == 2\nFailing test case: test_p(\ns=',',\n)";
+
+#[test]
+fn a_property_library_the_user_would_not_install_sends_the_tester_back() {
+    let (_, e) = property_checked(Err(tester::InstallError::NotApproved {
+        library: "hypothesis".into(),
+        command: "python3 -I -m pip install hypothesis".into(),
+    }));
+    assert!(told_tester(&e).contains("write an example test instead"));
+}
+
+#[test]
+fn a_failing_property_s_counterexample_becomes_an_example_test_that_must_fail_too() {
+    let (mut run, e) = property_checked(Ok(()));
+    assert!(matches!(e.last(), Some(Effect::TryTests(_))), "{e:?}");
+    let e = trial_failing(&mut run, &["tests/test_t.py::test_p"], SHRUNK);
     let Some(Effect::TryTests(plan)) = e.last() else {
         panic!("no trial of the example: {e:?}")
     };
@@ -1295,18 +1325,8 @@ fn a_failing_property_s_counterexample_becomes_an_example_test_that_must_fail_to
         "{written}"
     );
     // The example passes: refused, back to the tester, told why.
-    let before = vec![failing_in(&["tests/test_t.py::test_p"], shrunk); 3];
-    let e = step(
-        &mut run,
-        Event::TestsTried(Ok(tester::Tried {
-            before,
-            after: None,
-        })),
-    );
-    let Some(Effect::CallModel { messages, .. }) = e.last() else {
-        panic!("no tester call: {e:?}")
-    };
-    let told = &messages.last().unwrap().content;
+    let e = trial_failing(&mut run, &["tests/test_t.py::test_p"], SHRUNK);
+    let told = told_tester(&e);
     assert!(
         told.contains("example test") && told.contains("passes"),
         "{told}"
@@ -1315,28 +1335,14 @@ fn a_failing_property_s_counterexample_becomes_an_example_test_that_must_fail_to
     // in one change of one file.
     let e = answered(&mut run, Role::Tester, &property_answer());
     assert!(matches!(e.last(), Some(Effect::TryTests(_))), "{e:?}");
-    let before = vec![failing_in(&["tests/test_t.py::test_p"], shrunk); 3];
-    step(
-        &mut run,
-        Event::TestsTried(Ok(tester::Tried {
-            before,
-            after: None,
-        })),
-    );
+    trial_failing(&mut run, &["tests/test_t.py::test_p"], SHRUNK);
     let both = ["tests/test_t.py::test_p", "tests/test_t.py::test_p_example"];
-    let before = vec![failing_in(&both, "AssertionError: assert 1 == 2"); 3];
-    let e = step(
-        &mut run,
-        Event::TestsTried(Ok(tester::Tried {
-            before,
-            after: None,
-        })),
-    );
+    let e = trial_failing(&mut run, &both, "AssertionError: assert 1 == 2");
     let Some(Effect::Locate(plan)) = e.last() else {
         panic!("not proposed: {e:?}")
     };
     assert_eq!(plan.edits.len(), 1);
-    let record = run.tester_record.clone().unwrap();
+    let record = run.tester_record().cloned().unwrap();
     assert_eq!(record.status, tester::Status::Kept);
     let kinds: Vec<_> = record
         .tests
@@ -1351,4 +1357,55 @@ fn a_failing_property_s_counterexample_becomes_an_example_test_that_must_fail_to
         ]
     );
     assert_eq!(record.tests[0].counterexample.as_deref(), Some("s=','"));
+}
+
+/// A checkpoint written before each phase's state had its own type (the `Run` of one flat
+/// struct), in the middle of a turn with a tool round: it still loads, keeps what it had,
+/// resumes with that turn's coder call, and writes back the same keys.
+#[test]
+fn a_checkpoint_from_before_the_phases_own_their_state_still_resumes() {
+    const OLD: &str = include_str!("testdata/checkpoint-0.json");
+    let mut run: Run = serde_json::from_str(OLD).unwrap();
+    assert_eq!(run.phase(), Phase::Coding);
+    assert_eq!((run.goal(), run.intent()), ("fix", Some(Intent::Fix)));
+    assert_eq!((run.iterations(), run.tool_steps()), (2, 1));
+    assert_eq!(run.files_changed(), ["calc.py"]);
+    assert_eq!(run.originals().len(), 1);
+    assert_eq!(run.settings().review, review::ReviewMode::Gate);
+    assert_eq!(run.settings().review_min_confidence, 0.6);
+    assert_eq!(run.settings().tester.max_attempts, 2);
+    assert_eq!(run.settings().evaluation, Evaluation::Full);
+    assert_eq!(run.ending.corrections(), 1);
+    assert!(matches!(
+        run.last_review(),
+        Some(review::ReviewResult::Unavailable { .. })
+    ));
+    assert_eq!(
+        run.tester_record().map(|r| r.status),
+        Some(tester::Status::Exhausted)
+    );
+    assert_eq!(
+        run.reproducing.work().map(|w| w.mode),
+        Some(tester::Mode::AfterFix)
+    );
+    let e = resume(&mut run);
+    let messages = coder_call(&e);
+    assert!(
+        messages[1]
+            .content
+            .contains("Earlier runs: add was wrong once.")
+    );
+    assert!(messages[2].content.contains("Reflection: multiplied"));
+    // The turn's tool round comes after the prompt.
+    assert!(
+        !messages.last().unwrap().tool_calls.is_empty(),
+        "{messages:?}"
+    );
+    let keys = |json: &str| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(keys(&serde_json::to_string(&run).unwrap()), keys(OLD));
 }

@@ -6,9 +6,12 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use super::{Drive, Going, Shell};
+use super::driver::Drive;
+use super::observer::Observer;
+use super::shell::Shell;
 use crate::git::{self, GitError, Repo};
 use agent_ls_core::agent::Event;
+use agent_ls_core::agent::review::DiffError;
 use agent_ls_core::events::RunEvent;
 
 /// Where a run stands with its checkpoint.
@@ -37,13 +40,13 @@ impl Drive<'_> {
     pub(super) async fn checkpoint_before_write(
         &self,
         run_id: &str,
-        going: &mut Going<'_>,
+        (git, observer): (&mut GitState, &mut Observer<'_>),
         shell: &mut impl Shell,
     ) {
-        if !matches!(going.git, GitState::NotYet) {
+        if !matches!(git, GitState::NotYet) {
             return;
         }
-        going.git = GitState::Without;
+        *git = GitState::Without;
         if !self.config.git.checkpoints {
             return;
         }
@@ -74,12 +77,12 @@ impl Drive<'_> {
                     shell.warn(&w);
                 }
                 tracing::info!(checkpoint = %checkpoint.id, "git checkpoint taken");
-                going.observer.git_checkpoint(&checkpoint.id);
-                going.observer.record(RunEvent::Checkpoint {
+                observer.git_checkpoint(&checkpoint.id);
+                observer.record(RunEvent::Checkpoint {
                     commit: checkpoint.id.clone(),
                     left_out: checkpoint.left_out.iter().map(|(p, _)| p.clone()).collect(),
                 });
-                going.git = GitState::Taken(repo, checkpoint.id);
+                *git = GitState::Taken(repo, checkpoint.id);
             }
             Ok(Err(GitError::NotARepo(_))) => {
                 if first_time(self.root) {
@@ -97,10 +100,10 @@ impl Drive<'_> {
     /// the branch the repository is on.
     pub(super) async fn record_run_files(
         &self,
-        going: &mut Going<'_>,
+        (git, observer): (&GitState, &mut Observer<'_>),
         files: &[String],
     ) -> Option<String> {
-        let GitState::Taken(repo, _) = &going.git else {
+        let GitState::Taken(repo, _) = git else {
             return None;
         };
         let (repo, files) = (repo.clone(), files.to_vec());
@@ -118,7 +121,7 @@ impl Drive<'_> {
         };
         match now {
             Ok(now) => match serde_json::to_string(&now) {
-                Ok(json) => going.observer.git_files(json),
+                Ok(json) => observer.git_files(json),
                 Err(e) => tracing::warn!("the run's files could not be recorded: {e}"),
             },
             Err(e) => tracing::warn!("the run's files could not be recorded: {e}"),
@@ -130,8 +133,8 @@ impl Drive<'_> {
 impl Drive<'_> {
     /// The run's git diff against its checkpoint, with a reviewer's context lines: `None`
     /// when the run has no checkpoint (the steps' diff is reviewed instead).
-    pub(super) async fn run_diff(&self, going: &Going<'_>, files: Vec<String>) -> Event {
-        let GitState::Taken(repo, checkpoint) = &going.git else {
+    pub(super) async fn run_diff(&self, git: &GitState, files: Vec<String>) -> Event {
+        let GitState::Taken(repo, checkpoint) = git else {
             return Event::RunDiff(Ok(None));
         };
         let (repo, checkpoint) = (repo.clone(), checkpoint.clone());
@@ -142,8 +145,8 @@ impl Drive<'_> {
         .await;
         Event::RunDiff(match diff {
             Ok(Ok(bytes)) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(e.to_string()),
+            Ok(Err(e)) => Err(DiffError::Git(e.to_string())),
+            Err(e) => Err(DiffError::Thread(e.to_string())),
         })
     }
 }

@@ -21,12 +21,13 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::Shell;
+use super::shell::Shell;
 use crate::config::Config;
 use crate::tests_run::command::filtered_env;
 use crate::tests_run::process::{self, Limits};
 use crate::tests_run::{self, RunEnd};
 use crate::trust::sandbox::{self, Sandbox};
+use agent_ls_core::agent::tester::InstallError;
 
 /// How long an install may take (a download and, for pip, a build).
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -46,41 +47,39 @@ pub(super) async fn ensure(
     cancel: &CancellationToken,
     library: &str,
     shell: &mut impl Shell,
-) -> Result<(), String> {
+) -> Result<(), InstallError> {
     let python = python_of(root, config);
     if present(root, config, &python, library, cancel).await? {
         return Ok(());
     }
     let argv = install_command(root, &python, library)?;
-    let command = argv.join(" ");
+    let (library, command) = (library.to_string(), argv.join(" "));
     if !config.tester.install {
-        return Err(format!(
-            "{library} is not installed, and tester.install = false allows no install \
-             (`{command}`)"
-        ));
+        return Err(InstallError::NotAllowed { library, command });
     }
-    if !shell.approve_install(library, &argv).await {
-        return Err(format!(
-            "{library} is not installed, and installing it as a dev dependency (`{command}`) \
-             was not approved"
-        ));
+    if !shell.approve_install(&library, &argv).await {
+        return Err(InstallError::NotApproved { library, command });
     }
     shell.progress(&format!("installing {library}: {command}"));
     let env = install_env(std::env::vars());
-    run_in(&argv, Path::new(INSTALL_CWD), &env, INSTALL_TIMEOUT, cancel)
-        .await
-        .map_err(|why| format!("installing {library} (`{command}`) failed: {why}"))?;
-    if present(root, config, &python, library, cancel).await? {
+    if let Err(why) = run_in(&argv, Path::new(INSTALL_CWD), &env, INSTALL_TIMEOUT, cancel).await {
+        return Err(InstallError::Failed {
+            library,
+            command,
+            why: why.to_string(),
+        });
+    }
+    if present(root, config, &python, &library, cancel).await? {
         shell.progress(&format!("{library} is installed as a dev dependency"));
         Ok(())
     } else {
-        Err(format!("`{command}` ran, but {library} is still not there"))
+        Err(InstallError::StillMissing { library, command })
     }
 }
 
 /// The command that installs `library` for the project in `root`. Every path in it is
 /// absolute, since it does not run in `root`.
-fn install_command(root: &Path, python: &Path, library: &str) -> Result<Vec<String>, String> {
+fn install_command(root: &Path, python: &Path, library: &str) -> Result<Vec<String>, InstallError> {
     let python = python.to_string_lossy();
     let manifest = root.join("Cargo.toml");
     let argv: Vec<&str> = match library {
@@ -91,11 +90,9 @@ fn install_command(root: &Path, python: &Path, library: &str) -> Result<Vec<Stri
             "--dev",
             "proptest",
             "--manifest-path",
-            manifest
-                .to_str()
-                .ok_or("the workspace's path is not UTF-8")?,
+            manifest.to_str().ok_or(InstallError::NotUtf8)?,
         ],
-        other => return Err(format!("no property-test library is known as {other}")),
+        other => return Err(InstallError::Unknown(other.to_string())),
     };
     Ok(argv.into_iter().map(str::to_string).collect())
 }
@@ -130,7 +127,7 @@ async fn present(
     python: &Path,
     library: &str,
     cancel: &CancellationToken,
-) -> Result<bool, String> {
+) -> Result<bool, InstallError> {
     match library {
         // Isolated (-I): the workspace's own files are not on the path, and a file named
         // like the library does not count.
@@ -148,24 +145,24 @@ async fn present(
                 Ok(()) => Ok(true),
                 Err(Failed::Exited(code, stderr)) if code == sandbox::REFUSED => {
                     match stderr.lines().find_map(|l| l.strip_prefix(sandbox::MARK)) {
-                        Some(why) => Err(format!(
+                        Some(why) => Err(InstallError::Unasked(format!(
                             "cannot ask {} for {library}: the sandbox could not be set up: {}",
                             python.display(),
                             why.trim()
-                        )),
+                        ))),
                         None => Ok(false),
                     }
                 }
                 Err(Failed::Exited(..) | Failed::Signaled(_)) => Ok(false),
-                Err(other) => Err(format!(
+                Err(other) => Err(InstallError::Unasked(format!(
                     "asking {} for {library}: {other}",
                     python.display()
-                )),
+                ))),
             }
         }
         "proptest" => {
             let text = std::fs::read_to_string(root.join("Cargo.toml"))
-                .map_err(|e| format!("cannot read Cargo.toml: {e}"))?;
+                .map_err(|e| InstallError::Unasked(format!("cannot read Cargo.toml: {e}")))?;
             Ok(cargo_has(&text, library))
         }
         _ => Ok(false),

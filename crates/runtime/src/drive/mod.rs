@@ -1,16 +1,21 @@
 //! Performs the agent's effects and feeds the results back into `agent::step`. Shared by the
 //! headless `agent-ls run` and the server (and any other surface): only the `Shell` (how
 //! approval, applying, tests and progress reach the user) differs, so the loops cannot drift
-//! apart. Each effect is performed by one method that returns the event it produced; the
-//! journal and the store watch the run from one `Observer` (`observer.rs`); a run is set up
-//! by `setup.rs`.
+//! apart. Each effect is performed by one method that returns the event it produced; what the
+//! run reads besides (its prompts, context and memory) is handed in as `Event::Input`, so the
+//! driver changes a run only through `agent::step`. The journal and the store watch the run
+//! from one `Observer` (`observer.rs`); a run is set up by `setup.rs`; what a front end
+//! provides is its `Shell` (`shell.rs`), and `Drive` itself is `driver.rs`. None of those
+//! files uses this one: it is the top of the driver.
 
 mod checkpoint;
 mod dev_dependency;
+mod driver;
 mod observer;
 mod recall;
 mod review_target;
 mod setup;
+mod shell;
 #[cfg(test)]
 mod tests;
 mod trial;
@@ -19,110 +24,23 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
-use crate::model::{Message, ModelError, Models, OnToken, Request, Role, Totals};
-use crate::store::{Store, StoreThread};
+use crate::model::{Message, ModelError, OnToken, Request, Role, Totals};
+use crate::store::Store;
 use crate::tests_run::{self, RunEnd, RunError, RunResult, diagnostics_of, summary};
-use crate::trust::Review;
-use agent_ls_core::agent::{self, Effect, Event, FailureKind, Run, RunStatus};
+use agent_ls_core::agent::{self, Effect, Event, FailureKind, Input, Run, RunStatus};
 use agent_ls_core::edit::{self, FileChange, FileText};
-use agent_ls_core::events::{LiveEvent, RunEvent};
+use agent_ls_core::events::RunEvent;
 pub use checkpoint::{RecordedRun, RecordedRunError, recorded_run};
+pub use driver::Drive;
 use observer::Observer;
+pub use observer::OnEvent;
 pub use review_target::{ReviewDiffError, ReviewTarget, review_diff};
 pub use setup::{
     AgentError, ChosenAgent, ResumeError, choose_agent, new_run, new_run_id, recorded_store,
-    reproduce_first, resume_point, test_command,
+    reproduce_first, resume_point, run_settings, test_command,
 };
-
-/// How the loop reaches the user and the files.
-#[allow(async_fn_in_trait)]
-pub trait Shell {
-    /// The current text of a workspace file (the editor's buffer when it has one).
-    fn read(&self, relative: &str) -> FileText;
-    /// Shows the change, with what the review found (protected files, risky constructs),
-    /// and answers whether to apply it. A protected file needs the user's confirmation of that
-    /// file by name, whatever the approval mode; a change it may not make is `Refused`, and
-    /// the model hears why.
-    async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict;
-    /// Applies an approved change. A file that changed since the change was computed gets the
-    /// change re-located onto its new text (`edit::rebase`); where that is impossible the
-    /// answer is `Stale`, and the step is redone.
-    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError>;
-    /// Runs the workspace's tests (the server's through its one owner of test runs), or
-    /// `command` in their place under the same policy (a tool's narrowed run or allowlisted
-    /// command, whose result is the model's, not the editor's diagnostics).
-    async fn run_tests(
-        &mut self,
-        cancel: &CancellationToken,
-        command: Option<Vec<String>>,
-    ) -> Result<RunResult, RunError>;
-    /// The editor's open buffers, for the tools that read off the loop's task.
-    fn buffers(&self) -> Vec<(String, FileText)> {
-        Vec::new()
-    }
-    /// Asks whether `argv` may run to install `library` as a dev dependency for the tester's
-    /// property tests (outside the sandbox: it downloads). Only a front end that can ask (or
-    /// was told to approve) says yes; the others leave it uninstalled.
-    async fn approve_install(&mut self, _library: &str, _argv: &[String]) -> bool {
-        false
-    }
-    fn progress(&mut self, message: &str);
-    fn warn(&mut self, message: &str);
-    /// The reviewer's result on the run's change; `report` tells it in lines (the summary,
-    /// then each finding at its place), and `loud` says it must not be missed (a review that
-    /// could not be had in gate mode). A shell that can show the findings at their places
-    /// (ACP, as a tool call with locations) does that instead.
-    fn reviewed(&mut self, _result: &agent::review::ReviewResult, report: &str, loud: bool) {
-        if loud {
-            self.warn(report);
-        } else {
-            self.progress(report);
-        }
-    }
-    /// Called before each step, so `read` sees the latest text (the server takes a fresh
-    /// snapshot of the editor's buffers here).
-    async fn refresh(&mut self) {}
-    /// The plan's task the next change works on ("T1 fix the failing tests") and the
-    /// iteration it is made in, for the history and the run view.
-    fn task(&mut self, _task: &str, _iteration: u32) {}
-}
-
-/// What became of a proposed change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    Approved,
-    Rejected,
-    /// Not applied, for this reason, which the model hears (a protected file nobody allowed).
-    Refused(String),
-}
-
-/// The review of a change before approval: the protected files it writes and the risky
-/// constructs it introduces.
-pub fn review(changes: &[FileChange]) -> Review {
-    Review {
-        protected: crate::trust::protected::in_changes(changes)
-            .into_iter()
-            .map(|(p, why)| (p, why.to_string()))
-            .collect(),
-        findings: changes
-            .iter()
-            .flat_map(|c| {
-                crate::trust::scan::introduced(&c.path, c.original.as_deref(), &c.new_text)
-            })
-            .collect(),
-        fixes: Vec::new(),
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApplyError {
-    /// The files changed meanwhile and the change could not be re-located.
-    Stale(String),
-    Failed(String),
-}
+pub use shell::{ApplyError, Shell, Verdict, review};
 
 /// The outcome of a run, in the shape of `agent-ls/runFinished`.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -171,23 +89,6 @@ pub struct TestCounts {
     pub passed: u32,
     pub failed: u32,
 }
-
-pub struct Drive<'a> {
-    pub models: &'a Models,
-    pub config: &'a Config,
-    pub root: &'a Path,
-    pub cancel: &'a CancellationToken,
-    /// Receives streamed model text (the terminal's stderr for `agent-ls run`).
-    pub on_token: Option<OnToken<'a>>,
-    /// Record the run: its journal in `.agent-ls/runs/` and its figures in the store.
-    pub record: Option<&'a StoreThread>,
-    /// Receives the run's events as they happen (the editor's run view).
-    pub events: Option<OnEvent<'a>>,
-}
-
-/// Receives a run's events as a live view shows them (`agent_ls_core::events`): the journal's
-/// lines with the iteration they belong to, and the model's answer as it streams.
-pub type OnEvent<'a> = &'a (dyn Fn(LiveEvent) + Send + Sync);
 
 /// What a run's effects share while it goes: its recorder and figures, and what one effect
 /// leaves for the next (the last whole test run, the tools the last model call was offered:
@@ -285,12 +186,12 @@ impl Drive<'_> {
             crate::memory::known_secrets(self.config),
         );
         let (prompts, used, problems) = crate::config::load_prompts(&self.config.prompt_dirs);
-        run.prompts = prompts;
+        hand_in(run, Input::Prompts(prompts));
         for p in problems {
             shell.warn(&p);
         }
         observer.record(RunEvent::Context {
-            agent: run.agent.name.clone(),
+            agent: run.agent().name.clone(),
             prompt_files: used,
             tokenizer: self.counter().name().into(),
             context_tokens: self.config.model.context_tokens,
@@ -305,7 +206,7 @@ impl Drive<'_> {
         for w in warnings {
             shell.warn(&w);
         }
-        self.refresh_context(run, None, shell);
+        hand_in(run, Input::Context(self.context(run, None, shell)));
         Going {
             observer,
             totals: Totals::default(),
@@ -348,7 +249,10 @@ impl Drive<'_> {
                 Event::TestsFinished(t) => Some(t.report.clone()),
                 _ => None,
             };
-            self.refresh_context(run, latest.as_deref(), shell);
+            hand_in(
+                run,
+                Input::Context(self.context(run, latest.as_deref(), shell)),
+            );
             queue.extend(agent::step(run, event));
             going.observer.phase(run);
         }
@@ -370,7 +274,7 @@ impl Drive<'_> {
         let event = match effect {
             Effect::Finish { status, answer } => return Next::Finish(status, answer),
             Effect::Progress(m) => {
-                let (n, of) = (run.iterations.max(1), run.budget.max_iterations);
+                let (n, of) = (run.iterations().max(1), run.budget().max_iterations);
                 shell.progress(&format!("{m} (iteration {n} of {of})"));
                 return Next::Continue;
             }
@@ -378,33 +282,20 @@ impl Drive<'_> {
                 shell.warn(&m);
                 return Next::Continue;
             }
+            Effect::Reviewed(result) => {
+                self.reviewed(run, &result, shell, &mut g.observer);
+                return Next::Continue;
+            }
+            Effect::Tested(record) => {
+                g.observer.tester(&record);
+                shell.progress(&record.summary());
+                return Next::Continue;
+            }
             Effect::CallModel {
                 role,
                 messages,
                 tools,
-            } => {
-                let mcp_specs = g.mcp.specs(&tools);
-                g.offered = tools.clone();
-                g.offered.extend(mcp_specs.iter().map(|s| s.name.clone()));
-                let call = (role, messages, tools, mcp_specs);
-                let event = self
-                    .call_model(
-                        run,
-                        call,
-                        &mut g.observer,
-                        &mut g.totals,
-                        &mut g.failure_kind,
-                    )
-                    .await;
-                if let Event::ModelAnswered {
-                    role: Role::Reflector,
-                    text,
-                } = &event
-                {
-                    g.trail.reflected(text);
-                }
-                event
-            }
+            } => self.model_turn(run, (role, messages, tools), g).await,
             Effect::RunTools(calls) => {
                 let tools = (g.offered.as_slice(), &g.mcp);
                 self.run_tools(calls, shell, &mut g.observer, tools, &mut g.last_tests)
@@ -418,55 +309,96 @@ impl Drive<'_> {
             }
             Effect::Apply(changes) => {
                 let id = g.run_id.clone();
-                self.checkpoint_before_write(&id, g, shell).await;
+                self.checkpoint_before_write(&id, (&mut g.git, &mut g.observer), shell)
+                    .await;
                 self.apply(run, &changes, shell).await
             }
-            Effect::DiffRun { files } => self.run_diff(g, files).await,
-            Effect::Reviewed(result) => {
-                g.observer.review(&result);
-                let line = result.report();
-                // An unavailable review in gate mode leaves the change unreviewed: say so
-                // loudly; in advise mode it is a note like any other.
-                let loud = run.review == agent::review::ReviewMode::Gate
-                    && matches!(result, agent::review::ReviewResult::Unavailable { .. });
-                shell.reviewed(&result, &line, loud);
-                return Next::Continue;
-            }
+            Effect::DiffRun { files } => self.run_diff(&g.git, files).await,
             Effect::TryTests(plan) => {
                 let tried = trial::try_tests(self.root, self.config, self.cancel, &plan).await;
-                if self.cancel.is_cancelled() {
-                    return Next::Event(Event::Cancel);
-                }
-                Event::TestsTried(tried)
+                self.unless_cancelled(Event::TestsTried(tried))
             }
             Effect::DevDependency(library) => {
                 let ready =
                     dev_dependency::ensure(self.root, self.config, self.cancel, &library, shell)
                         .await;
-                if self.cancel.is_cancelled() {
-                    return Next::Event(Event::Cancel);
-                }
-                Event::DevDependency(ready)
+                self.unless_cancelled(Event::DevDependency(ready))
             }
-            Effect::Tested(record) => {
-                g.observer.tester(&record);
-                shell.progress(&record.summary());
-                return Next::Continue;
-            }
-            Effect::RunTests => {
-                let baseline = run.phase == agent::Phase::Baseline;
-                let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
-                let event = self
-                    .run_tests(shell, observer, kind, baseline, &mut g.last_tests)
-                    .await;
-                if matches!(event, Event::TestsFinished(_)) && g.trail.tested(g.last_tests.as_ref())
-                {
-                    self.recall(run, &g.trail, &mut g.observer).await;
-                }
-                event
-            }
+            Effect::RunTests => self.whole_test_run(run, shell, g).await,
         };
         Next::Event(event)
+    }
+
+    /// A review of the run's diff was made (or could not be): journaled, counted, shown.
+    fn reviewed(
+        &self,
+        run: &Run,
+        result: &agent::review::ReviewResult,
+        shell: &mut impl Shell,
+        observer: &mut Observer<'_>,
+    ) {
+        observer.review(result);
+        let line = result.report();
+        // An unavailable review in gate mode leaves the change unreviewed: say so loudly; in
+        // advise mode it is a note like any other.
+        let loud = run.settings().review == agent::review::ReviewMode::Gate
+            && matches!(result, agent::review::ReviewResult::Unavailable { .. });
+        shell.reviewed(result, &line, loud);
+    }
+
+    /// A model call for the run, with the tools it offers (the run's MCP servers' among
+    /// them), and the reflector's answer kept for memory.
+    async fn model_turn(
+        &self,
+        run: &Run,
+        (role, messages, tools): (Role, Vec<Message>, Vec<String>),
+        g: &mut Going<'_>,
+    ) -> Event {
+        let mcp_specs = g.mcp.specs(&tools);
+        g.offered = tools.clone();
+        g.offered.extend(mcp_specs.iter().map(|s| s.name.clone()));
+        let call = (role, messages, tools, mcp_specs);
+        let (observer, totals, kind) = (&mut g.observer, &mut g.totals, &mut g.failure_kind);
+        let event = self.call_model(run, call, observer, totals, kind).await;
+        if let Event::ModelAnswered {
+            role: Role::Reflector,
+            text,
+        } = &event
+        {
+            g.trail.reflected(text);
+        }
+        event
+    }
+
+    /// The workspace's whole test run; once the run's first failures are known, what earlier
+    /// runs remembered of them is handed in before their result is stepped.
+    async fn whole_test_run(
+        &self,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        g: &mut Going<'_>,
+    ) -> Event {
+        let baseline = run.phase() == agent::Phase::Baseline;
+        let (observer, kind) = (&mut g.observer, &mut g.failure_kind);
+        let event = self
+            .run_tests(shell, observer, kind, baseline, &mut g.last_tests)
+            .await;
+        if matches!(event, Event::TestsFinished(_))
+            && g.trail.tested(g.last_tests.as_ref())
+            && let Some(section) = self.recall(&g.trail, &mut g.observer).await
+        {
+            hand_in(run, Input::Memory(section));
+        }
+        event
+    }
+
+    /// `event`, or the cancel that came while it was made.
+    fn unless_cancelled(&self, event: Event) -> Event {
+        if self.cancel.is_cancelled() {
+            Event::Cancel
+        } else {
+            event
+        }
     }
 
     /// The run's end: its MCP servers stop, the record of it, and its outcome.
@@ -478,7 +410,9 @@ impl Drive<'_> {
         phase: agent::Phase,
         answer: String,
     ) -> Outcome {
-        let branch = self.record_run_files(&mut going, &run.files_changed).await;
+        let branch = self
+            .record_run_files((&going.git, &mut going.observer), run.files_changed())
+            .await;
         let checkpoint = going.git.id();
         let status = RunStatus::from_phase(phase);
         self.remember(run, &going.trail, status, &run_id).await;
@@ -490,23 +424,20 @@ impl Drive<'_> {
             ..
         } = going;
         mcp.shutdown().await;
-        if run.partial {
+        if run.partial() {
             failure_kind = Some(FailureKind::Partial);
         }
         observer.finished(status, run, &answer);
-        let tests = run
-            .tests
-            .as_ref()
-            .map_or(TestCounts::default(), |t| TestCounts {
-                passed: t.passed_count,
-                failed: t.failed_count,
-            });
+        let tests = run.tests().map_or(TestCounts::default(), |t| TestCounts {
+            passed: t.passed_count,
+            failed: t.failed_count,
+        });
         Outcome {
             run_id,
             status,
             answer,
-            iterations: run.iterations,
-            files_changed: run.files_changed.clone(),
+            iterations: run.iterations(),
+            files_changed: run.files_changed().to_vec(),
             tests,
             tokens: totals.usage.input_tokens + totals.usage.output_tokens,
             duration_ms: started.elapsed().as_millis() as u64,
@@ -516,8 +447,8 @@ impl Drive<'_> {
             branch,
             worktree: None,
             failure_kind: failure_kind.filter(|_| status == RunStatus::Failed),
-            review: run.last_review.clone(),
-            tester: run.tester_record.clone(),
+            review: run.last_review().cloned(),
+            tester: run.tester_record().cloned(),
             decision: None,
         }
     }
@@ -629,7 +560,7 @@ impl Drive<'_> {
         }
         let first = &self.config.agent.first_tool;
         let tool_choice = (role == Role::Coder
-            && run.tool_steps == 0
+            && run.tool_steps() == 0
             && !first.is_empty()
             && tools.contains(first))
         .then(|| first.clone());
@@ -638,7 +569,7 @@ impl Drive<'_> {
         // A turn offered only the reading tools edits nothing (planning, explaining,
         // reviewing), which the response cache tells apart from the coder's editing turns.
         let reading_only = matches!(
-            run.phase,
+            run.phase(),
             agent::Phase::Planning | agent::Phase::Explaining | agent::Phase::Reviewing
         );
         let request = Request {
@@ -646,7 +577,7 @@ impl Drive<'_> {
             tools: specs,
             tool_choice,
             reading_only,
-            question: Some(run.goal.clone()),
+            question: Some(run.goal().to_string()),
             ..Request::default()
         };
         observer.prompt(role, &request, fitted.tokens, counter.name());
@@ -858,7 +789,7 @@ impl Drive<'_> {
         }
         let mut review = review(changes);
         // A change the gate sent back: its preview and question name what it is to fix.
-        if let Some(sent) = agent::review::sent_back(run.review, run.last_review.as_ref()) {
+        if let Some(sent) = agent::review::sent_back(run.settings().review, run.last_review()) {
             review.fixes = sent
                 .findings
                 .iter()
@@ -873,7 +804,7 @@ impl Drive<'_> {
         }
         observer.patch(changes, diff, &review);
         let verdict = shell.approve(changes, diff, &review).await;
-        observer.approval(run.iterations, verdict == Verdict::Approved, changes);
+        observer.approval(run.iterations(), verdict == Verdict::Approved, changes);
         if self.cancel.is_cancelled() {
             return Event::Cancel;
         }
@@ -886,11 +817,10 @@ impl Drive<'_> {
 
     async fn apply(&self, run: &Run, changes: &[FileChange], shell: &mut impl Shell) -> Event {
         let task = run
-            .tasks
-            .get(run.task)
+            .current_task()
             .map(|t| format!("{} {}", t.id, t.title))
             .unwrap_or_default();
-        shell.task(&task, run.iterations);
+        shell.task(&task, run.iterations());
         match shell.apply(changes).await {
             Ok(()) => Event::Applied,
             Err(ApplyError::Stale(e)) => Event::Stale(e),
@@ -941,12 +871,17 @@ impl Drive<'_> {
             }
         }
     }
-    /// The coder sees the files that matter now: those the goal names, those the failures
-    /// point at (of `latest`, the test report about to be recorded, else the run's last),
-    /// then the rest of the project's small text files, within the byte budget.
-    fn refresh_context(&self, run: &mut Run, latest: Option<&str>, shell: &impl Shell) {
-        let report = latest.or(run.tests.as_ref().map(|t| t.report.as_str()));
-        let mut wanted = self.named_files(&run.goal, report);
+    /// What the coder sees now, gathered before every step: the files the goal names, those
+    /// the failures point at (of `latest`, the test report about to be recorded, else the
+    /// run's last), then the rest of the project's small text files, within the byte budget.
+    fn context(
+        &self,
+        run: &Run,
+        latest: Option<&str>,
+        shell: &impl Shell,
+    ) -> agent::context::Context {
+        let report = latest.or(run.tests().map(|t| t.report.as_str()));
+        let mut wanted = self.named_files(run.goal(), report);
         // The repo map, ranked toward the files above and the names the goal and the failure
         // mention; then the best-ranked files in full while the budget lasts, then the rest.
         let buffers: std::collections::HashMap<String, String> = shell
@@ -958,7 +893,7 @@ impl Drive<'_> {
             })
             .collect();
         let map = crate::repomap::build(self.root, &buffers);
-        let mut mentioned = run.goal.clone();
+        let mut mentioned = run.goal().to_string();
         if let Some(report) = report {
             mentioned.push('\n');
             mentioned.push_str(report);
@@ -980,7 +915,7 @@ impl Drive<'_> {
         }
         let mut context = agent::context::Context::default();
         // The review agent reviews the latest agent change when there is one: its diff leads.
-        if run.agent.kind == agent::AgentKind::Review
+        if run.agent().kind == agent::AgentKind::Review
             && let Some(diff) = latest_step_diff(self.root)
         {
             context.pieces.push(agent::context::Piece {
@@ -989,7 +924,7 @@ impl Drive<'_> {
             });
         }
         self.fill_context(&mut context, &wanted, named, &map_text, shell);
-        run.context = context;
+        context
     }
 
     /// The files that the goal names, then those a test report's lines point at.
@@ -1075,6 +1010,13 @@ impl Drive<'_> {
             context.pieces.push(map);
         }
     }
+}
+
+/// Hands the run what it reads but does not decide on (its prompts, context, memory): an
+/// event that produces no effect.
+fn hand_in(run: &mut Run, input: Input) {
+    let effects = agent::step(run, Event::Input(input));
+    debug_assert!(effects.is_empty(), "an input produced effects: {effects:?}");
 }
 
 /// The latest applied agent step of the workspace as a diff, for the review agent.

@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::OnEvent;
 use crate::journal::Journal;
 use crate::model::{Request, Role, Totals};
 use crate::store::{Iteration, Store, StoreThread};
@@ -14,6 +13,10 @@ use crate::trust::Review;
 use agent_ls_core::agent::{self, Run, RunStatus, TestSummary};
 use agent_ls_core::edit::FileChange;
 use agent_ls_core::events::{self, LiveEvent, RunEvent};
+
+/// Receives a run's events as a live view shows them (`agent_ls_core::events`): the journal's
+/// lines with the iteration they belong to, and the model's answer as it streams.
+pub type OnEvent<'a> = &'a (dyn Fn(LiveEvent) + Send + Sync);
 
 /// How long a coder call waits for its checkpoint to be written (a healthy store takes
 /// milliseconds; a store locked by another process would take its whole busy timeout).
@@ -53,23 +56,23 @@ impl<'a> Observer<'a> {
             store: record.cloned(),
             run_id: run_id.into(),
             current: Iteration {
-                n: run.iterations,
+                n: run.iterations(),
                 ..Iteration::default()
             },
             events,
             secrets,
         };
         o.record(RunEvent::Started {
-            goal: run.goal.clone(),
-            intent: run.intent,
-            iterations: run.iterations,
+            goal: run.goal().to_string(),
+            intent: run.intent(),
+            iterations: run.iterations(),
             resumed,
         });
         let intent = run
-            .intent
+            .intent()
             .and_then(|i| serde_json::to_value(i).ok())
             .and_then(|v| v.as_str().map(String::from));
-        let goal = run.goal.clone();
+        let goal = run.goal().to_string();
         o.store("the run's start", move |s, id| {
             s.run_started(id, &goal, intent.as_deref())
         });
@@ -145,24 +148,21 @@ impl<'a> Observer<'a> {
     /// process holds locked gets `CHECKPOINT_WAIT`, and then the run goes on without waiting
     /// for the write: a record never stalls a run.
     pub(super) async fn checkpoint(&mut self, run: &Run) {
-        if run.iterations != self.current.n {
+        if run.iterations() != self.current.n {
             self.flush();
             self.current = Iteration {
-                n: run.iterations,
+                n: run.iterations(),
                 ..Iteration::default()
             };
-            let task = run
-                .tasks
-                .get(run.task)
-                .map(|t| format!("{} {}", t.id, t.title));
+            let task = run.current_task().map(|t| format!("{} {}", t.id, t.title));
             self.record(RunEvent::Iteration {
-                n: run.iterations,
+                n: run.iterations(),
                 task,
             });
         }
         match serde_json::to_string(run) {
             Ok(state) => {
-                let n = run.iterations;
+                let n = run.iterations();
                 if let Some(store) = &self.store {
                     let id = self.run_id.clone();
                     let written = store.call(move |s| s.checkpoint(&id, n, &state));
@@ -332,8 +332,8 @@ impl<'a> Observer<'a> {
 
     pub(super) fn phase(&mut self, run: &Run) {
         // A step that starts the next iteration belongs to it, recorded at its checkpoint.
-        if run.iterations == self.current.n && self.current.phase != Some(run.phase) {
-            self.current.phase = Some(run.phase);
+        if run.iterations() == self.current.n && self.current.phase != Some(run.phase()) {
+            self.current.phase = Some(run.phase());
             self.flush();
         }
     }
@@ -347,12 +347,12 @@ impl<'a> Observer<'a> {
         self.record(RunEvent::Finished {
             status,
             answer: answer.into(),
-            iterations: run.iterations,
-            files_changed: run.files_changed.clone(),
+            iterations: run.iterations(),
+            files_changed: run.files_changed().to_vec(),
         });
         self.flush();
-        let tests = run.tests.as_ref().map(|t| (t.passed_count, t.failed_count));
-        let (iterations, answer) = (run.iterations, answer.to_string());
+        let tests = run.tests().map(|t| (t.passed_count, t.failed_count));
+        let (iterations, answer) = (run.iterations(), answer.to_string());
         self.store("the run's end", move |s, id| {
             s.run_finished(id, status, iterations, tests, &answer)
         });

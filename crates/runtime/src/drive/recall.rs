@@ -8,7 +8,7 @@ use agent_ls_core::events::RunEvent;
 use agent_ls_core::memory::{self, Attempt, Memory};
 use agent_ls_core::test_output::Failure;
 
-use super::Drive;
+use super::driver::Drive;
 use super::observer::Observer;
 use crate::embeddings::Embedder;
 use crate::memory::{Memories, View, known_secrets, redact, redact_memory};
@@ -110,11 +110,15 @@ impl Drive<'_> {
     }
 
     /// Searches the workspace's records (and the user's, for `memory.scope = "user"`) for the
-    /// run's first failures, by text and, with an embedding model, by vector too, and sets
-    /// what the prompts show of them.
-    pub(super) async fn recall(&self, run: &mut Run, trail: &Trail, observer: &mut Observer<'_>) {
+    /// run's first failures, by text and, with an embedding model, by vector too: what the
+    /// prompts are to show of them (`Input::Memory`), or `None` without memory.
+    pub(super) async fn recall(
+        &self,
+        trail: &Trail,
+        observer: &mut Observer<'_>,
+    ) -> Option<String> {
         let (Some(_), true) = (self.record, self.config.memory.enabled) else {
-            return;
+            return None;
         };
         let signatures: Vec<_> = trail.failures.iter().map(memory::signature).collect();
         let words = memory::query_words(&signatures);
@@ -147,12 +151,12 @@ impl Drive<'_> {
             }
         };
         let (section, used) = memory::section(&hits, self.config.memory.max_bytes);
-        run.memory = section;
         observer.record(RunEvent::Memory {
             query,
             used,
             embeddings,
         });
+        Some(section)
     }
 
     /// The current failures' embedding, when an embedding model is configured and answers,
@@ -197,7 +201,7 @@ impl Drive<'_> {
             return;
         }
         let fix = trail.fix.as_deref().filter(|_| status == RunStatus::Done);
-        let files: Vec<String> = run.files_changed.clone();
+        let files: Vec<String> = run.files_changed().to_vec();
         let records: Vec<Memory> = memory::episodes(
             &trail.failures,
             &files,

@@ -1,6 +1,7 @@
-//! Run setup, shared by every surface: a run's id, a new run under the configuration's
-//! budgets, the named agent that runs it (whose prompt file is read here), and where an
-//! interrupted run goes on from.
+//! Run setup, shared by every surface: a run's id, a new run's settings under the
+//! configuration's budgets (the only way a surface sets a run up: once made, a run changes
+//! only through the events the driver steps), the named agent that runs it (whose prompt file
+//! is read here), and where an interrupted run goes on from.
 
 use std::path::{Path, PathBuf};
 
@@ -8,17 +9,24 @@ use thiserror::Error;
 
 use crate::config::Config;
 use crate::store::{Store, StoreError};
-use agent_ls_core::agent::{self, Budget, Run, RunStatus};
+use agent_ls_core::agent::{self, Budget, Run, RunStatus, Settings};
 
 pub fn new_run_id() -> String {
     format!("run_{:08x}", fastrand::u32(..))
 }
 
 /// A new run of `goal` under the configuration's budgets, by the configuration's default
-/// agent: the one way every surface builds one.
+/// agent.
 pub fn new_run(config: &Config, goal: &str) -> Run {
-    let mut run = Run::new(
-        goal,
+    Run::new(goal, run_settings(config, goal))
+}
+
+/// The settings of a new run of `goal`: the configuration's budgets, evaluation, review and
+/// tester, and its default agent. A surface adjusts them (`ChosenAgent::apply`,
+/// `reproduce_first`) before it makes the run with `Run::new`: the one way every surface
+/// builds one.
+pub fn run_settings(config: &Config, goal: &str) -> Settings {
+    let mut settings = Settings::new(
         agent::classify(goal),
         Budget {
             max_retries: config.agent.max_retries,
@@ -28,26 +36,25 @@ pub fn new_run(config: &Config, goal: &str) -> Run {
             max_corrections: config.agent.max_corrections,
             first_prompt_bytes: config.context.first_prompt_bytes,
         },
-        String::new(),
     );
-    run.evaluation = config.agent.evaluate;
-    run.review = config.agent.review;
-    run.review_min_confidence = config.agent.review_min_confidence;
-    run.tester.max_attempts = config.tester.max_attempts;
-    run.tester.after_fix = config.tester.after_fix;
+    settings.evaluation = config.agent.evaluate;
+    settings.review = config.agent.review;
+    settings.review_min_confidence = config.agent.review_min_confidence;
+    settings.tester.max_attempts = config.tester.max_attempts;
+    settings.tester.after_fix = config.tester.after_fix;
     if let Ok(chosen) = choose_agent(config, &config.agent.default_agent) {
-        chosen.apply(&mut run);
+        chosen.apply(&mut settings);
     }
-    run
+    settings
 }
 
-/// Has `run` reproduce its goal's bug with a test before any fix (`agent-ls run
-/// --reproduce`, ACP's `/test`): the goal is a fix, whatever its words, and the tester is
-/// called whatever the tests say (docs/tester.md).
-pub fn reproduce_first(run: &mut Run) {
-    run.intent = Some(agent::Intent::Fix);
-    run.tester.reproduce = true;
-    run.tester.max_attempts = run.tester.max_attempts.max(1);
+/// Has the run made with `settings` reproduce its goal's bug with a test before any fix
+/// (`agent-ls run --reproduce`, ACP's `/test`): the goal is a fix, whatever its words, and
+/// the tester is called whatever the tests say (docs/tester.md).
+pub fn reproduce_first(settings: &mut Settings) {
+    settings.intent = Some(agent::Intent::Fix);
+    settings.tester.reproduce = true;
+    settings.tester.max_attempts = settings.tester.max_attempts.max(1);
 }
 
 /// What an ACP prompt `/test DESCRIPTION` asks: the description, to reproduce first; `None`
@@ -66,10 +73,11 @@ pub struct ChosenAgent {
 }
 
 impl ChosenAgent {
-    pub fn apply(&self, run: &mut Run) {
-        run.agent = self.profile.clone();
+    /// The agent runs the run made with `settings`.
+    pub fn apply(&self, settings: &mut Settings) {
+        settings.agent = self.profile.clone();
         if let Some(n) = self.max_tool_steps {
-            run.budget.max_tool_steps = n;
+            settings.budget.max_tool_steps = n;
         }
     }
 }

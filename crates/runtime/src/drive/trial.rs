@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::tests_run::{self, RunEnd, RunError};
 use crate::trust::sandbox::Sandbox;
-use agent_ls_core::agent::tester::{Trial, TrialPlan, Tried};
+use agent_ls_core::agent::tester::{Trial, TrialError, TrialPlan, Tried};
 
 /// Files as they were before the trial, and the folders it made; put back when dropped.
 struct Restore {
@@ -72,7 +72,7 @@ pub(super) async fn try_tests(
     config: &Config,
     cancel: &CancellationToken,
     plan: &TrialPlan,
-) -> Result<Tried, String> {
+) -> Result<Tried, TrialError> {
     let mut restore = Restore {
         saved: Vec::new(),
         made: Vec::new(),
@@ -106,23 +106,29 @@ fn write_all(
     root: &Path,
     files: &[(String, Option<String>)],
     restore: &mut Restore,
-) -> Result<(), String> {
+) -> Result<(), TrialError> {
     for (relative, text) in files {
-        let relative = agent_ls_core::edit::normalize_path(root, relative)
-            .map_err(|e| format!("{relative}: {e}"))?;
+        let bad = |reason: String| TrialError::BadPath {
+            path: relative.clone(),
+            reason,
+        };
+        let relative =
+            agent_ls_core::edit::normalize_path(root, relative).map_err(|e| bad(e.to_string()))?;
         if let Some(why) = crate::trust::protected::reason(&relative) {
-            return Err(format!(
-                "{relative} is protected ({why}); write the test elsewhere"
-            ));
+            return Err(TrialError::Protected {
+                path: relative,
+                why: why.to_string(),
+            });
         }
-        let path = crate::files::resolve(root, &relative).map_err(|e| e.to_string())?;
+        let path = crate::files::resolve(root, &relative).map_err(|e| bad(e.to_string()))?;
         restore.save(&path);
         let result = match text {
             Some(t) => {
                 if let Some(dir) = path.parent() {
-                    restore
-                        .make_dir(dir)
-                        .map_err(|e| format!("{relative}: {e}"))?;
+                    restore.make_dir(dir).map_err(|e| TrialError::Folder {
+                        path: relative.clone(),
+                        reason: e.to_string(),
+                    })?;
                 }
                 crate::files::write_atomic(&path, t.as_bytes())
             }
@@ -131,7 +137,10 @@ fn write_all(
                 _ => Ok(()),
             },
         };
-        result.map_err(|e| format!("cannot write {relative} for the trial: {e}"))?;
+        result.map_err(|e| TrialError::Write {
+            path: relative.clone(),
+            reason: e.to_string(),
+        })?;
     }
     Ok(())
 }
@@ -141,12 +150,12 @@ async fn run_once(
     test: &crate::config::TestConfig,
     sandbox: &Sandbox,
     cancel: &CancellationToken,
-) -> Result<Trial, String> {
+) -> Result<Trial, TrialError> {
     let r = tests_run::run(root, test, sandbox, cancel)
         .await
-        .map_err(|e: RunError| e.to_string())?;
+        .map_err(|e: RunError| TrialError::Run(e.to_string()))?;
     if r.end == RunEnd::Cancelled {
-        return Err("cancelled".into());
+        return Err(TrialError::Cancelled);
     }
     Ok(Trial {
         passed: r.passed_all(),

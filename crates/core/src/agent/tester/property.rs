@@ -147,11 +147,20 @@ fn split_top(line: &str) -> Vec<&str> {
     parts.into_iter().filter(|p| !p.trim().is_empty()).collect()
 }
 
+/// Why a property's counterexample cannot be made into an example test.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExampleError {
+    #[error("the property {0} names no `check` function to call with its counterexample")]
+    NoCheck(String),
+    #[error("property tests are Hypothesis (Python) or proptest (Rust), not {0}")]
+    NotAProperty(String),
+}
+
 /// The example test for `property`'s counterexample `args`: the test file with a test
 /// appended that calls the property's body with those values (Hypothesis'
 /// `name.hypothesis.inner_test(...)`; for proptest the plain function the property calls,
 /// its `check`). Its `expect` is the property's: the same values fail the same way.
-pub fn example_of(property: &NewTest, args: &str) -> Result<NewTest, String> {
+pub fn example_of(property: &NewTest, args: &str) -> Result<NewTest, ExampleError> {
     let name = format!("{}_example", property.name);
     let test = if property.path.ends_with(".py") {
         format!(
@@ -160,20 +169,14 @@ pub fn example_of(property: &NewTest, args: &str) -> Result<NewTest, String> {
         )
     } else if property.path.ends_with(".rs") {
         let Some(check) = &property.check else {
-            return Err(format!(
-                "the property {} names no `check` function to call with its counterexample",
-                property.name
-            ));
+            return Err(ExampleError::NoCheck(property.name.clone()));
         };
         format!(
             "\n\n/// The shrunk counterexample of the property `{}`.\n#[test]\nfn {name}() {{\n    {check}({args});\n}}\n",
             property.name
         )
     } else {
-        return Err(format!(
-            "property tests are Hypothesis (Python) or proptest (Rust), not {}",
-            property.path
-        ));
+        return Err(ExampleError::NotAProperty(property.path.clone()));
     };
     let content = format!("{}{test}", property.content.trim_end_matches('\n'));
     Ok(NewTest {
@@ -289,6 +292,8 @@ mod tests {
         let e = example_of(&p, "\",\"").unwrap();
         assert_eq!(e.expect, "assertion `left == right` failed");
         let p = property("tests/prop.rs", "round_trip", None);
-        assert!(example_of(&p, "1").unwrap_err().contains("check"));
+        let why = example_of(&p, "1").unwrap_err();
+        assert_eq!(why, ExampleError::NoCheck("round_trip".into()));
+        assert!(why.to_string().contains("check"), "{why}");
     }
 }

@@ -4,13 +4,20 @@
 //! with why, within `tester.max_attempts`. A kept test is proposed as its own change, through
 //! the same locating, approval and applying as the coder's. After a change no test covered,
 //! the same phase writes a regression test that must fail on the code before the run and pass
-//! on the code after it (`tester.after_fix = "always"`).
+//! on the code after it (`tester.after_fix = "always"`). `Tester` is the phase's own state:
+//! the tester's work while it goes, and its record in the run. What a test is and how its
+//! runs are judged is `tester.rs`'s.
 
-use super::phases::{after_tasks, code, fail};
+mod state;
+
+pub(super) use state::Tester;
+
+use super::reviewing::after_tasks;
+use super::steps::{code, fail};
 use super::tester::{
     self, Judgement, Mode, Ran, RanBoth, Status, TestKind, TrialPlan, Work, property,
 };
-use super::{Effect, Event, Intent, Phase, Run, review};
+use super::{Effect, Event, Intent, Phase, Run, messages, review};
 use crate::conversation::{Message, Role};
 use crate::edit::{Edit, EditKind, EditPlan};
 
@@ -20,7 +27,7 @@ pub(super) fn start(run: &mut Run, mode: Mode) -> Vec<Effect> {
         Mode::Reproduce => String::new(),
         Mode::AfterFix => review::steps_diff(&run.originals),
     };
-    run.tester_work = Some(Work::new(mode, change));
+    run.reproducing.work = Some(Work::new(mode, change));
     run.phase = Phase::Reproducing;
     let what = match mode {
         Mode::Reproduce => "the tester writes a test that shows the bug",
@@ -32,12 +39,13 @@ pub(super) fn start(run: &mut Run, mode: Mode) -> Vec<Effect> {
 /// The tester's call: its prompt, what it heard so far, and `extra` (a repair request).
 fn call_tester(run: &Run, extra: Vec<Message>) -> Effect {
     let (mode, change, feedback) = run
-        .tester_work
+        .reproducing
+        .work
         .as_ref()
         .map_or((Mode::Reproduce, "", &[][..]), |w| {
             (w.mode, w.change.as_str(), w.feedback.as_slice())
         });
-    let (files, _) = super::prompts::fixed_context(run, &[], 0);
+    let (files, _) = messages::fixed_context(run, &[], 0);
     let mut messages = tester::prompt(
         run.prompts.get("tester"),
         (mode, &run.goal, change),
@@ -69,7 +77,7 @@ pub(super) fn on_reproducing(run: &mut Run, event: Event) -> Vec<Effect> {
         ),
         Event::TestsTried(Ok(tried)) => judged(run, tried),
         Event::DevDependency(Ok(())) => {
-            if let Some(work) = run.tester_work.as_mut()
+            if let Some(work) = run.reproducing.work.as_mut()
                 && let Some(library) = missing_library(work)
             {
                 work.ready.push(library);
@@ -90,7 +98,7 @@ pub(super) fn on_reproducing(run: &mut Run, event: Event) -> Vec<Effect> {
 /// The tester's tests, read: tried (written, run, put back); an unreadable answer is sent
 /// back once.
 fn answered(run: &mut Run, text: String) -> Vec<Effect> {
-    let Some(work) = run.tester_work.as_mut() else {
+    let Some(work) = run.reproducing.work.as_mut() else {
         return Vec::new();
     };
     match tester::parse_tests(&text) {
@@ -122,7 +130,7 @@ fn answered(run: &mut Run, text: String) -> Vec<Effect> {
 /// The trial of the work's tests: written (after a fix, over the code before the change),
 /// run [`tester::TRIAL_RUNS`] times, then (after a fix) run once on the code after it.
 fn try_effects(run: &Run) -> Vec<Effect> {
-    let Some(work) = run.tester_work.as_ref() else {
+    let Some(work) = run.reproducing.work.as_ref() else {
         return Vec::new();
     };
     // A property test needs its library: found, or installed with the user's approval.
@@ -188,7 +196,7 @@ fn names(tests: &[tester::NewTest]) -> String {
 /// The trial's verdict: the test is kept and proposed, or it goes back to the tester. A
 /// failing property first has its counterexample made into an example test, tried in turn.
 fn judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
-    let Some(work) = run.tester_work.as_ref() else {
+    let Some(work) = run.reproducing.work.as_ref() else {
         return Vec::new();
     };
     if work.examples {
@@ -207,7 +215,7 @@ fn judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
 /// The kept tests' runs before, and after the change when the tester writes a regression
 /// test (which must pass there).
 fn judged_after(run: &mut Run, tried: tester::Tried, message: &str) -> Vec<Effect> {
-    let Some(work) = run.tester_work.as_ref() else {
+    let Some(work) = run.reproducing.work.as_ref() else {
         return Vec::new();
     };
     let mut ran = RanBoth {
@@ -221,7 +229,7 @@ fn judged_after(run: &mut Run, tried: tester::Tried, message: &str) -> Vec<Effec
             .map(|t| tester::passes_after(&work.tests, t))
         {
             Some(Ok(())) => ran.after = Some(Ran::passed(1)),
-            Some(Err(why)) => return refused(run, why),
+            Some(Err(why)) => return refused(run, why.to_string()),
             None => return refused(run, "the test was not run on the new code".into()),
         }
     }
@@ -231,7 +239,7 @@ fn judged_after(run: &mut Run, tried: tester::Tried, message: &str) -> Vec<Effec
 /// Each failing property's shrunk counterexample, read from its runs, becomes an example
 /// test in the property's file; the tests are tried again with them.
 fn with_examples(run: &mut Run, tried: &tester::Tried) -> Vec<Effect> {
-    let Some(work) = run.tester_work.as_mut() else {
+    let Some(work) = run.reproducing.work.as_mut() else {
         return Vec::new();
     };
     let mut examples = Vec::new();
@@ -261,7 +269,7 @@ fn with_examples(run: &mut Run, tried: &tester::Tried) -> Vec<Effect> {
         }
         let example = match property::example_of(&base, &args) {
             Ok(e) => e,
-            Err(why) => return refused(run, why),
+            Err(why) => return refused(run, why.to_string()),
         };
         t.counterexample = Some(args);
         contents.retain(|(p, _)| *p != t.path);
@@ -293,7 +301,7 @@ fn with_examples(run: &mut Run, tried: &tester::Tried) -> Vec<Effect> {
 /// The example tests made from counterexamples must themselves fail on the current code,
 /// the same way every run: judged on their own failures only.
 fn examples_judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
-    let Some(work) = run.tester_work.as_ref() else {
+    let Some(work) = run.reproducing.work.as_ref() else {
         return Vec::new();
     };
     let examples: Vec<tester::NewTest> = work
@@ -332,8 +340,8 @@ fn examples_judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
 /// A refused test: back to the tester with why, or, once its attempts are spent, the end of
 /// its work.
 fn refused(run: &mut Run, why: String) -> Vec<Effect> {
-    let max = run.tester.max_attempts;
-    let Some(work) = run.tester_work.as_mut() else {
+    let max = run.settings.tester.max_attempts;
+    let Some(work) = run.reproducing.work.as_mut() else {
         return Vec::new();
     };
     let first = why.lines().next().unwrap_or("").to_string();
@@ -365,7 +373,7 @@ fn refused(run: &mut Run, why: String) -> Vec<Effect> {
 
 /// The test fails for the stated reason: recorded, and proposed as its own change.
 fn kept(run: &mut Run, ran: RanBoth) -> Vec<Effect> {
-    let Some(work) = run.tester_work.as_mut() else {
+    let Some(work) = run.reproducing.work.as_mut() else {
         return Vec::new();
     };
     work.applying = true;
@@ -384,7 +392,7 @@ fn kept(run: &mut Run, ran: RanBoth) -> Vec<Effect> {
     }
     let plan = EditPlan { edits };
     let summary = record.summary();
-    run.tester_record = Some(record.clone());
+    run.reproducing.record = Some(record.clone());
     run.phase = Phase::Locating;
     vec![
         Effect::Tested(record),
@@ -396,11 +404,11 @@ fn kept(run: &mut Run, ran: RanBoth) -> Vec<Effect> {
 /// The tester stops: recorded; a run that needed the test to reproduce its bug stops with
 /// why, a run that only wanted a regression test goes on without it.
 fn give_up(run: &mut Run, status: Status, reason: String) -> Vec<Effect> {
-    let Some(work) = run.tester_work.take() else {
+    let Some(work) = run.reproducing.work.take() else {
         return Vec::new();
     };
     let record = work.record(status, RanBoth::default(), Some(reason.clone()));
-    run.tester_record = Some(record.clone());
+    run.reproducing.record = Some(record.clone());
     let mut effects = vec![Effect::Tested(record)];
     match work.mode {
         Mode::Reproduce => effects.extend(fail(
@@ -420,9 +428,9 @@ fn give_up(run: &mut Run, status: Status, reason: String) -> Vec<Effect> {
 /// The tests after the kept test's change was applied: for a bug to reproduce, its failure
 /// goes to the coder (no reflector: nothing was tried yet). `None`: the usual handling.
 pub(super) fn on_new_test_tested(run: &mut Run, event: &Event) -> Option<Vec<Effect>> {
-    let work = run.tester_work.as_ref().filter(|w| w.applying)?;
+    let work = run.reproducing.work.as_ref().filter(|w| w.applying)?;
     let mode = work.mode;
-    run.tester_work = None;
+    run.reproducing.work = None;
     match event {
         Event::TestsFinished(t) if mode == Mode::Reproduce && !t.passed => {
             run.tests = Some(t.clone());
@@ -439,12 +447,13 @@ pub(super) fn on_new_test_tested(run: &mut Run, event: &Event) -> Option<Vec<Eff
 /// The user rejected the kept test's change: recorded; the fix goes on without it (or the
 /// run ends, after a fix).
 pub(super) fn test_rejected(run: &mut Run) -> Option<Vec<Effect>> {
-    let work = run.tester_work.take_if(|w| w.applying)?;
-    if let Some(r) = run.tester_record.as_mut() {
+    let work = run.reproducing.work.take_if(|w| w.applying)?;
+    if let Some(r) = run.reproducing.record.as_mut() {
         r.status = Status::Rejected;
     }
     let mut effects: Vec<Effect> = run
-        .tester_record
+        .reproducing
+        .record
         .clone()
         .map(Effect::Tested)
         .into_iter()
@@ -464,7 +473,7 @@ pub(super) fn test_rejected(run: &mut Run) -> Option<Vec<Effect>> {
 /// Once the run's tests pass after a fix of a reproduced bug: the kept test's run after the
 /// fix joins its record.
 pub(super) fn passed_after_fix(run: &mut Run) -> Vec<Effect> {
-    match run.tester_record.as_mut() {
+    match run.reproducing.record.as_mut() {
         Some(r)
             if r.mode == Mode::Reproduce && r.status == Status::Kept && r.ran.after.is_none() =>
         {
@@ -479,15 +488,15 @@ pub(super) fn passed_after_fix(run: &mut Run) -> Vec<Effect> {
 /// edit, which no failing test drove) gets a regression test (`Ok`: the tester's first
 /// effects); otherwise the notes to give before the run goes on (`Err`).
 pub(super) fn after_fix(run: &mut Run) -> Result<Vec<Effect>, Vec<Effect>> {
-    let uncovered = run.intent == Some(Intent::Edit)
-        && run.tester_record.is_none()
+    let uncovered = run.settings.intent == Some(Intent::Edit)
+        && run.reproducing.record.is_none()
         && !run.files_changed.is_empty()
         && run.tests.as_ref().is_some_and(|t| t.passed)
-        && !run.review_only;
-    if !uncovered || run.tester.max_attempts == 0 {
+        && !run.reviewing.review_only();
+    if !uncovered || run.settings.tester.max_attempts == 0 {
         return Err(Vec::new());
     }
-    match run.tester.after_fix {
+    match run.settings.tester.after_fix {
         tester::AfterFix::Off => Err(Vec::new()),
         tester::AfterFix::Suggest => Err(vec![Effect::Progress(
             "no test covers this change; tester.after_fix = \"always\" has the tester add a \

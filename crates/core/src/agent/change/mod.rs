@@ -1,0 +1,181 @@
+//! A proposed change on its way to the files: located on the current text (`Locating`),
+//! shown for approval (`Approving`), applied (`Applying`), then tested. `Change` is that
+//! way's own state: the proposal, what was refused and why (the same change again ends the
+//! run), the change waiting for approval, and each applied change, to see edits alternate.
+
+mod state;
+
+pub(super) use state::Change;
+
+use super::steps::{fail, retry_or_stop};
+use super::{Effect, Event, Phase, Run, reproduce};
+use crate::edit::{EditPlan, FileChange, PlanOutcome};
+
+/// The coder's readable edits: located, unless they are the very edits refused before.
+pub(super) fn locate(run: &mut Run, plan: EditPlan) -> Vec<Effect> {
+    // Asking, locating or applying them again would only repeat the refusal until the
+    // budget is spent.
+    let hash = plan_hash(&plan);
+    if let Some(why) = run.change.refusal(hash) {
+        let answer =
+            format!("stopped: the model proposed again the change that was refused ({why})");
+        return fail(run, answer);
+    }
+    run.change.proposal = hash;
+    run.phase = Phase::Locating;
+    vec![Effect::Locate(plan)]
+}
+
+/// The located edits: shown for approval, or, when some did not apply, sent back to the
+/// coder with the reasons.
+pub(super) fn on_locating(run: &mut Run, event: Event) -> Vec<Effect> {
+    let Event::Located(outcome) = event else {
+        return Vec::new();
+    };
+    if !outcome.all_applied() || outcome.changes.is_empty() {
+        return not_located(run, &outcome);
+    }
+    // The model was told why this very change was refused, and sent it again: asking again
+    // would only loop until the budget is spent.
+    if let Some(why) = run.change.refusal(diff_hash(&outcome.changes)) {
+        let answer =
+            format!("stopped: the model proposed again the change that was refused ({why})");
+        return fail(run, answer);
+    }
+    let diff = outcome.unified_diff();
+    run.change.pending = outcome.changes;
+    run.phase = Phase::Approving;
+    // The status shows what the run waits for, not the step before it.
+    let files: Vec<&str> = run.change.pending.iter().map(|c| c.path.as_str()).collect();
+    vec![
+        Effect::Progress(format!("proposing a change to {}", files.join(", "))),
+        Effect::AskApproval {
+            changes: run.change.pending.clone(),
+            diff,
+        },
+    ]
+}
+
+/// A plan with nothing to approve: every edit already in place (the tests are next), or
+/// some refused (none is applied, and the coder hears why).
+fn not_located(run: &mut Run, outcome: &PlanOutcome) -> Vec<Effect> {
+    if outcome.all_applied() {
+        // Everything was already there: nothing to change, so check the tests.
+        run.phase = Phase::Testing;
+        return vec![
+            Effect::Progress("the edits are already in place; running the tests".into()),
+            Effect::RunTests,
+        ];
+    }
+    let why: Vec<String> = outcome
+        .refused()
+        .map(|r| match &r.status {
+            crate::edit::EditStatus::Refused { reason, .. } => {
+                // The rule, without the closest lines the feedback shows.
+                let rule = reason.split("; the closest lines").next().unwrap_or(reason);
+                format!("{}: {rule}", r.path)
+            }
+            _ => r.path.clone(),
+        })
+        .collect();
+    let proposal = run.change.proposal;
+    run.change.refused.push((proposal, why.join("; ")));
+    run.feedback.push(format!(
+        "Some edits could not be applied, so none were. Fix them and send the whole change again \
+         (the same edits again end the run):\n{}",
+        outcome.refusal_report()
+    ));
+    retry_or_stop(run, "the proposed edits did not apply")
+}
+
+/// The user's (or the approval policy's) answer to the proposed change.
+pub(super) fn on_approving(run: &mut Run, event: Event) -> Vec<Effect> {
+    match event {
+        Event::Approved => {
+            run.phase = Phase::Applying;
+            vec![Effect::Apply(run.change.pending.clone())]
+        }
+        Event::Refused(why) => {
+            let change = &mut run.change;
+            change
+                .refused
+                .push((diff_hash(&change.pending), why.clone()));
+            change.refused.push((change.proposal, why.clone()));
+            change.pending.clear();
+            run.feedback.push(format!(
+                "The change was not applied: {why}. Make the change again without that \
+                 (the same change again ends the run)."
+            ));
+            retry_or_stop(run, "the change was refused")
+        }
+        Event::Rejected => reproduce::test_rejected(run).unwrap_or_else(|| {
+            fail(
+                run,
+                "the proposed change was rejected; nothing was applied".into(),
+            )
+        }),
+        _ => Vec::new(),
+    }
+}
+
+/// The change reached the files (the tests are next), failed, or met text that moved on.
+pub(super) fn on_applying(run: &mut Run, event: Event) -> Vec<Effect> {
+    match event {
+        Event::Applied => {
+            let pending = std::mem::take(&mut run.change.pending);
+            run.change.edit_history.push(diff_hash(&pending));
+            remember_originals(run, &pending);
+            for c in &pending {
+                if !run.files_changed.contains(&c.path) {
+                    run.files_changed.push(c.path.clone());
+                }
+            }
+            run.phase = Phase::Testing;
+            vec![
+                Effect::Progress("running the tests".into()),
+                Effect::RunTests,
+            ]
+        }
+        Event::ApplyFailed(why) => fail(run, format!("the change could not be applied: {why}")),
+        Event::Stale(why) => {
+            run.change.pending.clear();
+            run.feedback.push(format!(
+                "{why}. The files below are the current text; make the change again against it."
+            ));
+            retry_or_stop(run, "the file changed while the change was prepared")
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Each file of an applied change: its text before the run (kept from its first change) and
+/// its text now, for the steps' diff.
+fn remember_originals(run: &mut Run, applied: &[FileChange]) {
+    for c in applied {
+        match run.originals.iter_mut().find(|(p, _, _)| *p == c.path) {
+            Some(entry) => entry.2 = c.new_text.clone(),
+            None => run
+                .originals
+                .push((c.path.clone(), c.original.clone(), c.new_text.clone())),
+        }
+    }
+}
+
+/// Identifies a proposal by its edits, so the same edits sent again are known.
+fn plan_hash(plan: &EditPlan) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(plan).unwrap_or_default().hash(&mut h);
+    h.finish()
+}
+
+/// Identifies a located change by its files' new text.
+fn diff_hash(changes: &[FileChange]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for c in changes {
+        c.path.hash(&mut h);
+        c.new_text.hash(&mut h);
+    }
+    h.finish()
+}

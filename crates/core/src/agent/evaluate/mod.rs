@@ -1,0 +1,89 @@
+//! The run's end once its tasks passed (`Phase::Evaluating`): the evaluator's score when one
+//! is asked for (`agent.evaluate`), which never blocks: done, a correction round with the
+//! critique as its task (under `full`), or a partial end. `Ending` keeps the answer the run
+//! will end with and the rounds so far.
+
+mod state;
+
+pub(super) use state::Ending;
+
+use super::steps::{code, fail, finish};
+use super::{Effect, Evaluation, Event, Phase, Run, Task, messages, prompts};
+use crate::conversation::Role;
+
+/// The evaluator's score: done, or not complete (a correction round or a partial end). It
+/// never blocks: an unreadable or failed evaluation ends the run done.
+pub(super) fn on_evaluating(run: &mut Run, event: Event) -> Vec<Effect> {
+    match event {
+        Event::ModelAnswered { text, .. } => match prompts::parse_evaluation(&text) {
+            Ok((score, reason, false)) => incomplete(run, score, reason),
+            Ok((score, reason, true)) => {
+                tracing::info!(score, reason = %reason, "evaluation");
+                let answer = format!(
+                    "{} (evaluation: {score}/5, {reason})",
+                    run.ending.done_answer
+                );
+                finish(run, Phase::Done, answer)
+            }
+            Err(_) => {
+                let answer = run.ending.done_answer.clone();
+                finish(run, Phase::Done, answer)
+            }
+        },
+        Event::ModelFailed { .. } => {
+            let answer = run.ending.done_answer.clone();
+            finish(run, Phase::Done, answer)
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// After the review: the evaluator's score when asked for, or the end.
+pub(super) fn evaluate_or_finish(run: &mut Run) -> Vec<Effect> {
+    let answer = run.ending.done_answer.clone();
+    if run.settings.evaluation != Evaluation::Off {
+        run.phase = Phase::Evaluating;
+        return vec![Effect::CallModel {
+            role: Role::Evaluator,
+            messages: messages::evaluate(run),
+            tools: Vec::new(),
+        }];
+    }
+    finish(run, Phase::Done, answer)
+}
+
+/// The evaluator found the goal not fully reached: under `full`, a correction round whose
+/// task is the critique (while rounds and iterations are left); otherwise the run ends
+/// partial with the reason.
+fn incomplete(run: &mut Run, score: u8, reason: String) -> Vec<Effect> {
+    tracing::info!(score, reason = %reason, "evaluation: incomplete");
+    let budget = run.settings.budget;
+    if run.settings.evaluation == Evaluation::Full
+        && run.ending.corrections < budget.max_corrections
+        && run.iterations < budget.max_iterations
+    {
+        run.ending.corrections += 1;
+        run.tasks.push(Task {
+            id: format!("C{}", run.ending.corrections),
+            title: format!("finish the goal: {reason}"),
+            rationale: "the evaluator found the goal not fully reached".into(),
+            acceptance: "the evaluator finds the goal reached and the tests pass".into(),
+            artifacts: Vec::new(),
+        });
+        run.task = run.tasks.len() - 1;
+        run.retries = 0;
+        run.feedback.clear();
+        let mut effects = vec![Effect::Progress(format!(
+            "correction {} of {}: {reason}",
+            run.ending.corrections, budget.max_corrections
+        ))];
+        effects.extend(code(run));
+        return effects;
+    }
+    run.ending.partial = true;
+    let answer = format!(
+        "partial: {} (evaluation: {score}/5, not complete: {reason})",
+        run.ending.done_answer
+    );
+    fail(run, answer)
+}

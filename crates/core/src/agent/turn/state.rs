@@ -1,0 +1,53 @@
+//! A model's turn as the run keeps it (`Run::turn`), owned by `turn/`: the other phases start
+//! a turn, read its messages and ask for a parse retry through the methods below.
+
+use serde::{Deserialize, Serialize};
+
+use crate::conversation::Message;
+
+/// The current turn: its tool calls and their results after its prompt, and whether its
+/// unreadable answer was sent back already.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Turn {
+    /// The model's tool calls and their results in this turn, after its prompt.
+    #[serde(default)]
+    pub(super) exchange: Vec<Message>,
+    /// Tool-calling rounds in this turn.
+    #[serde(default)]
+    pub(super) tool_steps: u32,
+    /// A planner's or coder's answer that did not parse is sent back once; then the step
+    /// fails. Kept across the call that asks again, cleared by an answer that parses.
+    #[serde(default)]
+    pub(super) parse_retry_used: bool,
+}
+
+impl Turn {
+    /// A new turn: each reads afresh, the files that matter now are in its prompt.
+    pub(crate) fn begin(&mut self) {
+        self.exchange.clear();
+        self.tool_steps = 0;
+    }
+
+    pub(crate) fn messages(&self) -> &[Message] {
+        &self.exchange
+    }
+
+    /// The model's answer and the request to repair it join the turn.
+    pub(crate) fn push(&mut self, message: Message) {
+        self.exchange.push(message);
+    }
+
+    pub(crate) fn tool_steps(&self) -> u32 {
+        self.tool_steps
+    }
+
+    /// Whether the unreadable answer was sent back already; marks it sent back.
+    pub(crate) fn retry_once(&mut self) -> bool {
+        std::mem::replace(&mut self.parse_retry_used, true)
+    }
+
+    /// An answer parsed: the next unreadable one gets its retry again.
+    pub(crate) fn parsed(&mut self) {
+        self.parse_retry_used = false;
+    }
+}
