@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{OptionalExtension, params};
 
+use crate::clock::now_ms;
 use crate::config::Config;
 use crate::store::{Store, StoreError, vector_index};
 use agent_ls_core::memory::{self, Hit, Memory, Pattern, Record};
@@ -160,13 +161,6 @@ fn short_hash(s: &str) -> String {
         h = (h ^ u64::from(b)).wrapping_mul(0x100000001b3);
     }
     format!("{:08x}", h >> 32)
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 fn row_record(key: String, run_id: String, scope: String, json: String) -> Option<Record> {

@@ -10,7 +10,9 @@ use tokio::process::Command;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::results::{TaskResult, now_ms};
+use agent_ls_runtime::clock::now_ms;
+
+use super::results::TaskResult;
 use super::tasks::{self, Task};
 
 /// How long a cancelled run has to stop by itself before its process group is killed.
