@@ -16,8 +16,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Transaction};
 
 use super::{
-    MAX_WORD_RECORDS, MemoryError, fixed_kinds, kind_name, pattern_key, pattern_of,
-    sig_kind,
+    MAX_WORD_RECORDS, MemoryError, fixed_kinds, kind_name, pattern_key, pattern_of, sig_kind,
 };
 use crate::clock::now_ms;
 use crate::config::DatabaseUrl;
