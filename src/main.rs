@@ -280,8 +280,12 @@ fn main() -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("agent-ls: cannot keep its environment from its commands: {e}");
     }
-    let cli = Cli::parse();
-    match cli.command.unwrap_or(Command::Serve) {
+    dispatch(Cli::parse().command.unwrap_or(Command::Serve))
+}
+
+/// Runs one subcommand to its exit code: one line each, the work is in `cli::*`.
+fn dispatch(command: Command) -> ExitCode {
+    match command {
         Command::Serve => or_exit_1(serve::lsp()),
         Command::Config { workspace, json } => or_exit_1(config::run(workspace, json)),
         Command::Run { args } => headless::run_goal(args),
@@ -348,19 +352,21 @@ fn main() -> ExitCode {
             goal,
             workspace,
             json,
-        } => {
-            let target = match (staged, base, run) {
-                (true, _, _) => ReviewTarget::Staged,
-                (_, Some(rev), _) => ReviewTarget::Base(rev),
-                (_, _, Some(id)) => ReviewTarget::Run(id),
-                _ => ReviewTarget::Uncommitted,
-            };
-            or_exit_1(review::run(review::Options {
-                target,
-                workspace,
-                json,
-                goal,
-            }))
-        }
+        } => or_exit_1(review::run(review::Options {
+            target: review_target(staged, base, run),
+            workspace,
+            json,
+            goal,
+        })),
+    }
+}
+
+/// What `agent-ls review` reviews, from its flags (clap lets at most one through).
+fn review_target(staged: bool, base: Option<String>, run: Option<String>) -> ReviewTarget {
+    match (staged, base, run) {
+        (true, _, _) => ReviewTarget::Staged,
+        (_, Some(rev), _) => ReviewTarget::Base(rev),
+        (_, _, Some(id)) => ReviewTarget::Run(id),
+        _ => ReviewTarget::Uncommitted,
     }
 }

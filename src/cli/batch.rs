@@ -10,7 +10,7 @@ mod tasks;
 mod worker;
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
@@ -75,36 +75,10 @@ fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
     let Some(file) = args.tasks.clone() else {
         anyhow::bail!("which tasks file? (agent-ls batch TASKS.jsonl)");
     };
-    let all = match tasks::read(&file) {
-        Ok(t) => t,
-        Err(errors) => {
-            // Nothing runs from a file with a bad line: its task would be lost, or run on a
-            // guess.
-            for e in &errors {
-                eprintln!("agent-ls: {}: {e}", file.display());
-            }
-            eprintln!("agent-ls: the tasks file is refused; nothing was run");
-            return Ok(exit::CONFIG);
-        }
+    let Some(all) = read_tasks(&file, args.index) else {
+        return Ok(exit::CONFIG);
     };
-    let all = match pick(all, args.index) {
-        Ok(t) => t,
-        Err(why) => {
-            eprintln!("agent-ls: {}: {why}; nothing was run", file.display());
-            return Ok(exit::CONFIG);
-        }
-    };
-    std::fs::create_dir_all(&args.out)?;
-    let out = args.out.canonicalize()?;
-    // The default folder is made in the current directory, often a checkout: its own
-    // `.gitignore` keeps the user's `git status` as it was.
-    let ignore = out.join(".gitignore");
-    if !ignore.exists() {
-        std::fs::write(
-            &ignore,
-            "# agent-ls batch's results, clones and worktrees\n*\n",
-        )?;
-    }
+    let out = out_folder(&args.out)?;
     let results_path = out.join("results.jsonl");
     let before = results::newest(&results_path)?;
     let pending: VecDeque<Task> = all
@@ -116,14 +90,13 @@ fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
         .cloned()
         .collect();
     let skipped = all.len() - pending.len();
-    let base = file
-        .canonicalize()?
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_default();
     let ctx = worker::Context {
-        out: out.clone(),
-        base,
+        out,
+        base: file
+            .canonicalize()?
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default(),
         exe: std::env::current_exe()?,
         git_lock: tokio::sync::Mutex::new(()),
         env: Vec::new(),
@@ -170,21 +143,66 @@ fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
     })
 }
 
+/// The tasks of `file` to run (`--index` picks one), or `None` when the file is refused,
+/// said on stderr. Nothing runs from a file with a bad line: its task would be lost, or run
+/// on a guess.
+fn read_tasks(file: &Path, index: Option<usize>) -> Option<Vec<Task>> {
+    let all = match tasks::read(file) {
+        Ok(t) => t,
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("agent-ls: {}: {e}", file.display());
+            }
+            eprintln!("agent-ls: the tasks file is refused; nothing was run");
+            return None;
+        }
+    };
+    match pick(all, index) {
+        Ok(t) => Some(t),
+        Err(why) => {
+            eprintln!("agent-ls: {}: {why}; nothing was run", file.display());
+            None
+        }
+    }
+}
+
+/// The output folder, made if need be, as an absolute path. The default one is made in the
+/// current directory, often a checkout: its own `.gitignore` keeps the user's `git status`
+/// as it was.
+fn out_folder(out: &Path) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(out)?;
+    let out = out.canonicalize()?;
+    let ignore = out.join(".gitignore");
+    if !ignore.exists() {
+        std::fs::write(
+            &ignore,
+            "# agent-ls batch's results, clones and worktrees\n*\n",
+        )?;
+    }
+    Ok(out)
+}
+
 /// The tasks this batch is about: all of them, or with `--index N` the N-th alone. The file
 /// is checked whole first either way, so every pod of an Indexed Job refuses a bad file the
 /// same way, and an index past the end (a Job's `completions` larger than the file) says so
 /// rather than succeeding with nothing done.
-fn pick(all: Vec<Task>, index: Option<usize>) -> Result<Vec<Task>, String> {
+fn pick(all: Vec<Task>, index: Option<usize>) -> Result<Vec<Task>, NoSuchTask> {
     let Some(n) = index else { return Ok(all) };
     let count = all.len();
     match all.into_iter().nth(n) {
         Some(task) => Ok(vec![task]),
-        None if count == 0 => Err(format!("--index {n}: the file has no task")),
-        None => Err(format!(
-            "--index {n} is past the end: the file has {count} task(s), indexes 0 to {}",
-            count - 1
-        )),
+        None if count == 0 => Err(NoSuchTask::Empty(n)),
+        None => Err(NoSuchTask::PastTheEnd { n, count }),
     }
+}
+
+/// The task `--index` names is not in the file.
+#[derive(Debug, thiserror::Error)]
+enum NoSuchTask {
+    #[error("--index {0}: the file has no task")]
+    Empty(usize),
+    #[error("--index {n} is past the end: the file has {count} task(s), indexes 0 to {}", .count - 1)]
+    PastTheEnd { n: usize, count: usize },
 }
 
 /// The workers: each takes the next task until none is left or the batch is cancelled, and

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use agent_ls_runtime::store::{RunStats, Totals};
+
 use super::setup::workspace_or_cwd;
 
 /// Prints the totals and the `last` runs; a run whose process is gone shows as interrupted.
@@ -38,11 +40,23 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&stats)?);
-        return Ok(ExitCode::SUCCESS);
+    } else {
+        print_totals(&stats.total);
+        print_runs(&stats.runs);
     }
-    let t = &stats.total;
-    let pct = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0));
-    let secs = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn pct(rate: Option<f64>) -> String {
+    rate.map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0))
+}
+
+fn secs(ms: u64) -> String {
+    format!("{:.1} s", ms as f64 / 1000.0)
+}
+
+/// The figures over all runs: outcomes, cost, acceptance and reviews.
+fn print_totals(t: &Totals) {
     println!(
         "{} runs: {} done, {} failed, {} cancelled; pass rate {}",
         t.runs,
@@ -71,14 +85,18 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
         "{} reviews: {} rejected the change, {} unavailable; findings P0 {p0}, P1 {p1}, P2 {p2}, P3 {p3}",
         r.reviews, r.rejections, r.unavailable
     );
-    if !stats.runs.is_empty() {
+}
+
+/// One line a run, under a header.
+fn print_runs(runs: &[RunStats]) {
+    if !runs.is_empty() {
         println!();
         println!(
             "{:<12}  {:<9}  {:>4}  {:>7}  {:>7}  {:>8}  {:>8}  {:>7}  goal",
             "run", "status", "iter", "tokens", "cached", "model", "tests", "passed"
         );
     }
-    for r in &stats.runs {
+    for r in runs {
         let tests = match (r.tests_passed, r.tests_failed) {
             (Some(p), Some(f)) => format!("{p}/{}", p + f),
             _ => "-".into(),
@@ -96,5 +114,4 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
             tests
         );
     }
-    Ok(ExitCode::SUCCESS)
 }

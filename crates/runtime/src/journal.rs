@@ -6,12 +6,13 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
 use agent_ls_core::agent::RunStatus;
 use agent_ls_core::events::{Audience, RunEvent, Wire};
+
+use crate::clock::now_ms;
 
 pub const DIR: &str = ".agent-ls/runs";
 
@@ -22,12 +23,6 @@ pub struct Journal {
     secrets: Vec<String>,
     run_id: String,
     pub path: Option<PathBuf>,
-}
-
-fn now_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
 }
 
 impl Journal {
@@ -92,7 +87,7 @@ impl Journal {
     /// call's line also carries the answer at the top level, the replay provider's format.
     pub fn record(&mut self, event: &RunEvent) {
         let Wire { role, kind, data } = event.wire(Audience::Journal);
-        let mut line = json!({"ts": now_ms() as u64, "run_id": self.run_id, "role": role, "type": kind, "data": data});
+        let mut line = json!({"ts": now_ms(), "run_id": self.run_id, "role": role, "type": kind, "data": data});
         if let RunEvent::ModelCall(m) = event {
             line["content"] = json!(m.content);
             line["tool_calls"] = json!(m.tool_calls);

@@ -10,12 +10,14 @@
 //! - `trust`: trusted folders, protected paths, the sandbox, the static scan of a change.
 //! - `config`: layered configuration; `files`: workspace paths and atomic writes.
 //! - `git`: checkpoints of the working tree, a run's diff and its rollback, via `git`.
-//! - `child`: the clean signal state every process we start begins with.
+//! - `child`: the clean signal state every process we start begins with; `clock`: now in
+//!   milliseconds, as every record stores it.
 //! - `memory`: records of earlier runs' failures and fixes, searched with FTS5 (BM25) and,
 //!   with `embeddings` (an OpenAI-compatible client), by vector similarity too.
 //! - `repomap`, `tokens`, `logging`.
 
 pub mod child;
+pub mod clock;
 pub mod config;
 pub mod drive;
 pub mod embeddings;

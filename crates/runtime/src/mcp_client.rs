@@ -104,6 +104,86 @@ struct Server {
     state: std::sync::Mutex<(u32, bool)>,
 }
 
+impl Server {
+    /// After the server went away during a call: restarts it, once per run (`attempt` 0 of
+    /// the call), into `guard`; otherwise, or when it does not start, withdraws its tools.
+    async fn restart(
+        &self,
+        guard: &mut Option<Connection>,
+        attempt: u32,
+        e: rmcp::service::ServiceError,
+        root: &Path,
+    ) -> Result<(), McpError> {
+        if let Some(old) = guard.take() {
+            end_group(old.pgid);
+        }
+        let first = {
+            let mut s = self.state.lock().map_err(|_| McpError::Poisoned)?;
+            if s.0 == 0 && attempt == 0 {
+                s.0 = 1;
+                true
+            } else {
+                s.1 = true;
+                false
+            }
+        };
+        if !first {
+            return Err(McpError::CrashedAgain {
+                server: self.name.clone(),
+                reason: Box::new(e),
+            });
+        }
+        tracing::warn!(server = %self.name, "the MCP server crashed ({e}); restarting it once");
+        match connect(&self.config, root).await {
+            Ok(c) => {
+                *guard = Some(c);
+                Ok(())
+            }
+            Err(why) => {
+                if let Ok(mut s) = self.state.lock() {
+                    s.1 = true;
+                }
+                Err(McpError::NoRestart {
+                    server: self.name.clone(),
+                    why,
+                })
+            }
+        }
+    }
+}
+
+/// The tool's answer as the model reads it: its text parts, else its structured content; an
+/// answer the tool marks as an error is `McpError::Tool`.
+fn answer(result: &rmcp::model::CallToolResult) -> Result<String, McpError> {
+    let text: Vec<String> = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    let mut text = text.join("\n");
+    if text.is_empty()
+        && let Some(s) = &result.structured_content
+    {
+        text = s.to_string();
+    }
+    if result.is_error == Some(true) {
+        Err(McpError::Tool(text))
+    } else {
+        Ok(text)
+    }
+}
+
+/// Whether a failed call means the server is gone: a transport that broke or closed (or a
+/// cancelled session). Any other error is one the server answered with, the call's own.
+fn gone(conn: &Connection, e: &rmcp::service::ServiceError) -> bool {
+    use rmcp::service::ServiceError as E;
+    conn.service.is_closed()
+        || matches!(
+            e,
+            E::TransportClosed | E::TransportSend(_) | E::Cancelled { .. }
+        )
+}
+
 /// One MCP tool as the registry offers it.
 #[derive(Debug, Clone)]
 struct Entry {
@@ -280,75 +360,14 @@ impl McpTools {
                         seconds: self.timeout.as_secs(),
                     });
                 }
-                Ok(Ok(result)) => {
-                    let text: Vec<String> = result
-                        .content
-                        .iter()
-                        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-                        .collect();
-                    let mut text = text.join("\n");
-                    if text.is_empty()
-                        && let Some(s) = &result.structured_content
-                    {
-                        text = s.to_string();
-                    }
-                    return if result.is_error == Some(true) {
-                        Err(McpError::Tool(text))
-                    } else {
-                        Ok(text)
-                    };
-                }
-                // An error the server answered with is the call's; a transport that broke or
-                // closed (or a cancelled session) means the server is gone.
-                Ok(Err(e))
-                    if !conn.service.is_closed()
-                        && !matches!(
-                            e,
-                            rmcp::service::ServiceError::TransportClosed
-                                | rmcp::service::ServiceError::TransportSend(_)
-                                | rmcp::service::ServiceError::Cancelled { .. }
-                        ) =>
-                {
+                Ok(Ok(result)) => return answer(&result),
+                Ok(Err(e)) if !gone(conn, &e) => {
                     return Err(McpError::Failed {
                         tool: full.into(),
                         source: Box::new(e),
                     });
                 }
-                Ok(Err(e)) => {
-                    // The server is gone: restart it once, then withdraw its tools.
-                    if let Some(old) = guard.take() {
-                        end_group(old.pgid);
-                    }
-                    let first = {
-                        let mut s = server.state.lock().map_err(|_| McpError::Poisoned)?;
-                        if s.0 == 0 && attempt == 0 {
-                            s.0 = 1;
-                            true
-                        } else {
-                            s.1 = true;
-                            false
-                        }
-                    };
-                    if !first {
-                        return Err(McpError::CrashedAgain {
-                            server: server.name.clone(),
-                            reason: Box::new(e),
-                        });
-                    }
-                    tracing::warn!(server = %server.name, "the MCP server crashed ({e}); restarting it once");
-                    match connect(&server.config, root).await {
-                        Ok(c) => *guard = Some(c),
-                        Err(why) => {
-                            if let Ok(mut s) = server.state.lock() {
-                                s.1 = true;
-                            }
-                            return Err(McpError::NoRestart {
-                                server: server.name.clone(),
-                                why,
-                            });
-                        }
-                    }
-                }
+                Ok(Err(e)) => server.restart(&mut guard, attempt, e, root).await?,
             }
         }
         Err(McpError::FailedTwice(full.into()))

@@ -13,7 +13,8 @@ use agent_ls_core::memory::{self, Hit, Memory, Record};
 pub mod postgres;
 mod shared;
 mod stores;
-use shared::{MAX_WORD_RECORDS, fixed_kinds, kind_name, now_ms, pattern_key, pattern_of, sig_kind};
+use crate::clock::now_ms;
+use shared::{MAX_WORD_RECORDS, fixed_kinds, kind_name, pattern_key, pattern_of, sig_kind};
 pub use shared::{MemoryError, USER_SCOPE, merge_hits, open_user_store, scope_of, user_store_path};
 pub use stores::{Memories, View, owner};
 

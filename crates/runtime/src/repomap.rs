@@ -57,78 +57,19 @@ pub fn build(root: &Path, buffers: &HashMap<String, String>) -> RepoMap {
         .and_then(|b| serde_json::from_slice(&b).ok())
         .filter(|c: &Cache| c.version == CACHE_VERSION)
         .unwrap_or_default();
-    let mut files = BTreeMap::new();
-    let mut next = Cache {
-        version: CACHE_VERSION,
-        files: BTreeMap::new(),
-    };
-    let mut todo: Vec<(String, Lang, u128, u64)> = Vec::new();
-    let (mut cached, mut parsed) = (0, 0);
-    for (rel, meta) in source_files(root) {
-        let Some(lang) = Lang::of(&rel, "") else {
-            continue;
-        };
-        if lang == Lang::Shell || meta.len() > MAX_FILE_BYTES {
-            continue;
-        }
-        // An unsaved buffer is parsed below; the file's cached tags stay for the next build.
-        if buffers.contains_key(&rel) {
-            if let Some(e) = cache.files.get(&rel) {
-                next.files.insert(rel, e.clone());
-            }
-            continue;
-        }
-        let mtime_ns = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        match cache.files.get(&rel) {
-            Some(e) if e.mtime_ns == mtime_ns && e.size == meta.len() => {
-                files.insert(rel.clone(), e.tags.clone());
-                next.files.insert(rel, e.clone());
-                cached += 1;
-            }
-            _ => todo.push((rel, lang, mtime_ns, meta.len())),
-        }
-    }
-    // Parsing is the cold build's cost; it is spread over the machine's cores.
-    let threads = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .min(8);
-    let chunk = todo.len().div_ceil(threads).max(1);
-    let results: Vec<(String, u128, u64, Tags)> = std::thread::scope(|s| {
-        let handles: Vec<_> = todo
-            .chunks(chunk)
-            .map(|part| {
-                s.spawn(move || {
-                    part.iter()
-                        .filter_map(|(rel, lang, mtime, size)| {
-                            let text = std::fs::read_to_string(root.join(rel)).ok()?;
-                            let tags = tags::extract(*lang, &text)?;
-                            Some((rel.clone(), *mtime, *size, tags))
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
+    let Sorted {
+        mut files,
+        mut next,
+        todo,
+        cached,
+    } = sort_out(root, buffers, &cache);
+    let results = parse_all(root, &todo);
     let changed = !results.is_empty() || next.files.len() != cache.files.len();
-    for (rel, mtime_ns, size, tags) in results {
+    let mut parsed = 0;
+    for (rel, entry) in results {
         parsed += 1;
-        files.insert(rel.clone(), tags.clone());
-        next.files.insert(
-            rel,
-            Entry {
-                mtime_ns,
-                size,
-                tags,
-            },
-        );
+        files.insert(rel.clone(), entry.tags.clone());
+        next.files.insert(rel, entry);
     }
     for (rel, text) in buffers {
         if let Some(tags) = Lang::of(rel, text)
@@ -148,6 +89,104 @@ pub fn build(root: &Path, buffers: &HashMap<String, String>) -> RepoMap {
         cached,
         build_ms: started.elapsed().as_millis() as u64,
     }
+}
+
+/// A source file whose cached tags are missing or stale.
+struct Todo {
+    rel: String,
+    lang: Lang,
+    mtime_ns: u128,
+    size: u64,
+}
+
+/// The workspace's source files sorted out against the cache.
+struct Sorted {
+    /// The tags the cache still holds, by file.
+    files: BTreeMap<String, Tags>,
+    /// The cache to write next: the entries still good so far.
+    next: Cache,
+    /// The files to parse.
+    todo: Vec<Todo>,
+    /// How many files the cache answered.
+    cached: usize,
+}
+
+/// Which source files the cache answers (same mtime and size) and which must be parsed.
+/// Files with an unsaved buffer are left to the caller, their cache entry kept.
+fn sort_out(root: &Path, buffers: &HashMap<String, String>, cache: &Cache) -> Sorted {
+    let mut out = Sorted {
+        files: BTreeMap::new(),
+        next: Cache {
+            version: CACHE_VERSION,
+            files: BTreeMap::new(),
+        },
+        todo: Vec::new(),
+        cached: 0,
+    };
+    for (rel, meta) in source_files(root) {
+        let Some(lang) = Lang::of(&rel, "") else {
+            continue;
+        };
+        if lang == Lang::Shell || meta.len() > MAX_FILE_BYTES {
+            continue;
+        }
+        // An unsaved buffer is parsed by the caller; the file's cached tags stay for the next
+        // build.
+        if buffers.contains_key(&rel) {
+            if let Some(e) = cache.files.get(&rel) {
+                out.next.files.insert(rel, e.clone());
+            }
+            continue;
+        }
+        let mtime_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        match cache.files.get(&rel) {
+            Some(e) if e.mtime_ns == mtime_ns && e.size == meta.len() => {
+                out.files.insert(rel.clone(), e.tags.clone());
+                out.next.files.insert(rel, e.clone());
+                out.cached += 1;
+            }
+            _ => out.todo.push(Todo {
+                rel,
+                lang,
+                mtime_ns,
+                size: meta.len(),
+            }),
+        }
+    }
+    out
+}
+
+/// The tags of each file in `todo` that can be read and parsed, as cache entries. Parsing is
+/// the cold build's cost, so it is spread over the machine's cores.
+fn parse_all(root: &Path, todo: &[Todo]) -> Vec<(String, Entry)> {
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
+    let chunk = todo.len().div_ceil(threads).max(1);
+    let parse = |t: &Todo| {
+        let text = std::fs::read_to_string(root.join(&t.rel)).ok()?;
+        let tags = tags::extract(t.lang, &text)?;
+        let entry = Entry {
+            mtime_ns: t.mtime_ns,
+            size: t.size,
+            tags,
+        };
+        Some((t.rel.clone(), entry))
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = todo
+            .chunks(chunk)
+            .map(|part| s.spawn(move || part.iter().filter_map(parse).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
 }
 
 fn write_cache(state: &Path, cache: &Cache) {

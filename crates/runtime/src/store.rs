@@ -14,6 +14,8 @@ use rusqlite::{Connection, params};
 use agent_ls_core::agent::RunStatus;
 use agent_ls_core::edit::history::Step;
 
+use crate::clock::now_ms;
+
 pub(crate) mod vector_index;
 
 /// The schema this agent-ls writes; a store with a higher `user_version` is from a newer one.
@@ -683,9 +685,7 @@ impl Store {
             .map_err(|e| StoreError::Open(PathBuf::from(FILE), e.to_string()))?;
         let files = serde_json::to_string(&step.files)
             .map_err(|e| StoreError::Open(PathBuf::from(FILE), e.to_string()))?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now = now_ms();
         let tx = self.conn.transaction()?;
         tx.execute("DELETE FROM steps WHERE undone = 1", [])?;
         tx.execute(
@@ -792,12 +792,6 @@ pub struct ReviewTotals {
 pub struct Stats {
     pub total: Totals,
     pub runs: Vec<RunStats>,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// When a process started, in clock ticks since boot (field 22 of /proc/PID/stat); `None`

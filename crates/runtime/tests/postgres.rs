@@ -36,21 +36,10 @@ fn server(plain: bool) -> Option<String> {
 /// A new empty schema in `url`'s database, and the URL that works in it (pgvector's types stay
 /// reachable through `public`).
 fn fresh_schema(url: &str) -> String {
-    let name = format!("t{:016x}", fastrand_u64());
+    // A random name, not the time: two test binaries may start in the same nanosecond.
+    let name = format!("t{:016x}", fastrand::u64(..));
     exec(url, &format!("CREATE SCHEMA {name}"));
     format!("{url}?options=-c%20search_path%3D{name}%2Cpublic")
-}
-
-fn fastrand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    );
-    h.finish()
 }
 
 fn episode(test: &str, message: &str, fix: Option<&str>) -> Memory {

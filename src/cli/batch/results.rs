@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
+use agent_ls_runtime::clock::now_ms;
 use serde::{Deserialize, Serialize};
 
 /// The outcome of one task.
@@ -33,7 +34,7 @@ pub struct TaskResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Unix time in milliseconds the line was written.
-    pub finished_at: u64,
+    pub finished_at: i64,
 }
 
 impl TaskResult {
@@ -62,12 +63,6 @@ impl TaskResult {
             finished_at: now_ms(),
         }
     }
-}
-
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The newest result of each id in the file (none when there is no file). A line that does

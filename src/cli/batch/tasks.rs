@@ -2,13 +2,58 @@
 //! anything runs, and a task's `config` turned into the settings its run is given.
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use agent_ls_runtime::config::{self, Source};
+use agent_ls_runtime::config::{self, ConfigError, Source};
 use serde::{Deserialize, Serialize};
 
 /// The longest task id: it names a folder and a branch.
 const MAX_ID: usize = 100;
+
+/// Why a task is refused before anything of it runs.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    #[error("not a task: {0}")]
+    NotATask(#[from] serde_json::Error),
+    /// A queue's message that is not an agent-ls job at all.
+    #[error("not an agent-ls job")]
+    NotAJob,
+    #[error(
+        "the id {0:?} must be 1 to {MAX_ID} ASCII letters, digits, '-', '_' or '.' (not first), as it names a folder and a branch"
+    )]
+    BadId(String),
+    #[error("the id {0:?} is used twice")]
+    UsedTwice(String),
+    #[error("the goal is empty")]
+    NoGoal,
+    #[error("the repo is empty")]
+    NoRepo,
+    #[error("config must be an object of settings")]
+    ConfigNotAnObject,
+    #[error(
+        "its config sets {}, which run programs, name servers, send data, approve or hold secrets: only the runner's own configuration and environment may set them (a queue's owner may let a task name endpoints and sandboxed commands with `agent-ls enqueue --trusted`, never keys, the sandbox, MCP servers or files of the worker's)",
+        .0.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+    )]
+    RunnerOnly(Vec<String>),
+    #[error(
+        "its config is not valid: {}",
+        .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    InvalidConfig(Vec<ConfigError>),
+}
+
+/// What is wrong with a tasks file: it cannot be read, or one of its lines.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read {}: {source}", .path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A bad line, by its number from 1.
+    #[error("line {line}: {error}")]
+    Line { line: usize, error: TaskError },
+}
 
 /// One line of the tasks file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -29,21 +74,25 @@ pub struct Task {
 }
 
 /// A task that came from elsewhere than a file (a queue's message), checked as a line is.
-pub fn from_value(value: &serde_json::Value) -> Result<Task, String> {
-    let t = Task::deserialize(value).map_err(|e| format!("not a task: {e}"))?;
+pub fn from_value(value: &serde_json::Value) -> Result<Task, TaskError> {
+    let t = Task::deserialize(value)?;
     check(&t)?;
     Ok(t)
 }
 
-/// Reads every task, or says what is wrong with each bad line (by its number, from 1).
-pub fn read(path: &Path) -> Result<Vec<Task>, Vec<String>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| vec![format!("cannot read {}: {e}", path.display())])?;
+/// Reads every task, or says what is wrong with each bad line.
+pub fn read(path: &Path) -> Result<Vec<Task>, Vec<FileError>> {
+    let text = std::fs::read_to_string(path).map_err(|source| {
+        vec![FileError::Unreadable {
+            path: path.to_path_buf(),
+            source,
+        }]
+    })?;
     parse(&text)
 }
 
 /// The tasks of a file's text; blank lines are skipped.
-pub fn parse(text: &str) -> Result<Vec<Task>, Vec<String>> {
+pub fn parse(text: &str) -> Result<Vec<Task>, Vec<FileError>> {
     let mut tasks = Vec::new();
     let mut errors = Vec::new();
     let mut seen = HashSet::new();
@@ -52,15 +101,19 @@ pub fn parse(text: &str) -> Result<Vec<Task>, Vec<String>> {
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Task>(line) {
-            Err(e) => errors.push(format!("line {n}: not a task: {e}")),
-            Ok(t) => match check(&t) {
-                Err(why) => errors.push(format!("line {n}: {why}")),
-                Ok(()) if !seen.insert(t.id.clone()) => {
-                    errors.push(format!("line {n}: the id {:?} is used twice", t.id))
+        let task = serde_json::from_str::<Task>(line)
+            .map_err(TaskError::from)
+            .and_then(|t| check(&t).map(|()| t))
+            .and_then(|t| {
+                if seen.insert(t.id.clone()) {
+                    Ok(t)
+                } else {
+                    Err(TaskError::UsedTwice(t.id))
                 }
-                Ok(()) => tasks.push(t),
-            },
+            });
+        match task {
+            Ok(t) => tasks.push(t),
+            Err(error) => errors.push(FileError::Line { line: n, error }),
         }
     }
     if errors.is_empty() {
@@ -72,7 +125,7 @@ pub fn parse(text: &str) -> Result<Vec<Task>, Vec<String>> {
 
 /// What a task must be to run at all: an id that can name a folder and a branch, a goal and
 /// a repository.
-fn check(t: &Task) -> Result<(), String> {
+fn check(t: &Task) -> Result<(), TaskError> {
     let id_ok = !t.id.is_empty()
         && t.id.len() <= MAX_ID
         && !t.id.starts_with(['.', '-'])
@@ -81,19 +134,16 @@ fn check(t: &Task) -> Result<(), String> {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && !t.id.contains("..");
     if !id_ok {
-        return Err(format!(
-            "the id {:?} must be 1 to {MAX_ID} ASCII letters, digits, '-', '_' or '.' (not first), as it names a folder and a branch",
-            t.id
-        ));
+        return Err(TaskError::BadId(t.id.clone()));
     }
     if t.goal.trim().is_empty() {
-        return Err("the goal is empty".into());
+        return Err(TaskError::NoGoal);
     }
     if t.repo.trim().is_empty() {
-        return Err("the repo is empty".into());
+        return Err(TaskError::NoRepo);
     }
     if t.config.as_ref().is_some_and(|c| !c.is_object()) {
-        return Err("config must be an object of settings".into());
+        return Err(TaskError::ConfigNotAnObject);
     }
     Ok(())
 }
@@ -106,15 +156,15 @@ fn check(t: &Task) -> Result<(), String> {
 pub fn settings(
     config: Option<&serde_json::Value>,
     trusted: bool,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, TaskError> {
     let Some(value) = config else {
         return Ok(Vec::new());
     };
     let mut leaves = Vec::new();
     flatten("", value, &mut leaves);
-    let refused: Vec<&str> = leaves
+    let refused: Vec<String> = leaves
         .iter()
-        .map(|(k, _)| k.as_str())
+        .map(|(k, _)| k)
         .filter(|k| {
             if set_by_the_worker(k) {
                 true
@@ -124,21 +174,12 @@ pub fn settings(
                 config::runner_only(k)
             }
         })
+        .cloned()
         .collect();
     if !refused.is_empty() {
-        return Err(format!(
-            "its config sets {}, which run programs, name servers, send data, approve or hold secrets: only the runner's own configuration and environment may set them (a queue's owner may let a task name endpoints and sandboxed commands with `agent-ls enqueue --trusted`, never keys, the sandbox, MCP servers or files of the worker's)",
-            refused
-                .iter()
-                .map(|k| format!("`{k}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        return Err(TaskError::RunnerOnly(refused));
     }
-    if let Err(errors) = config::json_layer(Source::ClientSettings, value) {
-        let said: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-        return Err(format!("its config is not valid: {}", said.join("; ")));
-    }
+    config::json_layer(Source::ClientSettings, value).map_err(TaskError::InvalidConfig)?;
     Ok(leaves
         .into_iter()
         // A JSON scalar or array of scalars reads the same as a TOML value.
@@ -222,7 +263,11 @@ mod tests {
     #[test]
     fn bad_lines_are_named_by_number_and_good_ones_parse() {
         let text = "{\"id\":\"a\",\"repo\":\".\",\"goal\":\"g\"}\n\nnot json\n{\"id\":\"a\",\"repo\":\".\",\"goal\":\"g\"}\n{\"id\":\"../x\",\"repo\":\".\",\"goal\":\"g\"}\n";
-        let errors = parse(text).unwrap_err();
+        let errors: Vec<String> = parse(text)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(errors.len(), 3, "{errors:?}");
         assert!(errors[0].starts_with("line 3:"), "{errors:?}");
         assert!(errors[1].starts_with("line 4:") && errors[1].contains("twice"));

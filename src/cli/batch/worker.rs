@@ -10,13 +10,57 @@ use tokio::process::Command;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::results::{TaskResult, now_ms};
+use agent_ls_runtime::clock::now_ms;
+
+use super::results::TaskResult;
 use super::tasks::{self, Task};
 
 /// How long a cancelled run has to stop by itself before its process group is killed.
 const GRACE: Duration = Duration::from_secs(5);
 /// How many branch names a worktree tries before it gives up.
 const MAX_SUFFIX: u32 = 50;
+
+/// Why a task's worktree could not be made or its run not started or followed.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot run git: {0}")]
+    NoGit(std::io::Error),
+    #[error("git {args} in {}: {stderr}", .dir.display())]
+    Git {
+        args: String,
+        dir: PathBuf,
+        stderr: String,
+    },
+    #[error("the repo {} cannot be opened: {source}", .path.display())]
+    NoRepo {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the ref {wanted:?} is not a commit of {}", .repo.display())]
+    NotACommit { wanted: String, repo: PathBuf },
+    #[error("cannot remove the old worktree {}: {source}", .path.display())]
+    OldWorktree {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot make {}: {source}", .path.display())]
+    MakeDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start {}: {source}", .exe.display())]
+    Start {
+        exe: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("lost the run: {0}")]
+    Lost(std::io::Error),
+}
 
 /// What every task shares.
 pub struct Context {
@@ -66,13 +110,19 @@ pub async fn run(
         Ok(p) => p,
         // Cancelled while its worktree was made: no result, so a rerun does it.
         Err(_) if cancel.is_cancelled() => return None,
-        Err(why) => return Some(TaskResult::without_run(&task.id, "error", why, ms(started))),
+        Err(why) => {
+            let why = why.to_string();
+            return Some(TaskResult::without_run(&task.id, "error", why, ms(started)));
+        }
     };
     let log = ctx.out.join("logs").join(format!("{}.log", task.id));
     let outcome = match spawn_run(ctx, task, &worktree, &env, &log, cancel).await {
         Ok(Some(o)) => o,
         Ok(None) => return None,
-        Err(why) => return Some(TaskResult::without_run(&task.id, "error", why, ms(started))),
+        Err(why) => {
+            let why = why.to_string();
+            return Some(TaskResult::without_run(&task.id, "error", why, ms(started)));
+        }
     };
     let (code, stdout) = outcome;
     let o: serde_json::Value = stdout
@@ -117,9 +167,9 @@ async fn add_worktree(
     task: &Task,
     worktree: &Path,
     base: &str,
-) -> Result<String, String> {
+) -> Result<String, SetupError> {
     let w = worktree.to_string_lossy().into_owned();
-    let mut last = String::new();
+    let mut last = None;
     for n in 1..=MAX_SUFFIX {
         let branch = match n {
             1 => format!("agent/batch-{}", task.id),
@@ -130,17 +180,24 @@ async fn add_worktree(
         ];
         match git(source, &add).await {
             Ok(_) => return Ok(branch),
-            Err(e) if e.contains("used by worktree") || e.contains("already checked out") => {
-                last = e;
+            Err(SetupError::Git { stderr, .. })
+                if stderr.contains("used by worktree")
+                    || stderr.contains("already checked out") =>
+            {
+                last = Some(stderr);
             }
             Err(e) => return Err(e),
         }
     }
-    Err(last)
+    Err(SetupError::Git {
+        args: format!("worktree add -B agent/batch-{}-N", task.id),
+        dir: source.to_path_buf(),
+        stderr: last.unwrap_or_default(),
+    })
 }
 
 /// `git ARGS` in `dir`: its trimmed stdout, or what went wrong.
-async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+async fn git(dir: &Path, args: &[&str]) -> Result<String, SetupError> {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -152,16 +209,15 @@ async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
         .kill_on_drop(true)
         .output()
         .await
-        .map_err(|e| format!("cannot run git: {e}"))?;
+        .map_err(SetupError::NoGit)?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     } else {
-        Err(format!(
-            "git {} in {}: {}",
-            args.join(" "),
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(SetupError::Git {
+            args: args.join(" "),
+            dir: dir.to_path_buf(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
 }
 
@@ -179,13 +235,13 @@ struct Place {
 }
 
 /// The task's worktree, new at its ref on its own branch.
-async fn prepare(ctx: &Context, task: &Task) -> Result<Place, String> {
+async fn prepare(ctx: &Context, task: &Task) -> Result<Place, SetupError> {
     let source = if is_url(&task.repo) {
         clone_once(ctx, &task.repo).await?
     } else {
-        let p = ctx.base.join(&task.repo);
-        p.canonicalize()
-            .map_err(|e| format!("the repo {} cannot be opened: {e}", p.display()))?
+        let path = ctx.base.join(&task.repo);
+        path.canonicalize()
+            .map_err(|source| SetupError::NoRepo { path, source })?
     };
     let wanted = task.git_ref.as_deref().unwrap_or("HEAD");
     let base = git(
@@ -198,7 +254,10 @@ async fn prepare(ctx: &Context, task: &Task) -> Result<Place, String> {
         ],
     )
     .await
-    .map_err(|_| format!("the ref {wanted:?} is not a commit of {}", source.display()))?;
+    .map_err(|_| SetupError::NotACommit {
+        wanted: wanted.to_string(),
+        repo: source.clone(),
+    })?;
     let worktree = ctx.out.join("worktrees").join(&task.id);
     // A worktree left by an earlier attempt (cancelled, or failed and retried) is dropped;
     // it was the batch's own.
@@ -206,8 +265,10 @@ async fn prepare(ctx: &Context, task: &Task) -> Result<Place, String> {
         let w = worktree.to_string_lossy().into_owned();
         let _ = git(&source, &["worktree", "remove", "--force", "--force", &w]).await;
         if worktree.exists() {
-            std::fs::remove_dir_all(&worktree)
-                .map_err(|e| format!("cannot remove the old worktree {w}: {e}"))?;
+            std::fs::remove_dir_all(&worktree).map_err(|source| SetupError::OldWorktree {
+                path: worktree.clone(),
+                source,
+            })?;
         }
     }
     let _ = git(&source, &["worktree", "prune"]).await;
@@ -220,7 +281,7 @@ async fn prepare(ctx: &Context, task: &Task) -> Result<Place, String> {
 }
 
 /// The clone of `url` under `repos/`, made the first time a task names it.
-async fn clone_once(ctx: &Context, url: &str) -> Result<PathBuf, String> {
+async fn clone_once(ctx: &Context, url: &str) -> Result<PathBuf, SetupError> {
     let name: String = url
         .trim_end_matches('/')
         .trim_end_matches(".git")
@@ -244,11 +305,18 @@ async fn clone_once(ctx: &Context, url: &str) -> Result<PathBuf, String> {
         return Ok(dest);
     }
     let parent = ctx.out.join("repos");
-    std::fs::create_dir_all(&parent)
-        .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
+    make_dir(&parent)?;
     let d = dest.to_string_lossy().into_owned();
     git(&parent, &["clone", "--quiet", url, &d]).await?;
     Ok(dest)
+}
+
+/// Makes `path` and the folders above it.
+fn make_dir(path: &Path) -> Result<(), SetupError> {
+    std::fs::create_dir_all(path).map_err(|source| SetupError::MakeDir {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// `agent-ls run --json --yes` in the worktree: `Ok(None)` when cancelled, else its exit
@@ -260,11 +328,12 @@ async fn spawn_run(
     env: &[(String, String)],
     log: &Path,
     cancel: &CancellationToken,
-) -> Result<Option<(i32, String)>, String> {
-    let logs = ctx.out.join("logs");
-    std::fs::create_dir_all(&logs).map_err(|e| format!("cannot make {}: {e}", logs.display()))?;
-    let stderr =
-        std::fs::File::create(log).map_err(|e| format!("cannot write {}: {e}", log.display()))?;
+) -> Result<Option<(i32, String)>, SetupError> {
+    make_dir(&ctx.out.join("logs"))?;
+    let stderr = std::fs::File::create(log).map_err(|source| SetupError::Write {
+        path: log.to_path_buf(),
+        source,
+    })?;
     let mut cmd = Command::new(&ctx.exe);
     cmd.arg("run")
         .arg("--json")
@@ -288,9 +357,10 @@ async fn spawn_run(
         .process_group(0)
         .kill_on_drop(true);
     die_with_parent(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", ctx.exe.display()))?;
+    let mut child = cmd.spawn().map_err(|source| SetupError::Start {
+        exe: ctx.exe.clone(),
+        source,
+    })?;
     let pid = child.id().map(|p| p as i32);
     let mut stdout = child.stdout.take();
     let read = async {
@@ -303,7 +373,7 @@ async fn spawn_run(
     };
     tokio::select! {
         (text, status) = async { let t = read.await; (t, child.wait().await) } => {
-            let code = status.map_err(|e| format!("lost the run: {e}"))?.code().unwrap_or(-1);
+            let code = status.map_err(SetupError::Lost)?.code().unwrap_or(-1);
             Ok(Some((code, text)))
         }
         _ = cancel.cancelled() => {
@@ -319,17 +389,18 @@ async fn spawn_run(
 /// Linux sends it when the thread that forked exits; tokio's worker threads live as long as
 /// the runtime, which is the process's life here.
 fn die_with_parent(cmd: &mut Command) {
-    let parent = std::process::id() as libc::pid_t;
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::{Pid, getppid};
+    let parent = Pid::this();
     // SAFETY: between fork and exec this makes only async-signal-safe system calls (prctl,
-    // getppid, kill) and allocates nothing.
+    // getppid, getpid, kill, through nix's wrappers, which allocate nothing) and allocates
+    // nothing itself.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             // The parent died before the prctl: no signal will come, so end here.
-            if libc::getppid() != parent {
-                libc::kill(libc::getpid(), libc::SIGKILL);
+            if getppid() != parent {
+                let _ = kill(Pid::this(), Signal::SIGKILL);
             }
             Ok(())
         });

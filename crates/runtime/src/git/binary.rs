@@ -6,8 +6,10 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use nix::unistd::Pid;
 use std::time::Duration;
 
 /// The oldest git that has everything used here (`--attr-source`, which reads attributes from
@@ -19,10 +21,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
-    #[error("git was not found on PATH; install git {}.{} or newer", MIN_VERSION.0, MIN_VERSION.1)]
-    Missing,
-    #[error("git {found} is too old; agent-ls needs git {}.{} or newer", MIN_VERSION.0, MIN_VERSION.1)]
-    TooOld { found: String },
+    #[error(transparent)]
+    NoGit(#[from] NoGit),
     #[error("{0} is not inside a git repository")]
     NotARepo(PathBuf),
     #[error("`git {args}` failed: {stderr}")]
@@ -31,6 +31,15 @@ pub enum GitError {
     Timeout { args: String, secs: u64 },
     #[error("git: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// Why git cannot be used at all. Found once per process and kept, so it is `Clone`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoGit {
+    #[error("git was not found on PATH; install git {}.{} or newer", MIN_VERSION.0, MIN_VERSION.1)]
+    Missing,
+    #[error("git {found} is too old; agent-ls needs git {}.{} or newer", MIN_VERSION.0, MIN_VERSION.1)]
+    TooOld { found: String },
 }
 
 /// A repository as seen from a workspace folder inside it.
@@ -60,11 +69,11 @@ pub(crate) fn nul_list(bytes: &[u8]) -> Vec<String> {
 
 /// Checks that git is on PATH and new enough, once per process.
 pub fn check_version() -> Result<(), GitError> {
-    static FOUND: OnceLock<Result<(), String>> = OnceLock::new();
+    static FOUND: OnceLock<Result<(), NoGit>> = OnceLock::new();
     let found = FOUND.get_or_init(|| {
         let out = Command::new("git").arg("--version").output();
         match out {
-            Err(_) => Err(String::new()),
+            Err(_) => Err(NoGit::Missing),
             Ok(o) => {
                 let text = String::from_utf8_lossy(&o.stdout).trim().to_string();
                 let version = text.trim_start_matches("git version ").to_string();
@@ -73,16 +82,12 @@ pub fn check_version() -> Result<(), GitError> {
                 if v >= MIN_VERSION {
                     Ok(())
                 } else {
-                    Err(version)
+                    Err(NoGit::TooOld { found: version })
                 }
             }
         }
     });
-    match found {
-        Ok(()) => Ok(()),
-        Err(v) if v.is_empty() => Err(GitError::Missing),
-        Err(v) => Err(GitError::TooOld { found: v.clone() }),
-    }
+    Ok(found.clone()?)
 }
 
 impl Repo {
@@ -303,6 +308,21 @@ impl Git {
     }
 }
 
+/// Blocks until the child `pid` has exited, without reaping it (`WNOWAIT`): until it is
+/// reaped under the lock, its pid cannot be given to another process.
+fn exited(pid: Pid) {
+    use nix::sys::wait::{Id, WaitPidFlag, waitid};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+    while let Err(nix::errno::Errno::EINTR) = waitid(Id::Pid(pid), flags) {}
+}
+
+/// The child, whoever panicked while holding it: a `Child` has no state a panic half-changes.
+fn lock(child: &Mutex<Child>) -> std::sync::MutexGuard<'_, Child> {
+    child
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Runs `cmd` within the time bound (killed after it): its exit code, standard output and
 /// error. `label` names it in a timeout's error.
 pub fn bounded(mut cmd: Command, label: &str, stdin: Option<&[u8]>) -> Result<Ended, GitError> {
@@ -314,14 +334,19 @@ pub fn bounded(mut cmd: Command, label: &str, stdin: Option<&[u8]>) -> Result<En
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => GitError::Missing,
+        std::io::ErrorKind::NotFound => GitError::from(NoGit::Missing),
         _ => GitError::Io(e),
     })?;
-    let pid = child.id();
+    let pid = Pid::from_raw(child.id() as i32);
     let input = stdin.map(<[u8]>::to_vec);
     let mut pipe_in = child.stdin.take();
     let mut pipe_out = child.stdout.take();
     let mut pipe_err = child.stderr.take();
+    // Shared with the waiter, which reaps the child only while holding the lock: a kill made
+    // under the same lock is sent to our own child (running, or a zombie whose pid no other
+    // process can have) or to none (`Child` remembers that it was reaped and sends nothing).
+    let child = Arc::new(Mutex::new(child));
+    let waited = Arc::clone(&child);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let writer = std::thread::spawn(move || {
@@ -343,17 +368,16 @@ pub fn bounded(mut cmd: Command, label: &str, stdin: Option<&[u8]>) -> Result<En
         }
         let _ = writer.join();
         let err = errs.join().unwrap_or_default();
-        let status = child.wait();
+        exited(pid);
+        let status = lock(&waited).wait();
         let _ = tx.send(status.map(|s| (s.code(), out, err)));
     });
     match rx.recv_timeout(TIMEOUT) {
         Ok(r) => Ok(r?),
         Err(_) => {
-            // SAFETY: kill(2) on the child we started and have not reaped (its waiter is
-            // still blocked), so the pid is still ours.
-            unsafe {
-                libc::kill(pid as i32, libc::SIGKILL);
-            }
+            // Under the lock the waiter cannot reap it, so the pid is still this child's; if
+            // it was reaped already, `kill` sends nothing.
+            let _ = lock(&child).kill();
             Err(GitError::Timeout {
                 args: label.to_string(),
                 secs: TIMEOUT.as_secs(),

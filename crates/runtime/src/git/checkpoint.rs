@@ -110,9 +110,7 @@ pub fn take(repo: &Repo, run_id: &str) -> Result<Checkpoint, GitError> {
     )?;
     let tree = repo.git(Some(&index.path)).run(&["write-tree"], None)?;
     let tree = String::from_utf8_lossy(&tree).trim().to_string();
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+    let stamp = crate::clock::now_ms();
     // The paths left out are named in the message, so a rollback never deletes one as if
     // the run had created it.
     let mut message = format!("agent-ls checkpoint {run_id} {stamp}\n");

@@ -16,9 +16,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Transaction};
 
 use super::{
-    MAX_WORD_RECORDS, MemoryError, fixed_kinds, kind_name, now_ms, pattern_key, pattern_of,
-    sig_kind,
+    MAX_WORD_RECORDS, MemoryError, fixed_kinds, kind_name, pattern_key, pattern_of, sig_kind,
 };
+use crate::clock::now_ms;
 use crate::config::DatabaseUrl;
 use agent_ls_core::memory::{self, Hit, Memory, Record, cosine};
 

@@ -91,12 +91,6 @@ fn short_hash(s: &str) -> String {
     format!("{:08x}", h >> 32)
 }
 
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// The pattern of `kind` made from the episodes of that kind (their runs and records, oldest
 /// first), with the run it was last fixed in: once two runs or more fixed it. Both stores

@@ -17,6 +17,7 @@ use tracing::{info, warn};
 
 pub use super::types::Cached;
 use super::{Kind, Request, Response, Role, Target, ToolCall, Usage};
+use crate::clock::now_ms;
 use crate::config::Config;
 use crate::store::{Store, StoreError};
 use agent_ls_core::cache::{self as rules, HitKind, Mode, Reuse};
@@ -74,13 +75,6 @@ fn sha256(text: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 fn words_text(words: &BTreeSet<String>) -> String {

@@ -333,27 +333,9 @@ pub fn helper_main(args: &[String]) -> i32 {
 /// Applies the Landlock rules to this process (and so to all it starts), returning the ABI
 /// the kernel gave. Fails closed: when the kernel cannot enforce them all, nothing runs.
 fn confine(policy: &Policy) -> Result<String, ConfineError> {
-    use landlock::{
-        ABI, Access, AccessFs, AccessNet, BitFlags, LandlockStatus, PathBeneath, PathFd, Ruleset,
-        RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
-    };
+    use landlock::{ABI, Access, AccessFs, BitFlags, PathBeneath, PathFd, RulesetCreatedAttr};
     let abi = ABI::V5;
-    let err = ConfineError::Ruleset;
-    let mut ruleset = Ruleset::default()
-        .handle_access(AccessFs::from_all(abi))
-        .map_err(err)?;
-    if !policy.network {
-        ruleset = ruleset
-            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
-            .map_err(err)?;
-    }
-    // A test may not signal processes outside its sandbox (the editor, the server) nor reach
-    // their abstract Unix sockets (a desktop session's bus). ABI 6; older kernels go without.
-    let mut created = ruleset
-        .scope(Scope::from_all(ABI::V6))
-        .map_err(err)?
-        .create()
-        .map_err(err)?;
+    let mut created = ruleset(policy, abi)?;
     // A rule on a file takes only the rights a file can have, or the rule set counts as
     // partly enforced.
     let for_path = |path: &Path, rights: BitFlags<AccessFs>| {
@@ -363,14 +345,37 @@ fn confine(policy: &Policy) -> Result<String, ConfineError> {
             rights & AccessFs::from_file(abi)
         }
     };
-    for path in readable_roots(&policy.deny_read) {
+    let readable = readable_roots(&policy.deny_read)
+        .into_iter()
+        .map(|p| (p, AccessFs::from_read(abi)));
+    let writable = writable(policy)
+        .into_iter()
+        .map(|p| (p, AccessFs::from_all(abi)));
+    for (path, rights) in readable.chain(writable) {
         if let Ok(fd) = PathFd::new(&path) {
-            let rights = for_path(&path, AccessFs::from_read(abi));
-            created = created
-                .add_rule(PathBeneath::new(fd, rights))
-                .map_err(err)?;
+            let rights = for_path(&path, rights);
+            created = created.add_rule(PathBeneath::new(fd, rights))?;
         }
     }
+    enforced(created.restrict_self()?, policy)
+}
+
+/// The rule set before any path is allowed: every file access is handled (so denied unless a
+/// rule allows it), and TCP too unless the policy allows the network.
+fn ruleset(policy: &Policy, abi: landlock::ABI) -> Result<landlock::RulesetCreated, ConfineError> {
+    use landlock::{ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, Scope};
+    let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(abi))?;
+    if !policy.network {
+        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
+    }
+    // A test may not signal processes outside its sandbox (the editor, the server) nor reach
+    // their abstract Unix sockets (a desktop session's bus). ABI 6; older kernels go without.
+    Ok(ruleset.scope(Scope::from_all(ABI::V6))?.create()?)
+}
+
+/// The paths a command may write: the workspace, the temporary folder, `sandbox.write`, and
+/// the devices and shared folders programs expect to write.
+fn writable(policy: &Policy) -> Vec<PathBuf> {
     let mut writable = vec![policy.workspace.clone(), std::env::temp_dir()];
     for w in &policy.write {
         // Landlock grants only a folder that exists, and on a fresh machine a tool's cache
@@ -396,15 +401,12 @@ fn confine(policy: &Policy) -> Result<String, ConfineError> {
         ]
         .map(PathBuf::from),
     );
-    for path in writable {
-        if let Ok(fd) = PathFd::new(&path) {
-            let rights = for_path(&path, AccessFs::from_all(abi));
-            created = created
-                .add_rule(PathBeneath::new(fd, rights))
-                .map_err(err)?;
-        }
-    }
-    let status = created.restrict_self().map_err(err)?;
+    writable
+}
+
+/// Whether what the kernel enforced is enough to run under: the ABI it gave, or why not.
+fn enforced(status: landlock::RestrictionStatus, policy: &Policy) -> Result<String, ConfineError> {
+    use landlock::{LandlockStatus, RulesetStatus};
     let kernel = match status.landlock {
         LandlockStatus::Available { effective_abi, .. } => effective_abi as i32,
         LandlockStatus::NotEnabled => return Err(ConfineError::NotEnabled),
@@ -465,60 +467,83 @@ fn readable_roots(deny: &[PathBuf]) -> Vec<PathBuf> {
 /// told to stop (SIGTERM, SIGINT, or agent-ls's own end: the command's tree gets SIGTERM,
 /// then SIGKILL a second later). Returns the command's exit status as a shell would.
 fn supervise(policy: &Policy) -> i32 {
+    let signals = match listen() {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("{MARK} {why}");
+            return REFUSED;
+        }
+    };
+    match start(policy) {
+        Ok(child) => wait_tree(child, &signals),
+        Err(status) => status,
+    }
+}
+
+/// Why the helper cannot watch over a command, so it starts none.
+#[derive(Debug, thiserror::Error)]
+enum Unwatched {
+    #[error("cannot block signals: {0}")]
+    Block(nix::Error),
+    #[error("cannot ask to hear of agent-ls's end: {0}")]
+    DeathSignal(nix::Error),
+    #[error("agent-ls ended before the command started")]
+    Orphaned,
+    #[error("cannot watch signals: {0}")]
+    SignalFd(nix::Error),
+}
+
+/// The descriptor the helper reads SIGTERM, SIGINT and SIGCHLD from, those signals blocked,
+/// and SIGTERM asked for when agent-ls ends.
+fn listen() -> Result<nix::sys::signalfd::SignalFd, Unwatched> {
     use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
-    use std::os::unix::process::ExitStatusExt;
-    use std::time::{Duration, Instant};
-
     let mut mask = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD] {
         mask.add(s);
     }
     // Blocked here and read from a descriptor instead; the command starts with an empty mask
     // and default dispositions (`child::start_clean`), since exec keeps both.
-    if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None) {
-        eprintln!("{MARK} cannot block signals: {e}");
-        return REFUSED;
-    }
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).map_err(Unwatched::Block)?;
     // When agent-ls dies, even of SIGKILL, the kernel sends us SIGTERM, which ends the tree
     // below like any SIGTERM. (It is sent when the thread that started us ends; agent-ls
     // starts helpers from its runtime's threads, which live as long as the process.) A parent
     // gone before this line left us to init already: then nothing is started at all.
-    if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM) {
-        eprintln!("{MARK} cannot ask to hear of agent-ls's end: {e}");
-        return REFUSED;
-    }
+    nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(Unwatched::DeathSignal)?;
     if nix::unistd::getppid().as_raw() == 1 {
-        eprintln!("{MARK} agent-ls ended before the command started");
-        return REFUSED;
+        return Err(Unwatched::Orphaned);
     }
-    let signals = match SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{MARK} cannot watch signals: {e}");
-            return REFUSED;
-        }
-    };
+    SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK).map_err(Unwatched::SignalFd)
+}
+
+/// Starts the command, or gives the status a shell gives a command that cannot start.
+fn start(policy: &Policy) -> Result<std::process::Child, i32> {
     let Some((program, args)) = policy.argv.split_first() else {
         eprintln!("{MARK} no command to run");
-        return REFUSED;
+        return Err(REFUSED);
     };
     let mut command = std::process::Command::new(program);
     command.args(args);
-    // The signals blocked above, and SIGPIPE that Rust ignores, would be the command's too.
+    // The signals blocked by `listen`, and SIGPIPE that Rust ignores, would be the command's
+    // too.
     crate::child::start_clean(&mut command);
-    let mut child = match command.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            // The command cannot start: as a shell says it, with its own status.
-            eprintln!("{program}: {e}");
-            return if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
+    command.spawn().map_err(|e| {
+        eprintln!("{program}: {e}");
+        if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
         }
-    };
+    })
+}
+
+/// Waits for the command, passing a stop on to its whole tree (SIGTERM, then SIGKILL a second
+/// later) and reaping orphans meanwhile; ends the rest of the tree once the command ends.
+/// The command's status as a shell gives it.
+fn wait_tree(mut child: std::process::Child, signals: &nix::sys::signalfd::SignalFd) -> i32 {
+    use nix::sys::signal::Signal;
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::{Duration, Instant};
     let mut kill_at: Option<Instant> = None;
     loop {
         let timeout = kill_at.map_or(nix::poll::PollTimeout::NONE, |at| {
@@ -527,7 +552,7 @@ fn supervise(policy: &Policy) -> i32 {
                 .unwrap_or(nix::poll::PollTimeout::ZERO)
         });
         let mut fds = [nix::poll::PollFd::new(
-            std::os::fd::AsFd::as_fd(&signals),
+            std::os::fd::AsFd::as_fd(signals),
             nix::poll::PollFlags::POLLIN,
         )];
         let _ = nix::poll::poll(&mut fds, timeout);

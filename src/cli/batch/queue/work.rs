@@ -10,7 +10,8 @@ use agent_ls_runtime::queue::{Finished, GiveBack, Leased, TaskQueue};
 use tokio_util::sync::CancellationToken;
 
 use super::super::results::TaskResult;
-use super::super::{tasks, watch_signals, worker};
+use super::super::tasks::{self, TaskError};
+use super::super::{watch_signals, worker};
 use super::{POLL, WorkerArgs, default_name, out_dir};
 use crate::cli::run::exit;
 
@@ -128,7 +129,7 @@ async fn handle(sh: &Shared, l: Leased, cancel: &CancellationToken) -> anyhow::R
     }
     let parsed = match &l.job {
         Some(job) => tasks::from_value(&job.task),
-        None => Err("not an agent-ls job".to_string()),
+        None => Err(TaskError::NotAJob),
     };
     let task = match parsed {
         Ok(t) => t,
