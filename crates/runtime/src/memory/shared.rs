@@ -91,7 +91,6 @@ fn short_hash(s: &str) -> String {
     format!("{:08x}", h >> 32)
 }
 
-
 /// The pattern of `kind` made from the episodes of that kind (their runs and records, oldest
 /// first), with the run it was last fixed in: once two runs or more fixed it. Both stores
 /// count patterns with it.
