@@ -1,7 +1,7 @@
 //! The driver's side of memory across runs (docs/memory.md): what the run tries is kept as it
-//! goes (`Trail`), the records matching its first failures are recalled into `Run::memory`
-//! once those are known (journaled with their scores), and its episodes are remembered when
-//! it ends. Best effort throughout: a store that fails costs the memory, never the run.
+//! goes (`Trail`), the records matching its first failures are handed to the run
+//! (`Input::Memory`) once those are known (journaled with their scores), and its episodes are
+//! remembered when it ends. Best effort throughout: a store that fails costs the memory, never the run.
 
 use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::events::RunEvent;
