@@ -38,6 +38,9 @@ pub struct PgStore {
     client: Client,
     /// The `embedding` column is pgvector's `vector` (else `real[]`).
     vector: bool,
+    /// pgvector is 0.8 or newer, so a filtered HNSW search may scan on until it has enough
+    /// rows (`hnsw.iterative_scan`); older servers refuse the setting.
+    iterative_scan: bool,
     url: String,
     /// The least cosine similarity of a record found by its embedding
     /// (`memory.embeddings.min_similarity`): a store of unrelated records adds nothing.
@@ -45,6 +48,14 @@ pub struct PgStore {
 }
 
 static FALLBACK_WARNED: std::sync::Once = std::sync::Once::new();
+
+/// Whether pgvector `version` ("0.8.0") has `hnsw.iterative_scan` (0.8 and newer).
+fn has_iterative_scan(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= (0, 8)
+}
 
 fn vector_literal(v: &[f32]) -> pgvector::Vector {
     pgvector::Vector::from(v.to_vec())
@@ -109,10 +120,11 @@ impl PgStore {
             runtime,
             client,
             vector: false,
+            iterative_scan: false,
             url: shown,
             min_similarity: 0.0,
         };
-        store.vector = store.migrate()?;
+        (store.vector, store.iterative_scan) = store.migrate()?;
         Ok(store)
     }
 
@@ -146,8 +158,9 @@ impl PgStore {
 
     /// Creates or updates the schema under an advisory lock held to the transaction's end, so
     /// processes that start together wait for one another instead of racing. Returns whether
-    /// the `embedding` column is a pgvector `vector`.
-    fn migrate(&mut self) -> Result<bool, MemoryError> {
+    /// the `embedding` column is a pgvector `vector`, and whether that pgvector has iterative
+    /// index scans.
+    fn migrate(&mut self) -> Result<(bool, bool), MemoryError> {
         self.run(async move |client| {
             let mut tx = client.transaction().await?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
@@ -179,8 +192,16 @@ impl PgStore {
                 )
                 .await?
                 .get(0);
+            let pgvector: Option<String> = tx
+                .query_opt(
+                    "SELECT extversion FROM pg_extension WHERE extname = 'vector'",
+                    &[],
+                )
+                .await?
+                .map(|row| row.get(0));
             tx.commit().await?;
-            Ok(kind.starts_with("vector"))
+            let iterative = pgvector.as_deref().is_some_and(has_iterative_scan);
+            Ok((kind.starts_with("vector"), iterative))
         })
     }
 
@@ -377,12 +398,14 @@ impl PgStore {
                  FROM agent_ls_memories WHERE {FILTER}
                  ORDER BY embedding::vector({dims}) <=> $4 LIMIT $5"
             );
+            let settings = if self.iterative_scan {
+                "SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 200"
+            } else {
+                "SET LOCAL hnsw.ef_search = 200"
+            };
             return self.run(async move |client| {
                 let tx = client.transaction().await?;
-                tx.batch_execute(
-                    "SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = 200",
-                )
-                .await?;
+                tx.batch_execute(settings).await?;
                 let rows = tx
                     .query(&sql, &[&dims, &scope, &owner, &v, &(limit as i64)])
                     .await?;
@@ -676,5 +699,15 @@ mod tests {
     fn a_tsquery_is_made_of_words_only() {
         let words = vec!["assertionerror".to_string(), "a|b".into(), "calc".into()];
         assert_eq!(ts_query(&words), "assertionerror | calc");
+    }
+
+    #[test]
+    fn iterative_scans_are_asked_for_only_from_pgvector_0_8_on() {
+        assert!(!has_iterative_scan("0.6.2"));
+        assert!(!has_iterative_scan("0.7.4"));
+        assert!(has_iterative_scan("0.8.0"));
+        assert!(has_iterative_scan("0.10"));
+        assert!(has_iterative_scan("1.0.0"));
+        assert!(!has_iterative_scan("garbage"));
     }
 }
