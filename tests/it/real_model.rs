@@ -1,5 +1,5 @@
-//! The OpenAI-compatible client against a real model: llama.cpp's server with SmolLM2-135M on
-//! 127.0.0.1, started by scripts/test (which sets AGENT_LS_REAL_MODEL_URL). The model is tiny,
+//! The OpenAI-compatible client against a real model: SmolLM2-135M on llama.cpp, served on
+//! 127.0.0.1 by tests/model-server, started by scripts/test (which sets AGENT_LS_REAL_MODEL_URL). The model is tiny,
 //! so these tests check structure (streamed tokens, a forced tool call, JSON that parses),
 //! not the quality of the answers.
 
@@ -35,8 +35,8 @@ fn models(url: &str) -> Models {
     Models::new(&c, None)
 }
 
-/// llama-cpp-python's server runs one generation at a time and answers a concurrent
-/// streaming request with an empty stream, so these tests take turns.
+/// The server runs one generation at a time and queues the rest, and each answer is given a
+/// time limit, so these tests take turns rather than wait in its queue.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn call(m: &Models, req: &Request, on_token: Option<&(dyn Fn(&str) + Send + Sync)>) -> Response {
