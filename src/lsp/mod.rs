@@ -255,6 +255,13 @@ impl Backend {
     /// Takes the workspace's run lock off the async threads (it opens a file); refused at
     /// once, naming who holds it, when another run has it.
     async fn lock(&self, goal: &str) -> Result<RunLock> {
+        // A review question still waiting does not hold the workspace: it is answered
+        // "Keep", and the run it ends frees the lock.
+        let (reply, pending) = oneshot::channel();
+        self.session.send(Event::EndPendingQuestion(reply));
+        if let Ok(Some(ended)) = pending.await {
+            let _ = tokio::time::timeout(PENDING_QUESTION_END, ended).await;
+        }
         let root = self
             .session
             .query(|s| s.workspace_root().cloned())
@@ -786,6 +793,10 @@ async fn guarded<T>(method: &str, handler: impl Future<Output = Result<T>>) -> R
         }
     }
 }
+
+/// How long a command waits for a run to end once it answered the run's review question
+/// (the run records the decision, then ends).
+const PENDING_QUESTION_END: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// LSP's RequestFailed: the request was valid but failed. JSON-RPC's -32600 is for messages
 /// that are not requests at all, and a client may treat it as its own bug.

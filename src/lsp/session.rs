@@ -128,6 +128,9 @@ pub enum Event {
     },
     /// agent-ls.accept (true) or agent-ls.reject (false) for the proposal waiting.
     Decision(bool),
+    /// A command that needs the workspace: the review question waiting, if any, is
+    /// answered, and the reply tells when its run has ended (`end_pending_question`).
+    EndPendingQuestion(oneshot::Sender<Option<oneshot::Receiver<()>>>),
     /// agent-ls.undo (or redo): the reply says which step, or why not.
     Undo {
         redo: bool,
@@ -216,6 +219,8 @@ enum Active {
         goal: String,
         cancel: CancellationToken,
         decisions: mpsc::UnboundedSender<bool>,
+        /// The run has ended but for the review question, which is waiting.
+        deciding: bool,
     },
     Undo {
         step: u64,
@@ -257,6 +262,8 @@ pub struct Session {
     deferred: Vec<Event>,
     store: Option<StoreThread>,
     waiters: Vec<TextWaiter>,
+    /// Told when the active run ends: the commands that answered its review question.
+    run_end: Vec<oneshot::Sender<()>>,
     /// The trust question was asked in this session (it is asked at most once).
     trust_asked: bool,
     /// Open documents whose file the server wrote under the editor (a client without
@@ -293,6 +300,7 @@ impl Session {
             deferred: Vec::new(),
             store: None,
             waiters: Vec::new(),
+            run_end: Vec::new(),
             trust_asked: false,
             written_under: WrittenUnder::default(),
         };
@@ -436,6 +444,9 @@ impl Session {
                 let _ = reply.send(self.start_run(args, lock));
             }
             Event::Decision(yes) => self.decision(yes),
+            Event::EndPendingQuestion(reply) => {
+                let _ = reply.send(self.end_pending_question());
+            }
             Event::Undo {
                 redo,
                 step,
@@ -485,6 +496,25 @@ impl Session {
                 .outbox
                 .show_message(MessageType::INFO, "agent-ls: no proposal is waiting"),
         }
+    }
+
+    /// An undo, a rollback or a run asked for while the active run waits on its review
+    /// question: the question is answered "Keep" (the user has moved on; a rollback asked
+    /// for then rolls the kept run back), and the answer is told when the run has ended and
+    /// the workspace is free. `None` when no question waits.
+    fn end_pending_question(&mut self) -> Option<oneshot::Receiver<()>> {
+        let Some(Active::Run {
+            decisions,
+            deciding: true,
+            ..
+        }) = &self.active
+        else {
+            return None;
+        };
+        let _ = decisions.send(true);
+        let (told, ended) = oneshot::channel();
+        self.run_end.push(told);
+        Some(ended)
     }
 
     /// agent-ls.resume: an interrupted run goes on from its checkpoint (or from its goal, when
@@ -644,6 +674,10 @@ impl Session {
             AgentMessage::StepApplied(step) => self.step_applied(step),
             AgentMessage::Finished { id, outcome } => self.run_finished(&id, *outcome),
             AgentMessage::Reviewed { review, reply } => {
+                // The review question follows: the run's work is done.
+                if let Some(Active::Run { deciding, .. }) = &mut self.active {
+                    *deciding = true;
+                }
                 if let Some(root) = &self.workspace_root {
                     let uris = self.review.set(root, Some(&review));
                     self.republish(uris);
@@ -669,6 +703,9 @@ impl Session {
     fn run_finished(&mut self, id: &str, outcome: Outcome) {
         if matches!(&self.active, Some(Active::Run { id: a, .. }) if a == id) {
             self.active = None;
+            for told in self.run_end.drain(..) {
+                let _ = told.send(());
+            }
         }
         let kind = if outcome.status == RunStatus::Done {
             MessageType::INFO
@@ -961,6 +998,7 @@ impl Session {
             goal: title,
             cancel: cancel.clone(),
             decisions: decisions_tx,
+            deciding: false,
         });
         let git = self.git_context();
         agent_runs::spawn(agent_runs::StartRun {
