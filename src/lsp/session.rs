@@ -39,7 +39,7 @@ use super::rollback::{self, RollbackArgs};
 use super::test_runs::{self, TestMessage, TestRuns, Trigger};
 use super::transport::Notice;
 use super::undo;
-use super::workspace_edit::EditSupport;
+use super::workspace_edit::{self, EditSupport};
 use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::edit::history::{History, Step};
 use agent_ls_core::events::{LiveEvent, RunEvent};
@@ -264,6 +264,10 @@ pub struct Session {
     waiters: Vec<TextWaiter>,
     /// Told when the active run ends: the commands that answered its review question.
     run_end: Vec<oneshot::Sender<()>>,
+    /// A document was opened in this session (`first_open`).
+    opened: bool,
+    /// The client confirms each server edit itself (eglot alone; `client_confirms_edits`).
+    client_confirms_edits: bool,
     /// The trust question was asked in this session (it is asked at most once).
     trust_asked: bool,
     /// Open documents whose file the server wrote under the editor (a client without
@@ -301,6 +305,8 @@ impl Session {
             store: None,
             waiters: Vec::new(),
             run_end: Vec::new(),
+            client_confirms_edits: false,
+            opened: false,
             trust_asked: false,
             written_under: WrittenUnder::default(),
         };
@@ -554,6 +560,7 @@ impl Session {
                 self.documents
                     .insert(o.uri, Buffer::from_text(o.text, o.version));
                 self.check_waiters();
+                self.first_open();
             }
             Notice::Changed(p) => {
                 self.change(p);
@@ -608,6 +615,21 @@ impl Session {
                     .tests
                     .saved(&self.test_report, std::time::Duration::from_millis(ms)),
             }
+        }
+    }
+
+    /// `test.on_open`: the first document opened in the session starts one test run, so its
+    /// failures are on their lines without waiting for a save or a command.
+    fn first_open(&mut self) {
+        if self.opened || !self.config.config.test.on_open || self.workspace_root.is_none() {
+            return;
+        }
+        self.opened = true;
+        if self.active.is_none() {
+            self.start_tests(Trigger::User {
+                reason: "open".into(),
+                command: None,
+            });
         }
     }
 
@@ -827,7 +849,11 @@ impl Session {
             report: self.agent_report.clone(),
             root: self.workspace_root.clone()?,
             encoding: self.encoding,
-            support: EditSupport::from_capabilities(&self.capabilities),
+            support: EditSupport {
+                // agent-ls.el asks its own question and saves the files: not eglot alone.
+                confirms_edits: self.client_confirms_edits,
+                ..EditSupport::from_capabilities(&self.capabilities)
+            },
             progress: progress_supported(&self.capabilities),
             written_under: self.written_under.clone(),
         })
@@ -1122,6 +1148,9 @@ impl Session {
     ) {
         self.encoding = convert::negotiate_encoding(&params);
         self.capabilities = params.capabilities.clone();
+        self.client_confirms_edits = !EditSupport::from_capabilities(&params.capabilities)
+            .save_files
+            && workspace_edit::client_confirms_edits(params.process_id);
         self.workspace_root = inputs.workspace_root.clone();
         self.inputs = inputs;
         self.config = loaded;
