@@ -395,12 +395,9 @@ fn the_mcp_servers_a_session_brings_are_the_runs_tools() {
     assert!(seen["final"].as_str().unwrap().contains("return a + b"));
 }
 
-#[test]
-fn session_load_shows_a_recorded_run() {
-    if deps().is_none() {
-        return;
-    }
-    // A run made by `agent-ls run`, then loaded over ACP by its id.
+/// The example with a run made by `agent-ls run` (the fix, by the replay provider): the
+/// workspace, the home it ran with, and the run's id.
+fn recorded_run() -> (tempfile::TempDir, tempfile::TempDir, String) {
     let ws = support::example();
     std::fs::write(
         ws.path().join(".replay.jsonl"),
@@ -423,6 +420,16 @@ fn session_load_shows_a_recorded_run() {
     .unwrap();
     let o: Value = serde_json::from_slice(&out.stdout).unwrap();
     let id = o["run_id"].as_str().unwrap().to_string();
+    (ws, home, id)
+}
+
+#[test]
+fn session_load_shows_a_recorded_run() {
+    if deps().is_none() {
+        return;
+    }
+    // A run made by `agent-ls run`, then loaded over ACP by its id.
+    let (ws, _home, id) = recorded_run();
     let (seen, _ws) = client_in(ws, &format!("load:{id}"), NO_EVAL);
     let updates = seen["updates"].as_array().unwrap();
     assert!(
@@ -620,28 +627,7 @@ fn a_session_loads_in_a_new_process_and_an_unknown_id_is_not_found() {
 
 #[test]
 fn session_load_streams_the_history_before_it_answers() {
-    let ws = support::example();
-    std::fs::write(
-        ws.path().join(".replay.jsonl"),
-        support::replay_script(&[json!({"role": "coder", "content": FIX})]),
-    )
-    .unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let out = support::cli(
-        &["run", "fix the failing tests", "--yes"],
-        ws.path(),
-        home.path(),
-    )
-    .env("AGENT_LS_MODEL__PROVIDER", "replay")
-    .env(
-        "AGENT_LS_MODEL__REPLAY_FILE",
-        ws.path().join(".replay.jsonl"),
-    )
-    .env("AGENT_LS_AGENT__EVALUATE", "off")
-    .output()
-    .unwrap();
-    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let id = o["run_id"].as_str().unwrap().to_string();
+    let (ws, home, id) = recorded_run();
     let cwd = ws.path().canonicalize().unwrap();
     let mut acp = RawAcp::start(home.path());
     let (loaded, before) = acp.request(
