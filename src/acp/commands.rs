@@ -9,6 +9,7 @@ use std::pin::Pin;
 use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{AvailableCommand, WriteTextFileRequest};
+use agent_ls_core::agent::RunStatus;
 use agent_ls_core::edit::{FileText, Limits};
 use agent_ls_runtime::config;
 
@@ -77,6 +78,13 @@ pub(super) fn answer(command: &str, cx: &Context, loaded: &config::Loaded) -> Op
             commit(&root, &loaded, run).await
         })));
     }
+    if command == "/status" {
+        // It asks git of each run: off the async threads.
+        let root = cx.root.clone();
+        return Some(Answer::Later(Box::pin(async move {
+            tokio::task::block_in_place(|| status(&root))
+        })));
+    }
     command_answer(command, cx.has_last, &cx.root, &limits).map(Answer::Now)
 }
 
@@ -142,7 +150,7 @@ async fn move_through_client(
     }
 }
 
-/// The answer to one of the session's commands (`/undo [step]`, `/redo`, `/status`, and
+/// The answer to one of the session's commands (`/undo [step]`, `/redo`, and
 /// `/rerun` when there is no goal to run again); `None` for a goal, which starts a run.
 fn command_answer(command: &str, has_last: bool, root: &Path, limits: &Limits) -> Option<String> {
     if let Some(rest) = command.strip_prefix("/undo") {
@@ -161,24 +169,37 @@ fn command_answer(command: &str, has_last: bool, root: &Path, limits: &Limits) -
             Ok((id, files)) => format!("redid step {id}: {}", files.join(", ")),
             Err(e) => format!("nothing was redone: {e}"),
         }),
-        "/status" => {
-            let runs: Vec<String> = agent_ls_runtime::journal::list(root)
-                .iter()
-                .take(10)
-                .map(|r| format!("- {} {} {}", r.run_id, r.status.as_str(), r.goal))
-                .collect();
-            Some(if runs.is_empty() {
-                "no runs yet".to_string()
-            } else {
-                runs.join("\n")
-            })
-        }
         "/rerun" if !has_last => Some("no goal to run again yet".to_string()),
         "/test" => Some(
             "/test needs the bug: /test parse drops the last field of a line ending with a comma"
                 .to_string(),
         ),
         _ => None,
+    }
+}
+
+/// `/status`: the ten latest runs, newest first. A finished run whose files are back as its
+/// checkpoint had them is shown as rolled back, not as it ended.
+fn status(root: &Path) -> String {
+    let runs: Vec<String> = agent_ls_runtime::journal::list(root)
+        .iter()
+        .take(10)
+        .map(|r| {
+            let ended = r.status.as_str();
+            let shown = if r.status != RunStatus::Interrupted
+                && rollback::is_rolled_back(root, &r.run_id)
+            {
+                "rolled back"
+            } else {
+                ended
+            };
+            format!("- {} {shown} {}", r.run_id, r.goal)
+        })
+        .collect();
+    if runs.is_empty() {
+        "no runs yet".to_string()
+    } else {
+        runs.join("\n")
     }
 }
 

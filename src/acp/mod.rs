@@ -395,23 +395,25 @@ fn load_recorded(
     let resumable = Store::open(&root)
         .ok()
         .and_then(|(store, _)| drive::resume_point(&store, &id, None).ok());
-    responder.respond(LoadSessionResponse::new())?;
-    tell_trust(&conn, &id, &root, None);
-    offer_commands(&conn, &id);
-    match resumable {
-        Some((goal, checkpoint)) => {
-            let fs = state.client_fs();
-            let loaded = config::load(&config::Inputs::from_process(Some(root.clone())));
-            tokio::spawn(async move {
-                let peer = (id, conn, fs);
-                run::run(loaded.config, root, goal, Some(checkpoint), peer, cancel).await;
-            });
-        }
-        None => say(
+    // The history (the goal, and how the run ended) is streamed before the answer, as ACP
+    // asks; what goes on from here (the resumed run) comes after it.
+    if resumable.is_none() {
+        say(
             &conn,
             &id,
             format!("run {id} ended: {}", recorded.status.as_str()),
-        ),
+        );
+    }
+    responder.respond(LoadSessionResponse::new())?;
+    tell_trust(&conn, &id, &root, None);
+    offer_commands(&conn, &id);
+    if let Some((goal, checkpoint)) = resumable {
+        let fs = state.client_fs();
+        let loaded = config::load(&config::Inputs::from_process(Some(root.clone())));
+        tokio::spawn(async move {
+            let peer = (id, conn, fs);
+            run::run(loaded.config, root, goal, Some(checkpoint), peer, cancel).await;
+        });
     }
     Ok(())
 }
@@ -427,11 +429,12 @@ fn load_saved(
 ) -> Handled {
     let session = Session::new(root.clone(), &req.mcp_servers, None, last_goal.clone());
     state.insert(id, session);
-    responder.respond(LoadSessionResponse::new())?;
-    tell_trust(&conn, id, &root, None);
+    // The history first, then the answer (ACP's order).
     if let Some(goal) = last_goal {
         notify(&conn, id, SessionUpdate::UserMessageChunk(text_chunk(goal)));
     }
+    responder.respond(LoadSessionResponse::new())?;
+    tell_trust(&conn, id, &root, None);
     offer_commands(&conn, id);
     Ok(())
 }

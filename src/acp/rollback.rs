@@ -43,6 +43,24 @@ enum Failure {
     },
 }
 
+/// Whether run `run_id` is rolled back: it changed files, and each holds its checkpoint's
+/// content again (by a rollback from any surface, or put back by hand). Nothing records a
+/// rollback, and the files are what the user cares about.
+pub(super) fn is_rolled_back(root: &std::path::Path, run_id: &str) -> bool {
+    let Ok(repo) = Repo::discover(root) else {
+        return false;
+    };
+    let Ok(recorded) = recorded_run(root, &repo, Some(run_id)) else {
+        return false;
+    };
+    let Ok(mut plan) = checkpoint::plan_rollback(&repo, &recorded.checkpoint, &recorded.files)
+    else {
+        return false;
+    };
+    let already = plan.take_restored(&repo, &BTreeMap::new());
+    !already.is_empty() && plan.files.is_empty() && plan.left_out.is_empty()
+}
+
 /// `/rollback ...`'s run (default: the latest with a checkpoint) and whether it is forced;
 /// `None` when `command` is not `/rollback`.
 pub(super) fn parse(command: &str) -> Option<(Option<String>, bool)> {

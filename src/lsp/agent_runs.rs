@@ -349,6 +349,10 @@ async fn settle_review(
     if shell.approval == Approval::Auto || shell.on_disk.is_some() || shell.cancel.is_cancelled() {
         return;
     }
+    if let Some(notice) = review_decision::unavailable_notice(&shell.label, outcome) {
+        shell.c.outbox.show_message(MessageType::WARNING, notice);
+        return;
+    }
     let Some(question) = review_decision::question(&shell.label, outcome) else {
         return;
     };

@@ -170,3 +170,14 @@ impl tower_lsp_server::ls_types::notification::Notification for RunEventNotifica
     type Params = agent_ls_core::events::WireEvent;
     const METHOD: &'static str = RUN_EVENT;
 }
+
+/// A notification clients ignore (`$/` methods may be), sent after `workspace/applyEdit` so
+/// that a client reading late wakes: Emacs 28's jsonrpc leaves a request that came in the
+/// same read as the answer it was waiting for unhandled until more output arrives (eglot
+/// without agent-ls.el would sit on an undo's edit until it shut down).
+pub enum WakeNotification {}
+
+impl tower_lsp_server::ls_types::notification::Notification for WakeNotification {
+    type Params = serde_json::Value;
+    const METHOD: &'static str = "$/agent-ls/wake";
+}

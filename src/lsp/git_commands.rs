@@ -115,7 +115,7 @@ pub async fn ask(cx: &GitContext, outcome: &Outcome, outbox: &Outbox) {
         outcome.files_changed.join(", ")
     );
     let answer = outbox
-        .ask(MessageType::INFO, question, &["Commit", "Not now"])
+        .ask(MessageType::INFO, question, &["Not now", "Commit"])
         .await;
     if answer.as_deref() != Some("Commit") {
         return;

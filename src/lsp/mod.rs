@@ -255,14 +255,19 @@ impl Backend {
     /// Takes the workspace's run lock off the async threads (it opens a file); refused at
     /// once, naming who holds it, when another run has it.
     async fn lock(&self, goal: &str) -> Result<RunLock> {
+        // A review question still waiting does not hold the workspace: it is answered
+        // "Keep", and the run it ends frees the lock.
+        let (reply, pending) = oneshot::channel();
+        self.session.send(Event::EndPendingQuestion(reply));
+        if let Ok(Some(ended)) = pending.await {
+            let _ = tokio::time::timeout(PENDING_QUESTION_END, ended).await;
+        }
         let root = self
             .session
             .query(|s| s.workspace_root().cloned())
             .await
             .map_err(internal)?
-            .ok_or_else(|| {
-                Error::invalid_request().tap_message("agent-ls needs a workspace folder".into())
-            })?;
+            .ok_or_else(|| refused("agent-ls needs a workspace folder"))?;
         let goal = goal.to_string();
         tokio::task::spawn_blocking(move || RunLock::acquire(&root, &goal))
             .await
@@ -277,10 +282,7 @@ impl Backend {
             .query(|s| s.git_context())
             .await
             .map_err(internal)?
-            .ok_or_else(|| {
-                Error::invalid_request()
-                    .tap_message("agent-ls needs a workspace folder and its store for git".into())
-            })?;
+            .ok_or_else(|| refused("agent-ls needs a workspace folder and its store for git"))?;
         let done = if pr {
             git_commands::pr(cx, run).await
         } else {
@@ -405,10 +407,8 @@ impl Backend {
             .query(|s| (s.store(), s.active_run()))
             .await
             .map_err(internal)?;
-        let store = store.ok_or_else(|| {
-            Error::invalid_request()
-                .tap_message("no store in this workspace, so no run to resume".into())
-        })?;
+        let store =
+            store.ok_or_else(|| refused("no store in this workspace, so no run to resume"))?;
         let (goal, checkpoint) = {
             let run_id = run_id.clone();
             store
@@ -671,7 +671,7 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
     out.push(agent_action(
         uri,
         "Agent: fix failing tests",
-        CodeActionKind::new("source.agent-ls.fixTests"),
+        Some(CodeActionKind::new("source.agent-ls.fixTests")),
         "fix the failing tests".into(),
         (None, None),
     ));
@@ -695,7 +695,7 @@ fn fix_actions(uri: &Uri, diagnostics: &[Diagnostic]) -> Vec<CodeActionOrCommand
         let mut fix = agent_action(
             uri,
             "Agent: fix this",
-            CodeActionKind::QUICKFIX,
+            Some(CodeActionKind::QUICKFIX),
             format!(
                 "Fix this {what} at line {}: {}",
                 d.range.start.line + 1,
@@ -717,29 +717,25 @@ fn fix_actions(uri: &Uri, diagnostics: &[Diagnostic]) -> Vec<CodeActionOrCommand
 /// the first action on a keypress must not start an edit run on a selection by accident.
 fn selection_actions(uri: &Uri, r: Range) -> Vec<CodeActionOrCommand> {
     [
-        (
-            "Agent: explain",
-            CodeActionKind::EMPTY,
-            "Explain the selected code",
-        ),
+        ("Agent: explain", None, "Explain the selected code"),
         (
             "Agent: review",
-            CodeActionKind::EMPTY,
+            None,
             "Review the selected code: bugs first, then risks, missing tests and unclear names",
         ),
         (
             WRITE_FAILING_TEST,
-            CodeActionKind::EMPTY,
+            None,
             "The selected code has a bug: write a test that fails because of it, then fix it",
         ),
         (
             "Agent: implement",
-            CodeActionKind::REFACTOR_REWRITE,
+            Some(CodeActionKind::REFACTOR_REWRITE),
             "Implement the selected code",
         ),
         (
             "Agent: refactor",
-            CodeActionKind::REFACTOR,
+            Some(CodeActionKind::REFACTOR),
             "Refactor the selected code, keeping its behaviour",
         ),
     ]
@@ -753,7 +749,7 @@ fn selection_actions(uri: &Uri, r: Range) -> Vec<CodeActionOrCommand> {
 fn agent_action(
     uri: &Uri,
     title: &str,
-    kind: CodeActionKind,
+    kind: Option<CodeActionKind>,
     goal: String,
     (range, diagnostics): (Option<Range>, Option<Vec<Diagnostic>>),
 ) -> CodeActionOrCommand {
@@ -768,7 +764,9 @@ fn agent_action(
     }
     CodeActionOrCommand::CodeAction(CodeAction {
         title: title.into(),
-        kind: Some(kind),
+        // Explain, review and write-a-test fit no kind of LSP's: they have none rather than
+        // `""`, which no client can filter on.
+        kind,
         diagnostics,
         command: Some(Command {
             title: title.into(),
@@ -796,20 +794,21 @@ async fn guarded<T>(method: &str, handler: impl Future<Output = Result<T>>) -> R
     }
 }
 
-trait WithMessage {
-    fn tap_message(self, message: String) -> Error;
-}
+/// How long a command waits for a run to end once it answered the run's review question
+/// (the run records the decision, then ends).
+const PENDING_QUESTION_END: std::time::Duration = std::time::Duration::from_secs(10);
 
-impl WithMessage for Error {
-    fn tap_message(mut self, message: String) -> Error {
-        self.message = message.into();
-        self
-    }
-}
+/// LSP's RequestFailed: the request was valid but failed. JSON-RPC's -32600 is for messages
+/// that are not requests at all, and a client may treat it as its own bug.
+const REQUEST_FAILED: i64 = -32803;
 
 /// A request the server will not do, with why (a run in progress, nothing to undo, ...).
 fn refused(why: impl std::fmt::Display) -> Error {
-    Error::invalid_request().tap_message(why.to_string())
+    Error {
+        code: ErrorCode::ServerError(REQUEST_FAILED),
+        message: why.to_string().into(),
+        data: None,
+    }
 }
 
 fn internal(err: impl std::fmt::Display) -> Error {

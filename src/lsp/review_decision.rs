@@ -21,8 +21,26 @@ pub const SHOW: &str = "Show findings";
 /// The findings a question lists before it says how many more there are.
 const LISTED: usize = 5;
 
+/// The notice for a run whose change could not be reviewed: it is no question, since an
+/// unavailable review does not block (docs/configuration.md); the change stays, and
+/// `agent-ls.rollback` is there for the user who wants it gone.
+pub fn unavailable_notice(label: &str, outcome: &Outcome) -> Option<String> {
+    let Some(ReviewResult::Unavailable { reason }) = &outcome.review else {
+        return None;
+    };
+    if outcome.files_changed.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{label}: the run's change to {} was not reviewed ({}); it stays (Agent: Rollback rolls the run back)",
+        outcome.files_changed.join(", "),
+        agent_ls_core::agent::one_line(reason)
+    ))
+}
+
 /// The question for a run that ended with `outcome`, or `None` when its review has nothing to
-/// say (no review, a correct verdict with no findings) or it changed no file.
+/// say (no review, a correct verdict with no findings, no review to be had: a notice, see
+/// `unavailable_notice`) or it changed no file.
 pub fn question(label: &str, outcome: &Outcome) -> Option<String> {
     let review = outcome.review.as_ref().filter(|r| r.needs_a_look())?;
     if outcome.files_changed.is_empty() {
@@ -30,10 +48,7 @@ pub fn question(label: &str, outcome: &Outcome) -> Option<String> {
     }
     let files = outcome.files_changed.join(", ");
     let mut text = match review {
-        ReviewResult::Unavailable { reason } => format!(
-            "{label}: the run's change to {files} was not reviewed ({}). Keep it, or roll the run back?",
-            agent_ls_core::agent::one_line(reason)
-        ),
+        ReviewResult::Unavailable { .. } => return None,
         ReviewResult::Reviewed { review, .. } => {
             let verdict = match review.verdict {
                 Verdict::Correct => "correct",
@@ -201,10 +216,11 @@ mod tests {
         let unavailable = outcome(Some(ReviewResult::Unavailable {
             reason: "the model failed".into(),
         }));
+        assert!(question("x", &unavailable).is_none());
         assert!(
-            question("x", &unavailable)
+            unavailable_notice("x", &unavailable)
                 .unwrap()
-                .contains("not reviewed (the model failed)")
+                .contains("not reviewed (the model failed); it stays")
         );
         let mut nothing_changed = outcome(reviewed(Verdict::Incorrect, Vec::new()));
         nothing_changed.files_changed.clear();

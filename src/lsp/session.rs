@@ -39,7 +39,7 @@ use super::rollback::{self, RollbackArgs};
 use super::test_runs::{self, TestMessage, TestRuns, Trigger};
 use super::transport::Notice;
 use super::undo;
-use super::workspace_edit::EditSupport;
+use super::workspace_edit::{self, EditSupport};
 use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::edit::history::{History, Step};
 use agent_ls_core::events::{LiveEvent, RunEvent};
@@ -128,6 +128,9 @@ pub enum Event {
     },
     /// agent-ls.accept (true) or agent-ls.reject (false) for the proposal waiting.
     Decision(bool),
+    /// A command that needs the workspace: the review question waiting, if any, is
+    /// answered, and the reply tells when its run has ended (`end_pending_question`).
+    EndPendingQuestion(oneshot::Sender<Option<oneshot::Receiver<()>>>),
     /// agent-ls.undo (or redo): the reply says which step, or why not.
     Undo {
         redo: bool,
@@ -216,6 +219,8 @@ enum Active {
         goal: String,
         cancel: CancellationToken,
         decisions: mpsc::UnboundedSender<bool>,
+        /// The run has ended but for the review question, which is waiting.
+        deciding: bool,
     },
     Undo {
         step: u64,
@@ -257,6 +262,12 @@ pub struct Session {
     deferred: Vec<Event>,
     store: Option<StoreThread>,
     waiters: Vec<TextWaiter>,
+    /// Told when the active run ends: the commands that answered its review question.
+    run_end: Vec<oneshot::Sender<()>>,
+    /// A document was opened in this session (`first_open`).
+    opened: bool,
+    /// The client confirms each server edit itself (eglot alone; `client_confirms_edits`).
+    client_confirms_edits: bool,
     /// The trust question was asked in this session (it is asked at most once).
     trust_asked: bool,
     /// Open documents whose file the server wrote under the editor (a client without
@@ -293,6 +304,9 @@ impl Session {
             deferred: Vec::new(),
             store: None,
             waiters: Vec::new(),
+            run_end: Vec::new(),
+            client_confirms_edits: false,
+            opened: false,
             trust_asked: false,
             written_under: WrittenUnder::default(),
         };
@@ -436,6 +450,9 @@ impl Session {
                 let _ = reply.send(self.start_run(args, lock));
             }
             Event::Decision(yes) => self.decision(yes),
+            Event::EndPendingQuestion(reply) => {
+                let _ = reply.send(self.end_pending_question());
+            }
             Event::Undo {
                 redo,
                 step,
@@ -487,6 +504,25 @@ impl Session {
         }
     }
 
+    /// An undo, a rollback or a run asked for while the active run waits on its review
+    /// question: the question is answered "Keep" (the user has moved on; a rollback asked
+    /// for then rolls the kept run back), and the answer is told when the run has ended and
+    /// the workspace is free. `None` when no question waits.
+    fn end_pending_question(&mut self) -> Option<oneshot::Receiver<()>> {
+        let Some(Active::Run {
+            decisions,
+            deciding: true,
+            ..
+        }) = &self.active
+        else {
+            return None;
+        };
+        let _ = decisions.send(true);
+        let (told, ended) = oneshot::channel();
+        self.run_end.push(told);
+        Some(ended)
+    }
+
     /// agent-ls.resume: an interrupted run goes on from its checkpoint (or from its goal, when
     /// it has none), under its own id.
     fn resume(
@@ -524,6 +560,7 @@ impl Session {
                 self.documents
                     .insert(o.uri, Buffer::from_text(o.text, o.version));
                 self.check_waiters();
+                self.first_open();
             }
             Notice::Changed(p) => {
                 self.change(p);
@@ -578,6 +615,21 @@ impl Session {
                     .tests
                     .saved(&self.test_report, std::time::Duration::from_millis(ms)),
             }
+        }
+    }
+
+    /// `test.on_open`: the first document opened in the session starts one test run, so its
+    /// failures are on their lines without waiting for a save or a command.
+    fn first_open(&mut self) {
+        if self.opened || !self.config.config.test.on_open || self.workspace_root.is_none() {
+            return;
+        }
+        self.opened = true;
+        if self.active.is_none() {
+            self.start_tests(Trigger::User {
+                reason: "open".into(),
+                command: None,
+            });
         }
     }
 
@@ -644,6 +696,10 @@ impl Session {
             AgentMessage::StepApplied(step) => self.step_applied(step),
             AgentMessage::Finished { id, outcome } => self.run_finished(&id, *outcome),
             AgentMessage::Reviewed { review, reply } => {
+                // The review question follows: the run's work is done.
+                if let Some(Active::Run { deciding, .. }) = &mut self.active {
+                    *deciding = true;
+                }
                 if let Some(root) = &self.workspace_root {
                     let uris = self.review.set(root, Some(&review));
                     self.republish(uris);
@@ -669,6 +725,9 @@ impl Session {
     fn run_finished(&mut self, id: &str, outcome: Outcome) {
         if matches!(&self.active, Some(Active::Run { id: a, .. }) if a == id) {
             self.active = None;
+            for told in self.run_end.drain(..) {
+                let _ = told.send(());
+            }
         }
         let kind = if outcome.status == RunStatus::Done {
             MessageType::INFO
@@ -790,7 +849,11 @@ impl Session {
             report: self.agent_report.clone(),
             root: self.workspace_root.clone()?,
             encoding: self.encoding,
-            support: EditSupport::from_capabilities(&self.capabilities),
+            support: EditSupport {
+                // agent-ls.el asks its own question and saves the files: not eglot alone.
+                confirms_edits: self.client_confirms_edits,
+                ..EditSupport::from_capabilities(&self.capabilities)
+            },
             progress: progress_supported(&self.capabilities),
             written_under: self.written_under.clone(),
         })
@@ -961,6 +1024,7 @@ impl Session {
             goal: title,
             cancel: cancel.clone(),
             decisions: decisions_tx,
+            deciding: false,
         });
         let git = self.git_context();
         agent_runs::spawn(agent_runs::StartRun {
@@ -1084,6 +1148,9 @@ impl Session {
     ) {
         self.encoding = convert::negotiate_encoding(&params);
         self.capabilities = params.capabilities.clone();
+        self.client_confirms_edits = !EditSupport::from_capabilities(&params.capabilities)
+            .save_files
+            && workspace_edit::client_confirms_edits(params.process_id);
         self.workspace_root = inputs.workspace_root.clone();
         self.inputs = inputs;
         self.config = loaded;

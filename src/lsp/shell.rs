@@ -116,16 +116,38 @@ pub fn apply_failure(e: ApplyError) -> String {
     why
 }
 
+/// The waits between the wake-ups sent while a `workspace/applyEdit` is unanswered
+/// (`ext::WakeNotification`).
+const WAKES: [std::time::Duration; 4] = [
+    std::time::Duration::from_millis(50),
+    std::time::Duration::from_millis(200),
+    std::time::Duration::from_millis(750),
+    std::time::Duration::from_secs(2),
+];
+
 /// Sends `workspace/applyEdit` and reads the client's answer; `applied: false` is a refusal.
 async fn send_edit(
     outbox: &Outbox,
     edit: WorkspaceEdit,
     label: Option<String>,
 ) -> Result<(), ApplyError> {
-    match outbox
-        .request::<ApplyWorkspaceEdit>(ApplyWorkspaceEditParams { label, edit })
-        .await
-    {
+    let answer = outbox.request::<ApplyWorkspaceEdit>(ApplyWorkspaceEditParams { label, edit });
+    tokio::pin!(answer);
+    // A few wake-ups while the answer is awaited, each in a write of its own; then none, so
+    // a user who takes their time to confirm is not flooded.
+    let mut wakes = WAKES.iter();
+    let answered = loop {
+        let Some(after) = wakes.next() else {
+            break answer.await;
+        };
+        tokio::select! {
+            r = &mut answer => break r,
+            _ = tokio::time::sleep(*after) => {
+                outbox.notify::<super::ext::WakeNotification>(serde_json::json!({}));
+            }
+        }
+    };
+    match answered {
         Ok(r) if r.applied => Ok(()),
         Ok(r) => {
             Err(ApplyError::Failed(r.failure_reason.unwrap_or_else(|| {
@@ -581,7 +603,11 @@ impl Shell for ServerShell {
             // The editor asks when it applies the annotated edit (VS Code's preview, whose
             // labels carry the review).
             // A worktree run's change is written on disk, with no preview: it is asked here.
-            Approval::Confirm if self.c.support.change_annotations && self.on_disk.is_none() => {
+            // eglot alone asks "Proceed?" before it applies: that is the step's question.
+            Approval::Confirm
+                if (self.c.support.change_annotations || self.c.support.confirms_edits)
+                    && self.on_disk.is_none() =>
+            {
                 true
             }
             _ => self.ask(changes, diff, review).await,

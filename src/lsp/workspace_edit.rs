@@ -24,6 +24,10 @@ pub struct EditSupport {
     pub delete_files: bool,
     /// The client saves documents on `agent-ls/saveFiles`.
     pub save_files: bool,
+    /// The client asks its user before it applies a server's edit, with no preview we can
+    /// annotate: eglot, whose "Server wants to edit … Proceed?" is then the step's question
+    /// (`client_confirms_edits`).
+    pub confirms_edits: bool,
 }
 
 impl EditSupport {
@@ -50,8 +54,18 @@ impl EditSupport {
                 .and_then(|e| e.pointer("/agentLs/saveFiles"))
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false),
+            confirms_edits: false,
         }
     }
+}
+
+/// Whether the client at `pid` (initialize's `processId`) is an Emacs, which asks before it
+/// applies a server's edit (eglot's `eglot-confirm-server-initiated-edits`, on by default).
+/// eglot 1.9 sends no `clientInfo`, so its process is what tells; where `/proc` is not there
+/// the answer is no, and the server asks its own question as for any client.
+pub fn client_confirms_edits(pid: Option<u32>) -> bool {
+    pid.and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+        .is_some_and(|comm| comm.trim().starts_with("emacs"))
 }
 
 /// One file of the edit: where it is and the buffer version the change was computed against
@@ -246,6 +260,7 @@ mod tests {
             create_files: true,
             delete_files: false,
             save_files: false,
+            confirms_edits: false,
         };
         let edit = to_workspace_edit(
             &c,

@@ -34,8 +34,9 @@ enum RollbackToolError {
 /// Where a checkpoint taken through MCP is named: `refs/agent-ls/checkpoints/mcp_<hex>`.
 const PREFIX: &str = "mcp_";
 
-/// The two tools, with what a host may assume of them: `checkpoint` writes no file (it adds a
-/// ref and objects to the repository); `rollback` rewrites and deletes files.
+/// The two tools, with what a host may assume of them: `checkpoint` writes no file of the
+/// workspace but adds a ref and objects to the repository, so it is not read-only (MCP's
+/// read-only means no change to the environment); `rollback` rewrites and deletes files.
 pub(super) fn tools() -> Vec<Tool> {
     let checkpoint = tool(
         "checkpoint",
@@ -53,7 +54,7 @@ pub(super) fn tools() -> Vec<Tool> {
     })))
     .annotate(
         ToolAnnotations::new()
-            .read_only(true)
+            .read_only(false)
             .destructive(false)
             .idempotent(false)
             .open_world(false),
@@ -71,9 +72,10 @@ pub(super) fn tools() -> Vec<Tool> {
         "properties": {
             "run": {"type": "string"},
             "checkpoint": {"type": "string"},
-            "files": {"type": "array", "items": {"type": "string"}}
+            "files": {"type": "array", "items": {"type": "string"}},
+            "already_rolled_back": {"type": "array", "items": {"type": "string"}}
         },
-        "required": ["run", "checkpoint", "files"]
+        "required": ["run", "checkpoint", "files", "already_rolled_back"]
     })))
     .annotate(
         ToolAnnotations::new()

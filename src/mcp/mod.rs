@@ -3,6 +3,7 @@
 //! parsers, and its edit engine. An edge like `src/lsp/`: the tools, the test runs and the
 //! steps are the same code the loop uses. `checkpoint` and `rollback` (`git.rs`) are git's.
 
+mod diagnostics;
 mod git;
 mod wire;
 
@@ -106,9 +107,10 @@ impl AgentLsMcp {
                 "step": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
                 "files": {"type": "array", "items": {"type": "string"}},
                 "diff": {"type": "string"},
-                "written": {"type": "boolean"}
+                "written": {"type": "boolean"},
+                "already_applied": {"type": "boolean"}
             },
-            "required": ["files", "diff", "written"]
+            "required": ["step", "files", "diff", "written", "already_applied"]
         }))));
         out.into_iter().map(annotated).chain(git::tools()).collect()
     }
@@ -128,9 +130,14 @@ impl AgentLsMcp {
             "checkpoint" => git::take(self.root.clone(), self.checkpoint.clone()).await,
             "rollback" => git::rollback(self.root.clone(), &args, self.checkpoint.clone()).await,
             "get_diagnostics" | "read_file" | "list_files" | "find_files" | "grep" => {
-                let diagnostics = agent_ls_runtime::tests_run::diagnostics_of(
-                    self.last.lock().ok().as_deref().and_then(Option::as_ref),
-                );
+                let last = self.last.lock().ok().and_then(|l| l.clone());
+                let mut diagnostics = agent_ls_runtime::tests_run::diagnostics_of(last.as_ref());
+                if name == "get_diagnostics"
+                    && let (Some(path), Some(last)) =
+                        (args.get("path").and_then(Value::as_str), &last)
+                {
+                    diagnostics.extend(diagnostics::of_source(&self.root, path, last));
+                }
                 let snapshot = Snapshot {
                     root: self.root.clone(),
                     buffers: Default::default(),
@@ -214,9 +221,19 @@ impl AgentLsMcp {
             "apply_edit (MCP)",
             dry_run,
         ) {
-            Ok(applied) => {
-                CallToolResult::structured(json!({"step": applied.step, "files": applied.files,
-                "diff": applied.diff, "written": !dry_run}))
+            // A dry run records no step: its step is null, not 0.
+            Ok(applied) => CallToolResult::structured(json!({
+                "step": (!dry_run).then_some(applied.step), "files": applied.files,
+                "diff": applied.diff, "written": !dry_run, "already_applied": false})),
+            // The tool is idempotent: the same edits sent again find their work done, which
+            // is a success that says so.
+            Err(agent_ls_runtime::steps::StepError::AlreadyInPlace) => {
+                let mut result = CallToolResult::structured(json!({"step": null, "files": [],
+                    "diff": "", "written": false, "already_applied": true}));
+                result.content.push(rmcp::model::ContentBlock::text(
+                    "the edits are already in place; nothing was changed",
+                ));
+                result
             }
             Err(e) => text_result(e.to_string(), true),
         }

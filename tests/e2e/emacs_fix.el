@@ -238,6 +238,54 @@ the tests rerun, the mode line follows, and the runs buffer tells what happened.
       (condition-case nil (with-current-buffer buf (save-buffer)) (error nil))
       (et-record "save after redo keeps the agent's text" (string-match-p "return a \\+ b" (disk-text file))))))
 
+(defun user-scenario ()
+  "eglot alone, as a new user meets it with the default settings: the fix through eglot's
+code-action menu, then undo and redo ten times each through a synchronous request, as M-x
+does.  Every question is counted: the menu, eglot's own, the server's."
+  (advice-add 'completing-read :around
+              (lambda (_fn prompt collection &rest rest)
+                (push (substring-no-properties (format "%s" prompt)) questions)
+                ;; The default (the first action) when there is one, as RET takes it.
+                (let ((def (nth 4 rest)))
+                  (or (and (stringp def) def)
+                      (let ((c (if (functionp collection)
+                                   (all-completions "" collection)
+                                 collection)))
+                        (let ((first (car c))) (if (consp first) (car first) first)))))))
+  (setq et-settings `(:model (:provider "replay" :replay_file ,(concat et-ws "/.replay.jsonl"))))
+  (cl-destructuring-bind (file buf) (et-start 'eglot-lsp-server)
+    (let ((server (with-current-buffer buf (eglot-current-server)))
+          (last-status (lambda (server)
+                         (plist-get (plist-get (et-exec server "agent-ls.status") :last) :status))))
+      (with-current-buffer buf
+        (let ((last-nonmenu-event ?a))
+          (eglot-code-actions (point-min) (point-min) nil t)))
+      (et-record "the run finishes" (wait-until (lambda () (funcall last-status server)) 60))
+      (et-record "status done" (equal (funcall last-status server) "done"))
+      (et-record "at most 2 questions for the fix (the action, the change)"
+                 (<= (length questions) 2) questions)
+      (in-step file buf "return a + b")
+      (dotimes (i 10)
+        (dolist (move '(("agent-ls.undo" "undid step" "return a - b")
+                        ("agent-ls.redo" "redid step" "return a + b")))
+          (cl-destructuring-bind (command said text) move
+            (setq questions nil messages nil)
+            (et-exec server command)
+            (et-record (format "%s %d lands within 10 s" command (1+ i))
+                       (wait-until (lambda ()
+                                     (and (cl-find-if (lambda (m) (string-match-p said m)) messages)
+                                          (string-match-p (regexp-quote text) (disk-text file))
+                                          (with-current-buffer buf
+                                            (string-match-p (regexp-quote text) (buffer-string)))))
+                                   10)
+                       (format "%S %S" questions messages))
+            ;; Emacs's own "changed on disk" question comes of the server writing the file
+            ;; under the buffer (tests run on the disk, and eglot saves nothing); it is not
+            ;; the server's to take away, and is counted apart.
+            (et-record (format "%s %d: at most 1 question besides Emacs's changed-on-disk" command (1+ i))
+                       (<= (cl-count-if-not (lambda (q) (string-match-p "changed on disk" q)) questions) 1)
+                       questions)))))))
+
 (defun dump-events ()
   "The eglot events buffers, for a failing scenario's report."
   (when (getenv "EVENTS")
@@ -251,6 +299,7 @@ the tests rerun, the mode line follows, and the runs buffer tells what happened.
       (pcase scenario
         ("plugin" (plugin-scenario))
         ("review" (review-scenario))
+        ("user" (user-scenario))
         (_ (eglot-scenario))))
   (error (et-record "the scenario ran without an error" nil (error-message-string err))))
 (dump-events)

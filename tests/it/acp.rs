@@ -395,12 +395,9 @@ fn the_mcp_servers_a_session_brings_are_the_runs_tools() {
     assert!(seen["final"].as_str().unwrap().contains("return a + b"));
 }
 
-#[test]
-fn session_load_shows_a_recorded_run() {
-    if deps().is_none() {
-        return;
-    }
-    // A run made by `agent-ls run`, then loaded over ACP by its id.
+/// The example with a run made by `agent-ls run` (the fix, by the replay provider): the
+/// workspace, the home it ran with, and the run's id.
+fn recorded_run() -> (tempfile::TempDir, tempfile::TempDir, String) {
     let ws = support::example();
     std::fs::write(
         ws.path().join(".replay.jsonl"),
@@ -423,6 +420,16 @@ fn session_load_shows_a_recorded_run() {
     .unwrap();
     let o: Value = serde_json::from_slice(&out.stdout).unwrap();
     let id = o["run_id"].as_str().unwrap().to_string();
+    (ws, home, id)
+}
+
+#[test]
+fn session_load_shows_a_recorded_run() {
+    if deps().is_none() {
+        return;
+    }
+    // A run made by `agent-ls run`, then loaded over ACP by its id.
+    let (ws, _home, id) = recorded_run();
     let (seen, _ws) = client_in(ws, &format!("load:{id}"), NO_EVAL);
     let updates = seen["updates"].as_array().unwrap();
     assert!(
@@ -521,10 +528,12 @@ struct RawAcp {
 impl RawAcp {
     fn start(home: &std::path::Path) -> RawAcp {
         use std::process::Stdio;
+        // Its stderr is kept in `home`, where a test reads what the user would see.
+        let stderr = std::fs::File::create(home.join("acp.stderr")).unwrap();
         let mut child = support::agent_ls(&["acp"], home)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let stdin = child.stdin.take().unwrap();
@@ -611,6 +620,37 @@ fn a_session_loads_in_a_new_process_and_an_unknown_id_is_not_found() {
     );
     assert_eq!(hostile["error"]["code"], -32002, "{hostile}");
     second.close();
+    // A session not found is an ordinary answer: no SDK log line on the user's stderr.
+    let stderr = std::fs::read_to_string(home.path().join("acp.stderr")).unwrap();
+    assert!(!stderr.contains("WARN"), "{stderr}");
+}
+
+#[test]
+fn session_load_streams_the_history_before_it_answers() {
+    let (ws, home, id) = recorded_run();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut acp = RawAcp::start(home.path());
+    let (loaded, before) = acp.request(
+        1,
+        "session/load",
+        json!({"sessionId": id, "cwd": cwd, "mcpServers": []}),
+    );
+    acp.close();
+    assert!(loaded.get("error").is_none(), "{loaded}");
+    // ACP: the history is replayed as session/update notifications, then the answer.
+    let said: Vec<&Value> = before.iter().map(|n| &n["params"]["update"]).collect();
+    assert!(
+        said.iter()
+            .any(|u| u["sessionUpdate"] == "user_message_chunk"
+                && u["content"]["text"] == "fix the failing tests"),
+        "{before:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|u| u["sessionUpdate"] == "agent_message_chunk"
+                && u["content"]["text"] == format!("run {id} ended: done").as_str()),
+        "{before:?}"
+    );
 }
 
 #[test]
@@ -977,6 +1017,13 @@ fn acpx_rolls_a_run_back_with_rollback() {
         original
     );
     assert!(!ws.join("notes.py").exists());
+    // /status shows the run as rolled back, not as it ended.
+    let status = acpx_ok(ws, home, &["prompt", "/status"]);
+    assert!(
+        status.contains(" rolled back fix the failing tests"),
+        "{status}"
+    );
+    assert!(!status.contains(" done fix the failing tests"), "{status}");
     acpx_ok(ws, home, &["sessions", "close"]);
 }
 
@@ -1108,4 +1155,39 @@ fn the_test_command_reproduces_the_bug_with_a_test_before_the_fix() {
             .unwrap()
             .contains("return a + b")
     );
+}
+
+#[test]
+fn docs_acp_names_every_command_the_session_advertises() {
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut acp = RawAcp::start(home.path());
+    let (_, mut after) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    after.extend(acp.close());
+    let advertised: Vec<String> = after
+        .iter()
+        .map(|n| &n["params"]["update"])
+        .filter(|u| u["sessionUpdate"] == "available_commands_update")
+        .flat_map(|u| {
+            u["availableCommands"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(advertised.len() >= 7, "{after:?}");
+    let doc = std::fs::read_to_string(support::repo("docs/acp.md")).unwrap();
+    let listed = doc
+        .split("`available_commands_update`:")
+        .nth(1)
+        .and_then(|rest| rest.split('.').next())
+        .unwrap_or("");
+    for name in &advertised {
+        assert!(
+            listed.contains(&format!("`{name}`")),
+            "docs/acp.md does not list {name}: {listed}"
+        );
+    }
 }

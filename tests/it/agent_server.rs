@@ -355,6 +355,10 @@ fn code_actions_offer_the_agent() {
         ]
     );
     assert_eq!(actions[2]["command"]["arguments"][0]["agent"], "review");
+    // A kind is one of LSP's or absent, never `""`.
+    for a in actions.as_array().unwrap() {
+        assert_ne!(a.get("kind"), Some(&json!("")), "{a}");
+    }
     let fix = &actions[0];
     assert_eq!(fix["kind"], "quickfix");
     assert_eq!(fix["isPreferred"], true, "{fix}");

@@ -539,3 +539,38 @@ fn over_lsp_a_server_without_tools_gets_the_text_protocol() {
         .expect("the view hears of the call");
     assert_eq!(result["params"]["data"]["name"], "grep");
 }
+
+#[test]
+fn test_on_open_publishes_the_failures_when_the_first_file_opens() {
+    let ws = support::example();
+    let py = support::python();
+    let mut c = Client::spawn(Spawn::default());
+    c.initialize(
+        ws.path(),
+        json!({}),
+        json!({"test": {"command": [py, "-m", "pytest"], "allowlist": [py], "on_open": true}}),
+    );
+    let calc = file_uri(&ws.path().join("calc.py"));
+    c.open(&calc, BROKEN);
+    // No save, no command: opening the file is enough for the failures to be on their lines.
+    let published = c.wait_notification("textDocument/publishDiagnostics", |p| {
+        p["diagnostics"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["source"] == "agent-ls test"))
+    });
+    assert!(
+        published["uri"].as_str().unwrap().ends_with(".py"),
+        "{published}"
+    );
+    // Once a session: a second file opened starts no other run.
+    let runs = |c: &Client| {
+        c.notifications
+            .iter()
+            .filter(|n| n["method"] == "agent-ls/testStatus" && n["params"]["state"] == "running")
+            .count()
+    };
+    let before = runs(&c);
+    c.open(&file_uri(&ws.path().join("test_calc.py")), "");
+    assert_eq!(c.document_state(&calc)["text"], BROKEN);
+    assert_eq!(runs(&c), before);
+}

@@ -185,6 +185,28 @@ fn the_review_question_in_emacs_shows_the_diff_and_a_rejection_changes_nothing()
     assert!(results.len() >= 12, "{results:#?}");
 }
 
+/// eglot alone with the default settings, as a new user meets it: the fix takes at most two
+/// questions (the code action, the change), each undo and redo at most one of eglot's or the
+/// server's (Emacs's own "changed on disk", which follows the server's write of the file
+/// under the buffer, is counted apart), and ten undos
+/// and redos in a row, each sent as M-x sends it (a synchronous request), all land: none
+/// stalls on Emacs 28's jsonrpc reading the server's workspace/applyEdit late.
+#[test]
+fn eglot_alone_asks_two_questions_for_a_fix_one_for_an_undo_and_ten_undos_land() {
+    let results = scenario("user");
+    if results.is_empty() {
+        return;
+    }
+    let names = names(&results);
+    for check in [
+        "at most 2 questions for the fix (the action, the change)",
+        "agent-ls.undo 10 lands within 10 s",
+        "agent-ls.undo 10: at most 1 question besides Emacs's changed-on-disk",
+    ] {
+        assert!(names.contains(&check), "{check} was not checked: {names:?}");
+    }
+}
+
 /// agent-ls.el byte-compiles against eglot 1.9 with no warning (an unknown function or a
 /// free variable would be one).
 #[test]

@@ -511,7 +511,7 @@ fn the_editor_asks_after_a_successful_run_and_commits_on_commit() {
     );
     assert_eq!(
         asked["params"]["actions"],
-        json!([{"title": "Commit"}, {"title": "Not now"}])
+        json!([{"title": "Not now"}, {"title": "Commit"}])
     );
     let head = git(p, &["rev-parse", "HEAD"]);
     assert_eq!(committed["commit"], head.trim(), "{committed}");

@@ -481,7 +481,7 @@ fn the_official_sdk_takes_a_checkpoint_and_rolls_the_workspace_back_to_it() {
             t["annotations"]["destructiveHint"].clone(),
         )
     };
-    assert_eq!(hints("checkpoint"), (json!(true), json!(false)));
+    assert_eq!(hints("checkpoint"), (json!(false), json!(false)));
     assert_eq!(hints("rollback"), (json!(false), json!(true)));
 
     let cp = &r["checkpoint"]["structuredContent"];
@@ -588,4 +588,86 @@ fn mcp_rollback_of_an_agent_ls_run_refuses_a_later_edit_unless_forced() {
     );
     assert_eq!(std::fs::read(p.join("calc.py")).unwrap(), original);
     assert!(!p.join("notes.py").exists());
+}
+
+/// A tool call line for `raw_session`.
+fn call(id: u32, name: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": arguments}})
+}
+
+#[test]
+fn the_tools_answer_as_annotated_and_as_their_output_schemas_say() {
+    let ws = support::git::example_repository();
+    let fix =
+        "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let answers = raw_session(
+        ws.path(),
+        &[
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            call(2, "run_tests", json!({})),
+            call(3, "get_diagnostics", json!({"path": "calc.py"})),
+            call(4, "checkpoint", json!({})),
+            call(5, "apply_edit", json!({"edits": fix, "dry_run": true})),
+            call(6, "apply_edit", json!({"edits": fix})),
+            call(7, "apply_edit", json!({"edits": fix})),
+            call(8, "rollback", json!({})),
+        ],
+    );
+    let tools = answers[0]["result"]["tools"].as_array().unwrap().clone();
+    let named = |n: &str| tools.iter().find(|t| t["name"] == n).unwrap().clone();
+    // A checkpoint writes git refs: not read-only in MCP's sense.
+    assert_eq!(named("checkpoint")["annotations"]["readOnlyHint"], false);
+    let result = |i: usize| answers[i]["result"].clone();
+    // The failure is located in test_calc.py; asking for calc.py finds it all the same.
+    let diagnostics = result(2)["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        diagnostics.contains("calc.py") && diagnostics.contains("test_add"),
+        "{diagnostics}"
+    );
+    assert!(
+        !diagnostics.contains("no failures are known"),
+        "{diagnostics}"
+    );
+    let dry = result(4);
+    assert_eq!(dry["structuredContent"]["step"], Value::Null, "{dry}");
+    assert_eq!(result(5)["structuredContent"]["step"], 1);
+    // The same edit again: idempotent, so a success that says nothing changed.
+    let again = result(6);
+    assert_eq!(again["isError"], false, "{again}");
+    assert_eq!(
+        again["structuredContent"]["already_applied"], true,
+        "{again}"
+    );
+    assert!(again.to_string().contains("already in place"), "{again}");
+    // Every structured answer holds only what its tool's outputSchema declares, and all it
+    // requires.
+    for (i, tool) in [
+        (1, "run_tests"),
+        (3, "checkpoint"),
+        (4, "apply_edit"),
+        (6, "apply_edit"),
+        (7, "rollback"),
+    ] {
+        let r = result(i);
+        assert_eq!(r["isError"], false, "{tool}: {r}");
+        let schema = named(tool)["outputSchema"].clone();
+        let declared = schema["properties"].as_object().unwrap();
+        for key in r["structuredContent"].as_object().unwrap().keys() {
+            assert!(
+                declared.contains_key(key),
+                "{tool} answers {key}, undeclared: {r}"
+            );
+        }
+        for key in schema["required"].as_array().unwrap() {
+            let key = key.as_str().unwrap();
+            assert!(
+                r["structuredContent"].get(key).is_some(),
+                "{tool} lacks {key}: {r}"
+            );
+        }
+    }
 }

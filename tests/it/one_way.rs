@@ -295,7 +295,7 @@ fn the_server_and_agent_ls_run_take_turns_on_a_workspace() {
     let err = c
         .command("agent-ls.run", json!({"goal": "add a docstring"}))
         .unwrap_err();
-    assert_eq!(err["code"], -32600);
+    assert_eq!(err["code"], -32803);
     assert!(
         err["message"]
             .as_str()
@@ -316,7 +316,7 @@ fn the_server_and_agent_ls_run_take_turns_on_a_workspace() {
         .unwrap_err();
     headless.kill().unwrap();
     headless.wait().unwrap();
-    assert_eq!(err["code"], -32600);
+    assert_eq!(err["code"], -32803);
     assert!(
         err["message"]
             .as_str()

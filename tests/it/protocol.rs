@@ -267,3 +267,18 @@ fn a_request_whose_params_nest_too_deep_is_answered_with_an_error() {
     assert_eq!(err["code"], -32602, "{err}");
     assert_alive(&mut c);
 }
+
+#[test]
+fn ordinary_failures_are_request_failed_not_invalid_request() {
+    let (mut c, _ws) = started(vec![]);
+    // -32600 is JSON-RPC's for a message that is not a request; these are valid requests
+    // that failed, LSP's RequestFailed (-32803).
+    for (command, arg) in [
+        ("agent-ls.undo", Value::Null),
+        ("agent-ls.undo", json!({"step": 999})),
+        ("agent-ls.run", json!({"goal": " "})),
+    ] {
+        let err = c.command(command, arg.clone()).unwrap_err();
+        assert_eq!(err["code"], -32803, "{command} {arg}: {err}");
+    }
+}

@@ -365,3 +365,74 @@ fn in_gate_mode_the_retry_steps_question_names_the_finding_it_is_to_fix() {
         asked[1]
     );
 }
+
+/// Answers each step's question with its first action ("Accept") and leaves the review
+/// question open, as a user who has not got to it yet.
+fn leave_review_open(c: &mut Client) {
+    c.on_request("window/showMessageRequest", move |p| {
+        let first = p["actions"][0].clone();
+        if first["title"] == "Keep" {
+            return json!(support::DEFER);
+        }
+        first
+    });
+}
+
+#[test]
+fn undo_while_the_review_question_waits_answers_it_and_undoes() {
+    let ws = workspace(true, &[coder("a - b", "b + a"), p1()]);
+    let mut e = editor(
+        ws.path(),
+        json!({"documentChanges": true}),
+        json!({"approval": "prompt"}),
+    );
+    leave_review_open(&mut e.c);
+    e.c.command("agent-ls.fixTests", Value::Null).unwrap();
+    e.c.wait_deferred("window/showMessageRequest");
+    // The run looks finished to the user; the question must not hold the workspace.
+    let undone = e.c.command("agent-ls.undo", Value::Null);
+    assert!(undone.is_ok(), "{undone:?}");
+    let done = e.c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(done["decision"], "kept", "{done}");
+    let calc = e.calc.clone();
+    e.c.wait_until(
+        |_| {
+            std::fs::read_to_string(ws.path().join("calc.py"))
+                .ok()
+                .filter(|t| t == BROKEN)
+        },
+        "calc.py back as it was",
+    );
+    let buffer = e.buffers.lock().unwrap()[&calc].0.clone();
+    assert_eq!(buffer, BROKEN);
+}
+
+#[test]
+fn an_unavailable_review_is_a_notice_not_a_question() {
+    // No reviewer answer in the script: the review is unavailable.
+    let ws = workspace(true, &[coder("a - b", "a + b")]);
+    let mut e = editor(
+        ws.path(),
+        json!({"documentChanges": true}),
+        json!({"approval": "prompt"}),
+    );
+    answer_review(&mut e.c, &[]);
+    e.c.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = e.c.wait_notification("agent-ls/runFinished", |_| true);
+    assert!(
+        review_questions(&e.c).is_empty(),
+        "{:?}",
+        review_questions(&e.c)
+    );
+    assert!(done.get("decision").is_none_or(Value::is_null), "{done}");
+    e.c.wait_notification("window/showMessage", |p| {
+        p["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("was not reviewed") && m.contains("it stays"))
+    });
+    assert!(
+        std::fs::read_to_string(ws.path().join("calc.py"))
+            .unwrap()
+            .contains("return a + b")
+    );
+}

@@ -39,8 +39,13 @@ impl LogHandle {
     }
 }
 
+/// The ACP SDK logs each error answer at WARN ("Sending error response"), an ordinary -32002
+/// for a session to start anew included; what is answered is the client's to show.
 fn filter_for(level: LogLevel) -> String {
-    format!("agent_ls={},warn", level.as_str())
+    format!(
+        "agent_ls={},warn,agent_client_protocol::jsonrpc::outgoing_actor=error",
+        level.as_str()
+    )
 }
 
 /// Installs the global subscriber. A log file that cannot be opened is reported on stderr and

@@ -13,6 +13,7 @@ pub const TRUSTED_KEYS: &[&str] = &[
     "test.command",
     "test.allowlist",
     "test.on_save",
+    "test.on_open",
     "model.provider",
     "model.base_url",
     "model.fallback",

@@ -403,6 +403,8 @@ pub struct TestConfig {
     pub command: Vec<String>,
     pub nextest: bool,
     pub on_save: bool,
+    /// Run the tests once when the editor opens the session's first document.
+    pub on_open: bool,
     pub debounce_ms: u64,
     pub timeout_secs: u64,
     pub grace_ms: u64,
@@ -417,6 +419,7 @@ impl Default for TestConfig {
             command: Vec::new(),
             nextest: false,
             on_save: false,
+            on_open: false,
             debounce_ms: 500,
             timeout_secs: 300,
             grace_ms: 2_000,
