@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use agent_ls_core::agent::{self, FailureKind, Run, RunStatus};
 use agent_ls_core::edit::{FileChange, FileText};
 use agent_ls_core::text::visible;
-use agent_ls_runtime::config::{self, Approval, CommitMode, Inputs, Isolation};
+use agent_ls_runtime::config::{self, Approval, CommitMode, Isolation};
 use agent_ls_runtime::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
 use agent_ls_runtime::files;
 use agent_ls_runtime::git::isolate::{self, IsolateError, Isolated};
@@ -371,7 +371,9 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
     let outcome = runtime.block_on(drive_goal(setup, &opts, goal, resume));
     // The record is written before the process says it is done.
     store.flush_blocking();
-    report(&outcome, opts.json);
+    // Only a run isolated on a branch (not a worktree) switched this checkout's branch.
+    let switched = isolated.as_ref().is_some_and(|i| i.worktree.is_none());
+    report(&outcome, opts.json, switched);
     Ok(code_for(&outcome))
 }
 
@@ -381,7 +383,7 @@ fn configure(
     root: &Path,
     opts: &Options,
 ) -> Result<(config::Config, Option<drive::ChosenAgent>, bool), Stop> {
-    let loaded = config::load(&Inputs::from_process(Some(root.to_path_buf())));
+    let loaded = super::setup::load_config(Some(root.to_path_buf()));
     if !loaded.errors.is_empty() {
         return Err(Stop::Config(loaded.errors));
     }
@@ -580,7 +582,9 @@ async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json:
     }
 }
 
-fn report(o: &Outcome, json: bool) {
+/// The answer on stdout, and on stderr the figures, the checkpoint with what to do with it,
+/// and where an isolated run worked. `switched`: the run moved this checkout to a new branch.
+fn report(o: &Outcome, json: bool, switched: bool) {
     if json {
         println!("{}", serde_json::to_string(o).unwrap_or_default());
     } else {
@@ -596,12 +600,19 @@ fn report(o: &Outcome, json: bool) {
         o.tokens,
         o.duration_ms
     );
+    match (&o.checkpoint, &o.commit) {
+        (Some(c), None) if !o.files_changed.is_empty() => eprintln!(
+            "agent-ls: git checkpoint {} holds the files as they were before the run: agent-ls diff shows the run's change, agent-ls rollback undoes it, agent-ls commit commits it",
+            &c[..c.len().min(12)]
+        ),
+        _ => {}
+    }
     match (&o.branch, &o.worktree) {
         (Some(b), Some(w)) => eprintln!(
             "agent-ls: the run worked on branch {b} in the worktree {w} (agent-ls diff --workspace {w}; git worktree remove {w} when done)"
         ),
-        (Some(b), None) => eprintln!(
-            "agent-ls: the run worked on branch {b} (git switch - goes back to where you were)"
+        (Some(b), None) if switched => eprintln!(
+            "agent-ls: the run worked on the branch {b} it switched to (git switch - goes back to where you were)"
         ),
         _ => {}
     }

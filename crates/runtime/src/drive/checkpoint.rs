@@ -57,6 +57,11 @@ impl Drive<'_> {
         );
         let taken = tokio::task::spawn_blocking(move || {
             let repo = Repo::discover(&root)?;
+            // agent-ls's own state stays out of the checkpoint whoever made `.agent-ls/`.
+            let state = root.join(".agent-ls");
+            if state.is_dir() {
+                crate::store::ignore_state(&state);
+            }
             // A resumed run keeps the checkpoint taken before its first write.
             if let Some(commit) = git::checkpoint::existing(&repo, &id) {
                 let kept = git::Checkpoint {

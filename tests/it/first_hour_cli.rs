@@ -1,0 +1,252 @@
+//! What a new user meets first on the command line (issue 37): `scripts/demo` telling the whole
+//! story without a log line or an unavailable review, `review` saying its verdict once,
+//! agent-ls's own state kept out of git, `pytest -q`'s summary read, the runs of
+//! `run --isolated` found by a plain `diff`, `rollback` and `commit`, and no misleading hint.
+//! The real binary, real git and the replay provider as the model.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+use support::git::git;
+
+/// The PATH of a new user's shell, with the tests' Python (and its pytest) first.
+fn path_with_python() -> String {
+    let python = PathBuf::from(support::python());
+    let dir = python
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(|d| format!("{}:", d.display()));
+    format!(
+        "{}{}",
+        dir.unwrap_or_default(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// Stdout and stderr of a finished command, as the user's terminal shows them.
+fn said(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A copy of the example as a repository of its own, committed, with no `.gitignore` of
+/// ours: what agent-ls keeps out of git, it must keep out itself.
+fn bare_repository() -> tempfile::TempDir {
+    let ws = support::example();
+    let p = ws.path();
+    git(p, &["init", "-q", "-b", "main"]);
+    git(p, &["config", "user.name", "A User"]);
+    git(p, &["config", "user.email", "user@example.com"]);
+    git(p, &["add", "-A"]);
+    git(p, &["commit", "-qm", "start"]);
+    ws
+}
+
+/// `agent-ls ARGS --workspace WS` with the model's answers from `lines` and `home` as HOME.
+fn agent(ws: &Path, home: &Path, args: &[&str], lines: &[Value]) -> Output {
+    let script = home.join("replay.jsonl");
+    std::fs::write(&script, support::replay_script(lines)).unwrap();
+    support::in_workspace(args, ws, home)
+        .env("PATH", path_with_python())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("AGENT_LS_MODEL__PROVIDER", "replay")
+        .env("AGENT_LS_MODEL__REPLAY_FILE", &script)
+        .output()
+        .unwrap()
+}
+
+fn coder(answer: &str) -> Value {
+    json!({"role": "coder", "content": answer})
+}
+
+fn correct() -> Value {
+    json!({"role": "reviewer", "content": r#"{"findings": [], "verdict": "correct", "explanation": "add adds", "confidence": 0.9}"#})
+}
+
+const FIX: &str =
+    "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+
+#[test]
+fn the_demo_tells_the_whole_story_without_a_log_line_or_an_unavailable_review() {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(support::repo("scripts/demo"))
+        .env_clear()
+        .env("PATH", path_with_python())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .env("TMPDIR", home.path())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("AGENT_LS_DEMO_BIN", support::binary())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    for part in [
+        "working in the scratch repository",
+        "the reflector finds T1 not done",
+        "review: the patch is correct",
+        "tests 3 passed / 0 failed",
+        "git checkpoint ",
+        "agent-ls diff ",
+        "agent-ls rollback ",
+        "agent-ls commit ",
+    ] {
+        assert!(text.contains(part), "`{part}` missing from:\n{text}");
+    }
+    for never in [
+        "WARN",
+        "unavailable",
+        "git switch -",
+        "not a git repository",
+    ] {
+        assert!(!text.contains(never), "`{never}` in:\n{text}");
+    }
+    // The scratch repository holds the fix, not committed, and nothing of agent-ls's.
+    let work = text
+        .split("working in the scratch repository ")
+        .nth(1)
+        .and_then(|r| r.lines().next())
+        .map(PathBuf::from)
+        .expect("the scratch repository");
+    let status = git(&work, &["status", "--porcelain"]);
+    assert_eq!(status.trim(), "M calc.py", "{status}");
+}
+
+#[test]
+fn agent_ls_state_is_never_staged_nor_in_a_checkpoint() {
+    let ws = bare_repository();
+    let p = ws.path();
+    let home = tempfile::tempdir().unwrap();
+    let out = agent(
+        p,
+        home.path(),
+        &["run", "fix the failing tests", "--yes", "--json"],
+        &[coder(FIX), correct()],
+    );
+    let o: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(&out)));
+    assert_eq!(o["status"], "done", "{}", said(&out));
+    assert!(p.join(".agent-ls/store.sqlite").exists());
+    let status = git(p, &["status", "--porcelain", "--untracked-files=all"]);
+    assert!(!status.contains(".agent-ls"), "{status}");
+    git(p, &["add", "-A"]);
+    let staged = git(p, &["diff", "--cached", "--name-only"]);
+    assert!(!staged.contains(".agent-ls"), "{staged}");
+    let checkpoint = o["checkpoint"].as_str().expect("a checkpoint");
+    let tree = git(p, &["ls-tree", "-r", "--name-only", checkpoint]);
+    assert!(!tree.contains(".agent-ls"), "{tree}");
+    // A plain run switched no branch, so it says nothing of `git switch -`.
+    assert!(!said(&out).contains("git switch"), "{}", said(&out));
+}
+
+#[test]
+fn review_says_its_verdict_once_and_logs_nothing_in_between() {
+    let ws = bare_repository();
+    let p = ws.path();
+    std::fs::write(
+        p.join("calc.py"),
+        std::fs::read_to_string(p.join("calc.py"))
+            .unwrap()
+            .replace("a - b", "a + b"),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = agent(p, home.path(), &["review"], &[correct()]);
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.matches("the patch is correct").count(), 1, "{text}");
+    // No reviewer answer left: the review is unavailable, said once, with no log line.
+    let out = agent(p, home.path(), &["review"], &[]);
+    let text = said(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert_eq!(text.matches("unavailable").count(), 1, "{text}");
+    assert!(!text.contains("WARN"), "{text}");
+    // `run` the same: the failed reviewer call is said in the run's own words only.
+    let ws = bare_repository();
+    let out = agent(
+        ws.path(),
+        home.path(),
+        &["run", "fix the failing tests", "--yes"],
+        &[coder(FIX)],
+    );
+    let text = said(&out);
+    assert!(text.contains("review unavailable"), "{text}");
+    assert!(!text.contains("WARN"), "{text}");
+}
+
+#[test]
+fn the_summary_of_pytest_q_is_read() {
+    let ws = bare_repository();
+    let p = ws.path();
+    std::fs::write(
+        p.join("pyproject.toml"),
+        "[project]\nname = \"calc\"\nversion = \"0\"\n\n[tool.pytest.ini_options]\naddopts = \"-q\"\n",
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = agent(
+        p,
+        home.path(),
+        &["run", "fix the failing tests", "--yes", "--json"],
+        &[coder(FIX), correct()],
+    );
+    let o: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(&out)));
+    assert_eq!(o["status"], "done", "{}", said(&out));
+    assert_eq!(o["tests"]["passed"], 3, "{o}");
+    assert!(!o["answer"].as_str().unwrap().contains("0 passed"), "{o}");
+}
+
+#[test]
+fn after_an_isolated_run_diff_rollback_and_commit_act_on_it() {
+    let ws = bare_repository();
+    let p = ws.path().canonicalize().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let trusted = support::agent_ls(&["trust", p.to_str().unwrap()], home.path())
+        .output()
+        .unwrap();
+    assert!(trusted.status.success(), "{}", said(&trusted));
+    // A first run in the checkout, then an isolated one that also creates notes.py.
+    let first = agent(
+        &p,
+        home.path(),
+        &["run", "fix add", "--yes"],
+        &[coder(FIX), correct()],
+    );
+    assert!(first.status.success(), "{}", said(&first));
+    let out = agent(
+        &p,
+        home.path(),
+        &[
+            "run",
+            "fix the failing tests",
+            "--yes",
+            "--json",
+            "--isolated",
+        ],
+        &[coder(support::git::FIX_AND_CREATE), correct()],
+    );
+    let o: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(&out)));
+    assert_eq!(o["status"], "done", "{}", said(&out));
+    let wt = PathBuf::from(o["worktree"].as_str().expect("the worktree"));
+    let diff = agent(&p, home.path(), &["diff"], &[]);
+    let text = String::from_utf8_lossy(&diff.stdout);
+    assert!(text.contains("b/notes.py"), "{text}\n{}", said(&diff));
+    let commit = agent(&wt, home.path(), &["commit", "-m", "fix add"], &[]);
+    assert!(commit.status.success(), "{}", said(&commit));
+    assert!(said(&commit).contains("committed run"), "{}", said(&commit));
+    let rollback = agent(&p, home.path(), &["rollback"], &[]);
+    assert!(rollback.status.success(), "{}", said(&rollback));
+    assert!(!wt.join("notes.py").exists(), "{}", said(&rollback));
+    // The first run's fix in the checkout stays.
+    let calc = std::fs::read_to_string(p.join("calc.py")).unwrap();
+    assert!(calc.contains("return a + b"), "{calc}");
+}
