@@ -568,7 +568,7 @@ async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json:
                 eprintln!("agent-ls: the command did not run: {}", visible(why));
             }
             match r.state() {
-                TestState::Passed => exit::DONE,
+                TestState::Passed | TestState::NoTests => exit::DONE,
                 TestState::Error => exit::CONFIG,
                 TestState::Cancelled => exit::INTERRUPTED,
                 TestState::TimedOut => exit::TIMEOUT,

@@ -250,3 +250,40 @@ fn after_an_isolated_run_diff_rollback_and_commit_act_on_it() {
     let calc = std::fs::read_to_string(p.join("calc.py")).unwrap();
     assert!(calc.contains("return a + b"), "{calc}");
 }
+
+#[test]
+fn a_project_with_no_tests_yet_is_neither_a_pass_a_failure_nor_a_configuration_error() {
+    let ws = support::workspace(&[
+        ("calc.py", "def add(a, b):\n    return a - b\n"),
+        (
+            "pyproject.toml",
+            "[project]\nname = \"calc\"\nversion = \"0\"\n\n[tool.pytest.ini_options]\naddopts = \"-q\"\n",
+        ),
+    ]);
+    let p = ws.path();
+    let home = tempfile::tempdir().unwrap();
+    let out = agent(p, home.path(), &["run", "run the tests", "--json"], &[]);
+    let o: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(&out)));
+    assert_eq!(o["status"], "done", "{o}");
+    let answer = o["answer"].as_str().unwrap();
+    assert!(answer.starts_with("no tests yet"), "{o}");
+    assert_eq!(o["tests"]["failed"], 0, "{o}");
+    // A fix (and --reproduce) starts with the tester writing the first test.
+    for args in [
+        &["run", "fix the bug: add subtracts", "--yes", "--json"][..],
+        &[
+            "run",
+            "fix the bug: add subtracts",
+            "--yes",
+            "--json",
+            "--reproduce",
+        ][..],
+    ] {
+        let out = agent(p, home.path(), args, &[]);
+        let o: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(&out)));
+        assert_ne!(o["failure_kind"], "config", "{o}\n{}", said(&out));
+        assert!(said(&out).contains("the tester writes"), "{}", said(&out));
+    }
+}
