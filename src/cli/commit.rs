@@ -30,6 +30,8 @@ pub fn commit(
     force: bool,
 ) -> anyhow::Result<ExitCode> {
     let root = super::git::run_home(&open_workspace(workspace)?, run.as_deref());
+    // Outside a repository, say so first, as `diff` and `rollback` do.
+    agent_ls_runtime::git::Repo::discover(&root)?;
     let loaded = load_config(Some(root.clone()));
     warn_untrusted(&loaded);
     let runtime = tokio::runtime::Builder::new_multi_thread()

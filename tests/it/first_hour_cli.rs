@@ -287,3 +287,71 @@ fn a_project_with_no_tests_yet_is_neither_a_pass_a_failure_nor_a_configuration_e
         assert!(said(&out).contains("the tester writes"), "{}", said(&out));
     }
 }
+
+#[test]
+fn doctor_does_not_tell_you_to_run_doctor() {
+    let ws = support::workspace(&[]);
+    let home = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = support::in_workspace(&["doctor"], ws.path(), home.path())
+        .env("AGENT_LS_MODEL__PROVIDER", "ollama")
+        .env(
+            "AGENT_LS_MODEL__BASE_URL",
+            format!("http://127.0.0.1:{port}/v1"),
+        )
+        .output()
+        .unwrap();
+    let text = said(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("start Ollama"), "{text}");
+    assert!(!text.contains("`agent-ls doctor`"), "{text}");
+}
+
+#[test]
+fn a_missing_goal_is_a_usage_error_and_an_unknown_run_is_named_as_such() {
+    let home = tempfile::tempdir().unwrap();
+    let out = support::agent_ls(&["run"], home.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", said(&out));
+    assert!(said(&out).contains("GOAL"), "{}", said(&out));
+    let help = support::agent_ls(&["run", "--help"], home.path())
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(0), "{}", said(&help));
+    // A repository with one run: an id it never had is unknown, not "without a checkpoint".
+    let ws = bare_repository();
+    let p = ws.path();
+    let run = agent(
+        p,
+        home.path(),
+        &["run", "fix add", "--yes"],
+        &[coder(FIX), correct()],
+    );
+    assert!(run.status.success(), "{}", said(&run));
+    for cmd in ["diff", "rollback", "commit"] {
+        let out = agent(p, home.path(), &[cmd, "run_nosuch"], &[]);
+        let text = said(&out);
+        assert!(!out.status.success(), "{text}");
+        assert!(
+            text.contains("there is no run run_nosuch here"),
+            "{cmd}: {text}"
+        );
+    }
+    // Outside git, `commit` says why as `diff` does.
+    let plain = support::example();
+    let diff = agent(plain.path(), home.path(), &["diff"], &[]);
+    let commit = agent(plain.path(), home.path(), &["commit"], &[]);
+    assert!(
+        said(&diff).contains("not inside a git repository"),
+        "{}",
+        said(&diff)
+    );
+    assert!(
+        said(&commit).contains("not inside a git repository"),
+        "{}",
+        said(&commit)
+    );
+}
