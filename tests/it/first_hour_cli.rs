@@ -355,3 +355,22 @@ fn a_missing_goal_is_a_usage_error_and_an_unknown_run_is_named_as_such() {
         said(&commit)
     );
 }
+
+#[test]
+fn stats_count_a_review_alone_with_the_reviews_not_the_runs() {
+    let ws = bare_repository();
+    let p = ws.path();
+    let fixed = std::fs::read_to_string(p.join("calc.py"))
+        .unwrap()
+        .replace("a - b", "a + b");
+    std::fs::write(p.join("calc.py"), fixed).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let review = agent(p, home.path(), &["review"], &[correct()]);
+    assert!(review.status.success(), "{}", said(&review));
+    let stats = agent(p, home.path(), &["stats", "--json"], &[]);
+    let s: Value =
+        serde_json::from_slice(&stats.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(&stats)));
+    assert_eq!(s["total"]["runs"], 0, "{s}");
+    assert!(s["total"]["pass_rate"].is_null(), "{s}");
+    assert_eq!(s["total"]["review"]["reviews"], 1, "{s}");
+}

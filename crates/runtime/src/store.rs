@@ -322,6 +322,16 @@ impl Store {
     }
 
     /// A run started (or was resumed by this process).
+    /// Marks a run that was a review alone (`agent-ls review`, the editor's on-demand review):
+    /// `stats` counts it with the reviews, not among the runs.
+    pub fn mark_review_only(&self, run_id: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE runs SET intent = 'review_only' WHERE run_id = ?1",
+            params![run_id],
+        )?;
+        Ok(())
+    }
+
     pub fn run_started(
         &self,
         run_id: &str,
@@ -623,6 +633,7 @@ impl Store {
                     (SELECT MAX(score) FROM evaluations e WHERE e.run_id = r.run_id),
                     COALESCE(SUM(i.cached_tokens), 0)
              FROM runs r LEFT JOIN iterations i ON i.run_id = r.run_id
+             WHERE r.intent IS NOT 'review_only'
              GROUP BY r.run_id ORDER BY r.started_ms DESC",
         )?;
         let rows = stmt.query_map([], |r| {
