@@ -493,11 +493,8 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
         task: String::new(),
         run_id: run_id.clone(),
     };
-    let on_token = |t: &str| {
-        let mut err = std::io::stderr();
-        let _ = err.write_all(visible(t).as_bytes());
-        let _ = err.flush();
-    };
+    let shown = std::sync::atomic::AtomicUsize::new(0);
+    let on_token = |t: &str| echo_token(&shown, t);
     let driver = Drive {
         models: &models,
         config: s.cfg,
@@ -539,6 +536,28 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
         }
     }
     outcome
+}
+
+/// How much of the model's streamed answers `agent-ls run` echoes on stderr: enough to watch
+/// an answer come, never the megabytes of one that runs into its cap.
+const ECHO_BYTES: usize = 64 * 1024;
+
+/// Echoes a streamed token on stderr until `ECHO_BYTES` were shown in all, then says once
+/// that the rest is not shown.
+fn echo_token(shown: &std::sync::atomic::AtomicUsize, token: &str) {
+    use std::sync::atomic::Ordering;
+    let before = shown.fetch_add(token.len(), Ordering::Relaxed);
+    let mut err = std::io::stderr();
+    if before + token.len() <= ECHO_BYTES {
+        let _ = err.write_all(visible(token).as_bytes());
+    } else if before <= ECHO_BYTES {
+        let _ = writeln!(
+            err,
+            "\nagent-ls: (the model's answers go on; stderr shows only their first {} KiB)",
+            ECHO_BYTES / 1024
+        );
+    }
+    let _ = err.flush();
 }
 
 /// A goal that names a command ("run `make lint`"): run it like the tests (allowlist,

@@ -374,3 +374,39 @@ fn stats_count_a_review_alone_with_the_reviews_not_the_runs() {
     assert!(s["total"]["pass_rate"].is_null(), "{s}");
     assert_eq!(s["total"]["review"]["reviews"], 1, "{s}");
 }
+
+#[test]
+fn an_answer_cut_at_its_cap_is_not_first_streamed_whole_to_stderr() {
+    use support::model_server::{ModelServer, openai_text};
+    let piece = "x".repeat(4096);
+    let pieces: Vec<&str> = std::iter::repeat_n(piece.as_str(), 1024).collect();
+    // Every attempt gets the same 4 MiB answer, over the 2 MiB cap.
+    let model = ModelServer::start(vec![openai_text(&pieces); 4]);
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let out = support::in_workspace(
+        &["run", "add a docstring to add", "--yes"],
+        ws.path(),
+        home.path(),
+    )
+    .env("PATH", path_with_python())
+    .env("AGENT_LS_MODEL__PROVIDER", "openai")
+    .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", model.url))
+    .env("AGENT_LS_MODEL__NAME", "m")
+    .env("AGENT_LS_MODEL__API_KEY", "k")
+    .env("AGENT_LS_MODEL__MAX_TOKENS", "2048")
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.len() < 200 * 1024,
+        "{} bytes on stderr",
+        stderr.len()
+    );
+    assert!(
+        stderr.contains("stderr shows only their first"),
+        "{}",
+        &stderr[stderr.len().saturating_sub(2000)..]
+    );
+}
