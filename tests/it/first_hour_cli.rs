@@ -410,3 +410,18 @@ fn an_answer_cut_at_its_cap_is_not_first_streamed_whole_to_stderr() {
         &stderr[stderr.len().saturating_sub(2000)..]
     );
 }
+
+#[test]
+fn a_memory_search_that_finds_nothing_says_so() {
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    let out = support::in_workspace(&["memory", "search", "zebra"], ws.path(), home.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("no record matches `zebra`"),
+        "{}",
+        said(&out)
+    );
+}
