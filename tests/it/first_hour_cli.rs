@@ -69,6 +69,21 @@ fn correct() -> Value {
     json!({"role": "reviewer", "content": r#"{"findings": [], "verdict": "correct", "explanation": "add adds", "confidence": 0.9}"#})
 }
 
+/// `run "fix the failing tests" --yes --json` with the fix and a correct review: its
+/// outcome, done, and its output.
+fn fixed(ws: &Path, home: &Path) -> (Value, Output) {
+    let out = agent(
+        ws,
+        home,
+        &["run", "fix the failing tests", "--yes", "--json"],
+        &[coder(FIX), correct()],
+    );
+    let o: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(&out)));
+    assert_eq!(o["status"], "done", "{}", said(&out));
+    (o, out)
+}
+
 const FIX: &str =
     "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
 
@@ -124,15 +139,7 @@ fn agent_ls_state_is_never_staged_nor_in_a_checkpoint() {
     let ws = bare_repository();
     let p = ws.path();
     let home = tempfile::tempdir().unwrap();
-    let out = agent(
-        p,
-        home.path(),
-        &["run", "fix the failing tests", "--yes", "--json"],
-        &[coder(FIX), correct()],
-    );
-    let o: Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(&out)));
-    assert_eq!(o["status"], "done", "{}", said(&out));
+    let (o, out) = fixed(p, home.path());
     assert!(p.join(".agent-ls/store.sqlite").exists());
     let status = git(p, &["status", "--porcelain", "--untracked-files=all"]);
     assert!(!status.contains(".agent-ls"), "{status}");
@@ -191,15 +198,7 @@ fn the_summary_of_pytest_q_is_read() {
     )
     .unwrap();
     let home = tempfile::tempdir().unwrap();
-    let out = agent(
-        p,
-        home.path(),
-        &["run", "fix the failing tests", "--yes", "--json"],
-        &[coder(FIX), correct()],
-    );
-    let o: Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(&out)));
-    assert_eq!(o["status"], "done", "{}", said(&out));
+    let (o, _) = fixed(p, home.path());
     assert_eq!(o["tests"]["passed"], 3, "{o}");
     assert!(!o["answer"].as_str().unwrap().contains("0 passed"), "{o}");
 }

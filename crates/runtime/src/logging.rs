@@ -57,16 +57,9 @@ pub fn init(level: LogLevel, file: Option<&Path>) -> LogHandle {
         .unwrap_or_else(|| EnvFilter::new(filter_for(level)));
     let (filter, reload) = reload::Layer::new(filter);
     let stderr = fmt::layer().with_writer(std::io::stderr).with_ansi(false);
-    let file_layer =
-        file.and_then(
-            |path| match OpenOptions::new().create(true).append(true).open(path) {
-                Ok(f) => Some(fmt::layer().with_writer(Mutex::new(f)).with_ansi(false)),
-                Err(e) => {
-                    eprintln!("agent-ls: cannot open log file {}: {e}", path.display());
-                    None
-                }
-            },
-        );
+    let file_layer = file
+        .and_then(open_log)
+        .map(|f| fmt::layer().with_writer(Mutex::new(f)).with_ansi(false));
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(stderr)
@@ -75,6 +68,18 @@ pub fn init(level: LogLevel, file: Option<&Path>) -> LogHandle {
     LogHandle {
         reload: Some(reload),
         fixed_by_env,
+    }
+}
+
+/// The log file, opened to append; one that cannot be opened is said on stderr, and logging
+/// goes on without it.
+fn open_log(path: &Path) -> Option<std::fs::File> {
+    match OpenOptions::new().create(true).append(true).open(path) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            eprintln!("agent-ls: cannot open log file {}: {e}", path.display());
+            None
+        }
     }
 }
 
@@ -98,21 +103,12 @@ pub fn init_quiet(level: LogLevel, file: Option<&Path>) -> LogHandle {
         .with_ansi(false)
         .with_filter(EnvFilter::new(quiet_filter(level, env.as_deref())));
     let file_filter = env.clone().unwrap_or_else(|| filter_for(level));
-    let file_layer =
-        file.and_then(
-            |path| match OpenOptions::new().create(true).append(true).open(path) {
-                Ok(f) => Some(
-                    fmt::layer()
-                        .with_writer(Mutex::new(f))
-                        .with_ansi(false)
-                        .with_filter(EnvFilter::new(&file_filter)),
-                ),
-                Err(e) => {
-                    eprintln!("agent-ls: cannot open log file {}: {e}", path.display());
-                    None
-                }
-            },
-        );
+    let file_layer = file.and_then(open_log).map(|f| {
+        fmt::layer()
+            .with_writer(Mutex::new(f))
+            .with_ansi(false)
+            .with_filter(EnvFilter::new(&file_filter))
+    });
     let _ = tracing_subscriber::registry()
         .with(stderr)
         .with(file_layer)
