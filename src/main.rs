@@ -41,7 +41,8 @@ enum Command {
     },
     /// Run the agent on files on disk: "fix the failing tests", "add a --verbose flag",
     /// "explain src/lib.rs". Exit codes: 0 done, 1 failed, 2 partial (files changed, goal not
-    /// reached), 3 configuration error, 4 authentication error, 5 timeout, 130 interrupted.
+    /// reached), 3 configuration or usage error (a missing goal, an unknown flag), 4
+    /// authentication error, 5 timeout, 130 interrupted.
     Run {
         #[command(flatten)]
         args: headless::RunGoal,
@@ -280,7 +281,18 @@ fn main() -> ExitCode {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("agent-ls: cannot keep its environment from its commands: {e}");
     }
-    dispatch(Cli::parse().command.unwrap_or(Command::Serve))
+    match Cli::try_parse() {
+        Ok(cli) => dispatch(cli.command.unwrap_or(Command::Serve)),
+        Err(e) => usage(&e),
+    }
+}
+
+/// Help and the version print and exit 0; a usage error (a missing goal, an unknown flag)
+/// exits 3, the code of a configuration error, never clap's 2, which `run` and `review` give
+/// to "partial" and "not correct".
+fn usage(e: &clap::Error) -> ExitCode {
+    let _ = e.print();
+    ExitCode::from(if e.use_stderr() { 3 } else { 0 })
 }
 
 /// Runs one subcommand to its exit code: one line each, the work is in `cli::*`.

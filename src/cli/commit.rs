@@ -29,7 +29,9 @@ pub fn commit(
     message: Option<String>,
     force: bool,
 ) -> anyhow::Result<ExitCode> {
-    let root = open_workspace(workspace)?;
+    let root = super::git::run_home(&open_workspace(workspace)?, run.as_deref());
+    // Outside a repository, say so first, as `diff` and `rollback` do.
+    agent_ls_runtime::git::Repo::discover(&root)?;
     let loaded = load_config(Some(root.clone()));
     warn_untrusted(&loaded);
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -2,16 +2,45 @@
 //! rolled back as a whole, and old checkpoints dropped (docs/git.md).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::setup::{load_config, open_workspace};
-use agent_ls_runtime::drive::{RecordedRun, recorded_run};
+use agent_ls_runtime::drive::{RecordedRun, recorded_run, recorded_store};
 use agent_ls_runtime::git::checkpoint::{self, RollbackError};
-use agent_ls_runtime::git::{GitError, Repo};
+use agent_ls_runtime::git::{GitError, Repo, isolate};
+
+/// Where the run `run` (default: the latest with a checkpoint) is recorded: the workspace, or
+/// the worktree an isolated run (`run --isolated`) worked and recorded in, said on stderr.
+/// Without an id, the newest run of them all.
+pub fn run_home(root: &Path, run: Option<&str>) -> PathBuf {
+    let prefix = Repo::discover(root).map(|r| r.prefix).unwrap_or_default();
+    let mut best: Option<(i64, PathBuf)> = None;
+    for home in std::iter::once(root.to_path_buf()).chain(isolate::run_roots(root, &prefix)) {
+        let started = recorded_store(&home)
+            .ok()
+            .and_then(|s| s.git_run_started(run).ok());
+        if let Some(Some(ms)) = started
+            && best.as_ref().is_none_or(|(b, _)| ms > *b)
+        {
+            best = Some((ms, home));
+        }
+    }
+    match best {
+        Some((_, home)) if home != root => {
+            eprintln!(
+                "agent-ls: the run worked in the worktree {} (run --isolated)",
+                home.display()
+            );
+            home
+        }
+        _ => root.to_path_buf(),
+    }
+}
 
 /// The recorded run `run` (default: the latest with a checkpoint) and its repository.
-fn recorded(root: &std::path::Path, run: Option<&str>) -> anyhow::Result<(Repo, RecordedRun)> {
+fn recorded(root: &Path, run: Option<&str>) -> anyhow::Result<(Repo, RecordedRun)> {
+    let root = &run_home(root, run);
     let repo = Repo::discover(root)?;
     let run = recorded_run(root, &repo, run)?;
     if run.interrupted {

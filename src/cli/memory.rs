@@ -86,6 +86,8 @@ pub fn run(
             let hits: Vec<Hit> = store.search(&words, None, limit, false)?.1;
             if json {
                 println!("{}", serde_json::to_string_pretty(&hits)?);
+            } else if hits.is_empty() {
+                println!("no record matches `{query}`; `agent-ls memory list` shows them all");
             } else {
                 for h in &hits {
                     println!("{:>7.3}  {}", h.score, line(&h.record));

@@ -158,4 +158,7 @@ impl Shell for ReviewShell<'_> {
     fn warn(&mut self, message: &str) {
         eprintln!("agent-ls: warning: {message}");
     }
+
+    /// The review is this command's answer, printed once on stdout when it ends.
+    fn reviewed(&mut self, _: &ReviewResult, _: &str, _: bool) {}
 }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use agent_ls_core::agent::{self, FailureKind, Run, RunStatus};
 use agent_ls_core::edit::{FileChange, FileText};
 use agent_ls_core::text::visible;
-use agent_ls_runtime::config::{self, Approval, CommitMode, Inputs, Isolation};
+use agent_ls_runtime::config::{self, Approval, CommitMode, Isolation};
 use agent_ls_runtime::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
 use agent_ls_runtime::files;
 use agent_ls_runtime::git::isolate::{self, IsolateError, Isolated};
@@ -371,7 +371,9 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
     let outcome = runtime.block_on(drive_goal(setup, &opts, goal, resume));
     // The record is written before the process says it is done.
     store.flush_blocking();
-    report(&outcome, opts.json);
+    // Only a run isolated on a branch (not a worktree) switched this checkout's branch.
+    let switched = isolated.as_ref().is_some_and(|i| i.worktree.is_none());
+    report(&outcome, opts.json, switched);
     Ok(code_for(&outcome))
 }
 
@@ -381,7 +383,7 @@ fn configure(
     root: &Path,
     opts: &Options,
 ) -> Result<(config::Config, Option<drive::ChosenAgent>, bool), Stop> {
-    let loaded = config::load(&Inputs::from_process(Some(root.to_path_buf())));
+    let loaded = super::setup::load_config(Some(root.to_path_buf()));
     if !loaded.errors.is_empty() {
         return Err(Stop::Config(loaded.errors));
     }
@@ -491,11 +493,8 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
         task: String::new(),
         run_id: run_id.clone(),
     };
-    let on_token = |t: &str| {
-        let mut err = std::io::stderr();
-        let _ = err.write_all(visible(t).as_bytes());
-        let _ = err.flush();
-    };
+    let shown = std::sync::atomic::AtomicUsize::new(0);
+    let on_token = |t: &str| echo_token(&shown, t);
     let driver = Drive {
         models: &models,
         config: s.cfg,
@@ -539,6 +538,28 @@ async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<R
     outcome
 }
 
+/// How much of the model's streamed answers `agent-ls run` echoes on stderr: enough to watch
+/// an answer come, never the megabytes of one that runs into its cap.
+const ECHO_BYTES: usize = 64 * 1024;
+
+/// Echoes a streamed token on stderr until `ECHO_BYTES` were shown in all, then says once
+/// that the rest is not shown.
+fn echo_token(shown: &std::sync::atomic::AtomicUsize, token: &str) {
+    use std::sync::atomic::Ordering;
+    let before = shown.fetch_add(token.len(), Ordering::Relaxed);
+    let mut err = std::io::stderr();
+    if before + token.len() <= ECHO_BYTES {
+        let _ = err.write_all(visible(token).as_bytes());
+    } else if before <= ECHO_BYTES {
+        let _ = writeln!(
+            err,
+            "\nagent-ls: (the model's answers go on; stderr shows only their first {} KiB)",
+            ECHO_BYTES / 1024
+        );
+    }
+    let _ = err.flush();
+}
+
 /// A goal that names a command ("run `make lint`"): run it like the tests (allowlist,
 /// timeout, output cap) and report what it found. Exit 0 when it passed, 1 when not.
 async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json: bool) -> u8 {
@@ -566,7 +587,7 @@ async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json:
                 eprintln!("agent-ls: the command did not run: {}", visible(why));
             }
             match r.state() {
-                TestState::Passed => exit::DONE,
+                TestState::Passed | TestState::NoTests => exit::DONE,
                 TestState::Error => exit::CONFIG,
                 TestState::Cancelled => exit::INTERRUPTED,
                 TestState::TimedOut => exit::TIMEOUT,
@@ -580,7 +601,9 @@ async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json:
     }
 }
 
-fn report(o: &Outcome, json: bool) {
+/// The answer on stdout, and on stderr the figures, the checkpoint with what to do with it,
+/// and where an isolated run worked. `switched`: the run moved this checkout to a new branch.
+fn report(o: &Outcome, json: bool, switched: bool) {
     if json {
         println!("{}", serde_json::to_string(o).unwrap_or_default());
     } else {
@@ -596,12 +619,19 @@ fn report(o: &Outcome, json: bool) {
         o.tokens,
         o.duration_ms
     );
+    match (&o.checkpoint, &o.commit) {
+        (Some(c), None) if !o.files_changed.is_empty() => eprintln!(
+            "agent-ls: git checkpoint {} holds the files as they were before the run: agent-ls diff shows the run's change, agent-ls rollback undoes it, agent-ls commit commits it",
+            &c[..c.len().min(12)]
+        ),
+        _ => {}
+    }
     match (&o.branch, &o.worktree) {
         (Some(b), Some(w)) => eprintln!(
             "agent-ls: the run worked on branch {b} in the worktree {w} (agent-ls diff --workspace {w}; git worktree remove {w} when done)"
         ),
-        (Some(b), None) => eprintln!(
-            "agent-ls: the run worked on branch {b} (git switch - goes back to where you were)"
+        (Some(b), None) if switched => eprintln!(
+            "agent-ls: the run worked on the branch {b} it switched to (git switch - goes back to where you were)"
         ),
         _ => {}
     }

@@ -29,12 +29,7 @@ pub fn mcp(workspace: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     for err in &loaded.errors {
         tracing::error!("{err}");
     }
-    if !loaded.untrusted.is_empty() {
-        tracing::warn!(
-            "{}",
-            agent_ls_runtime::config::untrusted_message(&loaded.untrusted, loaded.trusted)
-        );
-    }
+    super::setup::warn_untrusted(&loaded);
     serve_until_done(crate::mcp::serve(&root, loaded.config))??;
     Ok(ExitCode::SUCCESS)
 }

@@ -7,8 +7,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use agent_ls_runtime::config::{self, Inputs, Loaded};
+use agent_ls_runtime::config::{self, Inputs, Loaded, WorkspaceTrust};
+use agent_ls_runtime::git::isolate;
 use agent_ls_runtime::logging;
+use agent_ls_runtime::trust::{Decision, TrustStore};
 
 /// `--workspace` (or a folder argument) as given, or the current directory.
 pub fn workspace_or_cwd(workspace: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -25,18 +27,22 @@ pub fn open_workspace(workspace: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         .context("cannot open the workspace")
 }
 
-/// The configuration that applies in `root` (the user's alone without one).
+/// The configuration that applies in `root` (the user's alone without one). A worktree
+/// agent-ls made for an isolated run is as trusted as the workspace it was made in.
 pub fn load_config(root: Option<PathBuf>) -> Loaded {
-    config::load(&Inputs::from_process(root))
+    let mut inputs = Inputs::from_process(root);
+    if let Some(workspace) = inputs.workspace_root.as_deref().and_then(isolate::made_in)
+        && TrustStore::for_user().is_ok_and(|s| s.decision(&workspace) == Decision::Trusted)
+    {
+        inputs.workspace_trust = WorkspaceTrust::Trusted;
+    }
+    config::load(&inputs)
 }
 
-/// Logs on stderr (and the configured file), at warn unless configured otherwise: stdout is
-/// the subcommand's answer or its protocol.
+/// Logs on stderr only errors unless asked for detail (the subcommand's own lines say the
+/// rest), and to the configured file at its level: stdout is the answer or the protocol.
 pub fn log_to_stderr(loaded: &Loaded) {
-    logging::init(
-        loaded.config.log.level.min_warn(),
-        loaded.config.log.file.as_deref(),
-    );
+    logging::init_quiet(loaded.config.log.level, loaded.config.log.file.as_deref());
 }
 
 /// Says which keys of the workspace file were left out, and how to trust the folder.

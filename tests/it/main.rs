@@ -21,6 +21,7 @@ mod edit_corpus;
 mod edit_properties;
 mod editor_experience;
 mod emacs;
+mod first_hour_cli;
 mod git;
 mod git_commit;
 mod isolation_lsp;

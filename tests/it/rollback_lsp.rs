@@ -194,7 +194,7 @@ fn rollback_outside_a_repository_or_of_an_unknown_run_is_a_clear_error() {
         unknown["message"]
             .as_str()
             .unwrap()
-            .contains("no-such-run has no git checkpoint"),
+            .contains("there is no run no-such-run here"),
         "{unknown}"
     );
     let ws = support::example();

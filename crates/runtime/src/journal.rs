@@ -32,6 +32,11 @@ impl Journal {
         let dir = root.join(DIR);
         let path = dir.join(format!("{}-{run_id}.jsonl", now_ms()));
         let file = std::fs::create_dir_all(&dir)
+            .inspect(|_| {
+                if let Some(state) = dir.parent() {
+                    crate::store::ignore_state(state);
+                }
+            })
             .and_then(|_| OpenOptions::new().create_new(true).append(true).open(&path));
         match file {
             Ok(f) => Journal {

@@ -22,6 +22,27 @@ pub(crate) mod vector_index;
 const SCHEMA: i64 = MIGRATIONS.len() as i64;
 pub const FILE: &str = ".agent-ls/store.sqlite";
 
+/// The `.gitignore` agent-ls keeps in a workspace's `.agent-ls/`: its own state (the store and
+/// its `-wal`/`-shm`, the lock, journals, worktrees, caches) is never staged by `git add -A`,
+/// never in a run's checkpoint and never in `git status`. The prompt files a team may share
+/// (`.agent-ls/prompts/`) stay visible. It ignores itself too, so it never shows either.
+pub const STATE_GITIGNORE: &str = "# agent-ls's own state: never committed, never in a checkpoint (docs/git.md).\n*\n!prompts/\n!prompts/**\n";
+
+/// Writes `STATE_GITIGNORE` into `dir` when it is a workspace's `.agent-ls/` without one. A
+/// file the user wrote there is theirs and is kept; a failure costs only the ignoring.
+pub fn ignore_state(dir: &Path) {
+    if dir.file_name() != Some(std::ffi::OsStr::new(".agent-ls")) {
+        return;
+    }
+    let file = dir.join(".gitignore");
+    if file.exists() {
+        return;
+    }
+    if let Err(e) = std::fs::write(&file, STATE_GITIGNORE) {
+        tracing::debug!("cannot write {}: {e}", file.display());
+    }
+}
+
 pub struct Store {
     conn: Connection,
 }
@@ -221,6 +242,7 @@ impl Store {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Open(path.clone(), e.to_string()))?;
+            ignore_state(dir);
         }
         let mut notice = None;
         if path.exists()
@@ -300,6 +322,16 @@ impl Store {
     }
 
     /// A run started (or was resumed by this process).
+    /// Marks a run that was a review alone (`agent-ls review`, the editor's on-demand review):
+    /// `stats` counts it with the reviews, not among the runs.
+    pub fn mark_review_only(&self, run_id: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE runs SET intent = 'review_only' WHERE run_id = ?1",
+            params![run_id],
+        )?;
+        Ok(())
+    }
+
     pub fn run_started(
         &self,
         run_id: &str,
@@ -553,6 +585,22 @@ impl Store {
         }
     }
 
+    /// When the run with a git checkpoint (`run_id`, or the latest one) started, in ms since
+    /// the epoch: how `diff`, `rollback` and `commit` pick the latest run among a workspace's
+    /// and its isolated runs' stores.
+    pub fn git_run_started(&self, run_id: Option<&str>) -> Result<Option<i64>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT started_ms FROM runs
+             WHERE git_checkpoint IS NOT NULL AND (?1 IS NULL OR run_id = ?1)
+             ORDER BY started_ms DESC, rowid DESC LIMIT 1",
+        )?;
+        let mut rows = stmt.query(params![run_id])?;
+        match rows.next()? {
+            Some(r) => Ok(Some(r.get(0)?)),
+            None => Ok(None),
+        }
+    }
+
     /// The goal, last checkpoint (the loop's state as JSON) and status of a run.
     pub fn resume_point(
         &self,
@@ -585,6 +633,7 @@ impl Store {
                     (SELECT MAX(score) FROM evaluations e WHERE e.run_id = r.run_id),
                     COALESCE(SUM(i.cached_tokens), 0)
              FROM runs r LEFT JOIN iterations i ON i.run_id = r.run_id
+             WHERE r.intent IS NOT 'review_only'
              GROUP BY r.run_id ORDER BY r.started_ms DESC",
         )?;
         let rows = stmt.query_map([], |r| {

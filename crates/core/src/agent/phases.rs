@@ -92,7 +92,12 @@ fn on_baseline(run: &mut Run, event: Event) -> Vec<Effect> {
     match event {
         Event::Start => start(run),
         Event::TestsFinished(t) if run.settings.intent == Some(Intent::Test) => {
-            let answer = if t.passed {
+            let answer = if t.no_tests {
+                "no tests yet: the test command ran and found none; ask for the first one \
+                 (\"write a test for ...\"), or `agent-ls run --reproduce` has the tester write \
+                 one that shows a bug"
+                    .to_string()
+            } else if t.passed {
                 format!("the tests pass ({} passed)", t.passed_count)
             } else {
                 format!(
@@ -107,8 +112,11 @@ fn on_baseline(run: &mut Run, event: Event) -> Vec<Effect> {
             let passed = t.passed;
             // A bug the goal describes and no test shows (or `--reproduce`): a test first.
             let settings = &run.settings.tester;
+            // No test yet: the first one is the tester's, whatever the goal says.
             let reproduce = settings.max_attempts > 0
-                && (settings.reproduce || (passed && tester::describes_bug(&run.goal)));
+                && (settings.reproduce
+                    || t.no_tests
+                    || (passed && tester::describes_bug(&run.goal)));
             run.tests = Some(t);
             if reproduce {
                 return reproduce::start(run, tester::Mode::Reproduce);

@@ -141,6 +141,10 @@ pub struct TestSummary {
     pub report: String,
     /// Identifies the failure set: equal fingerprints mean the same failures came back.
     pub fingerprint: String,
+    /// The command ran and found no test (the project has none yet): for a fix, the tester
+    /// writes the first one; for "run the tests", that is the answer.
+    #[serde(default)]
+    pub no_tests: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

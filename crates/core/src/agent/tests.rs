@@ -53,6 +53,7 @@ fn failing(fp: &str) -> TestSummary {
         failed_count: 1,
         report: format!("FAILED {fp}"),
         fingerprint: fp.into(),
+        no_tests: false,
     }
 }
 
@@ -63,6 +64,7 @@ fn passing() -> TestSummary {
         failed_count: 0,
         report: String::new(),
         fingerprint: String::new(),
+        no_tests: false,
     }
 }
 
@@ -1408,4 +1410,29 @@ fn a_checkpoint_from_before_the_phases_own_their_state_still_resumes() {
         keys
     };
     assert_eq!(keys(&serde_json::to_string(&run).unwrap()), keys(OLD));
+}
+
+/// A test run that found no test at all (pytest's "no tests ran").
+fn no_tests() -> TestSummary {
+    TestSummary {
+        passed: false,
+        passed_count: 0,
+        failed_count: 0,
+        report: "no tests ran in <time>".into(),
+        fingerprint: String::new(),
+        no_tests: true,
+    }
+}
+
+#[test]
+fn no_tests_yet_is_said_as_such_and_a_fix_starts_with_the_testers_first_test() {
+    let mut run = new_run("run the tests", Some(Intent::Test));
+    step(&mut run, Event::Start);
+    let e = step(&mut run, Event::TestsFinished(no_tests()));
+    assert!(finishes(e.first(), Phase::Done, "no tests yet"), "{e:?}");
+    let mut run = new_run("make add add", Some(Intent::Fix));
+    step(&mut run, Event::Start);
+    let e = step(&mut run, Event::TestsFinished(no_tests()));
+    assert!(is_call(e.last().unwrap(), Role::Tester), "{e:?}");
+    assert_eq!(run.phase, Phase::Reproducing);
 }

@@ -18,6 +18,9 @@ pub enum TestState {
     Cancelled,
     /// The run could not happen (no command, refused, would not start).
     Error,
+    /// The command ran and found no test (pytest's "no tests ran", exit 5): the project has
+    /// no tests yet, which is neither a pass nor a failure.
+    NoTests,
 }
 
 impl TestState {
@@ -29,6 +32,7 @@ impl TestState {
             TestState::TimedOut => "timed_out",
             TestState::Cancelled => "cancelled",
             TestState::Error => "error",
+            TestState::NoTests => "no_tests",
         }
     }
 }

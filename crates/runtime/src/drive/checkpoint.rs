@@ -57,6 +57,11 @@ impl Drive<'_> {
         );
         let taken = tokio::task::spawn_blocking(move || {
             let repo = Repo::discover(&root)?;
+            // agent-ls's own state stays out of the checkpoint whoever made `.agent-ls/`.
+            let state = root.join(".agent-ls");
+            if state.is_dir() {
+                crate::store::ignore_state(&state);
+            }
             // A resumed run keeps the checkpoint taken before its first write.
             if let Some(commit) = git::checkpoint::existing(&repo, &id) {
                 let kept = git::Checkpoint {
@@ -182,6 +187,8 @@ pub enum RecordedRunError {
     Store(#[from] crate::store::StoreError),
     #[error("run {0} has no git checkpoint (it wrote nothing, or not in a git repository)")]
     NoCheckpoint(String),
+    #[error("there is no run {0} here; `agent-ls runs` lists this workspace's runs")]
+    Unknown(String),
     #[error("no run has a git checkpoint here yet")]
     NoneYet,
     #[error("the files run {0} changed are unreadable in the store: {1}")]
@@ -202,6 +209,7 @@ pub fn recorded_run(
     let store = super::recorded_store(root)?;
     let Some((run_id, checkpoint, files)) = store.git_run(run)? else {
         return Err(match run {
+            Some(r) if store.resume_point(r)?.is_none() => RecordedRunError::Unknown(r.to_string()),
             Some(r) => RecordedRunError::NoCheckpoint(r.to_string()),
             None => RecordedRunError::NoneYet,
         });

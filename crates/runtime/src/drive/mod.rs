@@ -136,8 +136,15 @@ impl Drive<'_> {
         run_id: String,
         (diff, files): (String, Vec<agent::review::ChangedFile>),
     ) -> Outcome {
-        self.drive(run, shell, run_id, Begin::Review(diff, files))
-            .await
+        let id = run_id.clone();
+        let outcome = self
+            .drive(run, shell, run_id, Begin::Review(diff, files))
+            .await;
+        // A review alone is counted with the reviews, not among the runs and their pass rate.
+        if let Some(store) = self.record {
+            store.send("the review's kind", move |s| s.mark_review_only(&id));
+        }
+        outcome
     }
 
     /// Goes on with a run from its checkpoint (see `agent::resume`), under the same id: its

@@ -240,6 +240,47 @@ pub fn add_worktree(repo: &Repo, workspace: &Path, goal: &str) -> Result<Isolate
     })
 }
 
+/// The folders where the isolated runs of the workspace `root` worked: each worktree under
+/// `.agent-ls/worktrees/` at the workspace's place in it (`prefix`, from `Repo`).
+pub fn run_roots(root: &Path, prefix: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root.join(WORKTREES)) else {
+        return Vec::new();
+    };
+    let mut roots: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|top| top.join(".git").is_file())
+        .map(|top| top.join(prefix.trim_end_matches('/')))
+        .collect();
+    roots.sort();
+    roots
+}
+
+/// The workspace a worktree agent-ls made holds `dir` for, when `dir` is in one: an
+/// ancestor `<workspace>/.agent-ls/worktrees/<slug>` whose `.git` file names a worktree of
+/// the repository `<workspace>` is in, and which git's own record of that worktree points
+/// back to. A folder that only looks like one (copied, or made by hand) is not.
+pub fn made_in(dir: &Path) -> Option<PathBuf> {
+    let dir = dir.canonicalize().ok()?;
+    let top = dir
+        .ancestors()
+        .find(|a| a.parent().is_some_and(|p| p.ends_with(WORKTREES)))?;
+    let workspace = top.parent()?.parent()?.parent()?;
+    let pointer = std::fs::read_to_string(top.join(".git")).ok()?;
+    let gitdir = PathBuf::from(pointer.strip_prefix("gitdir:")?.trim());
+    let gitdir = top.join(gitdir).canonicalize().ok()?;
+    // `<common>/worktrees/<name>`, where `<common>` is the `.git` of a checkout holding the
+    // workspace, and whose `gitdir` file names this worktree's `.git` again.
+    let common = gitdir
+        .parent()
+        .filter(|p| p.ends_with("worktrees"))?
+        .parent()?;
+    let checkout = common.parent().filter(|_| common.ends_with(".git"))?;
+    let back = std::fs::read_to_string(gitdir.join("gitdir")).ok()?;
+    let back = Path::new(back.trim()).canonicalize().ok()?;
+    (workspace.starts_with(checkout) && back == top.join(".git")).then(|| workspace.to_path_buf())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,5 +377,25 @@ mod tests {
         assert!(long.len() <= MAX_SLUG, "{long}");
         assert_eq!(long, "make-every-function-in-the-parser");
         assert_eq!(slug(&"x".repeat(100)).len(), MAX_SLUG);
+    }
+
+    #[test]
+    fn a_worktree_is_known_as_made_in_its_workspace_and_a_look_alike_is_not() {
+        let dir = repository(true);
+        let p = dir.path().canonicalize().unwrap();
+        let repo = Repo::discover(&p).unwrap();
+        let done = add_worktree(&repo, &p, "Edit a").unwrap();
+        assert_eq!(made_in(&done.root), Some(p.clone()));
+        assert_eq!(made_in(&done.root.join("sub")), Some(p.clone()));
+        assert_eq!(run_roots(&p, ""), vec![done.root.clone()]);
+        assert_eq!(made_in(&p), None);
+        // A folder laid out the same way whose `.git` names another repository's worktree.
+        let other = repository(true);
+        let other_repo = Repo::discover(other.path()).unwrap();
+        let theirs = add_worktree(&other_repo, other.path(), "x").unwrap();
+        let fake = p.join(WORKTREES).join("fake");
+        std::fs::create_dir_all(&fake).unwrap();
+        std::fs::copy(theirs.root.join(".git"), fake.join(".git")).unwrap();
+        assert_eq!(made_in(&fake), None);
     }
 }

@@ -28,6 +28,8 @@ pub struct RunRecord {
 pub enum RunGitError {
     #[error("run {0} has no git checkpoint (it wrote nothing, or not in a repository)")]
     NoCheckpoint(String),
+    #[error("there is no run {0} here; `agent-ls runs` lists this workspace's runs")]
+    Unknown(String),
     #[error("no run has a git checkpoint here yet")]
     NoRun,
     #[error("run {0} did not finish, so what it changed is not known")]
@@ -58,6 +60,7 @@ pub enum RunGitError {
 pub fn record(store: &Store, run: Option<&str>) -> Result<RunRecord, RunGitError> {
     let Some((run_id, checkpoint, files)) = store.git_run(run)? else {
         return Err(match run {
+            Some(r) if store.resume_point(r)?.is_none() => RunGitError::Unknown(r.to_string()),
             Some(r) => RunGitError::NoCheckpoint(r.to_string()),
             None => RunGitError::NoRun,
         });

@@ -117,7 +117,7 @@ async fn check_server(models: &Models, t: &Target, report: &mut Report<'_>) -> b
                 false,
                 format!(
                     "cannot reach {url}: {}{hint}",
-                    super::http::connect_error(t, &e)
+                    super::http::connect_failure(t, &e, false)
                 ),
             );
             false

@@ -252,15 +252,27 @@ fn status_error(
 }
 
 pub(crate) fn connect_error(target: &Target, e: &reqwest::Error) -> ModelError {
+    connect_failure(target, e, true)
+}
+
+/// `connect_error`, with the pointer to `agent-ls doctor` only when `suggest_doctor`: doctor
+/// itself says it without sending the user to run what they are running.
+pub(crate) fn connect_failure(
+    target: &Target,
+    e: &reqwest::Error,
+    suggest_doctor: bool,
+) -> ModelError {
     let secrets: Vec<&Secret> = target.api_key.iter().collect();
     let mut reason = redact(&format!("{e}{}", e.source_chain()), &secrets);
     // The default for a new user with no key set: say what to configure, not only what failed.
     if target.provider == "ollama" {
         reason.push_str(
             "; start Ollama (`ollama serve`, then `ollama pull` the model), or set OPENAI_API_KEY or \
-             ANTHROPIC_API_KEY, or choose a model with model.provider and model.base_url; \
-             `agent-ls doctor` checks the setup",
+             ANTHROPIC_API_KEY, or choose a model with model.provider and model.base_url",
         );
+        if suggest_doctor {
+            reason.push_str("; `agent-ls doctor` checks the setup");
+        }
     }
     if e.is_timeout() {
         return ModelError::Timeout {

@@ -92,7 +92,7 @@ impl Events {
                 let end = self.scanned + at;
                 let line = &self.buf[start..end];
                 let line = line.strip_suffix(b"\r").unwrap_or(line);
-                let line = String::from_utf8_lossy(line).into_owned();
+                let line = utf8(line, &self.provider)?;
                 self.scanned = end + 1;
                 start = self.scanned;
                 if let Some(event) = self.field(&line) {
@@ -173,6 +173,21 @@ impl Events {
     }
 }
 
+/// The text of an answer's bytes. Bytes that are not UTF-8 make it a bad answer, said with
+/// where: written into a file as U+FFFD, they would change it without a word.
+fn utf8(bytes: &[u8], provider: &str) -> Result<String, ModelError> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Ok(text.to_string()),
+        Err(e) => Err(ModelError::BadAnswer {
+            provider: provider.to_string(),
+            reason: format!(
+                "the answer is not valid UTF-8 (a bad byte after {} good ones); none of it is used",
+                e.valid_up_to()
+            ),
+        }),
+    }
+}
+
 /// Reads a whole body (an answer that is not streamed, an error's text), at most `max` bytes,
 /// with the same silence limit.
 pub(crate) async fn read_capped(
@@ -190,7 +205,7 @@ pub(crate) async fn read_capped(
                     reason: format!("no data for {} s", limits.idle.as_secs()),
                 });
             }
-            Ok(None) => return Ok(String::from_utf8_lossy(&body).into_owned()),
+            Ok(None) => return utf8(&body, &provider),
             Ok(Some(Err(e))) => {
                 return Err(ModelError::Truncated {
                     provider,
@@ -262,6 +277,22 @@ mod tests {
             .map(|e| (e.event.as_str(), e.data.as_str()))
             .collect();
         assert_eq!(data, [("a", "one\ntwo"), ("", "three"), ("", "last")]);
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_is_not_utf8_is_refused_not_written_as_replacement_characters() {
+        let err = all(vec![b"data: caf\xc3\n\n"], limits()).await.unwrap_err();
+        assert!(matches!(err, ModelError::BadAnswer { .. }), "{err}");
+        assert!(err.to_string().contains("not valid UTF-8"), "{err}");
+        let err = read_capped(response(vec![b"{\"a\": \"\xff\"}"]), limits(), "t".into())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("not valid UTF-8"), "{err}");
+        // A character split across chunks is whole once its line is.
+        let got = all(vec![b"data: caf\xc3", b"\xa9\n\n"], limits())
+            .await
+            .unwrap();
+        assert_eq!(got[0].data, "café");
     }
 
     #[tokio::test]

@@ -53,8 +53,18 @@ impl RunResult {
         )
     }
 
+    /// The command ran and found no test: no failure, no count but zeros, and an exit of 0
+    /// or pytest's 5 ("no tests ran").
+    pub fn no_tests(&self) -> bool {
+        self.failures.is_empty()
+            && self.passed == Some(0)
+            && self.failed.unwrap_or(0) == 0
+            && matches!(self.end, RunEnd::Exited { code: 0 | 5 })
+    }
+
     pub fn state(&self) -> TestState {
         match self.end {
+            _ if self.no_tests() => TestState::NoTests,
             _ if self.passed_all() => TestState::Passed,
             RunEnd::TimedOut => TestState::TimedOut,
             RunEnd::Cancelled => TestState::Cancelled,

@@ -46,8 +46,13 @@ pub fn summary(r: &RunResult) -> TestSummary {
     TestSummary {
         passed: r.passed_all(),
         passed_count: r.passed.unwrap_or(0),
-        failed_count: if r.passed_all() { 0 } else { failed.max(1) },
+        failed_count: if r.passed_all() || r.no_tests() {
+            0
+        } else {
+            failed.max(1)
+        },
         report: r.report.clone(),
+        no_tests: r.no_tests(),
         fingerprint: if keys.is_empty() {
             r.report.clone()
         } else {

@@ -46,7 +46,11 @@ pub fn detect_format(output: &str) -> Format {
         Format::Nextest
     } else if has("test result: ") || has("---- ") && has(" stdout ----") || has("error[E") {
         Format::Libtest
-    } else if has("short test summary info") || has("= FAILURES =") || has("test session starts") {
+    } else if has("short test summary info")
+        || has("= FAILURES =")
+        || has("test session starts")
+        || output.lines().any(python::quiet_summary)
+    {
         Format::Pytest
     } else if output.lines().any(|l| {
         l.strip_prefix("Ran ")

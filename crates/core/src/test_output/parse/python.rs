@@ -49,7 +49,7 @@ pub fn parse_pytest(output: &str, ctx: &Context<'_>) -> Parsed {
         {
             let (id, msg) = rest.split_once(" - ").unwrap_or((rest, ""));
             summary.push((id.trim().to_string(), msg.trim().to_string()));
-        } else if rule && line.trim_end().ends_with('=') {
+        } else if (rule && line.trim_end().ends_with('=')) || quiet_summary(line) {
             in_blocks = false;
             if line.contains(" in ") {
                 parsed.failed = sum(
@@ -100,6 +100,33 @@ pub fn parse_pytest(output: &str, ctx: &Context<'_>) -> Parsed {
         }
     }
     parsed
+}
+
+/// The summary line of `pytest -q`, which has no `===` banner: "1 failed, 1 passed in 0.01s",
+/// "no tests ran in 0.00s". Every part before " in " is a count of a kind pytest reports.
+pub(super) fn quiet_summary(line: &str) -> bool {
+    const KINDS: [&str; 11] = [
+        "failed",
+        "passed",
+        "error",
+        "errors",
+        "skipped",
+        "xfailed",
+        "xpassed",
+        "warning",
+        "warnings",
+        "deselected",
+        "rerun",
+    ];
+    let Some((counts, _time)) = line.trim().rsplit_once(" in ") else {
+        return false;
+    };
+    counts == "no tests ran"
+        || counts.split(", ").all(|part| {
+            part.split_once(' ').is_some_and(|(n, kind)| {
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && KINDS.contains(&kind)
+            })
+        })
 }
 
 fn sum(a: Option<u32>, b: Option<u32>) -> Option<u32> {
@@ -234,4 +261,33 @@ pub fn parse_unittest(output: &str, ctx: &Context<'_>) -> Parsed {
         parsed.passed = Some(ran.saturating_sub(failed + skipped));
     }
     parsed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Format, parse};
+    use super::*;
+
+    fn ctx() -> Context<'static> {
+        Context {
+            root: std::path::Path::new("/ws"),
+            go_module: None,
+        }
+    }
+
+    #[test]
+    fn the_summary_of_pytest_q_is_read_without_its_banner() {
+        let out = "F.\n=================================== FAILURES ===================================\n___________________________________ test_add ___________________________________\n\n    def test_add():\n>       assert add(2, 3) == 5\nE       assert -1 == 5\n\ntest_calc.py:5: AssertionError\n=========================== short test summary info ============================\nFAILED test_calc.py::test_add - assert -1 == 5\n1 failed, 1 passed in 0.01s\n";
+        let (format, parsed) = parse(out, &ctx());
+        assert_eq!(format, Format::Pytest);
+        assert_eq!((parsed.passed, parsed.failed), (Some(1), Some(1)));
+        let (format, parsed) = parse("..\n2 passed in 0.01s\n", &ctx());
+        assert_eq!(format, Format::Pytest);
+        assert_eq!((parsed.passed, parsed.failed), (Some(2), None));
+        let (_, parsed) = parse("\nno tests ran in 0.00s\n", &ctx());
+        assert_eq!(parsed.passed, Some(0));
+        assert!(quiet_summary("2 passed, 1 warning in 0.02s"));
+        assert!(!quiet_summary("Ran 3 tests in 0.001s"));
+        assert!(!quiet_summary("the tests pass in 2s"));
+    }
 }
