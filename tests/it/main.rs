@@ -24,6 +24,7 @@ mod emacs;
 mod git;
 mod git_commit;
 mod isolation_lsp;
+mod limits;
 mod mcp;
 mod memory;
 mod memory_postgres;

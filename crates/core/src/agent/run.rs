@@ -141,6 +141,10 @@ pub struct TestSummary {
     pub report: String,
     /// Identifies the failure set: equal fingerprints mean the same failures came back.
     pub fingerprint: String,
+    /// Why the run came to no result, when it was stopped (a timeout, a sandbox limit),
+    /// named for the model: not a failing test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

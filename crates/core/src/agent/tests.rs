@@ -53,6 +53,7 @@ fn failing(fp: &str) -> TestSummary {
         failed_count: 1,
         report: format!("FAILED {fp}"),
         fingerprint: fp.into(),
+        stopped: None,
     }
 }
 
@@ -63,6 +64,7 @@ fn passing() -> TestSummary {
         failed_count: 0,
         report: String::new(),
         fingerprint: String::new(),
+        stopped: None,
     }
 }
 
