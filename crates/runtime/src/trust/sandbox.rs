@@ -266,14 +266,21 @@ impl Sandbox {
                 "--version".into(),
             ],
         );
-        let out = std::process::Command::new(&argv[0])
+        let start = |source| ProbeError::Start {
+            program: argv[0].clone(),
+            source,
+        };
+        let child = std::process::Command::new(&argv[0])
             .args(&argv[1..])
             .current_dir(root)
-            .output()
-            .map_err(|source| ProbeError::Start {
-                program: argv[0].clone(),
-                source,
-            })?;
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(start)?;
+        let helper = child.id();
+        let out = child.wait_with_output().map_err(start)?;
+        // The group the helper made, which it could not remove once confined.
+        limits::remove_group(helper);
         if out.status.success() {
             let abi = landlock_abi().map_or_else(|e| e.to_string(), |a| format!("ABI {a}"));
             Ok(format!(
