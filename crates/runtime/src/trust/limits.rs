@@ -329,6 +329,9 @@ pub fn describe(limits: &Limits) -> String {
     };
     // Made and left at once, from a thread's process that has only just joined it.
     let base = group_path(std::process::id());
+    let with_memory = base
+        .as_ref()
+        .is_some_and(|(_, controllers)| controllers.iter().any(|c| c == "memory"));
     let grouped = Group::join(&trial).is_some();
     if grouped && let Some((name, controllers)) = base {
         let parent = std::path::Path::new(&name)
@@ -348,10 +351,15 @@ pub fn describe(limits: &Limits) -> String {
         "rlimits: memory {} MB per process (RLIMIT_DATA), CPU {} s per process (RLIMIT_CPU), files {} MB (RLIMIT_FSIZE)",
         limits.memory_mb, limits.cpu_secs, limits.file_mb
     )];
-    if grouped {
+    if grouped && with_memory {
         out.push(format!(
             "a cgroup {version} group per run caps the whole tree at {} processes and {} MB",
             limits.processes, limits.memory_mb
+        ));
+    } else if grouped {
+        out.push(format!(
+            "a cgroup {version} group per run caps the whole tree at {} processes; memory is per process, not per tree (the memory controller is mounted in another group than pids)",
+            limits.processes
         ));
     } else if root {
         out.push(format!(
