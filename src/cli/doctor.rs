@@ -19,13 +19,19 @@ pub fn run(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let models = agent_ls_runtime::model::Models::new(&loaded.config, Some(&root));
     let mut checks = runtime.block_on(agent_ls_runtime::model::doctor::run(&models));
-    let probe =
-        agent_ls_runtime::trust::sandbox::Sandbox::from_config(&loaded.config.sandbox).probe(&root);
+    let sandbox = agent_ls_runtime::trust::sandbox::Sandbox::from_config(&loaded.config.sandbox);
+    let probe = sandbox.probe(&root);
     checks.push(agent_ls_runtime::model::doctor::Check {
         target: "sandbox".into(),
         check: "confines a command",
         ok: probe.is_ok(),
         detail: probe.unwrap_or_else(|why| why.to_string()),
+    });
+    checks.push(agent_ls_runtime::model::doctor::Check {
+        target: "sandbox".into(),
+        check: "limits",
+        ok: true,
+        detail: sandbox.describe_limits(),
     });
     if json {
         println!("{}", serde_json::to_string_pretty(&checks)?);

@@ -582,6 +582,9 @@ async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json:
             } else {
                 println!("{}", visible(r.report.trim_end()));
                 println!("{}: {}", r.command.argv.join(" "), r.state().as_str());
+                if let Some(why) = r.stopped() {
+                    eprintln!("agent-ls: {why}");
+                }
             }
             if let Some(why) = &r.environment {
                 eprintln!("agent-ls: the command did not run: {}", visible(why));
@@ -609,13 +612,18 @@ fn report(o: &Outcome, json: bool, switched: bool) {
     } else {
         println!("{}", visible(o.answer.trim_end()));
     }
+    let tests = match &o.tests.stopped {
+        Some(why) => format!("tests did not finish ({why})"),
+        None => format!(
+            "tests {} passed / {} failed",
+            o.tests.passed, o.tests.failed
+        ),
+    };
     eprintln!(
-        "agent-ls: {} after {} iteration(s), {} file(s) changed, tests {} passed / {} failed, {} tokens, {} ms",
+        "agent-ls: {} after {} iteration(s), {} file(s) changed, {tests}, {} tokens, {} ms",
         o.status.as_str(),
         o.iterations,
         o.files_changed.len(),
-        o.tests.passed,
-        o.tests.failed,
         o.tokens,
         o.duration_ms
     );

@@ -379,7 +379,8 @@ impl TestRuns {
             failed: result.failed.or(Some(result.failures.len() as u32)),
             duration_ms: Some(result.duration_ms),
             command,
-            message: None,
+            // A timeout or a sandbox limit, named.
+            message: result.stopped(),
         });
         self.last = Some(Arc::new(result));
     }
@@ -451,6 +452,7 @@ async fn run(
         .await
         .unwrap_or_else(|why| Err(RunError::Internal(why.to_string())));
     let summary = match &result {
+        Ok(r) if r.stopped().is_some() => r.stopped().unwrap_or_default(),
         Ok(r) => format!(
             "{}: {} passed, {} failed",
             r.state().as_str(),

@@ -89,6 +89,7 @@ impl AgentLsMcp {
                         "test_id": {"type": "string"}, "message": {"type": "string"},
                         "file": {"anyOf": [{"type": "string"}, {"type": "null"}]}, "line": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}}},
                     "environment": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                    "stopped": {"anyOf": [{"type": "string"}, {"type": "null"}]},
                     "report": {"type": "string"}
                 },
                 "required": ["command", "state", "failures", "report"]
@@ -183,7 +184,7 @@ impl AgentLsMcp {
                     .collect();
                 let value = json!({"command": r.command.argv.join(" "), "state": r.state(), "passed": r.passed,
                     "failed": r.failed.or(Some(r.failures.len() as u32)), "duration_ms": r.duration_ms,
-                    "failures": failures, "environment": r.environment, "report": r.report});
+                    "failures": failures, "environment": r.environment, "stopped": r.stopped(), "report": r.report});
                 let cancelled = matches!(r.end, agent_ls_runtime::tests_run::RunEnd::Cancelled);
                 if whole
                     && !cancelled

@@ -875,7 +875,7 @@ fn acpx_cancels_a_prompt_whose_tests_hang() {
     }
     // The test command says its pid, then hangs.
     let (ws, home) = acpx_workspace(
-        "[agent]\nevaluate = false\n[test]\ncommand = [\"sh\", \"-c\", \"echo $$ > test.pid; exec sleep 60\"]\nallowlist = [\"sh\"]\n",
+        "[agent]\nevaluate = false\n[test]\ncommand = [\"sh\", \"-c\", \"echo $$ > test.pid; exec sleep 60\"]\nallowlist = [\"sh -c\"]\n",
     );
     let (ws, home) = (ws.path(), home.path());
     acpx_ok(ws, home, &["sessions", "new"]);

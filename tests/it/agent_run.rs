@@ -218,7 +218,7 @@ fn sigterm_during_a_test_run_ends_the_run_cleanly_with_130() {
     )
     // The user's own settings (the environment), not the workspace's.
     .env("AGENT_LS_TEST__COMMAND", r#"["sh", "-c", "sleep 30"]"#)
-    .env("AGENT_LS_TEST__ALLOWLIST", r#"["sh"]"#)
+    .env("AGENT_LS_TEST__ALLOWLIST", r#"["sh -c"]"#)
     .envs(replay_env(&file))
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())

@@ -25,6 +25,7 @@ mod first_hour_cli;
 mod git;
 mod git_commit;
 mod isolation_lsp;
+mod limits;
 mod mcp;
 mod memory;
 mod memory_postgres;

@@ -24,7 +24,7 @@ fn counting_server() -> (Client, tempfile::TempDir) {
     c.initialize(
         ws.path(),
         json!({}),
-        json!({"test": {"command": ["sh", "-c", COUNTING_TESTS], "allowlist": ["sh"]}}),
+        json!({"test": {"command": ["sh", "-c", COUNTING_TESTS], "allowlist": ["sh -c"]}}),
     );
     (c, ws)
 }

@@ -23,7 +23,7 @@ fn config(argv: &[&str]) -> TestConfig {
     TestConfig {
         command: argv.iter().map(|s| s.to_string()).collect(),
         allowlist: vec![
-            "sh".into(),
+            "sh -c".into(),
             "cargo".into(),
             "npm".into(),
             "go".into(),

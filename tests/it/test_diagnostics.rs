@@ -141,7 +141,7 @@ fn the_rerun_command_runs_tests_and_a_newer_run_replaces_an_older_one() {
     let ws = workspace(&[]);
     let mut c = start(
         ws.path(),
-        json!({"command": ["sh", "-c", "sleep 1; echo 'src/app.py:3: boom'; exit 1"], "allowlist": ["sh"]}),
+        json!({"command": ["sh", "-c", "sleep 1; echo 'src/app.py:3: boom'; exit 1"], "allowlist": ["sh -c"]}),
     );
     std::fs::create_dir_all(ws.path().join("src")).unwrap();
     std::fs::write(ws.path().join("src/app.py"), "a\nb\nc = 1\n").unwrap();
@@ -203,7 +203,7 @@ fn cancel_stops_a_run_and_keeps_the_previous_diagnostics() {
     let ws = workspace(&[]);
     let mut c = start(
         ws.path(),
-        json!({"command": ["sh", "-c", "sleep 30"], "allowlist": ["sh"]}),
+        json!({"command": ["sh", "-c", "sleep 30"], "allowlist": ["sh -c"]}),
     );
     c.request(
         "workspace/executeCommand",

@@ -27,10 +27,12 @@ fn secret_name(name: &str) -> bool {
 }
 
 /// The secrets this process knows: the configured model keys and the values of the
-/// environment variables named like keys (OPENAI_API_KEY, ANTHROPIC_API_KEY, GITHUB_TOKEN...).
+/// environment variables named like keys (OPENAI_API_KEY, ANTHROPIC_API_KEY, GITHUB_TOKEN...)
+/// or holding a value shaped like one under any name.
 pub fn known_secrets(config: &Config) -> Vec<String> {
     let mut out: Vec<String> = std::env::vars()
-        .filter(|(k, v)| secret_name(k) && v.len() >= 4)
+        // By name, or by value whatever the name (`MY_SERVICE_CREDS`).
+        .filter(|(k, v)| (secret_name(k) || crate::config::looks_like_secret(v)) && v.len() >= 4)
         .map(|(_, v)| v)
         .collect();
     let configured = config.model.api_key.iter().chain(

@@ -36,10 +36,17 @@ pub(super) fn code(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
     if let Some(t) = &run.tests
         && !t.passed
     {
-        user.push_str(&format!(
-            "The tests fail ({} failed, {} passed). Test output:\n{}\n\n",
-            t.failed_count, t.passed_count, t.report
-        ));
+        user.push_str(&match &t.stopped {
+            // A hang or a runaway is a bug of its own, not a failure count.
+            Some(why) => format!(
+                "The tests did not finish: {why}. This is not a failing assertion: find what hangs or runs away. Test output:\n{}\n\n",
+                t.report
+            ),
+            None => format!(
+                "The tests fail ({} failed, {} passed). Test output:\n{}\n\n",
+                t.failed_count, t.passed_count, t.report
+            ),
+        });
     }
     user.push_str(&run.memory);
     let (files, shown) = fixed_context(run, &run.agent().tools, system.len() + user.len());
@@ -162,21 +169,22 @@ pub(super) fn evaluate(run: &Run) -> Vec<Message> {
             run.goal,
             run.iterations,
             run.files_changed.join(", "),
-            run.tests
-                .as_ref()
-                .map_or("not run".to_string(), |t| format!(
-                    "{} passed, {} failed",
-                    t.passed_count, t.failed_count
-                ))
+            run.tests.as_ref().map_or("not run".to_string(), tests_line)
         )),
     ]
 }
 
+/// A test run in one line: its counts, or why it was stopped.
+fn tests_line(t: &super::TestSummary) -> String {
+    match &t.stopped {
+        Some(why) => format!("did not finish: {why}"),
+        None => format!("{} passed, {} failed", t.passed_count, t.failed_count),
+    }
+}
+
 /// The reviewer's prompt: the run's diff under review, the goal and the test result.
 pub(super) fn review(run: &Run) -> Vec<Message> {
-    let tests = run.tests.as_ref().map_or("not run".to_string(), |t| {
-        format!("{} passed, {} failed", t.passed_count, t.failed_count)
-    });
+    let tests = run.tests.as_ref().map_or("not run".to_string(), tests_line);
     let diff = run.reviewing.diff();
     super::review::prompt(run.prompts.get("reviewer"), &run.goal, &tests, diff)
 }

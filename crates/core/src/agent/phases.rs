@@ -99,6 +99,8 @@ fn on_baseline(run: &mut Run, event: Event) -> Vec<Effect> {
                     .to_string()
             } else if t.passed {
                 format!("the tests pass ({} passed)", t.passed_count)
+            } else if let Some(why) = &t.stopped {
+                format!("the tests did not finish: {why}\n{}", t.report)
             } else {
                 format!(
                     "{} test(s) fail, {} pass:\n{}",

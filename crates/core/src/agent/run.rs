@@ -145,6 +145,10 @@ pub struct TestSummary {
     /// writes the first one; for "run the tests", that is the answer.
     #[serde(default)]
     pub no_tests: bool,
+    /// Why the run came to no result, when it was stopped (a timeout, a sandbox limit),
+    /// named for the model: not a failing test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -54,6 +54,7 @@ fn failing(fp: &str) -> TestSummary {
         report: format!("FAILED {fp}"),
         fingerprint: fp.into(),
         no_tests: false,
+        stopped: None,
     }
 }
 
@@ -65,6 +66,7 @@ fn passing() -> TestSummary {
         report: String::new(),
         fingerprint: String::new(),
         no_tests: false,
+        stopped: None,
     }
 }
 
@@ -1421,6 +1423,7 @@ fn no_tests() -> TestSummary {
         report: "no tests ran in <time>".into(),
         fingerprint: String::new(),
         no_tests: true,
+        stopped: None,
     }
 }
 

@@ -26,5 +26,5 @@ pub use policy::{
     take_workspace_trust, untrusted_message,
 };
 pub use prompts::load_prompts;
-pub use redact::{DatabaseUrl, redact_url};
+pub use redact::{DatabaseUrl, looks_like_secret, redact_url};
 pub use schema::*;

@@ -1,5 +1,5 @@
 //! URL redaction: a database URL's password never shows where the URL is printed or
-//! serialized.
+//! serialized; and what a secret looks like by its value, whatever variable holds it.
 
 use std::fmt;
 
@@ -53,6 +53,55 @@ pub fn redact_url(url: &str) -> String {
     out
 }
 
+/// Whether `value` looks like a key or a token by itself, whatever its name: one word of 20
+/// to 512 characters drawn from several kinds (letters of both cases, digits, `-_+/=.`) with
+/// little repetition. Paths, URLs, lists (`:`, `,`, `;`), words and plain hex (a commit id)
+/// do not.
+pub fn looks_like_secret(value: &str) -> bool {
+    let len = value.chars().count();
+    if !(20..=512).contains(&len)
+        || value.starts_with(['/', '~', '.'])
+        || value.contains("://")
+        || value
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, ':' | ',' | ';'))
+        || value.chars().all(|c| c.is_ascii_hexdigit())
+    {
+        return false;
+    }
+    if !value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_+/=.".contains(c))
+    {
+        return false;
+    }
+    let kinds = [
+        value.chars().any(|c| c.is_ascii_lowercase()),
+        value.chars().any(|c| c.is_ascii_uppercase()),
+        value.chars().any(|c| c.is_ascii_digit()),
+    ]
+    .iter()
+    .filter(|k| **k)
+    .count();
+    kinds >= 2 && value.chars().any(|c| c.is_ascii_digit()) && entropy(value) >= 3.5
+}
+
+/// Shannon entropy of `value`'s characters, in bits per character.
+fn entropy(value: &str) -> f64 {
+    let mut counts = std::collections::HashMap::new();
+    for c in value.chars() {
+        *counts.entry(c).or_insert(0u32) += 1;
+    }
+    let n = value.chars().count() as f64;
+    counts
+        .values()
+        .map(|&k| {
+            let p = f64::from(k) / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
 impl fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted())
@@ -74,6 +123,29 @@ impl Serialize for DatabaseUrl {
 #[cfg(test)]
 mod url_tests {
     use super::*;
+
+    #[test]
+    fn a_secret_is_known_by_its_value() {
+        for secret in [
+            "sk-proj-4fQ9zX2LmN8pR7tV1wY3bC6d",
+            "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "xoxb-2048-4096-Zk9Qw8Er7Ty6Ui5Op4",
+        ] {
+            assert!(looks_like_secret(secret), "{secret}");
+        }
+        for plain in [
+            "/usr/local/bin:/usr/bin",
+            "https://api.example.com/v1",
+            "en_US.UTF-8",
+            "3f5b00c1a2b3c4d5e6f708192a3b4c5d6e7f8091",
+            "xterm-256color",
+            "hello world this is text",
+            "aaaaaaaaaaaaaaaaaaaaaaaa1",
+        ] {
+            assert!(!looks_like_secret(plain), "{plain}");
+        }
+    }
 
     #[test]
     fn a_urls_password_is_redacted_wherever_it_is() {

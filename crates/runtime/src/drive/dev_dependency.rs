@@ -245,6 +245,7 @@ async fn run_in(
         RunEnd::Signaled => Err(Failed::Signaled(tail())),
         RunEnd::TimedOut => Err(Failed::TimedOut(timeout.as_secs())),
         RunEnd::Cancelled => Err(Failed::Cancelled),
+        RunEnd::Limit { .. } => Err(Failed::Signaled(tail())),
     }
 }
 

@@ -84,10 +84,13 @@ pub struct Outcome {
     pub decision: Option<agent::review::Decision>,
 }
 
-#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct TestCounts {
     pub passed: u32,
     pub failed: u32,
+    /// Why the last run came to no result (a timeout, a sandbox limit), when it was stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 /// What a run's effects share while it goes: its recorder and figures, and what one effect
@@ -438,6 +441,7 @@ impl Drive<'_> {
         let tests = run.tests().map_or(TestCounts::default(), |t| TestCounts {
             passed: t.passed_count,
             failed: t.failed_count,
+            stopped: t.stopped.clone(),
         });
         Outcome {
             run_id,

@@ -111,7 +111,11 @@ pub enum NotAllowed {
         "the test command `{}` is not on the allowlist (test.allowlist: {}); add it there to run it{}",
         argv.join(" "),
         allowlist.join(", "),
-        if *in_workspace { " (a program inside the workspace must be listed by its exact path)" } else { "" }
+        if *in_workspace {
+            " (a program inside the workspace must be listed by its exact path)".to_string()
+        } else {
+            eval_note(argv)
+        }
     )]
     NotListed {
         argv: Vec<String>,
@@ -147,6 +151,9 @@ pub fn check_allowed(argv: &[String], allowlist: &[String], root: &Path) -> Resu
         program_ok
             && words.len() <= argv.len()
             && words[1..].iter().zip(&argv[1..]).all(|(w, a)| w == a)
+            // An interpreter's eval flag runs any program: only an entry that spells the
+            // flag out (`node -e`) allows it.
+            && eval_flag(&name, argv).is_none_or(|at| at < words.len())
     });
     if allowed {
         Ok(())
@@ -156,6 +163,60 @@ pub fn check_allowed(argv: &[String], allowlist: &[String], root: &Path) -> Resu
             allowlist: allowlist.to_vec(),
             in_workspace,
         })
+    }
+}
+
+/// Where in `argv` an interpreter is told to run code given on its command line (`node -e`,
+/// `python -c`, `perl -e`, `ruby -e`, `sh -c`, `make --eval`, `npx -c`), if it is. Short
+/// flags count inside a cluster (`sh -ec`, `perl -le`); for all but make, only the options
+/// before the script or module are the interpreter's.
+pub fn eval_flag(program: &str, argv: &[String]) -> Option<usize> {
+    let base = program.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    let (short, long, anywhere): (&str, &[&str], bool) = match base {
+        "node" | "nodejs" | "bun" | "deno" => ("ep", &["--eval", "--print"], false),
+        "python" | "pypy" => ("c", &[], false),
+        "perl" => ("eE", &[], false),
+        "ruby" => ("e", &[], false),
+        "sh" | "bash" | "dash" | "zsh" | "ksh" | "fish" => ("c", &["--command"], false),
+        "make" | "gmake" => ("E", &["--eval"], true),
+        "npx" => ("c", &["--call"], false),
+        _ => return None,
+    };
+    for (i, arg) in argv.iter().enumerate().skip(1) {
+        if let Some(flag) = arg.strip_prefix("--") {
+            let flag = flag.split('=').next().unwrap_or(flag);
+            if long.iter().any(|l| l.trim_start_matches('-') == flag) {
+                return Some(i);
+            }
+        } else if let Some(cluster) = arg.strip_prefix('-') {
+            if cluster.chars().any(|c| short.contains(c)) {
+                return Some(i);
+            }
+            // `python -m pytest …`: what follows is the module's.
+            if base == "python" && cluster.starts_with('m') {
+                return None;
+            }
+        } else if !anywhere {
+            return None;
+        }
+    }
+    None
+}
+
+/// What the refusal of an interpreter's eval flag adds: the entry that would allow it.
+fn eval_note(argv: &[String]) -> String {
+    let name = argv
+        .first()
+        .and_then(|p| Path::new(p).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match eval_flag(&name, argv) {
+        Some(at) => format!(
+            " (`{}` runs code given on the command line, which no default entry allows; an entry that spells the flag out, \"{}\", allows it on purpose)",
+            argv[at],
+            argv[..=at].join(" ")
+        ),
+        None => String::new(),
     }
 }
 
@@ -211,6 +272,43 @@ mod tests {
         assert!(!ok(&["tools/make"]));
         assert!(ok(&["./ci/check"]));
         assert!(check_allowed(&[], &list, root).is_err());
+    }
+
+    #[test]
+    fn interpreter_eval_flags_are_refused_unless_an_entry_spells_them_out() {
+        let list = s(&[
+            "node", "python3", "perl", "ruby", "sh", "make", "npx", "bash -c",
+        ]);
+        let root = Path::new("/ws");
+        let ok = |argv: &[&str]| check_allowed(&s(argv), &list, root).is_ok();
+        for refused in [
+            &["node", "-e", "1"][..],
+            &["node", "-p", "1"],
+            &["node", "--eval=1"],
+            &["node", "--input-type=module", "--eval", "1"],
+            &["python3", "-c", "1"],
+            &["python3", "-Bc", "1"],
+            &["perl", "-le", "1"],
+            &["ruby", "-e", "1"],
+            &["sh", "-c", "true"],
+            &["sh", "-ec", "true"],
+            &["make", "check", "--eval=x:"],
+            &["make", "-E", "x:"],
+            &["npx", "-c", "x"],
+        ] {
+            assert!(!ok(refused), "{refused:?}");
+        }
+        assert!(ok(&["node", "--test", "test/a.js"]));
+        assert!(ok(&["node", "script.js", "-e"]));
+        assert!(ok(&["python3", "-m", "pytest", "-c", "pytest.ini"]));
+        assert!(ok(&["make", "check"]));
+        assert!(ok(&["sh", "run-tests.sh"]));
+        // Spelled out on purpose.
+        assert!(ok(&["bash", "-c", "true"]));
+        let why = check_allowed(&s(&["node", "-e", "1"]), &list, root)
+            .unwrap_err()
+            .to_string();
+        assert!(why.contains("\"node -e\""), "{why}");
     }
 
     #[test]

@@ -135,7 +135,7 @@ pub async fn run(
         output_cap: config.output_cap_bytes,
     };
     let argv = sandbox.wrap(root, &command.argv);
-    let finished = process::run(&argv, root, &env, &limits, cancel)
+    let mut finished = process::run(&argv, root, &env, &limits, cancel)
         .await
         .map_err(|e| RunError::Spawn {
             command: command.argv.join(" "),
@@ -153,6 +153,9 @@ pub async fn run(
         }
     }
     let output = format!("{}\n{}", finished.stdout.text(), finished.stderr.text());
+    if let Some(limit) = limit_hit(&finished, &output, sandbox) {
+        finished.end = RunEnd::Limit { limit };
+    }
     let go_module = go_module(root);
     let ctx = parse::Context {
         root,
@@ -162,9 +165,10 @@ pub async fn run(
     let mut report = report::model_report(&output, &root.to_string_lossy());
     match finished.end {
         RunEnd::TimedOut => report.push_str(&format!(
-            "\n[the run was stopped after {} s]",
+            "\n[the run timed out: it was stopped after {} s (test.timeout_secs)]",
             config.timeout_secs
         )),
+        RunEnd::Limit { limit } => report.push_str(&format!("\n[the run was stopped: {limit}]")),
         RunEnd::Cancelled => report.push_str("\n[the run was cancelled]"),
         _ => {}
     }
@@ -181,6 +185,24 @@ pub async fn run(
     };
     result.environment = result.environment_problem(root);
     Ok(result)
+}
+
+/// The sandbox limit a failed run hit: the one the helper named, else one the output tells
+/// of (a program that caught the refused fork, allocation or write itself).
+fn limit_hit(
+    finished: &process::Finished,
+    output: &str,
+    sandbox: &Sandbox,
+) -> Option<crate::trust::limits::Limit> {
+    use crate::trust::limits;
+    if sandbox.mode == sandbox::SandboxMode::Off
+        || !matches!(finished.end, RunEnd::Exited { code } if code != 0)
+            && finished.end != RunEnd::Signaled
+    {
+        return None;
+    }
+    sandbox::limit_named(&finished.stderr.text())
+        .or_else(|| limits::limit_of_output(output, &sandbox.limits))
 }
 
 /// The module path declared in `go.mod`, if there is one.

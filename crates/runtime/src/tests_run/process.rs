@@ -26,6 +26,10 @@ pub enum RunEnd {
     Signaled,
     TimedOut,
     Cancelled,
+    /// Stopped by one of the sandbox's limits (`sandbox.max_*`), which the helper named.
+    Limit {
+        limit: crate::trust::limits::Limit,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -140,6 +144,7 @@ pub async fn run(
             .map(|p| tokio::spawn(drain(p, stderr.clone()))),
     ];
 
+    let helper = child.id();
     let end = tokio::select! {
         status = child.wait() => status_end(status?),
         _ = tokio::time::sleep(limits.timeout) => {
@@ -155,7 +160,25 @@ pub async fn run(
     if let Some(pgid) = guard.pgid.take() {
         let _ = killpg(pgid, Signal::SIGKILL);
     }
-    // A process that left the group could still hold a pipe; do not wait on it for long.
+    // The control group the helper made (as root) is empty now; the helper, confined, could
+    // not remove it itself.
+    if let Some(pid) = helper {
+        crate::trust::limits::remove_group(pid);
+    }
+    drain_ends(readers).await;
+    let take =
+        |c: &Arc<Mutex<Capped>>| std::mem::take(&mut *c.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(Finished {
+        end,
+        duration: started.elapsed(),
+        stdout: take(&stdout),
+        stderr: take(&stderr),
+    })
+}
+
+/// Waits for the pipe readers; a process that left the group could still hold a pipe, so not
+/// for long.
+async fn drain_ends(readers: [Option<tokio::task::JoinHandle<()>>; 2]) {
     for reader in readers.into_iter().flatten() {
         let abort = reader.abort_handle();
         if tokio::time::timeout(Duration::from_secs(2), reader)
@@ -165,14 +188,6 @@ pub async fn run(
             abort.abort();
         }
     }
-    let take =
-        |c: &Arc<Mutex<Capped>>| std::mem::take(&mut *c.lock().unwrap_or_else(|e| e.into_inner()));
-    Ok(Finished {
-        end,
-        duration: started.elapsed(),
-        stdout: take(&stdout),
-        stderr: take(&stderr),
-    })
 }
 
 fn status_end(status: std::process::ExitStatus) -> RunEnd {

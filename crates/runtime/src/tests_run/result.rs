@@ -45,10 +45,11 @@ impl RunResult {
             self.state().as_str(),
             self.passed.unwrap_or(0),
             self.failed.unwrap_or(self.failures.len() as u32),
-            self.environment
-                .as_ref()
-                .map(|e| format!("; it did not run: {e}"))
-                .unwrap_or_default(),
+            match (&self.environment, self.stopped()) {
+                (_, Some(why)) => format!("; {why}"),
+                (Some(e), None) => format!("; it did not run: {e}"),
+                (None, None) => String::new(),
+            },
             self.report
         )
     }
@@ -62,12 +63,26 @@ impl RunResult {
             && matches!(self.end, RunEnd::Exited { code: 0 | 5 })
     }
 
+    /// Why the run did not come to a result, when it was stopped: a timeout or a sandbox
+    /// limit, named with its setting. Neither is a failing test.
+    pub fn stopped(&self) -> Option<String> {
+        match self.end {
+            RunEnd::TimedOut => Some(format!(
+                "the tests timed out: they were stopped after {} s (test.timeout_secs); a test hangs or is too slow",
+                self.duration_ms.div_ceil(1000)
+            )),
+            RunEnd::Limit { limit } => Some(format!("the run was stopped: {limit}")),
+            _ => None,
+        }
+    }
+
     pub fn state(&self) -> TestState {
         match self.end {
             _ if self.no_tests() => TestState::NoTests,
             _ if self.passed_all() => TestState::Passed,
             RunEnd::TimedOut => TestState::TimedOut,
             RunEnd::Cancelled => TestState::Cancelled,
+            RunEnd::Limit { .. } => TestState::Error,
             _ if self.environment.is_some() => TestState::Error,
             _ => TestState::Failed,
         }
@@ -81,7 +96,12 @@ impl RunResult {
     /// written, so it stays a failure for the model. The text names the command, what went
     /// wrong and what to fix.
     pub fn environment_problem(&self, root: &Path) -> Option<String> {
-        if self.passed_all() || matches!(self.end, RunEnd::TimedOut | RunEnd::Cancelled) {
+        if self.passed_all()
+            || matches!(
+                self.end,
+                RunEnd::TimedOut | RunEnd::Cancelled | RunEnd::Limit { .. }
+            )
+        {
             return None;
         }
         let command = self.command.argv.join(" ");

@@ -46,13 +46,16 @@ pub fn summary(r: &RunResult) -> TestSummary {
     TestSummary {
         passed: r.passed_all(),
         passed_count: r.passed.unwrap_or(0),
-        failed_count: if r.passed_all() || r.no_tests() {
-            0
-        } else {
-            failed.max(1)
+        // A run stopped by a timeout or a limit counts only the failures it saw; a project
+        // with no test yet has none.
+        failed_count: match (r.passed_all() || r.no_tests(), r.stopped()) {
+            (true, _) => 0,
+            (false, Some(_)) => failed,
+            (false, None) => failed.max(1),
         },
         report: r.report.clone(),
         no_tests: r.no_tests(),
+        stopped: r.stopped(),
         fingerprint: if keys.is_empty() {
             r.report.clone()
         } else {

@@ -3,6 +3,8 @@
 //! user naming them (`protected`); the sandbox every command runs in (`sandbox`); and the
 //! risky constructs a proposed change introduces (`scan`).
 
+pub mod limits;
+pub mod privileges;
 pub mod protected;
 pub mod sandbox;
 pub mod scan;

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::limits::{self, Group, Limits};
+
 /// How commands (test runs, routed commands) are confined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -34,8 +36,30 @@ pub struct SandboxConfig {
     /// Folders besides the workspace and the temp folder that commands may write (tool caches);
     /// `~` is the home folder.
     pub writable: Vec<String>,
-    /// Folders commands may not read.
+    /// Folders commands may not read, even inside the workspace or a writable folder.
     pub deny_read: Vec<String>,
+    /// How many processes a command's tree may have at once (0: no limit).
+    pub max_processes: u64,
+    /// How much memory it may use, in MB (0: no limit). By default half the RAM, at most
+    /// 8,192.
+    pub max_memory_mb: u64,
+    /// How much CPU time each of its processes may use, in seconds (0: no limit).
+    pub max_cpu_secs: u64,
+    /// The largest file it may write, in MB (0: no limit).
+    pub max_file_mb: u64,
+}
+
+/// Half the RAM, at most 8 GB: what a test may use on a laptop without taking it down.
+fn default_memory_mb() -> u64 {
+    let total_kb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .unwrap_or(16 * 1024 * 1024);
+    (total_kb / 1024 / 2).min(8192)
 }
 
 impl Default for SandboxConfig {
@@ -63,6 +87,10 @@ impl Default for SandboxConfig {
             ]
             .map(String::from)
             .to_vec(),
+            max_processes: 512,
+            max_memory_mb: default_memory_mb(),
+            max_cpu_secs: 600,
+            max_file_mb: 1024,
         }
     }
 }
@@ -73,6 +101,23 @@ pub const SUBCOMMAND: &str = "sandbox-run";
 pub const REFUSED: i32 = 125;
 /// The first words of the helper's own messages on stderr.
 pub const MARK: &str = "agent-ls sandbox:";
+
+/// The line the helper writes on stderr when the command hit `limit`.
+pub fn limit_line(limit: limits::Limit) -> String {
+    format!("{} limit {} {}", MARK, limit.kind.word(), limit.max)
+}
+
+/// The limit a helper's stderr names, if it named one.
+pub fn limit_named(stderr: &str) -> Option<limits::Limit> {
+    stderr.lines().find_map(|l| {
+        let rest = l.strip_prefix(MARK)?.trim().strip_prefix("limit ")?;
+        let (word, max) = rest.split_once(' ')?;
+        Some(limits::Limit {
+            kind: limits::LimitKind::from_word(word)?,
+            max: max.trim().parse().ok()?,
+        })
+    })
+}
 
 /// Why `probe` found that no command can run confined.
 #[derive(Debug, thiserror::Error)]
@@ -95,7 +140,7 @@ pub enum PolicyError {
     #[error("unknown argument {0}")]
     Unknown(String),
     #[error(
-        "usage: agent-ls sandbox-run --workspace DIR [--write DIR]... [--deny-read DIR]... [--network] -- COMMAND..."
+        "usage: agent-ls sandbox-run --workspace DIR [--write DIR]... [--deny-read DIR]... [--network] [--limit KIND=N]... -- COMMAND..."
     )]
     Usage,
 }
@@ -136,6 +181,7 @@ pub struct Sandbox {
     pub network: bool,
     pub writable: Vec<PathBuf>,
     pub deny_read: Vec<PathBuf>,
+    pub limits: Limits,
 }
 
 /// `~` and `~/x` as the home folder.
@@ -198,6 +244,12 @@ impl Sandbox {
             network: config.network,
             writable: config.writable.iter().filter_map(|p| expand(p)).collect(),
             deny_read: config.deny_read.iter().filter_map(|p| expand(p)).collect(),
+            limits: Limits {
+                processes: config.max_processes,
+                memory_mb: config.max_memory_mb,
+                cpu_secs: config.max_cpu_secs,
+                file_mb: config.max_file_mb,
+            },
         }
     }
 
@@ -214,14 +266,21 @@ impl Sandbox {
                 "--version".into(),
             ],
         );
-        let out = std::process::Command::new(&argv[0])
+        let start = |source| ProbeError::Start {
+            program: argv[0].clone(),
+            source,
+        };
+        let child = std::process::Command::new(&argv[0])
             .args(&argv[1..])
             .current_dir(root)
-            .output()
-            .map_err(|source| ProbeError::Start {
-                program: argv[0].clone(),
-                source,
-            })?;
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(start)?;
+        let helper = child.id();
+        let out = child.wait_with_output().map_err(start)?;
+        // The group the helper made, which it could not remove once confined.
+        limits::remove_group(helper);
         if out.status.success() {
             let abi = landlock_abi().map_or_else(|e| e.to_string(), |a| format!("ABI {a}"));
             Ok(format!(
@@ -237,6 +296,29 @@ impl Sandbox {
                     .map_or_else(|| stderr.trim().to_string(), |l| l.trim().to_string()),
             ))
         }
+    }
+
+    /// For `agent-ls doctor`: how the limits and privileges are enforced here, and what is not.
+    pub fn describe_limits(&self) -> String {
+        if self.mode == SandboxMode::Off {
+            return "sandbox.mode is \"off\": no limit is enforced".into();
+        }
+        format!(
+            "{}; every capability dropped and no_new_privs set{}; UDP and raw sockets {}",
+            limits::describe(&self.limits),
+            if std::fs::metadata("/proc/self")
+                .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+            {
+                " (as root: commands run as uid 0 without capabilities, not in a user namespace)"
+            } else {
+                ""
+            },
+            if self.network {
+                "allowed (sandbox.network)"
+            } else {
+                "refused by seccomp"
+            }
+        )
     }
 
     /// The command line that runs `argv` in `root` under this sandbox.
@@ -261,6 +343,7 @@ impl Sandbox {
         if self.network {
             out.push("--network".into());
         }
+        out.extend(self.limits.args());
         out.push("--".into());
         out.extend(argv.iter().cloned());
         out
@@ -274,6 +357,7 @@ pub struct Policy {
     pub write: Vec<PathBuf>,
     pub deny_read: Vec<PathBuf>,
     pub network: bool,
+    pub limits: Limits,
     pub argv: Vec<String>,
 }
 
@@ -293,6 +377,14 @@ impl Policy {
                 "--write" => p.write.push(value()?),
                 "--deny-read" => p.deny_read.push(value()?),
                 "--network" => p.network = true,
+                "--limit" => {
+                    let v = it
+                        .next()
+                        .ok_or_else(|| PolicyError::NeedsValue(a.clone()))?;
+                    if !p.limits.set(v) {
+                        return Err(PolicyError::Unknown(format!("--limit {v}")));
+                    }
+                }
                 "--" => {
                     p.argv = it.cloned().collect();
                     break;
@@ -323,11 +415,37 @@ pub fn helper_main(args: &[String]) -> i32 {
         eprintln!("{MARK} cannot become a child subreaper: {e}");
         return REFUSED;
     }
+    // The group first: once confined, the helper can no longer write the cgroup files.
+    let group = Group::join(&policy.limits);
     if let Err(why) = confine(&policy) {
         eprintln!("{MARK} {why}");
         return REFUSED;
     }
-    supervise(&policy)
+    if let Err(why) = give_up(&policy) {
+        eprintln!("{MARK} {why}");
+        return REFUSED;
+    }
+    supervise(&policy, group.as_ref())
+}
+
+/// Why the helper would not start a command: a limit or a privilege it could not give up.
+#[derive(Debug, thiserror::Error)]
+enum GiveUpError {
+    #[error(transparent)]
+    Limit(#[from] limits::LimitError),
+    #[error(transparent)]
+    Privilege(#[from] super::privileges::PrivilegeError),
+}
+
+/// After Landlock: the rlimits, every capability, and (unless the network is allowed) UDP
+/// and raw sockets.
+fn give_up(policy: &Policy) -> Result<(), GiveUpError> {
+    limits::apply_rlimits(&policy.limits)?;
+    super::privileges::drop_all()?;
+    if !policy.network {
+        super::privileges::refuse_datagrams()?;
+    }
+    Ok(())
 }
 
 /// Applies the Landlock rules to this process (and so to all it starts), returning the ABI
@@ -348,9 +466,16 @@ fn confine(policy: &Policy) -> Result<String, ConfineError> {
     let readable = readable_roots(&policy.deny_read)
         .into_iter()
         .map(|p| (p, AccessFs::from_read(abi)));
-    let writable = writable(policy)
+    // A denied folder inside a writable one (the workspace, a cache): the writable folder is
+    // allowed around it, its siblings whole and the folders on the way to it without reading
+    // files (so none in the denied folder); their listing stays, which test runners need to
+    // find tests, so the denied folder's names can be listed, not read.
+    let (writable, on_the_way) = around(writable(policy), &policy.deny_read);
+    let write_only = AccessFs::from_all(abi) & !AccessFs::from_read(abi) | AccessFs::ReadDir;
+    let writable = writable
         .into_iter()
-        .map(|p| (p, AccessFs::from_all(abi)));
+        .map(|p| (p, AccessFs::from_all(abi)))
+        .chain(on_the_way.into_iter().map(|p| (p, write_only)));
     for (path, rights) in readable.chain(writable) {
         if let Ok(fd) = PathFd::new(&path) {
             let rights = for_path(&path, rights);
@@ -430,43 +555,57 @@ fn enforced(status: landlock::RestrictionStatus, policy: &Policy) -> Result<Stri
 /// The folders to allow reading: everything under `/` but the denied paths, expressed as the
 /// siblings along the way to each (Landlock only allows, so a denial is the absence of a rule).
 fn readable_roots(deny: &[PathBuf]) -> Vec<PathBuf> {
+    around(vec![PathBuf::from("/")], deny).0
+}
+
+/// `roots` with each denied path cut out: a root holding one is replaced by the siblings of
+/// each folder on the way down to it. Returns those roots, and the folders on the way (the
+/// replaced roots and their descendants that lead to a denied path).
+fn around(roots: Vec<PathBuf>, deny: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let denied: Vec<PathBuf> = deny
         .iter()
         .filter_map(|d| d.canonicalize().ok())
         .filter(|d| d.parent().is_some())
         .collect();
-    let mut roots = vec![PathBuf::from("/")];
+    let mut roots: Vec<PathBuf> = roots
+        .into_iter()
+        .map(|r| r.canonicalize().unwrap_or(r))
+        .collect();
+    let mut on_the_way = Vec::new();
     for d in &denied {
-        let Some(at) = roots.iter().position(|r| d.starts_with(r) && d != r) else {
-            continue;
-        };
-        let root = roots.remove(at);
-        let mut dir = root;
-        for component in d
-            .strip_prefix(&dir)
-            .map(|p| p.to_path_buf())
-            .unwrap_or_default()
-            .components()
-        {
-            let next = dir.join(component);
-            if let Ok(entries) = std::fs::read_dir(&dir) {
-                roots.extend(
-                    entries
-                        .flatten()
-                        .map(|e| e.path())
-                        .filter(|p| *p != next && !denied.contains(p)),
-                );
+        // A root that is itself denied is not allowed at all.
+        roots.retain(|r| !r.starts_with(d));
+        // Every root that holds it: the workspace sits in the temp folder, say.
+        while let Some(at) = roots.iter().position(|r| d.starts_with(r) && d != r) {
+            let root = roots.remove(at);
+            let mut dir = root;
+            for component in d
+                .strip_prefix(&dir)
+                .map(|p| p.to_path_buf())
+                .unwrap_or_default()
+                .components()
+            {
+                let next = dir.join(component);
+                if let Ok(entries) = std::fs::read_dir(&dir) {
+                    roots.extend(
+                        entries
+                            .flatten()
+                            .map(|e| e.path())
+                            .filter(|p| *p != next && !denied.contains(p)),
+                    );
+                }
+                on_the_way.push(dir);
+                dir = next;
             }
-            dir = next;
         }
     }
-    roots
+    (roots, on_the_way)
 }
 
 /// Runs the command and waits for it, ending every descendant when it ends or when we are
 /// told to stop (SIGTERM, SIGINT, or agent-ls's own end: the command's tree gets SIGTERM,
 /// then SIGKILL a second later). Returns the command's exit status as a shell would.
-fn supervise(policy: &Policy) -> i32 {
+fn supervise(policy: &Policy, group: Option<&Group>) -> i32 {
     let signals = match listen() {
         Ok(s) => s,
         Err(why) => {
@@ -475,7 +614,17 @@ fn supervise(policy: &Policy) -> i32 {
         }
     };
     match start(policy) {
-        Ok(child) => wait_tree(child, &signals),
+        Ok(child) => {
+            let (status, signal) = wait_tree(child, &signals);
+            // A limit the command hit is named, so the run reads as stopped, not failed.
+            let hit = group
+                .and_then(Group::hit)
+                .or_else(|| signal.and_then(|s| limits::limit_of_signal(s, &policy.limits)));
+            if let Some(limit) = hit {
+                eprintln!("{}", limit_line(limit));
+            }
+            status
+        }
         Err(status) => status,
     }
 }
@@ -539,12 +688,17 @@ fn start(policy: &Policy) -> Result<std::process::Child, i32> {
 
 /// Waits for the command, passing a stop on to its whole tree (SIGTERM, then SIGKILL a second
 /// later) and reaping orphans meanwhile; ends the rest of the tree once the command ends.
-/// The command's status as a shell gives it.
-fn wait_tree(mut child: std::process::Child, signals: &nix::sys::signalfd::SignalFd) -> i32 {
+/// The command's status as a shell gives it, and the first signal that a limit sends
+/// (SIGXCPU, SIGXFSZ) that ended a process of the tree.
+fn wait_tree(
+    mut child: std::process::Child,
+    signals: &nix::sys::signalfd::SignalFd,
+) -> (i32, Option<i32>) {
     use nix::sys::signal::Signal;
     use std::os::unix::process::ExitStatusExt;
     use std::time::{Duration, Instant};
     let mut kill_at: Option<Instant> = None;
+    let mut limit_signal = None;
     loop {
         let timeout = kill_at.map_or(nix::poll::PollTimeout::NONE, |at| {
             let left = at.saturating_duration_since(Instant::now());
@@ -569,11 +723,18 @@ fn wait_tree(mut child: std::process::Child, signals: &nix::sys::signalfd::Signa
         if let Ok(Some(status)) = child.try_wait() {
             signal_tree(Signal::SIGKILL);
             reap_all();
-            return status
+            let code = status
                 .code()
                 .unwrap_or_else(|| 128 + status.signal().unwrap_or(9));
+            return (
+                code,
+                status
+                    .signal()
+                    .filter(|s| is_limit_signal(*s))
+                    .or(limit_signal),
+            );
         }
-        reap_others(child.id());
+        limit_signal = limit_signal.or(reap_others(child.id()));
     }
 }
 
@@ -618,19 +779,32 @@ fn descendants(root: u32) -> Vec<u32> {
     out
 }
 
-/// Reaps every ended child but `keep` (orphans that came to us as the subreaper).
-fn reap_others(keep: u32) {
-    use nix::sys::wait::{WaitPidFlag, waitpid};
+/// Reaps every ended child but `keep` (orphans that came to us as the subreaper); the
+/// limit signal that ended one, if one did.
+fn reap_others(keep: u32) -> Option<i32> {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let mut limit = None;
     for pid in descendants(std::process::id()) {
         if pid == keep {
             continue;
         }
         // Not our child (a grandchild) is simply ECHILD.
-        let _ = waitpid(
+        let status = waitpid(
             nix::unistd::Pid::from_raw(pid as i32),
             Some(WaitPidFlag::WNOHANG),
         );
+        if let Ok(WaitStatus::Signaled(_, s, _)) = status
+            && is_limit_signal(s as i32)
+        {
+            limit = Some(s as i32);
+        }
     }
+    limit
+}
+
+/// SIGXCPU and SIGXFSZ: what the kernel sends at the CPU time and file size limits.
+fn is_limit_signal(signal: i32) -> bool {
+    signal == libc::SIGXCPU || signal == libc::SIGXFSZ
 }
 
 /// Waits (a second at most) for every remaining child to end after the last SIGKILL.
@@ -661,6 +835,10 @@ mod tests {
             network: true,
             writable: vec!["/c".into()],
             deny_read: vec!["/secret".into()],
+            limits: Limits {
+                processes: 64,
+                ..Limits::default()
+            },
         };
         let argv = s.wrap(Path::new("/ws"), &["cargo".into(), "test".into()]);
         assert_eq!(argv[1], SUBCOMMAND);
@@ -669,6 +847,10 @@ mod tests {
         assert_eq!(p.write, [PathBuf::from("/c")]);
         assert_eq!(p.deny_read, [PathBuf::from("/secret")]);
         assert!(p.network);
+        assert_eq!(p.limits.processes, 64);
+        let line = limit_line(p.limits.limit(limits::LimitKind::Processes));
+        let named = limit_named(&format!("noise\n{line}\n")).unwrap();
+        assert_eq!(named.max, 64);
         assert_eq!(p.argv, ["cargo", "test"]);
         let off = Sandbox {
             mode: SandboxMode::Off,
@@ -688,5 +870,14 @@ mod tests {
         assert!(!roots.iter().any(|r| secret.starts_with(r)), "{roots:?}");
         let src = dir.path().join("home/me/src").canonicalize().unwrap();
         assert!(roots.iter().any(|r| src.starts_with(r)), "{roots:?}");
+        // Inside a writable root: allowed around it, the way to it without reading.
+        let home = dir.path().join("home").canonicalize().unwrap();
+        let (writable, way) = around(vec![home.clone()], std::slice::from_ref(&secret));
+        assert!(
+            !writable.iter().any(|r| secret.starts_with(r)),
+            "{writable:?}"
+        );
+        assert!(writable.iter().any(|r| src.starts_with(r)), "{writable:?}");
+        assert_eq!(way, [home.clone(), home.join("me")]);
     }
 }
