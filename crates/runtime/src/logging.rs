@@ -129,7 +129,10 @@ mod tests {
     fn a_terminal_command_logs_only_errors_unless_asked() {
         assert_eq!(quiet_filter(LogLevel::Info, None), "error");
         assert_eq!(quiet_filter(LogLevel::Warn, None), "error");
-        assert_eq!(quiet_filter(LogLevel::Debug, None), "agent_ls=debug,warn");
+        assert_eq!(
+            quiet_filter(LogLevel::Debug, None),
+            "agent_ls=debug,warn,agent_client_protocol::jsonrpc::outgoing_actor=error"
+        );
         assert_eq!(
             quiet_filter(LogLevel::Info, Some("agent_ls=trace")),
             "agent_ls=trace"
