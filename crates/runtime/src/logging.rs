@@ -88,13 +88,19 @@ fn open_log(path: &Path) -> Option<std::fs::File> {
     }
 }
 
+/// Where a warning is the only word the user gets, with no status line saying it after: the
+/// memory store or the embeddings server unreachable, so the run goes on without them.
+const NOTICES: &str = "agent_ls_runtime::drive::recall=warn,agent_ls_runtime::memory=warn,\
+                       agent_ls_runtime::embeddings=warn";
+
 /// The stderr filter of a command a person reads: `AGENT_LS_LOG` when set, `level` when it asks
-/// for detail (debug, trace), else errors only, for agent-ls and the libraries alike.
+/// for detail (debug, trace), else errors only, for agent-ls and the libraries alike, but for
+/// the warnings no status line repeats (`NOTICES`).
 fn quiet_filter(level: LogLevel, env: Option<&str>) -> String {
     match (env, level) {
         (Some(f), _) => f.to_string(),
         (None, LogLevel::Debug | LogLevel::Trace) => filter_for(level),
-        (None, _) => "error".to_string(),
+        (None, _) => format!("error,{NOTICES}"),
     }
 }
 
@@ -127,8 +133,15 @@ mod tests {
 
     #[test]
     fn a_terminal_command_logs_only_errors_unless_asked() {
-        assert_eq!(quiet_filter(LogLevel::Info, None), "error");
-        assert_eq!(quiet_filter(LogLevel::Warn, None), "error");
+        assert_eq!(
+            quiet_filter(LogLevel::Info, None),
+            format!("error,{NOTICES}")
+        );
+        assert_eq!(
+            quiet_filter(LogLevel::Warn, None),
+            format!("error,{NOTICES}")
+        );
+        assert!(EnvFilter::try_new(quiet_filter(LogLevel::Info, None)).is_ok());
         assert_eq!(
             quiet_filter(LogLevel::Debug, None),
             "agent_ls=debug,warn,agent_client_protocol::jsonrpc::outgoing_actor=error"
