@@ -100,13 +100,24 @@ fn enqueue(file: &Path, extra: &[&str], url: &str, queue: &str, home: &Path) {
 }
 
 fn worker(name: &str, out: &Path, model: &str, url: &str, queue: &str, home: &Path) -> Child {
+    leased_worker(name, out, model, (url, queue, home), "3")
+}
+
+/// A worker whose leases last `lease` seconds.
+fn leased_worker(
+    name: &str,
+    out: &Path,
+    model: &str,
+    (url, queue, home): (&str, &str, &Path),
+    lease: &str,
+) -> Child {
     let log = std::fs::File::create(out.with_extension("log")).unwrap();
     agent_ls(
         &[
             "worker",
             "--once",
             "--lease-secs",
-            "3",
+            lease,
             "--name",
             name,
             "--out",
@@ -207,6 +218,18 @@ impl Queued {
         worker(name, &out, model, &self.url, &self.queue, self.home.path())
     }
 
+    /// The same, with leases of `lease` seconds.
+    fn leased_worker(&self, name: &str, model: &str, lease: &str) -> Child {
+        let out = self.join(name);
+        leased_worker(
+            name,
+            &out,
+            model,
+            (&self.url, &self.queue, self.home.path()),
+            lease,
+        )
+    }
+
     fn status(&self) -> Value {
         status(&self.url, &self.queue, self.home.path())
     }
@@ -246,7 +269,12 @@ fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
     let (model, slow_calls) = first_call_hangs("slowly");
     let names = ["w1", "w2", "w3"];
     let outs: Vec<PathBuf> = names.iter().map(|n| q.join(n)).collect();
-    let mut workers: Vec<Child> = names.iter().map(|n| q.worker(n, &model.url)).collect();
+    // Leases of 6 s: with 3 s a queue call may time out after 1 s on a busy 2-core machine,
+    // and a healthy run was then stopped and taken over (attempt 2 of a fast task, seen in CI).
+    let mut workers: Vec<Child> = names
+        .iter()
+        .map(|n| q.leased_worker(n, &model.url, "6"))
+        .collect();
     let (victim, run_pid) = run_started(&outs, "slow", || slow_calls.load(Ordering::SeqCst) > 0);
     let running = q.status();
     assert_eq!(running["workers"][names[victim]]["running"], 1, "{running}");

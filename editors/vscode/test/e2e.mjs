@@ -446,7 +446,11 @@ try {
     const row = rows.filter({ hasText: 'change to calc.py' }).first();
     await row.hover();
     await row.locator('.action-label[aria-label*="Undo This Step"]').click();
-    await until('the first step undone on disk', () => !fs.readFileSync(path.join(ws, 'calc.py'), 'utf8').includes('The product'), 30000);
+    // Read until the file holds text again: a write caught halfway reads as an empty file.
+    await until('the first step undone on disk', () => {
+      const text = fs.readFileSync(path.join(ws, 'calc.py'), 'utf8');
+      return text.includes('def add') && !text.includes('The product');
+    }, 30000);
     const disk = fs.readFileSync(path.join(ws, 'calc.py'), 'utf8');
     check('undo from the view reverts only that step', disk.includes('return a + b'), disk);
     await until('the view marks it undone', async () =>
