@@ -79,14 +79,14 @@ fn run(
 ) -> (Value, ModelServer) {
     let server = ModelServer::start(replies.iter().map(|r| openai_text(&[r])).collect());
     let home = tempfile::tempdir().unwrap();
-    let command = json!([
-        support::python(),
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider"
-    ]);
+    // Hypothesis's pytest plugin imports Hypothesis at every pytest start, a second and more
+    // of CPU per run here; only a run whose tester writes a property needs it.
+    let mut command = vec![support::python(), "-m".into(), "pytest".into(), "-q".into()];
+    command.extend(["-p".into(), "no:cacheprovider".into()]);
+    if !replies.iter().any(|r| r.contains("from hypothesis")) {
+        command.extend(["-p".into(), "no:hypothesispytest".into()]);
+    }
+    let command = json!(command);
     let out: Output = support::cli(&[&["run", goal, "--yes"], extra].concat(), ws, home.path())
         .env("AGENT_LS_MODEL__PROVIDER", "openai")
         .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
