@@ -142,6 +142,9 @@ pub(super) async fn answer(
     } else {
         String::new()
     };
+    if done.as_ref().is_ok_and(|f| !f.is_empty()) {
+        tokio::task::block_in_place(|| agent_ls_runtime::memory::note_rollback_in(&root, id));
+    }
     match done {
         Ok(files) if files.is_empty() => format!("{note}run {id} changed no files"),
         Ok(files) => format!("{note}rolled back run {id}: {}", files.join(", ")),

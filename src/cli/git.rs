@@ -71,7 +71,15 @@ pub fn rollback(
     let root = open_workspace(workspace)?;
     let (repo, run) = recorded(&root, run.as_deref())?;
     let id = &run.run_id;
-    match checkpoint::rollback(&repo, &run.checkpoint, &run.files, force) {
+    let rolled = checkpoint::rollback(&repo, &run.checkpoint, &run.files, force);
+    if rolled
+        .as_ref()
+        .is_ok_and(|r| !r.done.is_empty() || !r.already.is_empty())
+    {
+        let memory = load_config(Some(root.clone())).config.memory;
+        agent_ls_runtime::memory::note_rollback(&root, &memory, id);
+    }
+    match rolled {
         Ok(r) if r.done.is_empty() && r.already.is_empty() => {
             println!("run {id} changed no files")
         }

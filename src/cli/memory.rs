@@ -20,7 +20,8 @@ pub enum Action {
         #[arg(long, default_value_t = 50)]
         last: usize,
     },
-    /// The records that best match QUERY (full text, BM25), best first, with their scores.
+    /// The records that best match QUERY (full text, BM25), best first, with the score each
+    /// was ranked by (bm25; higher is better).
     Search {
         query: String,
         #[arg(long, default_value_t = 10)]
@@ -62,6 +63,19 @@ fn line(r: &Record) -> String {
     }
 }
 
+/// The score the search ranked `h` by, named: `search` ranks by full text alone (SQLite's
+/// BM25, or PostgreSQL's `ts_rank` as `text` names it), higher is better. BM25 is near 0 for
+/// words most records hold (FTS5 floors their weight at 1e-6), so small values keep their
+/// digits (`4.7e-6`) rather than all reading 0.000 (docs/memory.md).
+fn score(h: &Hit, text: &str) -> String {
+    let x = h.score;
+    if x == 0.0 || x.abs() >= 0.01 {
+        format!("{text} {x:.3}")
+    } else {
+        format!("{text} {x:.1e}")
+    }
+}
+
 pub fn run(
     action: Action,
     workspace: Option<PathBuf>,
@@ -89,8 +103,13 @@ pub fn run(
             } else if hits.is_empty() {
                 println!("no record matches `{query}`; `agent-ls memory list` shows them all");
             } else {
+                let text = if store.is_postgres() {
+                    "ts_rank"
+                } else {
+                    "bm25"
+                };
                 for h in &hits {
-                    println!("{:>7.3}  {}", h.score, line(&h.record));
+                    println!("{:<15} {}", score(h, text), line(&h.record));
                 }
             }
         }

@@ -580,7 +580,7 @@ async fn run_command(root: &Path, cfg: &config::Config, argv: Vec<String>, json:
                     serde_json::json!({"command": r.command.argv.join(" "), "state": r.state(), "passed": r.passed, "failed": r.failed, "duration_ms": r.duration_ms, "failures": failures})
                 );
             } else {
-                println!("{}", visible(r.report.trim_end()));
+                println!("{}", visible(r.output.trim_end()));
                 println!("{}: {}", r.command.argv.join(" "), r.state().as_str());
                 if let Some(why) = r.stopped() {
                     eprintln!("agent-ls: {why}");

@@ -152,9 +152,17 @@ pub fn spawn(mut s: StartRun) {
             id,
             outcome: Box::new(outcome),
         });
-        if let (true, Some(cx)) = (ask, &git) {
-            let asked = git_commands::ask(cx, &ended, &c.outbox);
-            let _ = jobs::caught(jobs::Kind::AgentRun, asked).await;
+        match (ask, &git) {
+            // eglot alone asks every question in the minibuffer, where RET takes the first
+            // choice: the commit offer is a notice there, not a third question of a fix.
+            (true, Some(_)) if c.support.confirms_edits => c
+                .outbox
+                .show_message(MessageType::INFO, git_commands::offer(&ended)),
+            (true, Some(cx)) => {
+                let asked = git_commands::ask(cx, &ended, &c.outbox);
+                let _ = jobs::caught(jobs::Kind::AgentRun, asked).await;
+            }
+            _ => {}
         }
     });
 }

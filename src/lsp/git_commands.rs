@@ -105,6 +105,17 @@ pub async fn on_success(cx: &GitContext, outcome: &mut Outcome, outbox: &Outbox)
     }
 }
 
+/// The commit offered as a notice, for a client that asks every question in one line
+/// (eglot alone): the files are left uncommitted and the notice says how to commit them.
+pub fn offer(outcome: &Outcome) -> String {
+    let n = outcome.files_changed.len();
+    format!(
+        "agent-ls: the run's {n} file{} ({}) are not committed; the command agent-ls.commit (M-x eglot-execute-command) or `agent-ls commit` commits them",
+        if n == 1 { "" } else { "s" },
+        outcome.files_changed.join(", ")
+    )
+}
+
 /// Asks whether to commit the run's files ("Commit" / "Not now") and commits on "Commit";
 /// the commit is told with `agent-ls/runCommitted`.
 pub async fn ask(cx: &GitContext, outcome: &Outcome, outbox: &Outbox) {

@@ -115,6 +115,7 @@ impl Outbox {
         let waiter = Waiter {
             id,
             pending: self.pending.clone(),
+            tx: self.tx.downgrade(),
         };
         self.message(&serde_json::json!({
             "jsonrpc": "2.0",
@@ -224,12 +225,30 @@ impl Outbox {
 struct Waiter {
     id: i64,
     pending: Pending,
+    /// Weak, so a request still waiting never keeps the writer from ending.
+    tx: mpsc::WeakUnboundedSender<Item>,
 }
 
 impl Drop for Waiter {
+    /// A request given up on before the client answered (a review question that an undo, a
+    /// rollback or a new run answered) is cancelled with `$/cancelRequest`, so a client can
+    /// take its question off the screen rather than leave one that no longer matters.
     fn drop(&mut self) {
-        if let Ok(mut p) = self.pending.lock() {
-            p.remove(&self.id);
+        let unanswered = self
+            .pending
+            .lock()
+            .map(|mut p| p.remove(&self.id).is_some())
+            .unwrap_or(false);
+        if let (true, Some(tx)) = (unanswered, self.tx.upgrade()) {
+            let body = serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "$/cancelRequest",
+                "params": {"id": self.id},
+            })
+            .to_string();
+            let mut out = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+            out.extend_from_slice(body.as_bytes());
+            let _ = tx.send(Item::Frame(out));
         }
     }
 }

@@ -939,6 +939,14 @@ impl Session {
         }
         if let (Some(run_id), true) = (run_id, rolled_back) {
             self.mark_run_undone(&run_id);
+            // Memory remembers the run as rolled back (its fix did not stay); off this task,
+            // since the stores are files (or the team's database).
+            if let Some(root) = self.workspace_root.clone() {
+                let memory = self.config.config.memory.clone();
+                tokio::task::spawn_blocking(move || {
+                    agent_ls_runtime::memory::note_rollback(&root, &memory, &run_id)
+                });
+            }
         }
         if changed {
             self.start_tests(Trigger::User {

@@ -156,7 +156,12 @@ fn roll_back(
         }
     };
     match checkpoint::rollback(&repo, &commit, &left, force) {
-        Ok(files) => Ok((id, commit, files)),
+        Ok(files) => {
+            if !files.done.is_empty() {
+                agent_ls_runtime::memory::note_rollback_in(root, &id);
+            }
+            Ok((id, commit, files))
+        }
         Err(e @ (RollbackError::ChangedSince(_) | RollbackError::LeftOut(_))) => {
             Err(RollbackToolError::Refused(e))
         }

@@ -262,6 +262,15 @@ does.  Every question is counted: the menu, eglot's own, the server's."
           (eglot-code-actions (point-min) (point-min) nil t)))
       (et-record "the run finishes" (wait-until (lambda () (funcall last-status server)) 60))
       (et-record "status done" (equal (funcall last-status server) "done"))
+      ;; In a git repository the commit is offered after the run ends: wait for it (a notice,
+      ;; or a question, which would be a third), then count.
+      (et-record "the commit is offered as a notice, not asked"
+                 (and (wait-until (lambda ()
+                                    (or (cl-find-if (lambda (m) (string-match-p "not committed" m)) messages)
+                                        (cl-find-if (lambda (q) (string-match-p "commit" q)) questions)))
+                                  10)
+                      (not (cl-find-if (lambda (q) (string-match-p "commit" q)) questions)))
+                 (format "%S %S" questions messages))
       (et-record "at most 2 questions for the fix (the action, the change)"
                  (<= (length questions) 2) questions)
       (in-step file buf "return a + b")

@@ -57,9 +57,28 @@ fn scenario(name: &str) -> Vec<serde_json::Value> {
     };
     let ws = tempfile::tempdir().unwrap();
     support::copy_example(ws.path());
-    std::fs::create_dir(ws.path().join(".git")).unwrap();
     std::fs::write(ws.path().join(".replay.jsonl"), FIX).unwrap();
+    if name == "user" {
+        // A new user's project is a real repository: its run is checkpointed and its commit
+        // offered, which must not be one more question.
+        support::git::commit_all(ws.path());
+    } else {
+        std::fs::create_dir(ws.path().join(".git")).unwrap();
+    }
     let state = tempfile::tempdir().unwrap();
+    if name == "user" {
+        // Trusted, as a user's own project is: only there is a commit offered (it runs the
+        // repository's hooks).
+        let trusted = Command::new(env!("CARGO_BIN_EXE_agent-ls"))
+            .arg("trust")
+            .arg(ws.path())
+            .env("HOME", state.path())
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_DATA_HOME")
+            .output()
+            .unwrap();
+        assert!(trusted.status.success(), "{trusted:?}");
+    }
     let result = state.path().join("result.jsonl");
     let events = state.path().join("events.txt");
     let mut child = Command::new(emacs)
@@ -67,6 +86,8 @@ fn scenario(name: &str) -> Vec<serde_json::Value> {
         .arg(support::repo("tests/e2e/emacs_fix.el"))
         // Emacs writes nothing of its own into the user's home.
         .env("HOME", state.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_DATA_HOME")
         .env("RESULT", &result)
         .env("EVENTS", &events)
         .env("SCENARIO", name)
@@ -185,8 +206,9 @@ fn the_review_question_in_emacs_shows_the_diff_and_a_rejection_changes_nothing()
     assert!(results.len() >= 12, "{results:#?}");
 }
 
-/// eglot alone with the default settings, as a new user meets it: the fix takes at most two
-/// questions (the code action, the change), each undo and redo at most one of eglot's or the
+/// eglot alone with the default settings in a git repository, as a new user meets it: the fix
+/// takes at most two questions (the code action, the change; the commit is offered as a
+/// notice), each undo and redo at most one of eglot's or the
 /// server's (Emacs's own "changed on disk", which follows the server's write of the file
 /// under the buffer, is counted apart), and ten undos
 /// and redos in a row, each sent as M-x sends it (a synchronous request), all land: none
@@ -200,6 +222,7 @@ fn eglot_alone_asks_two_questions_for_a_fix_one_for_an_undo_and_ten_undos_land()
     let names = names(&results);
     for check in [
         "at most 2 questions for the fix (the action, the change)",
+        "the commit is offered as a notice, not asked",
         "agent-ls.undo 10 lands within 10 s",
         "agent-ls.undo 10: at most 1 question besides Emacs's changed-on-disk",
     ] {

@@ -424,3 +424,37 @@ fn a_memory_search_that_finds_nothing_says_so() {
         said(&out)
     );
 }
+
+/// A test run's output as the user reads it keeps its timings and temporary paths as the tool
+/// wrote them (issue 37): only the model's copy, which the response cache's key and the
+/// failure's identity are made of, reads `<time>` and `<tmp>`.
+#[test]
+fn a_test_runs_durations_and_temporary_paths_are_shown_as_written() {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join("test_paths.py"),
+        "def test_reads_its_file():\n    assert False, \"took 0.25s to read /tmp/agent-ls-data/input.txt\"\n",
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = support::in_workspace(
+        &["run", "run `python3 -m pytest -q test_paths.py`"],
+        ws.path(),
+        home.path(),
+    )
+    .env("PATH", path_with_python())
+    .env("PYTHONDONTWRITEBYTECODE", "1")
+    .output()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("took 0.25s to read /tmp/agent-ls-data/input.txt"),
+        "{}",
+        said(&out)
+    );
+    assert!(
+        !stdout.contains("<time>") && !stdout.contains("<tmp>"),
+        "{}",
+        said(&out)
+    );
+}

@@ -321,3 +321,75 @@ fn search_ranks_the_right_record_first_among_a_thousand() {
         assert!(hits[0]["score"].as_f64().unwrap() > second["score"].as_f64().unwrap());
     }
 }
+
+/// `agent-ls memory search` as the user reads it (issue 37), in a git repository that two
+/// runs fixed: each score is the BM25 the search ranked by, never `0.000`, and the kind's
+/// pattern (kept by the workspace's store and the user's) is listed once. Once the second run
+/// is rolled back (`agent-ls rollback`), its records say `rolled back` rather than `done`, and
+/// the pattern, now of one kept fix, is gone.
+#[test]
+fn memory_search_shows_real_scores_each_record_once_and_a_rolled_back_run_as_rolled_back() {
+    let home = home();
+    let ws = support::git::example_repository();
+    let first = ModelServer::start(vec![openai_text(&[&coder("a - b", "a + b")])]);
+    fix(ws.path(), home.path(), &first);
+    // Put back by hand, not rolled back: the first run's fix counts.
+    support::git::git(ws.path(), &["checkout", "--", "calc.py"]);
+    let second = ModelServer::start(vec![openai_text(&[&coder("a - b", "a + b")])]);
+    let run2 = fix(ws.path(), home.path(), &second)["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // As the user reads it: not `--json`.
+    let text = |args: &[&str]| {
+        let out = support::in_workspace(args, ws.path(), home.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let search = || text(&["memory", "search", "AssertionError test_calc"]);
+    let before = search();
+    let lines: Vec<&str> = before.lines().collect();
+    assert!(lines.len() >= 3, "{before}");
+    for l in &lines {
+        assert!(l.starts_with("bm25 "), "{before}");
+        assert!(!l.contains("0.000"), "{before}");
+    }
+    let patterns = lines.iter().filter(|l| l.contains(" pattern ")).count();
+    assert_eq!(patterns, 1, "{before}");
+    let mut ids: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    let all = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), all, "{before}");
+
+    text(&["rollback"]);
+    let after = search();
+    let of_run2: Vec<&str> = after.lines().filter(|l| l.contains(&run2)).collect();
+    assert!(!of_run2.is_empty(), "{after}");
+    for l in &of_run2 {
+        assert!(l.contains("episode  rolled back "), "{after}");
+    }
+    assert!(!after.contains(" pattern "), "{after}");
+    let list = text(&["memory", "list"]);
+    assert!(
+        list.lines()
+            .filter(|l| l.contains(&run2))
+            .all(|l| l.contains("rolled back")),
+        "{list}"
+    );
+    let user = text(&["memory", "--user", "list"]);
+    assert!(
+        user.contains(&format!("{run2}-1  episode  rolled back")),
+        "{user}"
+    );
+}

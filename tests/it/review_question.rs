@@ -388,12 +388,14 @@ fn undo_while_the_review_question_waits_answers_it_and_undoes() {
     );
     leave_review_open(&mut e.c);
     e.c.command("agent-ls.fixTests", Value::Null).unwrap();
-    e.c.wait_deferred("window/showMessageRequest");
+    let question = e.c.wait_deferred("window/showMessageRequest");
     // The run looks finished to the user; the question must not hold the workspace.
     let undone = e.c.command("agent-ls.undo", Value::Null);
     assert!(undone.is_ok(), "{undone:?}");
     let done = e.c.wait_notification("agent-ls/runFinished", |_| true);
     assert_eq!(done["decision"], "kept", "{done}");
+    // The question the undo answered is cancelled, so a client can take it off the screen.
+    e.c.wait_notification("$/cancelRequest", |p| p["id"] == question);
     // The disk and the editor's buffer both come back; the undo's edit can reach the buffer
     // a moment after the file is written, so the test waits for both.
     let calc = e.calc.clone();

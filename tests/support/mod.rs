@@ -579,11 +579,17 @@ impl Client {
     }
 
     /// Waits until a request of `method` is waiting unanswered.
-    pub fn wait_deferred(&mut self, method: &str) {
+    /// Waits for a deferred request of `method`; its id.
+    pub fn wait_deferred(&mut self, method: &str) -> Value {
         self.wait_until(
-            |c| c.deferred.iter().any(|(m, _)| m == method).then_some(()),
+            |c| {
+                c.deferred
+                    .iter()
+                    .find(|(m, _)| m == method)
+                    .map(|(_, id)| id.clone())
+            },
             &format!("a deferred {method}"),
-        );
+        )
     }
 }
 

@@ -14,9 +14,13 @@ pub mod postgres;
 mod shared;
 mod stores;
 use crate::clock::now_ms;
-use shared::{MAX_WORD_RECORDS, fixed_kinds, kind_name, pattern_key, pattern_of, sig_kind};
-pub use shared::{MemoryError, USER_SCOPE, merge_hits, open_user_store, scope_of, user_store_path};
-pub use stores::{Memories, View, owner};
+use shared::{
+    MAX_WORD_RECORDS, fixed_kinds, kind_name, mark_rolled_back, pattern_key, pattern_of, sig_kind,
+};
+pub use shared::{
+    MemoryError, ROLLED_BACK, USER_SCOPE, merge_hits, open_user_store, scope_of, user_store_path,
+};
+pub use stores::{Memories, View, note_rollback, note_rollback_in, owner};
 
 /// Environment variables whose values are secrets by their names.
 fn secret_name(name: &str) -> bool {
@@ -125,18 +129,8 @@ impl Store {
         m: &Memory,
         embedded: Option<Embedded<'_>>,
     ) -> Result<(), StoreError> {
+        self.delete_memory(key)?;
         let conn = self.conn();
-        let old: Option<i64> = conn
-            .query_row("SELECT id FROM memories WHERE key = ?1", [key], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        if let Some(id) = old {
-            conn.execute("DELETE FROM memories_fts WHERE rowid = ?1", [id])?;
-            vector_index::remove(conn, id)?;
-            conn.execute("DELETE FROM memory_vectors WHERE memory_id = ?1", [id])?;
-            conn.execute("DELETE FROM memories WHERE id = ?1", [id])?;
-        }
         let json = serde_json::to_string(m).unwrap_or_default();
         conn.execute(
             "INSERT INTO memories (key, scope, run_id, kind, sig_kind, record, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -239,12 +233,73 @@ impl Store {
             Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
         })?;
         let rows = rows.collect::<Result<Vec<_>, _>>()?;
+        let key = pattern_key(scope, kind);
         let Some((last, m)) = pattern_of(kind, rows) else {
+            // Fewer than two runs fixed it now (one was rolled back): no pattern any more.
+            self.delete_memory(&key)?;
             return Ok(None);
         };
-        let key = pattern_key(scope, kind);
         self.put_memory(&key, scope, &last, &m, None)?;
         Ok(Some(key))
+    }
+
+    /// Deletes the record `key` with its words and vector, when there is one.
+    fn delete_memory(&self, key: &str) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let old: Option<i64> = conn
+            .query_row("SELECT id FROM memories WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        if let Some(id) = old {
+            conn.execute("DELETE FROM memories_fts WHERE rowid = ?1", [id])?;
+            vector_index::remove(conn, id)?;
+            conn.execute("DELETE FROM memory_vectors WHERE memory_id = ?1", [id])?;
+            conn.execute("DELETE FROM memories WHERE id = ?1", [id])?;
+        }
+        Ok(())
+    }
+
+    /// Remembers run `run_id` as rolled back: its episodes' outcome becomes `ROLLED_BACK`
+    /// (their words and vectors stay, since the outcome is not searched), and the patterns of
+    /// the kinds it fixed are counted again without it (`across`: the user store's, of every
+    /// workspace). How many episodes changed; none when the run left no record or was marked
+    /// already.
+    pub fn remember_rolled_back(&self, run_id: &str, across: bool) -> Result<usize, StoreError> {
+        let tx = self.conn().unchecked_transaction()?;
+        let rows: Vec<(i64, String, String)> = self
+            .conn()
+            .prepare(
+                "SELECT id, scope, record FROM memories WHERE run_id = ?1 AND kind = 'episode'",
+            )?
+            .query_map([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<Result<_, _>>()?;
+        let mut changed = Vec::new();
+        for (id, scope, json) in rows {
+            let Ok(mut m) = serde_json::from_str::<Memory>(&json) else {
+                continue;
+            };
+            if mark_rolled_back(&mut m) {
+                let json = serde_json::to_string(&m).unwrap_or_default();
+                self.conn().execute(
+                    "UPDATE memories SET record = ?1 WHERE id = ?2",
+                    params![json, id],
+                )?;
+                changed.push((scope, m));
+            }
+        }
+        let mut kinds: Vec<(String, String)> = changed
+            .iter()
+            .filter(|(_, m)| matches!(m, Memory::Episode(e) if e.fix.is_some()))
+            .map(|(scope, m)| (scope.clone(), sig_kind(m)))
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        for (scope, kind) in kinds {
+            self.pattern(&scope, &kind, across)?;
+        }
+        tx.commit()?;
+        Ok(changed.len())
     }
 
     /// The records that best match `query` (an FTS5 expression, `memory::query`), best

@@ -1,5 +1,6 @@
-//! The text a model sees about a test run: the output with timings, process ids and temporary
-//! paths replaced so two runs of the same failure compare equal, cut to its head and tail.
+//! The texts of a test run: what the user reads (the output as the tool wrote it, cut to its
+//! head and tail) and what a model reads (the same with timings, process ids and temporary
+//! paths replaced, so two runs of the same failure compare equal).
 
 use std::sync::LazyLock;
 
@@ -55,8 +56,21 @@ pub fn truncate(text: &str) -> String {
     format!("{head}\n... [{cut} characters cut] ...\n{tail}")
 }
 
+/// What a model reads of a test run: normalised, then cut. Normalised because the prompts that
+/// quote it are the response cache's key (docs/cache.md) and the failure's identity when no
+/// test is named (the fingerprint): a rerun of the same failure must read the same, or every
+/// rerun misses the cache. Rewriting only the key would not do: the key is the prompt whole,
+/// whose quoted files may hold durations and `/tmp` paths that must not compare equal. The
+/// model loses little: it cannot open a temporary path (its tools read the workspace), and a
+/// duration rarely decides a fix; a timing assertion's own numbers without a unit stay.
 pub fn model_report(output: &str, root: &str) -> String {
     truncate(&normalize(output, root))
+}
+
+/// What the user reads of a test run (the CLI, the editors' and ACP's texts): the output as
+/// the tool wrote it, its timings and temporary paths too, cut to its head and tail.
+pub fn user_report(output: &str) -> String {
+    truncate(output)
 }
 
 #[cfg(test)]
@@ -72,6 +86,14 @@ mod tests {
             normalize(a, "/ws").contains("src/lib.rs:15:9"),
             "line numbers stay"
         );
+    }
+
+    #[test]
+    fn the_user_reads_timings_and_temporary_paths_as_written() {
+        let out = "1 failed in 0.13s\n/tmp/.tmpAb12/x.py failed";
+        assert_eq!(user_report(out), out);
+        assert!(model_report(out, "/ws").contains("<time>"));
+        assert!(model_report(out, "/ws").contains("<tmp>"));
     }
 
     #[test]

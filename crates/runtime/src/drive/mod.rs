@@ -731,7 +731,7 @@ impl Drive<'_> {
         let whole = command.is_none() && call.name == "run_tests";
         match shell.run_tests(self.cancel, command).await {
             Ok(r) => {
-                let text = r.summary();
+                let text = r.model_summary();
                 // A whole run is what the server knows now; a narrowed one says less.
                 if whole {
                     *last_tests = Some(r);

@@ -16,7 +16,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Transaction};
 
 use super::{
-    MAX_WORD_RECORDS, MemoryError, fixed_kinds, kind_name, pattern_key, pattern_of, sig_kind,
+    MAX_WORD_RECORDS, MemoryError, fixed_kinds, kind_name, mark_rolled_back, pattern_key,
+    pattern_of, sig_kind,
 };
 use crate::clock::now_ms;
 use crate::config::DatabaseUrl;
@@ -467,6 +468,62 @@ impl PgStore {
         })
     }
 
+    /// Remembers run `run_id` as rolled back (`ROLLED_BACK`, as the SQLite store does) and
+    /// counts the patterns of the kinds it fixed again without it. How many episodes changed.
+    pub fn remember_rolled_back(
+        &mut self,
+        run_id: &str,
+        owner: &str,
+        across: bool,
+    ) -> Result<usize, MemoryError> {
+        let vector = self.vector;
+        let (run_id, owner) = (run_id.to_string(), owner.to_string());
+        self.run(async move |client| {
+            let tx = client.transaction().await?;
+            let rows = tx
+                .query(
+                    "SELECT key, scope, record FROM agent_ls_memories
+                     WHERE run_id = $1 AND kind = 'episode' FOR UPDATE",
+                    &[&run_id],
+                )
+                .await?;
+            let mut kinds = Vec::new();
+            let mut changed = 0;
+            for r in &rows {
+                let (key, scope, json): (String, String, String) = (r.get(0), r.get(1), r.get(2));
+                let Ok(mut m) = serde_json::from_str::<Memory>(&json) else {
+                    continue;
+                };
+                if !mark_rolled_back(&mut m) {
+                    continue;
+                }
+                let json = serde_json::to_string(&m).unwrap_or_default();
+                tx.execute(
+                    "UPDATE agent_ls_memories SET record = $1 WHERE key = $2",
+                    &[&json, &key],
+                )
+                .await?;
+                changed += 1;
+                if matches!(&m, Memory::Episode(e) if e.fix.is_some()) {
+                    kinds.push((scope, sig_kind(&m)));
+                }
+            }
+            kinds.sort();
+            kinds.dedup();
+            for (scope, kind) in &kinds {
+                let mut wanted = vec![(scope.clone(), false)];
+                if across {
+                    wanted.push((format!("user:{owner}"), true));
+                }
+                for (pattern_scope, across) in &wanted {
+                    pattern(&tx, vector, pattern_scope, &owner, kind, *across).await?;
+                }
+            }
+            tx.commit().await?;
+            Ok(changed)
+        })
+    }
+
     /// Deletes a record, whoever wrote it. Whether it existed.
     pub fn forget(&mut self, id: &str) -> Result<bool, MemoryError> {
         let id = id.to_string();
@@ -659,6 +716,12 @@ async fn pattern(
         .map(|r| (r.get(0), r.get(1)))
         .collect::<Vec<_>>();
     let Some((last, p)) = pattern_of(kind, runs) else {
+        // Fewer than two runs fixed it now (one was rolled back): no pattern any more.
+        tx.execute(
+            "DELETE FROM agent_ls_memories WHERE key = $1",
+            &[&pattern_key(scope, kind)],
+        )
+        .await?;
         return Ok(None);
     };
     let row = Row {

@@ -36,6 +36,21 @@ pub(crate) const MAX_WORD_RECORDS: i64 = 5_000;
 /// The scope of the user store's patterns, which are drawn from every workspace.
 pub const USER_SCOPE: &str = "user";
 
+/// The outcome of an episode whose run was rolled back after it ended: its change did not
+/// stay, so it counts towards no pattern.
+pub const ROLLED_BACK: &str = "rolled back";
+
+/// Marks an episode's run as rolled back; whether it changed (an episode not so marked yet).
+pub(crate) fn mark_rolled_back(m: &mut Memory) -> bool {
+    match m {
+        Memory::Episode(e) if e.outcome != ROLLED_BACK => {
+            e.outcome = ROLLED_BACK.to_string();
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Opens the user's memory store.
 pub fn open_user_store() -> Result<Store, StoreError> {
     let path = user_store_path().ok_or_else(|| {
@@ -99,6 +114,7 @@ pub(crate) fn pattern_of(kind: &str, rows: Vec<(String, String)>) -> Option<(Str
     let mut fix = None;
     for (run, json) in rows {
         if let Ok(Memory::Episode(e)) = serde_json::from_str::<Memory>(&json)
+            && e.outcome != ROLLED_BACK
             && let Some(f) = e.fix
         {
             if !runs.contains(&run) {
@@ -139,11 +155,19 @@ pub(crate) fn pattern_key(scope: &str, kind: &str) -> String {
 }
 
 /// Recalls from the workspace's store (its scope's records) and, for `memory.scope = "user"`,
-/// the user's store (every workspace's): the best `limit` by score, one per id.
+/// the user's store (every workspace's): the best `limit` by score, each record once and each kind's pattern once.
 pub fn merge_hits(mut hits: Vec<Hit>, limit: usize) -> Vec<Hit> {
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    // One line per record as the user sees it: the same record from two stores has one id,
+    // but a kind's pattern has one id per scope (the workspace's and the user store's), and
+    // both say the same thing.
     let mut seen = std::collections::HashSet::new();
-    hits.retain(|h| seen.insert(h.record.id.clone()));
+    hits.retain(|h| {
+        seen.insert(match &h.record.memory {
+            Memory::Pattern(p) => format!("pattern\n{}", p.kind),
+            Memory::Episode(_) => h.record.id.clone(),
+        })
+    });
     hits.truncate(limit);
     hits
 }

@@ -239,6 +239,26 @@ impl Memories {
         }
     }
 
+    /// Remembers run `run_id` as rolled back, in every store that holds its records (the
+    /// workspace's and the user's, or the team's): its episodes' outcome says so, and it no
+    /// longer counts towards a pattern. How many episodes changed.
+    pub fn remember_rolled_back(&mut self, run_id: &str) -> Result<usize, MemoryError> {
+        let owner = self.owner.clone();
+        match &mut self.backend {
+            Backend::Postgres(pg) => pg.remember_rolled_back(run_id, &owner, self.user_scope),
+            Backend::Local { workspace, user } => {
+                let mut n = 0;
+                if let Some(ws) = workspace {
+                    n += ws.remember_rolled_back(run_id, false)?;
+                }
+                if let Some(user) = user {
+                    n += user.remember_rolled_back(run_id, true)?;
+                }
+                Ok(n)
+            }
+        }
+    }
+
     /// The newest records first, at most `limit`.
     pub fn list(&mut self, limit: usize) -> Result<Vec<Record>, MemoryError> {
         match (&mut self.backend, self.view) {
@@ -299,4 +319,27 @@ impl Memories {
             }
         }
     }
+}
+
+/// After a rollback of run `run_id` in the workspace at `root` (from any surface): its
+/// records are remembered as rolled back (`Memories::remember_rolled_back`). Memory never
+/// fails a rollback: a store that cannot be opened or written is a warning.
+pub fn note_rollback(root: &Path, config: &MemoryConfig, run_id: &str) {
+    if !config.enabled {
+        return;
+    }
+    let done = Memories::open(root, config, View::Workspace, false)
+        .and_then(|mut m| m.remember_rolled_back(run_id));
+    if let Err(e) = done {
+        tracing::warn!("memory: run {run_id} is still remembered as it ended: {e}");
+    }
+}
+
+/// `note_rollback` with the workspace's configuration loaded here, for a surface that holds
+/// none (ACP's `/rollback`, MCP's `rollback`).
+pub fn note_rollback_in(root: &Path, run_id: &str) {
+    let loaded = crate::config::load(&crate::config::Inputs::from_process(Some(
+        root.to_path_buf(),
+    )));
+    note_rollback(root, &loaded.config.memory, run_id);
 }

@@ -163,15 +163,18 @@ pub async fn run(
     };
     let (format, parsed) = parse::parse(&output, &ctx);
     let mut report = report::model_report(&output, &root.to_string_lossy());
-    match finished.end {
-        RunEnd::TimedOut => report.push_str(&format!(
+    let mut shown = report::user_report(&output);
+    let stopped = match finished.end {
+        RunEnd::TimedOut => format!(
             "\n[the run timed out: it was stopped after {} s (test.timeout_secs)]",
             config.timeout_secs
-        )),
-        RunEnd::Limit { limit } => report.push_str(&format!("\n[the run was stopped: {limit}]")),
-        RunEnd::Cancelled => report.push_str("\n[the run was cancelled]"),
-        _ => {}
-    }
+        ),
+        RunEnd::Limit { limit } => format!("\n[the run was stopped: {limit}]"),
+        RunEnd::Cancelled => "\n[the run was cancelled]".to_string(),
+        _ => String::new(),
+    };
+    report.push_str(&stopped);
+    shown.push_str(&stopped);
     let mut result = RunResult {
         command,
         end: finished.end,
@@ -181,6 +184,7 @@ pub async fn run(
         passed: parsed.passed,
         failed: parsed.failed,
         report,
+        output: shown,
         environment: None,
     };
     result.environment = result.environment_problem(root);
@@ -272,6 +276,7 @@ mod tests {
             passed: counts.0,
             failed: counts.1,
             report: report.into(),
+            output: report.into(),
             environment: None,
         }
     }

@@ -22,8 +22,12 @@ pub struct RunResult {
     pub failures: Vec<Failure>,
     pub passed: Option<u32>,
     pub failed: Option<u32>,
-    /// The output for the model: normalised and cut to its head and tail.
+    /// The output for the model: normalised and cut to its head and tail
+    /// (`test_output::report::model_report`).
     pub report: String,
+    /// The output for the user: as the tool wrote it, cut to its head and tail.
+    #[serde(skip)]
+    pub output: String,
     /// Set when the command did not get as far as running the tests (see
     /// `environment_problem`): what went wrong and what to fix.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -37,8 +41,17 @@ impl RunResult {
     }
 
     /// One line for a tool result or a client's tool call: the command, how it ended and
-    /// the counts, then the report.
+    /// the counts, then the output as the user reads it.
     pub fn summary(&self) -> String {
+        self.summary_of(&self.output)
+    }
+
+    /// `summary` with the report a model reads.
+    pub fn model_summary(&self) -> String {
+        self.summary_of(&self.report)
+    }
+
+    fn summary_of(&self, text: &str) -> String {
         format!(
             "{}: {} ({} passed, {} failed){}\n{}",
             self.command.argv.join(" "),
@@ -50,7 +63,7 @@ impl RunResult {
                 (Some(e), None) => format!("; it did not run: {e}"),
                 (None, None) => String::new(),
             },
-            self.report
+            text
         )
     }
 

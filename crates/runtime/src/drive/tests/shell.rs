@@ -211,6 +211,7 @@ fn pytest(end: RunEnd, failures: Vec<Failure>, passed: u32, report: &str) -> Run
         failures,
         passed: Some(passed),
         report: report.into(),
+        output: report.into(),
         environment: None,
     }
 }
