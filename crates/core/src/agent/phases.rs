@@ -432,9 +432,10 @@ fn unreadable(run: &mut Run, e: String) -> Vec<Effect> {
         "Your last answer could not be read as edits ({e}). Answer again with SEARCH/REPLACE blocks or JSON {{\"edits\": [...]}} only."
     ));
     vec![
-        Effect::Warn(format!(
-            "the coder's answer did not parse ({e}); asking once more"
-        )),
+        Effect::Repair {
+            class: "unreadable",
+            reason: format!("the coder's answer did not parse ({e}); asking once more"),
+        },
         super::steps::call_coder(run),
     ]
 }

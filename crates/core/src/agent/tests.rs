@@ -379,7 +379,13 @@ fn an_answer_that_does_not_parse_is_sent_back_once() {
     let mut run = new_run("edit", Some(Intent::Edit));
     step(&mut run, Event::Start);
     let e = answered(&mut run, Role::Coder, "I would change the sign.");
-    assert!(matches!(&e[0], Effect::Warn(_)));
+    assert!(matches!(
+        &e[0],
+        Effect::Repair {
+            class: "unreadable",
+            ..
+        }
+    ));
     let Effect::CallModel { messages, .. } = &e[1] else {
         panic!()
     };
@@ -693,7 +699,7 @@ fn editing_tools_are_proposals_that_go_through_locate_and_approval() {
     let write = serde_json::json!({"path": "x.py"});
     let e = tool_calls(&mut run, vec![call("e1", "write_file", write)]);
     assert!(
-        matches!(e.first(), Some(Effect::Warn(w)) if w.contains("content")),
+        matches!(e.first(), Some(Effect::Repair { reason, .. }) if reason.contains("content")),
         "{e:?}"
     );
     assert!(
