@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Output;
 
 use serde_json::{Value, json};
+use support::model_server::{ModelServer, Reply, openai_text};
 
 /// The bundled example's calc.py once `add` is fixed: every line of it, nothing more.
 const FIXED: &str = "\"\"\"A tiny calculator with a bug for the agent to fix.\"\"\"\n\n\ndef add(a, b):\n    return a + b\n\n\ndef multiply(a, b):\n    return a * b\n";
@@ -35,10 +36,20 @@ fn fix(ws: &Path, answers: &[&str]) -> Output {
         .collect();
     let file = ws.join(".replay.jsonl");
     std::fs::write(&file, support::replay_script(&lines)).unwrap();
+    run(
+        ws,
+        &[
+            ("AGENT_LS_MODEL__PROVIDER", "replay".into()),
+            ("AGENT_LS_MODEL__REPLAY_FILE", file.display().to_string()),
+        ],
+    )
+}
+
+/// The same run with the model settings `env`.
+fn run(ws: &Path, env: &[(&str, String)]) -> Output {
     let home = tempfile::tempdir().unwrap();
     support::cli(&["run", "fix the failing tests", "--yes"], ws, home.path())
-        .env("AGENT_LS_MODEL__PROVIDER", "replay")
-        .env("AGENT_LS_MODEL__REPLAY_FILE", file.display().to_string())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap()
 }
@@ -111,6 +122,56 @@ fn a_search_indented_deeper_than_the_file_with_a_right_replace_lands_whole() {
     let ws = example();
     let deeper = "calc.py\n<<<<<<< SEARCH\n  def add(a, b):\n      return a - b\n=======\ndef add(a, b):\n    return a + b\n>>>>>>> REPLACE\n";
     let o = done(&fix(ws.path(), &[deeper]));
+    assert_eq!(o["iterations"], 1, "{o}");
+    assert_eq!(calc(ws.path()), FIXED);
+}
+
+/// An OpenAI stream whose `edit_file` call stops at the output limit mid-arguments.
+fn cut_off_edit_call(arguments: &str) -> Reply {
+    let call = |f: Value| json!({"choices": [{"index": 0, "delta": {"tool_calls": [f]}}]});
+    let events = vec![
+        call(json!({"index": 0, "id": "call_1", "type": "function", "function": {"name": "edit_file", "arguments": ""}})).to_string(),
+        call(json!({"index": 0, "function": {"arguments": arguments}})).to_string(),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}).to_string(),
+        "[DONE]".into(),
+    ];
+    Reply::Sse {
+        events,
+        stall_after: None,
+    }
+}
+
+#[test]
+fn a_cut_off_tool_call_is_sent_back_once_naming_its_size() {
+    let ws = example();
+    let cut = "{\"path\": \"calc.py\", \"search\": \"    return a - b\\n\", \"replace\": \"    ret";
+    let server = ModelServer::start(vec![cut_off_edit_call(cut), openai_text(&[GOOD])]);
+    let out = run(
+        ws.path(),
+        &[
+            ("AGENT_LS_MODEL__PROVIDER", "openai".into()),
+            ("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url)),
+            ("OPENAI_API_KEY", "test-key".into()),
+        ],
+    );
+    done(&out);
+    assert_eq!(calc(ws.path()), FIXED);
+    assert_eq!(repairs(ws.path()), ["truncated"]);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let told = requests[1].body.to_string();
+    let expected = format!("your edit_file call was cut off after {} bytes", cut.len());
+    assert!(told.contains(&expected), "{told}");
+}
+
+#[test]
+fn prose_around_json_edits_is_read_as_the_edits() {
+    let ws = example();
+    let answer = format!(
+        "Here is the fix.\n{}\nThat makes add add.",
+        json!({"path": "calc.py", "search": "    return a - b", "replace": "    return a + b"})
+    );
+    let o = done(&fix(ws.path(), &[&answer]));
     assert_eq!(o["iterations"], 1, "{o}");
     assert_eq!(calc(ws.path()), FIXED);
 }

@@ -254,7 +254,7 @@ fn proposed(run: &mut Run, plan: Result<EditPlan, ParseError>) -> Vec<Effect> {
             run.turn.parsed();
             change::locate(run, plan)
         }
-        Err(e) => unreadable(run, e.to_string()),
+        Err(e) => unreadable(run, e.class(), e.to_string()),
     }
 }
 
@@ -421,7 +421,7 @@ fn task_done(run: &mut Run, answer: String) -> Vec<Effect> {
 }
 
 /// An answer that could not be read as edits is sent back once; twice ends the run.
-fn unreadable(run: &mut Run, e: String) -> Vec<Effect> {
+fn unreadable(run: &mut Run, class: &'static str, e: String) -> Vec<Effect> {
     if run.turn.retry_once() {
         return fail(
             run,
@@ -433,7 +433,7 @@ fn unreadable(run: &mut Run, e: String) -> Vec<Effect> {
     ));
     vec![
         Effect::Repair {
-            class: "unreadable",
+            class,
             reason: format!("the coder's answer did not parse ({e}); asking once more"),
         },
         super::steps::call_coder(run),
