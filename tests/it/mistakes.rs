@@ -105,6 +105,13 @@ fn an_elided_replacement_is_refused_and_the_retry_leaves_the_file_whole() {
     assert_eq!(o["iterations"], 2, "{o}");
     assert_eq!(calc(ws.path()), FIXED);
     assert_eq!(repairs(ws.path()), ["elision"]);
+    // `agent-ls stats` counts the repairs by class.
+    let home = tempfile::tempdir().unwrap();
+    let stats = support::cli(&["stats"], ws.path(), home.path())
+        .output()
+        .unwrap();
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(stats["repairs"], json!({"elision": 1}), "{stats}");
 }
 
 #[test]
