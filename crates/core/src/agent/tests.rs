@@ -1445,3 +1445,35 @@ fn no_tests_yet_is_said_as_such_and_a_fix_starts_with_the_testers_first_test() {
     assert!(is_call(e.last().unwrap(), Role::Tester), "{e:?}");
     assert_eq!(run.phase, Phase::Reproducing);
 }
+
+/// In a fix, a whole-file write that keeps less than half of the file's code is an elision:
+/// nothing is written, and the coder hears it; a goal that asks for removal may.
+#[test]
+fn a_whole_file_write_dropping_most_code_in_a_fix_is_an_elision() {
+    let original: String = (0..20).map(|i| format!("x{i} = {i}\n")).collect();
+    let answer = serde_json::json!({"path": "m.py", "content": "x0 = 1\n"}).to_string();
+    for (goal, elided) in [("fix", true), ("remove the unused names", false)] {
+        let mut run = made(goal, Some(Intent::Fix), budget(3, 15));
+        step(&mut run, Event::Start);
+        step(&mut run, Event::TestsFinished(failing("t")));
+        let e = answered(&mut run, Role::Coder, &answer);
+        let Some(Effect::Locate(plan)) = e.last() else {
+            panic!("{e:?}")
+        };
+        let outcome = edit::apply_plan(
+            plan,
+            std::path::Path::new("/ws"),
+            &Limits::default(),
+            |_| FileText::Text(original.clone()),
+        );
+        let e = step(&mut run, Event::Located(outcome));
+        let repaired = e
+            .iter()
+            .any(|x| matches!(x, Effect::Repair { class: "elision", reason } if reason.contains("keeps 0 of")));
+        assert_eq!(repaired, elided, "{goal}: {e:?}");
+        assert_eq!(
+            e.iter().any(|x| matches!(x, Effect::AskApproval { .. })),
+            !elided
+        );
+    }
+}
