@@ -38,13 +38,37 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
             r.status = agent_ls_core::agent::RunStatus::Interrupted;
         }
     }
+    let repairs = repairs(&root);
     if json {
-        println!("{}", serde_json::to_string_pretty(&stats)?);
+        let mut value = serde_json::to_value(&stats)?;
+        value["repairs"] = serde_json::to_value(&repairs)?;
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print_totals(&stats.total);
+        if !repairs.is_empty() {
+            let by_class: Vec<String> = repairs.iter().map(|(c, n)| format!("{c} {n}")).collect();
+            println!("repairs: {}", by_class.join(", "));
+        }
         print_runs(&stats.runs);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The answers sent back to be mended, by class, over every run's journal (docs/repairs.md):
+/// what the user's model gets wrong.
+fn repairs(root: &std::path::Path) -> std::collections::BTreeMap<String, u32> {
+    let mut by_class = std::collections::BTreeMap::new();
+    let journals = std::fs::read_dir(root.join(agent_ls_runtime::journal::DIR));
+    for path in journals.into_iter().flatten().flatten().map(|e| e.path()) {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for line in agent_ls_runtime::journal::read_lines(&text, &path) {
+            if line["type"] == "repair" {
+                let class = line["data"]["class"].as_str().unwrap_or("refused");
+                *by_class.entry(class.to_string()).or_insert(0) += 1;
+            }
+        }
+    }
+    by_class
 }
 
 fn pct(rate: Option<f64>) -> String {

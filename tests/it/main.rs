@@ -30,6 +30,7 @@ mod mcp;
 mod memory;
 mod memory_postgres;
 mod memory_vectors;
+mod mistakes;
 mod model_providers;
 mod neovim;
 mod one_way;

@@ -216,18 +216,18 @@ fn tool_calls_are_assembled_from_fragments() {
     assert_eq!(body["tool_choice"]["function"]["name"], "propose_edit");
 }
 
+/// Arguments that are not JSON (cut off by the output limit) are not a failure of the model:
+/// their raw text comes back as a JSON string, for the loop to send back to be mended.
 #[test]
-fn a_tool_call_with_invalid_arguments_is_refused() {
+fn a_tool_call_with_invalid_arguments_comes_back_as_its_raw_text() {
     let server = ModelServer::start(vec![openai_tool_call("propose_edit", &["{\"path\": "])]);
     let req = Request {
         tools: vec![edit_tool()],
         ..ask()
     };
-    let err = call(&models(&openai_config(&server.url)), Role::Coder, &req).unwrap_err();
-    assert!(
-        matches!(err, ModelError::InvalidToolCall { ref tool, .. } if tool == "propose_edit"),
-        "{err}"
-    );
+    let r = call(&models(&openai_config(&server.url)), Role::Coder, &req).unwrap();
+    assert_eq!(r.tool_calls[0].name, "propose_edit");
+    assert_eq!(r.tool_calls[0].arguments, json!("{\"path\": "));
     assert_eq!(server.count(), 1);
 }
 

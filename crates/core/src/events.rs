@@ -95,6 +95,11 @@ pub enum RunEvent {
         diff: String,
         review: Value,
     },
+    /// An answer sent back to its model to be mended, by class (docs/repairs.md).
+    Repair {
+        class: String,
+        reason: String,
+    },
     /// A tool the coder called.
     ToolCall(ToolCall),
     /// What a tool answered: `text` is its head, `bytes` its whole size.
@@ -263,6 +268,7 @@ impl RunEvent {
             | RunEvent::Context { .. }
             | RunEvent::Iteration { .. }
             | RunEvent::Patch { .. }
+            | RunEvent::Repair { .. }
             | RunEvent::Finished { .. }
             | RunEvent::Checkpoint { .. }
             | RunEvent::Memory { .. }
@@ -287,6 +293,7 @@ impl RunEvent {
             RunEvent::Review(_) => "review",
             RunEvent::Tester(_) => "tester",
             RunEvent::Patch { .. } => "patch",
+            RunEvent::Repair { .. } => "repair",
             RunEvent::ToolCall(_) => "tool_call",
             RunEvent::ToolResult { .. } => "tool_result",
             RunEvent::Approval { .. } => "approval",

@@ -254,7 +254,7 @@ fn proposed(run: &mut Run, plan: Result<EditPlan, ParseError>) -> Vec<Effect> {
             run.turn.parsed();
             change::locate(run, plan)
         }
-        Err(e) => unreadable(run, e.to_string()),
+        Err(e) => unreadable(run, e.class(), e.to_string()),
     }
 }
 
@@ -421,7 +421,7 @@ fn task_done(run: &mut Run, answer: String) -> Vec<Effect> {
 }
 
 /// An answer that could not be read as edits is sent back once; twice ends the run.
-fn unreadable(run: &mut Run, e: String) -> Vec<Effect> {
+fn unreadable(run: &mut Run, class: &'static str, e: String) -> Vec<Effect> {
     if run.turn.retry_once() {
         return fail(
             run,
@@ -432,9 +432,10 @@ fn unreadable(run: &mut Run, e: String) -> Vec<Effect> {
         "Your last answer could not be read as edits ({e}). Answer again with SEARCH/REPLACE blocks or JSON {{\"edits\": [...]}} only."
     ));
     vec![
-        Effect::Warn(format!(
-            "the coder's answer did not parse ({e}); asking once more"
-        )),
+        Effect::Repair {
+            class,
+            reason: format!("the coder's answer did not parse ({e}); asking once more"),
+        },
         super::steps::call_coder(run),
     ]
 }

@@ -214,6 +214,12 @@ pub enum Effect {
     RunTests,
     Progress(String),
     Warn(String),
+    /// An answer sent back to its model to be mended: journal it as a repair of `class`
+    /// (`elision`, `indentation`, `truncated`, `unreadable`, `not_found`, ...) and show it.
+    Repair {
+        class: &'static str,
+        reason: String,
+    },
     /// Make the run's git diff against its checkpoint of these files, with enough context
     /// lines for a reviewer, and answer with `Event::RunDiff`.
     DiffRun {

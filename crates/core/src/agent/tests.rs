@@ -379,7 +379,13 @@ fn an_answer_that_does_not_parse_is_sent_back_once() {
     let mut run = new_run("edit", Some(Intent::Edit));
     step(&mut run, Event::Start);
     let e = answered(&mut run, Role::Coder, "I would change the sign.");
-    assert!(matches!(&e[0], Effect::Warn(_)));
+    assert!(matches!(
+        &e[0],
+        Effect::Repair {
+            class: "unreadable",
+            ..
+        }
+    ));
     let Effect::CallModel { messages, .. } = &e[1] else {
         panic!()
     };
@@ -693,7 +699,7 @@ fn editing_tools_are_proposals_that_go_through_locate_and_approval() {
     let write = serde_json::json!({"path": "x.py"});
     let e = tool_calls(&mut run, vec![call("e1", "write_file", write)]);
     assert!(
-        matches!(e.first(), Some(Effect::Warn(w)) if w.contains("content")),
+        matches!(e.first(), Some(Effect::Repair { reason, .. }) if reason.contains("content")),
         "{e:?}"
     );
     assert!(
@@ -1438,4 +1444,36 @@ fn no_tests_yet_is_said_as_such_and_a_fix_starts_with_the_testers_first_test() {
     let e = step(&mut run, Event::TestsFinished(no_tests()));
     assert!(is_call(e.last().unwrap(), Role::Tester), "{e:?}");
     assert_eq!(run.phase, Phase::Reproducing);
+}
+
+/// In a fix, a whole-file write that keeps less than half of the file's code is an elision:
+/// nothing is written, and the coder hears it; a goal that asks for removal may.
+#[test]
+fn a_whole_file_write_dropping_most_code_in_a_fix_is_an_elision() {
+    let original: String = (0..20).map(|i| format!("x{i} = {i}\n")).collect();
+    let answer = serde_json::json!({"path": "m.py", "content": "x0 = 1\n"}).to_string();
+    for (goal, elided) in [("fix", true), ("remove the unused names", false)] {
+        let mut run = made(goal, Some(Intent::Fix), budget(3, 15));
+        step(&mut run, Event::Start);
+        step(&mut run, Event::TestsFinished(failing("t")));
+        let e = answered(&mut run, Role::Coder, &answer);
+        let Some(Effect::Locate(plan)) = e.last() else {
+            panic!("{e:?}")
+        };
+        let outcome = edit::apply_plan(
+            plan,
+            std::path::Path::new("/ws"),
+            &Limits::default(),
+            |_| FileText::Text(original.clone()),
+        );
+        let e = step(&mut run, Event::Located(outcome));
+        let repaired = e
+            .iter()
+            .any(|x| matches!(x, Effect::Repair { class: "elision", reason } if reason.contains("keeps 0 of")));
+        assert_eq!(repaired, elided, "{goal}: {e:?}");
+        assert_eq!(
+            e.iter().any(|x| matches!(x, Effect::AskApproval { .. })),
+            !elided
+        );
+    }
 }

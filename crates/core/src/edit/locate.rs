@@ -140,6 +140,8 @@ pub enum LocateError {
     },
     #[error("{0}")]
     Elision(String),
+    #[error("indentation: {0}")]
+    Indentation(String),
 }
 
 fn join_numbers(lines: &[usize]) -> String {
@@ -358,6 +360,22 @@ impl<'a> Locator<'a> {
         chosen_by_line: bool,
     ) -> Result<Found, LocateError> {
         let file = &self.file;
+        // A REPLACE written at the file's indentation under a SEARCH that is not is first
+        // brought to the SEARCH's, so the whole edit moves by one offset, never half of it.
+        let shifted = match rule {
+            Rule::Indentation => {
+                to_search_indent(&file.lines[s..s + wanted.len()], wanted, replacement)?
+            }
+            _ => None,
+        };
+        let refs: Vec<&str>;
+        let replacement = match &shifted {
+            Some(lines) => {
+                refs = lines.iter().map(String::as_str).collect();
+                &refs[..]
+            }
+            None => replacement,
+        };
         let ops = capture_diff_slices(similar::Algorithm::Myers, wanted, replacement);
         let reindent = Reindent::new(file, s, wanted, replacement, rule);
         // The lines an edit only adds may already be where it would put them (the same edit
@@ -922,6 +940,74 @@ fn pick(
     }
 }
 
+/// Under the indentation rule (`found`, the file's lines, stand at one offset from `wanted`,
+/// the SEARCH), which indentation the REPLACE is written at: the SEARCH's (`None`: it moves
+/// with the offset as it is), or the file's (the REPLACE brought to the SEARCH's). The lines
+/// both keep decide, else the first line; a REPLACE that is partly at each is refused.
+fn to_search_indent(
+    found: &[&str],
+    wanted: &[&str],
+    replacement: &[&str],
+) -> Result<Option<Vec<String>>, LocateError> {
+    let Some(delta) = indent_delta(found, wanted) else {
+        return Ok(None);
+    };
+    let (mut at_search, mut at_file) = (0, 0);
+    let tw: Vec<&str> = wanted.iter().map(|x| x.trim()).collect();
+    let tr: Vec<&str> = replacement.iter().map(|x| x.trim()).collect();
+    for op in capture_diff_slices(similar::Algorithm::Myers, &tw, &tr) {
+        let DiffOp::Equal {
+            old_index,
+            new_index,
+            len,
+        } = op
+        else {
+            continue;
+        };
+        for k in (0..len).filter(|&k| !tw[old_index + k].is_empty()) {
+            let r = leading_ws(replacement[new_index + k]);
+            if r == leading_ws(wanted[old_index + k]) {
+                at_search += 1;
+            } else if r == leading_ws(found[old_index + k]) {
+                at_file += 1;
+            }
+        }
+    }
+    if at_search + at_file == 0 {
+        let first = |l: &[&str]| l.iter().position(|x| !x.trim().is_empty());
+        if let (Some(w), Some(r)) = (first(wanted), first(replacement)) {
+            let r = leading_ws(replacement[r]);
+            at_file = usize::from(r == leading_ws(found[w]) && r != leading_ws(wanted[w]));
+        }
+    }
+    if at_file == 0 {
+        return Ok(None);
+    }
+    if at_search > 0 {
+        return Err(LocateError::Indentation(
+            "the SEARCH stands at another indentation than the file, and the REPLACE is partly at the SEARCH's and partly at the file's; copy the SEARCH lines as the file indents them".into(),
+        ));
+    }
+    replacement
+        .iter()
+        .map(|l| {
+            if l.trim().is_empty() {
+                return Some(l.to_string());
+            }
+            match &delta {
+                Indent::Add(extra) => l.strip_prefix(extra.as_str()).map(str::to_string),
+                Indent::Remove(extra) => Some(format!("{extra}{l}")),
+            }
+        })
+        .collect::<Option<Vec<String>>>()
+        .map(Some)
+        .ok_or_else(|| {
+            LocateError::Indentation(
+                "the REPLACE is at the file's indentation but a line of it is indented less than the SEARCH's offset allows; copy the SEARCH lines as the file indents them".into(),
+            )
+        })
+}
+
 /// How the file's indentation differs from the search text's: a prefix to add, or one to
 /// remove. `None` when the lines disagree about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1314,6 +1400,37 @@ mod tests {
             apply(text, &l),
             "fn f() {\n        if x {\n            z();\n            y();\n        }\n}\n"
         );
+    }
+
+    #[test]
+    fn a_search_indented_deeper_than_the_file_with_a_replace_at_the_file_s_indentation() {
+        let text = "class A:\n    def add(self, a, b):\n        x = a\n        return x - b\n\n    def k(self):\n        return 1\n";
+        // SEARCH two spaces deeper than the file, REPLACE as the file indents it.
+        let search = "      def add(self, a, b):\n          x = a\n          return x - b\n";
+        let replace =
+            "    def add(self, a, b):\n        x = a\n        y = b\n        return x + y\n";
+        let l = at(text, search, replace, None);
+        assert_eq!(l.rule, Rule::Indentation);
+        assert_eq!(
+            apply(text, &l),
+            "class A:\n    def add(self, a, b):\n        x = a\n        y = b\n        return x + y\n\n    def k(self):\n        return 1\n"
+        );
+        // The same REPLACE at the SEARCH's indentation moves with it.
+        let shifted = "      def add(self, a, b):\n          x = a\n          y = b\n          return x + y\n";
+        let l = at(text, search, shifted, None);
+        assert_eq!(
+            apply(text, &l),
+            "class A:\n    def add(self, a, b):\n        x = a\n        y = b\n        return x + y\n\n    def k(self):\n        return 1\n"
+        );
+    }
+
+    #[test]
+    fn a_replace_half_at_each_indentation_is_refused() {
+        let text = "def f():\n    a = 1\n    b = 2\n    return a\n";
+        let search = "      a = 1\n      b = 2\n      return a\n";
+        let replace = "      a = 1\n    b = 3\n    return a\n";
+        let err = locate(text, search, replace, None, &LocateOptions::default()).unwrap_err();
+        assert!(matches!(err, LocateError::Indentation(_)), "{err}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod apply;
 mod between;
 mod change;
+pub mod elision;
 pub mod history;
 pub mod locate;
 pub mod parse;
@@ -334,6 +335,16 @@ fn locate_all(
     let mut located = Vec::new();
     for &i in indices {
         let (status, edit) = locate_edit(&plan.edits[i], original, &locator, &opts);
+        // No elision is ever written: a marker standing for code refuses the edit.
+        let (status, edit) = match (&status, edit, original) {
+            (EditStatus::Applied { line, .. }, Some(e), Some(text)) => {
+                match elision::check(&text[e.range.clone()], &e.text, *line) {
+                    Some(why) => (refused(why), None),
+                    None => (status, Some(e)),
+                }
+            }
+            (_, edit, _) => (status, edit),
+        };
         if let Some(edit) = edit {
             located.push((i, edit));
         }

@@ -20,6 +20,32 @@ pub enum ParseError {
     BadBlock { line: usize, message: String },
     #[error("unified diff at line {line}: {message}")]
     BadDiff { line: usize, message: String },
+    /// A tool call whose arguments are not JSON: cut off by the output limit, or broken.
+    #[error("your {tool} call {how}; send a smaller edit")]
+    Truncated { tool: String, how: String },
+}
+
+impl ParseError {
+    /// The repair class of the error (docs/repairs.md).
+    pub fn class(&self) -> &'static str {
+        match self {
+            ParseError::Truncated { .. } => "truncated",
+            _ => "unreadable",
+        }
+    }
+}
+
+/// What went wrong with a tool call's raw `arguments` text that did not parse.
+fn unparsed(tool: &str, raw: &str) -> ParseError {
+    let how = match serde_json::from_str::<Value>(raw) {
+        Err(e) if e.is_eof() => format!("was cut off after {} bytes", raw.len()),
+        Err(e) => format!("has arguments that are not valid JSON ({e})"),
+        Ok(_) => "has arguments that are not an object".into(),
+    };
+    ParseError::Truncated {
+        tool: tool.to_string(),
+        how,
+    }
 }
 
 /// Parses any supported format. JSON is tried first (the whole answer, then a fenced ```json
@@ -45,7 +71,16 @@ pub fn parse_plan(answer: &str) -> Result<EditPlan, ParseError> {
     {
         return parse_unified_diff(answer);
     }
-    Err(ParseError::NoEdits)
+    prose_json(answer).ok_or(ParseError::NoEdits)?
+}
+
+/// JSON edits with prose around them ("Here is the fix. {...} Done."), tolerated as fenced
+/// JSON is: the text from the first `{` to the last `}`, when it parses and names edits.
+fn prose_json(answer: &str) -> Option<Result<EditPlan, ParseError>> {
+    let (start, end) = (answer.find('{')?, answer.rfind('}')?);
+    let value: Value = serde_json::from_str(answer.get(start..=end)?).ok()?;
+    let names_edits = ["edits", "path"].iter().any(|k| value.get(k).is_some());
+    names_edits.then(|| plan_from_json(&value))
 }
 
 /// The change the editing tools' calls propose: `edit_file` (`path`, `search`, `replace`),
@@ -54,6 +89,9 @@ pub fn plan_from_tool_calls(calls: &[(&str, &Value)]) -> Result<EditPlan, ParseE
     let mut plan = EditPlan::default();
     for (i, (name, args)) in calls.iter().enumerate() {
         let index = i + 1;
+        if let Value::String(raw) = args {
+            return Err(unparsed(name, raw));
+        }
         let text = |key: &str| -> Result<String, ParseError> {
             args.get(key)
                 .and_then(Value::as_str)
@@ -412,6 +450,28 @@ mod tests {
             EditKind::WholeFile {
                 content: "one\ntwo\n".into()
             }
+        );
+    }
+
+    #[test]
+    fn prose_around_json_edits_is_tolerated() {
+        let answer = "Here is the fix.\n{\"path\": \"a.py\", \"search\": \"a - b\", \"replace\": \"a + b\"}\nThat should do it.";
+        let plan = parse_plan(answer).unwrap();
+        assert_eq!(plan.paths(), ["a.py"]);
+        assert_eq!(
+            parse_plan("I think {this} is wrong."),
+            Err(ParseError::NoEdits)
+        );
+    }
+
+    #[test]
+    fn a_cut_off_tool_call_says_how_many_bytes_came() {
+        let raw = serde_json::Value::String("{\"path\": \"a.py\", \"search\": \"de".into());
+        let err = plan_from_tool_calls(&[("edit_file", &raw)]).unwrap_err();
+        assert_eq!(err.class(), "truncated");
+        assert_eq!(
+            err.to_string(),
+            "your edit_file call was cut off after 30 bytes; send a smaller edit"
         );
     }
 

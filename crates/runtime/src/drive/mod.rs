@@ -292,6 +292,12 @@ impl Drive<'_> {
                 shell.warn(&m);
                 return Next::Continue;
             }
+            Effect::Repair { class, reason } => {
+                shell.warn(&format!("repair: {class}: {reason}"));
+                let (class, reason) = (class.to_string(), reason);
+                g.observer.record(RunEvent::Repair { class, reason });
+                return Next::Continue;
+            }
             Effect::Reviewed(result) => {
                 self.reviewed(run, &result, shell, &mut g.observer);
                 return Next::Continue;

@@ -110,9 +110,12 @@ pub(crate) fn answered(
     }
 }
 
-/// A tool call whose arguments came as JSON text (empty text is `{}`).
+/// A tool call whose arguments came as JSON text (empty text is `{}`). Arguments that do not
+/// parse (cut off by the output limit, or broken) are handed on as the JSON string of their
+/// raw text: the agent loop sends them back to the model to be mended (docs/repairs.md),
+/// where an error here would end the run.
 pub(crate) fn tool_call(
-    target: &Target,
+    _target: &Target,
     id: String,
     name: String,
     arguments: &str,
@@ -122,11 +125,8 @@ pub(crate) fn tool_call(
     } else {
         arguments
     };
-    let arguments = serde_json::from_str(args).map_err(|e| ModelError::InvalidToolCall {
-        provider: target.label(),
-        tool: name.clone(),
-        reason: e.to_string(),
-    })?;
+    let arguments =
+        serde_json::from_str(args).unwrap_or_else(|_| serde_json::Value::String(args.into()));
     Ok(ToolCall {
         id,
         name,

@@ -341,7 +341,7 @@ fn read_whole(target: &Target, body: &str) -> Result<Answer, ModelError> {
 }
 
 /// The instruction-only form of a tool call: `{"tool": NAME, "arguments": {...}}` as text.
-fn tool_call_from_text(target: &Target, text: &str) -> Result<Vec<ToolCall>, ModelError> {
+fn tool_call_from_text(_target: &Target, text: &str) -> Result<Vec<ToolCall>, ModelError> {
     let trimmed = text
         .trim()
         .trim_start_matches("```json")
@@ -354,12 +354,9 @@ fn tool_call_from_text(target: &Target, text: &str) -> Result<Vec<ToolCall>, Mod
     let Some(name) = v["tool"].as_str().or(v["name"].as_str()) else {
         return Ok(Vec::new());
     };
+    // Arguments that do not parse stay their raw text, for the loop to have mended.
     let arguments = match &v["arguments"] {
-        Value::String(s) => serde_json::from_str(s).map_err(|e| ModelError::InvalidToolCall {
-            provider: target.label(),
-            tool: name.to_string(),
-            reason: e.to_string(),
-        })?,
+        Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| v["arguments"].clone()),
         other => other.clone(),
     };
     Ok(vec![ToolCall {

@@ -9,7 +9,7 @@ pub(super) use state::Change;
 
 use super::steps::{fail, retry_or_stop};
 use super::{Effect, Event, Phase, Run, reproduce};
-use crate::edit::{EditPlan, FileChange, PlanOutcome};
+use crate::edit::{EditPlan, EditStatus, FileChange, PlanOutcome, elision};
 
 /// The coder's readable edits: located, unless they are the very edits refused before.
 pub(super) fn locate(run: &mut Run, plan: EditPlan) -> Vec<Effect> {
@@ -34,6 +34,9 @@ pub(super) fn on_locating(run: &mut Run, event: Event) -> Vec<Effect> {
     };
     if !outcome.all_applied() || outcome.changes.is_empty() {
         return not_located(run, &outcome);
+    }
+    if let Some(why) = whole_file_elision(run, &outcome) {
+        return elided(run, why);
     }
     // The model was told why this very change was refused, and sent it again: asking again
     // would only loop until the budget is spent.
@@ -79,13 +82,99 @@ fn not_located(run: &mut Run, outcome: &PlanOutcome) -> Vec<Effect> {
         })
         .collect();
     let proposal = run.change.proposal;
-    run.change.refused.push((proposal, why.join("; ")));
+    let reason = why.join("; ");
+    run.change.refused.push((proposal, reason.clone()));
     run.feedback.push(format!(
         "Some edits could not be applied, so none were. Fix them and send the whole change again \
          (the same edits again end the run):\n{}",
         outcome.refusal_report()
     ));
-    retry_or_stop(run, "the proposed edits did not apply")
+    let mut effects = vec![Effect::Repair {
+        class: repair_class(&reason),
+        reason,
+    }];
+    effects.extend(retry_or_stop(run, "the proposed edits did not apply"));
+    effects
+}
+
+/// The class of a refused edit, by its reason, for the journal and `agent-ls stats`.
+pub(super) fn repair_class(reason: &str) -> &'static str {
+    let classes: [(&str, &'static str); 8] = [
+        ("elision", "elision"),
+        ("`...`", "elision"),
+        ("indentation", "indentation"),
+        ("not found", "not_found"),
+        ("matches", "ambiguous"),
+        ("is not the line you wrote", "changed_line"),
+        ("overlaps", "overlap"),
+        ("outside the workspace", "path"),
+    ];
+    classes
+        .iter()
+        .find(|(needle, _)| reason.contains(needle))
+        .map_or("refused", |(_, class)| class)
+}
+
+/// Why a whole-file write of a fix drops most of an existing file's code, which stands for
+/// an elision unless the goal asks for removal.
+fn whole_file_elision(run: &Run, outcome: &PlanOutcome) -> Option<String> {
+    if run.settings.intent != Some(super::goal::Intent::Fix) || asks_removal(&run.goal) {
+        return None;
+    }
+    let whole: Vec<&str> = outcome
+        .reports
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.status,
+                EditStatus::Applied {
+                    rule: crate::edit::Rule::WholeFile,
+                    ..
+                }
+            )
+        })
+        .map(|r| r.path.as_str())
+        .collect();
+    outcome
+        .changes
+        .iter()
+        .filter(|c| whole.contains(&c.path.as_str()))
+        .find_map(|c| {
+            let original = c.original.as_deref()?;
+            elision::dropped_most(original, &c.new_text).map(|why| format!("{}: {why}", c.path))
+        })
+}
+
+/// Whether a goal asks for code to go.
+fn asks_removal(goal: &str) -> bool {
+    let goal = goal.to_lowercase();
+    [
+        "remove",
+        "delete",
+        "drop",
+        "strip",
+        "get rid",
+        "clean up",
+        "rewrite",
+        "replace the file",
+    ]
+    .iter()
+    .any(|w| goal.contains(w))
+}
+
+/// An elided change: nothing is written, and the coder is asked for the lines in full.
+fn elided(run: &mut Run, why: String) -> Vec<Effect> {
+    let proposal = run.change.proposal;
+    run.change.refused.push((proposal, why.clone()));
+    run.feedback.push(format!(
+        "The change was not applied: {why}. Nothing was written (the same edits again end the run)."
+    ));
+    let mut effects = vec![Effect::Repair {
+        class: "elision",
+        reason: why,
+    }];
+    effects.extend(retry_or_stop(run, "the change left code out"));
+    effects
 }
 
 /// The user's (or the approval policy's) answer to the proposed change.
