@@ -225,8 +225,9 @@ print('uid', os.getuid(), 'caps', open('/proc/self/status').read().split('CapEff
     kept(ws.path());
 }
 
-/// A suite that hangs: the CLI names the timeout, and the model is told it was one rather
-/// than shown a failure count.
+/// A suite that hangs: the CLI names the timeout and the test that hung (unittest -v
+/// announced it and gave no result), and the model is told it was one rather than shown a
+/// failure count.
 #[test]
 fn a_timeout_is_named_on_the_cli_and_to_the_model() {
     let ws = support::example();
@@ -253,6 +254,10 @@ fn a_timeout_is_named_on_the_cli_and_to_the_model() {
     .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
     .env("OPENAI_API_KEY", "test-key")
     .env("AGENT_LS_TEST__TIMEOUT_SECS", "2")
+    .env(
+        "AGENT_LS_TEST__COMMAND",
+        r#"["python3", "-m", "unittest", "-v"]"#,
+    )
     .output()
     .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -261,11 +266,14 @@ fn a_timeout_is_named_on_the_cli_and_to_the_model() {
         "{stderr}"
     );
     assert!(stderr.contains("test.timeout_secs"), "{stderr}");
+    let hung = "while `test_hang.Hang.test_hang` was running";
+    assert!(stderr.contains(hung), "{stderr}");
     let requests = server.requests();
     let first = requests.first().expect("a model call").body.to_string();
     assert!(
         first.contains("The tests did not finish: the tests timed out"),
         "{first}"
     );
+    assert!(first.contains(hung), "{first}");
     assert!(!first.contains("The tests fail ("), "{first}");
 }

@@ -6,7 +6,7 @@ pub mod process;
 mod result;
 mod summary;
 
-use agent_ls_core::test_output::{parse, report};
+use agent_ls_core::test_output::{parse, report, running};
 
 use std::path::Path;
 use std::time::Duration;
@@ -163,10 +163,18 @@ pub async fn run(
     };
     let (format, parsed) = parse::parse(&output, &ctx);
     let mut report = report::model_report(&output, &root.to_string_lossy());
+    // Which test hung, told from what the runner announced before the kill.
+    let running = (finished.end == RunEnd::TimedOut)
+        .then(|| running::running_test(&output))
+        .flatten();
     match finished.end {
         RunEnd::TimedOut => report.push_str(&format!(
-            "\n[the run timed out: it was stopped after {} s (test.timeout_secs)]",
-            config.timeout_secs
+            "\n[the run timed out: it was stopped after {} s (test.timeout_secs){}]",
+            config.timeout_secs,
+            running
+                .as_ref()
+                .map(|t| format!(" while `{t}` was running"))
+                .unwrap_or_default()
         )),
         RunEnd::Limit { limit } => report.push_str(&format!("\n[the run was stopped: {limit}]")),
         RunEnd::Cancelled => report.push_str("\n[the run was cancelled]"),
@@ -182,6 +190,7 @@ pub async fn run(
         failed: parsed.failed,
         report,
         environment: None,
+        running,
     };
     result.environment = result.environment_problem(root);
     Ok(result)
@@ -273,6 +282,7 @@ mod tests {
             failed: counts.1,
             report: report.into(),
             environment: None,
+            running: None,
         }
     }
 
@@ -351,5 +361,26 @@ mod tests {
         let mut r = result(1, "", vec![], (None, None));
         r.end = RunEnd::TimedOut;
         assert_eq!(r.environment_problem(dir.path()), None);
+    }
+
+    #[test]
+    fn a_timeout_names_the_test_that_was_running_when_known() {
+        let mut r = result(1, "", vec![], (None, None));
+        r.end = RunEnd::TimedOut;
+        r.duration_ms = 3_000;
+        let plain = r.stopped().unwrap();
+        assert!(plain.contains("after 3 s (test.timeout_secs)"), "{plain}");
+        assert!(plain.contains("a test hangs"), "{plain}");
+        r.running = Some("test_hang.Hang.test_hang".into());
+        for said in [
+            r.stopped().unwrap(),
+            r.summary(),
+            summary(&r).stopped.unwrap(),
+        ] {
+            assert!(
+                said.contains("while `test_hang.Hang.test_hang` was running"),
+                "{said}"
+            );
+        }
     }
 }

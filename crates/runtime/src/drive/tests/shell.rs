@@ -212,6 +212,7 @@ fn pytest(end: RunEnd, failures: Vec<Failure>, passed: u32, report: &str) -> Run
         passed: Some(passed),
         report: report.into(),
         environment: None,
+        running: None,
     }
 }
 
