@@ -152,7 +152,13 @@ pub async fn run(
             return Err(RunError::Sandbox(why.trim().to_string()));
         }
     }
-    let output = format!("{}\n{}", finished.stdout.text(), finished.stderr.text());
+    // Every key this process knows is out of the output before anything reads it: the model,
+    // the journal, the store, diagnostics.
+    let output = redact_secrets(&format!(
+        "{}\n{}",
+        finished.stdout.text(),
+        finished.stderr.text()
+    ));
     if let Some(limit) = limit_hit(&finished, &output, sandbox) {
         finished.end = RunEnd::Limit { limit };
     }
@@ -212,6 +218,20 @@ fn limit_hit(
     }
     sandbox::limit_named(&finished.stderr.text())
         .or_else(|| limits::limit_of_output(output, &sandbox.limits))
+}
+
+/// `output` with the values of every key this process knows replaced by `<redacted>`: the
+/// environment's (by name or shape) and those of every configuration it loaded (the user
+/// file's roles and fallbacks included). By value only: a key-shaped expected value in an
+/// assertion stays for the model to read.
+fn redact_secrets(output: &str) -> String {
+    let mut secrets = crate::memory::known_secrets(&crate::config::Config::default());
+    secrets.extend(crate::config::remembered_secrets());
+    // The longest first, so a key that contains another is replaced whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.iter().fold(output.to_string(), |out, s| {
+        out.replace(s.as_str(), "<redacted>")
+    })
 }
 
 /// The module path declared in `go.mod`, if there is one.

@@ -195,6 +195,19 @@ fn expand(path: &str) -> Option<PathBuf> {
     }
 }
 
+/// agent-ls's own configuration and state folders where `XDG_CONFIG_HOME` and
+/// `XDG_STATE_HOME` move them away from the `~/.config` and `~/.local/state` the default
+/// `deny_read` names: the user file holds keys, whatever `deny_read` says.
+fn own_folders() -> Vec<PathBuf> {
+    ["XDG_CONFIG_HOME", "XDG_STATE_HOME"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(PathBuf::from)
+        .filter(|base| base.is_absolute())
+        .map(|base| base.join("agent-ls"))
+        .collect()
+}
+
 /// The Landlock ABI this kernel offers: `Err` says why there is none.
 pub fn landlock_abi() -> Result<i32, &'static str> {
     // The landlock crate keeps its own probe private, and this is one system call with no
@@ -243,7 +256,12 @@ impl Sandbox {
             helper,
             network: config.network,
             writable: config.writable.iter().filter_map(|p| expand(p)).collect(),
-            deny_read: config.deny_read.iter().filter_map(|p| expand(p)).collect(),
+            deny_read: config
+                .deny_read
+                .iter()
+                .filter_map(|p| expand(p))
+                .chain(own_folders())
+                .collect(),
             limits: Limits {
                 processes: config.max_processes,
                 memory_mb: config.max_memory_mb,
