@@ -225,8 +225,9 @@ print('uid', os.getuid(), 'caps', open('/proc/self/status').read().split('CapEff
     kept(ws.path());
 }
 
-/// A suite that hangs: the CLI names the timeout, and the model is told it was one rather
-/// than shown a failure count.
+/// A suite that hangs: the CLI names the timeout and the test that hung (unittest -v
+/// announced it and gave no result), and the model is told it was one rather than shown a
+/// failure count.
 #[test]
 fn a_timeout_is_named_on_the_cli_and_to_the_model() {
     let ws = support::example();
@@ -253,6 +254,10 @@ fn a_timeout_is_named_on_the_cli_and_to_the_model() {
     .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
     .env("OPENAI_API_KEY", "test-key")
     .env("AGENT_LS_TEST__TIMEOUT_SECS", "2")
+    .env(
+        "AGENT_LS_TEST__COMMAND",
+        r#"["python3", "-m", "unittest", "-v"]"#,
+    )
     .output()
     .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -261,11 +266,63 @@ fn a_timeout_is_named_on_the_cli_and_to_the_model() {
         "{stderr}"
     );
     assert!(stderr.contains("test.timeout_secs"), "{stderr}");
+    let hung = "while `test_hang.Hang.test_hang` was running";
+    assert!(stderr.contains(hung), "{stderr}");
     let requests = server.requests();
     let first = requests.first().expect("a model call").body.to_string();
     assert!(
         first.contains("The tests did not finish: the tests timed out"),
         "{first}"
     );
+    assert!(first.contains(hung), "{first}");
     assert!(!first.contains("The tests fail ("), "{first}");
+}
+
+/// As root with `sandbox.run_as`, a command runs as that unprivileged user: it writes the
+/// workspace it was given, and a file only root may read is closed to it (uid 0 without
+/// capabilities still reads root's own files). A user that does not exist runs nothing.
+#[test]
+fn as_root_run_as_runs_the_command_as_the_unprivileged_user() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("not root: sandbox.run_as applies to root only");
+        return;
+    }
+    let ws = workspace();
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let private = tempfile::tempdir().unwrap();
+    let secret = private.path().join("root-only");
+    std::fs::write(&secret, "hunter2\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let script = format!(
+        "import os\nprint('uid', os.getuid(), 'gid', os.getgid(), 'groups', os.getgroups())\nopen('made.txt', 'w').write('x')\ntry:\n    print('root file: read', open('{}').read())\nexcept OSError as e:\n    print('root file: refused', e.errno)\n",
+        secret.display()
+    );
+    let as_nobody = SandboxConfig {
+        run_as: "nobody".into(),
+        ..small()
+    };
+    let r = run_python(ws.path(), &script, &as_nobody).unwrap();
+    assert!(r.report.contains("uid 65534"), "{}", r.report);
+    assert!(r.report.contains("groups []"), "{}", r.report);
+    assert!(r.report.contains("root file: refused 13"), "{}", r.report);
+    assert!(!r.report.contains("hunter2"), "{}", r.report);
+    assert!(ws.path().join("made.txt").is_file());
+    assert!(r.passed_all(), "{}", r.report);
+    // Without it, the same command is uid 0 and reads root's own file (in a workspace of its
+    // own: uid 0 without capabilities cannot write over nobody's `made.txt`).
+    let root_ws = workspace();
+    let r = run_python(root_ws.path(), &script, &small()).unwrap();
+    assert!(r.report.contains("uid 0"), "{}", r.report);
+    assert!(r.report.contains("root file: read"), "{}", r.report);
+    let unknown = SandboxConfig {
+        run_as: "no-such-user-38".into(),
+        ..small()
+    };
+    match run_python(ws.path(), &script, &unknown) {
+        Err(RunError::Sandbox(why)) => assert!(why.contains("no user `no-such-user-38`"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    kept(ws.path());
 }

@@ -39,18 +39,8 @@ pub fn known_secrets(config: &Config) -> Vec<String> {
         .filter(|(k, v)| (secret_name(k) || crate::config::looks_like_secret(v)) && v.len() >= 4)
         .map(|(_, v)| v)
         .collect();
-    let configured = config.model.api_key.iter().chain(
-        config
-            .model
-            .fallback
-            .iter()
-            .filter_map(|t| t.api_key.as_ref()),
-    );
-    out.extend(
-        configured
-            .map(|s| s.expose().to_string())
-            .filter(|s| s.len() >= 4),
-    );
+    // Every key the configuration holds, roles' and the embeddings' variable's included.
+    out.extend(crate::config::configured_secrets(config));
     // The team store's password (`memory.url`), which a test's output may print.
     let db_password = config
         .memory

@@ -1,9 +1,10 @@
 //! What a test run printed, read without running anything: `parse` turns output text into
-//! failures, `report` turns it into the text a model reads; `TestState` names what a run
-//! came to.
+//! failures, `report` turns it into the text a model reads, `running` tells which test was
+//! running when a run was stopped; `TestState` names what a run came to.
 
 pub mod parse;
 pub mod report;
+pub mod running;
 
 pub use parse::{Failure, Format, Location, Parsed};
 

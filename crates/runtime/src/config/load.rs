@@ -106,6 +106,8 @@ pub fn load(inputs: &Inputs) -> Loaded {
     config.workspace_hosts = workspace_hosts(&config, &origins);
     resolve_prompt_paths(&mut config, &origins, inputs, trusted);
     let ask_trust = decision == Decision::Unknown && gated(&untrusted).next().is_some();
+    // A test run redacts these from its output without the configuration at hand.
+    super::redact::remember_secrets(&config);
     Loaded {
         config,
         origins,

@@ -5,7 +5,8 @@
 //! The work is split by job: `schema` (the section types and their defaults), `layer` (reading,
 //! validating and merging layers with the source of every value), `policy` (which keys a
 //! workspace may set), `load` (the order of layers and what trust lets apply), `prompts`
-//! (override files) and `redact` (URLs printed without their password). This file only
+//! (override files) and `redact` (URLs printed without their password, the secrets'
+//! values). This file only
 //! declares and re-exports, so callers keep naming `crate::config::X`.
 
 mod layer;
@@ -26,5 +27,8 @@ pub use policy::{
     take_workspace_trust, untrusted_message,
 };
 pub use prompts::load_prompts;
-pub use redact::{DatabaseUrl, looks_like_secret, redact_url};
+pub use redact::{
+    DatabaseUrl, configured_secrets, looks_like_secret, redact_url, remember_secrets,
+    remembered_secrets,
+};
 pub use schema::*;

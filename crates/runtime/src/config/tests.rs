@@ -139,6 +139,30 @@ fn later_layers_win_and_origins_say_which() {
 }
 
 #[test]
+fn every_configured_key_is_in_the_redaction_set() {
+    let mut c = Config::default();
+    c.model.api_key = Some(Secret::new("model-key"));
+    c.model.fallback = vec![TargetConfig {
+        api_key: Some(Secret::new("fallback-key")),
+        ..TargetConfig::default()
+    }];
+    c.roles.tester.api_key = Some(Secret::new("tester-key"));
+    c.roles.coder.fallback = Some(vec![TargetConfig {
+        api_key: Some(Secret::new("coder-fallback-key")),
+        ..TargetConfig::default()
+    }]);
+    let found = configured_secrets(&c);
+    for key in [
+        "model-key",
+        "fallback-key",
+        "tester-key",
+        "coder-fallback-key",
+    ] {
+        assert!(found.iter().any(|s| s == key), "{key}: {found:?}");
+    }
+}
+
+#[test]
 fn secrets_never_print() {
     let mut c = Config::default();
     c.model.api_key = Some(Secret::new("sk-live-abc"));

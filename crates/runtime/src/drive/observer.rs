@@ -160,7 +160,12 @@ impl<'a> Observer<'a> {
                 task,
             });
         }
-        match serde_json::to_string(run) {
+        // The state holds test output and model text, which may carry a key a test printed.
+        let state = serde_json::to_value(run).map(|mut v| {
+            crate::memory::redact_value(&mut v, &self.secrets);
+            v.to_string()
+        });
+        match state {
             Ok(state) => {
                 let n = run.iterations();
                 if let Some(store) = &self.store {
@@ -326,7 +331,8 @@ impl<'a> Observer<'a> {
         });
         self.current.tests_passed = Some(t.passed_count);
         self.current.tests_failed = Some(t.failed_count);
-        self.current.fingerprint = (!t.passed).then(|| t.fingerprint.clone());
+        self.current.fingerprint =
+            (!t.passed).then(|| crate::memory::redact(&t.fingerprint, &self.secrets));
         self.flush();
     }
 

@@ -6,7 +6,7 @@ pub mod process;
 mod result;
 mod summary;
 
-use agent_ls_core::test_output::{parse, report};
+use agent_ls_core::test_output::{parse, report, running};
 
 use std::path::Path;
 use std::time::Duration;
@@ -152,7 +152,13 @@ pub async fn run(
             return Err(RunError::Sandbox(why.trim().to_string()));
         }
     }
-    let output = format!("{}\n{}", finished.stdout.text(), finished.stderr.text());
+    // Every key this process knows is out of the output before anything reads it: the model,
+    // the journal, the store, diagnostics.
+    let output = redact_secrets(&format!(
+        "{}\n{}",
+        finished.stdout.text(),
+        finished.stderr.text()
+    ));
     if let Some(limit) = limit_hit(&finished, &output, sandbox) {
         finished.end = RunEnd::Limit { limit };
     }
@@ -164,10 +170,18 @@ pub async fn run(
     let (format, parsed) = parse::parse(&output, &ctx);
     let mut report = report::model_report(&output, &root.to_string_lossy());
     let mut shown = report::user_report(&output);
+    // Which test hung, told from what the runner announced before the kill.
+    let running = (finished.end == RunEnd::TimedOut)
+        .then(|| running::running_test(&output))
+        .flatten();
     let stopped = match finished.end {
         RunEnd::TimedOut => format!(
-            "\n[the run timed out: it was stopped after {} s (test.timeout_secs)]",
-            config.timeout_secs
+            "\n[the run timed out: it was stopped after {} s (test.timeout_secs){}]",
+            config.timeout_secs,
+            running
+                .as_ref()
+                .map(|t| format!(" while `{t}` was running"))
+                .unwrap_or_default()
         ),
         RunEnd::Limit { limit } => format!("\n[the run was stopped: {limit}]"),
         RunEnd::Cancelled => "\n[the run was cancelled]".to_string(),
@@ -186,6 +200,7 @@ pub async fn run(
         report,
         output: shown,
         environment: None,
+        running,
     };
     result.environment = result.environment_problem(root);
     Ok(result)
@@ -207,6 +222,20 @@ fn limit_hit(
     }
     sandbox::limit_named(&finished.stderr.text())
         .or_else(|| limits::limit_of_output(output, &sandbox.limits))
+}
+
+/// `output` with the values of every key this process knows replaced by `<redacted>`: the
+/// environment's (by name or shape) and those of every configuration it loaded (the user
+/// file's roles and fallbacks included). By value only: a key-shaped expected value in an
+/// assertion stays for the model to read.
+fn redact_secrets(output: &str) -> String {
+    let mut secrets = crate::memory::known_secrets(&crate::config::Config::default());
+    secrets.extend(crate::config::remembered_secrets());
+    // The longest first, so a key that contains another is replaced whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.iter().fold(output.to_string(), |out, s| {
+        out.replace(s.as_str(), "<redacted>")
+    })
 }
 
 /// The module path declared in `go.mod`, if there is one.
@@ -278,6 +307,7 @@ mod tests {
             report: report.into(),
             output: report.into(),
             environment: None,
+            running: None,
         }
     }
 
@@ -356,5 +386,26 @@ mod tests {
         let mut r = result(1, "", vec![], (None, None));
         r.end = RunEnd::TimedOut;
         assert_eq!(r.environment_problem(dir.path()), None);
+    }
+
+    #[test]
+    fn a_timeout_names_the_test_that_was_running_when_known() {
+        let mut r = result(1, "", vec![], (None, None));
+        r.end = RunEnd::TimedOut;
+        r.duration_ms = 3_000;
+        let plain = r.stopped().unwrap();
+        assert!(plain.contains("after 3 s (test.timeout_secs)"), "{plain}");
+        assert!(plain.contains("a test hangs"), "{plain}");
+        r.running = Some("test_hang.Hang.test_hang".into());
+        for said in [
+            r.stopped().unwrap(),
+            r.summary(),
+            summary(&r).stopped.unwrap(),
+        ] {
+            assert!(
+                said.contains("while `test_hang.Hang.test_hang` was running"),
+                "{said}"
+            );
+        }
     }
 }

@@ -32,6 +32,10 @@ pub struct RunResult {
     /// `environment_problem`): what went wrong and what to fix.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub environment: Option<String>,
+    /// The test that was running when a timeout stopped the run, when its output tells
+    /// (`test_output::running`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running: Option<String>,
 }
 
 impl RunResult {
@@ -81,8 +85,12 @@ impl RunResult {
     pub fn stopped(&self) -> Option<String> {
         match self.end {
             RunEnd::TimedOut => Some(format!(
-                "the tests timed out: they were stopped after {} s (test.timeout_secs); a test hangs or is too slow",
-                self.duration_ms.div_ceil(1000)
+                "the tests timed out: they were stopped after {} s (test.timeout_secs){}",
+                self.duration_ms.div_ceil(1000),
+                match &self.running {
+                    Some(test) => format!(" while `{test}` was running; it hangs or is too slow"),
+                    None => "; a test hangs or is too slow".into(),
+                }
             )),
             RunEnd::Limit { limit } => Some(format!("the run was stopped: {limit}")),
             _ => None,

@@ -163,8 +163,9 @@ pub enum LimitError {
 /// and private mappings, not the address space that runtimes such as V8 and Go reserve),
 /// RLIMIT_CPU (SIGXCPU at the limit, SIGKILL a second later), RLIMIT_FSIZE (SIGXFSZ), and
 /// RLIMIT_NPROC, which the kernel counts per user and never enforces for root (the control
-/// group caps processes there).
-pub fn apply_rlimits(limits: &Limits) -> Result<(), LimitError> {
+/// group caps processes there). `run_as`: the uid the command will run as (`sandbox.run_as`),
+/// whose processes RLIMIT_NPROC counts then.
+pub fn apply_rlimits(limits: &Limits, run_as: Option<u32>) -> Result<(), LimitError> {
     use nix::sys::resource::{Resource, setrlimit};
     let mb = 1024 * 1024;
     let set = |what: &'static str, resource: Resource, soft: u64, hard: u64| {
@@ -182,10 +183,11 @@ pub fn apply_rlimits(limits: &Limits) -> Result<(), LimitError> {
         let bytes = limits.file_mb * mb;
         set("RLIMIT_FSIZE", Resource::RLIMIT_FSIZE, bytes, bytes)?;
     }
-    if limits.processes > 0 && my_uid() != 0 {
+    let uid = run_as.unwrap_or_else(my_uid);
+    if limits.processes > 0 && uid != 0 {
         // The count is the user's, other processes of theirs included: the helper's own
         // count of them is added so that the cap is the command's.
-        let others = user_processes();
+        let others = user_processes(uid);
         let n = limits.processes + others;
         set("RLIMIT_NPROC", Resource::RLIMIT_NPROC, n, n)?;
     }
@@ -198,9 +200,8 @@ fn my_uid() -> u32 {
     std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
 }
 
-/// How many processes this user has now (what RLIMIT_NPROC counts besides the command's).
-fn user_processes() -> u64 {
-    let me = my_uid();
+/// How many processes user `me` has now (what RLIMIT_NPROC counts besides the command's).
+fn user_processes(me: u32) -> u64 {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0;
     };

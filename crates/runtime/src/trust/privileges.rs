@@ -17,17 +17,58 @@ pub enum PrivilegeError {
     SeccompRule(#[from] seccompiler::BackendError),
     #[error("seccomp does not know this architecture ({0})")]
     Arch(String),
+    #[error("sandbox.run_as: no user `{0}` on this machine")]
+    NoUser(String),
+    #[error("sandbox.run_as = \"{0}\" needs agent-ls to run as root, and it does not")]
+    NotRoot(String),
+    #[error("sandbox.run_as: `{0}` is root; name an unprivileged user")]
+    RunAsRoot(String),
+    #[error("cannot become `{user}` (sandbox.run_as): {source}")]
+    Switch { user: String, source: nix::Error },
+}
+
+/// The user `name` names (a user name or a numeric uid) for `sandbox.run_as`, or `None`
+/// where no switch is needed: not root, and `name` is this very user. Refused: a user that
+/// does not exist, root itself, and another user when agent-ls is not root.
+pub fn user(name: &str) -> Result<Option<nix::unistd::User>, PrivilegeError> {
+    use nix::unistd::{Uid, User, getuid};
+    let found = match name.parse::<u32>() {
+        Ok(uid) => User::from_uid(Uid::from_raw(uid)),
+        Err(_) => User::from_name(name),
+    }
+    .ok()
+    .flatten()
+    .ok_or_else(|| PrivilegeError::NoUser(name.into()))?;
+    if found.uid.is_root() {
+        return Err(PrivilegeError::RunAsRoot(name.into()));
+    }
+    match (getuid().is_root(), found.uid == getuid()) {
+        (true, _) => Ok(Some(found)),
+        (false, true) => Ok(None),
+        (false, false) => Err(PrivilegeError::NotRoot(name.into())),
+    }
 }
 
 /// Drops every capability of this thread (so of the command it starts) and sets
-/// `no_new_privs`, so that neither a setuid program nor file capabilities give any back.
-pub fn drop_all() -> Result<(), PrivilegeError> {
+/// `no_new_privs`, so that neither a setuid program nor file capabilities give any back; as
+/// root with `sandbox.run_as`, becomes `user` first (no supplementary group kept).
+pub fn drop_all(user: Option<&nix::unistd::User>) -> Result<(), PrivilegeError> {
     use caps::{CapSet, Capability};
     nix::sys::prctl::set_no_new_privs().map_err(PrivilegeError::NoNewPrivs)?;
     // The bounding set can be lowered only with CAP_SETPCAP; without it, there is nothing
     // an exec could raise anyway (no_new_privs).
     if caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP)? {
         caps::clear(None, CapSet::Bounding)?;
+    }
+    if let Some(u) = user {
+        let switch = |source| PrivilegeError::Switch {
+            user: u.name.clone(),
+            source,
+        };
+        // Groups first: once the uid is not root, the groups cannot change.
+        nix::unistd::setgroups(&[]).map_err(switch)?;
+        nix::unistd::setresgid(u.gid, u.gid, u.gid).map_err(switch)?;
+        nix::unistd::setresuid(u.uid, u.uid, u.uid).map_err(switch)?;
     }
     for set in [
         CapSet::Ambient,

@@ -47,6 +47,9 @@ pub struct SandboxConfig {
     pub max_cpu_secs: u64,
     /// The largest file it may write, in MB (0: no limit).
     pub max_file_mb: u64,
+    /// As root: the unprivileged user (a name or a uid) commands run as; empty runs them as
+    /// uid 0 without capabilities.
+    pub run_as: String,
 }
 
 /// Half the RAM, at most 8 GB: what a test may use on a laptop without taking it down.
@@ -91,6 +94,7 @@ impl Default for SandboxConfig {
             max_memory_mb: default_memory_mb(),
             max_cpu_secs: 600,
             max_file_mb: 1024,
+            run_as: String::new(),
         }
     }
 }
@@ -140,7 +144,7 @@ pub enum PolicyError {
     #[error("unknown argument {0}")]
     Unknown(String),
     #[error(
-        "usage: agent-ls sandbox-run --workspace DIR [--write DIR]... [--deny-read DIR]... [--network] [--limit KIND=N]... -- COMMAND..."
+        "usage: agent-ls sandbox-run --workspace DIR [--write DIR]... [--deny-read DIR]... [--network] [--run-as USER] [--limit KIND=N]... -- COMMAND..."
     )]
     Usage,
 }
@@ -182,6 +186,8 @@ pub struct Sandbox {
     pub writable: Vec<PathBuf>,
     pub deny_read: Vec<PathBuf>,
     pub limits: Limits,
+    /// `sandbox.run_as`: the user root's commands run as (empty: uid 0, no capabilities).
+    pub run_as: String,
 }
 
 /// `~` and `~/x` as the home folder.
@@ -193,6 +199,19 @@ fn expand(path: &str) -> Option<PathBuf> {
         }
         None => Some(PathBuf::from(path)),
     }
+}
+
+/// agent-ls's own configuration and state folders where `XDG_CONFIG_HOME` and
+/// `XDG_STATE_HOME` move them away from the `~/.config` and `~/.local/state` the default
+/// `deny_read` names: the user file holds keys, whatever `deny_read` says.
+fn own_folders() -> Vec<PathBuf> {
+    ["XDG_CONFIG_HOME", "XDG_STATE_HOME"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(PathBuf::from)
+        .filter(|base| base.is_absolute())
+        .map(|base| base.join("agent-ls"))
+        .collect()
 }
 
 /// The Landlock ABI this kernel offers: `Err` says why there is none.
@@ -243,13 +262,19 @@ impl Sandbox {
             helper,
             network: config.network,
             writable: config.writable.iter().filter_map(|p| expand(p)).collect(),
-            deny_read: config.deny_read.iter().filter_map(|p| expand(p)).collect(),
+            deny_read: config
+                .deny_read
+                .iter()
+                .filter_map(|p| expand(p))
+                .chain(own_folders())
+                .collect(),
             limits: Limits {
                 processes: config.max_processes,
                 memory_mb: config.max_memory_mb,
                 cpu_secs: config.max_cpu_secs,
                 file_mb: config.max_file_mb,
             },
+            run_as: config.run_as.clone(),
         }
     }
 
@@ -306,13 +331,7 @@ impl Sandbox {
         format!(
             "{}; every capability dropped and no_new_privs set{}; UDP and raw sockets {}",
             limits::describe(&self.limits),
-            if std::fs::metadata("/proc/self")
-                .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-            {
-                " (as root: commands run as uid 0 without capabilities, not in a user namespace)"
-            } else {
-                ""
-            },
+            as_root(&self.run_as),
             if self.network {
                 "allowed (sandbox.network)"
             } else {
@@ -320,7 +339,20 @@ impl Sandbox {
             }
         )
     }
+}
 
+/// For `describe_limits`: who root's commands run as, and why not in a user namespace.
+fn as_root(run_as: &str) -> String {
+    let root =
+        std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0);
+    match (root, run_as.is_empty()) {
+        (false, _) => String::new(),
+        (true, false) => format!(" (as root: commands run as {run_as}, sandbox.run_as)"),
+        (true, true) => " (as root: commands run as uid 0 without capabilities, NOT as an unprivileged user: not in a user namespace, since an id mapped outside could neither write a root-owned workspace nor read root's toolchains; set sandbox.run_as to a user who can)".into(),
+    }
+}
+
+impl Sandbox {
     /// The command line that runs `argv` in `root` under this sandbox.
     pub fn wrap(&self, root: &Path, argv: &[String]) -> Vec<String> {
         if self.mode == SandboxMode::Off {
@@ -343,6 +375,10 @@ impl Sandbox {
         if self.network {
             out.push("--network".into());
         }
+        if !self.run_as.is_empty() {
+            out.push("--run-as".into());
+            out.push(self.run_as.clone());
+        }
         out.extend(self.limits.args());
         out.push("--".into());
         out.extend(argv.iter().cloned());
@@ -358,6 +394,8 @@ pub struct Policy {
     pub deny_read: Vec<PathBuf>,
     pub network: bool,
     pub limits: Limits,
+    /// The user to run as (root only), as `--run-as` names it.
+    pub run_as: Option<String>,
     pub argv: Vec<String>,
 }
 
@@ -377,6 +415,7 @@ impl Policy {
                 "--write" => p.write.push(value()?),
                 "--deny-read" => p.deny_read.push(value()?),
                 "--network" => p.network = true,
+                "--run-as" => p.run_as = Some(value()?.to_string_lossy().into_owned()),
                 "--limit" => {
                     let v = it
                         .next()
@@ -437,11 +476,15 @@ enum GiveUpError {
     Privilege(#[from] super::privileges::PrivilegeError),
 }
 
-/// After Landlock: the rlimits, every capability, and (unless the network is allowed) UDP
-/// and raw sockets.
+/// After Landlock: the rlimits, every capability (and, as root with `sandbox.run_as`, root
+/// itself), and (unless the network is allowed) UDP and raw sockets.
 fn give_up(policy: &Policy) -> Result<(), GiveUpError> {
-    limits::apply_rlimits(&policy.limits)?;
-    super::privileges::drop_all()?;
+    let user = match &policy.run_as {
+        Some(name) => super::privileges::user(name)?,
+        None => None,
+    };
+    limits::apply_rlimits(&policy.limits, user.as_ref().map(|u| u.uid.as_raw()))?;
+    super::privileges::drop_all(user.as_ref())?;
     if !policy.network {
         super::privileges::refuse_datagrams()?;
     }
@@ -839,6 +882,7 @@ mod tests {
                 processes: 64,
                 ..Limits::default()
             },
+            run_as: "nobody".into(),
         };
         let argv = s.wrap(Path::new("/ws"), &["cargo".into(), "test".into()]);
         assert_eq!(argv[1], SUBCOMMAND);
@@ -848,6 +892,7 @@ mod tests {
         assert_eq!(p.deny_read, [PathBuf::from("/secret")]);
         assert!(p.network);
         assert_eq!(p.limits.processes, 64);
+        assert_eq!(p.run_as.as_deref(), Some("nobody"));
         let line = limit_line(p.limits.limit(limits::LimitKind::Processes));
         let named = limit_named(&format!("noise\n{line}\n")).unwrap();
         assert_eq!(named.max, 64);

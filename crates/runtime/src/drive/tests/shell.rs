@@ -213,6 +213,7 @@ fn pytest(end: RunEnd, failures: Vec<Failure>, passed: u32, report: &str) -> Run
         report: report.into(),
         output: report.into(),
         environment: None,
+        running: None,
     }
 }
 
