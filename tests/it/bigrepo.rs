@@ -25,9 +25,11 @@ fn run(ws: &Path, goal: &str, server: &ModelServer, env: &[(&str, &str)]) -> Val
         .output()
         .expect("agent-ls runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // The newest run's line (the journals are read in no particular order).
     let phases = support::journaled(ws, "phases");
     phases
-        .last()
+        .iter()
+        .max_by_key(|l| l["ts"].as_u64())
         .unwrap_or_else(|| panic!("no phases line in the journal; stderr: {stderr}"))["data"]
         .clone()
 }
@@ -119,6 +121,24 @@ fn a_warm_run_reparses_a_changed_file_and_forgets_a_deleted_one() {
         "{lines:?}"
     );
     assert_eq!(cached_paths(ws.path()), ["app/alpha.py", "app/beta.py"]);
+
+    // `agent-ls stats` shows each run's phases, newest first.
+    let home = tempfile::tempdir().expect("home");
+    let out = support::cli(&["stats"], ws.path(), home.path())
+        .output()
+        .expect("stats");
+    let stats: Value = serde_json::from_slice(&out.stdout).expect("stats JSON");
+    assert_eq!(stats["runs"][0]["phases"]["map_parsed"], 1, "{stats}");
+    assert_eq!(stats["runs"][1]["phases"]["map_parsed"], 3, "{stats}");
+    let home = tempfile::tempdir().expect("home");
+    let text = support::in_workspace(&["stats"], ws.path(), home.path())
+        .output()
+        .expect("stats");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("phases, ms") && text.contains("1st req"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -23,7 +23,7 @@ use cache::{Known, TagCache};
 const MAX_FILE_BYTES: u64 = 512 * 1024;
 /// Files parsed between two writes of the cache: a build cut short (the process ended with
 /// its run) keeps what it parsed, so the next build goes on from there.
-const BATCH: usize = 1024;
+const BATCH: usize = 256;
 /// Set only by tests: a background build waits this many milliseconds before it starts, so a
 /// test can show that a run does not wait for a slow map.
 pub const DELAY_ENV: &str = "AGENT_LS_TEST_MAP_DELAY_MS";
