@@ -39,9 +39,20 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
         }
     }
     let repairs = repairs(&root);
+    // Where each run's time went, from its journal (docs/bigrepo.md).
+    let phases: Vec<Option<serde_json::Value>> = stats
+        .runs
+        .iter()
+        .map(|r| agent_ls_runtime::journal::phases_of(&root, &r.run_id))
+        .collect();
     if json {
         let mut value = serde_json::to_value(&stats)?;
         value["repairs"] = serde_json::to_value(&repairs)?;
+        if let Some(runs) = value["runs"].as_array_mut() {
+            for (r, p) in runs.iter_mut().zip(&phases) {
+                r["phases"] = p.clone().unwrap_or(serde_json::Value::Null);
+            }
+        }
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print_totals(&stats.total);
@@ -50,6 +61,7 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
             println!("repairs: {}", by_class.join(", "));
         }
         print_runs(&stats.runs);
+        print_phases(&stats.runs, &phases);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -136,6 +148,48 @@ fn print_runs(runs: &[RunStats]) {
             secs(r.model_ms),
             secs(r.test_ms),
             tests
+        );
+    }
+}
+
+/// The phases of each run that recorded them, one line a run (milliseconds).
+fn print_phases(runs: &[RunStats], phases: &[Option<serde_json::Value>]) {
+    const COLUMNS: [(&str, &str); 9] = [
+        ("walk", "walk_ms"),
+        ("load", "load_ms"),
+        ("parse", "parse_ms"),
+        ("cache", "cache_write_ms"),
+        ("rank", "rank_ms"),
+        ("1st req", "first_request_ms"),
+        ("store", "store_ms"),
+        ("memory", "memory_ms"),
+        ("end", "end_ms"),
+    ];
+    if phases.iter().all(Option::is_none) {
+        return;
+    }
+    println!();
+    let head: String = COLUMNS.iter().map(|(h, _)| format!("  {h:>7}")).collect();
+    println!(
+        "{:<12}{head}  {:>8}  map files (parsed)",
+        "phases, ms", "peak mem"
+    );
+    for (r, p) in runs.iter().zip(phases) {
+        let Some(p) = p else { continue };
+        let cell = |k: &str| p[k].as_u64().map_or("-".to_string(), |v| v.to_string());
+        let row: String = COLUMNS
+            .iter()
+            .map(|(_, k)| format!("  {:>7}", cell(k)))
+            .collect();
+        let mem = p["peak_rss_kib"]
+            .as_u64()
+            .map_or("-".to_string(), |k| format!("{:.0} MiB", k as f64 / 1024.0));
+        let late = if p["map_late"] == true { ", late" } else { "" };
+        println!(
+            "{:<12}{row}  {mem:>8}  {} ({}){late}",
+            r.run_id,
+            cell("map_files"),
+            cell("map_parsed")
         );
     }
 }

@@ -11,6 +11,7 @@ mod agent_run;
 mod agent_server;
 mod apply_cli;
 mod batch;
+mod bigrepo;
 mod cache;
 mod config;
 mod deploy;

@@ -100,6 +100,12 @@ impl Journal {
         self.line(line);
     }
 
+    /// The run's phase timings (`type: "phases"`, docs/bigrepo.md): where its time went.
+    pub fn phases(&mut self, data: Value) {
+        let line = json!({"ts": now_ms(), "run_id": self.run_id, "role": "agent", "type": "phases", "data": data});
+        self.line(line);
+    }
+
     /// One `write` of the line and its newline together, so a process killed mid-run leaves
     /// whole lines (or, at worst, one torn last line that readers skip).
     fn line(&mut self, mut value: Value) {
@@ -124,6 +130,19 @@ pub fn path_of(root: &Path, run_id: &str) -> Option<PathBuf> {
             .map(|e| e.path())
             .find(|p| p.to_string_lossy().ends_with(&suffix))
     })
+}
+
+/// The phase timings run `run_id` recorded at its end (its journal's last `phases` line), if
+/// it recorded any.
+pub fn phases_of(root: &Path, run_id: &str) -> Option<Value> {
+    let path = path_of(root, run_id)?;
+    let text = std::fs::read_to_string(&path).ok()?;
+    // The line is written at the end, so it is searched from there.
+    text.lines()
+        .rev()
+        .filter(|l| l.contains("\"type\":\"phases\""))
+        .find_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|l| l["data"].clone())
 }
 
 /// A journal's summary for `agent-ls runs`.

@@ -2,47 +2,56 @@
 //! `path:line: signature` lines within a token budget, so the first prompt shows where the
 //! code is even when the files themselves do not fit. Tags come from tree-sitter and ranks from a
 //! personalised PageRank over references (both pure, in the core's `repomap`); this module walks the
-//! workspace and keeps the tags in `.agent-ls/repomap.json`, reused while a file's mtime and
-//! size stay the same.
+//! workspace and keeps the tags in `.agent-ls/repomap.sqlite` (`cache.rs`), one row a file,
+//! reused while a file's mtime and size stay the same. A build can run in the background
+//! (`spawn`) while a run's first request goes out with the files it names (`of_files`).
+
+mod cache;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
-use std::time::{Instant, UNIX_EPOCH};
-
-use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 pub use agent_ls_core::repomap::Focus;
 use agent_ls_core::repomap::{rank, tags, tags::Tags};
 
 use crate::tokens::Counter;
 use agent_ls_core::syntax::Lang;
+use cache::{Known, TagCache};
 
 /// Files larger than this are generated or vendored code more often than not.
 const MAX_FILE_BYTES: u64 = 512 * 1024;
-const CACHE_FILE: &str = "repomap.json";
-const CACHE_VERSION: u32 = 1;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Entry {
-    mtime_ns: u128,
-    size: u64,
-    tags: Tags,
-}
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Cache {
-    version: u32,
-    files: BTreeMap<String, Entry>,
-}
+/// Files parsed between two writes of the cache: a build cut short (the process ended with
+/// its run) keeps what it parsed, so the next build goes on from there.
+const BATCH: usize = 256;
+/// Set only by tests: a background build waits this many milliseconds before it starts, so a
+/// test can show that a run does not wait for a slow map.
+pub const DELAY_ENV: &str = "AGENT_LS_TEST_MAP_DELAY_MS";
 
 /// The tags of a workspace's source files.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct RepoMap {
     pub files: BTreeMap<String, Tags>,
     /// Files parsed now, and files whose tags came from the cache.
     pub parsed: usize,
     pub cached: usize,
     pub build_ms: u64,
+    /// Where the build's time went (the run journal's `phases`).
+    pub timings: Timings,
+}
+
+/// A build's phases, in milliseconds: the walk (listing and stat), reading the cache,
+/// parsing the files it did not answer, and writing their rows.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct Timings {
+    pub walk_ms: u64,
+    pub load_ms: u64,
+    pub parse_ms: u64,
+    pub write_ms: u64,
+}
+
+fn ms(since: Instant) -> u64 {
+    since.elapsed().as_millis() as u64
 }
 
 /// Reads the tags of every source file under `root` (gitignore-aware), parsing only what
@@ -51,51 +60,114 @@ pub struct RepoMap {
 /// written costs the next build its speed, nothing else.
 pub fn build(root: &Path, buffers: &HashMap<String, String>) -> RepoMap {
     let started = Instant::now();
+    let listed = source_files(root);
+    let mut timings = Timings {
+        walk_ms: ms(started),
+        ..Timings::default()
+    };
+    let t = Instant::now();
     let state = root.join(".agent-ls");
-    let cache: Cache = std::fs::read(state.join(CACHE_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .filter(|c: &Cache| c.version == CACHE_VERSION)
-        .unwrap_or_default();
+    let mut cache = TagCache::open(&state, false);
     let Sorted {
         mut files,
-        mut next,
         todo,
+        gone,
         cached,
-    } = sort_out(root, buffers, &cache);
-    let results = parse_all(root, &todo);
-    let changed = !results.is_empty() || next.files.len() != cache.files.len();
-    let mut parsed = 0;
-    for (rel, entry) in results {
-        parsed += 1;
-        files.insert(rel.clone(), entry.tags.clone());
-        next.files.insert(rel, entry);
+    } = sort_out(&listed, buffers, &cache);
+    timings.load_ms = ms(t);
+    if !todo.is_empty() || !gone.is_empty() {
+        cache = TagCache::open(&state, true);
+        cache.write(&[], &gone);
     }
+    let mut parsed = 0;
+    for batch in todo.chunks(BATCH) {
+        let t = Instant::now();
+        let results = parse_all(root, batch);
+        timings.parse_ms += ms(t);
+        let t = Instant::now();
+        cache.write(&results, &[]);
+        timings.write_ms += ms(t);
+        parsed += results.len();
+        files.extend(results.into_iter().map(|(rel, _, tags)| (rel, tags)));
+    }
+    parsed += parse_buffers(&mut files, buffers);
+    RepoMap {
+        files,
+        parsed,
+        cached,
+        build_ms: ms(started),
+        timings,
+    }
+}
+
+/// Parses each unsaved buffer that is source into `files`: how many.
+fn parse_buffers(files: &mut BTreeMap<String, Tags>, buffers: &HashMap<String, String>) -> usize {
+    let mut n = 0;
     for (rel, text) in buffers {
         if let Some(tags) = Lang::of(rel, text)
             .filter(|l| *l != Lang::Shell)
             .and_then(|l| tags::extract(l, text))
         {
             files.insert(rel.clone(), tags);
-            parsed += 1;
+            n += 1;
         }
     }
-    if changed {
-        write_cache(&state, &next);
+    n
+}
+
+/// A build on a thread of its own, to be waited for within a budget.
+pub struct Pending {
+    rx: std::sync::mpsc::Receiver<RepoMap>,
+}
+
+/// Starts `build` on a background thread (its cache rows are written as it goes, so a build
+/// cut short by the process's end is not lost).
+pub fn spawn(root: PathBuf, buffers: HashMap<String, String>) -> Pending {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let delay = std::env::var(DELAY_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    let job = move || {
+        if let Some(ms) = delay {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        let _ = tx.send(build(&root, &buffers));
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("repo map".into())
+        .spawn(job)
+    {
+        tracing::debug!("the repo map cannot be built in the background: {e}");
     }
-    RepoMap {
-        files,
-        parsed,
-        cached,
-        build_ms: started.elapsed().as_millis() as u64,
+    Pending { rx }
+}
+
+impl Pending {
+    /// The map, once it is built, waiting at most `budget`; `None` while it is not (or when
+    /// its thread is gone, which `gone` then says).
+    pub fn wait(&self, budget: Duration) -> Result<RepoMap, bool> {
+        use std::sync::mpsc::RecvTimeoutError;
+        match self.rx.recv_timeout(budget) {
+            Ok(map) => Ok(map),
+            Err(RecvTimeoutError::Timeout) => Err(false),
+            Err(RecvTimeoutError::Disconnected) => Err(true),
+        }
     }
 }
 
-/// A source file whose cached tags are missing or stale.
-struct Todo {
+/// A file's mtime in nanoseconds since the epoch (0 when the system has none).
+fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// A source file of the workspace, as the walk found it.
+struct Listed {
     rel: String,
     lang: Lang,
-    mtime_ns: u128,
+    mtime_ns: i64,
     size: u64,
 }
 
@@ -103,79 +175,71 @@ struct Todo {
 struct Sorted {
     /// The tags the cache still holds, by file.
     files: BTreeMap<String, Tags>,
-    /// The cache to write next: the entries still good so far.
-    next: Cache,
     /// The files to parse.
-    todo: Vec<Todo>,
+    todo: Vec<Listed>,
+    /// Files the cache knows that are gone.
+    gone: Vec<String>,
     /// How many files the cache answered.
     cached: usize,
 }
 
 /// Which source files the cache answers (same mtime and size) and which must be parsed.
-/// Files with an unsaved buffer are left to the caller, their cache entry kept.
-fn sort_out(root: &Path, buffers: &HashMap<String, String>, cache: &Cache) -> Sorted {
+/// Files with an unsaved buffer are left to the caller, their cache row kept.
+fn sort_out(listed: &[Listed], buffers: &HashMap<String, String>, cache: &TagCache) -> Sorted {
+    let known = cache.files();
+    let fresh: Vec<(&Listed, u64)> = listed
+        .iter()
+        .filter(|l| !buffers.contains_key(&l.rel))
+        .filter_map(|l| {
+            let k = known.get(&l.rel)?;
+            (k.mtime_ns == l.mtime_ns && k.size == l.size).then_some((l, k.hash))
+        })
+        .collect();
+    let tags = cache.tags(fresh.iter().map(|(_, h)| *h));
     let mut out = Sorted {
         files: BTreeMap::new(),
-        next: Cache {
-            version: CACHE_VERSION,
-            files: BTreeMap::new(),
-        },
         todo: Vec::new(),
+        gone: Vec::new(),
         cached: 0,
     };
-    for (rel, meta) in source_files(root) {
-        let Some(lang) = Lang::of(&rel, "") else {
-            continue;
-        };
-        if lang == Lang::Shell || meta.len() > MAX_FILE_BYTES {
-            continue;
-        }
-        // An unsaved buffer is parsed by the caller; the file's cached tags stay for the next
-        // build.
-        if buffers.contains_key(&rel) {
-            if let Some(e) = cache.files.get(&rel) {
-                out.next.files.insert(rel, e.clone());
-            }
-            continue;
-        }
-        let mtime_ns = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        match cache.files.get(&rel) {
-            Some(e) if e.mtime_ns == mtime_ns && e.size == meta.len() => {
-                out.files.insert(rel.clone(), e.tags.clone());
-                out.next.files.insert(rel, e.clone());
-                out.cached += 1;
-            }
-            _ => out.todo.push(Todo {
-                rel,
-                lang,
-                mtime_ns,
-                size: meta.len(),
-            }),
+    for (l, h) in &fresh {
+        if let Some(t) = tags.get(h) {
+            out.files.insert(l.rel.clone(), t.clone());
+            out.cached += 1;
         }
     }
+    for l in listed {
+        if !buffers.contains_key(&l.rel) && !out.files.contains_key(&l.rel) {
+            out.todo.push(Listed {
+                rel: l.rel.clone(),
+                ..*l
+            });
+        }
+    }
+    let present: std::collections::HashSet<&str> = listed.iter().map(|l| l.rel.as_str()).collect();
+    out.gone = known
+        .into_keys()
+        .filter(|k| !present.contains(k.as_str()))
+        .collect();
     out
 }
 
-/// The tags of each file in `todo` that can be read and parsed, as cache entries. Parsing is
-/// the cold build's cost, so it is spread over the machine's cores.
-fn parse_all(root: &Path, todo: &[Todo]) -> Vec<(String, Entry)> {
+/// The tags of each file in `todo` that can be read and parsed, with its cache row. Parsing
+/// is the cold build's cost, so it is spread over the machine's cores.
+fn parse_all(root: &Path, todo: &[Listed]) -> Vec<(String, Known, Tags)> {
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .min(8);
     let chunk = todo.len().div_ceil(threads).max(1);
-    let parse = |t: &Todo| {
+    let parse = |t: &Listed| {
         let text = std::fs::read_to_string(root.join(&t.rel)).ok()?;
         let tags = tags::extract(t.lang, &text)?;
-        let entry = Entry {
+        let known = Known {
             mtime_ns: t.mtime_ns,
             size: t.size,
-            tags,
+            hash: cache::hash_of(t.lang, &text),
         };
-        Some((t.rel.clone(), entry))
+        Some((t.rel.clone(), known, tags))
     };
     std::thread::scope(|s| {
         let handles: Vec<_> = todo
@@ -189,30 +253,63 @@ fn parse_all(root: &Path, todo: &[Todo]) -> Vec<(String, Entry)> {
     })
 }
 
-fn write_cache(state: &Path, cache: &Cache) {
-    let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(state)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(state)?;
-        serde_json::to_writer(&mut tmp, cache)?;
-        tmp.persist(state.join(CACHE_FILE))?;
-        Ok(())
-    };
-    if let Err(e) = write() {
-        tracing::debug!("the repo map's cache was not written: {e}");
-    }
-}
-
-/// The workspace's files as git sees them (the shared walk of `crate::walk`), with their
-/// metadata, sorted.
-fn source_files(root: &Path) -> Vec<(String, std::fs::Metadata)> {
-    let mut out: Vec<(String, std::fs::Metadata)> = crate::walk::files(root)
-        .filter_map(|(rel, e)| Some((rel, e.metadata().ok()?)))
+/// The workspace's source files as git sees them (the shared walk of `crate::walk`), with
+/// their mtime and size, sorted.
+fn source_files(root: &Path) -> Vec<Listed> {
+    let mut out: Vec<Listed> = crate::walk::files(root)
+        .filter_map(|(rel, e)| {
+            let lang = Lang::of(&rel, "").filter(|l| *l != Lang::Shell)?;
+            let meta = e.metadata().ok()?;
+            (meta.len() <= MAX_FILE_BYTES).then(|| Listed {
+                lang,
+                mtime_ns: mtime_ns(&meta),
+                size: meta.len(),
+                rel,
+            })
+        })
         .collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.sort_by(|a, b| a.rel.cmp(&b.rel));
     out
 }
 
 impl RepoMap {
+    /// A map of `paths` alone (the files a goal names, while the whole map is still being
+    /// built): each read from its buffer or the disk and parsed now.
+    pub fn of_files(root: &Path, paths: &[String], buffers: &HashMap<String, String>) -> RepoMap {
+        let started = Instant::now();
+        let mut map = RepoMap::default();
+        map.refresh(root, paths, buffers);
+        map.build_ms = ms(started);
+        map
+    }
+
+    /// Parses `paths` again (the files a run changed, its open buffers), from their buffer or
+    /// the disk; a file that is gone or is not source leaves the map. No walk: the rest of the
+    /// map stays as it was built.
+    pub fn refresh(&mut self, root: &Path, paths: &[String], buffers: &HashMap<String, String>) {
+        for rel in paths {
+            let text = match buffers.get(rel) {
+                Some(t) => Some(t.clone()),
+                None => std::fs::read_to_string(root.join(rel))
+                    .ok()
+                    .filter(|t| t.len() as u64 <= MAX_FILE_BYTES),
+            };
+            let tags = text.and_then(|t| {
+                let lang = Lang::of(rel, &t).filter(|l| *l != Lang::Shell)?;
+                tags::extract(lang, &t)
+            });
+            match tags {
+                Some(t) => {
+                    self.files.insert(rel.clone(), t);
+                    self.parsed += 1;
+                }
+                None => {
+                    self.files.remove(rel);
+                }
+            }
+        }
+    }
+
     /// The map for `focus`: the best-ranked definitions as `path:line: signature` lines,
     /// grouped by file in rank order, within `max_tokens` as `counter` counts them.
     pub fn render(&self, focus: &Focus, max_tokens: usize, counter: &Counter) -> String {
@@ -354,9 +451,16 @@ mod tests {
             third.files["app/discount.py"].defs[0].signature,
             "def apply_discount(amount, rate):"
         );
-        // A cache that is not ours is rebuilt.
-        std::fs::write(dir.path().join(".agent-ls/repomap.json"), "{not json").unwrap();
-        assert_eq!(build(dir.path(), &HashMap::new()).parsed, 4);
+        // A deleted file leaves the map and the cache.
+        std::fs::remove_file(dir.path().join("app/unused.py")).unwrap();
+        let fifth = build(dir.path(), &HashMap::new());
+        assert!(!fifth.files.contains_key("app/unused.py"));
+        assert_eq!((fifth.parsed, fifth.cached), (0, 3));
+        assert_eq!(build(dir.path(), &HashMap::new()).cached, 3);
+        // A cache that is not ours is replaced.
+        std::fs::write(dir.path().join(".agent-ls/repomap.sqlite"), "{not sqlite").unwrap();
+        assert_eq!(build(dir.path(), &HashMap::new()).parsed, 3);
+        assert_eq!(build(dir.path(), &HashMap::new()).cached, 3);
     }
 
     #[test]

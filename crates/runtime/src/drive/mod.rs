@@ -11,6 +11,7 @@
 mod checkpoint;
 mod dev_dependency;
 mod driver;
+mod map;
 mod observer;
 mod recall;
 mod review_target;
@@ -108,6 +109,8 @@ struct Going<'o> {
     run_id: String,
     /// What the run met and tried, for memory across runs.
     trail: recall::Trail,
+    /// The run's repo map and its phase timings.
+    map: map::RunMap,
 }
 
 /// How a drive begins: a new run, a resumed one, or a review of a given diff.
@@ -216,7 +219,13 @@ impl Drive<'_> {
         for w in warnings {
             shell.warn(&w);
         }
-        hand_in(run, Input::Context(self.context(run, None, shell)));
+        let mut map = map::RunMap::start(self.root, text_buffers(shell));
+        let t = Instant::now();
+        hand_in(
+            run,
+            Input::Context(self.context(run, None, shell, &mut map)),
+        );
+        map.phases.context_ms = t.elapsed().as_millis() as u64;
         Going {
             observer,
             totals: Totals::default(),
@@ -227,6 +236,7 @@ impl Drive<'_> {
             git: checkpoint::GitState::NotYet,
             run_id: run_id.to_string(),
             trail: recall::Trail::new(self),
+            map,
         }
     }
 
@@ -261,7 +271,7 @@ impl Drive<'_> {
             };
             hand_in(
                 run,
-                Input::Context(self.context(run, latest.as_deref(), shell)),
+                Input::Context(self.context(run, latest.as_deref(), shell, &mut going.map)),
             );
             queue.extend(agent::step(run, event));
             going.observer.phase(run);
@@ -373,6 +383,12 @@ impl Drive<'_> {
         let mcp_specs = g.mcp.specs(&tools);
         g.offered = tools.clone();
         g.offered.extend(mcp_specs.iter().map(|s| s.name.clone()));
+        if role == Role::Coder {
+            let t = Instant::now();
+            g.observer.checkpoint(run).await;
+            g.map.phases.store_ms += t.elapsed().as_millis() as u64;
+        }
+        g.map.requested();
         let call = (role, messages, tools, mcp_specs);
         let (observer, totals, kind) = (&mut g.observer, &mut g.totals, &mut g.failure_kind);
         let event = self.call_model(run, call, observer, totals, kind).await;
@@ -399,11 +415,13 @@ impl Drive<'_> {
         let event = self
             .run_tests(shell, observer, kind, baseline, &mut g.last_tests)
             .await;
-        if matches!(event, Event::TestsFinished(_))
-            && g.trail.tested(g.last_tests.as_ref())
-            && let Some(section) = self.recall(&g.trail, &mut g.observer).await
-        {
-            hand_in(run, Input::Memory(section));
+        if matches!(event, Event::TestsFinished(_)) && g.trail.tested(g.last_tests.as_ref()) {
+            let t = Instant::now();
+            let section = self.recall(&g.trail, &mut g.observer).await;
+            g.map.phases.memory_ms += t.elapsed().as_millis() as u64;
+            if let Some(section) = section {
+                hand_in(run, Input::Memory(section));
+            }
         }
         event
     }
@@ -426,20 +444,26 @@ impl Drive<'_> {
         phase: agent::Phase,
         answer: String,
     ) -> Outcome {
+        let ended = Instant::now();
         let branch = self
             .record_run_files((&going.git, &mut going.observer), run.files_changed())
             .await;
         let checkpoint = going.git.id();
         let status = RunStatus::from_phase(phase);
+        let t = Instant::now();
         self.remember(run, &going.trail, status, &run_id).await;
+        going.map.phases.memory_ms += t.elapsed().as_millis() as u64;
         let Going {
             mut observer,
             totals,
             mut failure_kind,
             mcp,
+            mut map,
             ..
         } = going;
         mcp.shutdown().await;
+        map.phases.end_ms = ended.elapsed().as_millis() as u64;
+        observer.phases(&map.finish_phases());
         if run.partial() {
             failure_kind = Some(FailureKind::Partial);
         }
@@ -485,9 +509,6 @@ impl Drive<'_> {
         totals: &mut Totals,
         failure_kind: &mut Option<FailureKind>,
     ) -> Event {
-        if role == Role::Coder {
-            observer.checkpoint(run).await;
-        }
         let offered = !tools.is_empty() || !mcp_specs.is_empty();
         let request = self.request(run, role, messages, (tools, mcp_specs), observer);
         let shown = &*observer;
@@ -896,20 +917,14 @@ impl Drive<'_> {
         run: &Run,
         latest: Option<&str>,
         shell: &impl Shell,
+        run_map: &mut map::RunMap,
     ) -> agent::context::Context {
         let report = latest.or(run.tests().map(|t| t.report.as_str()));
         let mut wanted = self.named_files(run.goal(), report);
         // The repo map, ranked toward the files above and the names the goal and the failure
         // mention; then the best-ranked files in full while the budget lasts, then the rest.
-        let buffers: std::collections::HashMap<String, String> = shell
-            .buffers()
-            .into_iter()
-            .filter_map(|(p, t)| match t {
-                FileText::Text(t) => Some((p, t)),
-                _ => None,
-            })
-            .collect();
-        let map = crate::repomap::build(self.root, &buffers);
+        let buffers = text_buffers(shell);
+        let map = run_map.map(self.root, (&wanted, run.files_changed()), &buffers);
         let mut mentioned = run.goal().to_string();
         if let Some(report) = report {
             mentioned.push('\n');
@@ -919,12 +934,14 @@ impl Drive<'_> {
             files: wanted.clone(),
             idents: crate::repomap::idents_of(&mentioned),
         };
+        let t = Instant::now();
         let map_text = map.render(&focus, self.config.context.map_tokens, &self.counter());
+        let ranked = map.ranked_files(&focus);
+        run_map.phases.rank_ms += t.elapsed().as_millis() as u64;
         let named = wanted.len();
-        for path in map
-            .ranked_files(&focus)
+        for path in ranked
             .into_iter()
-            .chain(crate::files::workspace_files(self.root, 200))
+            .chain(run_map.rest(self.root).iter().cloned())
         {
             if !wanted.contains(&path) {
                 wanted.push(path);
@@ -1027,6 +1044,18 @@ impl Drive<'_> {
             context.pieces.push(map);
         }
     }
+}
+
+/// The editor's unsaved texts, by path.
+fn text_buffers(shell: &impl Shell) -> std::collections::HashMap<String, String> {
+    shell
+        .buffers()
+        .into_iter()
+        .filter_map(|(p, t)| match t {
+            FileText::Text(t) => Some((p, t)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Hands the run what it reads but does not decide on (its prompts, context, memory): an

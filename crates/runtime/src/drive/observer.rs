@@ -90,6 +90,12 @@ impl<'a> Observer<'a> {
     }
 
     /// A piece of a model's answer as it streams: for the live view only.
+    /// The run's phase timings, one journal line (`agent-ls stats` reads it).
+    pub(super) fn phases(&mut self, phases: &super::map::Phases) {
+        self.journal
+            .phases(serde_json::to_value(phases).unwrap_or_default());
+    }
+
     pub(super) fn token(&self, role: Role, text: &str) {
         self.emit(RunEvent::Token {
             role,

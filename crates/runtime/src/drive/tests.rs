@@ -156,6 +156,7 @@ async fn each_step_writes_its_journal_line_in_order_and_the_live_view_sees_the_s
             "patch",
             "approval",
             "test_result",
+            "phases",
             "finished",
         ]
     );
@@ -180,8 +181,13 @@ async fn each_step_writes_its_journal_line_in_order_and_the_live_view_sees_the_s
     );
     assert_eq!(data(7)["accepted"], true);
     assert_eq!(data(8)["state"], "passed");
-    assert_eq!(data(9)["status"], "done");
-    assert_eq!(data(9)["files_changed"], serde_json::json!(["calc.py"]));
+    assert!(
+        data(9)["first_request_ms"].as_u64().is_some(),
+        "{}",
+        data(9)
+    );
+    assert_eq!(data(10)["status"], "done");
+    assert_eq!(data(10)["files_changed"], serde_json::json!(["calc.py"]));
 
     // The journal replays as a script: its model call gives the same answer again.
     let replay = crate::model::replay::Replay::open(&ws.journal_path());
@@ -189,9 +195,11 @@ async fn each_step_writes_its_journal_line_in_order_and_the_live_view_sees_the_s
         replay.next(Role::Coder).map(|r| r.text),
         Ok(FIX.to_string())
     );
-    // The live view gets every journal line in the same order, and the coder's answer as
-    // it streams.
-    assert_eq!(live_kinds(&live), kinds(&journal));
+    // The live view gets every journal line in the same order (but the phase timings, a
+    // record for `agent-ls stats`), and the coder's answer as it streams.
+    let mut recorded = kinds(&journal);
+    recorded.retain(|k| k != "phases");
+    assert_eq!(live_kinds(&live), recorded);
     assert_eq!(streamed(&live, Role::Coder), FIX);
     assert!(live.iter().all(|e| e.run_id == "run_test0001"));
 }
@@ -284,7 +292,7 @@ async fn a_model_without_an_answer_fails_the_run_with_its_error() {
     assert_eq!(ws.read("calc.py"), CALC);
     let journal = ws.journal();
     let k = kinds(&journal);
-    assert_eq!(k[k.len() - 2..], ["prompt coder", "finished"]);
+    assert_eq!(k[k.len() - 3..], ["prompt coder", "phases", "finished"]);
     assert_eq!(journal[k.len() - 1]["data"]["status"], "failed");
 }
 
@@ -481,6 +489,7 @@ async fn with_the_default_review_and_evaluation_the_reviewer_and_the_evaluator_h
             "prompt evaluator",
             "model_call evaluator",
             "evaluation",
+            "phases",
             "finished",
         ]
     );

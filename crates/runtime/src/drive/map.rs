@@ -1,0 +1,158 @@
+//! A run's repo map and where its time went. The map is built once a run, on a background
+//! thread started when the run opens; the first context waits for it within `BUDGET` and
+//! otherwise goes out with a map of the files the goal and the failures name (and the open
+//! buffers), taking the whole map at a later step once it is there. Later steps re-parse only
+//! the files the run changed and the buffers, never the repository. The phase timings are
+//! written to the journal as one `phases` line at the run's end (docs/bigrepo.md) and shown
+//! by `agent-ls stats`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::repomap::{Pending, RepoMap};
+
+/// How long the first context waits for the map before going without it. A warm map of
+/// 20,000 files is built well within it; a cold one is finished in the background.
+const BUDGET: Duration = Duration::from_millis(1500);
+
+/// The phases of a run, in milliseconds (docs/bigrepo.md says what each covers).
+#[derive(Debug, Default, Clone, Serialize)]
+pub(super) struct Phases {
+    /// The repo map's build: the walk, reading its cache, parsing, writing its cache.
+    pub walk_ms: u64,
+    pub load_ms: u64,
+    pub parse_ms: u64,
+    pub cache_write_ms: u64,
+    /// Ranking and rendering the map, over all of the run's contexts.
+    pub rank_ms: u64,
+    /// The first context, whole (the wait for the map, the map, reading the files).
+    pub context_ms: u64,
+    /// From the run's start to its first model request.
+    pub first_request_ms: Option<u64>,
+    /// Waiting for the store's writes (the checkpoint before a coder call).
+    pub store_ms: u64,
+    /// Memory across runs: recalling and remembering.
+    pub memory_ms: u64,
+    /// From the last step to the outcome: git's record of the run, memory, the MCP servers.
+    pub end_ms: u64,
+    /// The map's files, how many were parsed now and how many came from its cache.
+    pub map_files: usize,
+    pub map_parsed: usize,
+    pub map_cached: usize,
+    /// Whether the first request went out before the whole map was built.
+    pub map_late: bool,
+    /// The process's peak resident memory, in KiB (Linux).
+    pub peak_rss_kib: Option<u64>,
+}
+
+/// The map as the run has it.
+enum State {
+    Building(Pending),
+    Ready(RepoMap),
+    /// The background build is gone (its thread could not start or panicked).
+    Lost,
+}
+
+/// A run's repo map, the workspace's other files (listed once), and its phase timings.
+pub(super) struct RunMap {
+    state: State,
+    /// The files the context lists after the ranked ones, walked once a run.
+    rest: Option<Vec<String>>,
+    /// How many contexts were made.
+    contexts: u32,
+    pub phases: Phases,
+    pub started: Instant,
+}
+
+impl RunMap {
+    /// Starts the map's build for a run opening now.
+    pub(super) fn start(root: &Path, buffers: HashMap<String, String>) -> RunMap {
+        RunMap {
+            state: State::Building(crate::repomap::spawn(root.to_path_buf(), buffers)),
+            rest: None,
+            contexts: 0,
+            phases: Phases::default(),
+            started: Instant::now(),
+        }
+    }
+
+    /// The map for this step: the whole one when it is built (waiting within the budget at
+    /// the first context only), its `changed` files and `buffers` parsed again; else a map of `named`.
+    pub(super) fn map(
+        &mut self,
+        root: &Path,
+        (named, changed): (&[String], &[String]),
+        buffers: &HashMap<String, String>,
+    ) -> std::borrow::Cow<'_, RepoMap> {
+        let first = self.contexts == 0;
+        self.contexts += 1;
+        if let State::Building(p) = &self.state {
+            let budget = if first { BUDGET } else { Duration::ZERO };
+            match p.wait(budget) {
+                Ok(map) => {
+                    self.took(&map);
+                    self.state = State::Ready(map);
+                }
+                Err(true) => self.state = State::Lost,
+                Err(false) => {}
+            }
+        }
+        if first && !matches!(self.state, State::Ready(_)) {
+            self.phases.map_late = true;
+        }
+        match &mut self.state {
+            State::Ready(map) => {
+                let mut again: Vec<String> = changed.to_vec();
+                again.extend(buffers.keys().cloned());
+                map.refresh(root, &again, buffers);
+                std::borrow::Cow::Borrowed(map)
+            }
+            _ => {
+                let mut paths: Vec<String> = named.to_vec();
+                paths.extend(changed.iter().cloned());
+                paths.extend(buffers.keys().cloned());
+                std::borrow::Cow::Owned(RepoMap::of_files(root, &paths, buffers))
+            }
+        }
+    }
+
+    /// The build's figures, once it is taken.
+    fn took(&mut self, map: &RepoMap) {
+        let t = &map.timings;
+        let p = &mut self.phases;
+        (p.walk_ms, p.load_ms, p.parse_ms, p.cache_write_ms) =
+            (t.walk_ms, t.load_ms, t.parse_ms, t.write_ms);
+        (p.map_files, p.map_parsed, p.map_cached) = (map.files.len(), map.parsed, map.cached);
+    }
+
+    /// The workspace's files after the ranked ones, walked the first time only.
+    pub(super) fn rest(&mut self, root: &Path) -> &[String] {
+        self.rest
+            .get_or_insert_with(|| crate::files::workspace_files(root, 200))
+    }
+
+    /// Notes the first model request, now.
+    pub(super) fn requested(&mut self) {
+        if self.phases.first_request_ms.is_none() {
+            self.phases.first_request_ms = Some(self.started.elapsed().as_millis() as u64);
+        }
+    }
+
+    /// The phases as they stand, with the process's peak memory.
+    pub(super) fn finish_phases(&mut self) -> Phases {
+        self.phases.peak_rss_kib = peak_rss_kib();
+        self.phases.clone()
+    }
+}
+
+/// The process's peak resident memory (`VmHWM`), where /proc has it.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}

@@ -1,0 +1,181 @@
+//! Big repositories (issue 39, docs/bigrepo.md) through `agent-ls run --json` and a model
+//! server on 127.0.0.1: the repo map's per-file cache refreshes a changed file and forgets a
+//! deleted one in a warm run, and a slow map does not hold back the first request.
+
+use crate::support;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use support::model_server::{ModelServer, openai_text};
+
+/// `agent-ls run GOAL --json` in `ws` against `server`, with `env` besides: its journal's
+/// `phases` line.
+fn run(ws: &Path, goal: &str, server: &ModelServer, env: &[(&str, &str)]) -> Value {
+    let home = tempfile::tempdir().expect("home");
+    let out = support::cli(&["run", goal, "--yes"], ws, home.path())
+        .env("AGENT_LS_MODEL__PROVIDER", "openai")
+        .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
+        .env("OPENAI_API_KEY", "test-key")
+        .env("AGENT_LS_AGENT__EVALUATE", "false")
+        .env("AGENT_LS_AGENT__REVIEW", "off")
+        .env("AGENT_LS_CACHE__ENABLED", "false")
+        .envs(env.iter().copied())
+        .output()
+        .expect("agent-ls runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The newest run's line (the journals are read in no particular order).
+    let phases = support::journaled(ws, "phases");
+    phases
+        .iter()
+        .max_by_key(|l| l["ts"].as_u64())
+        .unwrap_or_else(|| panic!("no phases line in the journal; stderr: {stderr}"))["data"]
+        .clone()
+}
+
+/// The text of a request's messages.
+fn prompt(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The repo map's lines of a prompt (`path:line: signature`), from its map section.
+fn map_lines(prompt: &str) -> Vec<String> {
+    let Some(at) = prompt.find("Repo map (") else {
+        return Vec::new();
+    };
+    prompt[at..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The paths the map's cache holds a row for.
+fn cached_paths(ws: &Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(ws.join(".agent-ls/repomap.sqlite")).expect("the cache");
+    let mut stmt = conn
+        .prepare("SELECT path FROM files ORDER BY path")
+        .expect("its files");
+    stmt.query_map([], |r| r.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("paths")
+}
+
+#[test]
+fn a_warm_run_reparses_a_changed_file_and_forgets_a_deleted_one() {
+    let ws = support::workspace(&[
+        ("app/alpha.py", "def alpha_helper(x):\n    return x\n"),
+        ("app/beta.py", "def beta_helper(x):\n    return x\n"),
+        ("app/gamma.py", "def gamma_helper(x):\n    return x\n"),
+    ]);
+    let server = ModelServer::answering(|_| openai_text(&["They return their argument."]));
+    let goal = "explain what the helpers in app do";
+    let cold = run(ws.path(), goal, &server, &[]);
+    assert_eq!(
+        (cold["map_parsed"].as_u64(), cold["map_cached"].as_u64()),
+        (Some(3), Some(0)),
+        "{cold}"
+    );
+    let first = map_lines(&prompt(&server.requests()[0].body));
+    assert!(
+        first.iter().any(|l| l.contains("def gamma_helper")),
+        "{first:?}"
+    );
+    assert_eq!(
+        cached_paths(ws.path()),
+        ["app/alpha.py", "app/beta.py", "app/gamma.py"]
+    );
+
+    std::fs::write(
+        ws.path().join("app/alpha.py"),
+        "def alpha_renamed(x, y):\n    return x + y\n",
+    )
+    .expect("rewrite");
+    std::fs::remove_file(ws.path().join("app/gamma.py")).expect("delete");
+    let n = server.count();
+    let warm = run(ws.path(), goal, &server, &[]);
+    // Only the changed file was parsed; the unchanged one came from the cache.
+    assert_eq!(
+        (warm["map_parsed"].as_u64(), warm["map_cached"].as_u64()),
+        (Some(1), Some(1)),
+        "{warm}"
+    );
+    let lines = map_lines(&prompt(&server.requests()[n].body));
+    assert!(
+        lines.contains(&"app/alpha.py:1: def alpha_renamed(x, y):".to_string()),
+        "{lines:?}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("alpha_helper") || l.contains("gamma")),
+        "{lines:?}"
+    );
+    assert_eq!(cached_paths(ws.path()), ["app/alpha.py", "app/beta.py"]);
+
+    // `agent-ls stats` shows each run's phases, newest first.
+    let home = tempfile::tempdir().expect("home");
+    let out = support::cli(&["stats"], ws.path(), home.path())
+        .output()
+        .expect("stats");
+    let stats: Value = serde_json::from_slice(&out.stdout).expect("stats JSON");
+    assert_eq!(stats["runs"][0]["phases"]["map_parsed"], 1, "{stats}");
+    assert_eq!(stats["runs"][1]["phases"]["map_parsed"], 3, "{stats}");
+    let home = tempfile::tempdir().expect("home");
+    let text = support::in_workspace(&["stats"], ws.path(), home.path())
+        .output()
+        .expect("stats");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("phases, ms") && text.contains("1st req"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_first_request_goes_out_before_a_slow_map_is_built() {
+    let ws = support::workspace(&[
+        (
+            "app/pricing.py",
+            "def net_price(price, tax):\n    return price + tax\n",
+        ),
+        ("app/other.py", "def unrelated_helper(x):\n    return x\n"),
+    ]);
+    // Whether the map's cache existed when each request arrived.
+    let seen: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let (s, cache) = (seen.clone(), ws.path().join(".agent-ls/repomap.sqlite"));
+    let server = ModelServer::answering(move |_| {
+        s.lock().expect("seen").push(cache.exists());
+        openai_text(&["It adds the tax."])
+    });
+    // The background build waits a minute before it starts: far longer than the run.
+    let delay = [(agent_ls_runtime::repomap::DELAY_ENV, "60000")];
+    let phases = run(
+        ws.path(),
+        "explain how app/pricing.py computes net_price",
+        &server,
+        &delay,
+    );
+    assert_eq!(phases["map_late"], true, "{phases}");
+    assert_eq!(seen.lock().expect("seen").first(), Some(&false));
+    // The first request's map holds the file the goal names, parsed on the spot.
+    let lines = map_lines(&prompt(&server.requests()[0].body));
+    assert!(
+        lines.contains(&"app/pricing.py:1: def net_price(price, tax):".to_string()),
+        "{lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("unrelated_helper")),
+        "{lines:?}"
+    );
+    assert!(phases["first_request_ms"].as_u64().is_some(), "{phases}");
+}
