@@ -107,7 +107,7 @@ pub fn load(inputs: &Inputs) -> Loaded {
     resolve_prompt_paths(&mut config, &origins, inputs, trusted);
     let ask_trust = decision == Decision::Unknown && gated(&untrusted).next().is_some();
     // A test run redacts these from its output without the configuration at hand.
-    super::redact::remember_secrets(&config);
+    super::secrets::remember_secrets(&config);
     Loaded {
         config,
         origins,

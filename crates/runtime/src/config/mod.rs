@@ -15,6 +15,7 @@ mod policy;
 mod prompts;
 mod redact;
 mod schema;
+mod secrets;
 #[cfg(test)]
 mod tests;
 
@@ -27,8 +28,6 @@ pub use policy::{
     take_workspace_trust, untrusted_message,
 };
 pub use prompts::load_prompts;
-pub use redact::{
-    DatabaseUrl, configured_secrets, looks_like_secret, redact_url, remember_secrets,
-    remembered_secrets,
-};
+pub use redact::{DatabaseUrl, looks_like_secret, redact_url};
 pub use schema::*;
+pub use secrets::{configured_secrets, remember_secrets, remembered_secrets};

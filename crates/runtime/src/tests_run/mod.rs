@@ -174,19 +174,7 @@ pub async fn run(
     let running = (finished.end == RunEnd::TimedOut)
         .then(|| running::running_test(&output))
         .flatten();
-    let stopped = match finished.end {
-        RunEnd::TimedOut => format!(
-            "\n[the run timed out: it was stopped after {} s (test.timeout_secs){}]",
-            config.timeout_secs,
-            running
-                .as_ref()
-                .map(|t| format!(" while `{t}` was running"))
-                .unwrap_or_default()
-        ),
-        RunEnd::Limit { limit } => format!("\n[the run was stopped: {limit}]"),
-        RunEnd::Cancelled => "\n[the run was cancelled]".to_string(),
-        _ => String::new(),
-    };
+    let stopped = stopped_note(&finished.end, config.timeout_secs, running.as_deref());
     report.push_str(&stopped);
     shown.push_str(&stopped);
     let mut result = RunResult {
@@ -204,6 +192,22 @@ pub async fn run(
     };
     result.environment = result.environment_problem(root);
     Ok(result)
+}
+
+/// The line a run that did not end by itself adds to its report: timed out (naming the test
+/// that was running, when the runner said), stopped at a limit, or cancelled.
+fn stopped_note(end: &RunEnd, timeout_secs: u64, running: Option<&str>) -> String {
+    match end {
+        RunEnd::TimedOut => format!(
+            "\n[the run timed out: it was stopped after {timeout_secs} s (test.timeout_secs){}]",
+            running
+                .map(|t| format!(" while `{t}` was running"))
+                .unwrap_or_default()
+        ),
+        RunEnd::Limit { limit } => format!("\n[the run was stopped: {limit}]"),
+        RunEnd::Cancelled => "\n[the run was cancelled]".to_string(),
+        _ => String::new(),
+    }
 }
 
 /// The sandbox limit a failed run hit: the one the helper named, else one the output tells
