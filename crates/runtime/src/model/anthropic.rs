@@ -119,7 +119,15 @@ fn conversation(request: &Request) -> Vec<Value> {
                     blocks.push(json!({"type": "text", "text": m.content}));
                 }
                 blocks.extend(m.tool_calls.iter().map(|c| {
-                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
+                    // A call whose arguments were cut off is kept as its raw text (the repair
+                    // names it); Anthropic takes only an object as `input`, so it goes back
+                    // as an empty one, and the tool result says what was wrong.
+                    let input = if c.arguments.is_object() {
+                        c.arguments.clone()
+                    } else {
+                        json!({})
+                    };
+                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input})
                 }));
                 messages.push(json!({"role": "assistant", "content": blocks}));
             }
@@ -282,5 +290,29 @@ fn stream_error(target: &Target, data: &Value) -> ModelError {
         }
     } else {
         bad_answer(target, format!("{kind}: {message}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_ls_core::conversation::{Message, ToolCall};
+
+    #[test]
+    fn a_cut_off_tool_call_goes_back_with_an_object_as_its_input() {
+        let mut call = Message::assistant("");
+        call.tool_calls = vec![ToolCall {
+            id: "c1".into(),
+            name: "edit_file".into(),
+            arguments: Value::String("{\"path\": \"calc.py\", \"sea".into()),
+        }];
+        let request = Request {
+            messages: vec![Message::user("fix it"), call],
+            ..Default::default()
+        };
+        let messages = conversation(&request);
+        let block = &messages[1]["content"][0];
+        assert_eq!(block["type"], "tool_use");
+        assert_eq!(block["input"], json!({}));
     }
 }
