@@ -4,7 +4,9 @@
 //! answers at once (cache and reviewer off), so every second is agent-ls's own. Prints, cold
 //! (no `.agent-ls/`) and warm (a second run): the time to the first model request, from the
 //! last answer to the end of the run, the whole run, the map cache's size, and the phases the
-//! run's journal recorded; beside the same on the 280-file fixture the tests use.
+//! run's journal recorded; beside the same on the 280-file fixture the tests use. Then the
+//! editor's path: `agent-ls serve`, a run from the palette right after `initialize` and the
+//! next one (the map the server keeps), each from the command to the first model request.
 //!
 //! `cargo bench --bench bigrepo` (20,000 files); `BIGREPO_FILES=100000` for the larger size
 //! (a comma-separated list runs several). `AGENT_LS_BIN` runs another build of agent-ls.
@@ -16,6 +18,7 @@ mod model_server;
 #[path = "../tests/support/deep.rs"]
 mod deep;
 
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -195,6 +198,99 @@ fn measure(name: &str, root: &Path, question: &str) {
         let warm = run(root, question, home.path());
         print(name, &format!("warm #{n}"), &warm);
     }
+    serve(name, root, question, home.path());
+}
+
+/// One LSP message on `to`.
+fn send(to: &mut impl Write, msg: serde_json::Value) {
+    let body = msg.to_string();
+    write!(to, "Content-Length: {}\r\n\r\n{body}", body.len()).expect("write to serve");
+    to.flush().expect("flush");
+}
+
+/// The method of each message `agent-ls serve` writes, as it comes.
+fn methods(from: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut from = std::io::BufReader::new(from);
+        loop {
+            let mut len = 0;
+            let mut line = String::new();
+            while from.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                if let Some(v) = line.strip_prefix("Content-Length: ") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; len];
+            if len == 0 || from.read_exact(&mut body).is_err() {
+                return;
+            }
+            let msg: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let _ = tx.send(msg["method"].as_str().unwrap_or("").to_string());
+        }
+    });
+    rx
+}
+
+/// The editor's path: `agent-ls serve`, `initialize`, then a run from the palette at once
+/// (the map still being built in the background) and a second after it (the map the server
+/// kept): the time from the command to the first model request, each.
+fn serve(name: &str, root: &Path, question: &str, home: &Path) {
+    let seen = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let s = seen.clone();
+    let server = ModelServer::answering(move |_| {
+        s.lock().expect("seen").push(Instant::now());
+        openai_text(&["It reads the cache first, then parses what changed."])
+    });
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home)
+        .env("AGENT_LS_MODEL__PROVIDER", "openai")
+        .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
+        .env("OPENAI_API_KEY", "bench-key")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("agent-ls serve");
+    let mut to = child.stdin.take().expect("stdin");
+    let from = methods(child.stdout.take().expect("stdout"));
+    let uri = format!("file://{}", root.display());
+    let settings = serde_json::json!({"agent": {"evaluate": false, "review": "off"}, "cache": {"enabled": false}});
+    send(
+        &mut to,
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"processId": null, "rootUri": uri, "capabilities": {}, "initializationOptions": settings,
+            "workspaceFolders": [{"uri": uri, "name": "bench"}]}}),
+    );
+    send(
+        &mut to,
+        serde_json::json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}),
+    );
+    for (n, how) in ["a run at once", "the next run"].iter().enumerate() {
+        let asked = Instant::now();
+        send(
+            &mut to,
+            serde_json::json!({"jsonrpc": "2.0", "id": 2 + n, "method": "workspace/executeCommand",
+            "params": {"command": "agent-ls.run", "arguments": [{"goal": question}]}}),
+        );
+        let finished = from.iter().any(|m| m == "agent-ls/runFinished");
+        let first = seen.lock().expect("seen").get(n).copied();
+        match (finished, first) {
+            (true, Some(t)) => println!(
+                "{name}, agent-ls serve, {how}: command to first model request {}\n    phases (ms): {}",
+                secs(t - asked),
+                phases(root)
+            ),
+            _ => println!("{name}, agent-ls serve, {how}: the run did not reach the model"),
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 fn main() {

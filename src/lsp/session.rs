@@ -1166,6 +1166,11 @@ impl Session {
         self.report_config_errors(&self.config_errors.clone());
         self.log.set_level(self.config.config.log.level);
         self.open_store();
+        if let Some(root) = &self.workspace_root {
+            // Built now, at a low priority, and kept: a run from the editor then starts with
+            // the whole map (docs/bigrepo.md).
+            agent_ls_runtime::repomap::warm::keep(root);
+        }
         self.initialized = true;
         info!(
             encoding = self.encoding.as_str(),

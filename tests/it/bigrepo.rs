@@ -1,6 +1,7 @@
 //! Big repositories (issue 39, docs/bigrepo.md) through `agent-ls run --json` and a model
 //! server on 127.0.0.1: the repo map's per-file cache refreshes a changed file and forgets a
-//! deleted one in a warm run, and a slow map does not hold back the first request.
+//! deleted one in a warm run, a slow map does not hold back the first request, and
+//! `agent-ls serve` keeps the map between runs.
 
 use crate::support;
 
@@ -178,4 +179,74 @@ fn the_first_request_goes_out_before_a_slow_map_is_built() {
         "{lines:?}"
     );
     assert!(phases["first_request_ms"].as_u64().is_some(), "{phases}");
+}
+
+/// `agent-ls serve` keeps the map between runs: built after `initialize`, lent to each run,
+/// and caught up with the disk, so a file another program changed between two runs is
+/// current in the second run's map, and a deleted one is gone.
+#[test]
+fn the_server_keeps_the_map_warm_and_a_run_sees_what_changed_on_disk() {
+    let ws = support::workspace(&[
+        ("app/alpha.py", "def alpha_helper(x):\n    return x\n"),
+        ("app/gamma.py", "def gamma_helper(x):\n    return x\n"),
+    ]);
+    let server = ModelServer::answering(|_| openai_text(&["They return their argument."]));
+    let mut c = support::Client::spawn(support::Spawn {
+        env: vec![
+            ("AGENT_LS_MODEL__PROVIDER".into(), "openai".into()),
+            (
+                "AGENT_LS_MODEL__BASE_URL".into(),
+                format!("{}/v1", server.url),
+            ),
+            ("OPENAI_API_KEY".into(), "test-key".into()),
+        ],
+        ..Default::default()
+    });
+    c.initialize(
+        ws.path(),
+        serde_json::json!({}),
+        serde_json::json!({"agent": {"evaluate": false, "review": "off"}, "cache": {"enabled": false}}),
+    );
+    let goal = serde_json::json!({"goal": "explain what the helpers in app do"});
+    let newest = |ws: &Path| {
+        support::journaled(ws, "phases")
+            .into_iter()
+            .max_by_key(|l| l["ts"].as_u64())
+            .expect("a phases line")["data"]
+            .clone()
+    };
+    c.command("agent-ls.run", goal.clone()).expect("a run");
+    c.wait_notification("agent-ls/runFinished", |_| true);
+    let first = newest(ws.path());
+    assert_eq!(first["map_kept"], true, "{first}");
+    let lines = map_lines(&prompt(&server.requests()[0].body));
+    assert!(
+        lines.iter().any(|l| l.contains("def gamma_helper")),
+        "{lines:?}"
+    );
+
+    std::fs::write(
+        ws.path().join("app/alpha.py"),
+        "def alpha_renamed(x, y):\n    return x + y\n",
+    )
+    .expect("rewrite");
+    std::fs::remove_file(ws.path().join("app/gamma.py")).expect("delete");
+    let n = server.count();
+    c.command("agent-ls.run", goal).expect("a second run");
+    c.wait_notification("agent-ls/runFinished", |_| true);
+    let second = newest(ws.path());
+    assert_eq!(second["map_kept"], true, "{second}");
+    // Caught up: the changed file parsed again, and the deleted one gone; nothing else.
+    assert_eq!(second["map_parsed"], 2, "{second}");
+    let lines = map_lines(&prompt(&server.requests()[n].body));
+    assert!(
+        lines.contains(&"app/alpha.py:1: def alpha_renamed(x, y):".to_string()),
+        "{lines:?}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("alpha_helper") || l.contains("gamma")),
+        "{lines:?}"
+    );
 }

@@ -156,6 +156,23 @@ pub fn plan_on_disk(
 /// first, each depth in name order; the order is stable, not ranked: callers rank the files
 /// themselves.
 pub fn workspace_files(root: &Path, limit: usize) -> Vec<String> {
+    // One level deeper at a time, stopping once `limit` files are found: the context shows a
+    // couple of hundred names, and a big repository's deep folders (most of its files) need
+    // not be walked for them. The levels above are walked again each time, and they are few.
+    let mut depth = 1;
+    loop {
+        let (mut found, cut) = files_to_depth(root, depth);
+        if found.len() >= limit || !cut {
+            found.sort();
+            return found.into_iter().take(limit).map(|(_, rel)| rel).collect();
+        }
+        depth += 1;
+    }
+}
+
+/// The files at most `depth` levels down (with their depth), and whether a folder at that
+/// depth was left unwalked.
+fn files_to_depth(root: &Path, depth: usize) -> (Vec<(usize, String)>, bool) {
     const SKIP: &[&str] = &[
         "target",
         "node_modules",
@@ -164,19 +181,24 @@ pub fn workspace_files(root: &Path, limit: usize) -> Vec<String> {
         "build",
         "venv",
     ];
-    let walk = crate::walk::builder_skipping(root, None, |e| {
+    let walk = crate::walk::builder_skipping(root, Some(depth), |e| {
         e.file_type().is_some_and(|t| t.is_dir())
             && e.file_name().to_str().is_some_and(|n| SKIP.contains(&n))
     });
-    let mut out: Vec<(usize, String)> = walk
-        .build()
-        .flatten()
-        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
-        .filter(|e| e.metadata().is_ok_and(|m| m.len() < 100_000))
-        .filter_map(|e| Some((e.depth(), crate::walk::relative(root, e.path())?)))
-        .collect();
-    out.sort();
-    out.into_iter().take(limit).map(|(_, rel)| rel).collect()
+    let mut cut = false;
+    let mut out = Vec::new();
+    for e in walk.build().flatten() {
+        let Some(kind) = e.file_type() else { continue };
+        if kind.is_dir() {
+            cut |= e.depth() == depth;
+        } else if kind.is_file()
+            && e.metadata().is_ok_and(|m| m.len() < 100_000)
+            && let Some(rel) = crate::walk::relative(root, e.path())
+        {
+            out.push((e.depth(), rel));
+        }
+    }
+    (out, cut)
 }
 
 #[cfg(test)]

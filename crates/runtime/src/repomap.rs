@@ -7,6 +7,7 @@
 //! (`spawn`) while a run's first request goes out with the files it names (`of_files`).
 
 mod cache;
+pub mod warm;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -38,6 +39,9 @@ pub struct RepoMap {
     pub build_ms: u64,
     /// Where the build's time went (the run journal's `phases`).
     pub timings: Timings,
+    /// The mtime and size each file had when it was read from disk (none for a file read from
+    /// an unsaved buffer), so a kept map can catch up with the disk (`catch_up`).
+    stamps: HashMap<String, (i64, u64)>,
 }
 
 /// A build's phases, in milliseconds: the walk (listing and stat), reading the cache,
@@ -59,6 +63,11 @@ fn ms(since: Instant) -> u64 {
 /// parsed afresh and never cached. A cache that cannot be read is rebuilt; one that cannot be
 /// written costs the next build its speed, nothing else.
 pub fn build(root: &Path, buffers: &HashMap<String, String>) -> RepoMap {
+    build_with(root, buffers, true)
+}
+
+/// `build`, creating and writing the cache only when `write_cache`.
+fn build_with(root: &Path, buffers: &HashMap<String, String>, write_cache: bool) -> RepoMap {
     let started = Instant::now();
     let listed = source_files(root);
     let mut timings = Timings {
@@ -75,7 +84,7 @@ pub fn build(root: &Path, buffers: &HashMap<String, String>) -> RepoMap {
         cached,
     } = sort_out(&listed, buffers, &cache);
     timings.load_ms = ms(t);
-    if !todo.is_empty() || !gone.is_empty() {
+    if write_cache && (!todo.is_empty() || !gone.is_empty()) {
         cache = TagCache::open(&state, true);
         cache.write(&[], &gone);
     }
@@ -91,12 +100,18 @@ pub fn build(root: &Path, buffers: &HashMap<String, String>) -> RepoMap {
         files.extend(results.into_iter().map(|(rel, _, tags)| (rel, tags)));
     }
     parsed += parse_buffers(&mut files, buffers);
+    let stamps = listed
+        .iter()
+        .filter(|l| !buffers.contains_key(&l.rel))
+        .map(|l| (l.rel.clone(), (l.mtime_ns, l.size)))
+        .collect();
     RepoMap {
         files,
         parsed,
         cached,
         build_ms: ms(started),
         timings,
+        stamps,
     }
 }
 
@@ -123,15 +138,36 @@ pub struct Pending {
 /// Starts `build` on a background thread (its cache rows are written as it goes, so a build
 /// cut short by the process's end is not lost).
 pub fn spawn(root: PathBuf, buffers: HashMap<String, String>) -> Pending {
-    let (tx, rx) = std::sync::mpsc::channel();
+    spawn_with(root, buffers, true, false)
+}
+
+/// `spawn`, writing the cache only when `write_cache`, and at a low CPU priority when
+/// `background` (a map nobody waits for yet must not slow the editor's own work).
+fn spawn_with(
+    root: PathBuf,
+    buffers: HashMap<String, String>,
+    write_cache: bool,
+    background: bool,
+) -> Pending {
     let delay = std::env::var(DELAY_ENV)
         .ok()
         .and_then(|v| v.parse::<u64>().ok());
-    let job = move || {
+    in_background(move || {
         if let Some(ms) = delay {
             std::thread::sleep(Duration::from_millis(ms));
         }
-        let _ = tx.send(build(&root, &buffers));
+        if background {
+            lower_priority();
+        }
+        build_with(&root, &buffers, write_cache)
+    })
+}
+
+/// `job` on a thread of its own, its map to be waited for.
+fn in_background(job: impl FnOnce() -> RepoMap + Send + 'static) -> Pending {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let job = move || {
+        let _ = tx.send(job());
     };
     if let Err(e) = std::thread::Builder::new()
         .name("repo map".into())
@@ -140,6 +176,20 @@ pub fn spawn(root: PathBuf, buffers: HashMap<String, String>) -> Pending {
         tracing::debug!("the repo map cannot be built in the background: {e}");
     }
     Pending { rx }
+}
+
+/// `map` (built earlier) caught up with the disk under `root` in the background.
+pub fn catch_up_in_background(root: PathBuf, mut map: RepoMap) -> Pending {
+    in_background(move || {
+        let started = Instant::now();
+        let parsed = map.catch_up(&root);
+        map.timings = Timings {
+            walk_ms: ms(started),
+            ..Timings::default()
+        };
+        (map.parsed, map.cached) = (parsed, map.files.len().saturating_sub(parsed));
+        map
+    })
 }
 
 impl Pending {
@@ -153,6 +203,13 @@ impl Pending {
             Err(RecvTimeoutError::Disconnected) => Err(true),
         }
     }
+}
+
+/// Lowers the calling thread's CPU priority (nice 10); the threads it starts inherit it.
+fn lower_priority() {
+    // SAFETY: setpriority takes no pointer; on Linux, PRIO_PROCESS with 0 names the calling
+    // thread. A failure leaves the priority as it was, which is only slower for others.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
 }
 
 /// A file's mtime in nanoseconds since the epoch (0 when the system has none).
@@ -256,18 +313,16 @@ fn parse_all(root: &Path, todo: &[Listed]) -> Vec<(String, Known, Tags)> {
 /// The workspace's source files as git sees them (the shared walk of `crate::walk`), with
 /// their mtime and size, sorted.
 fn source_files(root: &Path) -> Vec<Listed> {
-    let mut out: Vec<Listed> = crate::walk::files(root)
-        .filter_map(|(rel, e)| {
-            let lang = Lang::of(&rel, "").filter(|l| *l != Lang::Shell)?;
-            let meta = e.metadata().ok()?;
-            (meta.len() <= MAX_FILE_BYTES).then(|| Listed {
-                lang,
-                mtime_ns: mtime_ns(&meta),
-                size: meta.len(),
-                rel,
-            })
+    let mut out: Vec<Listed> = crate::walk::files_parallel(root, |rel, e| {
+        let lang = Lang::of(&rel, "").filter(|l| *l != Lang::Shell)?;
+        let meta = e.metadata().ok()?;
+        (meta.len() <= MAX_FILE_BYTES).then(|| Listed {
+            lang,
+            mtime_ns: mtime_ns(&meta),
+            size: meta.len(),
+            rel,
         })
-        .collect();
+    });
     out.sort_by(|a, b| a.rel.cmp(&b.rel));
     out
 }
@@ -288,11 +343,18 @@ impl RepoMap {
     /// map stays as it was built.
     pub fn refresh(&mut self, root: &Path, paths: &[String], buffers: &HashMap<String, String>) {
         for rel in paths {
+            self.stamps.remove(rel);
             let text = match buffers.get(rel) {
                 Some(t) => Some(t.clone()),
-                None => std::fs::read_to_string(root.join(rel))
-                    .ok()
-                    .filter(|t| t.len() as u64 <= MAX_FILE_BYTES),
+                None => {
+                    if let Ok(meta) = std::fs::metadata(root.join(rel)) {
+                        self.stamps
+                            .insert(rel.clone(), (mtime_ns(&meta), meta.len()));
+                    }
+                    std::fs::read_to_string(root.join(rel))
+                        .ok()
+                        .filter(|t| t.len() as u64 <= MAX_FILE_BYTES)
+                }
             };
             let tags = text.and_then(|t| {
                 let lang = Lang::of(rel, &t).filter(|l| *l != Lang::Shell)?;
@@ -308,6 +370,29 @@ impl RepoMap {
                 }
             }
         }
+    }
+
+    /// Brings a map built earlier up to date with the disk: one walk, and the files whose
+    /// mtime or size moved (or that were read from a buffer) parsed again; files gone leave.
+    /// How many files it parsed.
+    pub fn catch_up(&mut self, root: &Path) -> usize {
+        let listed = source_files(root);
+        let on_disk: std::collections::HashSet<&str> =
+            listed.iter().map(|l| l.rel.as_str()).collect();
+        let mut again: Vec<String> = self
+            .files
+            .keys()
+            .filter(|rel| !on_disk.contains(rel.as_str()))
+            .cloned()
+            .collect();
+        again.extend(
+            listed
+                .iter()
+                .filter(|l| self.stamps.get(&l.rel) != Some(&(l.mtime_ns, l.size)))
+                .map(|l| l.rel.clone()),
+        );
+        self.refresh(root, &again, &HashMap::new());
+        again.len()
     }
 
     /// The map for `focus`: the best-ranked definitions as `path:line: signature` lines,

@@ -32,14 +32,29 @@ pub fn builder_skipping(
     w
 }
 
-/// Every file the walk from `root` finds, with its path relative to `root` (`/`-separated
-/// on Unix), in name order; entries that cannot be read or named in UTF-8 are skipped.
-pub fn files(root: &Path) -> impl Iterator<Item = (String, DirEntry)> + '_ {
-    builder(root, None)
-        .build()
-        .flatten()
-        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
-        .filter_map(move |e| Some((relative(root, e.path())?, e)))
+/// What `keep` makes of each file the walk from `root` finds (its path relative to `root`,
+/// `/`-separated on Unix; entries that cannot be read or named in UTF-8 are skipped). The
+/// walk runs on every core, since a big repository's walk is mostly stat calls that wait on
+/// the disk, so the results come in no particular order.
+pub fn files_parallel<T: Send>(
+    root: &Path,
+    keep: impl Fn(String, &DirEntry) -> Option<T> + Sync,
+) -> Vec<T> {
+    let found = std::sync::Mutex::new(Vec::new());
+    builder(root, None).build_parallel().run(|| {
+        let (keep, found) = (&keep, &found);
+        Box::new(move |entry| {
+            let kept = entry
+                .ok()
+                .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+                .and_then(|e| keep(relative(root, e.path())?, &e));
+            if let Some(v) = kept {
+                found.lock().unwrap_or_else(|e| e.into_inner()).push(v);
+            }
+            ignore::WalkState::Continue
+        })
+    });
+    found.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `path` relative to `root`, when it is inside it, is not the root itself, and is UTF-8.
@@ -74,7 +89,8 @@ pub(crate) mod tests {
             (".agent-ls/store.sqlite", ""),
             ("README.md", "hi\n"),
         ]);
-        let found: Vec<String> = files(dir.path()).map(|(rel, _)| rel).collect();
+        let mut found = files_parallel(dir.path(), |rel, _| Some(rel));
+        found.sort();
         assert_eq!(found, ["README.md", "src/app.py"]);
     }
 }

@@ -4,7 +4,8 @@
 //! buffers), taking the whole map at a later step once it is there. Later steps re-parse only
 //! the files the run changed and the buffers, never the repository. The phase timings are
 //! written to the journal as one `phases` line at the run's end (docs/bigrepo.md) and shown
-//! by `agent-ls stats`.
+//! by `agent-ls stats`. Under `agent-ls serve` the map is the one the server keeps
+//! (`repomap::warm`), lent for the run and given back at its end.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::repomap::warm::{self, Lent, Returned};
 use crate::repomap::{Pending, RepoMap};
 
 /// How long the first context waits for the map before going without it. A warm map of
@@ -44,6 +46,8 @@ pub(super) struct Phases {
     pub map_cached: usize,
     /// Whether the first request went out before the whole map was built.
     pub map_late: bool,
+    /// Whether the map was the one the server keeps (`agent-ls serve`), not built for the run.
+    pub map_kept: bool,
     /// The process's peak resident memory, in KiB (Linux).
     pub peak_rss_kib: Option<u64>,
 }
@@ -59,6 +63,9 @@ enum State {
 /// A run's repo map, the workspace's other files (listed once), and its phase timings.
 pub(super) struct RunMap {
     state: State,
+    root: std::path::PathBuf,
+    /// Lent by the map the server keeps, and given back when the run ends.
+    kept: bool,
     /// The files the context lists after the ranked ones, walked once a run.
     rest: Option<Vec<String>>,
     /// How many contexts were made.
@@ -70,11 +77,25 @@ pub(super) struct RunMap {
 impl RunMap {
     /// Starts the map's build for a run opening now.
     pub(super) fn start(root: &Path, buffers: HashMap<String, String>) -> RunMap {
+        let (state, kept) = match warm::lend(root) {
+            Some(Lent::Ready(map)) => (
+                crate::repomap::catch_up_in_background(root.to_path_buf(), map),
+                true,
+            ),
+            Some(Lent::Building(p)) => (p, true),
+            None => (crate::repomap::spawn(root.to_path_buf(), buffers), false),
+        };
+        let phases = Phases {
+            map_kept: kept,
+            ..Phases::default()
+        };
         RunMap {
-            state: State::Building(crate::repomap::spawn(root.to_path_buf(), buffers)),
+            state: State::Building(state),
+            root: root.to_path_buf(),
+            kept,
             rest: None,
             contexts: 0,
-            phases: Phases::default(),
+            phases,
             started: Instant::now(),
         }
     }
@@ -145,6 +166,21 @@ impl RunMap {
     pub(super) fn finish_phases(&mut self) -> Phases {
         self.phases.peak_rss_kib = peak_rss_kib();
         self.phases.clone()
+    }
+}
+
+impl Drop for RunMap {
+    /// A kept map goes back to the server, built or still building, for the next run.
+    fn drop(&mut self) {
+        if !self.kept {
+            return;
+        }
+        let map = match std::mem::replace(&mut self.state, State::Lost) {
+            State::Ready(map) => Some(Returned::Ready(map)),
+            State::Building(p) => Some(Returned::Building(p)),
+            State::Lost => None,
+        };
+        warm::give_back(&self.root, map);
     }
 }
 

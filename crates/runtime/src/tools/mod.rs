@@ -462,10 +462,9 @@ fn glob_set(glob: &str) -> Result<globset::GlobSet, ToolError> {
 
 /// The workspace's files (relative paths, sorted), those matching `glob` when given.
 fn workspace_files(root: &Path, glob: Option<&globset::GlobSet>) -> Vec<String> {
-    let mut out: Vec<String> = crate::walk::files(root)
-        .map(|(rel, _)| rel)
-        .filter(|rel| glob.is_none_or(|g| g.is_match(rel)))
-        .collect();
+    let mut out = crate::walk::files_parallel(root, |rel, _| {
+        glob.is_none_or(|g| g.is_match(&rel)).then_some(rel)
+    });
     out.sort();
     out
 }
