@@ -23,7 +23,10 @@ pub fn check(change: &FileChange, written: &str, replaces: &[(String, String)]) 
 /// Where `written` differs from the text the change meant to write: a line the edit did not
 /// touch, or one of its own.
 fn differs(change: &FileChange, written: &str) -> Option<String> {
-    if written == change.new_text {
+    // Whitespace alone (an editor that trims trailing spaces, or a formatter on save, as the
+    // user set it up) is not damage: asking the model to undo it would fight the editor.
+    let squash = |t: &str| t.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+    if written == change.new_text || squash(written) == squash(&change.new_text) {
         return None;
     }
     let meant: Vec<&str> = change.new_text.lines().collect();
@@ -122,6 +125,12 @@ mod tests {
         let why = check(&change(OLD, NEW), &written, &fix()).unwrap();
         assert!(why.contains("line 6 reads `    return a ** b`"), "{why}");
         assert!(why.contains("a line the edit did not touch"), "{why}");
+    }
+
+    #[test]
+    fn whitespace_the_editor_changed_is_not_damage() {
+        let written = NEW.replace("a * b", "a*b  ");
+        assert_eq!(check(&change(OLD, NEW), &written, &fix()), None);
     }
 
     #[test]
