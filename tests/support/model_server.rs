@@ -28,6 +28,8 @@ pub enum Reply {
         events: Vec<String>,
         stall_after: Option<usize>,
     },
+    /// A 200 whose body is these bytes as they are (not UTF-8, say), of this content type.
+    Bytes { content_type: String, body: Vec<u8> },
 }
 
 impl Reply {
@@ -168,6 +170,7 @@ fn serve(
             events,
             stall_after,
         } => write_events(stream, &events, stall_after),
+        Reply::Bytes { content_type, body } => write_bytes(stream, &content_type, &body),
     }
 }
 
@@ -228,6 +231,16 @@ fn write_status(mut out: TcpStream, code: u16, headers: &[(String, String)], bod
     let _ = out.write_all(format!("{head}\r\n{body}").as_bytes());
 }
 
+/// A 200 with `body` byte for byte.
+fn write_bytes(mut out: TcpStream, content_type: &str, body: &[u8]) {
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = out.write_all(head.as_bytes());
+    let _ = out.write_all(body);
+}
+
 /// A server-sent event stream of `events`, going silent for a minute before event
 /// `stall_after` (or after the last, when it is the count) as a stalled server does.
 fn write_events(mut out: TcpStream, events: &[String], stall_after: Option<usize>) {
@@ -251,6 +264,45 @@ fn write_events(mut out: TcpStream, events: &[String], stall_after: Option<usize
     }
     if stall_after == Some(events.len()) {
         std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
+/// An OpenAI stream whose `name` call stops at the output limit (`finish_reason: length`)
+/// after `arguments`, as a model cut off mid-call sends it.
+pub fn openai_cut_off_call(name: &str, arguments: &str) -> Reply {
+    let call = |f: Value| json!({"choices": [{"index": 0, "delta": {"tool_calls": [f]}}]});
+    let events = vec![
+        call(json!({"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": ""}})).to_string(),
+        call(json!({"index": 0, "function": {"arguments": arguments}})).to_string(),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}).to_string(),
+        "[DONE]".into(),
+    ];
+    Reply::Sse {
+        events,
+        stall_after: None,
+    }
+}
+
+/// An OpenAI stream that says `text` with the bytes `bad` where `@BAD@` stands: bytes that
+/// are not UTF-8, as a broken proxy or a model server's tokenizer may send.
+pub fn openai_text_with_bytes(text: &str, bad: &[u8]) -> Reply {
+    let piece =
+        json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]});
+    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    let mut body = Vec::new();
+    for event in [piece.to_string(), end.to_string(), "[DONE]".into()] {
+        body.extend_from_slice(b"data: ");
+        let mut parts = event.split("@BAD@");
+        body.extend_from_slice(parts.next().unwrap_or_default().as_bytes());
+        for rest in parts {
+            body.extend_from_slice(bad);
+            body.extend_from_slice(rest.as_bytes());
+        }
+        body.extend_from_slice(b"\n\n");
+    }
+    Reply::Bytes {
+        content_type: "text/event-stream".into(),
+        body,
     }
 }
 

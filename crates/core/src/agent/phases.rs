@@ -287,6 +287,9 @@ fn on_testing(run: &mut Run, event: Event) -> Vec<Effect> {
 /// The tests still fail: stop when the same failures keep coming back or the edits
 /// alternate, else ask the reflector why.
 fn tests_failed(run: &mut Run, t: TestSummary) -> Vec<Effect> {
+    if let Some(effects) = change::undo_if_worse(run, &t) {
+        return effects;
+    }
     let fingerprint = t.fingerprint.clone();
     run.tests = Some(t);
     // The same failures after a different edit, twice: more of the same will not help.

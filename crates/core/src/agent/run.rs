@@ -290,6 +290,15 @@ pub struct Settings {
     /// The tester's settings (`[tester]`, `--reproduce`).
     #[serde(default)]
     pub tester: tester::Settings,
+    /// An applied change that made the tests worse (a passing test now fails, or a syntax or
+    /// import error) is undone before the coder tries again (`agent.undo_worse`). Written
+    /// into a checkpoint only when off, so a checkpoint keeps its shape.
+    #[serde(default = "yes", skip_serializing_if = "Clone::clone")]
+    pub undo_worse: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Settings {
@@ -304,6 +313,7 @@ impl Settings {
             review: review::ReviewMode::Off,
             review_min_confidence: review::default_min_confidence(),
             tester: tester::Settings::default(),
+            undo_worse: true,
         }
     }
 }
@@ -321,6 +331,14 @@ pub enum Input {
     /// What earlier runs remembered about the current failures (`memory::section`), once
     /// the failures are known.
     Memory(String),
+    /// Each file of the change just written, read back (only files that held the change's
+    /// original text before the write): the after-write check compares them with what the
+    /// change meant (`edit::verify`).
+    Written(Vec<(String, String)>),
+    /// The bytes of the model's latest answer that were not UTF-8, in hex (one entry a run of
+    /// them; none for a clean answer): each stands as U+FFFD in its text, and an edit that
+    /// would write one is refused naming them.
+    BadBytes(Vec<String>),
 }
 
 /// Everything the loop knows. The driver keeps it and passes every event through `step`;
@@ -489,6 +507,8 @@ impl Run {
             Input::Prompts(p) => self.prompts = p,
             Input::Context(c) => self.context = c,
             Input::Memory(m) => self.memory = m,
+            Input::Written(w) => self.change.written(w),
+            Input::BadBytes(b) => self.change.bad_bytes(b),
         }
     }
 }

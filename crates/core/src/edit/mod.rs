@@ -10,6 +10,7 @@ pub mod history;
 pub mod locate;
 pub mod parse;
 pub mod plan;
+pub mod verify;
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path};

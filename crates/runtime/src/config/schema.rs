@@ -83,6 +83,9 @@ pub struct AgentConfig {
     pub review: agent_ls_core::agent::review::ReviewMode,
     /// The confidence from which a P0/P1 finding blocks in gate mode (0 to 1).
     pub review_min_confidence: f64,
+    /// Undo an applied change that made things worse (a passing test now fails, or a syntax
+    /// or import error) before the coder tries again (docs/repairs.md).
+    pub undo_worse: bool,
 }
 
 impl Default for AgentConfig {
@@ -101,6 +104,7 @@ impl Default for AgentConfig {
             tool_result_bytes: 16_000,
             review: agent_ls_core::agent::review::ReviewMode::Advise,
             review_min_confidence: agent_ls_core::agent::review::default_min_confidence(),
+            undo_worse: true,
         }
     }
 }
@@ -532,6 +536,9 @@ pub struct ModelConfig {
     pub stream_idle_secs: u64,
     pub max_retries: u32,
     pub max_tokens: u32,
+    /// With the provider's consent, an answer cut off at `max_tokens` is asked for once more
+    /// with this larger limit (0: never; docs/repairs.md).
+    pub retry_max_tokens: u32,
     /// The model's window in tokens: before each call the conversation is cut to fit it.
     pub context_tokens: usize,
 }
@@ -549,6 +556,7 @@ impl Default for ModelConfig {
             stream_idle_secs: 60,
             max_retries: 3,
             max_tokens: 2048,
+            retry_max_tokens: 0,
             context_tokens: 32_000,
         }
     }

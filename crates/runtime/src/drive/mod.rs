@@ -111,6 +111,8 @@ struct Going<'o> {
     trail: recall::Trail,
     /// The run's repo map and its phase timings.
     map: map::RunMap,
+    /// The latest answer's bytes that were not UTF-8.
+    bad_bytes: Vec<String>,
 }
 
 /// How a drive begins: a new run, a resumed one, or a review of a given diff.
@@ -237,6 +239,7 @@ impl Drive<'_> {
             run_id: run_id.to_string(),
             trail: recall::Trail::new(self),
             map,
+            bad_bytes: Vec::new(),
         }
     }
 
@@ -321,7 +324,12 @@ impl Drive<'_> {
                 role,
                 messages,
                 tools,
-            } => self.model_turn(run, (role, messages, tools), g).await,
+            } => {
+                let event = self.model_turn(run, (role, messages, tools), g).await;
+                // The answer's bytes that were not UTF-8 (none: a clean answer).
+                hand_in(run, Input::BadBytes(std::mem::take(&mut g.bad_bytes)));
+                event
+            }
             Effect::RunTools(calls) => {
                 let tools = (g.offered.as_slice(), &g.mcp);
                 self.run_tools(calls, shell, &mut g.observer, tools, &mut g.last_tests)
@@ -333,12 +341,7 @@ impl Drive<'_> {
                 self.approve(run, &changes, &diff, shell, &mut g.observer)
                     .await
             }
-            Effect::Apply(changes) => {
-                let id = g.run_id.clone();
-                self.checkpoint_before_write(&id, (&mut g.git, &mut g.observer), shell)
-                    .await;
-                self.apply(run, &changes, shell).await
-            }
+            Effect::Apply(changes) => self.write(run, &changes, shell, g).await,
             Effect::DiffRun { files } => self.run_diff(&g.git, files).await,
             Effect::TryTests(plan) => {
                 let tried = trial::try_tests(self.root, self.config, self.cancel, &plan).await;
@@ -353,6 +356,26 @@ impl Drive<'_> {
             Effect::RunTests => self.whole_test_run(run, shell, g).await,
         };
         Next::Event(event)
+    }
+
+    /// A change written after the run's checkpoint, and read back for the core's after-write
+    /// check (`Input::Written`).
+    async fn write(
+        &self,
+        run: &mut Run,
+        changes: &[FileChange],
+        shell: &mut impl Shell,
+        g: &mut Going<'_>,
+    ) -> Event {
+        let id = g.run_id.clone();
+        self.checkpoint_before_write(&id, (&mut g.git, &mut g.observer), shell)
+            .await;
+        let before: Vec<FileText> = changes.iter().map(|c| shell.read(&c.path)).collect();
+        let event = self.apply(run, changes, shell).await;
+        if event == Event::Applied {
+            hand_in(run, Input::Written(read_back(shell, changes, &before)));
+        }
+        event
     }
 
     /// A review of the run's diff was made (or could not be): journaled, counted, shown.
@@ -391,7 +414,9 @@ impl Drive<'_> {
         g.map.requested();
         let call = (role, messages, tools, mcp_specs);
         let (observer, totals, kind) = (&mut g.observer, &mut g.totals, &mut g.failure_kind);
-        let event = self.call_model(run, call, observer, totals, kind).await;
+        let event = self
+            .call_model(run, call, observer, totals, (kind, &mut g.bad_bytes))
+            .await;
         if let Event::ModelAnswered {
             role: Role::Reflector,
             text,
@@ -507,7 +532,7 @@ impl Drive<'_> {
         ),
         observer: &mut Observer<'_>,
         totals: &mut Totals,
-        failure_kind: &mut Option<FailureKind>,
+        (failure_kind, bad_bytes): (&mut Option<FailureKind>, &mut Vec<String>),
     ) -> Event {
         let offered = !tools.is_empty() || !mcp_specs.is_empty();
         let request = self.request(run, role, messages, (tools, mcp_specs), observer);
@@ -545,6 +570,7 @@ impl Drive<'_> {
             Ok(r) => {
                 totals.add(&r);
                 observer.model_answered(role, &r, totals);
+                *bad_bytes = r.bad_bytes.clone();
                 if offered && !r.tool_calls.is_empty() {
                     return Event::ToolCalls {
                         text: r.text,
@@ -1060,6 +1086,29 @@ fn text_buffers(shell: &impl Shell) -> std::collections::HashMap<String, String>
 
 /// Hands the run what it reads but does not decide on (its prompts, context, memory): an
 /// event that produces no effect.
+/// The files of `changes` as `shell` holds them after the write, for the core's after-write
+/// check: only those that held the change's original text before it (`before`), since the
+/// shell re-locates a change onto a file the user changed meanwhile.
+fn read_back(
+    shell: &impl Shell,
+    changes: &[FileChange],
+    before: &[FileText],
+) -> Vec<(String, String)> {
+    changes
+        .iter()
+        .zip(before)
+        .filter(|(c, b)| match (b, &c.original) {
+            (FileText::Text(t), Some(o)) => t == o,
+            (FileText::Missing, None) => true,
+            _ => false,
+        })
+        .filter_map(|(c, _)| match shell.read(&c.path) {
+            FileText::Text(t) => Some((c.path.clone(), t)),
+            _ => None,
+        })
+        .collect()
+}
+
 fn hand_in(run: &mut Run, input: Input) {
     let effects = agent::step(run, Event::Input(input));
     debug_assert!(effects.is_empty(), "an input produced effects: {effects:?}");

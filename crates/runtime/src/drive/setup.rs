@@ -40,6 +40,7 @@ pub fn run_settings(config: &Config, goal: &str) -> Settings {
     settings.evaluation = config.agent.evaluate;
     settings.review = config.agent.review;
     settings.review_min_confidence = config.agent.review_min_confidence;
+    settings.undo_worse = config.agent.undo_worse;
     settings.tester.max_attempts = config.tester.max_attempts;
     settings.tester.after_fix = config.tester.after_fix;
     if let Ok(chosen) = choose_agent(config, &config.agent.default_agent) {

@@ -34,13 +34,8 @@ pub(super) async fn complete(call: Call<'_>, request: &Request) -> Result<Respon
         let call = answer.tool_calls.remove(pos);
         answer.text = call.arguments.to_string();
     }
-    Ok(super::http::answered(
-        target,
-        answer.text,
-        answer.tool_calls,
-        answer.usage.unwrap_or_default(),
-        started,
-    ))
+    let usage = answer.usage.unwrap_or_default();
+    Ok(answer.into_response(target, usage, started))
 }
 
 /// Tool names allow letters, digits, `_` and `-`.
@@ -203,7 +198,7 @@ fn breakpoint(message: Option<&mut Value>, cache: &Value) {
 /// tool-use blocks are kept, as calls.
 async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer, ModelError> {
     let mut usage = Usage::default();
-    let mut stopped = false;
+    let (mut stopped, mut cut_off) = (false, false);
     while let Some(event) = stream.next().await? {
         let data: Value = match serde_json::from_str(&event.data) {
             Ok(v) => v,
@@ -220,6 +215,7 @@ async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer
             "content_block_start" => start_block(&mut stream, &data),
             "content_block_delta" => delta(&mut stream, &data),
             "message_delta" => {
+                cut_off |= data["delta"]["stop_reason"] == "max_tokens";
                 if let Some(n) = data["usage"]["output_tokens"].as_u64() {
                     usage.output_tokens = n;
                 }
@@ -238,7 +234,9 @@ async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer
             reason: "the stream ended before message_stop".into(),
         });
     }
-    stream.finish(target, Some(usage))
+    let mut answer = stream.finish(target, Some(usage))?;
+    answer.cut_off = cut_off;
+    Ok(answer)
 }
 
 /// The prompt's usage from `message_start`: Anthropic counts the cached prompt apart; the

@@ -276,6 +276,8 @@ impl Cache {
             duration_ms: started.elapsed().as_millis() as u64,
             attempts: 0,
             cost_usd: None,
+            cut_off: false,
+            bad_bytes: Vec::new(),
             cached: Some(Cached {
                 hit,
                 saved: Usage {

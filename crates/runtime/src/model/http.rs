@@ -107,6 +107,8 @@ pub(crate) fn answered(
         attempts: 1,
         cost_usd: None,
         cached: None,
+        cut_off: false,
+        bad_bytes: Vec::new(),
     }
 }
 
@@ -190,6 +192,8 @@ impl<'a> Streamed<'a> {
             text: self.text,
             tool_calls,
             usage,
+            cut_off: false,
+            bad_bytes: self.events.bad_bytes(),
         })
     }
 }
@@ -200,6 +204,20 @@ pub(crate) struct Answer {
     pub tool_calls: Vec<ToolCall>,
     /// `None` when the server reported none.
     pub usage: Option<Usage>,
+    /// It stopped at the output limit.
+    pub cut_off: bool,
+    /// Its bytes that were not UTF-8 (`Events::bad_bytes`).
+    pub bad_bytes: Vec<String>,
+}
+
+impl Answer {
+    /// The `Response` of this answer, its text and calls as `answered` makes them.
+    pub fn into_response(self, target: &Target, usage: Usage, started: Instant) -> Response {
+        let mut r = answered(target, self.text, self.tool_calls, usage, started);
+        r.cut_off = self.cut_off;
+        r.bad_bytes = self.bad_bytes;
+        r
+    }
 }
 
 /// An answer that cannot be read.

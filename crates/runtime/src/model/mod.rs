@@ -168,6 +168,9 @@ pub struct Models {
     idle: Duration,
     max_retries: u32,
     max_tokens: u32,
+    /// With the provider's consent, the larger limit a cut-off answer is asked again with
+    /// (`model.retry_max_tokens`; 0: never).
+    retry_max_tokens: u32,
     /// The response cache, when the models have a workspace and `cache.enabled` is not off.
     cache: Option<Arc<cache::Cache>>,
     /// Base delay of the exponential backoff; tests make it small.
@@ -207,6 +210,7 @@ impl Models {
             idle: Duration::from_secs(config.model.stream_idle_secs),
             max_retries: config.model.max_retries,
             max_tokens: config.model.max_tokens,
+            retry_max_tokens: config.model.retry_max_tokens,
             cache: root.and_then(|r| cache::Cache::new(config, r)),
             backoff_base: Duration::from_millis(500),
         }
@@ -255,9 +259,39 @@ impl Models {
         Ok(response)
     }
 
+    /// Calls the model for `role`; an answer cut off at its output limit is asked for once
+    /// more with `model.retry_max_tokens`, when the provider allows a larger limit (the
+    /// setting is its consent). The answer counts both calls' attempts and usage.
+    async fn call_models(
+        &self,
+        role: Role,
+        request: &Request,
+        cancel: &CancellationToken,
+        on_token: Option<OnToken<'_>>,
+    ) -> Result<Response, ModelError> {
+        let first = self.call_targets(role, request, cancel, on_token).await?;
+        let used = request.max_tokens.unwrap_or(self.max_tokens);
+        if !first.cut_off || self.retry_max_tokens <= used {
+            return Ok(first);
+        }
+        info!(
+            role = role.as_str(),
+            max_tokens = self.retry_max_tokens,
+            "the answer was cut off at {used} tokens; asking once more with the larger limit"
+        );
+        let larger = Request {
+            max_tokens: Some(self.retry_max_tokens),
+            ..request.clone()
+        };
+        let mut again = self.call_targets(role, &larger, cancel, on_token).await?;
+        again.attempts += first.attempts;
+        again.usage.add(first.usage);
+        Ok(again)
+    }
+
     /// Calls the model for `role`: each target in turn, each with retries for transient
     /// failures; `cancel` drops the request in flight at once.
-    async fn call_models(
+    async fn call_targets(
         &self,
         role: Role,
         request: &Request,

@@ -95,13 +95,7 @@ pub(super) async fn complete(call: Call<'_>, request: &Request) -> Result<Respon
         let usage = answer
             .usage
             .unwrap_or_else(|| super::estimate_usage(request, &answer.text));
-        return Ok(super::http::answered(
-            target,
-            answer.text,
-            answer.tool_calls,
-            usage,
-            started,
-        ));
+        return Ok(answer.into_response(target, usage, started));
     }
 }
 
@@ -258,7 +252,7 @@ fn usage_of(u: &Value) -> Usage {
 
 async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer, ModelError> {
     let mut usage = None;
-    let (mut finished, mut done) = (false, false);
+    let (mut finished, mut done, mut cut_off) = (false, false, false);
     while let Some(event) = stream.next().await? {
         if event.data.trim() == "[DONE]" {
             done = true;
@@ -277,6 +271,7 @@ async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer
         };
         if choice["finish_reason"].is_string() {
             finished = true;
+            cut_off |= choice["finish_reason"] == "length";
         }
         let delta = &choice["delta"];
         if let Some(piece) = delta["content"].as_str().filter(|s| !s.is_empty()) {
@@ -306,7 +301,9 @@ async fn read_stream(target: &Target, mut stream: Streamed<'_>) -> Result<Answer
             reason: "the stream ended without a finish reason or [DONE]".into(),
         });
     }
-    stream.finish(target, usage)
+    let mut answer = stream.finish(target, usage)?;
+    answer.cut_off = cut_off;
+    Ok(answer)
 }
 
 fn read_whole(target: &Target, body: &str) -> Result<Answer, ModelError> {
@@ -337,6 +334,8 @@ fn read_whole(target: &Target, body: &str) -> Result<Answer, ModelError> {
         text: message["content"].as_str().unwrap_or_default().to_string(),
         tool_calls,
         usage,
+        cut_off: v["choices"][0]["finish_reason"] == "length",
+        bad_bytes: Vec::new(),
     })
 }
 

@@ -96,6 +96,8 @@ impl Replay {
             })?;
         Ok(Response {
             cached: None,
+            cut_off: false,
+            bad_bytes: Vec::new(),
             usage: Usage {
                 input_tokens: 0,
                 output_tokens: (line.content.len() / 4) as u64,

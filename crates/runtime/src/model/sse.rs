@@ -58,6 +58,11 @@ pub(crate) struct Events {
     total: usize,
     ended: bool,
     pending: Event,
+    /// The byte sequences of the answer that are not UTF-8, each with where it starts in
+    /// the stream; adjacent ones are one.
+    bad: Vec<(usize, Vec<u8>)>,
+    /// Where in the stream `buf` starts.
+    consumed: usize,
 }
 
 impl Events {
@@ -71,6 +76,8 @@ impl Events {
             total: 0,
             ended: false,
             pending: Event::default(),
+            bad: Vec::new(),
+            consumed: 0,
         }
     }
 
@@ -92,15 +99,17 @@ impl Events {
                 let end = self.scanned + at;
                 let line = &self.buf[start..end];
                 let line = line.strip_suffix(b"\r").unwrap_or(line);
-                let line = utf8(line, &self.provider)?;
+                let line = decode(line, self.consumed + start, &mut self.bad);
                 self.scanned = end + 1;
                 start = self.scanned;
                 if let Some(event) = self.field(&line) {
+                    self.consumed += start;
                     self.buf.drain(..start);
                     self.scanned -= start;
                     return Ok(Some(event));
                 }
             }
+            self.consumed += start;
             self.buf.drain(..start);
             self.scanned = self.buf.len();
             if self.buf.len() > self.limits.max_line {
@@ -148,6 +157,21 @@ impl Events {
         }
     }
 
+    /// The bytes of the answer that were not UTF-8, in hex (`0xff 0xfe`), one entry for each
+    /// run of them: each stands as U+FFFD in the text, and an edit that would write one is
+    /// refused naming them (docs/repairs.md).
+    pub fn bad_bytes(&self) -> Vec<String> {
+        self.bad
+            .iter()
+            .map(|(_, b)| {
+                b.iter()
+                    .map(|x| format!("0x{x:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+
     /// Takes one line of the stream; a blank line ends an event.
     fn field(&mut self, line: &str) -> Option<Event> {
         if line.is_empty() {
@@ -170,6 +194,35 @@ impl Events {
             _ => {}
         }
         None
+    }
+}
+
+/// The text of a line of the stream starting at byte `at` of it: each sequence that is not
+/// UTF-8 becomes U+FFFD and is kept in `bad` (joined to the one before when they touch), so
+/// the agent can refuse to write it and name the bytes, where failing the answer would end
+/// the run.
+fn decode(mut bytes: &[u8], mut at: usize, bad: &mut Vec<(usize, Vec<u8>)>) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    loop {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => {
+                out.push_str(text);
+                return out;
+            }
+            Err(e) => {
+                let (good, rest) = bytes.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(good).unwrap_or_default());
+                let n = e.error_len().unwrap_or(rest.len()).min(rest.len()).max(1);
+                let start = at + good.len();
+                match bad.last_mut() {
+                    Some((s, b)) if *s + b.len() == start => b.extend_from_slice(&rest[..n]),
+                    _ => bad.push((start, rest[..n].to_vec())),
+                }
+                out.push('\u{FFFD}');
+                at = start + n;
+                bytes = &rest[n..];
+            }
+        }
     }
 }
 
@@ -280,10 +333,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_answer_that_is_not_utf8_is_refused_not_written_as_replacement_characters() {
-        let err = all(vec![b"data: caf\xc3\n\n"], limits()).await.unwrap_err();
-        assert!(matches!(err, ModelError::BadAnswer { .. }), "{err}");
-        assert!(err.to_string().contains("not valid UTF-8"), "{err}");
+    async fn bytes_that_are_not_utf8_are_named_and_never_pass_unnoticed() {
+        let mut events = Events::new(
+            response(vec![b"data: caf\xc3\n\ndata: x\xff\xfey\xf0\n\n"]),
+            limits(),
+            "test".into(),
+        );
+        assert_eq!(events.next().await.unwrap().unwrap().data, "caf\u{FFFD}");
+        assert_eq!(
+            events.next().await.unwrap().unwrap().data,
+            "x\u{FFFD}\u{FFFD}y\u{FFFD}"
+        );
+        assert_eq!(events.bad_bytes(), ["0xc3", "0xff 0xfe", "0xf0"]);
         let err = read_capped(response(vec![b"{\"a\": \"\xff\"}"]), limits(), "t".into())
             .await
             .unwrap_err();

@@ -75,6 +75,14 @@ pub struct Response {
     /// Answered from the response cache: no model was called, nothing was spent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached: Option<Cached>,
+    /// The answer stopped at its output limit (`finish_reason: length`, Anthropic's
+    /// `stop_reason: max_tokens`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_off: bool,
+    /// The answer's bytes that were not UTF-8, in hex (one entry a run of them): each stands
+    /// as U+FFFD in the text, and an edit that would write one is refused naming them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bad_bytes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Error)]

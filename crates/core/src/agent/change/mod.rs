@@ -4,12 +4,13 @@
 //! run), the change waiting for approval, and each applied change, to see edits alternate.
 
 mod state;
+mod undo;
 
 pub(super) use state::Change;
 
 use super::steps::{fail, retry_or_stop};
 use super::{Effect, Event, Phase, Run, reproduce};
-use crate::edit::{EditPlan, EditStatus, FileChange, PlanOutcome, elision};
+use crate::edit::{EditPlan, EditStatus, FileChange, PlanOutcome, elision, verify};
 
 /// The coder's readable edits: located, unless they are the very edits refused before.
 pub(super) fn locate(run: &mut Run, plan: EditPlan) -> Vec<Effect> {
@@ -22,8 +23,24 @@ pub(super) fn locate(run: &mut Run, plan: EditPlan) -> Vec<Effect> {
         return fail(run, answer);
     }
     run.change.proposal = hash;
+    run.change.replaces = replaces_of(&plan);
     run.phase = Phase::Locating;
     vec![Effect::Locate(plan)]
+}
+
+/// Each edit's normalised path, SEARCH and REPLACE (a whole file's content with no SEARCH).
+fn replaces_of(plan: &EditPlan) -> Vec<(String, String, String)> {
+    plan.edits
+        .iter()
+        .filter_map(|e| {
+            let path = crate::edit::normalize_path(std::path::Path::new(""), &e.path).ok()?;
+            let (search, replace) = match &e.kind {
+                crate::edit::EditKind::WholeFile { content } => ("", content.as_str()),
+                _ => e.search_replace().map(|(s, r, _)| (s, r))?,
+            };
+            Some((path, search.to_string(), replace.to_string()))
+        })
+        .collect()
 }
 
 /// The located edits: shown for approval, or, when some did not apply, sent back to the
@@ -34,6 +51,9 @@ pub(super) fn on_locating(run: &mut Run, event: Event) -> Vec<Effect> {
     };
     if !outcome.all_applied() || outcome.changes.is_empty() {
         return not_located(run, &outcome);
+    }
+    if let Some(why) = not_utf8(run, &outcome) {
+        return refuse(run, "utf8", why);
     }
     if let Some(why) = whole_file_elision(run, &outcome) {
         return elided(run, why);
@@ -164,17 +184,47 @@ fn asks_removal(goal: &str) -> bool {
 
 /// An elided change: nothing is written, and the coder is asked for the lines in full.
 fn elided(run: &mut Run, why: String) -> Vec<Effect> {
+    refuse(run, "elision", why)
+}
+
+/// A located change refused before any write, as a repair of `class`: the coder hears why.
+fn refuse(run: &mut Run, class: &'static str, why: String) -> Vec<Effect> {
     let proposal = run.change.proposal;
     run.change.refused.push((proposal, why.clone()));
     run.feedback.push(format!(
         "The change was not applied: {why}. Nothing was written (the same edits again end the run)."
     ));
-    let mut effects = vec![Effect::Repair {
-        class: "elision",
-        reason: why,
-    }];
-    effects.extend(retry_or_stop(run, "the change left code out"));
+    let mut effects = vec![Effect::Repair { class, reason: why }];
+    effects.extend(retry_or_stop(
+        run,
+        "the change was refused before any write",
+    ));
     effects
+}
+
+/// Why a change may not be written because the answer held bytes that are not UTF-8: each
+/// stands as U+FFFD in the text, and a change that brings in U+FFFD would write it.
+fn not_utf8(run: &mut Run, outcome: &PlanOutcome) -> Option<String> {
+    let bad = std::mem::take(&mut run.change.bad_bytes);
+    if bad.is_empty() {
+        return None;
+    }
+    let count = |t: &str| t.matches('\u{FFFD}').count();
+    let c = outcome
+        .changes
+        .iter()
+        .find(|c| count(&c.new_text) > count(c.original.as_deref().unwrap_or("")))?;
+    let line = c
+        .new_text
+        .lines()
+        .position(|l| l.contains('\u{FFFD}'))
+        .map_or(1, |i| i + 1);
+    Some(format!(
+        "utf8: your answer held bytes that are not UTF-8 ({}), which would have been written into {} as U+FFFD at line {line}; \
+         send the edit again with those characters written as UTF-8 text",
+        bad.join("; "),
+        c.path
+    ))
 }
 
 /// The user's (or the approval policy's) answer to the proposed change.
@@ -219,6 +269,14 @@ pub(super) fn on_applying(run: &mut Run, event: Event) -> Vec<Effect> {
                     run.files_changed.push(c.path.clone());
                 }
             }
+            if let Some(why) = damaged(run, &pending) {
+                return damage(run, why);
+            }
+            if let Some(why) = run.change.undoing.take() {
+                run.feedback.push(undo::told(&why, &pending));
+                return retry_or_stop(run, "the change made things worse");
+            }
+            run.change.last_applied = pending;
             run.phase = Phase::Testing;
             vec![
                 Effect::Progress("running the tests".into()),
@@ -228,6 +286,7 @@ pub(super) fn on_applying(run: &mut Run, event: Event) -> Vec<Effect> {
         Event::ApplyFailed(why) => fail(run, format!("the change could not be applied: {why}")),
         Event::Stale(why) => {
             run.change.pending.clear();
+            run.change.undoing = None;
             run.feedback.push(format!(
                 "{why}. The files below are the current text; make the change again against it."
             ));
@@ -235,6 +294,46 @@ pub(super) fn on_applying(run: &mut Run, event: Event) -> Vec<Effect> {
         }
         _ => Vec::new(),
     }
+}
+
+/// After tests that fail: the change just applied is undone first when it made them worse.
+pub(super) fn undo_if_worse(run: &mut Run, now: &super::TestSummary) -> Option<Vec<Effect>> {
+    undo::if_worse(run, now)
+}
+
+/// What the written files do not hold of the change, by the after-write check: lines the
+/// edit did not mean to change that changed, or a REPLACE the file does not hold.
+fn damaged(run: &mut Run, applied: &[FileChange]) -> Option<String> {
+    let written = std::mem::take(&mut run.change.written);
+    let replaces = std::mem::take(&mut run.change.replaces);
+    applied.iter().find_map(|c| {
+        let (_, text) = written.iter().find(|(p, _)| *p == c.path)?;
+        let mine: Vec<(String, String)> = replaces
+            .iter()
+            .filter(|(p, _, _)| *p == c.path)
+            .map(|(_, s, r)| (s.clone(), r.clone()))
+            .collect();
+        verify::check(c, text, &mine)
+    })
+}
+
+/// A change written but not as it meant: the run may not end done on it. The coder hears
+/// what is wrong, with the files as they now are, and mends them.
+fn damage(run: &mut Run, why: String) -> Vec<Effect> {
+    run.feedback.push(format!(
+        "Your change was written, but the file is not what it meant: {why}. The files below \
+         are their text now; send the edits that make them whole (what the change meant, \
+         nothing lost and nothing added)."
+    ));
+    let mut effects = vec![Effect::Repair {
+        class: "damaged",
+        reason: why,
+    }];
+    effects.extend(retry_or_stop(
+        run,
+        "the written file is not what the change meant",
+    ));
+    effects
 }
 
 /// Each file of an applied change: its text before the run (kept from its first change) and

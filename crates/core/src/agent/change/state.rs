@@ -24,9 +24,35 @@ pub(crate) struct Change {
     /// A hash of each applied change.
     #[serde(default)]
     pub(super) edit_history: Vec<u64>,
+    /// The SEARCH and REPLACE of each edit of the proposal, by normalised path: what the
+    /// written file must hold (`edit::verify`).
+    #[serde(skip)]
+    pub(super) replaces: Vec<(String, String, String)>,
+    /// The change applied last, whose inverse undoes it when it made things worse.
+    #[serde(skip)]
+    pub(super) last_applied: Vec<FileChange>,
+    /// Why the change being applied is an undo (`undo::if_worse`), while it is.
+    #[serde(skip)]
+    pub(super) undoing: Option<String>,
+    /// Each changed file's text read back after the write (`Input::Written`).
+    #[serde(skip)]
+    pub(super) written: Vec<(String, String)>,
+    /// The bytes of the latest answer that were not UTF-8 (`Input::BadBytes`).
+    #[serde(skip)]
+    pub(super) bad_bytes: Vec<String>,
 }
 
 impl Change {
+    /// The files as read back after the change was written (`Input::Written`).
+    pub(crate) fn written(&mut self, files: Vec<(String, String)>) {
+        self.written = files;
+    }
+
+    /// The bytes of the latest answer that were not UTF-8 (`Input::BadBytes`).
+    pub(crate) fn bad_bytes(&mut self, bytes: Vec<String>) {
+        self.bad_bytes = bytes;
+    }
+
     /// A checkpoint goes on with nothing pending.
     pub(crate) fn forget_pending(&mut self) {
         self.pending.clear();
