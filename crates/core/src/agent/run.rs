@@ -321,6 +321,10 @@ pub enum Input {
     /// What earlier runs remembered about the current failures (`memory::section`), once
     /// the failures are known.
     Memory(String),
+    /// The instruction files and the skills' list (`instructions::join`, `skills::listing`),
+    /// appended to the system prompt of the roles that work on the code; handed in as a
+    /// drive opens and again when the run comes under a folder with a file of its own.
+    Instructions(String),
 }
 
 /// Everything the loop knows. The driver keeps it and passes every event through `step`;
@@ -367,6 +371,10 @@ pub struct Run {
     /// the reflector.
     #[serde(default)]
     pub(super) memory: String,
+    /// The instruction files and skills (`Input::Instructions`), after the system prompt of
+    /// the coder, the planner and the Markdown answers. Not checkpointed: read afresh.
+    #[serde(skip)]
+    pub(super) instructions: String,
     #[serde(flatten)]
     pub(super) turn: Turn,
     #[serde(flatten)]
@@ -405,6 +413,7 @@ impl Run {
             prompts: prompts::Prompts::default(),
             context: context::Context::default(),
             memory: String::new(),
+            instructions: String::new(),
             turn: Turn::default(),
             change: Change::default(),
             reviewing: Reviewer::default(),
@@ -489,6 +498,7 @@ impl Run {
             Input::Prompts(p) => self.prompts = p,
             Input::Context(c) => self.context = c,
             Input::Memory(m) => self.memory = m,
+            Input::Instructions(i) => self.instructions = i,
         }
     }
 }
