@@ -518,6 +518,20 @@ fn a_planned_goal_streams_its_plan_with_each_tasks_status() {
     );
 }
 
+/// The commands the session's `available_commands_update` notifications among `seen` offer.
+pub(crate) fn offered_commands(seen: &[Value]) -> Vec<Value> {
+    seen.iter()
+        .map(|n| &n["params"]["update"])
+        .filter(|u| u["sessionUpdate"] == "available_commands_update")
+        .flat_map(|u| {
+            u["availableCommands"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
 /// `agent-ls acp` spoken to line by line, as a host that is not the TypeScript SDK does.
 pub(crate) struct RawAcp {
     child: std::process::Child,
@@ -1165,16 +1179,8 @@ fn docs_acp_names_every_command_the_session_advertises() {
     let mut acp = RawAcp::start(home.path());
     let (_, mut after) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
     after.extend(acp.close());
-    let advertised: Vec<String> = after
+    let advertised: Vec<String> = offered_commands(&after)
         .iter()
-        .map(|n| &n["params"]["update"])
-        .filter(|u| u["sessionUpdate"] == "available_commands_update")
-        .flat_map(|u| {
-            u["availableCommands"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
         .map(|c| c["name"].as_str().unwrap().to_string())
         .collect();
     assert!(advertised.len() >= 7, "{after:?}");

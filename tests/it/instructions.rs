@@ -58,6 +58,11 @@ pub fn run(ws: &Path, home: &Path, server: &ModelServer, goal: &[&str]) -> Outpu
         .unwrap()
 }
 
+/// `agent-ls run "fix the failing tests"`, as `run` runs it.
+pub fn fix(ws: &Path, home: &Path, server: &ModelServer) -> Output {
+    run(ws, home, server, &["fix the failing tests"])
+}
+
 /// The run's outcome, which must be done.
 pub fn done(out: &Output) -> Value {
     let o: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -102,12 +107,7 @@ fn the_roots_file_leads_and_a_nested_one_joins_only_once_the_run_reads_under_its
     std::fs::write(ws.path().join("sdk/go/client.go"), "package openlit\n").unwrap();
     let home = tempfile::tempdir().unwrap();
     let server = reads_then_fixes("sdk/go/client.go");
-    done(&run(
-        ws.path(),
-        home.path(),
-        &server,
-        &["fix the failing tests"],
-    ));
+    done(&fix(ws.path(), home.path(), &server));
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
     let (first, second) = (system(&requests[0]), system(&requests[1]));
@@ -143,12 +143,7 @@ fn claude_md_stands_in_where_there_is_no_agents_md_after_the_users_own_file() {
     std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
     std::fs::write(home.path().join("agent-ls/AGENTS.md"), "Answer tersely.\n").unwrap();
     let server = ModelServer::start(vec![openai_text(&[FIX])]);
-    done(&run(
-        ws.path(),
-        home.path(),
-        &server,
-        &["fix the failing tests"],
-    ));
+    done(&fix(ws.path(), home.path(), &server));
     let system = system(&server.requests()[0]);
     let own = system.find("Answer tersely.").expect("the user's file");
     let claude = system
@@ -185,7 +180,7 @@ fn over_the_budget_the_farthest_file_is_cut_first_and_the_run_says_so() {
     )
     .unwrap();
     let server = reads_then_fixes("sdk/go/client.go");
-    let out = run(ws.path(), home.path(), &server, &["fix the failing tests"]);
+    let out = fix(ws.path(), home.path(), &server);
     done(&out);
     let second = system(&server.requests()[1]);
     assert!(

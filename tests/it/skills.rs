@@ -5,7 +5,7 @@
 //! and LSP (`agent-ls.skills`, `agent-ls.runSkill`, a code action where it declares paths).
 
 use crate::acp::RawAcp;
-use crate::instructions::{FIX, done, project, run, system};
+use crate::instructions::{FIX, done, fix, project, run, system};
 use crate::support;
 
 use serde_json::{Value, json};
@@ -99,12 +99,7 @@ fn a_run_that_never_opens_the_skill_never_sends_its_body_and_an_unknown_skill_is
     let ws = with_skill();
     let home = tempfile::tempdir().unwrap();
     let server = ModelServer::start(vec![openai_text(&[FIX])]);
-    done(&run(
-        ws.path(),
-        home.path(),
-        &server,
-        &["fix the failing tests"],
-    ));
+    done(&fix(ws.path(), home.path(), &server));
     let requests = server.requests();
     assert!(system(&requests[0]).contains("- webapp-testing: "));
     assert!(requests.iter().all(|r| !all_text(r).contains(BODY)));
@@ -140,17 +135,7 @@ fn acp_offers_the_skill_as_a_command_and_slash_name_runs_it() {
     seen.extend(more);
     acp.close();
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
-    let offered: Vec<Value> = seen
-        .iter()
-        .map(|n| &n["params"]["update"])
-        .filter(|u| u["sessionUpdate"] == "available_commands_update")
-        .flat_map(|u| {
-            u["availableCommands"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect();
+    let offered = crate::acp::offered_commands(&seen);
     let skill = offered
         .iter()
         .find(|c| c["name"] == "webapp-testing")
@@ -164,6 +149,15 @@ fn acp_offers_the_skill_as_a_command_and_slash_name_runs_it() {
     let requests = server.requests();
     assert_eq!(requests.len(), 2, "{seen:?}");
     listed_then_opened(&requests, "Use the skill `webapp-testing`");
+}
+
+/// The `key` of each object of the array `list`.
+fn strings(list: &Value, key: &str) -> Vec<String> {
+    let items = list.as_array().cloned().unwrap_or_default();
+    items
+        .iter()
+        .filter_map(|v| v[key].as_str().map(String::from))
+        .collect()
 }
 
 /// A server on `ws` whose model is `server`, edits applied without asking.
@@ -194,12 +188,7 @@ fn the_editor_lists_the_skills_runs_one_and_offers_one_with_paths_as_a_code_acti
     let server = opens_then_fixes();
     let mut c = lsp(ws.path(), &server);
     let listed = c.command("agent-ls.skills", Value::Null).unwrap();
-    let names: Vec<&str> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let names = strings(&listed, "name");
     assert_eq!(names, ["py-style", "webapp-testing"], "{listed}");
     assert!(
         listed[1]["description"]
@@ -219,13 +208,11 @@ fn the_editor_lists_the_skills_runs_one_and_offers_one_with_paths_as_a_code_acti
             json!({"textDocument": {"uri": uri}, "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "context": {"diagnostics": []}}),
         )
         .unwrap();
-    let titles: Vec<&str> = actions
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["title"].as_str().unwrap())
-        .collect();
-    assert!(titles.contains(&"Agent: run skill py-style"), "{titles:?}");
+    let titles = strings(&actions, "title");
+    assert!(
+        titles.iter().any(|t| t == "Agent: run skill py-style"),
+        "{titles:?}"
+    );
     assert!(
         !titles.iter().any(|t| t.contains("webapp-testing")),
         "{titles:?}"
