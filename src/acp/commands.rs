@@ -1,6 +1,7 @@
 //! The session's slash commands: `/undo [N]`, `/redo`, `/rollback [RUN] [force]`
 //! (rollback.rs), `/rerun`, `/status`, `/commit [RUN]` and `/test BUG`. Each is answered
 //! without a model; `/rerun` with a goal and `/test BUG` start a run, which is not this file's.
+//! Each skill is a command too (`/NAME [REQUEST]`), which starts a run of it.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -16,8 +17,45 @@ use agent_ls_runtime::config;
 use super::client::{ClientFs, read_through};
 use super::rollback;
 
-/// The commands as the client lists them.
-pub(super) fn available() -> Vec<AvailableCommand> {
+/// The commands as the client lists them: the session's own, then the skills of `root` and
+/// the user's, each with its description.
+pub(super) fn available(root: &Path) -> Vec<AvailableCommand> {
+    let mut commands = own_commands();
+    for skill in agent_ls_runtime::skills::discover(root).skills {
+        if !KNOWN.contains(&format!("/{}", skill.front.name).as_str()) {
+            commands.push(AvailableCommand::new(
+                skill.front.name,
+                skill.front.description,
+            ));
+        }
+    }
+    commands
+}
+
+/// `/NAME [REQUEST]` for a skill of `root` (not one of the session's own commands): the goal
+/// of a run of it.
+pub(super) fn skill_goal(command: &str, root: &Path) -> Option<String> {
+    let rest = command.strip_prefix('/')?;
+    let (name, request) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    if name.is_empty() || KNOWN.contains(&format!("/{name}").as_str()) {
+        return None;
+    }
+    agent_ls_runtime::skills::find(root, name)?;
+    Some(agent_ls_core::skills::goal(name, request))
+}
+
+/// The session's own commands.
+const KNOWN: &[&str] = &[
+    "/undo",
+    "/redo",
+    "/rollback",
+    "/rerun",
+    "/status",
+    "/commit",
+    "/test",
+];
+
+fn own_commands() -> Vec<AvailableCommand> {
     vec![
         AvailableCommand::new("undo", "Undo the latest agent step (or /undo N)"),
         AvailableCommand::new("redo", "Redo the step undone last"),
@@ -207,15 +245,7 @@ fn status(root: &Path) -> String {
 /// send the model to work). A path such as `/src/app.py ...` is a goal: `None`.
 fn unknown_command(command: &str) -> Option<String> {
     let word = command.split_whitespace().next().unwrap_or("");
-    let known = [
-        "/undo",
-        "/redo",
-        "/rollback",
-        "/rerun",
-        "/status",
-        "/commit",
-        "/test",
-    ];
+    let known = KNOWN;
     let looks_like_one = word.len() > 1
         && word.starts_with('/')
         && word[1..]

@@ -156,7 +156,7 @@ fn new_session(
     save_session(&root, &id, None);
     responder.respond(NewSessionResponse::new(id.clone()))?;
     tell_trust(&conn, &id, &root, None);
-    offer_commands(&conn, &id);
+    offer_commands(&conn, &id, &root);
     Ok(())
 }
 
@@ -171,11 +171,12 @@ fn cancel(state: &State, n: &CancelNotification) {
 }
 
 /// Lists the session's commands at the client.
-fn offer_commands(conn: &ConnectionTo<Client>, session: &str) {
+fn offer_commands(conn: &ConnectionTo<Client>, session: &str, root: &Path) {
+    let offered = commands::available(root);
     notify(
         conn,
         session,
-        SessionUpdate::AvailableCommandsUpdate(AvailableCommandsUpdate::new(commands::available())),
+        SessionUpdate::AvailableCommandsUpdate(AvailableCommandsUpdate::new(offered)),
     );
 }
 
@@ -270,6 +271,10 @@ fn prompt(
     };
     let loaded = config::load(&config::Inputs::from_process(Some(turn.root.clone())));
     let command = text.trim();
+    // `/NAME [REQUEST]` of a skill starts a run of it (docs/skills.md).
+    if let Some(goal) = commands::skill_goal(command, &turn.root) {
+        return start_run(state, turn, loaded, goal, (responder, conn));
+    }
     let cx = commands::Context {
         conn: conn.clone(),
         session: turn.id.clone(),
@@ -406,7 +411,7 @@ fn load_recorded(
     }
     responder.respond(LoadSessionResponse::new())?;
     tell_trust(&conn, &id, &root, None);
-    offer_commands(&conn, &id);
+    offer_commands(&conn, &id, &root);
     if let Some((goal, checkpoint)) = resumable {
         let fs = state.client_fs();
         let loaded = config::load(&config::Inputs::from_process(Some(root.clone())));
@@ -435,6 +440,6 @@ fn load_saved(
     }
     responder.respond(LoadSessionResponse::new())?;
     tell_trust(&conn, id, &root, None);
-    offer_commands(&conn, id);
+    offer_commands(&conn, id, &root);
     Ok(())
 }

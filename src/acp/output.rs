@@ -147,9 +147,30 @@ pub fn sentence(e: &RunEvent) -> Option<String> {
             },
             reason.trim()
         )),
+        // The instruction files in the prompt, with their bytes (docs/instructions.md).
+        RunEvent::Context { instructions, .. } if !instructions.is_empty() => Some(format!(
+            "Instructions: {}.",
+            instruction_files(instructions)
+        )),
+        RunEvent::Instructions { files, cut } => Some(format!(
+            "Instructions now: {}.{}",
+            instruction_files(files),
+            cut.as_ref()
+                .map(|c| format!(" Cut: {c}."))
+                .unwrap_or_default()
+        )),
         // The review is a tool call of its own (`review_call`), with its findings' places.
         _ => None,
     }
+}
+
+/// Instruction files as `AGENTS.md (2563 bytes), ...`.
+fn instruction_files(files: &[agent_ls_core::instructions::Used]) -> String {
+    files
+        .iter()
+        .map(|f| format!("{} ({} bytes)", f.path, f.bytes))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A review as a `think` tool call titled with its verdict ("Review: patch is incorrect (2

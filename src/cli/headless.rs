@@ -11,8 +11,8 @@ use super::setup::{load_config, log_to_stderr, workspace_or_cwd};
 // subcommand's description, which main.rs gives).
 #[derive(clap::Args)]
 pub struct RunGoal {
-    /// What to do.
-    #[arg(required_unless_present = "resume")]
+    /// What to do (with --skill: what to do it for, if anything).
+    #[arg(required_unless_present_any = ["resume", "skill"])]
     pub goal: Option<String>,
     /// Go on with a run a crash or a kill interrupted (see `agent-ls stats` or the
     /// editor's status), from its last checkpoint, instead of starting one.
@@ -48,6 +48,10 @@ pub struct RunGoal {
     /// its own change; then the fix (docs/tester.md).
     #[arg(long, conflicts_with = "resume")]
     pub reproduce: bool,
+    /// Run a skill (`.agents/skills/NAME/SKILL.md`, or the user's): the model opens it with
+    /// read_skill and does what it says, for the goal when one is given (docs/skills.md).
+    #[arg(long, value_name = "NAME", conflicts_with = "resume")]
+    pub skill: Option<String>,
 }
 
 /// `agent-ls run`: a goal (or an interrupted run) on the files on disk.
@@ -64,8 +68,15 @@ pub fn run_goal(args: RunGoal) -> ExitCode {
     } else {
         Mode::Ask
     };
+    let goal = match &args.skill {
+        Some(name) => match skill_goal(&workspace, name, args.goal.as_deref()) {
+            Ok(goal) => goal,
+            Err(code) => return code,
+        },
+        None => args.goal.unwrap_or_default(),
+    };
     ExitCode::from(run::run(Options {
-        goal: args.goal.unwrap_or_default(),
+        goal,
         workspace,
         json: args.json,
         mode,
@@ -76,6 +87,29 @@ pub fn run_goal(args: RunGoal) -> ExitCode {
         isolated: args.isolated,
         reproduce: args.reproduce,
     }))
+}
+
+/// The goal of a run of the skill `name`; an unknown skill is a configuration error that
+/// names the skills there are.
+fn skill_goal(workspace: &Path, name: &str, request: Option<&str>) -> Result<String, ExitCode> {
+    use agent_ls_runtime::skills;
+    if skills::find(workspace, name).is_some() {
+        return Ok(agent_ls_core::skills::goal(name, request.unwrap_or("")));
+    }
+    let found = skills::discover(workspace);
+    let names: Vec<&str> = found.skills.iter().map(|s| s.front.name.as_str()).collect();
+    eprintln!(
+        "agent-ls: there is no skill `{name}`; the skills are: {}",
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    );
+    for p in &found.problems {
+        eprintln!("agent-ls: {p}");
+    }
+    Err(ExitCode::from(exit::CONFIG))
 }
 
 /// `agent-ls replay`: a recorded run again, every model answer taken from its journal.

@@ -84,6 +84,14 @@ pub const PR_COMMAND: &str = "agent-ls.pr";
 /// answered with `{routed, ...}`.
 pub const RUN_COMMAND: &str = "agent-ls.run";
 
+/// Command `agent-ls.skills`: the skills, `[{name, description, paths, folder}]` (the
+/// palette's "Agent: Run Skill…" lists them; docs/skills.md).
+pub const SKILLS_COMMAND: &str = "agent-ls.skills";
+
+/// Command `agent-ls.runSkill` `{name, request?, uri?}`: starts a run of the skill, as
+/// `agent-ls.run` does; returns `{run_id}` at once.
+pub const RUN_SKILL_COMMAND: &str = "agent-ls.runSkill";
+
 /// Command `agent-ls.fixTests`: starts a run with the goal "fix the failing tests".
 pub const FIX_TESTS_COMMAND: &str = "agent-ls.fixTests";
 

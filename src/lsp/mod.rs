@@ -25,6 +25,7 @@ pub mod review_diagnostics;
 pub mod rollback;
 pub mod session;
 mod shell;
+mod skills;
 pub mod test_runs;
 pub mod transport;
 pub mod undo;
@@ -227,6 +228,12 @@ impl Backend {
         .await
     }
 
+    /// The workspace root, as the session has it.
+    async fn root(&self) -> Result<Option<std::path::PathBuf>> {
+        let root = self.session.query(|s| s.workspace_root().cloned());
+        root.await.map_err(internal)
+    }
+
     fn commands(&self) -> Vec<String> {
         let mut commands: Vec<String> = [
             ext::RUN_COMMAND,
@@ -243,6 +250,8 @@ impl Backend {
             ext::PR_COMMAND,
             ext::RERUN_TESTS_COMMAND,
             ext::CANCEL_COMMAND,
+            ext::SKILLS_COMMAND,
+            ext::RUN_SKILL_COMMAND,
         ]
         .map(String::from)
         .to_vec();
@@ -510,7 +519,11 @@ impl LanguageServer for Backend {
                 .query(move |s| s.document(&uri).is_some_and(|b| b.needs_resync()))
                 .await
                 .map_err(internal)?;
-            Ok(Some(code_actions(&params, out_of_sync)))
+            let mut actions = code_actions(&params, out_of_sync);
+            let root = self.root().await?;
+            let uri = &params.text_document.uri;
+            actions.extend(skills::actions(root.as_deref(), uri));
+            Ok(Some(actions))
         })
         .await
     }
@@ -562,6 +575,11 @@ impl LanguageServer for Backend {
                 ext::CANCEL_COMMAND => {
                     self.session.send(Event::CancelAll);
                     Ok(Some(serde_json::json!({"cancelled": true})))
+                }
+                ext::SKILLS_COMMAND => Ok(Some(skills::list(self.root().await?.as_deref()))),
+                ext::RUN_SKILL_COMMAND => {
+                    let args = skills::run_args(self.root().await?.as_deref(), first)?;
+                    self.start_run(args).await.map(Some)
                 }
                 ext::DEBUG_PANIC_COMMAND if self.hooks => {
                     panic!("deliberate panic from {}", ext::DEBUG_PANIC_COMMAND)

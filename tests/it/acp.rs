@@ -518,15 +518,29 @@ fn a_planned_goal_streams_its_plan_with_each_tasks_status() {
     );
 }
 
+/// The commands the session's `available_commands_update` notifications among `seen` offer.
+pub(crate) fn offered_commands(seen: &[Value]) -> Vec<Value> {
+    seen.iter()
+        .map(|n| &n["params"]["update"])
+        .filter(|u| u["sessionUpdate"] == "available_commands_update")
+        .flat_map(|u| {
+            u["availableCommands"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
 /// `agent-ls acp` spoken to line by line, as a host that is not the TypeScript SDK does.
-struct RawAcp {
+pub(crate) struct RawAcp {
     child: std::process::Child,
     stdin: std::process::ChildStdin,
     stdout: std::io::BufReader<std::process::ChildStdout>,
 }
 
 impl RawAcp {
-    fn start(home: &std::path::Path) -> RawAcp {
+    pub(crate) fn start(home: &std::path::Path) -> RawAcp {
         use std::process::Stdio;
         // Its stderr is kept in `home`, where a test reads what the user would see.
         let stderr = std::fs::File::create(home.join("acp.stderr")).unwrap();
@@ -553,7 +567,7 @@ impl RawAcp {
 
     /// Sends request `id` and returns its answer; the notifications before it are kept in
     /// `seen`.
-    fn request(&mut self, id: u64, method: &str, params: Value) -> (Value, Vec<Value>) {
+    pub(crate) fn request(&mut self, id: u64, method: &str, params: Value) -> (Value, Vec<Value>) {
         use std::io::{BufRead, Write};
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         writeln!(self.stdin, "{message}").unwrap();
@@ -576,7 +590,7 @@ impl RawAcp {
     }
 
     /// Notifications that arrive within a short while (those that follow an answer).
-    fn close(mut self) -> Vec<Value> {
+    pub(crate) fn close(mut self) -> Vec<Value> {
         use std::io::BufRead;
         drop(self.stdin);
         let mut rest = Vec::new();
@@ -1165,16 +1179,8 @@ fn docs_acp_names_every_command_the_session_advertises() {
     let mut acp = RawAcp::start(home.path());
     let (_, mut after) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
     after.extend(acp.close());
-    let advertised: Vec<String> = after
+    let advertised: Vec<String> = offered_commands(&after)
         .iter()
-        .map(|n| &n["params"]["update"])
-        .filter(|u| u["sessionUpdate"] == "available_commands_update")
-        .flat_map(|u| {
-            u["availableCommands"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
         .map(|c| c["name"].as_str().unwrap().to_string())
         .collect();
     assert!(advertised.len() >= 7, "{after:?}");

@@ -33,6 +33,20 @@ pub enum RunEvent {
         tokenizer: String,
         context_tokens: usize,
         map_tokens: usize,
+        /// The instruction files in the system prompt and the bytes of each
+        /// (docs/instructions.md).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        instructions: Vec<crate::instructions::Used>,
+        /// The skills the prompt lists, by name (docs/skills.md).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        skills: Vec<String>,
+    },
+    /// The instruction files changed during the run (it came under a folder with a file of
+    /// its own), or the budget cut some: every file now used, and what was cut.
+    Instructions {
+        files: Vec<crate::instructions::Used>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cut: Option<String>,
     },
     /// The conversation did not fit the model's window: the oldest messages were left out.
     ContextCut {
@@ -266,6 +280,7 @@ impl RunEvent {
             RunEvent::TestResult { .. } => "tests",
             RunEvent::Started { .. }
             | RunEvent::Context { .. }
+            | RunEvent::Instructions { .. }
             | RunEvent::Iteration { .. }
             | RunEvent::Patch { .. }
             | RunEvent::Repair { .. }
@@ -283,6 +298,7 @@ impl RunEvent {
             RunEvent::Started { .. } => "intent",
             RunEvent::Context { .. } => "context",
             RunEvent::ContextCut { .. } => "context_cut",
+            RunEvent::Instructions { .. } => "instructions",
             RunEvent::Prompt { .. } => "prompt",
             RunEvent::Iteration { .. } => "iteration",
             RunEvent::Token { .. } => "token",

@@ -15,6 +15,8 @@
 //!   the prompt section of remembered records within a byte budget.
 //! - `cache`: the response cache's rules: which calls it may answer and how, the exact key's
 //!   material, the near-duplicate scope and the word overlap.
+//! - `instructions` and `skills`: AGENTS.md files joined in a budget (the farthest cut
+//!   first), and skills' front matter, listing and file patterns.
 //! - `syntax` and `repomap`: tree-sitter parsing, tags and the ranking behind the repo map.
 
 pub mod agent;
@@ -22,8 +24,10 @@ pub mod cache;
 pub mod conversation;
 pub mod edit;
 pub mod events;
+pub mod instructions;
 pub mod memory;
 pub mod repomap;
+pub mod skills;
 pub mod syntax;
 pub mod test_output;
 pub mod text;

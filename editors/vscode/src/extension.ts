@@ -95,6 +95,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const server = (id: string, args?: unknown) => () => execute(id, args);
   const commands: [string, (...args: unknown[]) => unknown][] = [
     ['agentLs.run', runCommand],
+    ['agentLs.runSkill', runSkillCommand],
     ['agentLs.fixTests', server('agent-ls.fixTests')],
     // The reviewer on the uncommitted work; its findings arrive as diagnostics.
     ['agentLs.review', server('agent-ls.review')],
@@ -350,6 +351,39 @@ async function runCommand(): Promise<void> {
   } else if (answer?.routed === 'command') {
     info(`running ${answer.command}; its failures arrive as problems`);
   }
+}
+
+/** "Agent: Run Skill…": a pick among the skills the server found, then what to do with it. */
+async function runSkillCommand(): Promise<void> {
+  const skills = (await execute('agent-ls.skills')) as { name: string; description: string }[] | undefined;
+  if (!skills) {
+    return;
+  }
+  if (skills.length === 0) {
+    info('no skills: add .agents/skills/NAME/SKILL.md (docs/skills.md)');
+    return;
+  }
+  const picked = await vscode.window.showQuickPick(
+    skills.map((s) => ({ label: s.name, detail: s.description })),
+    { title: 'Agent: Run Skill', ignoreFocusOut: true },
+  );
+  if (!picked) {
+    return;
+  }
+  const request = await vscode.window.showInputBox({
+    title: `Agent: Run Skill ${picked.label}`,
+    prompt: 'For what? (optional)',
+    ignoreFocusOut: true,
+  });
+  if (request === undefined) {
+    return;
+  }
+  const args: Record<string, unknown> = { name: picked.label, request: request.trim() };
+  const editor = vscode.window.activeTextEditor;
+  if (editor && client) {
+    args.uri = client.code2ProtocolConverter.asUri(editor.document.uri);
+  }
+  await execute('agent-ls.runSkill', args);
 }
 
 function info(text: string): void {

@@ -9,10 +9,16 @@ use crate::conversation::Message;
 
 /// The system prompt of the run's agent for the coder's turn.
 fn coder_system(run: &Run) -> String {
-    run.agent()
-        .prompt
-        .clone()
-        .unwrap_or_else(|| run.prompts.get("coder").to_string())
+    let own = run.agent().prompt.as_deref();
+    with_instructions(run, own.unwrap_or_else(|| run.prompts.get("coder")))
+}
+
+/// `system` followed by the run's instruction files and skills, when it has any.
+fn with_instructions(run: &Run, system: &str) -> String {
+    if run.instructions.is_empty() {
+        return system.to_string();
+    }
+    format!("{system}\n\n{}", run.instructions)
 }
 
 /// The coder's prompt: the system prompt, then the fixed context (goal, task, failures, the
@@ -102,6 +108,7 @@ pub(super) fn explain(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
         (None, AgentKind::Review) => run.prompts.get("review").to_string(),
         (None, AgentKind::Build) => run.prompts.get("explain").to_string(),
     };
+    let system = with_instructions(run, &system);
     let head = format!("{}\n\nCode:\n", run.goal);
     let tools = run.agent().reading_tools();
     let (code, shown) = fixed_context(run, &tools, system.len() + head.len());
@@ -145,7 +152,7 @@ pub(super) fn plan<'r>(
     run: &'r Run,
     parse_error: Option<&str>,
 ) -> (Vec<Message>, Vec<(&'r str, &'r str)>) {
-    let system = run.prompts.get("planner");
+    let system = with_instructions(run, run.prompts.get("planner"));
     let head = format!("Goal: {}\n\n{}", run.goal, run.memory);
     let tools = run.agent().reading_tools();
     let (files, shown) = fixed_context(run, &tools, system.len() + head.len());

@@ -339,6 +339,10 @@ pub enum Input {
     /// them; none for a clean answer): each stands as U+FFFD in its text, and an edit that
     /// would write one is refused naming them.
     BadBytes(Vec<String>),
+    /// The instruction files and the skills' list (`instructions::join`, `skills::listing`),
+    /// appended to the system prompt of the roles that work on the code; handed in as a
+    /// drive opens and again when the run comes under a folder with a file of its own.
+    Instructions(String),
 }
 
 /// Everything the loop knows. The driver keeps it and passes every event through `step`;
@@ -385,6 +389,10 @@ pub struct Run {
     /// the reflector.
     #[serde(default)]
     pub(super) memory: String,
+    /// The instruction files and skills (`Input::Instructions`), after the system prompt of
+    /// the coder, the planner and the Markdown answers. Not checkpointed: read afresh.
+    #[serde(skip)]
+    pub(super) instructions: String,
     #[serde(flatten)]
     pub(super) turn: Turn,
     #[serde(flatten)]
@@ -423,6 +431,7 @@ impl Run {
             prompts: prompts::Prompts::default(),
             context: context::Context::default(),
             memory: String::new(),
+            instructions: String::new(),
             turn: Turn::default(),
             change: Change::default(),
             reviewing: Reviewer::default(),
@@ -509,6 +518,7 @@ impl Run {
             Input::Memory(m) => self.memory = m,
             Input::Written(w) => self.change.written(w),
             Input::BadBytes(b) => self.change.bad_bytes(b),
+            Input::Instructions(i) => self.instructions = i,
         }
     }
 }

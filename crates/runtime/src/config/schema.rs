@@ -122,6 +122,12 @@ pub struct ContextConfig {
     /// repo map and the files that fit); everything else the model reads through its tools.
     /// 0: only agent.context_bytes limits it.
     pub first_prompt_bytes: usize,
+    /// The most bytes of instruction files (AGENTS.md and the like) in the system prompt; the
+    /// farthest are cut first (docs/instructions.md). 0: none are read.
+    pub instructions_bytes: usize,
+    /// The names read in a folder without `AGENTS.override.md` or `AGENTS.md`, first found
+    /// wins.
+    pub instruction_files: Vec<String>,
 }
 
 impl Default for ContextConfig {
@@ -130,6 +136,8 @@ impl Default for ContextConfig {
             map_tokens: 1024,
             summarize_after: 5,
             first_prompt_bytes: 16_384,
+            instructions_bytes: 32_768,
+            instruction_files: vec!["CLAUDE.md".into(), ".github/copilot-instructions.md".into()],
         }
     }
 }

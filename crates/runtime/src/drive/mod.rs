@@ -113,6 +113,8 @@ struct Going<'o> {
     map: map::RunMap,
     /// The latest answer's bytes that were not UTF-8.
     bad_bytes: Vec<String>,
+    /// The run's instruction files and skills (docs/instructions.md, docs/skills.md).
+    instructions: crate::instructions::Tracker,
 }
 
 /// How a drive begins: a new run, a resumed one, or a review of a given diff.
@@ -205,13 +207,29 @@ impl Drive<'_> {
         for p in problems {
             shell.warn(&p);
         }
+        let (mut instructions, problems) =
+            crate::instructions::Tracker::new(self.root, self.config);
+        let told = instructions.prompt();
+        for p in problems.iter().chain(&told.joined.cut) {
+            shell.warn(p);
+        }
+        hand_in(run, Input::Instructions(told.text));
         observer.record(RunEvent::Context {
             agent: run.agent().name.clone(),
             prompt_files: used,
             tokenizer: self.counter().name().into(),
             context_tokens: self.config.model.context_tokens,
             map_tokens: self.config.context.map_tokens,
+            instructions: told.joined.used.clone(),
+            skills: told.skills,
         });
+        if let Some(cut) = told.joined.cut {
+            let files = told.joined.used;
+            observer.record(RunEvent::Instructions {
+                files,
+                cut: Some(cut),
+            });
+        }
         let (mcp, warnings) = crate::mcp_client::McpTools::connect(
             &self.config.mcp.servers,
             self.root,
@@ -240,6 +258,7 @@ impl Drive<'_> {
             trail: recall::Trail::new(self),
             map,
             bad_bytes: Vec::new(),
+            instructions,
         }
     }
 
@@ -276,6 +295,14 @@ impl Drive<'_> {
                 run,
                 Input::Context(self.context(run, latest.as_deref(), shell, &mut going.map)),
             );
+            if let Some(told) = going.instructions.update(run.files_changed()) {
+                if let Some(cut) = &told.joined.cut {
+                    shell.warn(cut);
+                }
+                let (files, cut) = (told.joined.used, told.joined.cut);
+                going.observer.record(RunEvent::Instructions { files, cut });
+                hand_in(run, Input::Instructions(told.text));
+            }
             queue.extend(agent::step(run, event));
             going.observer.phase(run);
         }
@@ -331,6 +358,7 @@ impl Drive<'_> {
                 event
             }
             Effect::RunTools(calls) => {
+                g.instructions.saw(&calls);
                 let tools = (g.offered.as_slice(), &g.mcp);
                 self.run_tools(calls, shell, &mut g.observer, tools, &mut g.last_tests)
                     .await
@@ -403,7 +431,8 @@ impl Drive<'_> {
         (role, messages, tools): (Role, Vec<Message>, Vec<String>),
         g: &mut Going<'_>,
     ) -> Event {
-        let mcp_specs = g.mcp.specs(&tools);
+        let mut mcp_specs = g.mcp.specs(&tools);
+        mcp_specs.extend(g.instructions.tool_specs(&tools));
         g.offered = tools.clone();
         g.offered.extend(mcp_specs.iter().map(|s| s.name.clone()));
         if role == Role::Coder {
@@ -764,6 +793,9 @@ impl Drive<'_> {
                 call.name,
                 allowed.join(", ")
             ));
+        }
+        if call.name == crate::skills::TOOL {
+            return crate::skills::read_tool(self.root, &call.arguments, limits);
         }
         if call.name.starts_with(crate::mcp_client::PREFIX) {
             return match mcp.call(&call.name, &call.arguments, self.root).await {

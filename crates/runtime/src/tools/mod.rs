@@ -137,7 +137,7 @@ pub enum ToolKind {
 /// The kind of the tool named `name`.
 pub fn kind_of(name: &str) -> ToolKind {
     match name {
-        "read_file" | "list_files" | "get_diagnostics" => ToolKind::Read,
+        "read_file" | "list_files" | "get_diagnostics" | "read_skill" => ToolKind::Read,
         "find_files" | "grep" => ToolKind::Search,
         "run_tests" | "run_command" => ToolKind::Execute,
         "edit_file" | "write_file" | "apply_patch" => ToolKind::Edit,
