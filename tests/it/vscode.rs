@@ -1,5 +1,6 @@
 //! The VS Code extension in real VS Code: code-server in headless Chromium, driven by
 //! playwright-core (editors/vscode/test/e2e.mjs), with the real binary and the replay model.
+//! One code-server serves every scenario, each in a window (and browser) of its own.
 //! scripts/test builds the .vsix, installs code-server, Node 24 and Chromium, and sets the
 //! AGENT_LS_TEST_* variables this test reads.
 
@@ -33,18 +34,58 @@ fn tools() -> Option<[(String, String); 4]> {
 
 const FIX: &str = "{\"role\": \"coder\", \"content\": \"calc.py\\n<<<<<<< SEARCH\\n    return a - b\\n=======\\n    return a + b\\n>>>>>>> REPLACE\\n\"}\n";
 
-/// One code-server and Chromium at a time: two at once on a 2-core machine starve each other.
+/// One scenario (a window and a Chromium) at a time: two at once on a 2-core machine starve
+/// each other.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The code-server every scenario uses (editors/vscode/test/code-server.mjs), started by the
+/// first: its address, user-data folder and log. It stops when this process ends, which
+/// closes its stdin, however the process ends.
+struct CodeServer {
+    url: String,
+    user_data: String,
+    log: String,
+    _process: std::process::Child,
+}
+
+fn code_server(tools: &[(String, String); 4]) -> &'static CodeServer {
+    static SHARED: std::sync::OnceLock<CodeServer> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| {
+        use std::io::BufRead;
+        let mut process = Command::new("node")
+            .arg(support::repo("editors/vscode/test/code-server.mjs"))
+            .envs(tools.iter().cloned())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("node runs code-server.mjs");
+        let mut line = String::new();
+        let out = process.stdout.take().expect("its stdout");
+        std::io::BufReader::new(out)
+            .read_line(&mut line)
+            .expect("code-server.mjs answers");
+        let started: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("code-server did not start ({e}): {line:?}"));
+        let field = |k: &str| started[k].as_str().expect(k).to_string();
+        CodeServer {
+            url: field("url"),
+            user_data: field("userData"),
+            log: field("log"),
+            _process: process,
+        }
+    })
+}
 
 /// Runs one scenario of the script and returns its checks.
 fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
     let tools = tools()?;
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = code_server(&tools);
     let ws = tempfile::tempdir().unwrap();
     support::copy_example(ws.path());
     let script = replay_for(name, ws.path());
     std::fs::write(ws.path().join(".replay.jsonl"), script).unwrap();
-    Some(run_e2e(name, ws.path(), tools))
+    Some(run_e2e(name, ws.path(), tools, server))
 }
 
 /// The replay model's answers for scenario `name`, with what the scenario needs of the
@@ -120,6 +161,7 @@ fn run_e2e(
     name: &str,
     ws: &std::path::Path,
     tools: [(String, String); 4],
+    server: &CodeServer,
 ) -> Vec<serde_json::Value> {
     // The flow's screenshots; AGENT_LS_UPDATE_DOCS=1 puts them in docs/images, which the
     // README and docs show.
@@ -135,6 +177,9 @@ fn run_e2e(
     let out = Command::new("node")
         .arg(support::repo("editors/vscode/test/e2e.mjs"))
         .envs(tools)
+        .env("CODE_SERVER_URL", &server.url)
+        .env("USER_DATA", &server.user_data)
+        .env("CODE_SERVER_LOG", &server.log)
         .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
         .env("WORKSPACE", ws.canonicalize().unwrap())
         .env("RESULT", &result)

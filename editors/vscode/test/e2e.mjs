@@ -3,16 +3,17 @@
 // palette, accepts the refactor preview, and checks the file, the status bar and the problems.
 // Run by tests/it/vscode.rs; every check is written to $RESULT as one JSON line.
 //
-// Environment: CODE_SERVER (the code-server script), NODE24 (folder of a Node 24 binary),
-// CHROMIUM, VSIX, AGENT_LS (the server binary), WORKSPACE (the project), RESULT, ARTIFACTS
-// (where a screenshot goes when a step fails).
+// Environment: CHROMIUM, AGENT_LS (the server binary), WORKSPACE (the project), RESULT,
+// ARTIFACTS (where a screenshot goes when a step fails); CODE_SERVER_URL, USER_DATA and
+// CODE_SERVER_LOG of a running code-server (code-server.mjs), or else CODE_SERVER (the
+// code-server script), NODE24 (folder of a Node 24 binary) and VSIX to start one.
 
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
+import { startCodeServer } from './code-server.mjs';
 
 const env = (name) => {
   const v = process.env[name];
@@ -48,17 +49,6 @@ function check(name, ok, detail) {
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${name}${detail ? ` (${detail})` : ''}`);
 }
 
-async function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-    s.on('error', reject);
-  });
-}
-
 async function until(what, fn, ms = 30000) {
   const end = Date.now() + ms;
   let last;
@@ -74,10 +64,20 @@ async function until(what, fn, ms = 30000) {
   throw new Error(`timed out waiting for ${what} (last: ${last})`);
 }
 
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'agent-ls-vscode-'));
-const userData = path.join(tmp, 'user-data');
-const extensions = path.join(tmp, 'extensions');
-fs.mkdirSync(path.join(userData, 'User'), { recursive: true });
+// One code-server for every scenario, started by tests/it/vscode.rs (code-server.mjs), whose
+// address and user-data folder come in CODE_SERVER_URL and USER_DATA; run alone, the script
+// starts its own. Each scenario writes its settings before its window opens, which reads them.
+const own = process.env.CODE_SERVER_URL ? null : await startCodeServer();
+const url = own?.url ?? env('CODE_SERVER_URL');
+const userData = own?.userData ?? env('USER_DATA');
+const serverLog = () => {
+  try {
+    return fs.readFileSync(own?.log ?? env('CODE_SERVER_LOG'), 'utf8');
+  } catch {
+    return '';
+  }
+};
+check('the .vsix installs', true, own ? 'for this scenario' : 'once, for every scenario');
 // Settings a user would set: the server binary and, for this test, the replay model.
 fs.writeFileSync(
   path.join(userData, 'User', 'settings.json'),
@@ -105,44 +105,10 @@ fs.writeFileSync(
   }),
 );
 
-const childEnv = {
-  ...process.env,
-  PATH: `${env('NODE24')}:${process.env.PATH}`,
-  XDG_CONFIG_HOME: path.join(tmp, 'config'),
-  XDG_DATA_HOME: path.join(tmp, 'data'),
-  XDG_CACHE_HOME: path.join(tmp, 'cache'),
-};
-const common = ['--user-data-dir', userData, '--extensions-dir', extensions];
-const install = spawnSync(env('CODE_SERVER'), [...common, '--install-extension', env('VSIX')], {
-  env: childEnv,
-  encoding: 'utf8',
-});
-check('the .vsix installs', install.status === 0, (install.stdout + install.stderr).trim().slice(-300));
-
-const port = await freePort();
-const server = spawn(
-  env('CODE_SERVER'),
-  [
-    ...common,
-    '--auth', 'none',
-    '--bind-addr', `127.0.0.1:${port}`,
-    '--disable-telemetry',
-    '--disable-update-check',
-    '--disable-workspace-trust',
-    '--disable-getting-started-override',
-    ws,
-  ],
-  { env: childEnv, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
-);
-let serverLog = '';
-server.stdout.on('data', (d) => (serverLog += d));
-server.stderr.on('data', (d) => (serverLog += d));
-
 let browser;
 let page;
 let failed = false;
 try {
-  await until('code-server', async () => (await fetch(`http://127.0.0.1:${port}/healthz`)).ok);
   browser = await chromium.launch({
     executablePath: env('CHROMIUM'),
     args: [
@@ -153,7 +119,7 @@ try {
   });
   const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
   page = await context.newPage();
-  await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(ws)}`);
+  await page.goto(`${url}/?folder=${encodeURIComponent(ws)}`);
   await page.waitForSelector('.monaco-workbench', { timeout: 60000 });
 
   // The extension starts on startup and shows its status-bar item.
@@ -633,15 +599,10 @@ try {
       await page.screenshot({ path: path.join(artifacts, `vscode-e2e-${scenario}.png`) }).catch(() => undefined);
       fs.writeFileSync(path.join(artifacts, `vscode-e2e-${scenario}.html`), await page.content().catch(() => ''));
     }
-    fs.writeFileSync(path.join(artifacts, `code-server-${scenario}.log`), serverLog);
+    fs.writeFileSync(path.join(artifacts, `code-server-${scenario}.log`), serverLog());
   }
 } finally {
   await browser?.close().catch(() => undefined);
-  try {
-    process.kill(-server.pid, 'SIGKILL');
-  } catch {
-    // Already gone.
-  }
-  fs.rmSync(tmp, { recursive: true, force: true });
+  own?.stop();
 }
 process.exit(failed ? 1 : 0);
