@@ -98,8 +98,9 @@ impl Loaded {
 pub fn load(inputs: &Inputs) -> Loaded {
     let decision = trust_decision(inputs);
     let trusted = decision == Decision::Trusted;
-    let (layers, mut errors, untrusted) = read_layers(inputs, trusted);
+    let (layers, mut errors, untrusted, taken) = read_layers(inputs, trusted);
     let (mut config, origins) = merge(&layers);
+    crate::permissions::workspace::finish(&mut config, taken, trusted);
     if let Some(error) = check_default_agent(&mut config, &origins) {
         errors.push(error);
     }
@@ -135,7 +136,16 @@ fn trust_decision(inputs: &Inputs) -> Decision {
 
 /// Every layer that read cleanly, in the order they apply, the errors of the others, and the
 /// workspace file's keys withheld by the trust policy.
-fn read_layers(inputs: &Inputs, trusted: bool) -> (Vec<Layer>, Vec<ConfigError>, Vec<String>) {
+/// The workspace's `[permissions]` and `[[hooks]]` come back apart (`permissions::workspace`).
+fn read_layers(
+    inputs: &Inputs,
+    trusted: bool,
+) -> (
+    Vec<Layer>,
+    Vec<ConfigError>,
+    Vec<String>,
+    crate::permissions::workspace::Taken,
+) {
     let mut layers = Vec::new();
     let mut errors = Vec::new();
     let mut push = |result: Result<Option<Layer>, Vec<ConfigError>>| match result {
@@ -147,11 +157,13 @@ fn read_layers(inputs: &Inputs, trusted: bool) -> (Vec<Layer>, Vec<ConfigError>,
         push(read_file_layer(Source::UserFile(path.clone()), path));
     }
     let mut untrusted = Vec::new();
+    let mut taken = crate::permissions::workspace::Taken::default();
     if let Some(root) = &inputs.workspace_root {
         let path = root.join(WORKSPACE_FILE);
         push(
             read_file_layer(Source::WorkspaceFile(path.clone()), &path).map(|layer| {
                 layer.map(|mut l| {
+                    taken = crate::permissions::workspace::take(&mut l.table);
                     untrusted = withhold(&mut l.table, trusted);
                     l
                 })
@@ -167,7 +179,19 @@ fn read_layers(inputs: &Inputs, trusted: bool) -> (Vec<Layer>, Vec<ConfigError>,
     if let Some(value) = &inputs.client_settings {
         push(json_layer(Source::ClientSettings, value).map(Some));
     }
-    (layers, errors, untrusted)
+    let source = |root: &PathBuf| Source::WorkspaceFile(root.join(WORKSPACE_FILE));
+    for (key, message) in std::mem::take(&mut taken.refused) {
+        errors.push(ConfigError {
+            source: inputs
+                .workspace_root
+                .as_ref()
+                .map_or(Source::Default, source),
+            line: None,
+            key: Some(key),
+            message,
+        });
+    }
+    (layers, errors, untrusted, taken)
 }
 
 /// An agent nobody defines would otherwise run every goal as `build` without a word: the
