@@ -94,7 +94,13 @@ fn describe(list: &[Hook]) -> String {
 pub fn permissions(workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
     let root = workspace_or_cwd(workspace)?;
     let loaded = load_config(Some(root));
-    for e in &loaded.errors {
+    let refused = loaded.config.workspace_rules.refused.iter();
+    for e in loaded
+        .errors
+        .iter()
+        .map(ToString::to_string)
+        .chain(refused.cloned())
+    {
         eprintln!("agent-ls: {e}");
     }
     let p = Permissions::from_config(&loaded.config);

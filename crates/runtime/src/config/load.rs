@@ -163,8 +163,8 @@ fn read_layers(
         push(
             read_file_layer(Source::WorkspaceFile(path.clone()), &path).map(|layer| {
                 layer.map(|mut l| {
-                    taken = crate::permissions::workspace::take(&mut l.table);
                     untrusted = withhold(&mut l.table, trusted);
+                    taken = crate::permissions::workspace::take(&mut l.table);
                     l
                 })
             }),
@@ -178,18 +178,6 @@ fn read_layers(
     }
     if let Some(value) = &inputs.client_settings {
         push(json_layer(Source::ClientSettings, value).map(Some));
-    }
-    let source = |root: &PathBuf| Source::WorkspaceFile(root.join(WORKSPACE_FILE));
-    for (key, message) in std::mem::take(&mut taken.refused) {
-        errors.push(ConfigError {
-            source: inputs
-                .workspace_root
-                .as_ref()
-                .map_or(Source::Default, source),
-            line: None,
-            key: Some(key),
-            message,
-        });
     }
     (layers, errors, untrusted, taken)
 }

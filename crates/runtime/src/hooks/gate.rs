@@ -47,7 +47,7 @@ impl Gate {
             root: root.to_path_buf(),
             sandbox: config.sandbox.clone(),
             warned: Mutex::new(BTreeSet::new()),
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::new(config.workspace_rules.refused.clone()),
         }
     }
 

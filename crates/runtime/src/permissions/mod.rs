@@ -53,6 +53,8 @@ pub struct WorkspaceRules {
     pub permissions: PermissionsConfig,
     pub hooks: Vec<crate::hooks::HookConfig>,
     pub trusted: bool,
+    /// What the workspace file said that was left out, and why (a mode it may not choose).
+    pub refused: Vec<String>,
 }
 
 /// What the check says about one step.

@@ -11,8 +11,8 @@ use crate::config::Config;
 pub struct Taken {
     permissions: Option<toml::Value>,
     hooks: Option<toml::Value>,
-    /// (key, why) for each value left out.
-    pub refused: Vec<(String, String)>,
+    /// What was left out and why, for the user.
+    refused: Vec<String>,
 }
 
 /// Takes `[permissions]` and `[[hooks]]` out of the workspace file's `table`, and the modes
@@ -26,9 +26,8 @@ pub fn take(table: &mut toml::Table) -> Taken {
     let mut refuse = |key: String, section: &mut toml::Table| {
         let mode = section.get("approval").and_then(|v| v.as_str());
         if let Some(mode) = mode.filter(|m| !workspace_may_choose(m)) {
-            taken.refused.push((
-                key,
-                format!("a workspace file cannot choose approval = \"{mode}\" (only the user's own settings may apply changes without asking); it is ignored"),
+            taken.refused.push(format!(
+                "the workspace file's {key} = \"{mode}\" is ignored: a workspace file cannot choose a mode that applies changes without asking (docs/permissions.md)"
             ));
             section.remove("approval");
         }
@@ -51,6 +50,7 @@ pub fn take(table: &mut toml::Table) -> Taken {
 pub fn finish(config: &mut Config, taken: Taken, trusted: bool) {
     let rules = &mut config.workspace_rules;
     rules.trusted = trusted;
+    rules.refused = taken.refused;
     rules.permissions = taken
         .permissions
         .and_then(|v| v.try_into::<PermissionsConfig>().ok())
