@@ -121,14 +121,8 @@ enum Command {
     },
     /// Hooks (docs/hooks.md): list them, or trust the workspace's by their exact content.
     Hooks {
-        #[command(subcommand)]
-        action: hooks::Action,
-        /// The project (default: the current directory).
-        #[arg(long, global = true)]
-        workspace: Option<PathBuf>,
-        /// Print JSON.
-        #[arg(long, global = true)]
-        json: bool,
+        #[command(flatten)]
+        args: hooks::Args,
     },
     /// The approval mode and the permission rules in effect, in the order they are checked
     /// (docs/permissions.md).
@@ -347,11 +341,7 @@ fn dispatch(command: Command) -> ExitCode {
             workspace,
             json,
         } => or_exit_1(cache::run(action, workspace, json)),
-        Command::Hooks {
-            action,
-            workspace,
-            json,
-        } => or_exit_1(hooks::run(action, workspace, json)),
+        Command::Hooks { args } => or_exit_1(hooks::run(args)),
         Command::Permissions { workspace, json } => or_exit_1(hooks::permissions(workspace, json)),
         Command::Trust { dir } => or_exit_1(trust::run(dir, Decision::Trusted)),
         Command::Untrust { dir } => or_exit_1(trust::run(dir, Decision::Unknown)),

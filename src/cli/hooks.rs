@@ -24,7 +24,26 @@ pub enum Action {
     Untrust,
 }
 
-pub fn run(action: Action, workspace: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
+/// `agent-ls hooks ACTION [--workspace DIR] [--json]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub action: Action,
+    /// The project (default: the current directory).
+    #[arg(long, global = true)]
+    pub workspace: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+pub fn run(
+    Args {
+        action,
+        workspace,
+        json,
+    }: Args,
+) -> anyhow::Result<ExitCode> {
     let root = workspace_or_cwd(workspace)?;
     let loaded = load_config(Some(root.clone()));
     let store = HookTrust::for_user()?;

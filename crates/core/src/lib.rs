@@ -23,6 +23,7 @@ pub mod conversation;
 pub mod edit;
 pub mod events;
 pub mod memory;
+pub mod permissions;
 pub mod repomap;
 pub mod syntax;
 pub mod test_output;

@@ -100,7 +100,7 @@ pub fn load(inputs: &Inputs) -> Loaded {
     let trusted = decision == Decision::Trusted;
     let (layers, mut errors, untrusted, taken) = read_layers(inputs, trusted);
     let (mut config, origins) = merge(&layers);
-    crate::permissions::workspace::finish(&mut config, taken, trusted);
+    super::narrow::finish(&mut config, taken, trusted);
     if let Some(error) = check_default_agent(&mut config, &origins) {
         errors.push(error);
     }
@@ -136,7 +136,7 @@ fn trust_decision(inputs: &Inputs) -> Decision {
 
 /// Every layer that read cleanly, in the order they apply, the errors of the others, and the
 /// workspace file's keys withheld by the trust policy.
-/// The workspace's `[permissions]` and `[[hooks]]` come back apart (`permissions::workspace`).
+/// The workspace's `[permissions]` and `[[hooks]]` come back apart (`narrow`).
 fn read_layers(
     inputs: &Inputs,
     trusted: bool,
@@ -144,7 +144,7 @@ fn read_layers(
     Vec<Layer>,
     Vec<ConfigError>,
     Vec<String>,
-    crate::permissions::workspace::Taken,
+    super::narrow::Taken,
 ) {
     let mut layers = Vec::new();
     let mut errors = Vec::new();
@@ -157,14 +157,14 @@ fn read_layers(
         push(read_file_layer(Source::UserFile(path.clone()), path));
     }
     let mut untrusted = Vec::new();
-    let mut taken = crate::permissions::workspace::Taken::default();
+    let mut taken = super::narrow::Taken::default();
     if let Some(root) = &inputs.workspace_root {
         let path = root.join(WORKSPACE_FILE);
         push(
             read_file_layer(Source::WorkspaceFile(path.clone()), &path).map(|layer| {
                 layer.map(|mut l| {
                     untrusted = withhold(&mut l.table, trusted);
-                    taken = crate::permissions::workspace::take(&mut l.table);
+                    taken = super::narrow::take(&mut l.table);
                     l
                 })
             }),

@@ -34,14 +34,14 @@ pub struct Config {
     pub tester: TesterConfig,
     pub cache: CacheConfig,
     /// Allow, ask and deny rules for edits, reads, commands and tools (docs/permissions.md).
-    pub permissions: crate::permissions::PermissionsConfig,
+    pub permissions: agent_ls_core::permissions::PermissionsConfig,
     /// Commands run at points of a run (docs/hooks.md).
-    pub hooks: Vec<crate::hooks::HookConfig>,
+    pub hooks: Vec<agent_ls_core::permissions::HookConfig>,
     /// The workspace file's `[permissions]` and `[[hooks]]`, kept apart from the user's: it
     /// may only narrow, and its hooks run once trusted by hash. Filled in when the layers are
     /// merged.
     #[serde(skip)]
-    pub workspace_rules: crate::permissions::WorkspaceRules,
+    pub workspace_rules: agent_ls_core::permissions::WorkspaceRules,
     /// Model server addresses a workspace file named (in a trusted folder): no API key is ever
     /// sent to them. Not a configuration key; filled in when the layers are merged.
     #[serde(skip)]

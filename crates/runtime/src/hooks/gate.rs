@@ -9,12 +9,14 @@ use std::sync::Mutex;
 
 use serde_json::json;
 
-use super::{Fired, Hook, HookEvent, fire, hooks};
+use super::list::{Hook, hooks};
+use super::run::{Fired, fire};
 use crate::config::{Approval, Config};
 use crate::permissions::{Check, Permissions};
 use crate::trust::hooks::HookTrust;
 use crate::trust::sandbox::SandboxConfig;
 use agent_ls_core::edit::FileChange;
+use agent_ls_core::permissions::HookEvent;
 
 /// What becomes of a change at its check point.
 #[derive(Debug, Clone, PartialEq, Eq)]

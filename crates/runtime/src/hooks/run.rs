@@ -9,11 +9,25 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
-use super::{Hook, HookEvent};
+use super::list::Hook;
 use crate::trust::sandbox::{Sandbox, SandboxConfig};
+use agent_ls_core::permissions::HookEvent;
 
 /// The most bytes of a hook's stderr kept as its reason.
 const REASON_BYTES: usize = 4000;
+
+/// Why a hook came to no exit code.
+#[derive(Debug, thiserror::Error)]
+enum HookError {
+    #[error("has no command")]
+    NoCommand,
+    #[error("could not start: {0}")]
+    Start(std::io::Error),
+    #[error("could not be waited for: {0}")]
+    Wait(std::io::Error),
+    #[error("did not finish within {0} s (timeout_secs) and was stopped; it blocks nothing")]
+    Timeout(u64),
+}
 
 /// What the hooks of one event said.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -82,13 +96,13 @@ async fn run_one(
     root: &Path,
     sandbox: &SandboxConfig,
     input: &str,
-) -> Result<(Option<i32>, String), String> {
+) -> Result<(Option<i32>, String), HookError> {
     let argv = if hook.sandboxed() {
         Sandbox::from_config(sandbox).wrap(root, &hook.config.command)
     } else {
         hook.config.command.clone()
     };
-    let (program, args) = argv.split_first().ok_or("has no command")?;
+    let (program, args) = argv.split_first().ok_or(HookError::NoCommand)?;
     let mut command = tokio::process::Command::new(program);
     crate::child::start_clean_async(&mut command);
     command
@@ -104,9 +118,7 @@ async fn run_one(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("could not start: {e}"))?;
+    let mut child = command.spawn().map_err(HookError::Start)?;
     let group = child.id();
     if let Some(mut stdin) = child.stdin.take() {
         // A hook that reads nothing closes the pipe early; that is its business.
@@ -122,7 +134,7 @@ async fn run_one(
             }
             Ok((out.status.code(), stderr))
         }
-        Ok(Err(e)) => Err(format!("could not be waited for: {e}")),
+        Ok(Err(e)) => Err(HookError::Wait(e)),
         Err(_) => {
             if let Some(pid) = group {
                 let _ = nix::sys::signal::killpg(
@@ -130,10 +142,7 @@ async fn run_one(
                     nix::sys::signal::Signal::SIGKILL,
                 );
             }
-            Err(format!(
-                "did not finish within {} s (timeout_secs) and was stopped; it blocks nothing",
-                limit.as_secs()
-            ))
+            Err(HookError::Timeout(limit.as_secs()))
         }
     }
 }

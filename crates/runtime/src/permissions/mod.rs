@@ -1,61 +1,10 @@
 //! Permission rules (`[permissions]`: allow, ask and deny lists) and the approval mode, as
 //! one check the driver asks before a tool call runs and before a change is applied. The
-//! matching is pure (`rules`); this file gathers the rules from the user's settings, the
+//! matching is pure (`agent_ls_core::permissions`); this file gathers the rules from the user's settings, the
 //! workspace file (which may only narrow) and the old `test.allowlist`, and words the answers.
 
-pub mod rules;
-pub mod workspace;
-
-use serde::{Deserialize, Serialize};
-
 use crate::config::{Approval, Config};
-pub use rules::{Action, Decision, Entry, List, Rule, RuleError, Rules};
-
-/// One rule as written in a configuration file; it must parse, so a typo is a configuration
-/// error with its line rather than a rule that silently matches nothing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct RuleText(String);
-
-impl TryFrom<String> for RuleText {
-    type Error = RuleError;
-    fn try_from(text: String) -> Result<Self, RuleError> {
-        Rule::parse(&text).map(|_| RuleText(text))
-    }
-}
-
-impl From<RuleText> for String {
-    fn from(r: RuleText) -> String {
-        r.0
-    }
-}
-
-impl RuleText {
-    fn rule(&self) -> Option<Rule> {
-        Rule::parse(&self.0).ok()
-    }
-}
-
-/// `[permissions]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(default, deny_unknown_fields)]
-pub struct PermissionsConfig {
-    pub allow: Vec<RuleText>,
-    pub ask: Vec<RuleText>,
-    pub deny: Vec<RuleText>,
-}
-
-/// What the workspace file said about rules and hooks, kept apart from the user's settings
-/// (a workspace may add deny and ask rules, add allow rules only once the folder is trusted,
-/// and its hooks run only once trusted by hash). Filled in when the layers are merged.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct WorkspaceRules {
-    pub permissions: PermissionsConfig,
-    pub hooks: Vec<crate::hooks::HookConfig>,
-    pub trusted: bool,
-    /// What the workspace file said that was left out, and why (a mode it may not choose).
-    pub refused: Vec<String>,
-}
+pub use agent_ls_core::permissions::*;
 
 /// What the check says about one step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,27 +136,6 @@ fn add(rules: &mut Rules, config: &PermissionsConfig, from: &str, allow: bool) {
     }
 }
 
-/// The words of the command allow rules in effect, for the test runner's allowlist (which
-/// lets a command run at all); the exact-or-prefix check is the driver's, before it runs.
-pub fn allowlist_additions(config: &Config) -> Vec<String> {
-    let ws = &config.workspace_rules;
-    let trusted = ws.trusted.then_some(&ws.permissions.allow);
-    config
-        .permissions
-        .allow
-        .iter()
-        .chain(trusted.into_iter().flatten())
-        .filter_map(RuleText::rule)
-        .filter_map(|r| r.command_words().map(|(w, _)| w.join(" ")))
-        .collect()
-}
-
-/// Whether a workspace file may choose `mode`: it may narrow (plan, confirm, prompt) but
-/// never choose to apply without asking.
-pub fn workspace_may_choose(mode: &str) -> bool {
-    !matches!(mode, "auto" | "accept-edits")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,8 +153,10 @@ mod tests {
             }
             p
         };
-        let mut c = Config::default();
-        c.permissions = section(user);
+        let mut c = Config {
+            permissions: section(user),
+            ..Config::default()
+        };
         c.workspace_rules.permissions = section(ws);
         c.workspace_rules.trusted = trusted;
         c
@@ -250,14 +180,6 @@ mod tests {
             "{check:?}"
         );
         assert_eq!(check[2].1, Check::Go);
-    }
-
-    #[test]
-    fn an_untrusted_workspace_allows_nothing() {
-        let c = config(&[], &[("allow", "command(curl *)")], false);
-        assert!(allowlist_additions(&c).is_empty());
-        let c = config(&[], &[("allow", "command(curl *)")], true);
-        assert_eq!(allowlist_additions(&c), vec!["curl".to_string()]);
     }
 
     #[test]
@@ -304,13 +226,5 @@ mod tests {
         assert!(
             matches!(p.check_call("mcp__github__create_issue", &serde_json::json!({})), Check::Ask(w) if w.contains("mcp(github/*)"))
         );
-    }
-
-    #[test]
-    fn a_workspace_never_chooses_to_apply_without_asking() {
-        assert!(!workspace_may_choose("auto"));
-        assert!(!workspace_may_choose("accept-edits"));
-        assert!(workspace_may_choose("plan"));
-        assert!(workspace_may_choose("confirm"));
     }
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::store::{TrustError, state_dir};
-use crate::hooks::HookConfig;
+use agent_ls_core::permissions::HookConfig;
 
 /// The user's file of trusted hook hashes.
 #[derive(Debug, Clone)]
@@ -107,7 +107,7 @@ pub fn hook_hash(hook: &HookConfig, root: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::HookEvent;
+    use agent_ls_core::permissions::HookEvent;
 
     #[test]
     fn editing_the_script_a_hook_names_changes_its_hash() {

@@ -3,8 +3,8 @@
 //! and its hooks run once trusted by hash), and it may never choose a mode that applies
 //! without asking (`auto`, `accept-edits`), trusted folder or not.
 
-use super::{PermissionsConfig, workspace_may_choose};
-use crate::config::Config;
+use super::schema::Config;
+use agent_ls_core::permissions::{PermissionsConfig, allowed_command_words, workspace_may_choose};
 
 /// The workspace file's sections, taken out of its layer, and the keys it was refused.
 #[derive(Debug, Default)]
@@ -59,7 +59,7 @@ pub fn finish(config: &mut Config, taken: Taken, trusted: bool) {
         .hooks
         .and_then(|v| v.try_into().ok())
         .unwrap_or_default();
-    for words in super::allowlist_additions(config) {
+    for words in allowed_command_words(&config.permissions, &config.workspace_rules) {
         if !config.test.allowlist.contains(&words) {
             config.test.allowlist.push(words);
         }
