@@ -11,6 +11,19 @@ pub use config::{PermissionsConfig, RuleText, WorkspaceRules};
 pub use hooks::{HookConfig, HookEvent};
 pub use rules::{Action, Decision, Entry, List, Rule, RuleError, Rules};
 
+/// The argument vector of a `run_command` call (`{"argv": [...]}`): its strings, or none.
+pub fn argv_of(arguments: &serde_json::Value) -> Vec<String> {
+    arguments
+        .get("argv")
+        .and_then(|a| a.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Whether a workspace file may choose the approval `mode`: it may narrow (plan, confirm,
 /// prompt) but never choose to apply without asking.
 pub fn workspace_may_choose(mode: &str) -> bool {

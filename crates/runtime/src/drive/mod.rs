@@ -809,18 +809,10 @@ impl Drive<'_> {
                 _ => Ok(None),
             },
             "run_command" => {
-                let argv: Option<Vec<String>> = call
-                    .arguments
-                    .get("argv")
-                    .and_then(|a| a.as_array())
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(String::from))
-                            .collect()
-                    });
-                match argv {
-                    Some(a) if !a.is_empty() => Ok(Some(a)),
-                    _ => Err(Output::error("`argv` must be a non-empty list of strings")),
+                let argv = agent_ls_core::permissions::argv_of(&call.arguments);
+                match argv.is_empty() {
+                    false => Ok(Some(argv)),
+                    true => Err(Output::error("`argv` must be a non-empty list of strings")),
                 }
             }
             other => Err(Output::error(format!(

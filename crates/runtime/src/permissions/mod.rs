@@ -87,15 +87,7 @@ impl Permissions {
         if self.mode == Approval::Plan && !reading {
             return Check::Refuse(format!("{PLAN}: the tool `{name}` is not run in it"));
         }
-        let argv: Vec<String> = arguments
-            .get("argv")
-            .and_then(|a| a.as_array())
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let argv = argv_of(arguments);
         let mut actions = vec![Action::Tool(name)];
         let path = arguments.get("path").and_then(|p| p.as_str());
         if let (true, Some(p)) = (reading, path) {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::store::{TrustError, state_dir};
+use super::store::{TrustError, state_dir, write_json};
 use agent_ls_core::permissions::HookConfig;
 
 /// The user's file of trusted hook hashes.
@@ -69,13 +69,7 @@ impl HookTrust {
         } else {
             record.insert(key, hashes.iter().cloned().collect());
         }
-        let write = |e| TrustError::Write(self.path.clone(), e);
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(write)?;
-        let text = serde_json::to_string_pretty(&record).unwrap_or_default();
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(write)?;
-        std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(write)?;
-        tmp.persist(&self.path).map_err(|e| write(e.error))?;
+        write_json(&self.path, &record)?;
         Ok(real)
     }
 }
