@@ -15,6 +15,8 @@
 //!   the prompt section of remembered records within a byte budget.
 //! - `cache`: the response cache's rules: which calls it may answer and how, the exact key's
 //!   material, the near-duplicate scope and the word overlap.
+//! - `permissions`: `[permissions]` rules and their matching (deny, then ask, then allow),
+//!   and the `[[hooks]]` entry.
 //! - `syntax` and `repomap`: tree-sitter parsing, tags and the ranking behind the repo map.
 
 pub mod agent;

@@ -8,6 +8,8 @@
 //! - `tests_run`: choosing a test command and running it as a cancellable process group.
 //! - `store` (SQLite), `journal` (JSONL per run), `lock` (one run per workspace), `steps`.
 //! - `trust`: trusted folders, protected paths, the sandbox, the static scan of a change.
+//! - `permissions`: the rules and the mode as one check; `hooks`: commands run at a run's
+//!   check points (`hooks::Gate`, which the driver calls).
 //! - `config`: layered configuration; `files`: workspace paths and atomic writes.
 //! - `git`: checkpoints of the working tree, a run's diff and its rollback, via `git`.
 //! - `child`: the clean signal state every process we start begins with; `clock`: now in
