@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 use agent_ls::cli::setup::or_exit_1;
 use agent_ls::cli::{
-    apply, batch, cache, commit, config, doctor, git, headless, memory, review, runs, serve, stats,
-    trust, undo,
+    apply, batch, cache, commit, config, doctor, git, headless, hooks, memory, review, runs, serve,
+    stats, trust, undo,
 };
 use agent_ls_runtime::drive::ReviewTarget;
 use agent_ls_runtime::trust::Decision;
@@ -117,6 +117,21 @@ enum Command {
         workspace: Option<PathBuf>,
         /// Print JSON.
         #[arg(long, global = true)]
+        json: bool,
+    },
+    /// Hooks (docs/hooks.md): list them, or trust the workspace's by their exact content.
+    Hooks {
+        #[command(flatten)]
+        args: hooks::Args,
+    },
+    /// The approval mode and the permission rules in effect, in the order they are checked
+    /// (docs/permissions.md).
+    Permissions {
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
         json: bool,
     },
     /// Figures per run and over all runs: tokens, model time, test time, iterations, pass
@@ -326,6 +341,8 @@ fn dispatch(command: Command) -> ExitCode {
             workspace,
             json,
         } => or_exit_1(cache::run(action, workspace, json)),
+        Command::Hooks { args } => or_exit_1(hooks::run(args)),
+        Command::Permissions { workspace, json } => or_exit_1(hooks::permissions(workspace, json)),
         Command::Trust { dir } => or_exit_1(trust::run(dir, Decision::Trusted)),
         Command::Untrust { dir } => or_exit_1(trust::run(dir, Decision::Unknown)),
         Command::Doctor { workspace, json } => or_exit_1(doctor::run(workspace, json)),

@@ -9,6 +9,7 @@ pub mod config;
 pub mod doctor;
 pub mod git;
 pub mod headless;
+pub mod hooks;
 pub mod memory;
 pub mod review;
 pub mod run;

@@ -320,7 +320,7 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
             source,
         })?;
     let (cfg, chosen, trusted) = configure(&root, &opts)?;
-    let mode = match (opts.mode, cfg.agent.approval) {
+    let mode = match (opts.mode, cfg.agent.approval.for_edits()) {
         (Mode::Ask, Approval::Auto) => Mode::Yes,
         (m, _) => m,
     };

@@ -200,10 +200,10 @@ fn initial_run(s: &mut StartRun) -> (agent_ls_core::agent::Run, Approval, bool) 
     if s.reproduce {
         drive::reproduce_first(&mut settings);
     }
-    let mut approval = s.config.agent.approval;
+    let mut approval = s.config.agent.approval.for_edits();
     if let Some(chosen) = &s.agent {
         chosen.apply(&mut settings);
-        approval = chosen.approval.unwrap_or(approval);
+        approval = chosen.approval.map_or(approval, |a| a.for_edits());
     }
     let run = agent_ls_core::agent::Run::new(&s.goal, settings);
     match s.resume.take() {

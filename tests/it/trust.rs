@@ -137,11 +137,12 @@ fn an_untrusted_workspace_file_runs_nothing_sends_nothing_and_approves_nothing()
         text(&out)
     );
 
-    // Trusted, the workspace's keys apply, but the key still never goes to its server, and
+    // Trusted, the workspace's keys apply (but its approval = "auto"), but the key still never goes to its server, and
     // test.env_allow stays the user's alone.
     let out = cli(home.path(), &["trust", ws_arg], &[]);
     assert!(out.status.success(), "{}", text(&out));
-    let out = run(&["run", "fix the failing tests"]);
+    // A workspace never chooses "auto", trusted or not (docs/permissions.md): --yes approves.
+    let out = run(&["run", "fix the failing tests", "--yes"]);
     trusted_its_keys_apply_but_no_key_reaches_its_server(&out, &evil, ws.path());
 
     // Untrusted again: the workspace's command is left out once more.

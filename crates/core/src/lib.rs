@@ -17,6 +17,8 @@
 //!   material, the near-duplicate scope and the word overlap.
 //! - `instructions` and `skills`: AGENTS.md files joined in a budget (the farthest cut
 //!   first), and skills' front matter, listing and file patterns.
+//! - `permissions`: `[permissions]` rules and their matching (deny, then ask, then allow),
+//!   and the `[[hooks]]` entry.
 //! - `syntax` and `repomap`: tree-sitter parsing, tags and the ranking behind the repo map.
 
 pub mod agent;
@@ -26,6 +28,7 @@ pub mod edit;
 pub mod events;
 pub mod instructions;
 pub mod memory;
+pub mod permissions;
 pub mod repomap;
 pub mod skills;
 pub mod syntax;

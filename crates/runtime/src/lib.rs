@@ -8,6 +8,8 @@
 //! - `tests_run`: choosing a test command and running it as a cancellable process group.
 //! - `store` (SQLite), `journal` (JSONL per run), `lock` (one run per workspace), `steps`.
 //! - `trust`: trusted folders, protected paths, the sandbox, the static scan of a change.
+//! - `permissions`: the rules and the mode as one check; `hooks`: commands run at a run's
+//!   check points (`hooks::Gate`, which the driver calls).
 //! - `config`: layered configuration; `files`: workspace paths and atomic writes.
 //! - `git`: checkpoints of the working tree, a run's diff and its rollback, via `git`.
 //! - `child`: the clean signal state every process we start begins with; `clock`: now in
@@ -23,6 +25,7 @@ pub mod drive;
 pub mod embeddings;
 pub mod files;
 pub mod git;
+pub mod hooks;
 pub mod instructions;
 pub mod journal;
 pub mod lock;
@@ -30,6 +33,7 @@ pub mod logging;
 pub mod mcp_client;
 pub mod memory;
 pub mod model;
+pub mod permissions;
 pub mod queue;
 pub mod repomap;
 pub mod skills;

@@ -98,8 +98,9 @@ impl Loaded {
 pub fn load(inputs: &Inputs) -> Loaded {
     let decision = trust_decision(inputs);
     let trusted = decision == Decision::Trusted;
-    let (layers, mut errors, untrusted) = read_layers(inputs, trusted);
+    let (layers, mut errors, untrusted, taken) = read_layers(inputs, trusted);
     let (mut config, origins) = merge(&layers);
+    super::narrow::finish(&mut config, taken, trusted);
     if let Some(error) = check_default_agent(&mut config, &origins) {
         errors.push(error);
     }
@@ -135,7 +136,16 @@ fn trust_decision(inputs: &Inputs) -> Decision {
 
 /// Every layer that read cleanly, in the order they apply, the errors of the others, and the
 /// workspace file's keys withheld by the trust policy.
-fn read_layers(inputs: &Inputs, trusted: bool) -> (Vec<Layer>, Vec<ConfigError>, Vec<String>) {
+/// The workspace's `[permissions]` and `[[hooks]]` come back apart (`narrow`).
+fn read_layers(
+    inputs: &Inputs,
+    trusted: bool,
+) -> (
+    Vec<Layer>,
+    Vec<ConfigError>,
+    Vec<String>,
+    super::narrow::Taken,
+) {
     let mut layers = Vec::new();
     let mut errors = Vec::new();
     let mut push = |result: Result<Option<Layer>, Vec<ConfigError>>| match result {
@@ -147,12 +157,14 @@ fn read_layers(inputs: &Inputs, trusted: bool) -> (Vec<Layer>, Vec<ConfigError>,
         push(read_file_layer(Source::UserFile(path.clone()), path));
     }
     let mut untrusted = Vec::new();
+    let mut taken = super::narrow::Taken::default();
     if let Some(root) = &inputs.workspace_root {
         let path = root.join(WORKSPACE_FILE);
         push(
             read_file_layer(Source::WorkspaceFile(path.clone()), &path).map(|layer| {
                 layer.map(|mut l| {
                     untrusted = withhold(&mut l.table, trusted);
+                    taken = super::narrow::take(&mut l.table);
                     l
                 })
             }),
@@ -167,7 +179,7 @@ fn read_layers(inputs: &Inputs, trusted: bool) -> (Vec<Layer>, Vec<ConfigError>,
     if let Some(value) = &inputs.client_settings {
         push(json_layer(Source::ClientSettings, value).map(Some));
     }
-    (layers, errors, untrusted)
+    (layers, errors, untrusted, taken)
 }
 
 /// An agent nobody defines would otherwise run every goal as `build` without a word: the

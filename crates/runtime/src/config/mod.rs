@@ -11,6 +11,7 @@
 
 mod layer;
 mod load;
+mod narrow;
 mod policy;
 mod prompts;
 mod redact;

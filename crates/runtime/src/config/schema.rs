@@ -33,6 +33,15 @@ pub struct Config {
     pub memory: MemoryConfig,
     pub tester: TesterConfig,
     pub cache: CacheConfig,
+    /// Allow, ask and deny rules for edits, reads, commands and tools (docs/permissions.md).
+    pub permissions: agent_ls_core::permissions::PermissionsConfig,
+    /// Commands run at points of a run (docs/hooks.md).
+    pub hooks: Vec<agent_ls_core::permissions::HookConfig>,
+    /// The workspace file's `[permissions]` and `[[hooks]]`, kept apart from the user's: it
+    /// may only narrow, and its hooks run once trusted by hash. Filled in when the layers are
+    /// merged.
+    #[serde(skip)]
+    pub workspace_rules: agent_ls_core::permissions::WorkspaceRules,
     /// Model server addresses a workspace file named (in a trusted folder): no API key is ever
     /// sent to them. Not a configuration key; filled in when the layers are merged.
     #[serde(skip)]
@@ -54,6 +63,23 @@ pub enum Approval {
     Prompt,
     /// Apply without asking.
     Auto,
+    /// Read only: no change is applied and no command runs (docs/permissions.md).
+    Plan,
+    /// Edits are applied without asking; only the user's own settings may choose it.
+    #[serde(rename = "accept-edits")]
+    AcceptEdits,
+}
+
+impl Approval {
+    /// How a front end treats an edit under this mode: `accept-edits` applies like `auto`;
+    /// `plan` never gets that far (the driver refuses the change first).
+    pub fn for_edits(self) -> Approval {
+        match self {
+            Approval::AcceptEdits => Approval::Auto,
+            Approval::Plan => Approval::Confirm,
+            other => other,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -115,6 +115,8 @@ struct Going<'o> {
     bad_bytes: Vec<String>,
     /// The run's instruction files and skills (docs/instructions.md, docs/skills.md).
     instructions: crate::instructions::Tracker,
+    /// The permission rules and hooks at the run's check points.
+    gate: crate::hooks::Gate,
 }
 
 /// How a drive begins: a new run, a resumed one, or a review of a given diff.
@@ -259,6 +261,7 @@ impl Drive<'_> {
             map,
             bad_bytes: Vec::new(),
             instructions,
+            gate: crate::hooks::Gate::new(self.config, self.root),
         }
     }
 
@@ -359,14 +362,14 @@ impl Drive<'_> {
             }
             Effect::RunTools(calls) => {
                 g.instructions.saw(&calls);
-                let tools = (g.offered.as_slice(), &g.mcp);
+                let tools = (g.offered.as_slice(), &g.mcp, &g.gate);
                 self.run_tools(calls, shell, &mut g.observer, tools, &mut g.last_tests)
                     .await
             }
             Effect::Locate(plan) => self.locate(&plan, shell).await,
             Effect::AskApproval { changes, diff } => {
                 g.trail.proposed(&diff);
-                self.approve(run, &changes, &diff, shell, &mut g.observer)
+                self.approve(run, &changes, &diff, shell, (&mut g.observer, &g.gate))
                     .await
             }
             Effect::Apply(changes) => self.write(run, &changes, shell, g).await,
@@ -504,6 +507,10 @@ impl Drive<'_> {
             .await;
         let checkpoint = going.git.id();
         let status = RunStatus::from_phase(phase);
+        let files = run.files_changed();
+        let status_name = serde_json::to_value(status).unwrap_or_default();
+        let status_name = status_name.as_str().unwrap_or("");
+        going.gate.after_run(status_name, &answer, files).await;
         let t = Instant::now();
         self.remember(run, &going.trail, status, &run_id).await;
         going.map.phases.memory_ms += t.elapsed().as_millis() as u64;
@@ -701,7 +708,7 @@ impl Drive<'_> {
         calls: Vec<crate::model::ToolCall>,
         shell: &mut impl Shell,
         observer: &mut Observer<'_>,
-        (allowed, mcp): (&[String], &crate::mcp_client::McpTools),
+        (allowed, mcp, gate): (&[String], &crate::mcp_client::McpTools, &crate::hooks::Gate),
         last_tests: &mut Option<RunResult>,
     ) -> Event {
         use crate::tools::{Limits, Output};
@@ -714,12 +721,20 @@ impl Drive<'_> {
             buffers: shell.buffers().into_iter().collect(),
             diagnostics: diagnostics_of(last_tests.as_ref()),
         });
+        let mut refused = Vec::with_capacity(calls.len());
+        for call in &calls {
+            let why = gate.before_call(&call.name, &call.arguments).await;
+            refused.push(why.map(Output::error));
+            gate.take_reports().iter().for_each(|m| shell.warn(m));
+        }
         let reads: Vec<_> = calls
             .iter()
-            .map(|call| {
+            .zip(&refused)
+            .map(|(call, refused)| {
                 let reading = agent_ls_core::agent::agents::READ_TOOLS
                     .contains(&call.name.as_str())
-                    && allowed.contains(&call.name);
+                    && allowed.contains(&call.name)
+                    && refused.is_none();
                 reading.then(|| self.read_tool(call.clone(), snapshot.clone(), limits))
             })
             .collect();
@@ -733,9 +748,10 @@ impl Drive<'_> {
             pending.into_iter().zip(outputs).collect();
         let mut results = Vec::with_capacity(calls.len());
         for (i, call) in calls.into_iter().enumerate() {
-            let (out, took) = match by_index.remove(&i) {
-                Some(r) => r,
-                None => {
+            let (mut out, took) = match (by_index.remove(&i), refused[i].take()) {
+                (Some(r), _) => r,
+                (None, Some(why)) => (why, Duration::ZERO),
+                (None, None) => {
                     let started = Instant::now();
                     let out = self
                         .run_tool(&call, shell, (allowed, mcp), &limits, last_tests)
@@ -743,6 +759,13 @@ impl Drive<'_> {
                     (out, started.elapsed())
                 }
             };
+            let after = gate
+                .after_call(&call.name, &call.arguments, &out.text)
+                .await;
+            gate.take_reports().iter().for_each(|m| shell.warn(m));
+            if let Some(why) = after {
+                out.text = format!("{}\n\nA hook says: {why}", out.text);
+            }
             observer.tool(&call, &out, took);
             results.push((call, out.text));
         }
@@ -844,18 +867,10 @@ impl Drive<'_> {
                 _ => Ok(None),
             },
             "run_command" => {
-                let argv: Option<Vec<String>> = call
-                    .arguments
-                    .get("argv")
-                    .and_then(|a| a.as_array())
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(String::from))
-                            .collect()
-                    });
-                match argv {
-                    Some(a) if !a.is_empty() => Ok(Some(a)),
-                    _ => Err(Output::error("`argv` must be a non-empty list of strings")),
+                let argv = agent_ls_core::permissions::argv_of(&call.arguments);
+                match argv.is_empty() {
+                    false => Ok(Some(argv)),
+                    true => Err(Output::error("`argv` must be a non-empty list of strings")),
                 }
             }
             other => Err(Output::error(format!(
@@ -878,12 +893,24 @@ impl Drive<'_> {
         changes: &[FileChange],
         diff: &str,
         shell: &mut impl Shell,
-        observer: &mut Observer<'_>,
+        (observer, gate): (&mut Observer<'_>, &crate::hooks::Gate),
     ) -> Event {
         if self.cancel.is_cancelled() {
             return Event::Cancel;
         }
         let mut review = review(changes);
+        let before = gate.before_change(changes, diff).await;
+        gate.take_reports().iter().for_each(|m| shell.warn(m));
+        match before {
+            crate::hooks::ChangeGate::Refuse(why) => {
+                shell.warn(&why);
+                observer.approval(run.iterations(), false, changes);
+                return Event::Refused(why);
+            }
+            // An ask rule makes the file one the user must name, as a protected file is.
+            crate::hooks::ChangeGate::Ask(asks) => review.protected.extend(asks),
+            crate::hooks::ChangeGate::Go => {}
+        }
         // A change the gate sent back: its preview and question name what it is to fix.
         if let Some(sent) = agent::review::sent_back(run.settings().review, run.last_review()) {
             review.fixes = sent
@@ -899,6 +926,9 @@ impl Drive<'_> {
                 .collect();
         }
         observer.patch(changes, diff, &review);
+        let asked = !review.is_clean();
+        gate.approval_needed(changes, asked).await;
+        gate.take_reports().iter().for_each(|m| shell.warn(m));
         let verdict = shell.approve(changes, diff, &review).await;
         observer.approval(run.iterations(), verdict == Verdict::Approved, changes);
         if self.cancel.is_cancelled() {

@@ -3,6 +3,7 @@
 //! user naming them (`protected`); the sandbox every command runs in (`sandbox`); and the
 //! risky constructs a proposed change introduces (`scan`).
 
+pub mod hooks;
 pub mod limits;
 pub mod privileges;
 pub mod protected;

@@ -108,15 +108,22 @@ impl TrustStore {
             }
             Decision::Unknown => {}
         }
-        let write = |e| TrustError::Write(self.path.clone(), e);
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(write)?;
-        let text = serde_json::to_string_pretty(&record).unwrap_or_default();
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(write)?;
-        std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(write)?;
-        tmp.persist(&self.path).map_err(|e| write(e.error))?;
+        write_json(&self.path, &record)?;
         Ok(real)
     }
+}
+
+/// Writes `value` as JSON to `path` at once (a temporary file renamed over it), so a reader
+/// never sees half a trust file.
+pub(super) fn write_json(path: &Path, value: &impl Serialize) -> Result<(), TrustError> {
+    let write = |e| TrustError::Write(path.to_path_buf(), e);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(write)?;
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(write)?;
+    std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(write)?;
+    tmp.persist(path).map_err(|e| write(e.error))?;
+    Ok(())
 }
 
 #[cfg(test)]
