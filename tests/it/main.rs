@@ -38,6 +38,7 @@ mod one_way;
 mod parsers;
 mod proc_secrets;
 mod processes;
+mod project_lsp;
 mod protocol;
 mod queue;
 mod real_model;

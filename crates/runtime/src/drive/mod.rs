@@ -11,6 +11,7 @@
 mod checkpoint;
 mod dev_dependency;
 mod driver;
+mod lsp_check;
 mod map;
 mod observer;
 mod recall;
@@ -83,6 +84,10 @@ pub struct Outcome {
     /// when nobody was asked.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub decision: Option<agent::review::Decision>,
+    /// The errors the project's language server found in the run's edits and sent back to
+    /// the model (docs/project-lsp.md), as `path:line:column: error: message`.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub edit_errors: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
@@ -111,6 +116,8 @@ struct Going<'o> {
     trail: recall::Trail,
     /// The run's repo map and its phase timings.
     map: map::RunMap,
+    /// The project's language servers, which check each applied edit.
+    lsp: lsp_check::RunServers,
 }
 
 /// How a drive begins: a new run, a resumed one, or a review of a given diff.
@@ -220,11 +227,15 @@ impl Drive<'_> {
             shell.warn(&w);
         }
         let mut map = map::RunMap::start(self.root, text_buffers(shell));
+        let mut lsp = self.run_servers(shell);
+        if run.agent().kind == agent::AgentKind::Build && !resumed {
+            let goal_files = self.named_files(run.goal(), None);
+            self.errors_before(&goal_files, &mut lsp, shell, &mut observer)
+                .await;
+        }
         let t = Instant::now();
-        hand_in(
-            run,
-            Input::Context(self.context(run, None, shell, &mut map)),
-        );
+        let context = self.context(run, None, shell, &mut map);
+        hand_in(run, Input::Context(lsp.with_before(context)));
         map.phases.context_ms = t.elapsed().as_millis() as u64;
         Going {
             observer,
@@ -237,6 +248,7 @@ impl Drive<'_> {
             run_id: run_id.to_string(),
             trail: recall::Trail::new(self),
             map,
+            lsp,
         }
     }
 
@@ -269,10 +281,8 @@ impl Drive<'_> {
                 Event::TestsFinished(t) => Some(t.report.clone()),
                 _ => None,
             };
-            hand_in(
-                run,
-                Input::Context(self.context(run, latest.as_deref(), shell, &mut going.map)),
-            );
+            let context = self.context(run, latest.as_deref(), shell, &mut going.map);
+            hand_in(run, Input::Context(going.lsp.with_before(context)));
             queue.extend(agent::step(run, event));
             going.observer.phase(run);
         }
@@ -337,7 +347,15 @@ impl Drive<'_> {
                 let id = g.run_id.clone();
                 self.checkpoint_before_write(&id, (&mut g.git, &mut g.observer), shell)
                     .await;
-                self.apply(run, &changes, shell).await
+                let mark = Self::editor_mark(&g.lsp);
+                match self.apply(run, &changes, shell).await {
+                    Event::Applied => {
+                        let (lsp, observer) = (&mut g.lsp, &mut g.observer);
+                        self.check_applied(run, (&changes, mark), lsp, shell, observer)
+                            .await
+                    }
+                    other => other,
+                }
             }
             Effect::DiffRun { files } => self.run_diff(&g.git, files).await,
             Effect::TryTests(plan) => {
@@ -459,9 +477,12 @@ impl Drive<'_> {
             mut failure_kind,
             mcp,
             mut map,
+            lsp,
             ..
         } = going;
         mcp.shutdown().await;
+        let edit_errors = lsp.reported.clone();
+        lsp.servers.shutdown().await;
         map.phases.end_ms = ended.elapsed().as_millis() as u64;
         observer.phases(&map.finish_phases());
         if run.partial() {
@@ -491,6 +512,7 @@ impl Drive<'_> {
             review: run.last_review().cloned(),
             tester: run.tester_record().cloned(),
             decision: None,
+            edit_errors,
         }
     }
 

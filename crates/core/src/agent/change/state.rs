@@ -24,6 +24,10 @@ pub(crate) struct Change {
     /// A hash of each applied change.
     #[serde(default)]
     pub(super) edit_history: Vec<u64>,
+    /// Rounds in a row spent on the language server's errors (reset by a clean edit). Not in
+    /// the checkpoint, whose shape stays as it was: a resumed run counts afresh.
+    #[serde(skip)]
+    pub(super) error_rounds: u32,
 }
 
 impl Change {
