@@ -474,6 +474,7 @@ fn ended_early(run_id: String, why: String, started: Instant) -> Outcome {
         review: None,
         tester: None,
         decision: None,
+        edit_errors: Vec::new(),
     }
 }
 

@@ -130,4 +130,6 @@ pub struct Connection {
     pub support: EditSupport,
     pub progress: bool,
     pub written_under: WrittenUnder,
+    /// The editor's forwarded diagnostics, when the client forwards them.
+    pub forwarded: Option<std::sync::Arc<agent_ls_runtime::lsp_client::Forwarded>>,
 }

@@ -167,6 +167,30 @@ impl tower_lsp_server::ls_types::request::Request for SaveFiles {
     const METHOD: &'static str = SAVE_FILES;
 }
 
+/// Notification `agent-ls/editorDiagnostics` from the client: the editor's own diagnostics
+/// of one file (its other language servers'), forwarded by the agent-ls add-on, so that a
+/// run checks its edits with them and starts no language server of its own
+/// (docs/project-lsp.md). A client that sends it says so in its capabilities:
+/// `experimental.agentLs.forwardsDiagnostics = true`.
+pub const EDITOR_DIAGNOSTICS: &str = "agent-ls/editorDiagnostics";
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct EditorDiagnosticsParams {
+    pub uri: Uri,
+    #[serde(default)]
+    pub diagnostics: Vec<tower_lsp_server::ls_types::Diagnostic>,
+}
+
+/// Whether the client declared that it forwards its diagnostics (`agent-ls/editorDiagnostics`).
+pub fn forwards_diagnostics(capabilities: &tower_lsp_server::ls_types::ClientCapabilities) -> bool {
+    capabilities
+        .experimental
+        .as_ref()
+        .and_then(|e| e.pointer("/agentLs/forwardsDiagnostics"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
+}
+
 /// Notification `agent-ls/runEvent` from the server: one thing that happened in an agent run
 /// (the journal's line with its iteration, a streamed token, or the step an applied change
 /// became), for the editors' run views. Ordered with every other message.

@@ -80,6 +80,7 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
     })
     .custom_method(ext::DOCUMENT_STATE, Backend::document_state)
     .custom_method(ext::CONFIGURATION, Backend::configuration)
+    .custom_method(ext::EDITOR_DIAGNOSTICS, Backend::editor_diagnostics)
     .finish();
 
     // stdin is read by one thread: each message is parsed once there, document
@@ -201,6 +202,11 @@ impl Backend {
             })
         })
         .await
+    }
+
+    /// The editor's forwarded diagnostics of a file, kept by the session for the runs.
+    async fn editor_diagnostics(&self, params: ext::EditorDiagnosticsParams) {
+        self.session.send(Event::EditorDiagnostics(params));
     }
 
     async fn configuration(&self) -> Result<ext::Configuration> {

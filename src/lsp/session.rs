@@ -19,8 +19,8 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tower_lsp_server::ls_types::{
-    ClientCapabilities, DidChangeTextDocumentParams, InitializeParams, MessageType, NumberOrString,
-    Uri,
+    ClientCapabilities, DiagnosticSeverity, DidChangeTextDocumentParams, InitializeParams,
+    MessageType, NumberOrString, Uri,
 };
 use tracing::{debug, error, info, warn};
 
@@ -116,6 +116,8 @@ pub enum Event {
     },
     /// The client's `initialized`: questions may be asked now.
     Initialized,
+    /// The editor's own diagnostics of a file (`agent-ls/editorDiagnostics`).
+    EditorDiagnostics(ext::EditorDiagnosticsParams),
     /// The user answered the trust question, and the answer is recorded.
     TrustDecided(agent_ls_runtime::trust::Decision),
     /// agent-ls.cancel: the test run and the agent run in progress.
@@ -250,6 +252,9 @@ pub struct Session {
     reloading: bool,
     documents: HashMap<Uri, Buffer>,
     capabilities: ClientCapabilities,
+    /// The editor's forwarded diagnostics (`agent-ls/editorDiagnostics`), which its runs check
+    /// their edits with when the client declared it forwards them.
+    forwarded: std::sync::Arc<agent_ls_runtime::lsp_client::Forwarded>,
     tests: TestRuns,
     /// The latest review's findings, as diagnostics.
     review: ReviewDiagnostics,
@@ -296,6 +301,7 @@ impl Session {
             reloading: false,
             documents: HashMap::new(),
             capabilities: ClientCapabilities::default(),
+            forwarded: Default::default(),
             tests: TestRuns::default(),
             review: Default::default(),
             active: None,
@@ -429,6 +435,7 @@ impl Session {
             Event::ConfigLoaded { generation, loaded } => self.config_loaded(generation, *loaded),
             Event::ConfigFailed { generation, why } => self.config_failed(generation, why),
             Event::Initialized => self.ask_trust(),
+            Event::EditorDiagnostics(p) => self.editor_diagnostics(p),
             Event::TrustDecided(decision) => self.trust_decided(decision),
             Event::Tests(m) => self.test_message(m),
             Event::Agent(m) => self.agent_message(m),
@@ -856,7 +863,37 @@ impl Session {
             },
             progress: progress_supported(&self.capabilities),
             written_under: self.written_under.clone(),
+            forwarded: ext::forwards_diagnostics(&self.capabilities)
+                .then(|| self.forwarded.clone()),
         })
+    }
+
+    /// Keeps the editor's errors of a workspace file for the runs' checks.
+    fn editor_diagnostics(&mut self, params: ext::EditorDiagnosticsParams) {
+        let Some(root) = &self.workspace_root else {
+            return;
+        };
+        let Some(path) = convert::path_from_uri(&params.uri)
+            .and_then(|p| Some(p.strip_prefix(root).ok()?.to_string_lossy().into_owned()))
+        else {
+            return;
+        };
+        let errors = params
+            .diagnostics
+            .into_iter()
+            .filter(|d| d.severity.is_none_or(|s| s == DiagnosticSeverity::ERROR))
+            .map(|d| agent_ls_runtime::lsp_client::FileError {
+                path: path.clone(),
+                line: d.range.start.line,
+                character: d.range.start.character,
+                message: d.message,
+                code: d.code.map(|c| match c {
+                    NumberOrString::Number(n) => n.to_string(),
+                    NumberOrString::String(s) => s,
+                }),
+            })
+            .collect();
+        self.forwarded.publish(&path, errors);
     }
 
     /// Starts undoing (or redoing) a step; refuses while a run goes on or when there is

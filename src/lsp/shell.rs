@@ -667,6 +667,16 @@ impl Shell for ServerShell {
         Ok(())
     }
 
+    fn editor_diagnostics(
+        &self,
+    ) -> Option<std::sync::Arc<agent_ls_runtime::lsp_client::Forwarded>> {
+        // A run in a worktree of its own edits files the editor does not show.
+        self.on_disk
+            .is_none()
+            .then(|| self.c.forwarded.clone())
+            .flatten()
+    }
+
     fn buffers(&self) -> Vec<(String, FileText)> {
         self.snapshot
             .keys()

@@ -41,6 +41,7 @@ mod parsers;
 mod permissions;
 mod proc_secrets;
 mod processes;
+mod project_lsp;
 mod protocol;
 mod queue;
 mod real_model;

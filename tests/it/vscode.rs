@@ -150,6 +150,11 @@ fn replay_for(name: &str, ws: &std::path::Path) -> String {
                 serde_json::json!({"role": "tester", "content": answer.to_string()})
             )
         }
+        "typescript" => {
+            typescript_project(ws);
+            let coder = |from: &str, to: &str| serde_json::json!({"role": "coder", "content": format!("calc.ts\n<<<<<<< SEARCH\n  return {from};\n=======\n  return {to};\n>>>>>>> REPLACE\n")});
+            support::replay_script(&[coder("a - b", "a + c"), coder("a + c", "a + b")])
+        }
         "accept" => format!("{FIX}{passed}\n"),
         _ => FIX.to_string(),
     }
@@ -205,6 +210,31 @@ fn run_e2e(
         "failed checks (screenshot and logs in target/vscode-e2e/): {failed:#?}\n{said}"
     );
     checks
+}
+
+/// Replaces the Python example in `ws` by a TypeScript one whose `add` subtracts, tested by
+/// Node's own runner (Node 24 runs TypeScript as it is).
+fn typescript_project(ws: &std::path::Path) {
+    for f in ["calc.py", "test_calc.py"] {
+        let _ = std::fs::remove_file(ws.join(f));
+    }
+    let files = [
+        (
+            "calc.ts",
+            "export function add(a: number, b: number): number {\n  return a - b;\n}\n",
+        ),
+        (
+            "calc.test.ts",
+            "import { test } from 'node:test';\nimport assert from 'node:assert';\nimport { add } from './calc.ts';\n\ntest('add', () => {\n  assert.strictEqual(add(2, 3), 5);\n});\n",
+        ),
+        (
+            "tsconfig.json",
+            r#"{"compilerOptions": {"strict": true, "noEmit": true, "module": "nodenext", "allowImportingTsExtensions": true}}"#,
+        ),
+    ];
+    for (name, text) in files {
+        std::fs::write(ws.join(name), text).unwrap();
+    }
 }
 
 const EXPLAIN: &str = "{\"role\": \"coder\", \"content\": \"`add` is meant to sum its arguments.\\n\\nIt subtracts instead:\\n\\n- `add(2, 3)` gives -1\\n- the tests expect 5\\n\"}\n";
@@ -349,4 +379,18 @@ fn the_failing_test_code_action_creates_the_test_file_and_undo_removes_it_in_rea
     };
     // Install, status bar, the action offered, the file, the fix, done, the two undos.
     assert!(checks.len() >= 8, "{checks:#?}");
+}
+
+#[test]
+fn vs_codes_own_typescript_errors_check_the_agents_edit_with_no_server_spawned() {
+    // Every check is in the script: the forwarded error went back to the model, the fix
+    // followed before any test ran, and no language server of agent-ls's own started.
+    let Some(checks) = scenario("typescript") else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "agent-ls started no language server of its own")
+    );
 }

@@ -114,6 +114,15 @@ pub enum RunEvent {
         class: String,
         reason: String,
     },
+    /// The project's language server read the goal's files before the first edit
+    /// (`before_edit`: the errors already there), or checked an applied edit (the errors it
+    /// introduced, which went to the model), and how long that waited (docs/project-lsp.md).
+    Diagnostics {
+        files: Vec<String>,
+        errors: Vec<String>,
+        before_edit: bool,
+        wait_ms: u64,
+    },
     /// A tool the coder called.
     ToolCall(ToolCall),
     /// What a tool answered: `text` is its head, `bytes` its whole size.
@@ -284,6 +293,7 @@ impl RunEvent {
             | RunEvent::Iteration { .. }
             | RunEvent::Patch { .. }
             | RunEvent::Repair { .. }
+            | RunEvent::Diagnostics { .. }
             | RunEvent::Finished { .. }
             | RunEvent::Checkpoint { .. }
             | RunEvent::Memory { .. }
@@ -310,6 +320,7 @@ impl RunEvent {
             RunEvent::Tester(_) => "tester",
             RunEvent::Patch { .. } => "patch",
             RunEvent::Repair { .. } => "repair",
+            RunEvent::Diagnostics { .. } => "diagnostics",
             RunEvent::ToolCall(_) => "tool_call",
             RunEvent::ToolResult { .. } => "tool_result",
             RunEvent::Approval { .. } => "approval",

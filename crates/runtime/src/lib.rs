@@ -5,6 +5,7 @@
 //! - `drive`: the effect loop shared by every surface, the run's recorder, run setup.
 //! - `model`: providers (OpenAI-compatible, Anthropic, replay), retries, usage and cost.
 //! - `tools`: what the model may call to find its way; `mcp_client`: other servers' tools.
+//! - `lsp_client`: the project's own language servers, which check each applied edit.
 //! - `tests_run`: choosing a test command and running it as a cancellable process group.
 //! - `store` (SQLite), `journal` (JSONL per run), `lock` (one run per workspace), `steps`.
 //! - `trust`: trusted folders, protected paths, the sandbox, the static scan of a change.
@@ -30,6 +31,7 @@ pub mod instructions;
 pub mod journal;
 pub mod lock;
 pub mod logging;
+pub mod lsp_client;
 pub mod mcp_client;
 pub mod memory;
 pub mod model;

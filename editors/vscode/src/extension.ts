@@ -28,6 +28,7 @@ import {
   WorkDoneProgressReport,
 } from 'vscode-languageclient/node';
 import { RunChoice, gitAction, offerActions, offerWorktree, pickRun, rollback, runIdOf } from './gitActions';
+import { forwardDiagnostics } from './diagnostics';
 import { isDiff, isLong, questionParts } from './messages';
 import { RunEvent, figures, worktreeElsewhere } from './runs';
 import { RunView } from './runView';
@@ -148,6 +149,9 @@ export async function deactivate(): Promise<void> {
   client = undefined;
 }
 
+/** The forwarding of VS Code's diagnostics to the running client. */
+let forwarding: vscode.Disposable | undefined;
+
 async function start(): Promise<void> {
   const command = serverPath();
   if (!command) {
@@ -261,6 +265,9 @@ async function start(): Promise<void> {
   try {
     await client.start();
     output.info(`started ${command}`);
+    // VS Code's own diagnostics check the agent's edits (docs/project-lsp.md).
+    forwarding?.dispose();
+    forwarding = forwardDiagnostics(client);
   } catch (e) {
     vscode.window.showErrorMessage(`agent-ls: the server did not start: ${message(e)}`);
   }
@@ -524,8 +531,12 @@ class ProgressWatcher implements StaticFeature {
     experimental?: Record<string, unknown>;
   }): void {
     capabilities.window = { ...capabilities.window, workDoneProgress: true };
-    // Our own: the extension answers agent-ls/saveFiles (docs/lsp-extensions.md).
-    capabilities.experimental = { ...capabilities.experimental, agentLs: { saveFiles: true } };
+    // Our own: the extension answers agent-ls/saveFiles and forwards VS Code's diagnostics
+    // as agent-ls/editorDiagnostics (docs/lsp-extensions.md).
+    capabilities.experimental = {
+      ...capabilities.experimental,
+      agentLs: { saveFiles: true, forwardsDiagnostics: true },
+    };
   }
   initialize(): void {
     const c = client;

@@ -93,6 +93,26 @@ fs.writeFileSync(
     ...(scenario === 'broken'
       ? { 'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false }, test: { command: ['python3', '-m', 'no_such_runner'], allowlist: ['python3 -m no_such_runner'] } } }
       : {}),
+    // A TypeScript project checked by VS Code's own TypeScript support, forwarded to agent-ls:
+    // the server that would be started instead writes a file, which must never appear.
+    ...(scenario === 'typescript'
+      ? {
+          'agentLs.approval': 'auto',
+          'agentLs.settings': {
+            model: { provider: 'replay', replay_file: '.replay.jsonl' },
+            agent: { evaluate: false, review: 'off' },
+            // Node 24, which runs TypeScript as it is (the machine's node may be older), reporting in TAP.
+            test: {
+              command: [path.join(env('NODE24'), 'node'), '--test', '--test-reporter=tap', 'calc.test.ts'],
+              allowlist: [`${path.join(env('NODE24'), 'node')} --test`],
+            },
+            lsp_servers: {
+              wait_ms: 30000,
+              servers: { typescript: { command: ['node', '-e', "require('fs').writeFileSync('spawned', '')"], patterns: ['*.ts'] } },
+            },
+          },
+        }
+      : {}),
     'agentLs.log.level': 'debug',
     'workbench.startupEditor': 'none',
     'files.hotExit': 'off',
@@ -128,11 +148,12 @@ try {
   check('the status bar shows agent-ls', true, await bar.innerText());
 
   // Open the file the agent will fix, as a user would (Quick Open).
+  const typescript = scenario === 'typescript';
   await page.keyboard.press('Control+P');
-  await page.keyboard.type('calc.py');
+  await page.keyboard.type(typescript ? 'calc.ts' : 'calc.py');
   await page.waitForSelector('.quick-input-list .monaco-list-row');
   await page.keyboard.press('Enter');
-  await page.waitForSelector('.monaco-editor .view-lines:has-text("def add")', { timeout: 20000 });
+  await page.waitForSelector(`.monaco-editor .view-lines:has-text("${typescript ? 'function add' : 'def add'}")`, { timeout: 20000 });
 
   const palette = async (title) => {
     for (let attempt = 0; attempt < 3; attempt++) {
@@ -216,6 +237,34 @@ try {
     const tabs = await page.locator('.tabs-container .tab').allInnerTexts();
     check('beside the code, which stays open', tabs.some((t) => t.replace(/\s+/g, '').includes('calc.py')), JSON.stringify(tabs));
     check('nothing was edited', fs.readFileSync(path.join(ws, 'calc.py'), 'utf8').includes('return a - b'));
+    throw new Done();
+  }
+
+  if (scenario === 'typescript') {
+    // The first edit uses a name that does not exist: VS Code's TypeScript support reports it,
+    // the extension forwards it, and the run sends it back to the model, whose next answer
+    // fixes it before any test runs. No language server of agent-ls's own starts.
+    await palette('Agent: Fix Failing Tests');
+    const file = path.join(ws, 'calc.ts');
+    const runs = path.join(ws, '.agent-ls', 'runs');
+    const journal = await until('the run to end', () => {
+      const files = fs.existsSync(runs) ? fs.readdirSync(runs).filter((f) => f.endsWith('.jsonl')) : [];
+      const text = files.map((f) => fs.readFileSync(path.join(runs, f), 'utf8')).join('');
+      return text.includes('"type":"finished"') ? text : false;
+    }, 120000);
+    const lines = journal.split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
+    const finished = lines.find((l) => l.type === 'finished');
+    check('the run is done', finished?.data?.status === 'done', JSON.stringify(finished).slice(0, 400));
+    const checks = lines.filter((l) => l.type === 'diagnostics' && !l.data.before_edit);
+    check('the bad edit came back with VS Code\'s error',
+      checks.length >= 2 && checks[0].data.errors.length === 1 && checks[0].data.errors[0].startsWith('calc.ts:2:') && checks[0].data.errors[0].includes("'c'"),
+      JSON.stringify(checks).slice(0, 600));
+    check('the fixing edit has no new error', checks.at(-1)?.data?.errors?.length === 0, JSON.stringify(checks.at(-1)));
+    const order = lines.filter((l) => l.type === 'test_result' || l.type === 'diagnostics').map((l) => l.type);
+    const firstCheck = order.indexOf('diagnostics');
+    check('no test ran between the bad edit and its fix', order[firstCheck + 1] === 'diagnostics', JSON.stringify(order));
+    check('calc.ts holds the fix', fs.readFileSync(file, 'utf8').includes('return a + b'));
+    check('agent-ls started no language server of its own', !fs.existsSync(path.join(ws, 'spawned')));
     throw new Done();
   }
 

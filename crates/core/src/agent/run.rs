@@ -170,6 +170,10 @@ pub enum Event {
     /// file nobody allowed): it hears why, and tries again.
     Refused(String),
     Applied,
+    /// The change reached the files, and the project's language server reports errors it
+    /// introduced (the report, one `path:line:column: error: message` a line): the coder
+    /// hears them and answers in the same iteration, before any test runs.
+    AppliedWithErrors(String),
     ApplyFailed(String),
     /// The files changed while the change was prepared and it could not be re-located on
     /// the new text: the step is redone on fresh text.

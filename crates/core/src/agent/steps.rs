@@ -22,6 +22,14 @@ pub(super) fn call_coder(run: &mut Run) -> Effect {
     turn::continue_call(run)
 }
 
+/// The coder is asked again within the same iteration (to fix what the language server
+/// found in its edit): no iteration and no retry is spent.
+pub(super) fn call_coder_again(run: &mut Run) -> Effect {
+    run.phase = Phase::Coding;
+    run.turn.begin();
+    turn::continue_call(run)
+}
+
 /// Another attempt at the current task, because of `why`, unless the retries or the
 /// iterations are spent (then the run fails); a warning once 80% of the iterations are used.
 pub(super) fn retry_or_stop(run: &mut Run, why: &str) -> Vec<Effect> {

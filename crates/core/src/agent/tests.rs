@@ -1477,3 +1477,53 @@ fn a_whole_file_write_dropping_most_code_in_a_fix_is_an_elision() {
         );
     }
 }
+
+/// Drives the run through one coder answer up to its applying: the effects of `applied`.
+fn apply_with(run: &mut Run, answer: &str, applied: Event) -> Vec<Effect> {
+    let effects = answered(run, Role::Coder, answer);
+    let Some(Effect::Locate(plan)) = effects.last() else {
+        panic!("no edits: {effects:?}")
+    };
+    step(run, Event::Located(locate(plan)));
+    step(run, Event::Approved);
+    step(run, applied)
+}
+
+#[test]
+fn the_language_servers_new_errors_go_to_the_coder_in_the_same_iteration() {
+    let mut run = fixing(budget(3, 15), "a");
+    let report = "calc.py:2:12: error: \"c\" is not defined".to_string();
+    let e = apply_with(
+        &mut run,
+        &edit_answer("a + c"),
+        Event::AppliedWithErrors(report),
+    );
+    let messages = coder_call(&e);
+    assert!(
+        messages
+            .last()
+            .unwrap()
+            .content
+            .contains("\"c\" is not defined"),
+        "the coder hears the error: {messages:?}"
+    );
+    assert_eq!(run.iterations, 1, "no iteration is spent on the fix");
+    assert_eq!(run.files_changed, vec!["calc.py".to_string()]);
+    let e = apply_with(&mut run, &edit_answer("a + b"), Event::Applied);
+    assert!(matches!(e.last(), Some(Effect::RunTests)), "{e:?}");
+    assert_eq!(run.iterations, 1);
+}
+
+#[test]
+fn errors_the_coder_cannot_fix_let_the_tests_run_after_three_rounds() {
+    let mut run = fixing(budget(3, 15), "a");
+    for round in 0..4 {
+        let e = apply_with(
+            &mut run,
+            &edit_answer(&format!("a + c{round}")),
+            Event::AppliedWithErrors("calc.py:2:12: error: unknown".into()),
+        );
+        let tests = matches!(e.last(), Some(Effect::RunTests));
+        assert_eq!(tests, round == 3, "round {round}: {e:?}");
+    }
+}

@@ -21,6 +21,8 @@ pub const TRUSTED_KEYS: &[&str] = &[
     "roles",
     "agents",
     "mcp",
+    // Starts the named program (a language server) after each edit.
+    "lsp_servers.servers",
     "agent.approval",
     "log.file",
     "sandbox",

@@ -6,6 +6,8 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::redact::DatabaseUrl;
+/// The `[lsp_servers]` section lives beside the client that uses it.
+pub use crate::lsp_client::settings::LspServersConfig;
 /// The `[sandbox]` section is the sandbox's own type: it lives beside the code that applies it.
 pub use crate::trust::sandbox::{SandboxConfig, SandboxMode};
 use agent_ls_core::agent::Evaluation;
@@ -42,6 +44,8 @@ pub struct Config {
     /// merged.
     #[serde(skip)]
     pub workspace_rules: agent_ls_core::permissions::WorkspaceRules,
+    /// The project's language servers, which check each applied edit (docs/project-lsp.md).
+    pub lsp_servers: LspServersConfig,
     /// Model server addresses a workspace file named (in a trusted folder): no API key is ever
     /// sent to them. Not a configuration key; filled in when the layers are merged.
     #[serde(skip)]

@@ -11,6 +11,7 @@
 mod checkpoint;
 mod dev_dependency;
 mod driver;
+mod lsp_check;
 mod map;
 mod observer;
 mod recall;
@@ -83,6 +84,10 @@ pub struct Outcome {
     /// when nobody was asked.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub decision: Option<agent::review::Decision>,
+    /// The errors the project's language server found in the run's edits and sent back to
+    /// the model (docs/project-lsp.md), as `path:line:column: error: message`.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub edit_errors: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
@@ -117,6 +122,8 @@ struct Going<'o> {
     instructions: crate::instructions::Tracker,
     /// The permission rules and hooks at the run's check points.
     gate: crate::hooks::Gate,
+    /// The project's language servers, which check each applied edit.
+    lsp: lsp_check::RunServers,
 }
 
 /// How a drive begins: a new run, a resumed one, or a review of a given diff.
@@ -242,11 +249,15 @@ impl Drive<'_> {
             shell.warn(&w);
         }
         let mut map = map::RunMap::start(self.root, text_buffers(shell));
+        let mut lsp = self.run_servers(shell);
+        if run.agent().kind == agent::AgentKind::Build && !resumed {
+            let goal_files = self.named_files(run.goal(), None);
+            self.errors_before(&goal_files, &mut lsp, shell, &mut observer)
+                .await;
+        }
         let t = Instant::now();
-        hand_in(
-            run,
-            Input::Context(self.context(run, None, shell, &mut map)),
-        );
+        let context = self.context(run, None, shell, &mut map);
+        hand_in(run, Input::Context(lsp.with_before(context)));
         map.phases.context_ms = t.elapsed().as_millis() as u64;
         Going {
             observer,
@@ -262,6 +273,7 @@ impl Drive<'_> {
             bad_bytes: Vec::new(),
             instructions,
             gate: crate::hooks::Gate::new(self.config, self.root),
+            lsp,
         }
     }
 
@@ -294,10 +306,8 @@ impl Drive<'_> {
                 Event::TestsFinished(t) => Some(t.report.clone()),
                 _ => None,
             };
-            hand_in(
-                run,
-                Input::Context(self.context(run, latest.as_deref(), shell, &mut going.map)),
-            );
+            let context = self.context(run, latest.as_deref(), shell, &mut going.map);
+            hand_in(run, Input::Context(going.lsp.with_before(context)));
             if let Some(told) = going.instructions.update(run.files_changed()) {
                 if let Some(cut) = &told.joined.cut {
                     shell.warn(cut);
@@ -372,7 +382,17 @@ impl Drive<'_> {
                 self.approve(run, &changes, &diff, shell, (&mut g.observer, &g.gate))
                     .await
             }
-            Effect::Apply(changes) => self.write(run, &changes, shell, g).await,
+            Effect::Apply(changes) => {
+                let mark = Self::editor_mark(&g.lsp);
+                match self.write(run, &changes, shell, g).await {
+                    Event::Applied => {
+                        let (lsp, observer) = (&mut g.lsp, &mut g.observer);
+                        self.check_applied(run, (&changes, mark), lsp, shell, observer)
+                            .await
+                    }
+                    other => other,
+                }
+            }
             Effect::DiffRun { files } => self.run_diff(&g.git, files).await,
             Effect::TryTests(plan) => {
                 let tried = trial::try_tests(self.root, self.config, self.cancel, &plan).await;
@@ -520,9 +540,12 @@ impl Drive<'_> {
             mut failure_kind,
             mcp,
             mut map,
+            lsp,
             ..
         } = going;
         mcp.shutdown().await;
+        let edit_errors = lsp.reported.clone();
+        lsp.servers.shutdown().await;
         map.phases.end_ms = ended.elapsed().as_millis() as u64;
         observer.phases(&map.finish_phases());
         if run.partial() {
@@ -552,6 +575,7 @@ impl Drive<'_> {
             review: run.last_review().cloned(),
             tester: run.tester_record().cloned(),
             decision: None,
+            edit_errors,
         }
     }
 

@@ -55,6 +55,12 @@ pub trait Shell {
             self.progress(report);
         }
     }
+    /// The editor's own diagnostics, when its add-on forwards them (`agent-ls/diagnostics`,
+    /// docs/project-lsp.md): the run then checks its edits with them and starts no language
+    /// server of its own.
+    fn editor_diagnostics(&self) -> Option<std::sync::Arc<crate::lsp_client::Forwarded>> {
+        None
+    }
     /// Called before each step, so `read` sees the latest text (the server takes a fresh
     /// snapshot of the editor's buffers here).
     async fn refresh(&mut self) {}

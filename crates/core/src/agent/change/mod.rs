@@ -8,7 +8,7 @@ mod undo;
 
 pub(super) use state::Change;
 
-use super::steps::{fail, retry_or_stop};
+use super::steps::{call_coder_again, fail, retry_or_stop};
 use super::{Effect, Event, Phase, Run, reproduce};
 use crate::edit::{EditPlan, EditStatus, FileChange, PlanOutcome, elision, verify};
 
@@ -257,32 +257,12 @@ pub(super) fn on_approving(run: &mut Run, event: Event) -> Vec<Effect> {
     }
 }
 
-/// The change reached the files (the tests are next), failed, or met text that moved on.
+/// The change reached the files (the tests are next, unless the language server found
+/// errors it introduced), failed, or met text that moved on.
 pub(super) fn on_applying(run: &mut Run, event: Event) -> Vec<Effect> {
     match event {
-        Event::Applied => {
-            let pending = std::mem::take(&mut run.change.pending);
-            run.change.edit_history.push(diff_hash(&pending));
-            remember_originals(run, &pending);
-            for c in &pending {
-                if !run.files_changed.contains(&c.path) {
-                    run.files_changed.push(c.path.clone());
-                }
-            }
-            if let Some(why) = damaged(run, &pending) {
-                return damage(run, why);
-            }
-            if let Some(why) = run.change.undoing.take() {
-                run.feedback.push(undo::told(&why, &pending));
-                return retry_or_stop(run, "the change made things worse");
-            }
-            run.change.last_applied = pending;
-            run.phase = Phase::Testing;
-            vec![
-                Effect::Progress("running the tests".into()),
-                Effect::RunTests,
-            ]
-        }
+        Event::Applied => on_applied(run, None),
+        Event::AppliedWithErrors(report) => on_applied(run, Some(report)),
         Event::ApplyFailed(why) => fail(run, format!("the change could not be applied: {why}")),
         Event::Stale(why) => {
             run.change.pending.clear();
@@ -334,6 +314,69 @@ fn damage(run: &mut Run, why: String) -> Vec<Effect> {
         "the written file is not what the change meant",
     ));
     effects
+}
+
+/// Rounds in a row the coder is sent back to the language server's errors before the tests
+/// run anyway (a server's error the model cannot fix must not hold the run).
+const MAX_ERROR_ROUNDS: u32 = 3;
+
+/// The applied change is the run's: its history, its files. Returns it.
+fn applied(run: &mut Run) -> Vec<FileChange> {
+    let pending = std::mem::take(&mut run.change.pending);
+    run.change.edit_history.push(diff_hash(&pending));
+    remember_originals(run, &pending);
+    for c in &pending {
+        if !run.files_changed.contains(&c.path) {
+            run.files_changed.push(c.path.clone());
+        }
+    }
+    pending
+}
+
+/// The change is on the files: the after-write check first (a damaged file is mended
+/// before anything else), then an undo of a worse change is told to the coder, then the
+/// language server's new errors (`lsp`) go back to the coder, else the tests run.
+fn on_applied(run: &mut Run, lsp: Option<String>) -> Vec<Effect> {
+    let pending = applied(run);
+    if let Some(why) = damaged(run, &pending) {
+        return damage(run, why);
+    }
+    if let Some(why) = run.change.undoing.take() {
+        run.feedback.push(undo::told(&why, &pending));
+        return retry_or_stop(run, "the change made things worse");
+    }
+    run.change.last_applied = pending;
+    if let Some(report) = lsp {
+        return with_errors(run, report);
+    }
+    run.change.error_rounds = 0;
+    run.phase = Phase::Testing;
+    vec![
+        Effect::Progress("running the tests".into()),
+        Effect::RunTests,
+    ]
+}
+
+/// The language server's new errors go to the coder as the edit's result, in the same
+/// iteration; after `MAX_ERROR_ROUNDS` rounds in a row the tests run anyway.
+fn with_errors(run: &mut Run, report: String) -> Vec<Effect> {
+    run.change.error_rounds += 1;
+    if run.change.error_rounds > MAX_ERROR_ROUNDS {
+        run.change.error_rounds = 0;
+        run.phase = Phase::Testing;
+        return vec![
+            Effect::Progress("the language server still reports errors; running the tests".into()),
+            Effect::RunTests,
+        ];
+    }
+    run.feedback.push(format!(
+        "The edit was applied, but the project's language server reports errors it introduced \
+         (the tests have not run). Fix them with a new edit against the current text:\n{report}"
+    ));
+    vec![
+        Effect::Progress("the edit introduced errors; asking the model to fix them".into()),
+        call_coder_again(run),
+    ]
 }
 
 /// Each file of an applied change: its text before the run (kept from its first change) and

@@ -40,6 +40,10 @@ pub(crate) struct Change {
     /// The bytes of the latest answer that were not UTF-8 (`Input::BadBytes`).
     #[serde(skip)]
     pub(super) bad_bytes: Vec<String>,
+    /// Rounds in a row spent on the language server's errors (reset by a clean edit). Not in
+    /// the checkpoint, whose shape stays as it was: a resumed run counts afresh.
+    #[serde(skip)]
+    pub(super) error_rounds: u32,
 }
 
 impl Change {

@@ -1,0 +1,301 @@
+//! The project's own language server checks each applied edit (issue 42,
+//! docs/project-lsp.md), through `agent-ls run --json` with a scripted model and a real
+//! basedpyright (from PyPI; scripts/test installs it and sets AGENT_LS_TEST_BASEDPYRIGHT):
+//! an undefined name comes back as the edit's result and the next answer fixes it before any
+//! test runs; a clean edit adds nothing; errors already there are never new; a server that
+//! hangs costs at most the wait budget; a missing one is one warning.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::{Value, json};
+use support::model_server::{ModelServer, openai_text};
+
+/// basedpyright's language server, or None to skip where it is not installed (with
+/// AGENT_LS_REQUIRE_PROTOCOL_TESTS set, as scripts/test does, that fails instead).
+fn basedpyright() -> Option<String> {
+    match std::env::var("AGENT_LS_TEST_BASEDPYRIGHT") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ if std::env::var_os("AGENT_LS_REQUIRE_PROTOCOL_TESTS").is_some() => {
+            panic!("AGENT_LS_TEST_BASEDPYRIGHT is not set; scripts/test installs basedpyright")
+        }
+        _ => {
+            eprintln!("skipped: AGENT_LS_TEST_BASEDPYRIGHT is not set (pip install basedpyright)");
+            None
+        }
+    }
+}
+
+/// The calc example with the evaluator and the review off, checked in basedpyright's
+/// standard mode (its default "recommended" mode calls unannotated code an error).
+fn example() -> tempfile::TempDir {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\nreview = \"off\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.path().join("pyrightconfig.json"),
+        r#"{"typeCheckingMode": "standard"}"#,
+    )
+    .unwrap();
+    ws
+}
+
+/// A user configuration that runs the tests with pytest and checks edits with `server`
+/// (a command line) within `wait_ms`.
+fn config(server: &[String], wait_ms: u64) -> String {
+    format!(
+        "[test]\ncommand = {}\n\n[lsp_servers]\nwait_ms = {wait_ms}\n\n[lsp_servers.servers.python]\ncommand = {}\npatterns = [\"*.py\"]\n",
+        json!([support::python(), "-m", "pytest", "-q"]),
+        json!(server),
+    )
+}
+
+/// `agent-ls run GOAL --yes --json` under `config`, the model a local server answering
+/// `answers` in turn: the run's output and the requests the model got.
+fn run(ws: &Path, goal: &str, config: &str, answers: &[&str]) -> (Output, Vec<Value>) {
+    let server = ModelServer::start(answers.iter().map(|a| openai_text(&[a])).collect());
+    let home = support::home_with(config);
+    let out = support::cli(&["run", goal, "--yes"], ws, home.path())
+        .env("AGENT_LS_MODEL__PROVIDER", "openai")
+        .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
+        .env("OPENAI_API_KEY", "test-key")
+        .output()
+        .unwrap();
+    let requests = server.requests().into_iter().map(|r| r.body).collect();
+    (out, requests)
+}
+
+/// The run's JSON outcome, which must be done with the tests passing.
+fn done(out: &Output) -> Value {
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout {:?}\nstderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(o["status"], "done", "{o}\n{}", stderr(out));
+    assert_eq!(o["tests"], json!({"passed": 3, "failed": 0}), "{o}");
+    o
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The journal's lines of the kinds the checks are about, in order: `test_result`,
+/// `diagnostics`, the coder's `model_call`s.
+fn sequence(ws: &Path) -> Vec<Value> {
+    support::journal(ws)
+        .into_iter()
+        .filter(|l| {
+            l["type"] == "test_result"
+                || l["type"] == "diagnostics"
+                || (l["type"] == "model_call" && l["role"] == "coder")
+        })
+        .collect()
+}
+
+fn edit(search: &str, replace: &str) -> String {
+    format!("calc.py\n<<<<<<< SEARCH\n{search}\n=======\n{replace}\n>>>>>>> REPLACE\n")
+}
+
+#[test]
+fn an_undefined_name_comes_back_and_the_next_answer_fixes_it_before_any_test_runs() {
+    let Some(server) = basedpyright() else { return };
+    let ws = example();
+    let bad = edit("    return a - b", "    return a + c");
+    let good = edit("    return a + c", "    return a + b");
+    let (out, requests) = run(
+        ws.path(),
+        "fix the failing tests",
+        &config(&[server, "--stdio".into()], 120_000),
+        &[&bad, &good],
+    );
+    let o = done(&out);
+    assert_eq!(
+        o["iterations"], 1,
+        "the fix of the error is the same iteration: {o}"
+    );
+    let errors = o["edit_errors"].as_array().expect("edit_errors in --json");
+    assert_eq!(errors.len(), 1, "{o}");
+    let error = errors[0].as_str().unwrap();
+    assert!(
+        error.starts_with("calc.py:5:") && error.contains("\"c\" is not defined"),
+        "{error}"
+    );
+    // The baseline's test run, the bad edit's errors, the coder again, the clean check,
+    // then the tests: none ran between the bad edit and its fix.
+    let kinds: Vec<String> = sequence(ws.path())
+        .iter()
+        .map(|l| match l["type"].as_str().unwrap() {
+            "diagnostics" if l["data"]["errors"].as_array().unwrap().is_empty() => "clean".into(),
+            "diagnostics" => "errors".into(),
+            other => other.to_string(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "test_result",
+            "model_call",
+            "errors",
+            "model_call",
+            "clean",
+            "test_result"
+        ],
+        "{}",
+        stderr(&out)
+    );
+    // The second model call heard the error as the edit's result.
+    assert_eq!(requests.len(), 2);
+    let told = requests[1].to_string();
+    assert!(
+        told.contains("reports errors it introduced") && told.contains("is not defined"),
+        "{told}"
+    );
+}
+
+#[test]
+fn an_edit_that_introduces_no_error_adds_nothing() {
+    let Some(server) = basedpyright() else { return };
+    let ws = example();
+    let good = edit("    return a - b", "    return a + b");
+    let (out, requests) = run(
+        ws.path(),
+        "fix the failing tests",
+        &config(&[server, "--stdio".into()], 120_000),
+        &[&good],
+    );
+    assert_eq!(requests.len(), 1, "one model call");
+    let o = done(&out);
+    assert!(o.get("edit_errors").is_none(), "{o}");
+    let checks = support::journaled(ws.path(), "diagnostics");
+    assert_eq!(checks.len(), 1, "{checks:?}");
+    assert_eq!(checks[0]["data"]["errors"], json!([]));
+    assert_eq!(checks[0]["data"]["before_edit"], false);
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+}
+
+#[test]
+fn errors_already_there_are_context_and_never_reported_as_new() {
+    let Some(server) = basedpyright() else { return };
+    let ws = example();
+    let calc = ws.path().join("calc.py");
+    let old = std::fs::read_to_string(&calc).unwrap();
+    std::fs::write(
+        &calc,
+        format!("{old}\n\ndef unused():\n    return missing_name\n"),
+    )
+    .unwrap();
+    // The edit adds a line above the old error, which moves down by one.
+    let fix = edit("    return a - b", "    total = a + b\n    return total");
+    let (out, requests) = run(
+        ws.path(),
+        "fix the failing tests of calc.py",
+        &config(&[server, "--stdio".into()], 120_000),
+        &[&fix],
+    );
+    let o = done(&out);
+    assert!(o.get("edit_errors").is_none(), "{o}");
+    let checks = support::journaled(ws.path(), "diagnostics");
+    let before: Vec<&Value> = checks
+        .iter()
+        .filter(|c| c["data"]["before_edit"] == true)
+        .collect();
+    assert_eq!(before.len(), 1, "{checks:?}");
+    let known = before[0]["data"]["errors"].to_string();
+    assert!(known.contains("missing_name"), "{known}");
+    let after: Vec<&Value> = checks
+        .iter()
+        .filter(|c| c["data"]["before_edit"] == false)
+        .collect();
+    assert_eq!(after.len(), 1, "{checks:?}");
+    assert_eq!(after[0]["data"]["errors"], json!([]), "{checks:?}");
+    // The model was told of them as context, not as its own.
+    assert_eq!(requests.len(), 1);
+    let prompt = requests[0].to_string();
+    assert!(
+        prompt.contains("already reports") && prompt.contains("missing_name"),
+        "{prompt}"
+    );
+}
+
+/// A "language server" that reads and never answers, and writes its pid to `pid_file`.
+fn hanging_server(dir: &Path, pid_file: &Path) -> Vec<String> {
+    let script = dir.join("hang.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import os, sys, time\nopen({:?}, 'w').write(str(os.getpid()))\nwhile True:\n    sys.stdin.buffer.read(1) or time.sleep(1)\n",
+            pid_file.display().to_string()
+        ),
+    )
+    .unwrap();
+    vec![support::python(), script.display().to_string()]
+}
+
+#[test]
+fn a_server_that_hangs_costs_at_most_the_wait_budget_and_one_warning() {
+    let ws = example();
+    let tools = tempfile::tempdir().unwrap();
+    let pid_file = ws.path().join("server.pid");
+    let server = hanging_server(tools.path(), &pid_file);
+    let good = edit("    return a - b", "    return a + b");
+    let started = std::time::Instant::now();
+    let (out, _) = run(
+        ws.path(),
+        "fix the failing tests of calc.py",
+        &config(&server, 1500),
+        &[&good],
+    );
+    let o = done(&out);
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("language server").count(),
+        1,
+        "one warning for the whole run: {err}"
+    );
+    assert!(err.contains("did not answer within 1500 ms"), "{err}");
+    // The files before the edit and the edit: one wait, not two. A generous bound that only
+    // waiting forever would break.
+    assert!(started.elapsed().as_secs() < 60, "{o}");
+    let checks = support::journaled(ws.path(), "diagnostics");
+    assert!(
+        checks.is_empty(),
+        "a server given up checks nothing: {checks:?}"
+    );
+    let pid = std::fs::read_to_string(&pid_file).expect("the server ran");
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        !support::alive(&pid)
+    });
+    assert!(gone, "the hanging server {pid} was killed");
+}
+
+#[test]
+fn a_missing_server_is_one_warning_and_the_run_goes_on() {
+    let ws = example();
+    let missing: Vec<String> = vec![
+        PathBuf::from("/nonexistent/bin/pyright-nowhere")
+            .display()
+            .to_string(),
+        "--stdio".into(),
+    ];
+    let good = edit("    return a - b", "    return a + b");
+    let (out, _) = run(
+        ws.path(),
+        "fix the failing tests of calc.py",
+        &config(&missing, 5000),
+        &[&good],
+    );
+    done(&out);
+    let err = stderr(&out);
+    assert_eq!(err.matches("language server").count(), 1, "{err}");
+    assert!(err.contains("pyright-nowhere"), "{err}");
+}
