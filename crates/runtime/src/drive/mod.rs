@@ -211,34 +211,7 @@ impl Drive<'_> {
             resumed,
             crate::memory::known_secrets(self.config),
         );
-        let (prompts, used, problems) = crate::config::load_prompts(&self.config.prompt_dirs);
-        hand_in(run, Input::Prompts(prompts));
-        for p in problems {
-            shell.warn(&p);
-        }
-        let (mut instructions, problems) =
-            crate::instructions::Tracker::new(self.root, self.config);
-        let told = instructions.prompt();
-        for p in problems.iter().chain(&told.joined.cut) {
-            shell.warn(p);
-        }
-        hand_in(run, Input::Instructions(told.text));
-        observer.record(RunEvent::Context {
-            agent: run.agent().name.clone(),
-            prompt_files: used,
-            tokenizer: self.counter().name().into(),
-            context_tokens: self.config.model.context_tokens,
-            map_tokens: self.config.context.map_tokens,
-            instructions: told.joined.used.clone(),
-            skills: told.skills,
-        });
-        if let Some(cut) = told.joined.cut {
-            let files = told.joined.used;
-            observer.record(RunEvent::Instructions {
-                files,
-                cut: Some(cut),
-            });
-        }
+        let instructions = self.prompts_and_instructions(run, shell, &mut observer);
         let (mcp, warnings) = crate::mcp_client::McpTools::connect(
             &self.config.mcp.servers,
             self.root,
@@ -275,6 +248,45 @@ impl Drive<'_> {
             gate: crate::hooks::Gate::new(self.config, self.root),
             lsp,
         }
+    }
+
+    /// The run's prompts and instruction files handed in, with the journal's `context` line
+    /// (and an `instructions` line when the budget cut a file).
+    fn prompts_and_instructions(
+        &self,
+        run: &mut Run,
+        shell: &mut impl Shell,
+        observer: &mut Observer<'_>,
+    ) -> crate::instructions::Tracker {
+        let (prompts, used, problems) = crate::config::load_prompts(&self.config.prompt_dirs);
+        hand_in(run, Input::Prompts(prompts));
+        for p in problems {
+            shell.warn(&p);
+        }
+        let (mut instructions, problems) =
+            crate::instructions::Tracker::new(self.root, self.config);
+        let told = instructions.prompt();
+        for p in problems.iter().chain(&told.joined.cut) {
+            shell.warn(p);
+        }
+        hand_in(run, Input::Instructions(told.text));
+        observer.record(RunEvent::Context {
+            agent: run.agent().name.clone(),
+            prompt_files: used,
+            tokenizer: self.counter().name().into(),
+            context_tokens: self.config.model.context_tokens,
+            map_tokens: self.config.context.map_tokens,
+            instructions: told.joined.used.clone(),
+            skills: told.skills,
+        });
+        if let Some(cut) = told.joined.cut {
+            let files = told.joined.used;
+            observer.record(RunEvent::Instructions {
+                files,
+                cut: Some(cut),
+            });
+        }
+        instructions
     }
 
     /// Performs the effects, feeding each one's event back into `agent::step`, until one
@@ -382,17 +394,7 @@ impl Drive<'_> {
                 self.approve(run, &changes, &diff, shell, (&mut g.observer, &g.gate))
                     .await
             }
-            Effect::Apply(changes) => {
-                let mark = Self::editor_mark(&g.lsp);
-                match self.write(run, &changes, shell, g).await {
-                    Event::Applied => {
-                        let (lsp, observer) = (&mut g.lsp, &mut g.observer);
-                        self.check_applied(run, (&changes, mark), lsp, shell, observer)
-                            .await
-                    }
-                    other => other,
-                }
-            }
+            Effect::Apply(changes) => self.write(run, &changes, shell, g).await,
             Effect::DiffRun { files } => self.run_diff(&g.git, files).await,
             Effect::TryTests(plan) => {
                 let tried = trial::try_tests(self.root, self.config, self.cancel, &plan).await;
@@ -409,8 +411,8 @@ impl Drive<'_> {
         Next::Event(event)
     }
 
-    /// A change written after the run's checkpoint, and read back for the core's after-write
-    /// check (`Input::Written`).
+    /// A change written after the run's checkpoint, read back for the core's after-write
+    /// check (`Input::Written`), and checked by the project's language server.
     async fn write(
         &self,
         run: &mut Run,
@@ -418,15 +420,20 @@ impl Drive<'_> {
         shell: &mut impl Shell,
         g: &mut Going<'_>,
     ) -> Event {
+        let mark = Self::editor_mark(&g.lsp);
         let id = g.run_id.clone();
         self.checkpoint_before_write(&id, (&mut g.git, &mut g.observer), shell)
             .await;
         let before: Vec<FileText> = changes.iter().map(|c| shell.read(&c.path)).collect();
         let event = self.apply(run, changes, shell).await;
-        if event == Event::Applied {
-            hand_in(run, Input::Written(read_back(shell, changes, &before)));
+        if event != Event::Applied {
+            return event;
         }
-        event
+        hand_in(run, Input::Written(read_back(shell, changes, &before)));
+        // The project's language server on the written files: its new errors, if any.
+        let (lsp, observer) = (&mut g.lsp, &mut g.observer);
+        self.check_applied(run, (changes, mark), lsp, shell, observer)
+            .await
     }
 
     /// A review of the run's diff was made (or could not be): journaled, counted, shown.
