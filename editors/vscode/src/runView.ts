@@ -3,7 +3,7 @@
 //! reflections, evaluation and figures, fed by `agent-ls/runEvent` (see runs.ts).
 
 import * as vscode from 'vscode';
-import { Finished, Iteration, Patch, Run, RunEvent, Runs, figures, rememberedLabel, taskState, testsLabel } from './runs';
+import { Finished, Iteration, Patch, Run, RunEvent, Runs, figures, instructionsLabel, rememberedLabel, taskState, testsLabel } from './runs';
 
 /** A row of the tree; `contextValue` picks its inline actions in package.json. */
 class Node extends vscode.TreeItem {
@@ -81,6 +81,12 @@ function runChildren(r: Run): Node[] {
   const out: Node[] = [];
   if (r.baseline) {
     out.push(leaf(`before: ${testsLabel(r.baseline)}`, 'beaker'));
+  }
+  const instructions = instructionsLabel(r);
+  if (instructions) {
+    const n = leaf(instructions, 'book');
+    n.tooltip = r.instructionsCut ?? 'the instruction files in the run\'s prompts (docs/instructions.md)';
+    out.push(n);
   }
   const remembered = rememberedLabel(r);
   if (remembered) {

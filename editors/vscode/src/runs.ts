@@ -59,6 +59,10 @@ export interface Run {
   costUsd: number | null;
   /** Records remembered from earlier runs that entered this run's prompts (docs/memory.md). */
   remembered?: { id: string; runId: string; score: number }[];
+  /** The instruction files in the run's prompts (AGENTS.md and the like, docs/instructions.md),
+   * with their bytes, and what the budget cut. */
+  instructions?: { path: string; bytes: number; cutBytes: number }[];
+  instructionsCut?: string;
   /** The git checkpoint taken before the run wrote, and its branch and commit. */
   checkpoint?: string;
   branch?: string;
@@ -183,6 +187,19 @@ export class Runs {
           score: num(u.score) ?? 0,
         }));
         break;
+      case 'context':
+      case 'instructions': {
+        // The context names the files the run started with; an instructions event every file
+        // once a nested one joined, or the budget cut one.
+        const files = e.type === 'context' ? d.instructions : d.files;
+        run.instructions = (Array.isArray(files) ? files : []).map((f: Record<string, unknown>) => ({
+          path: str(f.path),
+          bytes: num(f.bytes) ?? 0,
+          cutBytes: num(f.cut_bytes) ?? 0,
+        }));
+        run.instructionsCut = d.cut ? str(d.cut) : run.instructionsCut;
+        break;
+      }
       case 'checkpoint':
         // Taken before the run's first write: the run can be rolled back from now on.
         run.checkpoint = str(d.commit) || run.checkpoint;
@@ -250,6 +267,17 @@ export function rememberedLabel(r: Run): string | null {
   }
   const parts = [...byRun].map(([run, ids]) => `run ${run} (${ids.join(', ')})`);
   return `remembered from ${parts.join(', ')}`;
+}
+
+/**
+ * "instructions: AGENTS.md 1.2 KB, sdk/AGENTS.md 300 B (200 B cut)" when instruction files
+ * entered the run's prompts; null when none did.
+ */
+export function instructionsLabel(r: Run): string | null {
+  if (!r.instructions || r.instructions.length === 0) return null;
+  const size = (n: number) => (n >= 1024 ? `${(n / 1024).toFixed(1)} KB` : `${n} B`);
+  const parts = r.instructions.map((f) => `${f.path} ${size(f.bytes)}${f.cutBytes > 0 ? ` (${size(f.cutBytes)} cut)` : ''}`);
+  return `instructions: ${parts.join(', ')}`;
 }
 
 function iteration(run: Run, n: number): Iteration {

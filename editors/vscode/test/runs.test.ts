@@ -1,7 +1,7 @@
 // Unit tests of the run view's model: agent-ls/runEvent notifications folded into runs.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { RunEvent, Runs, figures, rememberedLabel, taskState, testsLabel, worktreeElsewhere } from '../src/runs';
+import { RunEvent, Runs, figures, instructionsLabel, rememberedLabel, taskState, testsLabel, worktreeElsewhere } from '../src/runs';
 
 const ev = (iteration: number, role: string, type: string, data: Record<string, unknown> = {}): RunEvent => ({
   runId: 'run_1',
@@ -143,4 +143,19 @@ test('records remembered from earlier runs show on the run, grouped by the run t
   }));
   assert.equal(rememberedLabel(run), 'remembered from run run_a (run_a-2, run_a-1), run run_b (run_b-1)');
   assert.equal(run.remembered?.[1].score, 0.02);
+});
+
+test('the instruction files a run used show with their bytes, and a nested one joins later', () => {
+  const runs = new Runs();
+  runs.add(ev(0, 'agent', 'intent', { goal: 'fix the failing tests' }));
+  const run = runs.get('run_1')!;
+  assert.equal(instructionsLabel(run), null);
+  runs.add(ev(0, 'agent', 'context', { agent: 'build', instructions: [{ path: 'AGENTS.md', bytes: 2048 }] }));
+  assert.equal(instructionsLabel(run), 'instructions: AGENTS.md 2.0 KB');
+  runs.add(ev(1, 'agent', 'instructions', {
+    files: [{ path: 'AGENTS.md', bytes: 300, cut_bytes: 1748 }, { path: 'sdk/go/AGENTS.md', bytes: 900 }],
+    cut: 'the instruction files exceed 1200 bytes: AGENTS.md was cut',
+  }));
+  assert.equal(instructionsLabel(run), 'instructions: AGENTS.md 300 B (1.7 KB cut), sdk/go/AGENTS.md 900 B');
+  assert.equal(run.instructionsCut, 'the instruction files exceed 1200 bytes: AGENTS.md was cut');
 });
