@@ -71,6 +71,21 @@ fn cached_paths(ws: &Path) -> Vec<String> {
         .expect("paths")
 }
 
+/// The map's lines after `app/alpha.py` was rewritten and `app/gamma.py` deleted: the new
+/// signature, and neither the old one nor the deleted file.
+fn renamed_and_deleted(lines: &[String]) {
+    assert!(
+        lines.contains(&"app/alpha.py:1: def alpha_renamed(x, y):".to_string()),
+        "{lines:?}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("alpha_helper") || l.contains("gamma")),
+        "{lines:?}"
+    );
+}
+
 #[test]
 fn a_warm_run_reparses_a_changed_file_and_forgets_a_deleted_one() {
     let ws = support::workspace(&[
@@ -111,16 +126,7 @@ fn a_warm_run_reparses_a_changed_file_and_forgets_a_deleted_one() {
         "{warm}"
     );
     let lines = map_lines(&prompt(&server.requests()[n].body));
-    assert!(
-        lines.contains(&"app/alpha.py:1: def alpha_renamed(x, y):".to_string()),
-        "{lines:?}"
-    );
-    assert!(
-        !lines
-            .iter()
-            .any(|l| l.contains("alpha_helper") || l.contains("gamma")),
-        "{lines:?}"
-    );
+    renamed_and_deleted(&lines);
     assert_eq!(cached_paths(ws.path()), ["app/alpha.py", "app/beta.py"]);
 
     // `agent-ls stats` shows each run's phases, newest first.
@@ -239,14 +245,5 @@ fn the_server_keeps_the_map_warm_and_a_run_sees_what_changed_on_disk() {
     // Caught up: the changed file parsed again, and the deleted one gone; nothing else.
     assert_eq!(second["map_parsed"], 2, "{second}");
     let lines = map_lines(&prompt(&server.requests()[n].body));
-    assert!(
-        lines.contains(&"app/alpha.py:1: def alpha_renamed(x, y):".to_string()),
-        "{lines:?}"
-    );
-    assert!(
-        !lines
-            .iter()
-            .any(|l| l.contains("alpha_helper") || l.contains("gamma")),
-        "{lines:?}"
-    );
+    renamed_and_deleted(&lines);
 }
