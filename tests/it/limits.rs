@@ -253,7 +253,9 @@ fn a_timeout_is_named_on_the_cli_and_to_the_model() {
     .env("AGENT_LS_MODEL__PROVIDER", "openai")
     .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
     .env("OPENAI_API_KEY", "test-key")
-    .env("AGENT_LS_TEST__TIMEOUT_SECS", "2")
+    // Long enough for `unittest -v` to start and name the hung test on a busy machine (at 2 s
+    // a CI run stopped it before its first line).
+    .env("AGENT_LS_TEST__TIMEOUT_SECS", "8")
     .env(
         "AGENT_LS_TEST__COMMAND",
         r#"["python3", "-m", "unittest", "-v"]"#,
