@@ -31,6 +31,9 @@ impl Session {
         cancel: Option<CancellationToken>,
         last_goal: Option<String>,
     ) -> Self {
+        // A session's runs start with the whole map, as the editor's do: it is built now, at a
+        // low priority, and kept while the agent serves (docs/bigrepo.md).
+        agent_ls_runtime::repomap::warm::keep(&root);
         Session {
             root,
             mcp: session_mcp(servers),

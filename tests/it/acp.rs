@@ -541,10 +541,16 @@ pub(crate) struct RawAcp {
 
 impl RawAcp {
     pub(crate) fn start(home: &std::path::Path) -> RawAcp {
+        RawAcp::start_with(home, &[])
+    }
+
+    /// `start`, with `env` set for the agent besides.
+    pub(crate) fn start_with(home: &std::path::Path, env: &[(&str, &str)]) -> RawAcp {
         use std::process::Stdio;
         // Its stderr is kept in `home`, where a test reads what the user would see.
         let stderr = std::fs::File::create(home.join("acp.stderr")).unwrap();
         let mut child = support::agent_ls(&["acp"], home)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr)

@@ -1,7 +1,7 @@
 //! Big repositories (issue 39, docs/bigrepo.md) through `agent-ls run --json` and a model
 //! server on 127.0.0.1: the repo map's per-file cache refreshes a changed file and forgets a
 //! deleted one in a warm run, a slow map does not hold back the first request, and
-//! `agent-ls serve` keeps the map between runs.
+//! `agent-ls serve` and `agent-ls acp` keep the map between runs.
 
 use crate::support;
 
@@ -243,6 +243,69 @@ fn the_server_keeps_the_map_warm_and_a_run_sees_what_changed_on_disk() {
     let second = newest(ws.path());
     assert_eq!(second["map_kept"], true, "{second}");
     // Caught up: the changed file parsed again, and the deleted one gone; nothing else.
+    assert_eq!(second["map_parsed"], 2, "{second}");
+    let lines = map_lines(&prompt(&server.requests()[n].body));
+    renamed_and_deleted(&lines);
+}
+
+/// `agent-ls acp` keeps a session's map as `serve` does: built at `session/new`, lent to each
+/// prompt's run and caught up with the disk, so the second prompt's map has the file another
+/// program rewrote and not the one it deleted, and parsed only that one again.
+#[test]
+fn an_acp_session_keeps_the_map_and_its_next_prompt_sees_what_changed_on_disk() {
+    let ws = support::workspace(&[
+        ("app/alpha.py", "def alpha_helper(x):\n    return x\n"),
+        ("app/gamma.py", "def gamma_helper(x):\n    return x\n"),
+    ]);
+    let server = ModelServer::answering(|_| openai_text(&["They return their argument."]));
+    let home = tempfile::tempdir().expect("home");
+    let base = format!("{}/v1", server.url);
+    let mut acp = crate::acp::RawAcp::start_with(
+        home.path(),
+        &[
+            ("AGENT_LS_MODEL__PROVIDER", "openai"),
+            ("AGENT_LS_MODEL__BASE_URL", &base),
+            ("OPENAI_API_KEY", "test-key"),
+            ("AGENT_LS_AGENT__EVALUATE", "false"),
+            ("AGENT_LS_AGENT__REVIEW", "off"),
+            ("AGENT_LS_CACHE__ENABLED", "false"),
+        ],
+    );
+    let cwd = ws.path().canonicalize().expect("cwd");
+    let (created, _) = acp.request(
+        1,
+        "session/new",
+        serde_json::json!({"cwd": cwd, "mcpServers": []}),
+    );
+    let id = created["result"]["sessionId"].clone();
+    let prompt_once = |acp: &mut crate::acp::RawAcp, n: u64| {
+        let (answer, _) = acp.request(
+            n,
+            "session/prompt",
+            serde_json::json!({"sessionId": id, "prompt": [
+                {"type": "text", "text": "explain what the helpers in app do"}
+            ]}),
+        );
+        assert!(answer.get("error").is_none(), "{answer}");
+        support::journaled(ws.path(), "phases")
+            .into_iter()
+            .max_by_key(|l| l["ts"].as_u64())
+            .expect("a phases line")["data"]
+            .clone()
+    };
+    let first = prompt_once(&mut acp, 2);
+    assert_eq!(first["map_kept"], true, "{first}");
+
+    std::fs::write(
+        ws.path().join("app/alpha.py"),
+        "def alpha_renamed(x, y):\n    return x + y\n",
+    )
+    .expect("rewrite");
+    std::fs::remove_file(ws.path().join("app/gamma.py")).expect("delete");
+    let n = server.count();
+    let second = prompt_once(&mut acp, 3);
+    acp.close();
+    assert_eq!(second["map_kept"], true, "{second}");
     assert_eq!(second["map_parsed"], 2, "{second}");
     let lines = map_lines(&prompt(&server.requests()[n].body));
     renamed_and_deleted(&lines);
