@@ -190,10 +190,10 @@ fn typing_is_answered_at_once_while_another_process_holds_the_store() {
         done["status"], "done",
         "the run does not wait on the store: {done}"
     );
-    // A request that waited on the store would take the 5 s of its busy timeout; a second
-    // leaves room for a loaded machine and still tells the two apart.
+    // A request that waited on the store would take the 5 s of its busy timeout; half of it
+    // leaves room for CI's loaded machine and still tells the two apart.
     assert!(
-        slowest < Duration::from_secs(1),
+        slowest < Duration::from_millis(2500),
         "a change and a request took {slowest:?} with the store locked"
     );
 }
