@@ -452,7 +452,9 @@ fn a_run_whose_lease_cannot_be_renewed_is_stopped_and_its_task_ends_once() {
     q.enqueue_task("held", "fix the failing tests, held up");
     let (model, calls) = first_call_hangs("held up");
     let out = q.join("w");
-    let mut w = q.worker("w", &model.url);
+    // Leases of 9 s, not 3: the second attempt must see its renewals through, and under CI's
+    // load one took over a second (a third of a 3 s lease).
+    let mut w = q.leased_worker("w", &model.url, "9");
     let (_, run_pid) = run_started(std::slice::from_ref(&out), "held", || {
         calls.load(Ordering::SeqCst) > 0
     });
@@ -463,9 +465,9 @@ fn a_run_whose_lease_cannot_be_renewed_is_stopped_and_its_task_ends_once() {
         "BEGIN; SELECT msg_id FROM pgmq.q_{} FOR UPDATE",
         q.queue
     ));
-    // The lease is 3 s: the run is stopped within 2 s of its last renewal, then has 5 s
+    // The lease is 9 s: the run is stopped within 6 s of its last renewal, then has 5 s
     // before its process group is killed.
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(40);
     while support::alive(run_pid) {
         assert!(
             Instant::now() < deadline,
@@ -517,7 +519,8 @@ fn a_worker_whose_connection_is_cut_stops_its_run_and_another_ends_the_task_once
     assert_eq!(s.code(), Some(1));
     assert!(!support::alive(run_pid), "the run goes on without a lease");
     assert!(q.results().is_empty());
-    let mut second = q.worker("w2", &model.url);
+    // A long lease: this worker's run must not be stopped by a slow renewal under load.
+    let mut second = q.leased_worker("w2", &model.url, "30");
     let s = wait_exit(&mut second, Duration::from_secs(120));
     assert!(s.success(), "{s}");
     let rows = q.results();
