@@ -198,6 +198,9 @@ fn run_e2e(
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // Kept beside the screenshots: each check's line says when it passed, and scripts/test
+    // prints each scenario's last, so a slow CI run shows where its time went.
+    let _ = std::fs::write(artifacts.join(format!("e2e-{name}.log")), &said);
     let text = std::fs::read_to_string(&result)
         .unwrap_or_else(|e| panic!("no results ({e}); the script said: {said}"));
     let checks: Vec<serde_json::Value> = text

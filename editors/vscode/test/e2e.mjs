@@ -44,9 +44,13 @@ class Done extends Error {}
 const result = env('RESULT');
 const artifacts = process.env.ARTIFACTS ?? os.tmpdir();
 
+// Each check's line says when it passed, counted from the scenario's start, so a slow CI run
+// shows which step took its time.
+const started = Date.now();
 function check(name, ok, detail) {
   fs.appendFileSync(result, JSON.stringify({ name, ok: !!ok, detail: detail ?? null }) + '\n');
-  console.log(`${ok ? 'ok  ' : 'FAIL'} ${name}${detail ? ` (${detail})` : ''}`);
+  const at = ((Date.now() - started) / 1000).toFixed(1);
+  console.log(`${ok ? 'ok  ' : 'FAIL'} [${at} s] ${name}${detail ? ` (${detail})` : ''}`);
 }
 
 async function until(what, fn, ms = 30000) {
