@@ -418,26 +418,29 @@ impl ServerShell {
             if !self.c.written_under.contains(uri) {
                 continue;
             }
-            if let FileText::Text(disk) = files::read_for_plan(&self.c.root, &c.path) {
-                early.restore.push(FileChange {
-                    path: c.path.clone(),
-                    original: Some(c.new_text.clone()),
-                    new_text: disk,
-                    edits: Vec::new(),
-                    inverse: Vec::new(),
-                });
+            let (FileText::Text(disk), Some(before)) = (
+                files::read_for_plan(&self.c.root, &c.path),
+                self.c.written_under.baseline(uri),
+            ) else {
+                written_first.push(c.clone());
+                continue;
+            };
+            early.restore.push(held(c, disk));
+            if let Err(e) = baseline::put_back(&self.c.root, &c.path, &before) {
+                let _ = files::write_changes(&self.c.root, &early.restore);
+                return Err(ApplyError::Failed(format!("cannot write {}: {e}", c.path)));
             }
-            match self.c.written_under.baseline(uri) {
-                Some(before) => {
-                    baseline::put_back(&self.c.root, &c.path, &before)
-                        .map_err(|e| ApplyError::Failed(format!("cannot write {}: {e}", c.path)))?;
-                    early.parked.push(c.path.clone());
-                }
-                None => written_first.push(c.clone()),
+            early.parked.push(c.path.clone());
+        }
+        for c in &written_first {
+            if let FileText::Text(disk) = files::read_for_plan(&self.c.root, &c.path) {
+                early.restore.push(held(c, disk));
             }
         }
-        self.sync_disk(&written_first)
-            .map_err(|e| ApplyError::Failed(e.to_string()))?;
+        if let Err(e) = self.sync_disk(&written_first) {
+            let _ = files::write_changes(&self.c.root, &early.restore);
+            return Err(ApplyError::Failed(e.to_string()));
+        }
         Ok(early)
     }
 
@@ -586,6 +589,17 @@ impl ServerShell {
             changes,
             files,
         }));
+    }
+}
+
+/// The write that puts back `disk`, what the file held before `c` was written early.
+fn held(c: &FileChange, disk: String) -> FileChange {
+    FileChange {
+        path: c.path.clone(),
+        original: Some(c.new_text.clone()),
+        new_text: disk,
+        edits: Vec::new(),
+        inverse: Vec::new(),
     }
 }
 
