@@ -164,8 +164,9 @@ fn fix_undo_and_redo_with_agent_ls_el_keep_buffer_and_disk_in_step_without_quest
     assert!(results.len() >= 20, "{results:#?}");
 }
 
-/// eglot alone, the user answering yes to Emacs's "changed on disk; discard your edits?":
-/// Emacs re-reads the file, which the server wrote first, so undo and redo land.
+/// eglot alone, the user answering yes should Emacs ask "changed on disk; discard your edits?"
+/// (it does not: the server parks the file it wrote as Emacs last saw it while the edit is
+/// applied): undo and redo land, buffer and disk in step.
 #[test]
 fn undo_and_redo_with_eglot_alone_land_when_emacs_rereads_the_file() {
     let results = scenario("eglot");
@@ -179,8 +180,8 @@ fn undo_and_redo_with_eglot_alone_land_when_emacs_rereads_the_file() {
     assert!(results.len() >= 16, "{results:#?}");
 }
 
-/// eglot alone, the user answering no (keep the buffer): the edit goes into the buffer, and
-/// the disk, written first, holds the same text.
+/// eglot alone, the user answering no (keep the buffer) should Emacs ask: the edit goes into
+/// the buffer, and the disk, written after it, holds the same text.
 #[test]
 fn undo_and_redo_with_eglot_alone_land_when_the_user_keeps_the_buffer() {
     let results = scenario("eglot-no");
