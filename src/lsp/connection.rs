@@ -4,13 +4,14 @@
 //! and the jobs alike, so a job names them without importing the session, and the session
 //! starts the jobs without the jobs importing each other back.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 use tower_lsp_server::ls_types::Uri;
 
+use super::baseline::Baseline;
 use super::jobs::{Panicked, Report};
 use super::outbox::Outbox;
 use super::workspace_edit::EditSupport;
@@ -94,29 +95,39 @@ pub enum UndoFailed {
 }
 
 /// The open documents whose file the server wrote on disk under the editor's buffer (for a
-/// client without `agent-ls/saveFiles`), until the editor reads or saves the file again.
-/// Such an editor knows the file changed behind it: Emacs asks "changed on disk; discard your
-/// edits?" before it applies the next edit to that buffer, and reverting reopens the document
-/// at a new version, which refuses the edit. So the next edit to such a file is written to the
-/// disk first, and whichever the answer, the buffer and the disk end up holding it.
+/// client without `agent-ls/saveFiles`), until the editor reads or saves the file again, each
+/// with the file as it was before that first write (`Baseline`: the state the editor
+/// recorded). Such an editor knows the file changed behind it: Emacs asks "changed on disk;
+/// discard your edits?" before it applies the next edit to that buffer. So the next edit to
+/// such a file is sent with the baseline put back on disk ("parked"), which the editor finds
+/// unchanged; the change is written after it lands. A file with no baseline (it did not
+/// exist) is written with the change before the edit instead, and whichever the editor's
+/// answer, the buffer and the disk end up holding it.
 #[derive(Clone, Default)]
-pub struct WrittenUnder(Arc<Mutex<HashSet<Uri>>>);
+pub struct WrittenUnder(Arc<Mutex<HashMap<Uri, Option<Baseline>>>>);
 
 impl WrittenUnder {
-    pub fn mark(&self, uri: &Uri) {
-        if let Ok(mut set) = self.0.lock() {
-            set.insert(uri.clone());
+    /// Remembers that the server wrote `uri`'s file; `before` is the file as it was, kept
+    /// from the first write only (later ones follow the server's own).
+    pub fn mark(&self, uri: &Uri, before: Option<Baseline>) {
+        if let Ok(mut map) = self.0.lock() {
+            map.entry(uri.clone()).or_insert(before);
         }
     }
 
     pub fn forget(&self, uri: &Uri) {
-        if let Ok(mut set) = self.0.lock() {
-            set.remove(uri);
+        if let Ok(mut map) = self.0.lock() {
+            map.remove(uri);
         }
     }
 
     pub fn contains(&self, uri: &Uri) -> bool {
-        self.0.lock().is_ok_and(|set| set.contains(uri))
+        self.0.lock().is_ok_and(|map| map.contains_key(uri))
+    }
+
+    /// The file as the editor last saw it, when the server wrote it since and knows that.
+    pub fn baseline(&self, uri: &Uri) -> Option<Baseline> {
+        self.0.lock().ok()?.get(uri).cloned().flatten()
     }
 }
 

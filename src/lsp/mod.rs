@@ -11,6 +11,7 @@
 //! this file or the session.
 
 pub mod agent_runs;
+mod baseline;
 pub mod connection;
 pub mod convert;
 pub mod ext;

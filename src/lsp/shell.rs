@@ -17,6 +17,7 @@ use tower_lsp_server::ls_types::{
 };
 use tracing::{info, warn};
 
+use super::baseline;
 use super::connection::{AgentMessage, AppliedStep, Connection, Snapshot};
 use super::convert;
 use super::ext;
@@ -47,6 +48,15 @@ enum DiskSync {
     CreatedOrDeleted(String),
     #[error(transparent)]
     Write(#[from] files::FileError),
+}
+
+/// The disk writes made before an edit is sent (`ServerShell::park`).
+#[derive(Default)]
+struct Early {
+    /// What each file written before the edit held, to write back.
+    restore: Vec<FileChange>,
+    /// The files put back as the editor last saw them (the rest hold the change already).
+    parked: Vec<String>,
 }
 
 /// Applies changes that restore known texts (a rollback) through workspace/applyEdit like an
@@ -389,37 +399,49 @@ impl ServerShell {
         saved
     }
 
-    /// For a client without `agent-ls/saveFiles`: writes the change to the files the server
-    /// already wrote under the editor's buffer before the edit is sent (see `WrittenUnder`).
-    /// Returns the writes that put the disk back, for an edit that does not land.
-    fn write_early(&self, changes: &[FileChange]) -> Result<Vec<FileChange>, ApplyError> {
+    /// For a client without `agent-ls/saveFiles`, the files the server already wrote under the
+    /// editor's buffer (see `WrittenUnder`), before the edit is sent: each is put back as the
+    /// editor last saw it (parked), so it applies the edit asking nothing; one with no known
+    /// baseline gets the change written first instead. Returns, for each, what the disk held
+    /// before: written back once the edit lands (parked files, which then take the change) or
+    /// does not (all).
+    fn park(&self, changes: &[FileChange]) -> Result<Early, ApplyError> {
+        let mut early = Early::default();
         if self.c.support.save_files {
-            return Ok(Vec::new());
+            return Ok(early);
         }
-        let early: Vec<FileChange> = changes
-            .iter()
-            .filter(|c| {
-                self.snapshot
-                    .get(&c.path)
-                    .is_some_and(|(uri, _)| self.c.written_under.contains(uri))
-            })
-            .cloned()
-            .collect();
-        let mut restore = Vec::new();
-        for c in &early {
+        let mut written_first = Vec::new();
+        for c in changes {
+            let Some((uri, _)) = self.snapshot.get(&c.path) else {
+                continue;
+            };
+            if !self.c.written_under.contains(uri) {
+                continue;
+            }
+            let (FileText::Text(disk), Some(before)) = (
+                files::read_for_plan(&self.c.root, &c.path),
+                self.c.written_under.baseline(uri),
+            ) else {
+                written_first.push(c.clone());
+                continue;
+            };
+            early.restore.push(held(c, disk));
+            if let Err(e) = baseline::put_back(&self.c.root, &c.path, &before) {
+                let _ = files::write_changes(&self.c.root, &early.restore);
+                return Err(ApplyError::Failed(format!("cannot write {}: {e}", c.path)));
+            }
+            early.parked.push(c.path.clone());
+        }
+        for c in &written_first {
             if let FileText::Text(disk) = files::read_for_plan(&self.c.root, &c.path) {
-                restore.push(FileChange {
-                    path: c.path.clone(),
-                    original: Some(c.new_text.clone()),
-                    new_text: disk,
-                    edits: Vec::new(),
-                    inverse: Vec::new(),
-                });
+                early.restore.push(held(c, disk));
             }
         }
-        self.sync_disk(&early)
-            .map_err(|e| ApplyError::Failed(e.to_string()))?;
-        Ok(restore)
+        if let Err(e) = self.sync_disk(&written_first) {
+            let _ = files::write_changes(&self.c.root, &early.restore);
+            return Err(ApplyError::Failed(e.to_string()));
+        }
+        Ok(early)
     }
 
     /// Tests run on the disk, which holds neither the editor's edit (editors do not save) nor,
@@ -451,15 +473,22 @@ impl ServerShell {
                 }
             }
         }
-        files::write_changes(&self.c.root, &writes)?;
-        // An editor that cannot save on request now holds a buffer whose file changed behind
-        // it; the next edit to it is written first.
+        // An editor that cannot save on request will hold a buffer whose file changed behind
+        // it: the file as it saw it is kept, to be parked under its next edit.
+        let mut under = Vec::new();
         if !self.c.support.save_files {
             for w in &writes {
                 if let Some((uri, _)) = self.snapshot.get(&w.path) {
-                    self.c.written_under.mark(uri);
+                    let before = (!self.c.written_under.contains(uri))
+                        .then(|| baseline::read(&self.c.root, &w.path))
+                        .flatten();
+                    under.push((uri.clone(), before));
                 }
             }
+        }
+        files::write_changes(&self.c.root, &writes)?;
+        for (uri, before) in under {
+            self.c.written_under.mark(&uri, before);
         }
         Ok(())
     }
@@ -507,7 +536,7 @@ impl ServerShell {
     }
 
     /// Sends the edit and waits until the buffers hold it. `early` are the disk writes made
-    /// before it was sent (`write_early`), put back when it does not land.
+    /// before it was sent (`park`), put back when it does not land.
     async fn land(
         &mut self,
         edit: WorkspaceEdit,
@@ -560,6 +589,17 @@ impl ServerShell {
             changes,
             files,
         }));
+    }
+}
+
+/// The write that puts back `disk`, what the file held before `c` was written early.
+fn held(c: &FileChange, disk: String) -> FileChange {
+    FileChange {
+        path: c.path.clone(),
+        original: Some(c.new_text.clone()),
+        new_text: disk,
+        edits: Vec::new(),
+        inverse: Vec::new(),
     }
 }
 
@@ -651,14 +691,27 @@ impl Shell for ServerShell {
             .map_err(|e| ApplyError::Stale(e.to_string()))?;
         let targets = self.targets(&current);
         let edit = self.workspace_edit(&current, &targets)?;
-        let early = self.write_early(&current)?;
-        self.land(edit, &current, &targets, &early).await?;
+        let early = self.park(&current)?;
+        self.land(edit, &current, &targets, &early.restore).await?;
+        // A parked file holds what it held before again, then takes the change below.
+        let parked: Vec<FileChange> = early
+            .restore
+            .iter()
+            .filter(|r| early.parked.contains(&r.path))
+            .cloned()
+            .collect();
+        files::write_changes(&self.c.root, &parked)
+            .map_err(|e| ApplyError::Failed(e.to_string()))?;
         // The editor saves what it can; the disk is brought in step for the rest.
         let saved = self.save_in_editor(&current).await;
         // Files written before the edit already hold it (re-located around unsaved typing).
         let unsaved: Vec<FileChange> = current
             .iter()
-            .filter(|c| !saved.contains(&c.path) && !early.iter().any(|e| e.path == c.path))
+            .filter(|c| {
+                !saved.contains(&c.path)
+                    && (early.parked.contains(&c.path)
+                        || !early.restore.iter().any(|e| e.path == c.path))
+            })
             .cloned()
             .collect();
         self.sync_disk(&unsaved)

@@ -922,19 +922,25 @@ fn a_routed_command_keeps_a_quoted_argument_whole() {
 }
 
 /// A client without saveFiles, like eglot: the server wrote calc.py under its buffer for the
-/// tests, so the next agent edit to it goes to the disk first. Kept buffer (Emacs answered
-/// "no" to "changed on disk"), a declined edit (the disk is put back) and a re-read file
-/// (answered "yes": the document reopens at version 0 and the sent edit is refused) all end
-/// with the buffer and the disk holding the same text.
+/// tests, so the next agent edit to it is sent with the file put back as the editor last saw
+/// it, text and modification time (Emacs then asks no "changed on disk"), and the change is
+/// written after it lands, with a fresh time. Kept buffer, a declined edit (the disk is put
+/// back) and an editor that re-reads the file anyway (the edit is refused, nothing is lost)
+/// all end with the buffer and the disk holding the same text.
 #[test]
-fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_goes_to_disk_first() {
+fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_finds_it_as_the_editor_saw_it()
+ {
     let mut s = setup(&[fix_line()], "auto", json!({}));
     applies(&mut s);
+    let file = s.ws.path().join("calc.py");
+    let modified = |f: &std::path::Path| std::fs::metadata(f).unwrap().modified().unwrap();
+    let seen_by_editor = modified(&file);
     s.client.command("agent-ls.fixTests", Value::Null).unwrap();
     assert_eq!(finished(&mut s.client)["status"], "done");
     assert!(disk(&s).contains("return a + b"));
+    assert_ne!(modified(&file), seen_by_editor);
 
-    // The buffer is kept and takes the edit; the disk was written before it was sent.
+    // The buffer takes the undo; when it was sent, the disk was as the editor saw it.
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (editor, uri, ws, log) = (
         s.editor.clone(),
@@ -943,9 +949,11 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_goes_to_d
         seen.clone(),
     );
     s.client.on_request_then("workspace/applyEdit", move |p| {
-        log.lock()
-            .unwrap()
-            .push(std::fs::read_to_string(ws.join("calc.py")).unwrap());
+        let f = ws.join("calc.py");
+        log.lock().unwrap().push((
+            std::fs::read_to_string(&f).unwrap(),
+            std::fs::metadata(&f).unwrap().modified().unwrap(),
+        ));
         let mut e = editor.lock().unwrap();
         let op = &p["edit"]["documentChanges"][0];
         e.0 = apply_lsp_edits(&e.0, op["edits"].as_array().unwrap());
@@ -956,14 +964,20 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_goes_to_d
     });
     s.client.command("agent-ls.undo", Value::Null).unwrap();
     shown(&mut s, "undid step");
-    assert!(
-        seen.lock().unwrap()[0].contains("return a - b"),
-        "the disk held the undo before the edit was sent: {:?}",
-        seen.lock().unwrap()
+    let (text, time) = seen.lock().unwrap()[0].clone();
+    assert!(text.contains("return a - b"), "{text}");
+    assert_eq!(
+        time, seen_by_editor,
+        "the file was parked with the editor's time"
     );
     assert_eq!(disk(&s), s.editor.lock().unwrap().0);
+    assert_ne!(
+        modified(&file),
+        seen_by_editor,
+        "the undo is written with a fresh time"
+    );
 
-    // A declined redo: the disk, written first, is put back.
+    // A declined redo: the disk is put back.
     s.client.on_request(
         "workspace/applyEdit",
         |_| json!({"applied": false, "failureReason": "declined"}),
@@ -973,8 +987,9 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_goes_to_d
     assert!(disk(&s).contains("return a - b"), "{}", disk(&s));
     assert_eq!(disk(&s), s.editor.lock().unwrap().0);
 
-    // Emacs answered "yes": it re-reads the disk (which holds the redo), reopens the document
-    // at version 0, and refuses the edit sent for the old version. The redo has landed.
+    // An editor that re-reads the parked file anyway (it had another idea of it) reopens the
+    // document at version 0 and refuses the edit sent for the old one: the redo does not
+    // land, and the buffer and the disk agree.
     let (editor, uri, ws) = (s.editor.clone(), s.uri.clone(), s.ws.path().to_path_buf());
     s.client.on_request_before("workspace/applyEdit", move |p| {
         let mut e = editor.lock().unwrap();
@@ -991,8 +1006,7 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_goes_to_d
         )
     });
     s.client.command("agent-ls.redo", Value::Null).unwrap();
-    shown(&mut s, "redid step");
-    assert!(disk(&s).contains("return a + b"), "{}", disk(&s));
+    shown(&mut s, "could not redo");
     assert_eq!(disk(&s), s.editor.lock().unwrap().0);
     assert_eq!(s.client.document_state(&s.uri)["text"], disk(&s));
 }

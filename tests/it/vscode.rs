@@ -123,7 +123,7 @@ fn replay_for(name: &str, ws: &std::path::Path) -> String {
                 passed,
             ])
         }
-        "review_question" => {
+        "review_question" | "review_question_undo" | "review_question_key" => {
             support::git::commit_all(ws);
             let p1 = serde_json::json!({
                 "findings": [{"title": "[P1] add subtracts", "body": "add(2, 3) gives -1",
@@ -350,7 +350,7 @@ fn agent_review_changes_shows_the_reviewers_findings_in_problems_in_real_vs_code
 }
 
 #[test]
-fn the_review_question_lists_the_finding_in_a_dialog_and_rolls_the_run_back_in_real_vs_code() {
+fn the_review_question_lists_the_finding_in_a_picker_and_rolls_the_run_back_in_real_vs_code() {
     let Some(checks) = scenario("review_question") else {
         return;
     };
@@ -360,6 +360,35 @@ fn the_review_question_lists_the_finding_in_a_dialog_and_rolls_the_run_back_in_r
             .any(|c| c["name"] == "the editor shows calc.py as before the run"),
         "{checks:#?}"
     );
+}
+
+/// The review question waits in a picker; Agent: Undo from the palette answers it, and no
+/// question is left on screen (a notification or a dialog would stay: microsoft/vscode#95901).
+#[test]
+fn undo_from_the_palette_while_the_review_question_waits_leaves_no_question_on_screen_in_real_vs_code()
+ {
+    undo_leaves_no_question("review_question_undo");
+}
+
+/// Agent: Undo from a key leaves the picker open: the server answers the question and cancels
+/// it (`$/cancelRequest`), which closes the picker.
+#[test]
+fn the_servers_cancellation_closes_the_review_question_in_real_vs_code() {
+    undo_leaves_no_question("review_question_key");
+}
+
+/// Runs scenario `name`: an undo while the review question waits lands, and takes the
+/// question off the screen.
+fn undo_leaves_no_question(name: &str) {
+    let Some(checks) = scenario(name) else {
+        return;
+    };
+    for check in [
+        "Agent: Undo reverts the fix while the question waited",
+        "the question is no longer on screen",
+    ] {
+        assert!(checks.iter().any(|c| c["name"] == check), "{checks:#?}");
+    }
 }
 
 #[test]

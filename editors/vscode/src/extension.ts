@@ -30,6 +30,7 @@ import {
 import { RunChoice, gitAction, offerActions, offerWorktree, pickRun, rollback, runIdOf } from './gitActions';
 import { forwardDiagnostics } from './diagnostics';
 import { isDiff, isLong, questionParts } from './messages';
+import { askInPicker } from './question';
 import { RunEvent, figures, worktreeElsewhere } from './runs';
 import { RunView } from './runView';
 import { serverSettings } from './settings';
@@ -200,8 +201,9 @@ async function start(): Promise<void> {
   });
   // The server's questions, as by default (a notification with its buttons), except one of
   // several lines (the review question at a run's end: the verdict, then one finding a line),
-  // which a notification would run together: it is a modal dialog whose detail keeps the lines.
-  client.onRequest(ShowMessageRequest.type, async (q) => {
+  // which a notification would run together: it is a picker that lists the lines, and that
+  // closes when the server cancels the question (an undo, a rerun or a rollback answered it).
+  client.onRequest(ShowMessageRequest.type, async (q, token) => {
     const show =
       q.type === MessageType.Error
         ? vscode.window.showErrorMessage
@@ -210,8 +212,11 @@ async function start(): Promise<void> {
           : vscode.window.showInformationMessage;
     const actions = q.actions ?? [];
     const { message, detail } = questionParts(q.message);
-    const picked = detail === undefined ? await show(message, ...actions) : await show(message, { modal: true, detail }, ...actions);
-    return picked ?? null;
+    if (detail !== undefined) {
+      const title = await askInPicker(message, detail, actions.map((a) => a.title), token);
+      return actions.find((a) => a.title === title) ?? null;
+    }
+    return (await show(message, ...actions)) ?? null;
   });
   client.onNotification('agent-ls/testStatus', (s: TestStatus) => {
     shown.tests = s;

@@ -28,7 +28,9 @@ const ws = env('WORKSPACE');
 // fixes calc.py and creates notes.py, rolled back from the palette after the user typed in
 // calc.py (refused, then confirmed in the modal); "review": Agent: Review Changes on the user's
 // own uncommitted change, whose findings show in Problems on their lines; "review_question": a
-// fix whose reviewer finds a P1, asked about in a dialog at the run's end and rolled back;
+// fix whose reviewer finds a P1, asked about in a picker at the run's end and rolled back;
+// "review_question_undo" / "review_question_key": the same question, then Agent: Undo from the
+// palette / from a key while it waits, which takes the question off the screen;
 // "gate": agent.review = "gate", whose reviewer sends the first change back, and the retry's
 // refactor preview names the finding it is to fix.
 const scenario = process.env.SCENARIO ?? 'accept';
@@ -127,6 +129,13 @@ fs.writeFileSync(
     'telemetry.telemetryLevel': 'off',
     'chat.disableAIFeatures': true,
   }),
+);
+
+// A key for Agent: Undo, as a user may bind one: pressed while the review question waits, it
+// leaves the picker open for the server's cancellation to close.
+fs.writeFileSync(
+  path.join(userData, 'User', 'keybindings.json'),
+  JSON.stringify(scenario === 'review_question_key' ? [{ key: 'ctrl+alt+u', command: 'agentLs.undo' }] : []),
 );
 
 let browser;
@@ -594,23 +603,42 @@ try {
     throw new Done();
   }
 
-  if (scenario === 'review_question') {
-    // Once the tests pass the reviewer finds a P1: the review question is a dialog whose
-    // detail lists the finding, and "Roll back run" takes the editor and the disk back.
+  if (scenario.startsWith('review_question')) {
+    // Once the tests pass the reviewer finds a P1: the review question is a picker titled with
+    // the verdict that lists the finding under its actions.
     await until('calc.py fixed on disk', () => fs.readFileSync(file, 'utf8').includes('return a + b'), 60000);
-    const dialog = page.locator('.monaco-dialog-box');
-    await dialog.waitFor({ timeout: 60000 });
-    const asked = await dialog.innerText();
+    const picker = page.locator('.quick-input-widget', { hasText: 'the patch is incorrect' });
+    await picker.waitFor({ state: 'visible', timeout: 60000 });
+    const asked = await picker.innerText();
     check('the review question names the verdict', asked.includes('the patch is incorrect'), asked.slice(0, 600));
-    check('its detail lists the finding', asked.includes('[P1] add subtracts — calc.py:5 (0.90)'), asked.slice(0, 600));
-    await screenshot('vscode-review-question.png');
-    await dialog.locator('.monaco-button', { hasText: 'Roll back run' }).first().click();
-    await until('calc.py back on disk', () => fs.readFileSync(file, 'utf8').includes('return a - b'), 30000);
-    check('Roll back run restores calc.py on disk', true);
-    const back = await until('the editor shows the rollback', async () =>
-      (await page.locator('.monaco-editor .view-lines').first().innerText()).replace(/\u00a0/g, ' ').includes('a - b'),
-    );
-    check('the editor shows calc.py as before the run', back);
+    check('its picker lists the finding', asked.includes('[P1] add subtracts — calc.py:5 (0.90)'), asked.slice(0, 600));
+    const active = await page.locator('.quick-input-list .monaco-list-row.focused').first().innerText();
+    check('the picker starts on Keep, the safe answer', active.includes('Keep'), active);
+    const editorBack = async () => {
+      await until('calc.py back on disk', () => fs.readFileSync(file, 'utf8').includes('return a - b'), 30000);
+      return until('the editor shows calc.py as before', async () =>
+        (await page.locator('.monaco-editor .view-lines').first().innerText()).replace(/\u00a0/g, ' ').includes('a - b'),
+      );
+    };
+    if (scenario === 'review_question') {
+      await screenshot('vscode-review-question.png');
+      await picker.locator('.monaco-list-row', { hasText: 'Roll back run' }).first().click();
+      check('the editor shows calc.py as before the run', await editorBack());
+      throw new Done();
+    }
+    // Undo while the question waits: from the palette (which takes the picker's place) or from
+    // a key (the picker stays until the server, answering it, cancels it). Either way the
+    // question is gone from the screen and the undo lands.
+    if (scenario === 'review_question_key') {
+      await page.keyboard.press('Control+Alt+U');
+    } else {
+      await palette('Agent: Undo');
+    }
+    check('Agent: Undo reverts the fix while the question waited', await editorBack());
+    await until('the question closed', async () => !(await picker.isVisible()), 30000);
+    check('the question is no longer on screen', true);
+    const notes = (await page.locator('.notification-list-item-message').allInnerTexts()).join(' | ');
+    check('no notification asks it either', !notes.includes("Keep the run's change"), notes);
     throw new Done();
   }
 
