@@ -561,6 +561,19 @@ impl ServerShell {
             files,
         }));
     }
+
+    /// Tells the editor's forwarded diagnostics at which document version each file holds
+    /// the change, so a late word on the text before it is not taken for its result.
+    fn note_edited(&self, changes: &[FileChange]) {
+        let Some(forwarded) = &self.c.forwarded else {
+            return;
+        };
+        for c in changes {
+            if let Some((_, b)) = self.snapshot.get(&c.path) {
+                forwarded.edited(&c.path, b.version());
+            }
+        }
+    }
 }
 
 /// Whether two file URIs name the same file (clients differ in how they escape a path).
@@ -653,6 +666,7 @@ impl Shell for ServerShell {
         let edit = self.workspace_edit(&current, &targets)?;
         let early = self.write_early(&current)?;
         self.land(edit, &current, &targets, &early).await?;
+        self.note_edited(&current);
         // The editor saves what it can; the disk is brought in step for the rest.
         let saved = self.save_in_editor(&current).await;
         // Files written before the edit already hold it (re-located around unsaved typing).

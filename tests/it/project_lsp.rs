@@ -3,7 +3,8 @@
 //! basedpyright (from PyPI; scripts/test installs it and sets AGENT_LS_TEST_BASEDPYRIGHT):
 //! an undefined name comes back as the edit's result and the next answer fixes it before any
 //! test runs; a clean edit adds nothing; errors already there are never new; a server that
-//! hangs costs at most the wait budget; a missing one is one warning.
+//! hangs costs at most the wait budget; a missing one is one warning. Over LSP, an editor's
+//! forwarded diagnostics for the text before an edit are never taken for its result.
 
 use crate::support;
 
@@ -298,4 +299,95 @@ fn a_missing_server_is_one_warning_and_the_run_goes_on() {
     let err = stderr(&out);
     assert_eq!(err.matches("language server").count(), 1, "{err}");
     assert!(err.contains("pyright-nowhere"), "{err}");
+}
+
+/// `agent-ls/editorDiagnostics` of calc.py (`uri`) at `version`: the error already there on
+/// line 9, and `new` ones.
+fn forwarded(uri: &str, version: i64, new: &[(u32, &str)]) -> Value {
+    let at = |line: u32, message: &str| {
+        json!({"range": {"start": {"line": line, "character": 4}, "end": {"line": line, "character": 9}},
+            "severity": 1, "message": message})
+    };
+    let mut diagnostics = vec![at(8, "old problem")];
+    diagnostics.extend(new.iter().map(|(l, m)| at(*l, m)));
+    json!({"jsonrpc": "2.0", "method": "agent-ls/editorDiagnostics",
+        "params": {"uri": uri, "version": version, "diagnostics": diagnostics}})
+}
+
+#[test]
+fn an_editors_late_word_on_the_text_before_an_edit_is_not_taken_for_its_result() {
+    // An editor that forwards its diagnostics, over LSP: as it applies the first edit it
+    // says again what it thought of the text before (the old error alone, at the old
+    // version), and only a while later what it thinks of the edit's text (a new error). The
+    // run must wait for the latter, by version, not take the former because it came after
+    // the edit was sent.
+    let ws = example();
+    let coder = |from: &str, to: &str| json!({"role": "coder", "content": edit(from, to)});
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[
+            coder("    return a - b", "    return a + c"),
+            coder("    return a + c", "    return a + b"),
+        ]),
+    )
+    .unwrap();
+    let mut c = support::Client::spawn(support::Spawn::default());
+    c.initialize(
+        ws.path(),
+        json!({"workspace": {"workspaceEdit": {"documentChanges": true}},
+            "experimental": {"agentLs": {"forwardsDiagnostics": true}}}),
+        json!({"model": {"provider": "replay", "replay_file": ".replay.jsonl"},
+            "agent": {"approval": "auto", "evaluate": false, "review": "off"},
+            "git": {"commit": "never"}, "lsp_servers": {"wait_ms": 30000}}),
+    );
+    let calc = support::file_uri(&ws.path().join("calc.py"));
+    let text = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    c.open(&calc, &text);
+    c.send(&forwarded(&calc, 1, &[]));
+    let buffer = std::sync::Arc::new(std::sync::Mutex::new((text, 1i64)));
+    let held = buffer.clone();
+    let uri = calc.clone();
+    c.on_request_before("workspace/applyEdit", move |p| {
+        let mut b = held.lock().unwrap();
+        let edits = p["edit"]["documentChanges"][0]["edits"].as_array().unwrap();
+        let old = b.1;
+        b.0 = support::apply_lsp_edits(&b.0, edits);
+        b.1 += 1;
+        let change = json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": uri, "version": b.1}, "contentChanges": [{"text": b.0}]}});
+        let notes = match b.1 {
+            // The old word again, then the edit lands.
+            2 => vec![forwarded(&uri, old, &[]), change],
+            // The fix: its word comes with it.
+            _ => vec![change, forwarded(&uri, b.1, &[])],
+        };
+        (json!({"applied": true}), notes)
+    });
+    c.command("agent-ls.fixTests", Value::Null).unwrap();
+    c.wait_until(
+        |c| {
+            c.server_requests
+                .iter()
+                .any(|r| r["method"] == "workspace/applyEdit")
+                .then_some(())
+        },
+        "the first edit",
+    );
+    // Well past the 300 ms of quiet after which a publication is taken.
+    c.pump(std::time::Duration::from_millis(1500));
+    c.send(&forwarded(&calc, 2, &[(4, "\"c\" is not defined")]));
+    let finished = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(finished["status"], "done", "{finished}\n{}", c.stderr());
+    let checks: Vec<Value> = support::journaled(ws.path(), "diagnostics")
+        .into_iter()
+        .filter(|l| l["data"]["before_edit"] == false)
+        .collect();
+    assert_eq!(checks.len(), 2, "{checks:?}");
+    assert_eq!(
+        checks[0]["data"]["errors"],
+        json!(["calc.py:5:5: error: \"c\" is not defined"]),
+        "{checks:?}"
+    );
+    assert_eq!(checks[1]["data"]["errors"], json!([]), "{checks:?}");
+    assert_eq!(buffer.lock().unwrap().1, 3, "two edits applied");
 }
