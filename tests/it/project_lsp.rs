@@ -301,6 +301,130 @@ fn a_missing_server_is_one_warning_and_the_run_goes_on() {
     assert!(err.contains("pyright-nowhere"), "{err}");
 }
 
+/// A language server that answers `initialize` and publishes, for each opened or changed
+/// file, an error already there ("old problem", line 9) and, while the text uses
+/// `undefined_thing`, one on line 5; it publishes nothing before the run's journal has the
+/// coder's first model call, so a run that waited for it before that call would wait
+/// forever (and give up at the wait budget).
+fn slow_server(dir: &Path, ws: &Path) -> Vec<String> {
+    let script = dir.join("slow.py");
+    let body = r#"
+import glob, json, os, sys, time
+
+def read():
+    length = None
+    while True:
+        line = sys.stdin.buffer.readline()
+        if not line:
+            sys.exit(0)
+        if line in (b"\r\n", b"\n"):
+            break
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return json.loads(sys.stdin.buffer.read(length))
+
+def send(msg):
+    body = json.dumps(msg).encode()
+    sys.stdout.buffer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    sys.stdout.buffer.flush()
+
+def called():
+    for f in glob.glob(os.path.join(WS, ".agent-ls", "runs", "*.jsonl")):
+        if '"type":"model_call"' in open(f).read():
+            return True
+    return False
+
+def publish(uri, version, text):
+    while not called():
+        time.sleep(0.1)
+    errors = [{"range": {"start": {"line": 8, "character": 4}, "end": {"line": 8, "character": 9}},
+               "severity": 1, "message": "old problem"}]
+    if "undefined_thing" in text:
+        errors.append({"range": {"start": {"line": 4, "character": 15}, "end": {"line": 4, "character": 30}},
+                       "severity": 1, "message": '"undefined_thing" is not defined'})
+    send({"jsonrpc": "2.0", "method": "textDocument/publishDiagnostics",
+          "params": {"uri": uri, "version": version, "diagnostics": errors}})
+
+while True:
+    msg = read()
+    method = msg.get("method")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"capabilities": {"textDocumentSync": 1}}})
+    elif method == "textDocument/didOpen":
+        d = msg["params"]["textDocument"]
+        publish(d["uri"], d["version"], d["text"])
+    elif method == "textDocument/didChange":
+        p = msg["params"]
+        publish(p["textDocument"]["uri"], p["textDocument"]["version"], p["contentChanges"][-1]["text"])
+    elif method == "exit":
+        sys.exit(0)
+    elif "id" in msg:
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
+"#;
+    std::fs::write(
+        &script,
+        format!("WS = {:?}\n{body}", ws.display().to_string()),
+    )
+    .unwrap();
+    vec![support::python(), script.display().to_string()]
+}
+
+#[test]
+fn the_first_model_request_does_not_wait_for_the_errors_before_the_edit() {
+    let ws = example();
+    let tools = tempfile::tempdir().unwrap();
+    let server = slow_server(tools.path(), &ws.path().canonicalize().unwrap());
+    let bad = edit("    return a - b", "    return a + undefined_thing");
+    let good = edit("    return a + undefined_thing", "    return a + b");
+    let (out, requests) = run(
+        ws.path(),
+        "fix the failing tests of calc.py",
+        &config(&server, 60_000),
+        &[&bad, &good],
+    );
+    done(&out);
+    // The server speaks only once the first model call is journaled: that call went out
+    // without waiting for it, and the errors it then found are journaled after it.
+    let order: Vec<String> = sequence(ws.path())
+        .iter()
+        .map(
+            |l| match (l["type"].as_str().unwrap(), &l["data"]["before_edit"]) {
+                ("diagnostics", Value::Bool(true)) => "before".into(),
+                ("diagnostics", _) => "check".into(),
+                (other, _) => other.to_string(),
+            },
+        )
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "test_result",
+            "model_call",
+            "before",
+            "check",
+            "model_call",
+            "check",
+            "test_result"
+        ],
+        "{}",
+        stderr(&out)
+    );
+    // Handed in when they came: not in the first request, in the next context.
+    assert_eq!(requests.len(), 2);
+    let first = requests[0].to_string();
+    assert!(!first.contains("old problem"), "{first}");
+    let second = requests[1].to_string();
+    assert!(
+        second.contains("already reports") && second.contains("old problem"),
+        "{second}"
+    );
+    assert!(
+        second.contains("reports errors it introduced") && second.contains("undefined_thing"),
+        "{second}"
+    );
+}
+
 /// `agent-ls/editorDiagnostics` of calc.py (`uri`) at `version`: the error already there on
 /// line 9, and `new` ones.
 fn forwarded(uri: &str, version: i64, new: &[(u32, &str)]) -> Value {
