@@ -3,7 +3,9 @@
 //! basedpyright (from PyPI; scripts/test installs it and sets AGENT_LS_TEST_BASEDPYRIGHT):
 //! an undefined name comes back as the edit's result and the next answer fixes it before any
 //! test runs; a clean edit adds nothing; errors already there are never new; a server that
-//! hangs costs at most the wait budget; a missing one is one warning. Over LSP, an editor's
+//! hangs costs at most the wait budget; a missing one is one warning. With a real
+//! typescript-language-server (from npm; AGENT_LS_TEST_TSLS), an undefined name in a .ts file
+//! comes back too. Over LSP, an editor's
 //! forwarded diagnostics for the text before an edit are never taken for its result.
 
 use crate::support;
@@ -514,4 +516,74 @@ fn an_editors_late_word_on_the_text_before_an_edit_is_not_taken_for_its_result()
     );
     assert_eq!(checks[1]["data"]["errors"], json!([]), "{checks:?}");
     assert_eq!(buffer.lock().unwrap().1, 3, "two edits applied");
+}
+
+/// typescript-language-server (from npm, with TypeScript 5; scripts/test installs both
+/// under .tools/tsls and sets AGENT_LS_TEST_TSLS), or None to skip where it is not.
+fn typescript_language_server() -> Option<String> {
+    match std::env::var("AGENT_LS_TEST_TSLS") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ if std::env::var_os("AGENT_LS_REQUIRE_PROTOCOL_TESTS").is_some() => {
+            panic!(
+                "AGENT_LS_TEST_TSLS is not set; scripts/test installs typescript-language-server"
+            )
+        }
+        _ => {
+            eprintln!(
+                "skipped: AGENT_LS_TEST_TSLS is not set (npm install typescript-language-server typescript)"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn an_undefined_name_in_a_typescript_file_comes_back_from_typescript_language_server() {
+    let Some(server) = typescript_language_server() else {
+        return;
+    };
+    let ws = example();
+    std::fs::write(
+        ws.path().join("util.ts"),
+        "export function double(x: number): number {\n  return x * 2;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.path().join("tsconfig.json"),
+        r#"{"compilerOptions": {"strict": true, "noEmit": true}}"#,
+    )
+    .unwrap();
+    // The fix of calc.py, and an edit of util.ts that uses a name that does not exist.
+    let ts = |from: &str, to: &str| {
+        format!(
+            "util.ts\n<<<<<<< SEARCH\n  return {from};\n=======\n  return {to};\n>>>>>>> REPLACE\n"
+        )
+    };
+    let bad = format!(
+        "{}\n{}",
+        edit("    return a - b", "    return a + b"),
+        ts("x * 2", "x * two")
+    );
+    let good = ts("x * two", "x * 2");
+    let config = format!(
+        "[test]\ncommand = {}\n\n[lsp_servers]\nwait_ms = 120000\n\n[lsp_servers.servers.python]\ncommand = []\n\n[lsp_servers.servers.typescript]\ncommand = {}\npatterns = [\"*.ts\"]\n",
+        json!([support::python(), "-m", "pytest", "-q"]),
+        json!([server, "--stdio"]),
+    );
+    let (out, requests) = run(ws.path(), "fix the failing tests", &config, &[&bad, &good]);
+    let o = done(&out);
+    let errors = o["edit_errors"].as_array().expect("edit_errors in --json");
+    assert_eq!(errors.len(), 1, "{o}");
+    let error = errors[0].as_str().unwrap();
+    assert!(
+        error.starts_with("util.ts:2:") && error.contains("Cannot find name 'two'"),
+        "{error}"
+    );
+    assert_eq!(requests.len(), 2, "{o}");
+    assert!(
+        std::fs::read_to_string(ws.path().join("util.ts"))
+            .unwrap()
+            .contains("x * 2"),
+        "the next answer fixed it"
+    );
 }
