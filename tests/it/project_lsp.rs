@@ -5,8 +5,9 @@
 //! test runs; a clean edit adds nothing; errors already there are never new; a server that
 //! hangs costs at most the wait budget; a missing one is one warning. With a real
 //! typescript-language-server (from npm; AGENT_LS_TEST_TSLS), an undefined name in a .ts file
-//! comes back too. Over LSP, an editor's
-//! forwarded diagnostics for the text before an edit are never taken for its result.
+//! comes back too. Over LSP, an editor's forwarded diagnostics for the text before an edit
+//! are never taken for its result; the first model request does not wait for the errors
+//! already there.
 
 use crate::support;
 
