@@ -427,18 +427,26 @@ own diagnostics (its test and review findings): those are left out."
                             :message (flymake-diagnostic-text d)
                             :source (format "%s" backend))))))
 
-(defun agent-ls--forward-diagnostics (&rest _)
+(defun agent-ls--forward-diagnostics (&optional backend &rest _)
   "Sends the current buffer's flymake diagnostics to its project's agent-ls.
-With the buffer's version as eglot sent it in didChange, so the server can
-tell the diagnostics of an agent edit's text from a late word on the text
-before it.  An unchanged list at the same version is not sent again."
+BACKEND is the flymake backend that just reported, if any.  With the
+buffer's version as eglot sent it in didChange, so the server can tell the
+diagnostics of an agent edit's text from a late word on the text before it.
+An unchanged list at the same version is not sent again, nor an empty one
+for a buffer only agent-ls checks (the server would wait for the editor's
+word on it after each edit)."
   (when-let* ((agent-ls-forward-diagnostics)
               (file (buffer-file-name))
               (server (agent-ls--project-server)))
-    (let ((params (list :uri (eglot--path-to-uri file)
-                        :diagnostics (agent-ls--flymake-wire)
-                        :version eglot--versioned-identifier)))
-      (unless (equal params agent-ls--forwarded)
+    (let* ((wire (agent-ls--flymake-wire))
+           (ours (and (agent-ls-server-p (ignore-errors (eglot-current-server)))
+                      (eq backend 'eglot-flymake-backend)))
+           (params (list :uri (eglot--path-to-uri file)
+                         :diagnostics wire
+                         :version eglot--versioned-identifier)))
+      (unless (or (equal params agent-ls--forwarded)
+                  (and (= (length wire) 0) (null agent-ls--forwarded)
+                       (or ours (null backend))))
         (setq agent-ls--forwarded params)
         (jsonrpc-notify server :agent-ls/editorDiagnostics params)))))
 

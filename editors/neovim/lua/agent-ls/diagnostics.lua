@@ -46,13 +46,26 @@ end
 --- buffer was at (the one Neovim sends in didChange), so the server can tell diagnostics of
 --- the text after an edit from a late word on the text before it.
 local last = {}
+
+-- Whether a language server besides agent-ls is attached to `buf`.
+local function checked(buf)
+  for _, other in ipairs(vim.lsp.get_clients({ bufnr = buf })) do
+    if other.name ~= 'agent-ls' then return true end
+  end
+  return false
+end
+
 function M.send(c, buf)
   if not vim.api.nvim_buf_is_valid(buf) or vim.bo[buf].buftype ~= '' then return end
   local name = vim.api.nvim_buf_get_name(buf)
   if name == '' then return end
+  local wire = M.wire(buf)
+  -- An empty list for a buffer nothing but agent-ls checks (its own test findings changed)
+  -- is not sent: the server would wait for the editor's word on that file after each edit.
+  if #wire == 0 and last[buf] == nil and not checked(buf) then return end
   local params = {
     uri = vim.uri_from_fname(name),
-    diagnostics = M.wire(buf),
+    diagnostics = wire,
     version = rawget(vim.lsp.util.buf_versions or {}, buf),
   }
   -- A change of agent-ls's own diagnostics fires DiagnosticChanged too: the others' list, the
