@@ -1,8 +1,9 @@
 //! What the project's language server saves (issue 42, docs/project-lsp.md): the same run of
 //! "fix the failing tests" on a typed calculator whose first edit has a type error (`add`
 //! returns a string), with basedpyright checking each edit and without a server. Prints the
-//! wait per edit (the journal's `diagnostics` lines) and each run's test runs and model
-//! calls. Needs basedpyright-langserver (AGENT_LS_TEST_BASEDPYRIGHT or on PATH) and pytest
+//! wait per edit (the journal's `diagnostics` lines), each run's test runs and model calls,
+//! and when its first model request went out (the journal's `phases`: the server's start
+//! no longer delays it). Needs basedpyright-langserver (AGENT_LS_TEST_BASEDPYRIGHT or on PATH) and pytest
 //! (AGENT_LS_TEST_PYTHON); run with `cargo bench --bench project_lsp`. Asserts nothing.
 
 use std::path::{Path, PathBuf};
@@ -39,6 +40,8 @@ struct Figures {
     test_runs: usize,
     model_calls: usize,
     waits: Vec<u64>,
+    /// From the run's start to its first model request.
+    first_request_ms: Option<u64>,
     seconds: f64,
 }
 
@@ -95,6 +98,10 @@ fn run(server: Option<&str>, python: &str) -> Figures {
             .filter(|l| l["type"] == "diagnostics")
             .filter_map(|l| l["data"]["wait_ms"].as_u64())
             .collect(),
+        first_request_ms: journal
+            .iter()
+            .find(|l| l["type"] == "phases")
+            .and_then(|l| l["data"]["first_request_ms"].as_u64()),
         seconds,
     }
 }
@@ -142,11 +149,16 @@ fn main() {
     ] {
         let f = run(with, &python);
         println!(
-            "  {name:18} status {:5} test runs {}  model calls {}  run {:.1} s  waits per check (ms) {:?}",
-            f.status, f.test_runs, f.model_calls, f.seconds, f.waits
+            "  {name:18} status {:5} test runs {}  model calls {}  run {:.1} s  first request {} ms  waits per check (ms) {:?}",
+            f.status,
+            f.test_runs,
+            f.model_calls,
+            f.seconds,
+            f.first_request_ms.map_or("?".into(), |m| m.to_string()),
+            f.waits
         );
     }
     println!(
-        "  (the first wait of the server's run is the goal's files before any edit, the server's start included)"
+        "  (the first wait of the server's run is the goal's files before any edit, the server's start included, in the background)"
     );
 }

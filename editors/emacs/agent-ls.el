@@ -14,6 +14,8 @@
 ;; - asks one question per change: the server's review question (Accept, Reject, Show diff,
 ;;   with the diff in a `diff-mode' buffer), and applies the accepted edit without eglot's own
 ;;   second confirmation,
+;; - forwards flymake's diagnostics, but for agent-ls's own, as `agent-ls/editorDiagnostics',
+;;   so a run checks its edits with them and starts no language server of its own,
 ;; - shows the run and the tests in the mode line (from `agent-ls/runEvent',
 ;;   `agent-ls/testStatus' and `agent-ls/runFinished'),
 ;; - and has commands: `agent-ls-fix', `agent-ls-run', `agent-ls-undo', `agent-ls-redo',
@@ -56,6 +58,13 @@ without eglot's own confirmation, so each change gets one question."
 Called with the MESSAGE and the list of button TITLES; returns the chosen
 title, or nil to dismiss."
   :type 'function)
+
+(defcustom agent-ls-forward-diagnostics t
+  "Whether flymake's diagnostics are forwarded to agent-ls.
+Those of every flymake backend but agent-ls's own (eglot manages one server
+per buffer, so a second checker is a flymake backend), so a run checks its
+edits with them and starts no language server of its own."
+  :type 'boolean)
 
 (defclass agent-ls-server (eglot-lsp-server) ()
   :documentation "An eglot connection to agent-ls.")
@@ -110,9 +119,12 @@ title, or nil to dismiss."
   agent-ls-settings)
 
 (cl-defmethod eglot-client-capabilities :around ((_server agent-ls-server))
-  "Eglot's capabilities plus ours: this client answers `agent-ls/saveFiles'."
+  "Eglot's capabilities plus ours: this client answers `agent-ls/saveFiles'
+and forwards flymake's diagnostics (`agent-ls/editorDiagnostics')."
   (let ((caps (cl-call-next-method)))
-    (plist-put caps :experimental '(:agentLs (:saveFiles t)))))
+    (plist-put caps :experimental
+               `(:agentLs (:saveFiles t :forwardsDiagnostics
+                                      ,(if agent-ls-forward-diagnostics t :json-false))))))
 
 ;;;###autoload
 (defun agent-ls-setup ()
@@ -380,6 +392,76 @@ ON-RESULT, when given, gets the answer instead."
                             (reverse agent-ls--events))
               "\n")
    #'special-mode))
+
+;;; The editor's own diagnostics, forwarded.
+
+(defvar-local agent-ls--forwarded nil
+  "The last `agent-ls/editorDiagnostics' params sent for this buffer.")
+
+(defun agent-ls--project-server ()
+  "The agent-ls server of the current buffer's project, or nil."
+  (let ((project (ignore-errors (eglot--current-project))))
+    (and project
+         (cl-find-if #'agent-ls-server-p (gethash project eglot--servers-by-project)))))
+
+(defun agent-ls--severity (type)
+  "LSP's severity of the flymake diagnostic TYPE."
+  (pcase (get type 'flymake-category)
+    ('flymake-error 1)
+    ('flymake-warning 2)
+    (_ 3)))
+
+(defun agent-ls--flymake-wire ()
+  "The current buffer's flymake diagnostics but agent-ls's own, as LSP Diagnostics.
+In a buffer eglot manages with agent-ls, eglot's backend reports agent-ls's
+own diagnostics (its test and review findings): those are left out."
+  (let ((ours (and (agent-ls-server-p (ignore-errors (eglot-current-server)))
+                   'eglot-flymake-backend)))
+    (vconcat
+     (cl-loop for d in (flymake-diagnostics)
+              for backend = (flymake-diagnostic-backend d)
+              unless (eq backend ours)
+              collect (list :range (list :start (eglot--pos-to-lsp-position (flymake-diagnostic-beg d))
+                                         :end (eglot--pos-to-lsp-position (flymake-diagnostic-end d)))
+                            :severity (agent-ls--severity (flymake-diagnostic-type d))
+                            :message (flymake-diagnostic-text d)
+                            :source (format "%s" backend))))))
+
+(defun agent-ls--forward-diagnostics (&optional backend &rest _)
+  "Sends the current buffer's flymake diagnostics to its project's agent-ls.
+BACKEND is the flymake backend that just reported, if any.  With the
+buffer's version as eglot sent it in didChange, so the server can tell the
+diagnostics of an agent edit's text from a late word on the text before it.
+An unchanged list at the same version is not sent again, nor an empty one
+for a buffer only agent-ls checks (the server would wait for the editor's
+word on it after each edit)."
+  (when-let* ((agent-ls-forward-diagnostics)
+              (file (buffer-file-name))
+              (server (agent-ls--project-server)))
+    (let* ((wire (agent-ls--flymake-wire))
+           (ours (and (agent-ls-server-p (ignore-errors (eglot-current-server)))
+                      (eq backend 'eglot-flymake-backend)))
+           (params (list :uri (eglot--path-to-uri file)
+                         :diagnostics wire
+                         :version eglot--versioned-identifier)))
+      (unless (or (equal params agent-ls--forwarded)
+                  (and (= (length wire) 0) (null agent-ls--forwarded)
+                       (or ours (null backend))))
+        (setq agent-ls--forwarded params)
+        (jsonrpc-notify server :agent-ls/editorDiagnostics params)))))
+
+;; Flymake has no hook for a backend's report: every report is followed, in the buffer
+;; it is about.
+(advice-add 'flymake--handle-report :after #'agent-ls--forward-diagnostics)
+
+(defun agent-ls--forward-all (server)
+  "Once agent-ls (SERVER) is connected: every flymake buffer's diagnostics so far."
+  (when (agent-ls-server-p server)
+    (dolist (buffer (buffer-list))
+      (with-current-buffer buffer
+        (when (bound-and-true-p flymake-mode)
+          (agent-ls--forward-diagnostics))))))
+(add-hook 'eglot-connect-hook #'agent-ls--forward-all)
 
 (provide 'agent-ls)
 ;;; agent-ls.el ends here

@@ -179,6 +179,10 @@ pub struct EditorDiagnosticsParams {
     pub uri: Uri,
     #[serde(default)]
     pub diagnostics: Vec<tower_lsp_server::ls_types::Diagnostic>,
+    /// The document's version (as in didOpen/didChange) when the editor had these
+    /// diagnostics; absent for a file it does not have open.
+    #[serde(default)]
+    pub version: Option<i32>,
 }
 
 /// Whether the client declared that it forwards its diagnostics (`agent-ls/editorDiagnostics`).

@@ -893,7 +893,7 @@ impl Session {
                 }),
             })
             .collect();
-        self.forwarded.publish(&path, errors);
+        self.forwarded.publish(&path, params.version, errors);
     }
 
     /// Starts undoing (or redoing) a step; refuses while a run goes on or when there is

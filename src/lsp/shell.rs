@@ -590,6 +590,19 @@ impl ServerShell {
             files,
         }));
     }
+
+    /// Tells the editor's forwarded diagnostics at which document version each file holds
+    /// the change, so a late word on the text before it is not taken for its result.
+    fn note_edited(&self, changes: &[FileChange]) {
+        let Some(forwarded) = &self.c.forwarded else {
+            return;
+        };
+        for c in changes {
+            if let Some((_, b)) = self.snapshot.get(&c.path) {
+                forwarded.edited(&c.path, b.version());
+            }
+        }
+    }
 }
 
 /// The write that puts back `disk`, what the file held before `c` was written early.
@@ -693,6 +706,7 @@ impl Shell for ServerShell {
         let edit = self.workspace_edit(&current, &targets)?;
         let early = self.park(&current)?;
         self.land(edit, &current, &targets, &early.restore).await?;
+        self.note_edited(&current);
         // A parked file holds what it held before again, then takes the change below.
         let parked: Vec<FileChange> = early
             .restore

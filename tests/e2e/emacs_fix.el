@@ -298,6 +298,91 @@ does.  Every question is counted: the menu, eglot's own, the server's."
                        (not (on-disk-changed-question))
                        questions)))))))
 
+;;; Scenario "diagnostics": flymake's diagnostics from a backend of the test's own (a second
+;;; checker beside agent-ls's eglot) check the agent's edits; agent-ls starts no server.
+
+(defun et-edit (from to)
+  (format "calc.py\n<<<<<<< SEARCH\n    return %s\n=======\n    return %s\n>>>>>>> REPLACE\n" from to))
+
+(defun et-undefined-c (report-fn &rest _)
+  "A flymake backend: \"c\" is not defined wherever a line ends in `+ c'."
+  (let (diags)
+    (save-excursion
+      (goto-char (point-min))
+      (while (re-search-forward "+ \\(c\\)$" nil t)
+        (push (flymake-make-diagnostic (current-buffer) (match-beginning 1) (match-end 1)
+                                       :error "\"c\" is not defined")
+              diags)))
+    (funcall report-fn diags)))
+
+(defvar-local et--flymake-tick nil)
+(defun et-flymake-tick ()
+  "Starts flymake in each buffer that changed since: its idle timer never fires in batch."
+  (dolist (b (buffer-list))
+    (with-current-buffer b
+      (when (and (bound-and-true-p flymake-mode) (not (eql et--flymake-tick (buffer-modified-tick))))
+        (setq et--flymake-tick (buffer-modified-tick))
+        (flymake-start)))))
+
+(defun et-journal ()
+  "The run's journal lines (alists), in order."
+  (let (lines)
+    (dolist (f (file-expand-wildcards (concat et-ws "/.agent-ls/runs/*.jsonl")))
+      (with-temp-buffer
+        (insert-file-contents f)
+        (dolist (l (split-string (buffer-string) "\n" t))
+          (push (let ((json-object-type 'alist) (json-array-type 'list) (json-false nil))
+                  (json-read-from-string l))
+                lines))))
+    (nreverse lines)))
+
+(defun diagnostics-scenario ()
+  (with-temp-file (concat et-ws "/.replay.jsonl")
+    (dolist (e (list (et-edit "a - b" "a + c") (et-edit "a + c" "a + b")))
+      (insert (json-encode `((role . "coder") (content . ,e))) "\n")))
+  (add-to-list 'load-path (getenv "PLUGIN"))
+  (require 'agent-ls)
+  (let ((spawned (concat et-ws "/spawned")))
+    (setq agent-ls-command (list (getenv "AGENT_LS") "serve")
+          agent-ls-settings
+          `(:model (:provider "replay" :replay_file ,(concat et-ws "/.replay.jsonl"))
+                   :agent (:approval "prompt" :evaluate :json-false :review "off")
+                   :lsp_servers (:wait_ms 60000
+                                 :servers (:python (:command ["python3" "-c" ,(format "open(%S, 'w')" spawned)]
+                                                    :patterns ["*.py"])))))
+    (agent-ls-setup)
+    (let* ((finished nil)
+           (agent-ls-ask-function (lambda (_msg titles) (if (member "Accept" titles) "Accept" (car titles)))))
+      (add-hook 'agent-ls-run-finished-hook (lambda (o) (setq finished o)))
+      (cl-destructuring-bind (file buf) (et-start 'agent-ls-server)
+        (with-current-buffer buf
+          (remove-hook 'flymake-diagnostic-functions #'python-flymake t)
+          (add-hook 'flymake-diagnostic-functions #'et-undefined-c nil t)
+          (flymake-mode 1))
+        (et-record "flymake's diagnostics are forwarded"
+                   (wait-until (lambda () (et-flymake-tick) (buffer-local-value 'agent-ls--forwarded buf)) 10))
+        (with-current-buffer buf (agent-ls-fix))
+        (et-record "the run finishes" (wait-until (lambda () (et-flymake-tick) finished) 120))
+        (et-record "status done" (equal (plist-get finished :status) "done") finished)
+        (let* ((lines (et-journal))
+               (checks (cl-remove-if-not (lambda (l) (and (equal (alist-get 'type l) "diagnostics")
+                                                          (not (alist-get 'before_edit (alist-get 'data l)))))
+                                         lines))
+               (first (alist-get 'errors (alist-get 'data (car checks))))
+               (order (delq nil (mapcar (lambda (l) (car (member (alist-get 'type l) '("test_result" "diagnostics"))))
+                                        lines)))
+               (at (cl-position "diagnostics" order :test #'equal)))
+          (et-record "the bad edit came back with flymake's error"
+                     (and (>= (length checks) 2) (= (length first) 1)
+                          (string-match-p "^calc.py:5:.*\"c\" is not defined" (car first)))
+                     checks)
+          (et-record "the fixing edit has no new error"
+                     (null (alist-get 'errors (alist-get 'data (car (last checks))))) checks)
+          (et-record "no test ran between the bad edit and its fix"
+                     (and at (equal (nth (1+ at) order) "diagnostics")) order))
+        (et-record "calc.py holds the fix" (string-match-p (regexp-quote "return a + b") (disk-text file)))
+        (et-record "agent-ls started no language server of its own" (not (file-exists-p spawned)))))))
+
 (defun dump-events ()
   "The eglot events buffers, for a failing scenario's report."
   (when (getenv "EVENTS")
@@ -312,6 +397,7 @@ does.  Every question is counted: the menu, eglot's own, the server's."
         ("plugin" (plugin-scenario))
         ("review" (review-scenario))
         ("user" (user-scenario))
+        ("diagnostics" (diagnostics-scenario))
         (_ (eglot-scenario))))
   (error (et-record "the scenario ran without an error" nil (error-message-string err))))
 (dump-events)

@@ -32,6 +32,14 @@ local ok, err = pcall(function()
     model = { provider = 'replay', replay_file = ws .. '/.replay.jsonl' },
     agent = { approval = 'prompt' },
   }
+  if scenario == 'diagnostics' then
+    -- The edits are checked with the editor's own diagnostics: the language server agent-ls
+    -- would start instead writes a file, which must never appear.
+    settings.agent = { approval = 'prompt', evaluate = false, review = 'off' }
+    settings.lsp_servers = { wait_ms = 60000, servers = { python = {
+      command = { 'python3', '-c', ("open(%q, 'w')"):format(ws .. '/spawned') }, patterns = { '*.py' },
+    } } }
+  end
   if scenario == 'broken' then
     -- A test command that cannot run: python without the module it names.
     settings.test = { command = { 'python3', '-m', 'no_such_runner' }, allowlist = { 'python3 -m no_such_runner' } }
@@ -482,6 +490,46 @@ local ok, err = pcall(function()
     end, 20), tostring(vim.fn.bufnr(test_file)))
     record('the fix stays', table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
       :find('return a + b', 1, true) ~= nil)
+    return
+  end
+
+  if scenario == 'diagnostics' then
+    -- basedpyright, a second language server on the buffer: its diagnostics are forwarded to
+    -- agent-ls, whose run sends the bad edit's undefined name back to the model.
+    local published = false
+    vim.lsp.start({
+      name = 'basedpyright',
+      cmd = { os.getenv('BASEDPYRIGHT'), '--stdio' },
+      root_dir = ws,
+      handlers = {
+        ['textDocument/publishDiagnostics'] = function(err, params, ctx)
+          if vim.uri_to_fname(params.uri) == vim.api.nvim_buf_get_name(buf) then published = true end
+          return vim.lsp.diagnostic.on_publish_diagnostics(err, params, ctx)
+        end,
+      },
+    }, { bufnr = buf })
+    record('basedpyright reports on calc.py', vim.wait(60000, function() return published end, 50))
+    vim.cmd('AgentFix')
+    record('run finished', run_finished(150000))
+    record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
+    local journal = vim.fn.glob(ws .. '/.agent-ls/runs/*.jsonl', false, true)[1]
+    local lines = vim.tbl_map(vim.json.decode, vim.tbl_filter(function(l) return l ~= '' end,
+      journal and vim.fn.readfile(journal) or {}))
+    local checks = vim.tbl_filter(function(l) return l.type == 'diagnostics' and not l.data.before_edit end, lines)
+    local first = checks[1] and checks[1].data.errors or {}
+    record("the bad edit came back with basedpyright's error", #checks >= 2 and #first == 1
+      and first[1]:find('^calc.py:5:') ~= nil and first[1]:find('"c" is not defined', 1, true) ~= nil,
+      vim.inspect(checks))
+    record('the fixing edit has no new error', checks[#checks] ~= nil and #checks[#checks].data.errors == 0,
+      vim.inspect(checks[#checks]))
+    local order = {}
+    for _, l in ipairs(lines) do
+      if l.type == 'test_result' or l.type == 'diagnostics' then table.insert(order, l.type) end
+    end
+    local at = vim.fn.index(order, 'diagnostics') + 1
+    record('no test ran between the bad edit and its fix', order[at + 1] == 'diagnostics', vim.inspect(order))
+    record('calc.py holds the fix', table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n'):find('return a + b', 1, true) ~= nil)
+    record('agent-ls started no language server of its own', vim.fn.filereadable(ws .. '/spawned') == 0)
     return
   end
 

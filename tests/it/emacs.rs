@@ -261,3 +261,21 @@ fn agent_ls_el_byte_compiles_without_warnings() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn flymakes_diagnostics_check_the_agents_edit_in_emacs_with_no_server_spawned() {
+    // A flymake backend beside agent-ls's eglot (the test's own, reporting `c` undefined)
+    // reports the bad edit's error; agent-ls.el forwards it, the run sends it back to the
+    // model, whose next answer fixes it before any test runs, and agent-ls starts no server.
+    let results = scenario("diagnostics");
+    if results.is_empty() {
+        return;
+    }
+    let names = names(&results);
+    for check in [
+        "the bad edit came back with flymake's error",
+        "agent-ls started no language server of its own",
+    ] {
+        assert!(names.contains(&check), "{check} was not checked: {names:?}");
+    }
+}

@@ -64,6 +64,10 @@ fn scenario_with(
         .env("WORKSPACE", ws.path().canonicalize().unwrap())
         .env("PLUGIN", support::repo("editors/neovim"))
         .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
+        .env(
+            "BASEDPYRIGHT",
+            std::env::var("AGENT_LS_TEST_BASEDPYRIGHT").unwrap_or_default(),
+        )
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -274,5 +278,40 @@ fn the_run_view_in_neovim_says_which_runs_records_were_remembered() {
         return;
     }
     assert!(results.len() >= 5, "{results:#?}");
+    assert_all(&results);
+}
+
+#[test]
+fn neovims_own_diagnostics_check_the_agents_edit_with_no_server_spawned() {
+    // A second language server in Neovim, the real basedpyright, reports the bad edit's
+    // undefined name; the plugin forwards it, the run sends it back to the model, whose next
+    // answer fixes it before any test runs, and agent-ls starts no server of its own.
+    if std::env::var_os("AGENT_LS_TEST_BASEDPYRIGHT").is_none() {
+        eprintln!("skipped: AGENT_LS_TEST_BASEDPYRIGHT is not set (pip install basedpyright)");
+        return;
+    }
+    let coder = |from: &str, to: &str| {
+        serde_json::json!({"role": "coder", "content": format!(
+            "calc.py\n<<<<<<< SEARCH\n    return {from}\n=======\n    return {to}\n>>>>>>> REPLACE\n"
+        )})
+    };
+    let replay = support::replay_script(&[coder("a - b", "a + c"), coder("a + c", "a + b")]);
+    let results = scenario_with("diagnostics", &replay, |ws| {
+        // basedpyright's standard mode (its default calls unannotated code an error).
+        std::fs::write(
+            ws.join("pyrightconfig.json"),
+            r#"{"typeCheckingMode": "standard"}"#,
+        )
+        .unwrap();
+    });
+    if results.is_empty() {
+        return;
+    }
+    assert!(
+        results
+            .iter()
+            .any(|r| r["name"] == "agent-ls started no language server of its own"),
+        "{results:#?}"
+    );
     assert_all(&results);
 }

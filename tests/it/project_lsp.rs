@@ -3,7 +3,11 @@
 //! basedpyright (from PyPI; scripts/test installs it and sets AGENT_LS_TEST_BASEDPYRIGHT):
 //! an undefined name comes back as the edit's result and the next answer fixes it before any
 //! test runs; a clean edit adds nothing; errors already there are never new; a server that
-//! hangs costs at most the wait budget; a missing one is one warning.
+//! hangs costs at most the wait budget; a missing one is one warning. With a real
+//! typescript-language-server (from npm; AGENT_LS_TEST_TSLS), an undefined name in a .ts file
+//! comes back too. Over LSP, an editor's forwarded diagnostics for the text before an edit
+//! are never taken for its result; the first model request does not wait for the errors
+//! already there.
 
 use crate::support;
 
@@ -298,4 +302,289 @@ fn a_missing_server_is_one_warning_and_the_run_goes_on() {
     let err = stderr(&out);
     assert_eq!(err.matches("language server").count(), 1, "{err}");
     assert!(err.contains("pyright-nowhere"), "{err}");
+}
+
+/// A language server that answers `initialize` and publishes, for each opened or changed
+/// file, an error already there ("old problem", line 9) and, while the text uses
+/// `undefined_thing`, one on line 5; it publishes nothing before the run's journal has the
+/// coder's first model call, so a run that waited for it before that call would wait
+/// forever (and give up at the wait budget).
+fn slow_server(dir: &Path, ws: &Path) -> Vec<String> {
+    let script = dir.join("slow.py");
+    let body = r#"
+import glob, json, os, sys, time
+
+def read():
+    length = None
+    while True:
+        line = sys.stdin.buffer.readline()
+        if not line:
+            sys.exit(0)
+        if line in (b"\r\n", b"\n"):
+            break
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return json.loads(sys.stdin.buffer.read(length))
+
+def send(msg):
+    body = json.dumps(msg).encode()
+    sys.stdout.buffer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    sys.stdout.buffer.flush()
+
+def called():
+    for f in glob.glob(os.path.join(WS, ".agent-ls", "runs", "*.jsonl")):
+        if '"type":"model_call"' in open(f).read():
+            return True
+    return False
+
+def publish(uri, version, text):
+    while not called():
+        time.sleep(0.1)
+    errors = [{"range": {"start": {"line": 8, "character": 4}, "end": {"line": 8, "character": 9}},
+               "severity": 1, "message": "old problem"}]
+    if "undefined_thing" in text:
+        errors.append({"range": {"start": {"line": 4, "character": 15}, "end": {"line": 4, "character": 30}},
+                       "severity": 1, "message": '"undefined_thing" is not defined'})
+    send({"jsonrpc": "2.0", "method": "textDocument/publishDiagnostics",
+          "params": {"uri": uri, "version": version, "diagnostics": errors}})
+
+while True:
+    msg = read()
+    method = msg.get("method")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"capabilities": {"textDocumentSync": 1}}})
+    elif method == "textDocument/didOpen":
+        d = msg["params"]["textDocument"]
+        publish(d["uri"], d["version"], d["text"])
+    elif method == "textDocument/didChange":
+        p = msg["params"]
+        publish(p["textDocument"]["uri"], p["textDocument"]["version"], p["contentChanges"][-1]["text"])
+    elif method == "exit":
+        sys.exit(0)
+    elif "id" in msg:
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
+"#;
+    std::fs::write(
+        &script,
+        format!("WS = {:?}\n{body}", ws.display().to_string()),
+    )
+    .unwrap();
+    vec![support::python(), script.display().to_string()]
+}
+
+#[test]
+fn the_first_model_request_does_not_wait_for_the_errors_before_the_edit() {
+    let ws = example();
+    let tools = tempfile::tempdir().unwrap();
+    let server = slow_server(tools.path(), &ws.path().canonicalize().unwrap());
+    let bad = edit("    return a - b", "    return a + undefined_thing");
+    let good = edit("    return a + undefined_thing", "    return a + b");
+    let (out, requests) = run(
+        ws.path(),
+        "fix the failing tests of calc.py",
+        &config(&server, 60_000),
+        &[&bad, &good],
+    );
+    done(&out);
+    // The server speaks only once the first model call is journaled: that call went out
+    // without waiting for it, and the errors it then found are journaled after it.
+    let order: Vec<String> = sequence(ws.path())
+        .iter()
+        .map(
+            |l| match (l["type"].as_str().unwrap(), &l["data"]["before_edit"]) {
+                ("diagnostics", Value::Bool(true)) => "before".into(),
+                ("diagnostics", _) => "check".into(),
+                (other, _) => other.to_string(),
+            },
+        )
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "test_result",
+            "model_call",
+            "before",
+            "check",
+            "model_call",
+            "check",
+            "test_result"
+        ],
+        "{}",
+        stderr(&out)
+    );
+    // Handed in when they came: not in the first request, in the next context.
+    assert_eq!(requests.len(), 2);
+    let first = requests[0].to_string();
+    assert!(!first.contains("old problem"), "{first}");
+    let second = requests[1].to_string();
+    assert!(
+        second.contains("already reports") && second.contains("old problem"),
+        "{second}"
+    );
+    assert!(
+        second.contains("reports errors it introduced") && second.contains("undefined_thing"),
+        "{second}"
+    );
+}
+
+/// `agent-ls/editorDiagnostics` of calc.py (`uri`) at `version`: the error already there on
+/// line 9, and `new` ones.
+fn forwarded(uri: &str, version: i64, new: &[(u32, &str)]) -> Value {
+    let at = |line: u32, message: &str| {
+        json!({"range": {"start": {"line": line, "character": 4}, "end": {"line": line, "character": 9}},
+            "severity": 1, "message": message})
+    };
+    let mut diagnostics = vec![at(8, "old problem")];
+    diagnostics.extend(new.iter().map(|(l, m)| at(*l, m)));
+    json!({"jsonrpc": "2.0", "method": "agent-ls/editorDiagnostics",
+        "params": {"uri": uri, "version": version, "diagnostics": diagnostics}})
+}
+
+#[test]
+fn an_editors_late_word_on_the_text_before_an_edit_is_not_taken_for_its_result() {
+    // An editor that forwards its diagnostics, over LSP: as it applies the first edit it
+    // says again what it thought of the text before (the old error alone, at the old
+    // version), and only a while later what it thinks of the edit's text (a new error). The
+    // run must wait for the latter, by version, not take the former because it came after
+    // the edit was sent.
+    let ws = example();
+    let coder = |from: &str, to: &str| json!({"role": "coder", "content": edit(from, to)});
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[
+            coder("    return a - b", "    return a + c"),
+            coder("    return a + c", "    return a + b"),
+        ]),
+    )
+    .unwrap();
+    let mut c = support::Client::spawn(support::Spawn::default());
+    c.initialize(
+        ws.path(),
+        json!({"workspace": {"workspaceEdit": {"documentChanges": true}},
+            "experimental": {"agentLs": {"forwardsDiagnostics": true}}}),
+        json!({"model": {"provider": "replay", "replay_file": ".replay.jsonl"},
+            "agent": {"approval": "auto", "evaluate": false, "review": "off"},
+            "git": {"commit": "never"}, "lsp_servers": {"wait_ms": 30000}}),
+    );
+    let calc = support::file_uri(&ws.path().join("calc.py"));
+    let text = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    c.open(&calc, &text);
+    c.send(&forwarded(&calc, 1, &[]));
+    let buffer = std::sync::Arc::new(std::sync::Mutex::new((text, 1i64)));
+    let held = buffer.clone();
+    let uri = calc.clone();
+    c.on_request_before("workspace/applyEdit", move |p| {
+        let mut b = held.lock().unwrap();
+        let edits = p["edit"]["documentChanges"][0]["edits"].as_array().unwrap();
+        let old = b.1;
+        b.0 = support::apply_lsp_edits(&b.0, edits);
+        b.1 += 1;
+        let change = json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": uri, "version": b.1}, "contentChanges": [{"text": b.0}]}});
+        let notes = match b.1 {
+            // The old word again, then the edit lands.
+            2 => vec![forwarded(&uri, old, &[]), change],
+            // The fix: its word comes with it.
+            _ => vec![change, forwarded(&uri, b.1, &[])],
+        };
+        (json!({"applied": true}), notes)
+    });
+    c.command("agent-ls.fixTests", Value::Null).unwrap();
+    c.wait_until(
+        |c| {
+            c.server_requests
+                .iter()
+                .any(|r| r["method"] == "workspace/applyEdit")
+                .then_some(())
+        },
+        "the first edit",
+    );
+    // Well past the 300 ms of quiet after which a publication is taken.
+    c.pump(std::time::Duration::from_millis(1500));
+    c.send(&forwarded(&calc, 2, &[(4, "\"c\" is not defined")]));
+    let finished = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(finished["status"], "done", "{finished}\n{}", c.stderr());
+    let checks: Vec<Value> = support::journaled(ws.path(), "diagnostics")
+        .into_iter()
+        .filter(|l| l["data"]["before_edit"] == false)
+        .collect();
+    assert_eq!(checks.len(), 2, "{checks:?}");
+    assert_eq!(
+        checks[0]["data"]["errors"],
+        json!(["calc.py:5:5: error: \"c\" is not defined"]),
+        "{checks:?}"
+    );
+    assert_eq!(checks[1]["data"]["errors"], json!([]), "{checks:?}");
+    assert_eq!(buffer.lock().unwrap().1, 3, "two edits applied");
+}
+
+/// typescript-language-server (from npm, with TypeScript 5; scripts/test installs both
+/// under .tools/tsls and sets AGENT_LS_TEST_TSLS), or None to skip where it is not.
+fn typescript_language_server() -> Option<String> {
+    match std::env::var("AGENT_LS_TEST_TSLS") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ if std::env::var_os("AGENT_LS_REQUIRE_PROTOCOL_TESTS").is_some() => {
+            panic!(
+                "AGENT_LS_TEST_TSLS is not set; scripts/test installs typescript-language-server"
+            )
+        }
+        _ => {
+            eprintln!(
+                "skipped: AGENT_LS_TEST_TSLS is not set (npm install typescript-language-server typescript)"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn an_undefined_name_in_a_typescript_file_comes_back_from_typescript_language_server() {
+    let Some(server) = typescript_language_server() else {
+        return;
+    };
+    let ws = example();
+    std::fs::write(
+        ws.path().join("util.ts"),
+        "export function double(x: number): number {\n  return x * 2;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.path().join("tsconfig.json"),
+        r#"{"compilerOptions": {"strict": true, "noEmit": true}}"#,
+    )
+    .unwrap();
+    // The fix of calc.py, and an edit of util.ts that uses a name that does not exist.
+    let ts = |from: &str, to: &str| {
+        format!(
+            "util.ts\n<<<<<<< SEARCH\n  return {from};\n=======\n  return {to};\n>>>>>>> REPLACE\n"
+        )
+    };
+    let bad = format!(
+        "{}\n{}",
+        edit("    return a - b", "    return a + b"),
+        ts("x * 2", "x * two")
+    );
+    let good = ts("x * two", "x * 2");
+    let config = format!(
+        "[test]\ncommand = {}\n\n[lsp_servers]\nwait_ms = 120000\n\n[lsp_servers.servers.python]\ncommand = []\n\n[lsp_servers.servers.typescript]\ncommand = {}\npatterns = [\"*.ts\"]\n",
+        json!([support::python(), "-m", "pytest", "-q"]),
+        json!([server, "--stdio"]),
+    );
+    let (out, requests) = run(ws.path(), "fix the failing tests", &config, &[&bad, &good]);
+    let o = done(&out);
+    let errors = o["edit_errors"].as_array().expect("edit_errors in --json");
+    assert_eq!(errors.len(), 1, "{o}");
+    let error = errors[0].as_str().unwrap();
+    assert!(
+        error.starts_with("util.ts:2:") && error.contains("Cannot find name 'two'"),
+        "{error}"
+    );
+    assert_eq!(requests.len(), 2, "{o}");
+    assert!(
+        std::fs::read_to_string(ws.path().join("util.ts"))
+            .unwrap()
+            .contains("x * 2"),
+        "the next answer fixed it"
+    );
 }

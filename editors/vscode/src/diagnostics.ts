@@ -33,13 +33,20 @@ export function wireDiagnostics(diagnostics: readonly vscode.Diagnostic[]): obje
     }));
 }
 
-/** Sends every file's diagnostics now, then each file's whenever they change. */
+/**
+ * Sends every file's diagnostics now, then each file's whenever they change, with the
+ * document's version at that moment (the one didChange carried), so the server can tell the
+ * diagnostics of an agent edit's text from a late word on the text before it.
+ */
 export function forwardDiagnostics(client: LanguageClient): vscode.Disposable {
   const send = (uri: vscode.Uri) => {
     if (uri.scheme === 'file') {
+      const key = uri.toString();
+      const document = vscode.workspace.textDocuments.find((d) => d.uri.toString() === key);
       void client.sendNotification('agent-ls/editorDiagnostics', {
         uri: client.code2ProtocolConverter.asUri(uri),
         diagnostics: wireDiagnostics(vscode.languages.getDiagnostics(uri)),
+        version: document?.version,
       });
     }
   };

@@ -3,6 +3,11 @@
 //! to the model as context, and the check of each applied edit, whose new errors become the
 //! edit's result (`Event::AppliedWithErrors`). Both are journaled and shown as
 //! `RunEvent::Diagnostics`; a server given up is one warning.
+//!
+//! The errors before the first edit are asked for in the background, as the repo map is
+//! built (`map.rs`): a server's start takes seconds (basedpyright's four), and the first
+//! model request does not wait for it. They join the first context made after they came,
+//! and the first edit's check waits for them, since it needs the same server.
 
 use agent_ls_core::agent::{Event, Run};
 use agent_ls_core::edit::{FileChange, FileText};
@@ -15,9 +20,18 @@ use std::time::Duration;
 
 use crate::lsp_client::{Checked, Edited, FileError, Forwarded, ProjectServers, introduced};
 
+/// The servers' look at the goal's files before the first edit, under way: the servers
+/// come back with what they found, for the files named.
+type Pending = (
+    tokio::task::JoinHandle<(ProjectServers, Checked)>,
+    Vec<String>,
+);
+
 /// The run's servers and what they found before the first edit.
 pub(super) struct RunServers {
-    pub(super) servers: ProjectServers,
+    /// `None` while they look at the goal's files (`pending`), or once lost with that task.
+    servers: Option<ProjectServers>,
+    pending: Option<Pending>,
     /// The context block naming the errors already in the goal's files, when there are any.
     pub(super) before: Option<String>,
     /// Every error an edit introduced, in `path:line:column: error: message` lines.
@@ -37,9 +51,24 @@ impl RunServers {
     /// Whether edits of `path` are checked: by the editor's diagnostics, for a file of a
     /// language some server checks, else by a server that serves it.
     fn checks(&self, path: &str) -> bool {
-        match self.editor {
-            Some(_) => self.servers.checked_language(path),
-            None => self.servers.serves(path),
+        match (&self.editor, &self.servers) {
+            (_, None) => false,
+            (Some(_), Some(s)) => s.checked_language(path),
+            (None, Some(s)) => s.serves(path),
+        }
+    }
+
+    /// Ends the servers at the run's end; a look before the first edit still under way is
+    /// dropped with its servers (their process groups are killed).
+    pub(super) async fn shutdown(mut self) {
+        if let Some((task, _)) = self.pending.take() {
+            match task.is_finished() {
+                true => self.servers = task.await.ok().map(|(s, _)| s),
+                false => task.abort(),
+            }
+        }
+        if let Some(servers) = self.servers {
+            servers.shutdown().await;
         }
     }
 
@@ -69,12 +98,13 @@ impl Drive<'_> {
         let env =
             crate::tests_run::command::filtered_env(std::env::vars(), &self.config.test.env_allow);
         RunServers {
-            servers: ProjectServers::new(
+            servers: Some(ProjectServers::new(
                 &self.config.lsp_servers,
                 self.root,
                 (sandbox, env),
                 crate::tests_run::command::on_path,
-            ),
+            )),
+            pending: None,
             before: None,
             reported: Vec::new(),
             editor: shell.editor_diagnostics(),
@@ -82,55 +112,72 @@ impl Drive<'_> {
     }
 
     /// The errors already in the files the goal names (those a server serves), before any
-    /// edit: kept as context, so the model is not blamed for them.
-    pub(super) async fn errors_before(
+    /// edit: kept as context, so the model is not blamed for them. The editor's are there at
+    /// once; the servers' are asked for in the background (`catch_up` takes them).
+    pub(super) fn errors_before(
         &self,
         files: &[String],
         lsp: &mut RunServers,
         shell: &mut impl Shell,
         observer: &mut Observer<'_>,
     ) {
-        let texts: Vec<(&str, String)> = files
+        let texts: Vec<(String, String)> = files
             .iter()
             .filter(|p| lsp.checks(p))
             .filter_map(|p| match shell.read(p) {
-                FileText::Text(t) => Some((p.as_str(), t)),
+                FileText::Text(t) => Some((p.clone(), t)),
                 _ => None,
             })
             .collect();
         if texts.is_empty() {
             return;
         }
-        let files: Vec<(&str, &str)> = texts.iter().map(|(p, t)| (*p, t.as_str())).collect();
-        let checked = match &lsp.editor {
-            Some(editor) => {
-                let mark = editor.mark();
-                Checked {
-                    new_errors: files.iter().flat_map(|(p, _)| editor.at(p, mark)).collect(),
-                    checked: true,
-                    ..Checked::default()
-                }
-            }
-            None => lsp.servers.current(&files).await,
-        };
-        for w in &checked.warnings {
-            shell.warn(w);
+        let names: Vec<String> = texts.iter().map(|(p, _)| p.clone()).collect();
+        if let Some(editor) = &lsp.editor {
+            let mark = editor.mark();
+            let checked = Checked {
+                new_errors: names.iter().flat_map(|p| editor.at(p, mark)).collect(),
+                checked: true,
+                ..Checked::default()
+            };
+            return took_before(&names, checked, lsp, shell, observer);
         }
-        if !checked.checked {
+        let Some(mut servers) = lsp.servers.take() else {
+            return;
+        };
+        let task = tokio::spawn(async move {
+            let files: Vec<(&str, &str)> = texts
+                .iter()
+                .map(|(p, t)| (p.as_str(), t.as_str()))
+                .collect();
+            let checked = servers.current(&files).await;
+            (servers, checked)
+        });
+        lsp.pending = Some((task, names));
+    }
+
+    /// The servers' errors before the first edit, once they came (with `wait`, waiting for
+    /// them: the first edit's check needs the servers back): journaled and kept as context.
+    pub(super) async fn catch_up(
+        &self,
+        lsp: &mut RunServers,
+        wait: bool,
+        shell: &mut impl Shell,
+        observer: &mut Observer<'_>,
+    ) {
+        let ready = lsp.pending.as_ref().is_some_and(|(t, _)| t.is_finished());
+        if !(ready || wait) {
             return;
         }
-        let lines = lines(&checked.new_errors);
-        observer.record(RunEvent::Diagnostics {
-            files: files.iter().map(|(p, _)| p.to_string()).collect(),
-            errors: lines.clone(),
-            before_edit: true,
-            wait_ms: checked.wait_ms,
-        });
-        if !lines.is_empty() {
-            lsp.before = Some(format!(
-                "Errors the project's language server already reports in these files, before any edit (not yours unless the goal is about them):\n{}\n\n",
-                lines.join("\n")
-            ));
+        let Some((task, names)) = lsp.pending.take() else {
+            return;
+        };
+        match task.await {
+            Ok((servers, checked)) => {
+                lsp.servers = Some(servers);
+                took_before(&names, checked, lsp, shell, observer);
+            }
+            Err(e) => shell.warn(&format!("the project's language servers were lost: {e}")),
         }
     }
 
@@ -145,6 +192,7 @@ impl Drive<'_> {
         shell: &mut impl Shell,
         observer: &mut Observer<'_>,
     ) -> Event {
+        self.catch_up(lsp, true, shell, observer).await;
         let edited: Vec<Edited<'_>> = changes
             .iter()
             .filter(|c| lsp.checks(&c.path))
@@ -163,7 +211,10 @@ impl Drive<'_> {
         ));
         let checked = match &lsp.editor {
             Some(editor) => self.editor_check(editor, &edited, mark).await,
-            None => lsp.servers.check(&edited).await,
+            None => match &mut lsp.servers {
+                Some(servers) => servers.check(&edited).await,
+                None => return Event::Applied,
+            },
         };
         for w in &checked.warnings {
             shell.warn(w);
@@ -222,6 +273,36 @@ impl Drive<'_> {
     /// The mark to take before applying a change: the editor's publications so far.
     pub(super) fn editor_mark(lsp: &RunServers) -> u64 {
         lsp.editor.as_ref().map_or(0, |e| e.mark())
+    }
+}
+
+/// The errors before the first edit, as found: warnings shown, journaled, and kept as the
+/// context's first piece when there are any.
+fn took_before(
+    files: &[String],
+    checked: Checked,
+    lsp: &mut RunServers,
+    shell: &mut impl Shell,
+    observer: &mut Observer<'_>,
+) {
+    for w in &checked.warnings {
+        shell.warn(w);
+    }
+    if !checked.checked {
+        return;
+    }
+    let lines = lines(&checked.new_errors);
+    observer.record(RunEvent::Diagnostics {
+        files: files.to_vec(),
+        errors: lines.clone(),
+        before_edit: true,
+        wait_ms: checked.wait_ms,
+    });
+    if !lines.is_empty() {
+        lsp.before = Some(format!(
+            "Errors the project's language server already reports in these files, before any edit (not yours unless the goal is about them):\n{}\n\n",
+            lines.join("\n")
+        ));
     }
 }
 

@@ -225,8 +225,7 @@ impl Drive<'_> {
         let mut lsp = self.run_servers(shell);
         if run.agent().kind == agent::AgentKind::Build && !resumed {
             let goal_files = self.named_files(run.goal(), None);
-            self.errors_before(&goal_files, &mut lsp, shell, &mut observer)
-                .await;
+            self.errors_before(&goal_files, &mut lsp, shell, &mut observer);
         }
         let t = Instant::now();
         let context = self.context(run, None, shell, &mut map);
@@ -319,6 +318,9 @@ impl Drive<'_> {
                 _ => None,
             };
             let context = self.context(run, latest.as_deref(), shell, &mut going.map);
+            // The errors before the first edit, if they came meanwhile (never waited for).
+            let (lsp, observer) = (&mut going.lsp, &mut going.observer);
+            self.catch_up(lsp, false, shell, observer).await;
             hand_in(run, Input::Context(going.lsp.with_before(context)));
             if let Some(told) = going.instructions.update(run.files_changed()) {
                 if let Some(cut) = &told.joined.cut {
@@ -552,7 +554,7 @@ impl Drive<'_> {
         } = going;
         mcp.shutdown().await;
         let edit_errors = lsp.reported.clone();
-        lsp.servers.shutdown().await;
+        lsp.shutdown().await;
         map.phases.end_ms = ended.elapsed().as_millis() as u64;
         observer.phases(&map.finish_phases());
         if run.partial() {

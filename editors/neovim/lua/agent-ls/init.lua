@@ -2,6 +2,7 @@
 --- status, and lets a proposal be reviewed (question, diff in a split) before it is applied.
 local M = {}
 local runs = require('agent-ls.runs')
+local diagnostics = require('agent-ls.diagnostics')
 M.runs = runs
 
 M.config = {
@@ -13,6 +14,9 @@ M.config = {
   -- Neovim's own confirmation of annotated edits is a blocking prompt per file, so the plugin
   -- asks the server to ask first (window/showMessageRequest), answered with vim.ui.select.
   settings = { agent = { approval = 'prompt' } },
+  -- Forward the other language servers' diagnostics, so a run checks its edits with them
+  -- and starts no language server of its own (docs/project-lsp.md).
+  forward_diagnostics = true,
 }
 
 --- What the statusline shows.
@@ -159,9 +163,12 @@ function M.start(bufnr)
     init_options = M.config.settings,
     settings = { ['agent-ls'] = M.config.settings },
     handlers = handlers,
-    -- Ours on top of Neovim's own: the plugin answers agent-ls/saveFiles.
+    -- Ours on top of Neovim's own: the plugin answers agent-ls/saveFiles and forwards the
+    -- editor's diagnostics as agent-ls/editorDiagnostics.
     capabilities = vim.tbl_deep_extend('force', vim.lsp.protocol.make_client_capabilities(),
-      { experimental = { agentLs = { saveFiles = true } } }),
+      { experimental = { agentLs = {
+        saveFiles = true, forwardsDiagnostics = M.config.forward_diagnostics ~= false,
+      } } }),
   }
   -- On 0.11+ the configuration is also registered with vim.lsp.config, so a user's own
   -- vim.lsp.config('agent-ls', {...}) (and the '*' defaults) apply on top of setup's.
@@ -377,6 +384,7 @@ function M.setup(opts)
     })
   end
   local group = vim.api.nvim_create_augroup('agent-ls', { clear = true })
+  if M.config.forward_diagnostics ~= false then diagnostics.forward(group, client) end
   vim.api.nvim_create_autocmd({ 'BufReadPost', 'BufNewFile' }, {
     group = group,
     callback = function(ev) M.start(ev.buf) end,
