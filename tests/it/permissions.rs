@@ -1,12 +1,17 @@
 //! Permission rules and modes through the real binary (docs/permissions.md): a deny rule
 //! beats an allow rule and the refusal names it, for a change and for a command; a workspace
 //! file cannot choose `auto` nor undo the user's deny, even in a trusted folder; plan mode
-//! writes nothing.
+//! writes nothing; an `ask` rule on a tool call asks through the surface's own question (the
+//! editor's showMessageRequest, ACP's session/request_permission) and, with no one to ask
+//! (`agent-ls run` without a terminal), refuses naming the rule.
 
+use crate::acp::RawAcp;
 use crate::hooks::{FIX, cli, coder, home, read, replay, run_in, text, user_file};
 use crate::support;
 
 use serde_json::{Value, json};
+use support::model_server::{ModelServer, Recorded, openai_text, openai_tool_call};
+use support::{Client, Spawn};
 
 #[test]
 fn a_deny_rule_beats_an_allow_rule_and_the_refusal_names_it() {
@@ -162,6 +167,159 @@ fn plan_mode_writes_nothing() {
         String::from_utf8_lossy(&out.stderr)
             .contains("plan mode (agent.approval = \"plan\") is read only"),
         "{}",
+        text(&out)
+    );
+}
+
+const ASK_READ: &str = "[permissions]\nask = [\"tool(read_file)\"]\n";
+const THE_RULE: &str = "`tool(read_file)` in permissions.ask (user settings)";
+
+/// A model that reads calc.py, then fixes it.
+fn reads_then_fixes() -> ModelServer {
+    ModelServer::start(vec![
+        openai_tool_call("read_file", &[r#"{"path": "calc.py"}"#]),
+        openai_text(&[FIX]),
+    ])
+}
+
+/// What the model was told the tool call gave (the `tool` message of its second request).
+fn tool_result(requests: &[Recorded]) -> String {
+    let second = requests.get(1).map(|r| r.body["messages"].clone());
+    second
+        .and_then(|m| m.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .unwrap_or_else(|| panic!("no tool result in {requests:?}"))
+}
+
+/// Whether the tool result is calc.py's text (or says the model has it already).
+fn read_it(result: &str) -> bool {
+    result.contains("def add") || result.contains("calc.py lines 1-")
+}
+
+/// An editor run whose model calls read_file, which the user's ask rule holds; the test
+/// client answers the question about the call with `answer`. The model's requests, and the
+/// questions about the call.
+fn editor_asked(answer: &'static str) -> (Vec<Recorded>, Vec<Value>) {
+    let ws = support::example();
+    let server = reads_then_fixes();
+    let mut c = Client::spawn(Spawn {
+        env: vec![("OPENAI_API_KEY".into(), "test-key".into())],
+        user_config: Some(ASK_READ.into()),
+        ..Spawn::default()
+    });
+    c.on_request("window/showMessageRequest", move |p| {
+        if p["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Let the agent call")
+        {
+            json!({"title": answer})
+        } else {
+            p["actions"][0].clone()
+        }
+    });
+    c.initialize(
+        ws.path(),
+        json!({}),
+        json!({"model": {"provider": "openai", "base_url": format!("{}/v1", server.url), "name": "m"},
+               "agent": {"approval": "auto", "evaluate": false}}),
+    );
+    let started = c
+        .command("agent-ls.run", json!({"goal": "fix the failing tests"}))
+        .unwrap();
+    let finished = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(finished["run_id"], started["run_id"], "{finished}");
+    let asked = c
+        .server_requests
+        .iter()
+        .filter(|r| r["method"] == "window/showMessageRequest")
+        .filter(|r| {
+            r["params"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Let the agent call")
+        })
+        .cloned()
+        .collect();
+    (server.requests(), asked)
+}
+
+#[test]
+fn an_ask_rule_on_a_tool_call_asks_the_editor_and_its_answer_decides() {
+    let (requests, asked) = editor_asked("Allow this call");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let message = asked[0]["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(THE_RULE) && message.contains("`read_file` (calc.py)"),
+        "{message}"
+    );
+    let result = tool_result(&requests);
+    assert!(read_it(&result), "the call ran: {result}");
+
+    let (requests, asked) = editor_asked("Refuse");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let result = tool_result(&requests);
+    assert!(
+        result.contains(THE_RULE) && result.contains("the user said no"),
+        "the refusal names the rule: {result}"
+    );
+    assert!(!read_it(&result), "{result}");
+}
+
+#[test]
+fn an_ask_rule_on_a_tool_call_is_acps_permission_question() {
+    let ws = support::example();
+    let server = reads_then_fixes();
+    let home = support::home_with(&format!(
+        "[model]\nprovider = \"openai\"\nbase_url = \"{}/v1\"\napi_key = \"test-key\"\n[agent]\nevaluate = false\n{ASK_READ}",
+        server.url
+    ));
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut acp = RawAcp::start(home.path());
+    let (created, _) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].clone();
+    let (answer, seen) = acp.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "fix the failing tests"}]}),
+    );
+    acp.close();
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    // The first question is the call's (RawAcp allows it, as the user would); the change's
+    // comes after.
+    let asked = seen
+        .iter()
+        .find(|m| m["method"] == "session/request_permission")
+        .unwrap_or_else(|| panic!("no question: {seen:?}"));
+    let call = &asked["params"]["toolCall"];
+    assert!(
+        call["title"].as_str().unwrap_or("").contains("read_file"),
+        "{asked}"
+    );
+    assert!(call["content"].to_string().contains(THE_RULE), "{asked}");
+    let result = tool_result(&server.requests());
+    assert!(read_it(&result), "the call ran: {result}");
+}
+
+#[test]
+fn an_ask_rule_on_a_tool_call_with_no_one_to_ask_refuses_naming_the_rule() {
+    let home = home();
+    let ws = support::example();
+    user_file(home.path(), ASK_READ);
+    let read = json!({"role": "coder", "content": "", "tool_calls": [
+        {"name": "read_file", "arguments": {"path": "calc.py"}}
+    ]});
+    let env = replay(ws.path(), &[read, coder(FIX)]);
+    let out = run_in(home.path(), ws.path(), &["--yes"], &env);
+    let journal = journals(ws.path());
+    assert!(
+        journal.contains(&format!(
+            "needs the user's yes ({THE_RULE}), and there is no terminal to ask on"
+        )),
+        "{}\n{journal}",
         text(&out)
     );
 }

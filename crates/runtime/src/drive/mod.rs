@@ -9,6 +9,7 @@
 //! files uses this one: it is the top of the driver.
 
 mod checkpoint;
+mod checks;
 mod dev_dependency;
 mod driver;
 mod lsp_check;
@@ -754,9 +755,10 @@ impl Drive<'_> {
         });
         let mut refused = Vec::with_capacity(calls.len());
         for call in &calls {
-            let why = gate.before_call(&call.name, &call.arguments).await;
+            let why =
+                checks::call_allowed(&call.name, &call.arguments, shell, (observer, gate)).await;
             refused.push(why.map(Output::error));
-            gate.take_reports().iter().for_each(|m| shell.warn(m));
+            checks::tell(gate, shell, observer);
         }
         let reads: Vec<_> = calls
             .iter()
@@ -793,7 +795,7 @@ impl Drive<'_> {
             let after = gate
                 .after_call(&call.name, &call.arguments, &out.text)
                 .await;
-            gate.take_reports().iter().for_each(|m| shell.warn(m));
+            checks::tell(gate, shell, observer);
             if let Some(why) = after {
                 out.text = format!("{}\n\nA hook says: {why}", out.text);
             }
@@ -931,7 +933,7 @@ impl Drive<'_> {
         }
         let mut review = review(changes);
         let before = gate.before_change(changes, diff).await;
-        gate.take_reports().iter().for_each(|m| shell.warn(m));
+        checks::tell(gate, shell, observer);
         match before {
             crate::hooks::ChangeGate::Refuse(why) => {
                 shell.warn(&why);
@@ -959,7 +961,7 @@ impl Drive<'_> {
         observer.patch(changes, diff, &review);
         let asked = !review.is_clean();
         gate.approval_needed(changes, asked).await;
-        gate.take_reports().iter().for_each(|m| shell.warn(m));
+        checks::tell(gate, shell, observer);
         let verdict = shell.approve(changes, diff, &review).await;
         observer.approval(run.iterations(), verdict == Verdict::Approved, changes);
         if self.cancel.is_cancelled() {
