@@ -1,7 +1,8 @@
 //! Hooks through the real binary (docs/hooks.md): a `before_change` hook that exits 2 keeps
 //! the change out and its stderr reaches the model in the next request (a model server on
 //! 127.0.0.1 records it), and a workspace's hook runs only once its exact content is trusted
-//! (`agent-ls hooks trust`), and not again after it changed until trusted anew.
+//! (`agent-ls hooks trust`), and not again after it changed until trusted anew; what an
+//! `after_run` hook reports reaches the user and the journal.
 
 use crate::support;
 
@@ -202,4 +203,38 @@ fn a_workspace_hook_runs_only_while_its_exact_content_is_trusted() {
     assert!(trust.status.success(), "{}", text(&trust));
     let (hook_ran, _) = attempt("trusted again");
     assert!(hook_ran && read(&ran).contains("changed"));
+}
+
+#[test]
+fn what_an_after_run_hook_reports_reaches_the_user_and_the_journal() {
+    let home = home();
+    let ws = support::example();
+    user_file(
+        home.path(),
+        "[[hooks]]\nevent = \"after_run\"\ncommand = [\"sh\", \"-c\", \"echo 'the release notes were not updated' >&2; exit 1\"]\n",
+    );
+    let env = replay(ws.path(), &[coder(FIX)]);
+    let out = run_in(home.path(), ws.path(), &["--yes"], &env);
+    let said = "(after_run) failed (exit 1): the release notes were not updated";
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(said),
+        "{}",
+        text(&out)
+    );
+    let lines = support::journal(ws.path());
+    let kinds: Vec<&str> = lines.iter().filter_map(|l| l["type"].as_str()).collect();
+    let warning = kinds.iter().position(|k| *k == "warning");
+    let finished = kinds.iter().position(|k| *k == "finished");
+    assert!(
+        warning.is_some() && warning < finished,
+        "a warning line before the run's end: {kinds:?}"
+    );
+    let warning = &lines[warning.unwrap_or_default()];
+    assert!(
+        warning["data"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains(said),
+        "{warning}"
+    );
 }

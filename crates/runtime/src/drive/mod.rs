@@ -190,7 +190,7 @@ impl Drive<'_> {
         };
         shell.refresh().await;
         let (phase, answer) = self.perform_all(run, shell, &mut going, first).await;
-        self.finish(run, going, (run_id, started), phase, answer)
+        self.finish(run, going, shell, (run_id, started), phase, answer)
             .await
     }
 
@@ -525,6 +525,7 @@ impl Drive<'_> {
         &self,
         run: &Run,
         mut going: Going<'_>,
+        shell: &mut impl Shell,
         (run_id, started): (String, Instant),
         phase: agent::Phase,
         answer: String,
@@ -539,6 +540,8 @@ impl Drive<'_> {
         let status_name = serde_json::to_value(status).unwrap_or_default();
         let status_name = status_name.as_str().unwrap_or("");
         going.gate.after_run(status_name, &answer, files).await;
+        // What the after_run hooks report comes before the run's last line and its end.
+        checks::tell(&going.gate, shell, &mut going.observer);
         let t = Instant::now();
         self.remember(run, &going.trail, status, &run_id).await;
         going.map.phases.memory_ms += t.elapsed().as_millis() as u64;
