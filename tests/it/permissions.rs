@@ -1,7 +1,7 @@
 //! Permission rules and modes through the real binary (docs/permissions.md): a deny rule
 //! beats an allow rule and the refusal names it, for a change and for a command; a workspace
 //! file cannot choose `auto` nor undo the user's deny, even in a trusted folder; plan mode
-//! writes nothing; an `ask` rule on a tool call asks through the surface's own question (the
+//! writes nothing, and a custom agent's own plan mode holds in the editor too; an `ask` rule on a tool call asks through the surface's own question (the
 //! editor's showMessageRequest, ACP's session/request_permission) and, with no one to ask
 //! (`agent-ls run` without a terminal), refuses naming the rule.
 
@@ -321,5 +321,52 @@ fn an_ask_rule_on_a_tool_call_with_no_one_to_ask_refuses_naming_the_rule() {
         )),
         "{}\n{journal}",
         text(&out)
+    );
+}
+
+#[test]
+fn an_editor_run_of_a_custom_agent_in_plan_mode_writes_nothing() {
+    let ws = support::example();
+    let prompt = ws.path().join("planner.md");
+    std::fs::write(&prompt, "You plan; you change nothing.\n").unwrap();
+    let server = ModelServer::start(vec![
+        openai_text(&[FIX]),
+        openai_text(&["Then the plan: fix add in calc.py."]),
+    ]);
+    let mut c = Client::spawn(Spawn {
+        env: vec![("OPENAI_API_KEY".into(), "test-key".into())],
+        user_config: Some(format!(
+            "[agents.planner]\nprompt = {:?}\napproval = \"plan\"\n",
+            prompt.display().to_string()
+        )),
+        ..Spawn::default()
+    });
+    // The user's own mode applies without asking; the agent's is plan, and it wins.
+    c.initialize(
+        ws.path(),
+        json!({}),
+        json!({"model": {"provider": "openai", "base_url": format!("{}/v1", server.url), "name": "m"},
+               "agent": {"approval": "auto", "evaluate": false}}),
+    );
+    let started = c
+        .command(
+            "agent-ls.run",
+            json!({"goal": "fix the failing tests", "agent": "planner"}),
+        )
+        .unwrap();
+    let finished = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(finished["run_id"], started["run_id"], "{finished}");
+    assert!(
+        read(ws.path().join("calc.py")).contains("return a - b"),
+        "{finished}"
+    );
+    let requests = server.requests();
+    let second = requests
+        .get(1)
+        .map(|r| r.body["messages"].to_string())
+        .unwrap_or_default();
+    assert!(
+        second.contains("plan mode (agent.approval = \\\"plan\\\") is read only"),
+        "the model heard why: {second}"
     );
 }
