@@ -2,7 +2,8 @@
 //! the change out and its stderr reaches the model in the next request (a model server on
 //! 127.0.0.1 records it), and a workspace's hook runs only once its exact content is trusted
 //! (`agent-ls hooks trust`), and not again after it changed until trusted anew; what an
-//! `after_run` hook reports reaches the user and the journal.
+//! `after_run` hook reports reaches the user and the journal; the editor asks to trust an
+//! untrusted workspace hook, and only "Trust this hook" trusts it.
 
 use crate::support;
 
@@ -237,4 +238,102 @@ fn what_an_after_run_hook_reports_reaches_the_user_and_the_journal() {
             .contains(said),
         "{warning}"
     );
+}
+
+/// Whether a message request is the question about a hook.
+fn hook_question(request: &Value) -> bool {
+    request["method"] == "window/showMessageRequest"
+        && request["params"]["actions"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["title"] == "Trust this hook"))
+}
+
+/// An editor session on a workspace with an untrusted hook, whose question the test client
+/// answers with `answer` (`None`: dismissed); then a run that fixes calc.py. Whether the run
+/// ran the hook, and the questions about it.
+fn editor_asked_to_trust(answer: Option<&'static str>) -> (bool, Vec<Value>) {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[[hooks]]\nevent = \"before_change\"\ncommand = [\"sh\", \"hook.sh\"]\n",
+    )
+    .unwrap();
+    std::fs::write(ws.path().join("hook.sh"), "echo ran >> hook-ran.txt\n").unwrap();
+    let server = ModelServer::start(vec![openai_text(&[FIX])]);
+    let mut c = support::Client::spawn(support::Spawn {
+        env: vec![("OPENAI_API_KEY".into(), "test-key".into())],
+        ..support::Spawn::default()
+    });
+    c.on_request("window/showMessageRequest", move |p| {
+        let request = json!({"method": "window/showMessageRequest", "params": p});
+        match (hook_question(&request), answer) {
+            (true, Some(title)) => json!({"title": title}),
+            (true, None) => Value::Null,
+            (false, _) => p["actions"][0].clone(),
+        }
+    });
+    c.initialize(
+        ws.path(),
+        json!({}),
+        json!({"model": {"provider": "openai", "base_url": format!("{}/v1", server.url), "name": "m"},
+               "agent": {"approval": "auto", "evaluate": false}}),
+    );
+    c.wait_until(
+        |c| c.server_requests.iter().find(|r| hook_question(r)).cloned(),
+        "the question about the hook",
+    );
+    if answer == Some("Trust this hook") {
+        c.wait_notification("window/showMessage", |p| {
+            p["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("is trusted as it is now")
+        });
+    }
+    let started = c
+        .command("agent-ls.run", json!({"goal": "fix the failing tests"}))
+        .unwrap();
+    let finished = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(finished["run_id"], started["run_id"], "{finished}");
+    assert!(
+        read(ws.path().join("calc.py")).contains("return a + b"),
+        "{finished}"
+    );
+    let asked = c
+        .server_requests
+        .iter()
+        .filter(|r| hook_question(r))
+        .cloned()
+        .collect();
+    (ws.path().join("hook-ran.txt").exists(), asked)
+}
+
+#[test]
+fn the_editor_asks_to_trust_a_workspace_hook_and_only_a_yes_trusts_it() {
+    let (ran, asked) = editor_asked_to_trust(Some("Trust this hook"));
+    assert!(ran, "a hook trusted from the editor runs");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let message = asked[0]["params"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("`sh hook.sh` (before_change)") && message.contains("sha256:"),
+        "{message}"
+    );
+    let titles = &asked[0]["params"]["actions"];
+    assert_eq!(
+        titles,
+        &json!([{"title": "Trust this hook"}, {"title": "Not now"}])
+    );
+
+    for answer in [Some("Not now"), None] {
+        let (ran, asked) = editor_asked_to_trust(answer);
+        assert!(
+            !ran,
+            "{answer:?}: the hook is not trusted, and does not run"
+        );
+        assert_eq!(
+            asked.len(),
+            1,
+            "{answer:?}: asked once a session: {asked:?}"
+        );
+    }
 }
