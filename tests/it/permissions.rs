@@ -1,9 +1,10 @@
 //! Permission rules and modes through the real binary (docs/permissions.md): a deny rule
 //! beats an allow rule and the refusal names it, for a change and for a command; a workspace
 //! file cannot choose `auto` nor undo the user's deny, even in a trusted folder; plan mode
-//! writes nothing, and a custom agent's own plan mode holds in the editor too; an `ask` rule on a tool call asks through the surface's own question (the
-//! editor's showMessageRequest, ACP's session/request_permission) and, with no one to ask
-//! (`agent-ls run` without a terminal), refuses naming the rule.
+//! writes nothing, and a custom agent's own plan mode holds in the editor too; an `ask` rule
+//! on a tool call asks through the surface's own question (the editor's showMessageRequest,
+//! ACP's session/request_permission, the terminal's [y/N] under `script`) and, with no one to
+//! ask (`agent-ls run` without a terminal), refuses naming the rule.
 
 use crate::acp::RawAcp;
 use crate::hooks::{FIX, cli, coder, home, read, replay, run_in, text, user_file};
@@ -368,5 +369,51 @@ fn an_editor_run_of_a_custom_agent_in_plan_mode_writes_nothing() {
     assert!(
         second.contains("plan mode (agent.approval = \\\"plan\\\") is read only"),
         "the model heard why: {second}"
+    );
+}
+
+#[test]
+fn an_ask_rule_on_a_tool_call_asks_on_the_terminal_and_a_yes_runs_it() {
+    use std::io::Write;
+    let home = home();
+    let ws = support::example();
+    user_file(home.path(), ASK_READ);
+    let read = json!({"role": "coder", "content": "", "tool_calls": [
+        {"name": "read_file", "arguments": {"path": "calc.py"}}
+    ]});
+    let env = replay(ws.path(), &[read, coder(FIX)]);
+    // `script` gives the run a terminal, on which the test types the user's "y".
+    let line = format!(
+        "{} run 'fix the failing tests' --yes --workspace {}",
+        support::binary().display(),
+        ws.path().display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("TMPDIR", home.path().join("tmp"))
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs");
+    child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = text(&out);
+    assert!(
+        said.contains(THE_RULE) && said.contains("Let the agent call `read_file` (calc.py)?"),
+        "{said}"
+    );
+    let result = support::journaled(ws.path(), "tool_result");
+    assert!(
+        result
+            .iter()
+            .any(|r| read_it(r["data"]["text"].as_str().unwrap_or(""))),
+        "the call ran: {result:?}\n{said}"
     );
 }
