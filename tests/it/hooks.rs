@@ -141,16 +141,22 @@ command = ["sh", "-c", "cat > hook-input.json; echo 'calc.py is frozen until the
     );
 }
 
+/// The workspace file's hook: before each change, `sh hook.sh`, which notes in hook-ran.txt
+/// that it ran.
+fn with_hook(ws: &Path) {
+    std::fs::write(
+        ws.join(".agent-ls.toml"),
+        "[[hooks]]\nevent = \"before_change\"\ncommand = [\"sh\", \"hook.sh\"]\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("hook.sh"), "echo ran >> hook-ran.txt\n").unwrap();
+}
+
 #[test]
 fn a_workspace_hook_runs_only_while_its_exact_content_is_trusted() {
     let home = home();
     let ws = support::example();
-    std::fs::write(
-        ws.path().join(".agent-ls.toml"),
-        "[[hooks]]\nevent = \"before_change\"\ncommand = [\"sh\", \"hook.sh\"]\n",
-    )
-    .unwrap();
-    std::fs::write(ws.path().join("hook.sh"), "echo ran >> hook-ran.txt\n").unwrap();
+    with_hook(ws.path());
     let original = read(ws.path().join("calc.py"));
     let ran = ws.path().join("hook-ran.txt");
     let attempt = |label: &str| {
@@ -253,12 +259,7 @@ fn hook_question(request: &Value) -> bool {
 /// ran the hook, and the questions about it.
 fn editor_asked_to_trust(answer: Option<&'static str>) -> (bool, Vec<Value>) {
     let ws = support::example();
-    std::fs::write(
-        ws.path().join(".agent-ls.toml"),
-        "[[hooks]]\nevent = \"before_change\"\ncommand = [\"sh\", \"hook.sh\"]\n",
-    )
-    .unwrap();
-    std::fs::write(ws.path().join("hook.sh"), "echo ran >> hook-ran.txt\n").unwrap();
+    with_hook(ws.path());
     let server = ModelServer::start(vec![openai_text(&[FIX])]);
     let mut c = support::Client::spawn(support::Spawn {
         env: vec![("OPENAI_API_KEY".into(), "test-key".into())],
@@ -272,12 +273,7 @@ fn editor_asked_to_trust(answer: Option<&'static str>) -> (bool, Vec<Value>) {
             (false, _) => p["actions"][0].clone(),
         }
     });
-    c.initialize(
-        ws.path(),
-        json!({}),
-        json!({"model": {"provider": "openai", "base_url": format!("{}/v1", server.url), "name": "m"},
-               "agent": {"approval": "auto", "evaluate": false}}),
-    );
+    crate::permissions::initialize_auto(&mut c, ws.path(), &server);
     c.wait_until(
         |c| c.server_requests.iter().find(|r| hook_question(r)).cloned(),
         "the question about the hook",

@@ -200,6 +200,16 @@ fn read_it(result: &str) -> bool {
     result.contains("def add") || result.contains("calc.py lines 1-")
 }
 
+/// Initializes `c` on `ws` with `server` as its model, changes applied without asking.
+pub(crate) fn initialize_auto(c: &mut Client, ws: &std::path::Path, server: &ModelServer) {
+    c.initialize(
+        ws,
+        json!({}),
+        json!({"model": {"provider": "openai", "base_url": format!("{}/v1", server.url), "name": "m"},
+               "agent": {"approval": "auto", "evaluate": false}}),
+    );
+}
+
 /// An editor run whose model calls read_file, which the user's ask rule holds; the test
 /// client answers the question about the call with `answer`. The model's requests, and the
 /// questions about the call.
@@ -222,12 +232,7 @@ fn editor_asked(answer: &'static str) -> (Vec<Recorded>, Vec<Value>) {
             p["actions"][0].clone()
         }
     });
-    c.initialize(
-        ws.path(),
-        json!({}),
-        json!({"model": {"provider": "openai", "base_url": format!("{}/v1", server.url), "name": "m"},
-               "agent": {"approval": "auto", "evaluate": false}}),
-    );
+    initialize_auto(&mut c, ws.path(), &server);
     let started = c
         .command("agent-ls.run", json!({"goal": "fix the failing tests"}))
         .unwrap();
@@ -305,8 +310,13 @@ fn an_ask_rule_on_a_tool_call_is_acps_permission_question() {
     assert!(read_it(&result), "the call ran: {result}");
 }
 
-#[test]
-fn an_ask_rule_on_a_tool_call_with_no_one_to_ask_refuses_naming_the_rule() {
+/// A user whose ask rule holds read_file, and a run whose replayed model reads calc.py, then
+/// fixes it: the home, the workspace and the run's environment.
+fn asked_to_read() -> (
+    tempfile::TempDir,
+    tempfile::TempDir,
+    Vec<(&'static str, String)>,
+) {
     let home = home();
     let ws = support::example();
     user_file(home.path(), ASK_READ);
@@ -314,6 +324,12 @@ fn an_ask_rule_on_a_tool_call_with_no_one_to_ask_refuses_naming_the_rule() {
         {"name": "read_file", "arguments": {"path": "calc.py"}}
     ]});
     let env = replay(ws.path(), &[read, coder(FIX)]);
+    (home, ws, env)
+}
+
+#[test]
+fn an_ask_rule_on_a_tool_call_with_no_one_to_ask_refuses_naming_the_rule() {
+    let (home, ws, env) = asked_to_read();
     let out = run_in(home.path(), ws.path(), &["--yes"], &env);
     let journal = journals(ws.path());
     assert!(
@@ -343,12 +359,7 @@ fn an_editor_run_of_a_custom_agent_in_plan_mode_writes_nothing() {
         ..Spawn::default()
     });
     // The user's own mode applies without asking; the agent's is plan, and it wins.
-    c.initialize(
-        ws.path(),
-        json!({}),
-        json!({"model": {"provider": "openai", "base_url": format!("{}/v1", server.url), "name": "m"},
-               "agent": {"approval": "auto", "evaluate": false}}),
-    );
+    initialize_auto(&mut c, ws.path(), &server);
     let started = c
         .command(
             "agent-ls.run",
@@ -375,13 +386,7 @@ fn an_editor_run_of_a_custom_agent_in_plan_mode_writes_nothing() {
 #[test]
 fn an_ask_rule_on_a_tool_call_asks_on_the_terminal_and_a_yes_runs_it() {
     use std::io::Write;
-    let home = home();
-    let ws = support::example();
-    user_file(home.path(), ASK_READ);
-    let read = json!({"role": "coder", "content": "", "tool_calls": [
-        {"name": "read_file", "arguments": {"path": "calc.py"}}
-    ]});
-    let env = replay(ws.path(), &[read, coder(FIX)]);
+    let (home, ws, env) = asked_to_read();
     // `script` gives the run a terminal, on which the test types the user's "y".
     let line = format!(
         "{} run 'fix the failing tests' --yes --workspace {}",
