@@ -107,6 +107,36 @@ impl AcpShell {
         }
     }
 
+    /// Asks the client's permission for the pending tool call `id`, shown with `fields`, with
+    /// the labels of its two options: whether the user chose the first, or why no answer came.
+    async fn permitted(
+        &self,
+        id: &str,
+        fields: ToolCallUpdateFields,
+        (allow, reject): (&str, &str),
+    ) -> Result<bool, String> {
+        let request = RequestPermissionRequest::new(
+            self.session.clone(),
+            ToolCallUpdate::new(id.to_string(), fields.status(ToolCallStatus::Pending)),
+            vec![
+                PermissionOption::new("allow", allow.to_string(), PermissionOptionKind::AllowOnce),
+                PermissionOption::new(
+                    "reject",
+                    reject.to_string(),
+                    PermissionOptionKind::RejectOnce,
+                ),
+            ],
+        );
+        match self.conn.send_request(request).block_task().await {
+            Ok(r) => Ok(matches!(r.outcome,
+                RequestPermissionOutcome::Selected(s) if &*s.option_id.0 == "allow")),
+            Err(e) => {
+                tracing::warn!("session/request_permission failed: {e}");
+                Err(e.to_string())
+            }
+        }
+    }
+
     fn update(&self, id: &str, status: ToolCallStatus, content: Option<String>) {
         let mut fields = ToolCallUpdateFields::new().status(status);
         if let Some(text) = content {
@@ -166,39 +196,74 @@ impl Shell for AcpShell {
             ),
         );
         let _ = diff;
-        let request = RequestPermissionRequest::new(
-            self.session.clone(),
-            ToolCallUpdate::new(
-                id.clone(),
-                ToolCallUpdateFields::new()
-                    .title(title)
-                    .kind(ToolKind::Edit)
-                    .status(ToolCallStatus::Pending)
-                    .locations(locations)
-                    .content(diffs),
-            ),
-            vec![
-                PermissionOption::new("allow", "Apply", PermissionOptionKind::AllowOnce),
-                PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
-            ],
-        );
-        match self.conn.send_request(request).block_task().await {
-            Ok(r) => match r.outcome {
-                RequestPermissionOutcome::Selected(s) if &*s.option_id.0 == "allow" => {
-                    self.update(&id, ToolCallStatus::InProgress, None);
-                    self.approved = Some(id);
-                    Verdict::Approved
-                }
-                _ => {
-                    self.update(&id, ToolCallStatus::Failed, Some("rejected".into()));
-                    Verdict::Rejected
-                }
-            },
+        let fields = ToolCallUpdateFields::new()
+            .title(title)
+            .kind(ToolKind::Edit)
+            .locations(locations)
+            .content(diffs);
+        match self.permitted(&id, fields, ("Apply", "Reject")).await {
+            Ok(true) => {
+                self.update(&id, ToolCallStatus::InProgress, None);
+                self.approved = Some(id);
+                Verdict::Approved
+            }
+            Ok(false) => {
+                self.update(&id, ToolCallStatus::Failed, Some("rejected".into()));
+                Verdict::Rejected
+            }
             Err(e) => {
-                tracing::warn!("session/request_permission failed: {e}");
                 self.update(&id, ToolCallStatus::Failed, Some(format!("no answer: {e}")));
                 Verdict::Rejected
             }
+        }
+    }
+
+    /// An `ask` rule's question, as a pending tool call the client asks permission for.
+    async fn approve_call(
+        &mut self,
+        name: &str,
+        arguments: &serde_json::Value,
+        why: &str,
+    ) -> Verdict {
+        let id = self.next_id("call");
+        let title = format!(
+            "Call {name}: {}",
+            agent_ls_runtime::permissions::call_summary(name, arguments)
+        );
+        let kind = match name {
+            "run_command" | "run_tests" => ToolKind::Execute,
+            n if agent_ls_core::agent::agents::READ_TOOLS.contains(&n) => ToolKind::Read,
+            _ => ToolKind::Other,
+        };
+        let reason = vec![ToolCallContent::Content(schema::Content::new(
+            why.to_string(),
+        ))];
+        notify(
+            &self.conn,
+            &self.session,
+            SessionUpdate::ToolCall(
+                ToolCall::new(id.clone(), title.clone())
+                    .kind(kind)
+                    .status(ToolCallStatus::Pending)
+                    .content(reason.clone())
+                    .raw_input(arguments.clone()),
+            ),
+        );
+        let fields = ToolCallUpdateFields::new()
+            .title(title)
+            .kind(kind)
+            .content(reason);
+        let allowed = self
+            .permitted(&id, fields, ("Allow this call", "Refuse"))
+            .await
+            .unwrap_or(false);
+        // The call itself runs in the driver: this tool call is the question, answered.
+        if allowed {
+            self.update(&id, ToolCallStatus::Completed, Some("allowed".into()));
+            Verdict::Approved
+        } else {
+            self.update(&id, ToolCallStatus::Failed, Some("refused".into()));
+            Verdict::Rejected
         }
     }
 

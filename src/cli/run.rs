@@ -167,6 +167,30 @@ impl Shell for CliShell<'_> {
         }
     }
 
+    /// An `ask` rule holds the call: asked on the terminal whatever the mode (--yes too),
+    /// refused where there is no terminal.
+    async fn approve_call(
+        &mut self,
+        name: &str,
+        arguments: &serde_json::Value,
+        why: &str,
+    ) -> Verdict {
+        if self.mode == Mode::DryRun {
+            return Verdict::Refused("a dry run asks nothing".into());
+        }
+        if !std::io::stdin().is_terminal() {
+            return Verdict::Refused(
+                "there is no terminal to ask on; an allow rule would let it run".into(),
+            );
+        }
+        let call = agent_ls_runtime::permissions::call_summary(name, arguments);
+        eprintln!("agent-ls: {}", visible(why));
+        ask_terminal(&format!(
+            "Let the agent call `{name}` ({})?",
+            visible(&call)
+        ))
+    }
+
     async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
         // Never overwrite what changed since the change was computed: move the change onto
         // the new text, or redo the step.

@@ -200,11 +200,15 @@ fn initial_run(s: &mut StartRun) -> (agent_ls_core::agent::Run, Approval, bool) 
     if s.reproduce {
         drive::reproduce_first(&mut settings);
     }
-    let mut approval = s.config.agent.approval.for_edits();
     if let Some(chosen) = &s.agent {
         chosen.apply(&mut settings);
-        approval = chosen.approval.map_or(approval, |a| a.for_edits());
+        // The agent's own mode is the run's: the driver's rule check reads it from the
+        // configuration, as the editor's question does from the shell.
+        if let Some(a) = chosen.approval {
+            s.config.agent.approval = a;
+        }
     }
+    let approval = s.config.agent.approval.for_edits();
     let run = agent_ls_core::agent::Run::new(&s.goal, settings);
     match s.resume.take() {
         Some(checkpoint) => (checkpoint, approval, true),

@@ -16,6 +16,7 @@ pub mod connection;
 pub mod convert;
 pub mod ext;
 pub mod git_commands;
+mod hook_trust;
 mod isolation;
 pub mod jobs;
 mod json_text;

@@ -275,6 +275,8 @@ pub struct Session {
     client_confirms_edits: bool,
     /// The trust question was asked in this session (it is asked at most once).
     trust_asked: bool,
+    /// The workspace hooks asked about in this session (`hook_trust`), by hash.
+    hook_questions: super::hook_trust::Asked,
     /// Open documents whose file the server wrote under the editor (a client without
     /// `agent-ls/saveFiles`), until the editor reads or saves the file again.
     written_under: WrittenUnder,
@@ -314,6 +316,7 @@ impl Session {
             client_confirms_edits: false,
             opened: false,
             trust_asked: false,
+            hook_questions: Default::default(),
             written_under: WrittenUnder::default(),
         };
         tokio::spawn(session.run(rx));
@@ -434,7 +437,7 @@ impl Session {
             }
             Event::ConfigLoaded { generation, loaded } => self.config_loaded(generation, *loaded),
             Event::ConfigFailed { generation, why } => self.config_failed(generation, why),
-            Event::Initialized => self.ask_trust(),
+            Event::Initialized => self.client_initialized(),
             Event::EditorDiagnostics(p) => self.editor_diagnostics(p),
             Event::TrustDecided(decision) => self.trust_decided(decision),
             Event::Tests(m) => self.test_message(m),
@@ -1062,6 +1065,8 @@ impl Session {
         let Some(connection) = self.connection() else {
             return Err(Refused::NoWorkspaceForRun);
         };
+        // A hook changed since the session began asks again (its run does not run it).
+        self.offer_hook_trust();
         let cancel = CancellationToken::new();
         let (decisions_tx, decisions) = mpsc::unbounded_channel();
         self.active = Some(Active::Run {
@@ -1343,6 +1348,7 @@ impl Session {
             self.config = loaded;
             self.log.set_level(self.config.config.log.level);
             info!("configuration reloaded");
+            self.offer_hook_trust();
         } else {
             self.report_config_errors(&loaded.errors);
             warn!("configuration not changed: the previous valid configuration stays in force");
@@ -1401,6 +1407,20 @@ impl Session {
                 Err(e) => error!("recording the trust decision failed: {e}"),
             }
         });
+    }
+
+    /// The client's `initialized`: the questions about the folder and its hooks may be asked.
+    fn client_initialized(&mut self) {
+        self.ask_trust();
+        self.offer_hook_trust();
+    }
+
+    /// Asks about the workspace's hooks that are not trusted and not asked about yet.
+    fn offer_hook_trust(&self) {
+        if let Some(root) = self.workspace_root.clone() {
+            let config = self.config.config.clone();
+            super::hook_trust::offer(&self.outbox, root, config, self.hook_questions.clone());
+        }
     }
 
     fn trust_decided(&mut self, decision: agent_ls_runtime::trust::Decision) {

@@ -170,6 +170,9 @@ async fn send_edit(
     }
 }
 
+/// The button of the question about a tool call an `ask` rule holds.
+const ALLOW_CALL: &str = "Allow this call";
+
 /// The editor shell of one run, undo or rollback.
 pub(super) struct ServerShell {
     pub(super) c: Connection,
@@ -690,6 +693,35 @@ impl Shell for ServerShell {
             // user gave before this was asked): it approves no install.
             _ = self.decisions.recv() => false,
             _ = self.cancel.cancelled() => false,
+        }
+    }
+
+    /// Always asked, whatever the approval mode: an `ask` rule holds the call for a yes.
+    async fn approve_call(
+        &mut self,
+        name: &str,
+        arguments: &serde_json::Value,
+        why: &str,
+    ) -> Verdict {
+        let request = self.c.outbox.ask(
+            MessageType::WARNING,
+            format!(
+                "{}: {why}. Let the agent call `{name}` ({})?",
+                self.label,
+                agent_ls_runtime::permissions::call_summary(name, arguments)
+            ),
+            &[ALLOW_CALL, "Refuse"],
+        );
+        let yes = tokio::select! {
+            r = request => r.is_some_and(|title| title == ALLOW_CALL),
+            // agent-ls.accept answers a change's question: it allows no call.
+            _ = self.decisions.recv() => false,
+            _ = self.cancel.cancelled() => false,
+        };
+        if yes {
+            Verdict::Approved
+        } else {
+            Verdict::Rejected
         }
     }
 

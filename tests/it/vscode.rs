@@ -155,6 +155,19 @@ fn replay_for(name: &str, ws: &std::path::Path) -> String {
             let coder = |from: &str, to: &str| serde_json::json!({"role": "coder", "content": format!("calc.ts\n<<<<<<< SEARCH\n  return {from};\n=======\n  return {to};\n>>>>>>> REPLACE\n")});
             support::replay_script(&[coder("a - b", "a + c"), coder("a + c", "a + b")])
         }
+        "skill" => {
+            let skill = ws.join(".agents/skills/py-style");
+            std::fs::create_dir_all(&skill).unwrap();
+            std::fs::write(
+                skill.join("SKILL.md"),
+                "---\nname: py-style\ndescription: Python style fixes.\n---\nFix what the tests say, in the file they name.\n",
+            )
+            .unwrap();
+            let open = serde_json::json!({"role": "coder", "content": "", "tool_calls": [
+                {"name": "read_skill", "arguments": {"name": "py-style"}}
+            ]});
+            format!("{}{FIX}{passed}\n", support::replay_script(&[open]))
+        }
         "accept" => format!("{FIX}{passed}\n"),
         _ => FIX.to_string(),
     }
@@ -425,4 +438,21 @@ fn vs_codes_own_typescript_errors_check_the_agents_edit_with_no_server_spawned()
             .iter()
             .any(|c| c["name"] == "agent-ls started no language server of its own")
     );
+}
+
+#[test]
+fn agent_run_skill_from_the_palette_runs_the_picked_skill_in_real_vs_code() {
+    let Some(checks) = scenario("skill") else {
+        return;
+    };
+    for name in [
+        "the pick lists the skill with its description",
+        "the run is the skill's, for the request",
+        "the model opened the skill with read_skill",
+    ] {
+        assert!(
+            checks.iter().any(|c| c["name"] == name && c["ok"] == true),
+            "{name}: {checks:#?}"
+        );
+    }
 }

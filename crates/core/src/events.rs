@@ -102,6 +102,11 @@ pub enum RunEvent {
     Decision {
         decision: crate::agent::review::Decision,
     },
+    /// What a check point of the run told the user: a hook that failed, timed out, was not
+    /// trusted or reported after the run, or a workspace setting left out (docs/hooks.md).
+    Warning {
+        message: String,
+    },
     /// A proposed change: its files, its diff and the review (protected files, risky
     /// constructs) in its wire form.
     Patch {
@@ -293,6 +298,7 @@ impl RunEvent {
             | RunEvent::Iteration { .. }
             | RunEvent::Patch { .. }
             | RunEvent::Repair { .. }
+            | RunEvent::Warning { .. }
             | RunEvent::Diagnostics { .. }
             | RunEvent::Finished { .. }
             | RunEvent::Checkpoint { .. }
@@ -320,6 +326,7 @@ impl RunEvent {
             RunEvent::Tester(_) => "tester",
             RunEvent::Patch { .. } => "patch",
             RunEvent::Repair { .. } => "repair",
+            RunEvent::Warning { .. } => "warning",
             RunEvent::Diagnostics { .. } => "diagnostics",
             RunEvent::ToolCall(_) => "tool_call",
             RunEvent::ToolResult { .. } => "tool_result",

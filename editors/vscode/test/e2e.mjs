@@ -91,7 +91,7 @@ fs.writeFileSync(
     'agentLs.server.path': env('AGENT_LS'),
     'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false } },
     // The run view's run applies each step without a preview.
-    ...(scenario === 'runview' || scenario === 'rollback' || scenario === 'tester' ? { 'agentLs.approval': 'auto' } : {}),
+    ...(scenario === 'runview' || scenario === 'rollback' || scenario === 'tester' || scenario === 'skill' ? { 'agentLs.approval': 'auto' } : {}),
     ...(scenario === 'gate'
       ? { 'agentLs.settings': { model: { provider: 'replay', replay_file: '.replay.jsonl' }, agent: { evaluate: false, review: 'gate' } } }
       : {}),
@@ -250,6 +250,36 @@ try {
     const tabs = await page.locator('.tabs-container .tab').allInnerTexts();
     check('beside the code, which stays open', tabs.some((t) => t.replace(/\s+/g, '').includes('calc.py')), JSON.stringify(tabs));
     check('nothing was edited', fs.readFileSync(path.join(ws, 'calc.py'), 'utf8').includes('return a - b'));
+    throw new Done();
+  }
+
+  if (scenario === 'skill') {
+    // Agent: Run Skill… lists the workspace's skills in a pick; the one picked, with what to
+    // do, is the run's: the model opens it (read_skill) and the fix follows.
+    await palette('Agent: Run Skill…');
+    await page.waitForSelector('.quick-input-widget:has-text("py-style")', { state: 'visible', timeout: 20000 });
+    const listed = await page.locator('.quick-input-list .monaco-list-row').allInnerTexts();
+    check('the pick lists the skill with its description', listed.some((t) => t.includes('py-style') && t.includes('Python style fixes')), JSON.stringify(listed));
+    await page.keyboard.type('py-style');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('.quick-input-widget:has-text("For what?")', { state: 'visible', timeout: 10000 });
+    await page.waitForSelector('.quick-input-widget input:focus', { timeout: 10000 });
+    await page.keyboard.type('fix the failing tests');
+    await page.keyboard.press('Enter');
+    const file = path.join(ws, 'calc.py');
+    await until('calc.py fixed', () => fs.readFileSync(file, 'utf8').includes('return a + b'), 60000);
+    const runs = path.join(ws, '.agent-ls', 'runs');
+    const lines = await until('the run to end', () => {
+      const files = fs.existsSync(runs) ? fs.readdirSync(runs).filter((f) => f.endsWith('.jsonl')) : [];
+      const all = files.flatMap((f) => fs.readFileSync(path.join(runs, f), 'utf8').split('\n'));
+      return all.some((l) => l.includes('"type":"finished"')) ? all : false;
+    }, 60000);
+    const intent = lines.find((l) => l.includes('"type":"intent"')) ?? '';
+    check('the run is the skill\'s, for the request', intent.includes('Use the skill `py-style`') && intent.includes('fix the failing tests'), intent.slice(0, 300));
+    const opened = lines.find((l) => l.includes('"type":"tool_call"') && l.includes('read_skill')) ?? '';
+    check('the model opened the skill with read_skill', opened.includes('py-style'), opened.slice(0, 300));
+    const context = lines.find((l) => l.includes('"type":"context"')) ?? '';
+    check('the prompt listed the skill', context.includes('py-style'), context.slice(0, 300));
     throw new Done();
   }
 

@@ -9,6 +9,7 @@
 //! files uses this one: it is the top of the driver.
 
 mod checkpoint;
+mod checks;
 mod dev_dependency;
 mod driver;
 mod lsp_check;
@@ -189,7 +190,7 @@ impl Drive<'_> {
         };
         shell.refresh().await;
         let (phase, answer) = self.perform_all(run, shell, &mut going, first).await;
-        self.finish(run, going, (run_id, started), phase, answer)
+        self.finish(run, going, shell, (run_id, started), phase, answer)
             .await
     }
 
@@ -526,6 +527,7 @@ impl Drive<'_> {
         &self,
         run: &Run,
         mut going: Going<'_>,
+        shell: &mut impl Shell,
         (run_id, started): (String, Instant),
         phase: agent::Phase,
         answer: String,
@@ -540,6 +542,8 @@ impl Drive<'_> {
         let status_name = serde_json::to_value(status).unwrap_or_default();
         let status_name = status_name.as_str().unwrap_or("");
         going.gate.after_run(status_name, &answer, files).await;
+        // What the after_run hooks report comes before the run's last line and its end.
+        checks::tell(&going.gate, shell, &mut going.observer);
         let t = Instant::now();
         self.remember(run, &going.trail, status, &run_id).await;
         going.map.phases.memory_ms += t.elapsed().as_millis() as u64;
@@ -756,9 +760,10 @@ impl Drive<'_> {
         });
         let mut refused = Vec::with_capacity(calls.len());
         for call in &calls {
-            let why = gate.before_call(&call.name, &call.arguments).await;
+            let why =
+                checks::call_allowed(&call.name, &call.arguments, shell, (observer, gate)).await;
             refused.push(why.map(Output::error));
-            gate.take_reports().iter().for_each(|m| shell.warn(m));
+            checks::tell(gate, shell, observer);
         }
         let reads: Vec<_> = calls
             .iter()
@@ -795,7 +800,7 @@ impl Drive<'_> {
             let after = gate
                 .after_call(&call.name, &call.arguments, &out.text)
                 .await;
-            gate.take_reports().iter().for_each(|m| shell.warn(m));
+            checks::tell(gate, shell, observer);
             if let Some(why) = after {
                 out.text = format!("{}\n\nA hook says: {why}", out.text);
             }
@@ -933,7 +938,7 @@ impl Drive<'_> {
         }
         let mut review = review(changes);
         let before = gate.before_change(changes, diff).await;
-        gate.take_reports().iter().for_each(|m| shell.warn(m));
+        checks::tell(gate, shell, observer);
         match before {
             crate::hooks::ChangeGate::Refuse(why) => {
                 shell.warn(&why);
@@ -961,7 +966,7 @@ impl Drive<'_> {
         observer.patch(changes, diff, &review);
         let asked = !review.is_clean();
         gate.approval_needed(changes, asked).await;
-        gate.take_reports().iter().for_each(|m| shell.warn(m));
+        checks::tell(gate, shell, observer);
         let verdict = shell.approve(changes, diff, &review).await;
         observer.approval(run.iterations(), verdict == Verdict::Approved, changes);
         if self.cancel.is_cancelled() {

@@ -42,6 +42,17 @@ pub trait Shell {
     async fn approve_install(&mut self, _library: &str, _argv: &[String]) -> bool {
         false
     }
+    /// Asks whether a tool call may run that an `ask` rule holds for the user's yes; `why`
+    /// names the rule. A front end with no one to ask refuses, saying why (the driver adds
+    /// the rule to what the model hears).
+    async fn approve_call(
+        &mut self,
+        _name: &str,
+        _arguments: &serde_json::Value,
+        _why: &str,
+    ) -> Verdict {
+        Verdict::Refused("there is no one to ask here".into())
+    }
     fn progress(&mut self, message: &str);
     fn warn(&mut self, message: &str);
     /// The reviewer's result on the run's change; `report` tells it in lines (the summary,

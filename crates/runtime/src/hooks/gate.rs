@@ -89,23 +89,26 @@ impl Gate {
             .unwrap_or_default()
     }
 
-    /// Before a tool call runs: `Some(why)` refuses it, and the model hears why.
-    pub async fn before_call(&self, name: &str, arguments: &serde_json::Value) -> Option<String> {
-        match self.permissions.check_call(name, arguments) {
-            Check::Refuse(why) => return Some(why),
-            // A tool call has no question of its own in this version: the rule names what
-            // to allow instead.
-            Check::Ask(why) => {
-                return Some(format!(
-                    "{why}, and tool calls are not asked about: the user may allow it with an allow rule"
-                ));
-            }
-            Check::Go => {}
-        }
+    /// Before a tool call runs, what the rules and the mode say: go, refuse (the text names
+    /// the rule or the mode), or ask the user first (an `ask` rule, named in the text).
+    pub fn check_call(&self, name: &str, arguments: &serde_json::Value) -> Check {
+        self.permissions.check_call(name, arguments)
+    }
+
+    /// The `before_tool` hooks of a call the rules let run (or the user allowed): `Some(why)`
+    /// refuses it, and the model hears why.
+    pub async fn before_tool(&self, name: &str, arguments: &serde_json::Value) -> Option<String> {
         let payload = json!({"tool": name, "arguments": arguments});
         self.fire(HookEvent::BeforeTool, &[name], payload)
             .await
             .map(|why| format!("refused by a hook: {why}"))
+    }
+
+    /// Before the user is asked about a tool call an `ask` rule holds: the notification
+    /// hook, matched over the tool's name.
+    pub async fn call_approval_needed(&self, name: &str, arguments: &serde_json::Value) {
+        let payload = json!({"tool": name, "arguments": arguments});
+        self.fire(HookEvent::ApprovalNeeded, &[name], payload).await;
     }
 
     /// After a tool call: a hook's exit 2 adds its reason to what the model is told.

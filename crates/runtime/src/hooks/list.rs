@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::trust::hooks::{HookTrust, hook_hash};
+use crate::trust::store::TrustError;
 use agent_ls_core::permissions::HookConfig;
 
 /// Where a hook came from, which decides whether it needs trust.
@@ -59,6 +60,30 @@ pub fn hooks(config: &Config, root: &Path, trust: Option<&HookTrust>) -> Vec<Hoo
         .collect()
 }
 
+/// Trusts the workspace hook whose content has `hash` (the editor's question), keeping the
+/// trust of the workspace's other hooks as they are now: the record holds only current
+/// hashes, as after `agent-ls hooks trust`, so an old version cannot come back trusted.
+/// `false`: no hook of the workspace has that hash any more (it changed since it was asked
+/// about), and nothing was trusted.
+pub fn trust_one(
+    config: &Config,
+    root: &Path,
+    store: &HookTrust,
+    hash: &str,
+) -> Result<bool, TrustError> {
+    let current = hooks(config, root, Some(store));
+    let keep: Vec<String> = current
+        .iter()
+        .filter(|h| h.origin == Origin::Workspace && (h.trusted || h.hash == hash))
+        .map(|h| h.hash.clone())
+        .collect();
+    if !keep.iter().any(|h| h == hash) {
+        return Ok(false);
+    }
+    store.trust(root, &keep)?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,5 +126,23 @@ mod tests {
         assert!(!list[1].trusted && list[1].sandboxed());
         trust.trust(root.path(), &[list[1].hash.clone()]).unwrap();
         assert!(hooks(&config, root.path(), Some(&trust))[1].trusted);
+    }
+
+    #[test]
+    fn trusting_one_hook_keeps_the_others_trusted_and_a_changed_one_is_not_trusted() {
+        let root = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let trust = HookTrust::at(state.path().join("hooks.json"));
+        let mut config = Config::default();
+        config.workspace_rules.hooks = vec![
+            hook(HookEvent::BeforeChange, ""),
+            hook(HookEvent::AfterRun, ""),
+        ];
+        let list = hooks(&config, root.path(), Some(&trust));
+        assert!(trust_one(&config, root.path(), &trust, &list[0].hash).unwrap());
+        assert!(trust_one(&config, root.path(), &trust, &list[1].hash).unwrap());
+        let list = hooks(&config, root.path(), Some(&trust));
+        assert!(list[0].trusted && list[1].trusted);
+        assert!(!trust_one(&config, root.path(), &trust, "an old hash").unwrap());
     }
 }

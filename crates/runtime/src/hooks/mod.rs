@@ -10,5 +10,5 @@ mod run;
 
 pub use agent_ls_core::permissions::{HookConfig, HookEvent};
 pub use gate::{ChangeGate, Gate};
-pub use list::{Hook, Origin, hooks};
+pub use list::{Hook, Origin, hooks, trust_one};
 pub use run::{Fired, fire};

@@ -112,6 +112,25 @@ impl Permissions {
     }
 }
 
+/// A tool call in a few words for the user's question: a command's words, a path, or the
+/// arguments' JSON cut at 200 bytes.
+pub fn call_summary(name: &str, arguments: &serde_json::Value) -> String {
+    let argv = argv_of(arguments);
+    if name == "run_command" && !argv.is_empty() {
+        return argv.join(" ");
+    }
+    if let Some(path) = arguments.get("path").and_then(|p| p.as_str()) {
+        return path.to_string();
+    }
+    let mut text = arguments.to_string();
+    if text.len() > 200 {
+        let cut = text.floor_char_boundary(200);
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
 fn add(rules: &mut Rules, config: &PermissionsConfig, from: &str, allow: bool) {
     let lists = [
         (List::Deny, &config.deny),
