@@ -81,7 +81,12 @@ fn run(
     let home = tempfile::tempdir().unwrap();
     // Hypothesis's pytest plugin imports Hypothesis at every pytest start, a second and more
     // of CPU per run here; only a run whose tester writes a property needs it.
-    let mut command = vec![support::python(), "-m".into(), "pytest".into(), "-q".into()];
+    let mut command = vec![
+        support::python_with_hypothesis(),
+        "-m".into(),
+        "pytest".into(),
+        "-q".into(),
+    ];
     command.extend(["-p".into(), "no:cacheprovider".into()]);
     if !replies.iter().any(|r| r.contains("from hypothesis")) {
         command.extend(["-p".into(), "no:hypothesispytest".into()]);

@@ -724,6 +724,12 @@ pub fn python() -> String {
     std::env::var("AGENT_LS_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
+/// A Python with pytest and Hypothesis, for the tester's property tests. scripts/test keeps it
+/// apart from `python()`: Hypothesis's pytest plugin costs every pytest start about 2 s of CPU.
+pub fn python_with_hypothesis() -> String {
+    std::env::var("AGENT_LS_TEST_PYTHON_HYPOTHESIS").unwrap_or_else(|_| python())
+}
+
 /// A replay script: one JSON object per line (see docs/replay.md).
 pub fn replay_script(lines: &[Value]) -> String {
     lines.iter().map(|l| format!("{l}\n")).collect()
