@@ -114,7 +114,7 @@ impl AcpShell {
         id: &str,
         fields: ToolCallUpdateFields,
         (allow, reject): (&str, &str),
-    ) -> Result<bool, String> {
+    ) -> Result<bool, agent_client_protocol::Error> {
         let request = RequestPermissionRequest::new(
             self.session.clone(),
             ToolCallUpdate::new(id.to_string(), fields.status(ToolCallStatus::Pending)),
@@ -132,7 +132,7 @@ impl AcpShell {
                 RequestPermissionOutcome::Selected(s) if &*s.option_id.0 == "allow")),
             Err(e) => {
                 tracing::warn!("session/request_permission failed: {e}");
-                Err(e.to_string())
+                Err(e)
             }
         }
     }
