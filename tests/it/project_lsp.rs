@@ -197,16 +197,19 @@ fn errors_already_there_are_context_and_never_reported_as_new() {
         format!("{old}\n\ndef unused():\n    return missing_name\n"),
     )
     .unwrap();
-    // The edit adds a line above the old error, which moves down by one.
-    let fix = edit("    return a - b", "    total = a + b\n    return total");
+    // The first edit adds a line above the old error, which moves down by one, and a new
+    // error of its own; the second fixes that. The errors before the edit are looked up in
+    // the background and may come after the first request (whose context then lacks them),
+    // but the first edit's check waits for them: the second request is made after they came.
+    let bad = edit("    return a - b", "    total = a + c\n    return total");
+    let fix = edit("    total = a + c", "    total = a + b");
     let (out, requests) = run(
         ws.path(),
         "fix the failing tests of calc.py",
         &config(&[server, "--stdio".into()], 120_000),
-        &[&fix],
+        &[&bad, &fix],
     );
     let o = done(&out);
-    assert!(o.get("edit_errors").is_none(), "{o}");
     let checks = support::journaled(ws.path(), "diagnostics");
     let before: Vec<&Value> = checks
         .iter()
@@ -219,11 +222,21 @@ fn errors_already_there_are_context_and_never_reported_as_new() {
         .iter()
         .filter(|c| c["data"]["before_edit"] == false)
         .collect();
-    assert_eq!(after.len(), 1, "{checks:?}");
-    assert_eq!(after[0]["data"]["errors"], json!([]), "{checks:?}");
+    assert_eq!(after.len(), 2, "{checks:?}");
+    // Only the edit's own error is its result: the one already there (moved down a line) is not.
+    let new = after[0]["data"]["errors"].to_string();
+    assert!(
+        new.contains("is not defined")
+            && new.contains("\\\"c\\\"")
+            && !new.contains("missing_name"),
+        "{checks:?}"
+    );
+    assert_eq!(after[1]["data"]["errors"], json!([]), "{checks:?}");
+    let reported = o["edit_errors"].to_string();
+    assert!(!reported.contains("missing_name"), "{o}");
     // The model was told of them as context, not as its own.
-    assert_eq!(requests.len(), 1);
-    let prompt = requests[0].to_string();
+    assert_eq!(requests.len(), 2);
+    let prompt = requests[1].to_string();
     assert!(
         prompt.contains("already reports") && prompt.contains("missing_name"),
         "{prompt}"
