@@ -189,26 +189,31 @@ try {
     // (Ctrl+.): the tester's test is kept once it fails for its reason, VS Code creates its
     // file, the fix follows as its own step, and undoing back past the test's step deletes it.
     const testFile = path.join(ws, 'test_add.py');
-    await page.locator('.monaco-editor .view-lines', { hasText: 'def add' }).first().click();
-    await page.keyboard.press('Control+G');
-    await page.waitForSelector('.quick-input-widget input:focus', { timeout: 10000 });
-    await page.keyboard.type('4');
-    await page.keyboard.press('Enter');
-    await page.keyboard.press('Home');
-    await page.keyboard.press('Shift+ArrowDown');
-    await page.keyboard.press('Shift+End');
+    // Lines 4 and 5 selected, as a user would; again before each try, since the Escape that
+    // closes a menu without the action also drops the selection (and a later menu, for no
+    // selection, never lists it: that failed twice on CI's loaded machine).
+    const select = async () => {
+      await page.locator('.monaco-editor .view-lines', { hasText: 'def add' }).first().click();
+      await page.keyboard.press('Control+G');
+      await page.waitForSelector('.quick-input-widget input:focus', { timeout: 10000 });
+      await page.keyboard.type('4');
+      await page.keyboard.press('Enter');
+      await page.keyboard.press('Home');
+      await page.keyboard.press('Shift+ArrowDown');
+      await page.keyboard.press('Shift+End');
+    };
     const title = 'Agent: write a failing test for this';
     const item = page.locator('.action-widget .monaco-list-row', { hasText: title }).first();
     await until('the code action menu', async () => {
+      await select();
       await page.keyboard.press('Control+.');
       try {
-        await item.waitFor({ timeout: 3000 });
+        await item.waitFor({ timeout: 10000 });
         return true;
       } catch {
         await page.keyboard.press('Escape');
         return false;
       }
-      // A minute: on CI's loaded machine the menu once took over 30 s to list the action.
     }, 60000);
     check('the code actions offer writing a failing test for the selection', true);
     await item.click();
