@@ -111,12 +111,7 @@ fn a_warm_run_reparses_a_changed_file_and_forgets_a_deleted_one() {
         ["app/alpha.py", "app/beta.py", "app/gamma.py"]
     );
 
-    std::fs::write(
-        ws.path().join("app/alpha.py"),
-        "def alpha_renamed(x, y):\n    return x + y\n",
-    )
-    .expect("rewrite");
-    std::fs::remove_file(ws.path().join("app/gamma.py")).expect("delete");
+    rename_and_delete(ws.path());
     let n = server.count();
     let warm = run(ws.path(), goal, &server, &[]);
     // Only the changed file was parsed; the unchanged one came from the cache.
@@ -187,15 +182,40 @@ fn the_first_request_goes_out_before_a_slow_map_is_built() {
     assert!(phases["first_request_ms"].as_u64().is_some(), "{phases}");
 }
 
+/// A workspace of two Python helpers, `app/alpha.py` and `app/gamma.py`.
+fn two_helpers() -> tempfile::TempDir {
+    support::workspace(&[
+        ("app/alpha.py", "def alpha_helper(x):\n    return x\n"),
+        ("app/gamma.py", "def gamma_helper(x):\n    return x\n"),
+    ])
+}
+
+/// What another program does between two runs: `app/alpha.py` rewritten, `app/gamma.py`
+/// deleted (`renamed_and_deleted` checks a map saw both).
+fn rename_and_delete(ws: &Path) {
+    std::fs::write(
+        ws.join("app/alpha.py"),
+        "def alpha_renamed(x, y):\n    return x + y\n",
+    )
+    .expect("rewrite");
+    std::fs::remove_file(ws.join("app/gamma.py")).expect("delete");
+}
+
+/// The newest run's `phases` line in `ws`'s journal.
+fn newest_phases(ws: &Path) -> Value {
+    support::journaled(ws, "phases")
+        .into_iter()
+        .max_by_key(|l| l["ts"].as_u64())
+        .expect("a phases line")["data"]
+        .clone()
+}
+
 /// `agent-ls serve` keeps the map between runs: built after `initialize`, lent to each run,
 /// and caught up with the disk, so a file another program changed between two runs is
 /// current in the second run's map, and a deleted one is gone.
 #[test]
 fn the_server_keeps_the_map_warm_and_a_run_sees_what_changed_on_disk() {
-    let ws = support::workspace(&[
-        ("app/alpha.py", "def alpha_helper(x):\n    return x\n"),
-        ("app/gamma.py", "def gamma_helper(x):\n    return x\n"),
-    ]);
+    let ws = two_helpers();
     let server = ModelServer::answering(|_| openai_text(&["They return their argument."]));
     let mut c = support::Client::spawn(support::Spawn {
         env: vec![
@@ -214,16 +234,9 @@ fn the_server_keeps_the_map_warm_and_a_run_sees_what_changed_on_disk() {
         serde_json::json!({"agent": {"evaluate": false, "review": "off"}, "cache": {"enabled": false}}),
     );
     let goal = serde_json::json!({"goal": "explain what the helpers in app do"});
-    let newest = |ws: &Path| {
-        support::journaled(ws, "phases")
-            .into_iter()
-            .max_by_key(|l| l["ts"].as_u64())
-            .expect("a phases line")["data"]
-            .clone()
-    };
     c.command("agent-ls.run", goal.clone()).expect("a run");
     c.wait_notification("agent-ls/runFinished", |_| true);
-    let first = newest(ws.path());
+    let first = newest_phases(ws.path());
     assert_eq!(first["map_kept"], true, "{first}");
     let lines = map_lines(&prompt(&server.requests()[0].body));
     assert!(
@@ -231,16 +244,11 @@ fn the_server_keeps_the_map_warm_and_a_run_sees_what_changed_on_disk() {
         "{lines:?}"
     );
 
-    std::fs::write(
-        ws.path().join("app/alpha.py"),
-        "def alpha_renamed(x, y):\n    return x + y\n",
-    )
-    .expect("rewrite");
-    std::fs::remove_file(ws.path().join("app/gamma.py")).expect("delete");
+    rename_and_delete(ws.path());
     let n = server.count();
     c.command("agent-ls.run", goal).expect("a second run");
     c.wait_notification("agent-ls/runFinished", |_| true);
-    let second = newest(ws.path());
+    let second = newest_phases(ws.path());
     assert_eq!(second["map_kept"], true, "{second}");
     // Caught up: the changed file parsed again, and the deleted one gone; nothing else.
     assert_eq!(second["map_parsed"], 2, "{second}");
@@ -253,10 +261,7 @@ fn the_server_keeps_the_map_warm_and_a_run_sees_what_changed_on_disk() {
 /// program rewrote and not the one it deleted, and parsed only that one again.
 #[test]
 fn an_acp_session_keeps_the_map_and_its_next_prompt_sees_what_changed_on_disk() {
-    let ws = support::workspace(&[
-        ("app/alpha.py", "def alpha_helper(x):\n    return x\n"),
-        ("app/gamma.py", "def gamma_helper(x):\n    return x\n"),
-    ]);
+    let ws = two_helpers();
     let server = ModelServer::answering(|_| openai_text(&["They return their argument."]));
     let home = tempfile::tempdir().expect("home");
     let base = format!("{}/v1", server.url);
@@ -287,21 +292,12 @@ fn an_acp_session_keeps_the_map_and_its_next_prompt_sees_what_changed_on_disk() 
             ]}),
         );
         assert!(answer.get("error").is_none(), "{answer}");
-        support::journaled(ws.path(), "phases")
-            .into_iter()
-            .max_by_key(|l| l["ts"].as_u64())
-            .expect("a phases line")["data"]
-            .clone()
+        newest_phases(ws.path())
     };
     let first = prompt_once(&mut acp, 2);
     assert_eq!(first["map_kept"], true, "{first}");
 
-    std::fs::write(
-        ws.path().join("app/alpha.py"),
-        "def alpha_renamed(x, y):\n    return x + y\n",
-    )
-    .expect("rewrite");
-    std::fs::remove_file(ws.path().join("app/gamma.py")).expect("delete");
+    rename_and_delete(ws.path());
     let n = server.count();
     let second = prompt_once(&mut acp, 3);
     acp.close();

@@ -171,7 +171,12 @@ fn the_real_model_calls_a_tool_that_the_loop_runs() {
     // Generous: only a hung model server reaches it (each call has the model's own timeout).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
     let lines = loop {
-        let lines = journal_lines(&ws.path().join(".agent-ls/runs"));
+        // Nothing to read until the run has opened its journal.
+        let lines = if ws.path().join(".agent-ls/runs").is_dir() {
+            crate::support::journal(ws.path())
+        } else {
+            Vec::new()
+        };
         let ended = child.try_wait().unwrap().is_some();
         if ended || coder_calls(&lines) >= 2 || std::time::Instant::now() > deadline {
             break lines;
@@ -198,22 +203,6 @@ fn the_real_model_calls_a_tool_that_the_loop_runs() {
     assert_eq!(result["data"]["name"], "grep");
     // The result went back to the model: a second coder call followed the first.
     assert!(coder_calls(&lines) >= 2, "{said}");
-}
-
-/// Every journal line of the runs under `runs` (none while the folder does not exist yet).
-fn journal_lines(runs: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_dir(runs)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .flat_map(|e| {
-            std::fs::read_to_string(e.path())
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect::<Vec<serde_json::Value>>()
-        })
-        .collect()
 }
 
 /// The tester's request as the loop makes it (its built-in prompt, a bug to reproduce, the
