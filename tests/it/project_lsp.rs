@@ -64,7 +64,14 @@ fn config(server: &[String], wait_ms: u64) -> String {
 fn run(ws: &Path, goal: &str, config: &str, answers: &[&str]) -> (Output, Vec<Value>) {
     let server = ModelServer::start(answers.iter().map(|a| openai_text(&[a])).collect());
     let home = support::home_with(config);
+    // A temporary folder of its own, as a user's is not the folder that holds their home:
+    // with HOME under TMPDIR, the sandbox lets a server list TMPDIR but read none of its files
+    // (the user's config, which holds keys, is below it), and gopls reads back the go.mod
+    // copy it writes there.
+    let tmp = home.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
     let out = support::cli(&["run", goal, "--yes"], ws, home.path())
+        .env("TMPDIR", &tmp)
         .env("AGENT_LS_MODEL__PROVIDER", "openai")
         .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
         .env("OPENAI_API_KEY", "test-key")
@@ -90,6 +97,31 @@ fn done(out: &Output) -> Value {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A bad edit fixed before the tests ran: the baseline's test run, the bad edit's errors, the
+/// coder again, the clean check, then the tests.
+const FIXED_BEFORE_THE_TESTS: [&str; 6] = [
+    "test_result",
+    "model_call",
+    "errors",
+    "model_call",
+    "clean",
+    "test_result",
+];
+
+/// `sequence`, with each check as `errors` or `clean`.
+fn kinds(ws: &Path) -> Vec<String> {
+    sequence(ws)
+        .iter()
+        .map(|l| match l["type"].as_str().unwrap_or("") {
+            "diagnostics" if l["data"]["errors"].as_array().is_some_and(Vec::is_empty) => {
+                "clean".into()
+            }
+            "diagnostics" => "errors".into(),
+            other => other.to_string(),
+        })
+        .collect()
 }
 
 /// The journal's lines of the kinds the checks are about, in order: `test_result`,
@@ -135,27 +167,7 @@ fn an_undefined_name_comes_back_and_the_next_answer_fixes_it_before_any_test_run
     );
     // The baseline's test run, the bad edit's errors, the coder again, the clean check,
     // then the tests: none ran between the bad edit and its fix.
-    let kinds: Vec<String> = sequence(ws.path())
-        .iter()
-        .map(|l| match l["type"].as_str().unwrap() {
-            "diagnostics" if l["data"]["errors"].as_array().unwrap().is_empty() => "clean".into(),
-            "diagnostics" => "errors".into(),
-            other => other.to_string(),
-        })
-        .collect();
-    assert_eq!(
-        kinds,
-        [
-            "test_result",
-            "model_call",
-            "errors",
-            "model_call",
-            "clean",
-            "test_result"
-        ],
-        "{}",
-        stderr(&out)
-    );
+    assert_eq!(kinds(ws.path()), FIXED_BEFORE_THE_TESTS, "{}", stderr(&out));
     // The second model call heard the error as the edit's result.
     assert_eq!(requests.len(), 2);
     let told = requests[1].to_string();
@@ -600,4 +612,76 @@ fn an_undefined_name_in_a_typescript_file_comes_back_from_typescript_language_se
             .contains("x * 2"),
         "the next answer fixed it"
     );
+}
+
+/// gopls (Debian's 0.5.0, which scripts/test installs with apt since the Go module proxy is
+/// not reachable from CI, and sets AGENT_LS_TEST_GOPLS), or None to skip where it or Go is
+/// not installed.
+fn gopls() -> Option<String> {
+    let go = agent_ls_runtime::tests_run::command::on_path("go");
+    match std::env::var("AGENT_LS_TEST_GOPLS") {
+        Ok(p) if !p.is_empty() && go => Some(p),
+        _ if std::env::var_os("AGENT_LS_REQUIRE_PROTOCOL_TESTS").is_some() => {
+            panic!("AGENT_LS_TEST_GOPLS is not set or go is missing; scripts/test installs both")
+        }
+        _ => {
+            eprintln!(
+                "skipped: AGENT_LS_TEST_GOPLS is not set or go is missing (apt install gopls)"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn an_undefined_name_in_a_go_file_comes_back_from_gopls() {
+    let Some(gopls) = gopls() else {
+        return;
+    };
+    let ws = support::workspace(&[
+        (
+            ".agent-ls.toml",
+            "[agent]\nevaluate = false\nreview = \"off\"\n",
+        ),
+        ("go.mod", "module example.com/calc\n\ngo 1.19\n"),
+        (
+            "calc.go",
+            "package calc\n\nfunc Add(a, b int) int {\n\treturn a - b\n}\n",
+        ),
+        (
+            "calc_test.go",
+            "package calc\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif Add(2, 2) != 4 {\n\t\tt.Fatal(\"want 4\")\n\t}\n}\n",
+        ),
+    ]);
+    let go = |from: &str, to: &str| {
+        format!(
+            "calc.go\n<<<<<<< SEARCH\n\treturn {from}\n=======\n\treturn {to}\n>>>>>>> REPLACE\n"
+        )
+    };
+    // An edit that uses a name that does not exist, then its fix.
+    let (bad, good) = (go("a - b", "a + c"), go("a + c", "a + b"));
+    let config = format!(
+        "[test]\ncommand = [\"go\", \"test\", \"./...\"]\n\n[lsp_servers]\nwait_ms = 120000\n\n[lsp_servers.servers.go]\ncommand = {}\npatterns = [\"*.go\"]\n",
+        json!([gopls]),
+    );
+    let (out, requests) = run(ws.path(), "fix the failing test", &config, &[&bad, &good]);
+    let o: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    assert_eq!(o["status"], "done", "{o}\n{}", stderr(&out));
+    // `go test` without -v names no passed tests: no failure is the pass.
+    assert_eq!(o["tests"]["failed"], 0, "{o}");
+    assert_eq!(
+        o["iterations"], 1,
+        "the fix of the error is the same iteration: {o}"
+    );
+    let errors = o["edit_errors"].as_array().expect("edit_errors in --json");
+    assert_eq!(errors.len(), 1, "{o}");
+    let error = errors[0].as_str().unwrap();
+    assert!(
+        error.starts_with("calc.go:4:") && error.contains("undeclared name: c"),
+        "{error}"
+    );
+    assert_eq!(requests.len(), 2, "{o}");
+    // None of the tests ran between the bad edit and its fix.
+    assert_eq!(kinds(ws.path()), FIXED_BEFORE_THE_TESTS, "{}", stderr(&out));
 }

@@ -331,16 +331,26 @@ fn answer_for(method: &str, params: &Value) -> Value {
     Value::Null
 }
 
-/// Keeps a publication of a file's diagnostics.
+/// Keeps a publication of a file's diagnostics, unless it names no version and the server
+/// has named one for the file before. gopls does both: its open files' diagnostics carry
+/// their version, and its workspace-wide pass publishes versionless lists that may describe
+/// an older text and arrive after a change. Once a server has named a version for a file,
+/// only a named version says which text a list is about; servers that never name one
+/// (typescript-language-server) are taken as they publish.
 fn publish(shared: &Mutex<Shared>, params: &Value) {
     let Ok(p) = serde_json::from_value::<ls_types::PublishDiagnosticsParams>(params.clone()) else {
         return;
     };
+    let uri = normal(p.uri.as_str());
     let mut s = lock(shared);
+    let versioned = s.published.get(&uri).is_some_and(|k| k.version.is_some());
+    if p.version.is_none() && versioned {
+        return;
+    }
     s.count += 1;
     let count = s.count;
     s.published.insert(
-        normal(p.uri.as_str()),
+        uri,
         Published {
             count,
             version: p.version,
@@ -398,5 +408,56 @@ fn normal(uri: &str) -> String {
     match text.strip_prefix("file://") {
         Some(path) => super::uri::file_uri(std::path::Path::new(path)),
         None => text.into_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn publication(version: Option<i32>, messages: &[&str]) -> Value {
+        let diagnostics: Vec<Value> = messages
+            .iter()
+            .map(|m| json!({"range": {"start": {"line": 3, "character": 12}, "end": {"line": 3, "character": 13}}, "message": m}))
+            .collect();
+        let mut p = json!({"uri": "file:///w/calc.go", "diagnostics": diagnostics});
+        if let Some(v) = version {
+            p["version"] = json!(v);
+        }
+        p
+    }
+
+    fn latest(shared: &Mutex<Shared>) -> (Option<i32>, Vec<String>) {
+        let s = lock(shared);
+        let p = &s.published[&normal("file:///w/calc.go")];
+        (
+            p.version,
+            p.diagnostics.iter().map(|d| d.message.clone()).collect(),
+        )
+    }
+
+    #[test]
+    fn a_versionless_list_after_a_versioned_one_is_not_taken_for_the_file() {
+        let shared = Mutex::new(Shared::default());
+        // gopls: the open's list without a version, then the change's with one, then its
+        // workspace pass's empty list without one.
+        publish(&shared, &publication(None, &[]));
+        assert_eq!(latest(&shared), (None, vec![]));
+        publish(&shared, &publication(Some(2), &["undeclared name: c"]));
+        publish(&shared, &publication(None, &[]));
+        assert_eq!(
+            latest(&shared),
+            (Some(2), vec!["undeclared name: c".to_string()])
+        );
+        assert_eq!(lock(&shared).count, 2, "the ignored list is not counted");
+    }
+
+    #[test]
+    fn a_server_that_never_names_a_version_is_taken_as_it_publishes() {
+        let shared = Mutex::new(Shared::default());
+        publish(&shared, &publication(None, &["Cannot find name 'c'."]));
+        publish(&shared, &publication(None, &[]));
+        assert_eq!(latest(&shared), (None, vec![]));
+        assert_eq!(lock(&shared).count, 2);
     }
 }
