@@ -1087,12 +1087,19 @@ impl Drive<'_> {
         context
     }
 
+    /// Whether `path` names a file inside the workspace: a goal or a test's output may name
+    /// any path (`/home/me/secrets.py`, `../other/x.py`), and what is named here is read into
+    /// the prompt.
+    fn inside(&self, path: &str) -> bool {
+        crate::files::resolve(self.root, path).is_ok_and(|p| p.is_file())
+    }
+
     /// The files that the goal names, then those a test report's lines point at.
     fn named_files(&self, goal: &str, report: Option<&str>) -> Vec<String> {
         let mut wanted: Vec<String> = Vec::new();
         for word in goal.split(|c: char| c.is_whitespace() || c == '`' || c == '\'' || c == '"') {
             let w = word.trim_matches(|c: char| c == ',' || c == '.' || c == ':' || c == ';');
-            if !w.is_empty() && self.root.join(w).is_file() {
+            if !w.is_empty() && self.inside(w) {
                 wanted.push(w.to_string());
             }
         }
@@ -1105,11 +1112,7 @@ impl Drive<'_> {
                     .next()
                     .unwrap_or("")
                     .trim_start_matches("./");
-                if path.contains('.')
-                    && !path.contains("..")
-                    && self.root.join(path).is_file()
-                    && !wanted.iter().any(|w| w == path)
-                {
+                if path.contains('.') && self.inside(path) && !wanted.iter().any(|w| w == path) {
                     wanted.push(path.to_string());
                 }
             }
