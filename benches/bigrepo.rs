@@ -2,7 +2,8 @@
 //! this repository's own Rust crates and its Python/Go/Node fixture projects, committed to
 //! git, and `agent-ls run "<question>" --json` against a model server on 127.0.0.1 that
 //! answers at once (cache and reviewer off), so every second is agent-ls's own. Prints, cold
-//! (no `.agent-ls/`) and warm (a second run): the time to the first model request, from the
+//! (no `.agent-ls/`), the run after it, `agent-ls map` (the whole map built) and then warm
+//! (three runs): the time to the first model request, from the
 //! last answer to the end of the run, the whole run, the map cache's size, and the phases the
 //! run's journal recorded; beside the same on the 280-file fixture the tests use. Then the
 //! editor's path: `agent-ls serve`, a run from the palette right after `initialize` and one
@@ -54,7 +55,10 @@ fn seed() -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// A git repository of at least `files` files: copies `c0000/`, `c0001/`... of the seed.
+/// A git repository of at least `files` files: copies `c0000/`, `c0001/`... of the seed,
+/// each source file ending in a comment that names its copy. The copies' texts differ, as a
+/// real monorepo's files do: the map's cache keeps one tags row a distinct text, and copies
+/// alike would share their rows and their parse.
 fn monorepo(files: usize) -> tempfile::TempDir {
     let seed = seed();
     let dir = tempfile::tempdir().expect("a temp folder");
@@ -63,6 +67,15 @@ fn monorepo(files: usize) -> tempfile::TempDir {
         for (rel, text) in &seed {
             let p = dir.path().join(format!("c{c:04}")).join(rel);
             std::fs::create_dir_all(p.parent().expect("a parent")).expect("mkdir");
+            let mut text = text.clone();
+            let ext = rel.rsplit('.').next().unwrap_or("");
+            match ext {
+                "py" => text.extend_from_slice(format!("\n# copy {c}\n").as_bytes()),
+                "rs" | "go" | "js" | "ts" | "mjs" => {
+                    text.extend_from_slice(format!("\n// copy {c}\n").as_bytes())
+                }
+                _ => {}
+            }
             std::fs::write(p, text).expect("write");
         }
     }
@@ -143,7 +156,7 @@ fn run(root: &Path, question: &str, home: &Path) -> Figures {
 /// The map cache's size: `.agent-ls/repomap.sqlite` (or the `repomap.json` of before).
 fn cache_bytes(root: &Path) -> u64 {
     let state = root.join(".agent-ls");
-    ["repomap.json", "repomap.sqlite"]
+    ["repomap.json", "repomap.sqlite", "repomap.sqlite-wal"]
         .iter()
         .filter_map(|f| std::fs::metadata(state.join(f)).ok())
         .map(|m| m.len())
@@ -193,13 +206,44 @@ fn measure(name: &str, root: &Path, question: &str) {
     let home = tempfile::tempdir().expect("home");
     let cold = run(root, question, home.path());
     print(name, "cold", &cold);
-    // A map not built within a run's budget is finished by the runs after it, so the runs
-    // after the first show how fast the cache warms.
+    // A map not built within a run's budget is finished by the runs after it, so the next
+    // run shows how far one run warms the cache.
+    let warming = run(root, question, home.path());
+    print(name, "the next run", &warming);
+    // `agent-ls map` builds the whole map, as a user warms a big repository once; the runs
+    // after it are warm.
+    map(name, root, question, home.path());
     for n in 1..=3 {
         let warm = run(root, question, home.path());
         print(name, &format!("warm #{n}"), &warm);
     }
     serve(name, root, question, home.path());
+}
+
+/// `agent-ls map QUESTION --json` in `root`: the whole map built, its cache filled.
+fn map(name: &str, root: &Path, question: &str, home: &Path) {
+    let started = Instant::now();
+    let out = Command::new(bin())
+        .args(["map", question, "--json", "--workspace"])
+        .arg(root)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home)
+        .stdin(Stdio::null())
+        .output()
+        .expect("agent-ls map runs");
+    let took = started.elapsed();
+    let o: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    println!(
+        "{name}, agent-ls map: {} in all ({} files, {} parsed, {} from the cache; phases (ms): {}), map cache {:.1} MB",
+        secs(took),
+        o["files"],
+        o["parsed"],
+        o["cached"],
+        o["timings"],
+        cache_bytes(root) as f64 / 1e6
+    );
 }
 
 /// One LSP message on `to`.

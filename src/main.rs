@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 use agent_ls::cli::setup::or_exit_1;
 use agent_ls::cli::{
-    apply, batch, cache, commit, config, doctor, git, headless, hooks, memory, review, runs, serve,
-    stats, trust, undo,
+    apply, batch, cache, commit, config, doctor, git, headless, hooks, map, memory, review, runs,
+    serve, stats, trust, undo,
 };
 use agent_ls_runtime::drive::ReviewTarget;
 use agent_ls_runtime::trust::Decision;
@@ -131,6 +131,19 @@ enum Command {
         #[arg(long)]
         workspace: Option<PathBuf>,
         /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the repo map a run's first prompt shows, ranked toward the files and names GOAL
+    /// mentions, building it as a run does; its tag cache (.agent-ls/repomap.sqlite) is
+    /// filled on the way, so a big repository's next run starts warm (docs/bigrepo.md).
+    Map {
+        /// What the map is for: the files and names it mentions rank first.
+        goal: Option<String>,
+        /// The project (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Print JSON: the map, its file counts and the build's phases.
         #[arg(long)]
         json: bool,
     },
@@ -346,6 +359,11 @@ fn dispatch(command: Command) -> ExitCode {
         Command::Trust { dir } => or_exit_1(trust::run(dir, Decision::Trusted)),
         Command::Untrust { dir } => or_exit_1(trust::run(dir, Decision::Unknown)),
         Command::Doctor { workspace, json } => or_exit_1(doctor::run(workspace, json)),
+        Command::Map {
+            goal,
+            workspace,
+            json,
+        } => or_exit_1(map::run(goal, workspace, json)),
         Command::Stats {
             workspace,
             json,

@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod git;
 pub mod headless;
 pub mod hooks;
+pub mod map;
 pub mod memory;
 pub mod review;
 pub mod run;

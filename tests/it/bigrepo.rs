@@ -159,14 +159,23 @@ fn the_first_request_goes_out_before_a_slow_map_is_built() {
         s.lock().expect("seen").push(cache.exists());
         openai_text(&["It adds the tax."])
     });
+    // A file outside the workspace, which the goal names by its absolute path and by one
+    // relative to the workspace: neither is read for the map.
+    let outside = tempfile::tempdir().expect("outside");
+    let secret = outside.path().join("secret_mod.py");
+    std::fs::write(&secret, "def secret_function():\n    return 1\n").expect("secret");
+    let name = outside
+        .path()
+        .file_name()
+        .expect("a name")
+        .to_string_lossy();
+    let goal = format!(
+        "explain how app/pricing.py computes net_price, beside {} and ../{name}/secret_mod.py",
+        secret.display()
+    );
     // The background build waits a minute before it starts: far longer than the run.
     let delay = [(agent_ls_runtime::repomap::DELAY_ENV, "60000")];
-    let phases = run(
-        ws.path(),
-        "explain how app/pricing.py computes net_price",
-        &server,
-        &delay,
-    );
+    let phases = run(ws.path(), &goal, &server, &delay);
     assert_eq!(phases["map_late"], true, "{phases}");
     assert_eq!(seen.lock().expect("seen").first(), Some(&false));
     // The first request's map holds the file the goal names, parsed on the spot.
@@ -177,6 +186,10 @@ fn the_first_request_goes_out_before_a_slow_map_is_built() {
     );
     assert!(
         !lines.iter().any(|l| l.contains("unrelated_helper")),
+        "{lines:?}"
+    );
+    assert!(
+        !prompt(&server.requests()[0].body).contains("secret_function"),
         "{lines:?}"
     );
     assert!(phases["first_request_ms"].as_u64().is_some(), "{phases}");
@@ -305,4 +318,88 @@ fn an_acp_session_keeps_the_map_and_its_next_prompt_sees_what_changed_on_disk() 
     assert_eq!(second["map_parsed"], 2, "{second}");
     let lines = map_lines(&prompt(&server.requests()[n].body));
     renamed_and_deleted(&lines);
+}
+
+/// `agent-ls map GOAL` prints the map a run's prompt shows, ranked toward what the goal
+/// names, and fills the cache on the way: the run after it parses nothing, and a second
+/// `map` after a change parses that file alone and drops the deleted one.
+#[test]
+fn agent_ls_map_prints_the_map_and_warms_the_cache_for_the_next_run() {
+    let ws = support::workspace(&[
+        (
+            "app/core.py",
+            "from app.alpha import alpha_helper\n\ndef compute(x):\n    return alpha_helper(x)\n",
+        ),
+        ("app/alpha.py", "def alpha_helper(x):\n    return x\n"),
+        ("app/gamma.py", "def gamma_helper(x):\n    return x\n"),
+    ]);
+    let home = tempfile::tempdir().expect("home");
+    let map = |goal: &str| {
+        let out = support::cli(&["map", goal], ws.path(), home.path())
+            .output()
+            .expect("agent-ls map");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).expect("map --json")
+    };
+    let first = map("explain how app/core.py computes");
+    assert_eq!(
+        (first["files"].as_u64(), first["parsed"].as_u64()),
+        (Some(3), Some(3)),
+        "{first}"
+    );
+    // What the named file uses comes first.
+    let lines: Vec<&str> = first["map"].as_str().expect("the map").lines().collect();
+    assert_eq!(
+        lines.first(),
+        Some(&"app/alpha.py:1: def alpha_helper(x):"),
+        "{first}"
+    );
+    assert!(
+        lines.contains(&"app/gamma.py:1: def gamma_helper(x):"),
+        "{first}"
+    );
+
+    let server = ModelServer::answering(|_| openai_text(&["It calls alpha_helper."]));
+    let warm = run(ws.path(), "explain how app/core.py computes", &server, &[]);
+    assert_eq!(
+        (
+            warm["map_parsed"].as_u64(),
+            warm["map_cached"].as_u64(),
+            warm["map_late"].as_bool()
+        ),
+        (Some(0), Some(3), Some(false)),
+        "{warm}"
+    );
+
+    rename_and_delete(ws.path());
+    let again = map("");
+    assert_eq!(
+        (
+            again["files"].as_u64(),
+            again["parsed"].as_u64(),
+            again["cached"].as_u64()
+        ),
+        (Some(2), Some(1), Some(1)),
+        "{again}"
+    );
+    let text = again["map"].as_str().expect("the map");
+    assert!(
+        text.contains("def alpha_renamed(x, y)") && !text.contains("gamma"),
+        "{text}"
+    );
+
+    // Outside `--json`, the map on stdout and what the build did on stderr.
+    let out = support::in_workspace(&["map"], ws.path(), home.path())
+        .output()
+        .expect("agent-ls map");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("app/alpha.py:1: def alpha_renamed"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("2 files in the map, 0 parsed now and 2 from the cache"),
+        "{said}"
+    );
 }
