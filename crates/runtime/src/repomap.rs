@@ -25,6 +25,9 @@ const MAX_FILE_BYTES: u64 = 512 * 1024;
 /// Files parsed between two writes of the cache: a build cut short (the process ended with
 /// its run) keeps what it parsed, so the next build goes on from there.
 const BATCH: usize = 256;
+/// How many lines in a row may not fit the map's budget before the map stops looking for
+/// smaller ones further down.
+const MISSES: usize = 256;
 /// Set only by tests: a background build waits this many milliseconds before it starts, so a
 /// test can show that a run does not wait for a slow map.
 pub const DELAY_ENV: &str = "AGENT_LS_TEST_MAP_DELAY_MS";
@@ -128,6 +131,11 @@ fn parse_buffers(files: &mut BTreeMap<String, Tags>, buffers: &HashMap<String, S
         }
     }
     n
+}
+
+/// Whether `root` has a map cache: its next build is warm.
+pub fn cached(root: &Path) -> bool {
+    root.join(".agent-ls").join(cache::FILE).is_file()
 }
 
 /// A build on a thread of its own, to be waited for within a budget.
@@ -252,7 +260,12 @@ fn sort_out(listed: &[Listed], buffers: &HashMap<String, String>, cache: &TagCac
             (k.mtime_ns == l.mtime_ns && k.size == l.size).then_some((l, k.hash))
         })
         .collect();
-    let tags = cache.tags(fresh.iter().map(|(_, h)| *h));
+    let mut tags = cache.tags(fresh.iter().map(|(_, h)| *h));
+    // How many files share each text: the last of them takes its tags, the others a copy.
+    let mut sharing: HashMap<u64, usize> = HashMap::new();
+    for (_, h) in &fresh {
+        *sharing.entry(*h).or_default() += 1;
+    }
     let mut out = Sorted {
         files: BTreeMap::new(),
         todo: Vec::new(),
@@ -260,8 +273,17 @@ fn sort_out(listed: &[Listed], buffers: &HashMap<String, String>, cache: &TagCac
         cached: 0,
     };
     for (l, h) in &fresh {
-        if let Some(t) = tags.get(h) {
-            out.files.insert(l.rel.clone(), t.clone());
+        let left = sharing.get_mut(h).map_or(0, |n| {
+            *n -= 1;
+            *n
+        });
+        let t = if left == 0 {
+            tags.remove(h)
+        } else {
+            tags.get(h).cloned()
+        };
+        if let Some(t) = t {
+            out.files.insert(l.rel.clone(), t);
             out.cached += 1;
         }
     }
@@ -398,49 +420,54 @@ impl RepoMap {
     /// The map for `focus`: the best-ranked definitions as `path:line: signature` lines,
     /// grouped by file in rank order, within `max_tokens` as `counter` counts them.
     pub fn render(&self, focus: &Focus, max_tokens: usize, counter: &Counter) -> String {
-        if max_tokens == 0 {
-            return String::new();
-        }
+        self.render_ranked(focus, max_tokens, counter).0
+    }
+
+    /// `render`, and the files in rank order (the first context reads them in this order),
+    /// from one ranking.
+    pub fn render_ranked(
+        &self,
+        focus: &Focus,
+        max_tokens: usize,
+        counter: &Counter,
+    ) -> (String, Vec<String>) {
         let ranked = rank::rank(&self.files, focus);
+        let order = rank::file_order(&ranked);
+        if max_tokens == 0 {
+            return (String::new(), order);
+        }
         let mut chosen: Vec<&rank::Ranked> = Vec::new();
         let mut used = 0;
+        let mut missed = 0;
         for r in &ranked {
-            let Some(def) = self.files.get(&r.path).and_then(|t| t.defs.get(r.def)) else {
-                continue;
-            };
+            let def = r.definition;
             let line = format!("{}:{}: {}\n", r.path, def.line, def.signature);
             let cost = counter.count(&line);
             if used + cost > max_tokens {
-                // Smaller lines further down may still fit; stop once nothing can.
-                if max_tokens - used < 8 {
+                // Smaller lines further down may still fit; stop once nothing can, or once
+                // a run of lines did not (a big repository ranks hundreds of thousands).
+                missed += 1;
+                if max_tokens - used < 8 || missed >= MISSES {
                     break;
                 }
                 continue;
             }
+            missed = 0;
             used += cost;
             chosen.push(r);
         }
-        let order = rank::file_order(&ranked);
         let position: HashMap<&str, usize> = order
             .iter()
             .enumerate()
             .map(|(i, p)| (p.as_str(), i))
             .collect();
-        chosen.sort_by_key(|r| {
-            let line = self.files[&r.path].defs[r.def].line;
-            (position.get(r.path.as_str()).copied(), line)
-        });
+        chosen.sort_by_key(|r| (position.get(r.path).copied(), r.definition.line));
         let mut out = String::new();
         for r in chosen {
-            let def = &self.files[&r.path].defs[r.def];
+            let def = r.definition;
             out.push_str(&format!("{}:{}: {}\n", r.path, def.line, def.signature));
         }
-        out
-    }
-
-    /// The files in rank order for `focus` (the fixed context reads them in this order).
-    pub fn ranked_files(&self, focus: &Focus) -> Vec<String> {
-        rank::file_order(&rank::rank(&self.files, focus))
+        (out, order)
     }
 }
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use agent_ls_core::repomap::tags::Tags;
 use agent_ls_core::syntax::Lang;
@@ -19,8 +19,11 @@ use agent_ls_core::syntax::Lang;
 pub(super) const FILE: &str = "repomap.sqlite";
 /// The cache before this one; removed when found (it could be tens of megabytes).
 const OLD_FILE: &str = "repomap.json";
-/// Bumped when the tags' shape or the hash changes: an older cache is dropped and rebuilt.
-const VERSION: i64 = 1;
+/// Bumped when the tags' shape, their encoding or the hash changes: an older cache is
+/// dropped and rebuilt. 2: the tags in postcard (varint lengths, no field names), a third
+/// of their JSON's size and read several times faster: a warm build of 20,000 files reads
+/// every row.
+const VERSION: i64 = 2;
 
 /// What the cache knows of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,29 +112,31 @@ impl TagCache {
         })
     }
 
-    /// The tags kept under each of `hashes` that the cache holds.
+    /// The tags kept under each of `hashes` that the cache holds. One scan of the table,
+    /// which holds only the tags some file uses: a warm build wants nearly all of them, and
+    /// a query a hash cost 20,000 round trips on 20,000 files.
     pub(super) fn tags(&self, hashes: impl Iterator<Item = u64>) -> HashMap<u64, Tags> {
         let Some(conn) = &self.conn else {
             return HashMap::new();
         };
-        let Ok(mut stmt) = conn.prepare_cached("SELECT data FROM tags WHERE hash = ?1") else {
-            return HashMap::new();
+        let wanted: std::collections::HashSet<u64> = hashes.collect();
+        let read = || -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
+            let mut stmt = conn.prepare("SELECT hash, data FROM tags")?;
+            let mut rows = stmt.query([])?;
+            let mut out = Vec::with_capacity(wanted.len());
+            while let Some(row) = rows.next()? {
+                let hash = row.get::<_, i64>(0)? as u64;
+                if wanted.contains(&hash) {
+                    out.push((hash, row.get(1)?));
+                }
+            }
+            Ok(out)
         };
-        let mut out = HashMap::new();
-        for h in hashes {
-            if out.contains_key(&h) {
-                continue;
-            }
-            let data: Option<Vec<u8>> = stmt
-                .query_row([h as i64], |r| r.get(0))
-                .optional()
-                .ok()
-                .flatten();
-            if let Some(tags) = data.and_then(|d| serde_json::from_slice::<Tags>(&d).ok()) {
-                out.insert(h, tags);
-            }
-        }
-        out
+        let rows = read().unwrap_or_else(|e| {
+            tracing::debug!("the repo map's tags cannot be read: {e}");
+            Vec::new()
+        });
+        decode_all(&rows)
     }
 
     /// Records `fresh` files (their tags kept once a hash) and forgets `gone` ones, in one
@@ -153,7 +158,7 @@ impl TagCache {
                 let mut tag =
                     tx.prepare_cached("INSERT OR IGNORE INTO tags (hash, data) VALUES (?1, ?2)")?;
                 for (path, k, tags) in fresh {
-                    let data = serde_json::to_vec(tags).unwrap_or_default();
+                    let data = postcard::to_stdvec(tags).unwrap_or_default();
                     tag.execute(params![k.hash as i64, data])?;
                     file.execute(params![path, k.mtime_ns, k.size as i64, k.hash as i64])?;
                 }
@@ -173,4 +178,32 @@ impl TagCache {
             tracing::debug!("the repo map's cache was not written: {e}");
         }
     }
+}
+
+/// Each row's tags, decoded on every core: decoding allocates every name, and a warm build
+/// of 20,000 files decodes millions. A row that does not decode is left out (its file is
+/// parsed again).
+fn decode_all(rows: &[(u64, Vec<u8>)]) -> HashMap<u64, Tags> {
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
+    let chunk = rows.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = rows
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .filter_map(|(h, data)| {
+                            Some((*h, postcard::from_bytes::<Tags>(data).ok()?))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().unwrap_or_default())
+            .collect()
+    })
 }
