@@ -1,5 +1,6 @@
 //! A run's repo map and where its time went. The map is built once a run, on a background
-//! thread started when the run opens; the first context waits for it within `BUDGET` and
+//! thread started when the run opens; the first context waits for it within a budget (longer
+//! for a cold map than a warm one) and
 //! otherwise goes out with a map of the files the goal and the failures name (and the open
 //! buffers), taking the whole map at a later step once it is there. Later steps re-parse only
 //! the files the run changed and the buffers, never the repository. The phase timings are
@@ -16,9 +17,13 @@ use serde::Serialize;
 use crate::repomap::warm::{self, Lent, Returned};
 use crate::repomap::{Pending, RepoMap};
 
-/// How long the first context waits for the map before going without it. A warm map of
-/// 20,000 files is built well within it; a cold one is finished in the background.
-const BUDGET: Duration = Duration::from_millis(1500);
+/// How long the first context waits for a cold map (no cache yet) before going without it:
+/// a small repository's is built within it; a big one's is finished in the background.
+const COLD_BUDGET: Duration = Duration::from_millis(1500);
+/// How long it waits for a warm map (its cache there, or the one the server keeps). Reading
+/// the cache and ranking are a few tens of milliseconds a thousand files (docs/bigrepo.md): a
+/// warm map not built by then is a big repository's, and its first request does not wait.
+const WARM_BUDGET: Duration = Duration::from_millis(400);
 
 /// The phases of a run, in milliseconds (docs/bigrepo.md says what each covers).
 #[derive(Debug, Default, Clone, Serialize)]
@@ -66,6 +71,8 @@ pub(super) struct RunMap {
     root: std::path::PathBuf,
     /// Lent by the map the server keeps, and given back when the run ends.
     kept: bool,
+    /// How long the first context waits for the map: warm (from the run's opening) or cold.
+    budget: Duration,
     /// The files the context lists after the ranked ones, walked once a run.
     rest: Option<Vec<String>>,
     /// How many contexts were made.
@@ -77,13 +84,25 @@ pub(super) struct RunMap {
 impl RunMap {
     /// Starts the map's build for a run opening now.
     pub(super) fn start(root: &Path, buffers: HashMap<String, String>) -> RunMap {
-        let (state, kept) = match warm::lend(root) {
+        let (state, kept, budget) = match warm::lend(root) {
             Some(Lent::Ready(map)) => (
                 crate::repomap::catch_up_in_background(root.to_path_buf(), map),
                 true,
+                WARM_BUDGET,
             ),
-            Some(Lent::Building(p)) => (p, true),
-            None => (crate::repomap::spawn(root.to_path_buf(), buffers), false),
+            Some(Lent::Building(p)) => (p, true, COLD_BUDGET),
+            None => {
+                let budget = if crate::repomap::cached(root) {
+                    WARM_BUDGET
+                } else {
+                    COLD_BUDGET
+                };
+                (
+                    crate::repomap::spawn(root.to_path_buf(), buffers),
+                    false,
+                    budget,
+                )
+            }
         };
         let phases = Phases {
             map_kept: kept,
@@ -93,6 +112,7 @@ impl RunMap {
             state: State::Building(state),
             root: root.to_path_buf(),
             kept,
+            budget,
             rest: None,
             contexts: 0,
             phases,
@@ -111,7 +131,13 @@ impl RunMap {
         let first = self.contexts == 0;
         self.contexts += 1;
         if let State::Building(p) = &self.state {
-            let budget = if first { BUDGET } else { Duration::ZERO };
+            let budget = match (first, self.budget) {
+                (false, _) => Duration::ZERO,
+                // A warm map's budget is counted from the run's opening, when its build
+                // started: what the run did before its first context was the map's time too.
+                (true, b) if b == WARM_BUDGET => b.saturating_sub(self.started.elapsed()),
+                (true, b) => b,
+            };
             match p.wait(budget) {
                 Ok(map) => {
                     self.took(&map);
@@ -170,9 +196,16 @@ impl RunMap {
 }
 
 impl Drop for RunMap {
-    /// A kept map goes back to the server, built or still building, for the next run.
+    /// A kept map goes back to the server, built or still building, for the next run; any
+    /// other is freed on a thread of its own.
     fn drop(&mut self) {
         if !self.kept {
+            // A big repository's map is hundreds of thousands of small allocations: freed
+            // here, the run's end waited a second for it (20,000 files).
+            let state = std::mem::replace(&mut self.state, State::Lost);
+            let _ = std::thread::Builder::new()
+                .name("repo map drop".into())
+                .spawn(move || drop(state));
             return;
         }
         let map = match std::mem::replace(&mut self.state, State::Lost) {

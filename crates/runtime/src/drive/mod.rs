@@ -312,6 +312,20 @@ impl Drive<'_> {
                 Next::Event(e) => e,
             };
             shell.refresh().await;
+            // Only a step that asks a model reads the context, and building it ranks the
+            // whole repo map (half a second on 20,000 files): the step after the last answer,
+            // or one that runs the tests, is taken without it.
+            let mut probe = run.clone();
+            let effects = agent::step(&mut probe, event.clone());
+            if !effects
+                .iter()
+                .any(|e| matches!(e, Effect::CallModel { .. }))
+            {
+                *run = probe;
+                queue.extend(effects);
+                going.observer.phase(run);
+                continue;
+            }
             // A test result is not the run's until `step` takes it, but the prompt that step
             // builds must already show the files it names (the failing test above all).
             let latest = match &event {
@@ -1061,8 +1075,8 @@ impl Drive<'_> {
             idents: crate::repomap::idents_of(&mentioned),
         };
         let t = Instant::now();
-        let map_text = map.render(&focus, self.config.context.map_tokens, &self.counter());
-        let ranked = map.ranked_files(&focus);
+        let (map_text, ranked) =
+            map.render_ranked(&focus, self.config.context.map_tokens, &self.counter());
         run_map.phases.rank_ms += t.elapsed().as_millis() as u64;
         let named = wanted.len();
         for path in ranked
