@@ -137,16 +137,7 @@ enum Command {
     /// Print the repo map a run's first prompt shows, ranked toward the files and names GOAL
     /// mentions, building it as a run does; its tag cache (.agent-ls/repomap.sqlite) is
     /// filled on the way, so a big repository's next run starts warm (docs/bigrepo.md).
-    Map {
-        /// What the map is for: the files and names it mentions rank first.
-        goal: Option<String>,
-        /// The project (default: the current directory).
-        #[arg(long)]
-        workspace: Option<PathBuf>,
-        /// Print JSON: the map, its file counts and the build's phases.
-        #[arg(long)]
-        json: bool,
-    },
+    Map(map::Args),
     /// Figures per run and over all runs: tokens, model time, test time, iterations, pass
     /// rate, acceptance rate of proposed changes.
     Stats {
@@ -359,11 +350,7 @@ fn dispatch(command: Command) -> ExitCode {
         Command::Trust { dir } => or_exit_1(trust::run(dir, Decision::Trusted)),
         Command::Untrust { dir } => or_exit_1(trust::run(dir, Decision::Unknown)),
         Command::Doctor { workspace, json } => or_exit_1(doctor::run(workspace, json)),
-        Command::Map {
-            goal,
-            workspace,
-            json,
-        } => or_exit_1(map::run(goal, workspace, json)),
+        Command::Map(args) => or_exit_1(map::run(args)),
         Command::Stats {
             workspace,
             json,

@@ -13,10 +13,25 @@ use agent_ls_runtime::tokens::Counter;
 
 use super::setup::{load_config, open_workspace};
 
-pub fn run(
+/// `agent-ls map`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// What the map is for: the files and names it mentions rank first.
     goal: Option<String>,
+    /// The project (default: the current directory).
+    #[arg(long)]
     workspace: Option<PathBuf>,
+    /// Print JSON: the map, its file counts and the build's phases.
+    #[arg(long)]
     json: bool,
+}
+
+pub fn run(
+    Args {
+        goal,
+        workspace,
+        json,
+    }: Args,
 ) -> anyhow::Result<ExitCode> {
     let root = open_workspace(workspace)?;
     let config = load_config(Some(root.clone())).config;
