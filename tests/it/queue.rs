@@ -269,11 +269,11 @@ fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
     let (model, slow_calls) = first_call_hangs("slowly");
     let names = ["w1", "w2", "w3"];
     let outs: Vec<PathBuf> = names.iter().map(|n| q.join(n)).collect();
-    // Leases of 30 s: a queue call fails after a third of a lease, and on CI's busy 2-core
-    // machine (the suite's other tests and VS Code's scenarios beside it) renewals took over
-    // 1 s with 3 s leases, over 2 s with 6 s ones and over 4 s with 12 s ones; a healthy run
-    // was then stopped and taken over (attempt 2 of a fast task). The killed worker's task
-    // waits out one lease, so this costs the test that long, no more.
+    // Leases of 30 s, so a slow renewal on CI's busy 2-core machine never has a healthy run
+    // taken over. A fast task's second attempt in CI was once put down to that; with 30 s
+    // leases it came again, and the workers' logs showed the cause: two workers' `git
+    // worktree add` on the one repository raced (now under a lock). A failure prints the
+    // logs. The killed worker's task waits out one lease, so this costs the test that long.
     let mut workers: Vec<Child> = names
         .iter()
         .map(|n| q.leased_worker(n, &model.url, "30"))
@@ -299,7 +299,7 @@ fn three_workers_share_twelve_tasks_and_a_killed_workers_task_is_taken_over() {
         }
     }
     assert_eq!(slow_calls.load(Ordering::SeqCst), 2);
-    each_task_done_once(&q.url, &q.queue, names[victim]);
+    each_task_done_once(&q.url, &q.queue, names[victim], &outs);
     twelve_done_in_status(&q.url, &q.queue, q.home.path());
 }
 
@@ -348,8 +348,8 @@ fn run_lock_holder(outs: &[PathBuf], id: &str) -> Option<(usize, u64)> {
 
 /// Every one of the twelve tasks has one result, `done`, with its diff and journal, by a
 /// worker other than the killed one; `slow` took two attempts. Their memory went to the
-/// queue's database.
-fn each_task_done_once(url: &str, queue: &str, killed: &str) {
+/// queue's database. A failure shows what the workers (in `outs`) logged.
+fn each_task_done_once(url: &str, queue: &str, killed: &str, outs: &[PathBuf]) {
     let rows = results(url, queue);
     let ids: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(rows.len(), 12, "{rows:?}");
@@ -370,7 +370,12 @@ fn each_task_done_once(url: &str, queue: &str, killed: &str) {
             journal.as_deref().is_some_and(|j| j.contains(run)),
             "{id}: no journal"
         );
-        assert_eq!(*attempts, if id == "slow" { 2 } else { 1 }, "{id}");
+        assert_eq!(
+            *attempts,
+            if id == "slow" { 2 } else { 1 },
+            "{id}: {}",
+            worker_logs(outs)
+        );
     }
     // The runs' memory went to the queue's database too: the team's memory learns from each.
     let run_ids: Vec<String> = rows
@@ -383,6 +388,17 @@ fn each_task_done_once(url: &str, queue: &str, killed: &str) {
         &[&run_ids],
     );
     assert_eq!(remembered[0].get::<_, i64>(0), 12);
+}
+
+/// What each worker wrote to its log, to say why a task took another attempt.
+fn worker_logs(outs: &[PathBuf]) -> String {
+    outs.iter()
+        .map(|o| {
+            let log = o.with_extension("log");
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            format!("== {}\n{text}", log.display())
+        })
+        .collect()
 }
 
 /// `batch status`, as JSON and as text, counts twelve done tasks and nothing else.

@@ -43,6 +43,11 @@ pub enum SetupError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot take the worktree lock {}: {source}", .path.display())]
+    WorktreeLock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot make {}: {source}", .path.display())]
     MakeDir {
         path: PathBuf,
@@ -70,8 +75,8 @@ pub struct Context {
     pub base: PathBuf,
     /// The agent-ls binary to run each task with.
     pub exe: PathBuf,
-    /// Git commands that add clones, worktrees and branches one at a time (two `worktree
-    /// add` on one repository race for its files).
+    /// This process's git commands that add clones, worktrees and branches, one at a time;
+    /// `worktree_lock` keeps other processes' worktree changes out too.
     pub git_lock: Mutex<()>,
     /// Set for every run before the task's own settings (a worker's `memory.url`).
     pub env: Vec<(String, String)>,
@@ -259,6 +264,7 @@ async fn prepare(ctx: &Context, task: &Task) -> Result<Place, SetupError> {
         repo: source.clone(),
     })?;
     let worktree = ctx.out.join("worktrees").join(&task.id);
+    let _repo = worktree_lock(&source).await?;
     // A worktree left by an earlier attempt (cancelled, or failed and retried) is dropped;
     // it was the batch's own.
     if worktree.exists() {
@@ -278,6 +284,34 @@ async fn prepare(ctx: &Context, task: &Task) -> Result<Place, SetupError> {
         base,
         branch,
     })
+}
+
+/// `source`'s lock for changing its worktrees, held until dropped. Workers are processes of
+/// their own, often on one local repository: two `git worktree add` there at once race in
+/// git itself (one reads the other's half-made `.git/worktrees/<id>`: "failed to read
+/// .git/worktrees/t1/commondir"), and a `worktree prune` can drop a worktree being added.
+/// The lock file sits in the repository's common git folder, which every worktree and
+/// worker of it shares; the kernel releases it when its process dies.
+async fn worktree_lock(source: &Path) -> Result<std::fs::File, SetupError> {
+    let common = git(
+        source,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    )
+    .await?;
+    let path = PathBuf::from(common).join("agent-ls-worktrees.lock");
+    let held = path.clone();
+    let locked = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&held)?;
+        file.lock()?;
+        Ok(file)
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    locked.map_err(|source| SetupError::WorktreeLock { path, source })
 }
 
 /// The clone of `url` under `repos/`, made the first time a task names it.
@@ -435,4 +469,65 @@ async fn diff(worktree: &Path, base: &str) -> String {
     )
     .await
     .unwrap_or_else(|e| format!("(no diff: {e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A git repository with one commit.
+    fn repository() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .arg("-C")
+                .arg(dir.path())
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+                .args(args)
+                .output()
+                .unwrap()
+                .status
+                .success();
+            assert!(ok, "git {args:?}");
+        };
+        git(&["init", "--quiet"]);
+        std::fs::write(dir.path().join("a.txt"), "a\n").unwrap();
+        git(&["add", "."]);
+        git(&["commit", "--quiet", "-m", "one"]);
+        dir
+    }
+
+    /// Workers as separate as processes are (each its own output folder and in-process git
+    /// lock) make their worktrees of one local repository at once, as a queue's workers on
+    /// one machine do; every one is made. Without the lock one round in three failed here,
+    /// so there are several.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn workers_adding_worktrees_to_one_repository_at_once_all_get_theirs() {
+        for _ in 0..5 {
+            let repo = repository();
+            let outs = tempfile::tempdir().unwrap();
+            let adds = (0..16).map(|n| {
+                let ctx = Context {
+                    out: outs.path().join(format!("w{n}")),
+                    base: repo.path().to_path_buf(),
+                    exe: PathBuf::from("agent-ls"),
+                    git_lock: Mutex::new(()),
+                    env: vec![],
+                };
+                let task = Task {
+                    id: format!("t{n}"),
+                    repo: ".".into(),
+                    git_ref: None,
+                    goal: "g".into(),
+                    agent: None,
+                    config: None,
+                };
+                tokio::spawn(async move { prepare(&ctx, &task).await.map(|p| p.worktree) })
+            });
+            for add in futures::future::join_all(adds).await {
+                let worktree = add.unwrap().unwrap();
+                assert!(worktree.join("a.txt").exists(), "{}", worktree.display());
+            }
+        }
+    }
 }
