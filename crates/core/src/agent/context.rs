@@ -46,7 +46,7 @@ pub struct Rendered<'a> {
 }
 
 /// The most names the closing "Other files" line lists.
-const MAX_NAMED: usize = 100;
+pub const MAX_NAMED: usize = 100;
 
 impl Context {
     fn block(piece: &Piece) -> String {

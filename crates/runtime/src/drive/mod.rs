@@ -45,6 +45,10 @@ pub use setup::{
 };
 pub use shell::{ApplyError, Shell, Verdict, review};
 
+/// How many ranked files in a row may be too big for what is left of the context's budget
+/// before the rest are only named.
+const MISSES: usize = 16;
+
 /// The outcome of a run, in the shape of `agent-ls/runFinished`.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Outcome {
@@ -1079,11 +1083,13 @@ impl Drive<'_> {
             map.render_ranked(&focus, self.config.context.map_tokens, &self.counter());
         run_map.phases.rank_ms += t.elapsed().as_millis() as u64;
         let named = wanted.len();
+        // A big repository ranks tens of thousands of files: a set, not a scan a file.
+        let mut seen: std::collections::HashSet<String> = wanted.iter().cloned().collect();
         for path in ranked
             .into_iter()
             .chain(run_map.rest(self.root).iter().cloned())
         {
-            if !wanted.contains(&path) {
+            if seen.insert(path.clone()) {
                 wanted.push(path);
             }
         }
@@ -1155,15 +1161,21 @@ impl Drive<'_> {
         });
         let budget = self.config.agent.context_bytes;
         let mut used = 0;
+        let mut missed = 0;
         for (i, path) in wanted.iter().enumerate() {
             if i == named
                 && let Some(map) = &map
             {
                 context.pieces.push(map.clone());
             }
-            // Once the budget is spent the rest are only named, not read: this runs before
-            // every step, and a project can have hundreds of files.
-            if used >= budget {
+            // Once the budget is spent, or a run of files did not fit in what is left, the
+            // rest are only named, not read: this runs before every step, and a big
+            // repository ranks tens of thousands of files, which read one by one until one
+            // fits took most of a second. Only the first few are named at all.
+            if used >= budget || missed >= MISSES {
+                if i > named && context.unread.len() >= agent::context::MAX_NAMED {
+                    break;
+                }
                 context.unread.push(path.clone());
                 continue;
             }
@@ -1172,9 +1184,11 @@ impl Drive<'_> {
             };
             let bytes = path.len() + text.len() + 10;
             if used + bytes > budget {
+                missed += usize::from(i >= named);
                 context.unread.push(path.clone());
                 continue;
             }
+            missed = 0;
             used += bytes;
             context.pieces.push(Piece {
                 path: Some(path.clone()),

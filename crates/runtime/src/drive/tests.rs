@@ -552,3 +552,25 @@ async fn a_planned_edit_works_through_its_tasks_in_order() {
     );
     assert_eq!(line(&ws.journal(), "plan")["data"]["tasks"][1]["id"], "T2");
 }
+
+#[tokio::test]
+async fn the_context_stops_reading_files_once_they_no_longer_fit() {
+    let ws = Workspace::new(&[(Role::Coder, FIX)]);
+    // 80 files of 1 KB: about 5 fill a context of 6 KB, and every one after that is too big
+    // for what is left. A big repository ranks tens of thousands like them.
+    for n in 0..80 {
+        let body = format!(
+            "def helper_{n}():\n    return {n}\n{}",
+            "# filler\n".repeat(110)
+        );
+        std::fs::write(ws.root.join(format!("mod_{n:02}.py")), body).unwrap();
+    }
+    let mut config = ws.config();
+    config.agent.context_bytes = 6_000;
+    let mut shell = ws.shell().tests([add_fails(-1), Ok(passing(1))]);
+    let (outcome, _) = ws.drive(&config, fixture::GOAL, &mut shell).await;
+    assert_eq!(outcome.status, RunStatus::Done);
+    // Each of the run's two contexts reads the goal's files, those that fit and a run of
+    // misses: fewer in all than one pass over the 80 (which each context made before).
+    assert!(shell.reads() < 80, "{} reads", shell.reads());
+}

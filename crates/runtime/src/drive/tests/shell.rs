@@ -54,6 +54,8 @@ pub(super) struct TestShell {
     /// Each test run's result, in order; a run beyond the script is an error the test sees.
     tests: VecDeque<Result<RunResult, RunError>>,
     cancel: Option<CancelWhen>,
+    /// How many files the loop read through the shell.
+    reads: std::cell::Cell<usize>,
 }
 
 impl TestShell {
@@ -65,7 +67,13 @@ impl TestShell {
             applies: VecDeque::new(),
             tests: VecDeque::new(),
             cancel: None,
+            reads: std::cell::Cell::new(0),
         }
+    }
+
+    /// How many files the loop has read through the shell.
+    pub(super) fn reads(&self) -> usize {
+        self.reads.get()
     }
 
     pub(super) fn tests(
@@ -140,6 +148,7 @@ fn paths(changes: &[FileChange]) -> Vec<String> {
 
 impl Shell for TestShell {
     fn read(&self, relative: &str) -> FileText {
+        self.reads.set(self.reads.get() + 1);
         crate::files::read_for_plan(&self.root, relative)
     }
 
