@@ -2,7 +2,7 @@
 //! that uses a name points at the files that define it, personalised toward the files of the
 //! goal, the selection and the failures. Pure: tags in, ranked definitions out.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use super::tags::{Def, Tags};
 
@@ -18,6 +18,8 @@ pub struct Focus {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ranked<'t> {
     pub path: &'t str,
+    /// The file's index in path order.
+    pub file: usize,
     pub def: usize,
     pub definition: &'t Def,
     pub rank: f64,
@@ -61,10 +63,12 @@ pub fn rank<'t>(files: &'t BTreeMap<String, Tags>, focus: &Focus) -> Vec<Ranked<
     let (graph, ids) = Graph::of(files, focus);
     let pr = graph.page_rank(&teleport(&paths, focus));
     let mut out = graph.definitions(files, &ids, &pr);
-    out.sort_by(|a, b| {
+    // Ties (a monorepo's copies rank alike) go in path order, which is the files' order:
+    // their indexes compare as the paths would, without reading them.
+    out.sort_unstable_by(|a, b| {
         b.rank
             .total_cmp(&a.rank)
-            .then_with(|| a.path.cmp(b.path))
+            .then(a.file.cmp(&b.file))
             .then(a.def.cmp(&b.def))
     });
     out
@@ -112,6 +116,13 @@ impl Graph {
             }
         }
         let focus_idents: HashSet<&str> = focus.idents.iter().map(String::as_str).collect();
+        // Each name's weight, shared by its definers: worked out once a name, not once a
+        // use (millions of them, each hashed into the focus and scanned for its case).
+        let mut name_weight = vec![0.0; definers.len()];
+        for (name, &id) in &ids {
+            let ds = definers[id].len();
+            name_weight[id] = ident_weight(name, ds, &focus_idents) / ds as f64;
+        }
         let mut graph = Graph {
             starts: Vec::with_capacity(files.len() + 1),
             use_name: Vec::new(),
@@ -120,17 +131,23 @@ impl Graph {
             definers: Vec::new(),
             out_weight: vec![0.0; files.len()],
         };
+        // The last file (by index, plus one) to define each name: whether a file defines a
+        // name it uses is one load, not a search of the name's definers a use.
+        let mut defined_by = vec![0usize; definers.len()];
         for (i, tags) in files.values().enumerate() {
             graph.starts.push(graph.use_name.len());
+            for d in &tags.defs {
+                if let Some(&id) = ids.get(d.name.as_str()) {
+                    defined_by[id] = i + 1;
+                }
+            }
             for (ident, count) in &tags.refs {
                 let Some(&id) = ids.get(ident.as_str()) else {
                     continue;
                 };
-                let ds = &definers[id];
-                let w = ident_weight(ident, ds.len(), &focus_idents) * f64::from(*count).sqrt()
-                    / ds.len() as f64;
-                let own = ds.binary_search(&i).is_ok();
-                let others = ds.len() - usize::from(own);
+                let w = name_weight[id] * f64::from(*count).sqrt();
+                let own = defined_by[id] == i + 1;
+                let others = definers[id].len() - usize::from(own);
                 if others > 0 {
                     graph.use_name.push(id as u32);
                     graph.use_weight.push(w);
@@ -208,7 +225,7 @@ impl Graph {
         ids: &Names,
         pr: &[f64],
     ) -> Vec<Ranked<'t>> {
-        let mut own: HashMap<(usize, usize), f64> = HashMap::new();
+        let mut own: rustc_hash::FxHashMap<(usize, usize), f64> = Default::default();
         let flow = self.flow(pr, |i, id, share| *own.entry((i, id)).or_default() += share);
         let mut out = Vec::new();
         for (i, (path, tags)) in files.iter().enumerate() {
@@ -219,6 +236,7 @@ impl Graph {
                 });
                 out.push(Ranked {
                     path,
+                    file: i,
                     def: k,
                     definition: d,
                     rank: into + base,
@@ -233,7 +251,8 @@ impl Graph {
 /// otherwise.
 fn teleport(paths: &[&str], focus: &Focus) -> Vec<f64> {
     let n = paths.len();
-    let index: HashMap<&str, usize> = paths.iter().enumerate().map(|(i, p)| (*p, i)).collect();
+    let index: rustc_hash::FxHashMap<&str, usize> =
+        paths.iter().enumerate().map(|(i, p)| (*p, i)).collect();
     let focused: Vec<usize> = focus
         .files
         .iter()
@@ -252,10 +271,10 @@ fn teleport(paths: &[&str], focus: &Focus) -> Vec<f64> {
 
 /// The files in order of their best definition's rank.
 pub fn file_order(ranked: &[Ranked]) -> Vec<String> {
-    let mut seen = HashSet::new();
+    let mut seen = rustc_hash::FxHashSet::default();
     ranked
         .iter()
-        .filter(|r| seen.insert(r.path))
+        .filter(|r| seen.insert(r.file))
         .map(|r| r.path.to_string())
         .collect()
 }
@@ -264,6 +283,7 @@ pub fn file_order(ranked: &[Ranked]) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::repomap::tags::Def;
+    use std::collections::HashMap;
 
     fn tags(defs: &[&str], refs: &[(&str, u32)]) -> Tags {
         Tags {
