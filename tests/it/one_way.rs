@@ -90,6 +90,16 @@ fn the_agents_test_run_supersedes_a_rerun_in_progress() {
     let (mut c, ws) = counting_server(30);
     c.command("agent-ls.rerunTests", Value::Null).unwrap();
     c.wait_notification("agent-ls/testStatus", |p| p["state"] == "running");
+    // "running" comes when the process is started; on a busy machine its shell may not yet
+    // have counted itself, and the agent's run would then count as the first (the 30 s one).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while runs_log(ws.path()).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rerun never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     c.command("agent-ls.run", json!({"goal": "run the tests"}))
         .unwrap();
     let done = c.wait_notification("agent-ls/runFinished", |_| true);
