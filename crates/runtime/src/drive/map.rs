@@ -65,9 +65,6 @@ enum State {
     Lost,
 }
 
-/// How many other files the context may list.
-const REST: usize = 200;
-
 /// A run's repo map, the workspace's other files (listed once), and its phase timings.
 pub(super) struct RunMap {
     state: State,
@@ -76,10 +73,8 @@ pub(super) struct RunMap {
     kept: bool,
     /// How long the first context waits for the map: warm (from the run's opening) or cold.
     budget: Duration,
-    /// The files the context lists after the ranked ones, walked once a run, on a thread
-    /// started with the run: it is not on the first request's path.
-    walking: Option<std::thread::JoinHandle<Vec<String>>>,
-    rest: Vec<String>,
+    /// The files the context lists after the ranked ones, walked once a run.
+    rest: Option<Vec<String>>,
     /// How many contexts were made.
     contexts: u32,
     pub phases: Phases,
@@ -113,18 +108,12 @@ impl RunMap {
             map_kept: kept,
             ..Phases::default()
         };
-        let at = root.to_path_buf();
-        let walking = std::thread::Builder::new()
-            .name("other files".into())
-            .spawn(move || crate::files::workspace_files(&at, REST))
-            .ok();
         RunMap {
             state: State::Building(state),
             root: root.to_path_buf(),
             kept,
             budget,
-            walking,
-            rest: Vec::new(),
+            rest: None,
             contexts: 0,
             phases,
             started: Instant::now(),
@@ -186,16 +175,10 @@ impl RunMap {
         (p.map_files, p.map_parsed, p.map_cached) = (map.files.len(), map.parsed, map.cached);
     }
 
-    /// The workspace's files after the ranked ones (walked here when the walk's thread could
-    /// not start or panicked).
+    /// The workspace's files after the ranked ones, walked the first time only.
     pub(super) fn rest(&mut self, root: &Path) -> &[String] {
-        if let Some(walk) = self.walking.take() {
-            self.rest = walk.join().unwrap_or_default();
-        }
-        if self.rest.is_empty() {
-            self.rest = crate::files::workspace_files(root, REST);
-        }
-        &self.rest
+        self.rest
+            .get_or_insert_with(|| crate::files::workspace_files(root, 200))
     }
 
     /// Notes the first model request, now.
