@@ -18,13 +18,18 @@ pub(super) enum Settled<T> {
 }
 
 /// Waits on `changed` until `look` (whether the source is alive, and the latest fresh
-/// publication with its count) has given the same publication for `quiet`.
+/// publication with its count) has given the same publication for `quiet`, or for as long
+/// as the first fresh publication took to come, when that is longer: a server slowed down
+/// (a busy machine, a big project) is as slow between its steps, and a fixed wait took its
+/// first step (syntax, no errors) for the result while the types were still being checked.
 pub(super) async fn settle<T>(
     changed: &Notify,
     quiet: Duration,
     deadline: Instant,
     mut look: impl FnMut() -> (bool, Option<(u64, T)>),
 ) -> Settled<T> {
+    let started = Instant::now();
+    let mut quiet = quiet;
     let mut seen: Option<(u64, Instant)> = None;
     loop {
         let notified = changed.notified();
@@ -35,6 +40,9 @@ pub(super) async fn settle<T>(
         if let Some((count, _)) = &fresh
             && seen.is_none_or(|(c, _)| c != *count)
         {
+            if seen.is_none() {
+                quiet = quiet.max(now - started);
+            }
             seen = Some((*count, now));
         }
         match (fresh, seen) {
@@ -47,5 +55,61 @@ pub(super) async fn settle<T>(
         }
         let until = seen.map_or(deadline, |(_, at)| (at + quiet).min(deadline));
         let _ = tokio::time::timeout_at(until, notified).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// The latest publication: its count and value.
+    type Latest = Arc<Mutex<Option<(u64, &'static str)>>>;
+
+    /// A source that publishes `steps` (after each delay, a value), notifying as it does.
+    fn source(steps: Vec<(u64, &'static str)>) -> (Arc<Notify>, Latest) {
+        let changed = Arc::new(Notify::new());
+        let latest = Arc::new(Mutex::new(None));
+        let (c, l) = (changed.clone(), latest.clone());
+        tokio::spawn(async move {
+            for (n, (after_ms, value)) in steps.into_iter().enumerate() {
+                tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                *l.lock().unwrap() = Some((n as u64 + 1, value));
+                c.notify_waiters();
+            }
+        });
+        (changed, latest)
+    }
+
+    async fn settled(steps: Vec<(u64, &'static str)>) -> Option<&'static str> {
+        let (changed, latest) = source(steps);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        match settle(&changed, Duration::from_millis(20), deadline, || {
+            (true, *latest.lock().unwrap())
+        })
+        .await
+        {
+            Settled::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_servers_second_step_is_waited_for_as_long_as_its_first_took() {
+        // Quick: the types come 10 ms after the syntax, within the 20 ms of quiet.
+        assert_eq!(
+            settled(vec![(5, "syntax"), (10, "types")]).await,
+            Some("types")
+        );
+        // Slowed down: the syntax after 300 ms, the types 150 ms later; 20 ms of quiet alone
+        // took the syntax step for the result.
+        assert_eq!(
+            settled(vec![(300, "syntax"), (150, "types")]).await,
+            Some("types")
+        );
+        // A step that never comes is waited for about as long as the first one took.
+        let at = Instant::now();
+        assert_eq!(settled(vec![(300, "only")]).await, Some("only"));
+        assert!(at.elapsed() < Duration::from_secs(3), "{:?}", at.elapsed());
     }
 }
