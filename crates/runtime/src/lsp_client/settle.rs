@@ -17,9 +17,12 @@ pub(super) enum Settled<T> {
     Timeout,
 }
 
+/// The longest the quiet may grow to with a slow first publication.
+const MAX_QUIET: Duration = Duration::from_secs(2);
+
 /// Waits on `changed` until `look` (whether the source is alive, and the latest fresh
 /// publication with its count) has given the same publication for `quiet`, or for as long
-/// as the first fresh publication took to come, when that is longer: a server slowed down
+/// as the first fresh publication took to come (up to `MAX_QUIET`), when that is longer: a server slowed down
 /// (a busy machine, a big project) is as slow between its steps, and a fixed wait took its
 /// first step (syntax, no errors) for the result while the types were still being checked.
 pub(super) async fn settle<T>(
@@ -40,8 +43,10 @@ pub(super) async fn settle<T>(
         if let Some((count, _)) = &fresh
             && seen.is_none_or(|(c, _)| c != *count)
         {
+            // At most MAX_QUIET: a first answer slowed by the server's start (loading its
+            // project) would otherwise double every first check's wait.
             if seen.is_none() {
-                quiet = quiet.max(now - started);
+                quiet = quiet.max((now - started).min(MAX_QUIET));
             }
             seen = Some((*count, now));
         }
