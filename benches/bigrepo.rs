@@ -57,8 +57,8 @@ fn seed() -> Vec<(String, Vec<u8>)> {
 
 /// A git repository of at least `files` files: copies `c0000/`, `c0001/`... of the seed,
 /// each source file ending in a comment that names its copy. The copies' texts differ, as a
-/// real monorepo's files do: the map's cache keeps one tags row a distinct text, and copies
-/// alike would share their rows and their parse.
+/// real monorepo's files do (a cache that shared alike texts' rows would look smaller here
+/// than on a real repository). Their names are the same, which a real monorepo's mostly are.
 fn monorepo(files: usize) -> tempfile::TempDir {
     let seed = seed();
     let dir = tempfile::tempdir().expect("a temp folder");

@@ -1,24 +1,25 @@
 //! What one source file defines and what it refers to, read with tree-sitter: the raw
 //! material of the repo map. Pure: a path and its text in, tags out.
 
-use serde::{Deserialize, Serialize};
 use streaming_iterator::StreamingIterator;
 use tree_sitter::{Node, Query, QueryCursor};
 
 use crate::syntax::Lang;
 
 /// A definition: a function, method, class, struct, type or trait.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Def {
     pub name: String,
     /// 1-based line of the definition.
     pub line: u32,
-    /// Its first line as written (without a trailing `{` or `:`), the map's text.
+    /// Its line as written (trimmed, without a trailing `{`), the map's text. Empty for tags
+    /// read from the map's cache, which keeps no text: `signature_at` reads it again from the
+    /// file when the map is rendered.
     pub signature: String,
 }
 
 /// A file's tags.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tags {
     pub defs: Vec<Def>,
     /// Identifiers the file uses, with how often (its own definitions' names left out).
@@ -112,6 +113,7 @@ pub fn extract(lang: Lang, text: &str) -> Option<Tags> {
     let name_ix = query.capture_index_for_name("name")?;
     let def_ix = query.capture_index_for_name("def")?;
     let mut defs = Vec::new();
+    let lines: Vec<&str> = text.split('\n').collect();
     let mut cursor = QueryCursor::new();
     let mut matches = cursor.matches(query, tree.root_node(), bytes);
     while let Some(m) = matches.next() {
@@ -123,7 +125,9 @@ pub fn extract(lang: Lang, text: &str) -> Option<Tags> {
             defs.push(Def {
                 name: n.to_string(),
                 line: def.node.start_position().row as u32 + 1,
-                signature: signature(def.node, bytes),
+                signature: lines
+                    .get(def.node.start_position().row)
+                    .map_or_else(String::new, |l| signature_of(l)),
             });
         }
     }
@@ -165,15 +169,18 @@ fn walk_idents(node: Node<'_>, bytes: &[u8], f: &mut impl FnMut(&str)) {
     }
 }
 
-/// The definition's first line, without the body's opening and at most 160 characters.
-fn signature(node: Node<'_>, bytes: &[u8]) -> String {
-    let start = node.start_byte();
-    let end = bytes[start..]
-        .iter()
-        .position(|b| *b == b'\n')
-        .map_or(node.end_byte(), |p| (start + p).min(node.end_byte()));
-    let line = String::from_utf8_lossy(&bytes[start..end]);
-    let line = line.trim_end().trim_end_matches('{').trim_end();
+/// The signature of a definition on 1-based `line` of `text`: that line, trimmed, without the
+/// body's opening, at most 160 characters. The whole line rather than the definition's node
+/// alone (`export function f()`, not `function f()`), so the map's cache need keep only the
+/// line number. `None` past the end of the text.
+pub fn signature_at(text: &str, line: u32) -> Option<String> {
+    let line = text.split('\n').nth(line.checked_sub(1)? as usize)?;
+    Some(signature_of(line))
+}
+
+/// `signature_at` for the line's text.
+fn signature_of(line: &str) -> String {
+    let line = line.trim().trim_end_matches('{').trim_end();
     let mut out: String = line.chars().take(160).collect();
     if line.chars().count() > 160 {
         out.push('…');
@@ -247,6 +254,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(names(&ts), [("Item", 1), ("total", 2), ("Id", 3)]);
+        assert_eq!(
+            ts.defs[1].signature,
+            "export function total(items: Item[]): number { return 0 }"
+        );
         assert!(extract(Lang::Shell, "echo hi").is_none());
+    }
+
+    #[test]
+    fn a_signature_is_its_line_trimmed_and_cut_at_160_characters() {
+        let text = format!("a\n    def f(x):\r\nfn g() {{\n{}\n", "x".repeat(200));
+        assert_eq!(signature_at(&text, 2).as_deref(), Some("def f(x):"));
+        assert_eq!(signature_at(&text, 3).as_deref(), Some("fn g()"));
+        let long = signature_at(&text, 4).unwrap();
+        assert_eq!(long.chars().count(), 161);
+        assert!(long.ends_with('…'));
+        assert_eq!(signature_at(&text, 0), None);
+        assert_eq!(signature_at(&text, 6), None);
     }
 }
