@@ -263,8 +263,10 @@ fn the_server_keeps_the_map_warm_and_a_run_sees_what_changed_on_disk() {
     c.wait_notification("agent-ls/runFinished", |_| true);
     let second = newest_phases(ws.path());
     assert_eq!(second["map_kept"], true, "{second}");
-    // Caught up: the changed file parsed again, and the deleted one gone; nothing else.
+    // Caught up: the changed file parsed again, and the deleted one gone; nothing else, and
+    // no walk: the server's watch named them.
     assert_eq!(second["map_parsed"], 2, "{second}");
+    assert_eq!(second["map_watched"], true, "{second}");
     let lines = map_lines(&prompt(&server.requests()[n].body));
     renamed_and_deleted(&lines);
 }
@@ -316,6 +318,7 @@ fn an_acp_session_keeps_the_map_and_its_next_prompt_sees_what_changed_on_disk() 
     acp.close();
     assert_eq!(second["map_kept"], true, "{second}");
     assert_eq!(second["map_parsed"], 2, "{second}");
+    assert_eq!(second["map_watched"], true, "{second}");
     let lines = map_lines(&prompt(&server.requests()[n].body));
     renamed_and_deleted(&lines);
 }

@@ -8,6 +8,7 @@
 
 mod cache;
 pub mod warm;
+pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -61,6 +62,8 @@ pub struct Timings {
     pub load_ms: u64,
     pub parse_ms: u64,
     pub write_ms: u64,
+    /// A kept map caught up from its watch's paths, with no walk.
+    pub watched: bool,
 }
 
 fn ms(since: Instant) -> u64 {
@@ -158,16 +161,18 @@ pub struct Pending {
 /// Starts `build` on a background thread (its cache rows are written as it goes, so a build
 /// cut short by the process's end is not lost).
 pub fn spawn(root: PathBuf, buffers: HashMap<String, String>) -> Pending {
-    spawn_with(root, buffers, true, false)
+    spawn_with(root, buffers, true, false, || {})
 }
 
-/// `spawn`, writing the cache only when `write_cache`, and at a low CPU priority when
-/// `background` (a map nobody waits for yet must not slow the editor's own work).
+/// `spawn`, writing the cache only when `write_cache`, at a low CPU priority when
+/// `background` (a map nobody waits for yet must not slow the editor's own work), and doing
+/// `first` on the build's thread before it walks.
 fn spawn_with(
     root: PathBuf,
     buffers: HashMap<String, String>,
     write_cache: bool,
     background: bool,
+    first: impl FnOnce() + Send + 'static,
 ) -> Pending {
     let delay = std::env::var(DELAY_ENV)
         .ok()
@@ -179,6 +184,7 @@ fn spawn_with(
         if background {
             lower_priority();
         }
+        first();
         build_with(&root, &buffers, write_cache)
     })
 }
@@ -198,13 +204,20 @@ fn in_background(job: impl FnOnce() -> RepoMap + Send + 'static) -> Pending {
     Pending { rx }
 }
 
-/// `map` (built earlier) caught up with the disk under `root` in the background.
-pub fn catch_up_in_background(root: PathBuf, mut map: RepoMap) -> Pending {
+/// `map` (built earlier) caught up with the disk under `root` in the background: with what
+/// `watch` saw change, or by a walk when nothing watches it.
+pub fn catch_up_in_background(
+    root: PathBuf,
+    mut map: RepoMap,
+    watch: Option<std::sync::Arc<watch::Watch>>,
+) -> Pending {
     in_background(move || {
         let started = Instant::now();
-        let parsed = map.catch_up(&root);
+        let changes = watch.map_or(watch::Changes::Walk, |w| w.changes(&root));
+        let (parsed, walked) = map.catch_up_with(&root, changes);
         map.timings = Timings {
             walk_ms: ms(started),
+            watched: !walked,
             ..Timings::default()
         };
         (map.parsed, map.cached) = (parsed, map.files.len().saturating_sub(parsed));
@@ -390,6 +403,45 @@ impl RepoMap {
                 }
             }
         }
+    }
+
+    /// `catch_up`, or, when a watch says which paths changed, only those parsed again (a
+    /// folder named drops the files it held), and the files read from a buffer. A path the map
+    /// does not know (a new file, which an ignore rule may exclude) calls for the walk. How
+    /// many files it parsed, and whether it walked.
+    pub fn catch_up_with(&mut self, root: &Path, changes: watch::Changes) -> (usize, bool) {
+        let watch::Changes::Paths(paths) = changes else {
+            return (self.catch_up(root), true);
+        };
+        let mut again: Vec<String> = Vec::new();
+        for rel in &paths {
+            let known = self.files.contains_key(rel) || self.stamps.contains_key(rel);
+            let under = format!("{rel}/");
+            let held: Vec<String> = self
+                .files
+                .range(under.clone()..)
+                .take_while(|(p, _)| p.starts_with(&under))
+                .map(|(p, _)| p.clone())
+                .collect();
+            if known {
+                again.push(rel.clone());
+            } else if !held.is_empty() {
+                again.extend(held);
+            } else if Lang::of(rel, "").is_some_and(|l| l != Lang::Shell) {
+                return (self.catch_up(root), true);
+            }
+        }
+        // Files parsed from an editor's buffer are read from disk again.
+        again.extend(
+            self.files
+                .keys()
+                .filter(|rel| !self.stamps.contains_key(*rel))
+                .cloned(),
+        );
+        again.sort();
+        again.dedup();
+        self.refresh(root, &again, &HashMap::new());
+        (again.len(), false)
     }
 
     /// Brings a map built earlier up to date with the disk: one walk, and the files whose
@@ -617,6 +669,47 @@ mod tests {
                 .render(&focus, 1000, &Counter::Bytes)
                 .starts_with("app/core.py:3: compute_total\n")
         );
+    }
+
+    #[test]
+    fn catching_up_with_a_watchs_paths_parses_those_and_walks_only_for_a_new_file() {
+        use watch::Changes;
+        let dir = project();
+        let root = dir.path();
+        let mut map = build(root, &HashMap::new());
+        let paths = |p: &[&str]| Changes::Paths(p.iter().map(|s| s.to_string()).collect());
+        std::fs::write(root.join("app/unused.py"), "def lonely2():\n    pass\n").unwrap();
+        std::fs::write(root.join("app/extra.py"), "def extra():\n    pass\n").unwrap();
+        // Only the named path is parsed: the new file, not named, is not seen (no walk).
+        assert_eq!(
+            map.catch_up_with(root, paths(&["app/unused.py"])),
+            (1, false)
+        );
+        assert_eq!(map.files["app/unused.py"].defs[0].name, "lonely2");
+        assert!(!map.files.contains_key("app/extra.py"));
+        // A removed folder drops what it held; a non-source path is nothing to do.
+        std::fs::remove_dir_all(root.join("tests")).unwrap();
+        assert_eq!(
+            map.catch_up_with(root, paths(&["tests", "notes.txt"])),
+            (1, false)
+        );
+        assert!(!map.files.contains_key("tests/test_core.py"));
+        // A path the map does not know is a new file: the walk decides (gitignore).
+        std::fs::write(root.join("build/more.py"), "def more():\n    pass\n").unwrap();
+        assert!(
+            map.catch_up_with(root, paths(&["build/more.py"])).1,
+            "a walk"
+        );
+        assert!(map.files.contains_key("app/extra.py"));
+        assert!(!map.files.contains_key("build/more.py"));
+        // A buffer's file is read from disk again at the next catch-up, named or not.
+        let buffers = HashMap::from([(
+            "app/core.py".to_string(),
+            "def from_buffer():\n    pass\n".to_string(),
+        )]);
+        map.refresh(root, &["app/core.py".into()], &buffers);
+        assert_eq!(map.catch_up_with(root, paths(&[])), (1, false));
+        assert_eq!(map.files["app/core.py"].defs[0].name, "compute_total");
     }
 
     #[test]

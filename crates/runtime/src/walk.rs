@@ -57,6 +57,26 @@ pub fn files_parallel<T: Send>(
     found.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The folders the walk from `root` enters (relative, as `files_parallel` gives files; the
+/// root itself left out), in no particular order.
+pub fn dirs_parallel(root: &Path) -> Vec<String> {
+    let found = std::sync::Mutex::new(Vec::new());
+    builder(root, None).build_parallel().run(|| {
+        let found = &found;
+        Box::new(move |entry| {
+            if let Some(rel) = entry
+                .ok()
+                .filter(|e| e.file_type().is_some_and(|t| t.is_dir()))
+                .and_then(|e| relative(root, e.path()))
+            {
+                found.lock().unwrap_or_else(|e| e.into_inner()).push(rel);
+            }
+            ignore::WalkState::Continue
+        })
+    });
+    found.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
 /// `path` relative to `root`, when it is inside it, is not the root itself, and is UTF-8.
 pub fn relative(root: &Path, path: &Path) -> Option<String> {
     let rel = path.strip_prefix(root).ok()?.to_str()?;
@@ -92,5 +112,6 @@ pub(crate) mod tests {
         let mut found = files_parallel(dir.path(), |rel, _| Some(rel));
         found.sort();
         assert_eq!(found, ["README.md", "src/app.py"]);
+        assert_eq!(dirs_parallel(dir.path()), ["src"]);
     }
 }

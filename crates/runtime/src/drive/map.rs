@@ -53,6 +53,8 @@ pub(super) struct Phases {
     pub map_late: bool,
     /// Whether the map was the one the server keeps (`agent-ls serve`), not built for the run.
     pub map_kept: bool,
+    /// Whether that kept map caught up from its watch's changed paths, with no walk.
+    pub map_watched: bool,
     /// The process's peak resident memory, in KiB (Linux).
     pub peak_rss_kib: Option<u64>,
 }
@@ -85,8 +87,8 @@ impl RunMap {
     /// Starts the map's build for a run opening now.
     pub(super) fn start(root: &Path, buffers: HashMap<String, String>) -> RunMap {
         let (state, kept, budget) = match warm::lend(root) {
-            Some(Lent::Ready(map)) => (
-                crate::repomap::catch_up_in_background(root.to_path_buf(), map),
+            Some(Lent::Ready(map, watch)) => (
+                crate::repomap::catch_up_in_background(root.to_path_buf(), map, Some(watch)),
                 true,
                 WARM_BUDGET,
             ),
@@ -173,6 +175,7 @@ impl RunMap {
         (p.walk_ms, p.load_ms, p.parse_ms, p.cache_write_ms) =
             (t.walk_ms, t.load_ms, t.parse_ms, t.write_ms);
         (p.map_files, p.map_parsed, p.map_cached) = (map.files.len(), map.parsed, map.cached);
+        p.map_watched = t.watched;
     }
 
     /// The workspace's files after the ranked ones, walked the first time only.

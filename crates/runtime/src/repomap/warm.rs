@@ -1,15 +1,23 @@
 //! The repo maps a long-lived process keeps between runs (`agent-ls serve`): built once in the
 //! background when the editor opens the workspace, lent whole to each run, and given back with
 //! what the run parsed again, so a run from the editor starts with the whole map: it only
-//! catches up with the disk (`RepoMap::catch_up`: one walk, and the files that changed since,
-//! by the editor or any other program, parsed again). A process that never asks
+//! catches up with the disk (`RepoMap::catch_up_with`: the files that changed since, by the
+//! editor or any other program, parsed again). Which files changed, the workspace's watch says
+//! (`watch.rs`, armed before the build walks); without one, a walk. A process that never asks
 //! (`agent-ls run`) keeps nothing.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use super::watch::Watch;
 use super::{Pending, RepoMap};
+
+/// A kept workspace: its map and its watch.
+struct Kept {
+    slot: Slot,
+    watch: Arc<Watch>,
+}
 
 /// A kept workspace's map.
 enum Slot {
@@ -20,8 +28,8 @@ enum Slot {
 }
 
 /// The maps kept, by workspace root.
-fn kept() -> MutexGuard<'static, HashMap<PathBuf, Slot>> {
-    static KEPT: OnceLock<Mutex<HashMap<PathBuf, Slot>>> = OnceLock::new();
+fn kept() -> MutexGuard<'static, HashMap<PathBuf, Kept>> {
+    static KEPT: OnceLock<Mutex<HashMap<PathBuf, Kept>>> = OnceLock::new();
     KEPT.get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -36,21 +44,27 @@ pub fn keep(root: &Path) {
         return;
     }
     let write_cache = root.join(".agent-ls").is_dir();
-    let pending = super::spawn_with(root.to_path_buf(), HashMap::new(), write_cache, true);
-    kept.insert(root.to_path_buf(), Slot::Building(pending));
+    let watch = Arc::new(Watch::default());
+    let (w, r) = (watch.clone(), root.to_path_buf());
+    let arm = move || w.arm(&r);
+    let pending = super::spawn_with(root.to_path_buf(), HashMap::new(), write_cache, true, arm);
+    let slot = Slot::Building(pending);
+    kept.insert(root.to_path_buf(), Kept { slot, watch });
 }
 
-/// A kept map lent to a run: whole (to catch up with the disk), or still being built.
+/// A kept map lent to a run: whole (to catch up with the disk, with what its watch saw), or
+/// still being built.
 pub(crate) enum Lent {
-    Ready(RepoMap),
+    Ready(RepoMap, Arc<Watch>),
     Building(Pending),
 }
 
 /// `root`'s kept map, lent until `give_back`; `None` when it is not kept or another run has it.
 pub(crate) fn lend(root: &Path) -> Option<Lent> {
     let mut kept = kept();
-    match std::mem::replace(kept.get_mut(root)?, Slot::Lent) {
-        Slot::Ready(map) => Some(Lent::Ready(map)),
+    let k = kept.get_mut(root)?;
+    match std::mem::replace(&mut k.slot, Slot::Lent) {
+        Slot::Ready(map) => Some(Lent::Ready(map, k.watch.clone())),
         Slot::Building(p) => Some(Lent::Building(p)),
         Slot::Lent => None,
     }
@@ -71,8 +85,8 @@ pub(crate) fn give_back(root: &Path, map: Option<Returned>) {
         kept.remove(root);
         return;
     };
-    if let Some(slot) = kept.get_mut(root) {
-        *slot = match map {
+    if let Some(k) = kept.get_mut(root) {
+        k.slot = match map {
             Returned::Ready(m) => Slot::Ready(m),
             Returned::Building(p) => Slot::Building(p),
         };
@@ -93,7 +107,7 @@ mod tests {
 
     fn wait(lent: Lent) -> RepoMap {
         match lent {
-            Lent::Ready(m) => m,
+            Lent::Ready(m, _) => m,
             Lent::Building(p) => p.wait(std::time::Duration::from_secs(60)).unwrap(),
         }
     }
@@ -129,5 +143,31 @@ mod tests {
         );
         give_back(root, None);
         assert!(lend(root).is_none(), "a lost build is forgotten");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_kept_maps_watch_tells_a_run_what_changed_without_a_walk() {
+        use super::super::watch::Changes;
+        let dir = root_with(&[
+            ("a.py", "def alpha():\n    pass\n"),
+            ("b.py", "def beta():\n    pass\n"),
+        ]);
+        let root = dir.path();
+        keep(root);
+        let Some(lent) = lend(root) else {
+            panic!("kept")
+        };
+        let map = wait(lent);
+        give_back(root, Some(Returned::Ready(map)));
+        let Some(Lent::Ready(mut map, watch)) = lend(root) else {
+            panic!("ready")
+        };
+        // The build armed the watch before it walked: nothing has changed since.
+        assert_eq!(watch.changes(root), Changes::Paths(Default::default()));
+        std::fs::write(root.join("a.py"), "def alpha2():\n    pass\n").unwrap();
+        assert_eq!(map.catch_up_with(root, watch.changes(root)), (1, false));
+        assert_eq!(map.files["a.py"].defs[0].name, "alpha2");
+        give_back(root, None);
     }
 }
