@@ -52,6 +52,10 @@ pub struct RepoMap {
     stamps: HashMap<String, (i64, u64)>,
     /// The workspace, where `render` reads the signatures the cache does not keep.
     root: PathBuf,
+    /// The rank's index of `files`, built at the first render and kept while their tags rank
+    /// alike: a server renders its kept map at every run (`warm`), and building the index is
+    /// half of the rank on 20,000 files.
+    index: std::sync::OnceLock<Box<rank::Index>>,
 }
 
 /// A build's phases, in milliseconds: the walk (listing and stat), reading the cache,
@@ -130,6 +134,7 @@ fn build_with(root: &Path, buffers: &HashMap<String, String>, write_cache: bool)
         timings,
         stamps,
         root: root.to_path_buf(),
+        index: Default::default(),
     }
 }
 
@@ -185,7 +190,14 @@ fn spawn_with(
             lower_priority();
         }
         first();
-        build_with(&root, &buffers, write_cache)
+        let map = build_with(&root, &buffers, write_cache);
+        if background {
+            // A kept map is ranked at every run: its index is built now, not on the first
+            // run's path.
+            map.index
+                .get_or_init(|| Box::new(rank::Index::of(&map.files)));
+        }
+        map
     })
 }
 
@@ -395,11 +407,20 @@ impl RepoMap {
             });
             match tags {
                 Some(t) => {
+                    if !self
+                        .files
+                        .get(rel)
+                        .is_some_and(|old| rank::ranks_alike(old, &t))
+                    {
+                        self.index.take();
+                    }
                     self.files.insert(rel.clone(), t);
                     self.parsed += 1;
                 }
                 None => {
-                    self.files.remove(rel);
+                    if self.files.remove(rel).is_some() {
+                        self.index.take();
+                    }
                 }
             }
         }
@@ -481,7 +502,10 @@ impl RepoMap {
         max_tokens: usize,
         counter: &Counter,
     ) -> (String, Vec<String>) {
-        let ranked = rank::rank(&self.files, focus);
+        let index = self
+            .index
+            .get_or_init(|| Box::new(rank::Index::of(&self.files)));
+        let ranked = rank::rank_with(&self.files, index, focus);
         let order = rank::file_order(&ranked);
         if max_tokens == 0 {
             return (String::new(), order);
@@ -710,6 +734,37 @@ mod tests {
         map.refresh(root, &["app/core.py".into()], &buffers);
         assert_eq!(map.catch_up_with(root, paths(&[])), (1, false));
         assert_eq!(map.files["app/core.py"].defs[0].name, "compute_total");
+    }
+
+    #[test]
+    fn the_rank_index_is_kept_while_tags_rank_alike_and_rebuilt_when_they_do_not() {
+        let dir = project();
+        let root = dir.path();
+        let mut map = build(root, &HashMap::new());
+        let focus = Focus {
+            files: vec!["tests/test_core.py".into()],
+            idents: vec![],
+        };
+        // Whether discount.py ranks above unused.py.
+        let discount_first = |m: &RepoMap| {
+            let order = m.render_ranked(&focus, 1000, &Counter::Bytes).1;
+            let at = |p: &str| order.iter().position(|o| o == p);
+            at("app/discount.py") < at("app/unused.py")
+        };
+        assert!(discount_first(&map));
+        assert!(map.index.get().is_some());
+        // The same text from a buffer (with its signatures, which the cache's rows lack).
+        let same = HashMap::from([("app/core.py".to_string(), CORE.to_string())]);
+        map.refresh(root, &["app/core.py".into()], &same);
+        assert!(map.index.get().is_some(), "kept");
+        // core.py now uses lonely_helper and not apply_discount: the order follows.
+        let moved = HashMap::from([(
+            "app/core.py".to_string(),
+            "def compute_total(items):\n    return lonely_helper(items)\n".to_string(),
+        )]);
+        map.refresh(root, &["app/core.py".into()], &moved);
+        assert!(map.index.get().is_none(), "dropped");
+        assert!(!discount_first(&map));
     }
 
     #[test]
