@@ -153,9 +153,10 @@ fn parse_buffers(files: &mut BTreeMap<String, Tags>, buffers: &HashMap<String, S
     n
 }
 
-/// Whether `root` has a map cache: its next build is warm.
-pub fn cached(root: &Path) -> bool {
-    root.join(".agent-ls").join(cache::FILE).is_file()
+/// How many files `root`'s map cache holds; `None` when it has none (or one of another
+/// version, which the next build replaces): that build is cold.
+pub fn cached_files(root: &Path) -> Option<usize> {
+    cache::count(&root.join(".agent-ls").join(cache::FILE))
 }
 
 /// A build on a thread of its own, to be waited for within a budget.
@@ -623,6 +624,7 @@ mod tests {
         let dir = project();
         let map = build(dir.path(), &HashMap::new());
         assert_eq!((map.parsed, map.cached), (4, 0));
+        assert_eq!(cached_files(dir.path()), Some(4));
         assert!(!map.files.contains_key("build/gen.py"));
         let focus = Focus {
             files: vec!["tests/test_core.py".into()],

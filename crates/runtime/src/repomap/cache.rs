@@ -66,6 +66,20 @@ struct Packed {
     counts: Vec<u32>,
 }
 
+/// How many files the cache at `path` holds, read without writing; `None` when there is no
+/// cache of this version there.
+pub(super) fn count(path: &Path) -> Option<usize> {
+    use rusqlite::OpenFlags;
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .ok()?;
+    (version == VERSION)
+        .then(|| conn.query_row("SELECT count(*) FROM files", [], |r| r.get::<_, i64>(0)))?
+        .ok()
+        .map(|n| n as usize)
+}
+
 /// The cache at `path`, its tables made (again, when its version is not ours).
 fn connect(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
