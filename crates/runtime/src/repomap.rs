@@ -239,6 +239,11 @@ pub fn catch_up_in_background(
 }
 
 impl Pending {
+    /// The map, when it is built already (`None` while it is not, or when it is lost).
+    pub fn finished(&self) -> Option<RepoMap> {
+        self.rx.try_recv().ok()
+    }
+
     /// The map, once it is built, waiting at most `budget`; `None` while it is not (or when
     /// its thread is gone, which `gone` then says).
     pub fn wait(&self, budget: Duration) -> Result<RepoMap, bool> {

@@ -65,7 +65,12 @@ pub(crate) fn lend(root: &Path) -> Option<Lent> {
     let k = kept.get_mut(root)?;
     match std::mem::replace(&mut k.slot, Slot::Lent) {
         Slot::Ready(map) => Some(Lent::Ready(map, k.watch.clone())),
-        Slot::Building(p) => Some(Lent::Building(p)),
+        // A build that finished since (a run waited for it and gave it back unfinished) is
+        // lent as built maps are, to catch up with what changed after its walk.
+        Slot::Building(p) => Some(match p.finished() {
+            Some(map) => Lent::Ready(map, k.watch.clone()),
+            None => Lent::Building(p),
+        }),
         Slot::Lent => None,
     }
 }
@@ -160,11 +165,34 @@ mod tests {
         };
         let map = wait(lent);
         give_back(root, Some(Returned::Ready(map)));
-        let Some(Lent::Ready(mut map, watch)) = lend(root) else {
+        let Some(Lent::Ready(_, watch)) = lend(root) else {
             panic!("ready")
         };
         // The build armed the watch before it walked: nothing has changed since.
         assert_eq!(watch.changes(root), Changes::Paths(Default::default()));
+        // Given back while still building (a run that gave up waiting), a finished build is
+        // lent ready: it catches up with what changed after its walk.
+        give_back(
+            root,
+            Some(Returned::Building(super::super::spawn_with(
+                root.to_path_buf(),
+                HashMap::new(),
+                false,
+                false,
+                || {},
+            ))),
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let (mut map, watch) = loop {
+            match lend(root) {
+                Some(Lent::Ready(m, w)) => break (m, w),
+                Some(Lent::Building(p)) if std::time::Instant::now() < deadline => {
+                    give_back(root, Some(Returned::Building(p)));
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                _ => panic!("still lent as a build a minute on"),
+            }
+        };
         std::fs::write(root.join("a.py"), "def alpha2():\n    pass\n").unwrap();
         assert_eq!(map.catch_up_with(root, watch.changes(root)), (1, false));
         assert_eq!(map.files["a.py"].defs[0].name, "alpha2");
