@@ -193,7 +193,7 @@ fn secs(d: Duration) -> String {
 
 fn print(name: &str, how: &str, f: &Figures) {
     println!(
-        "{name}, {how}: first model request {}, last answer to end {}, whole run {}, map cache {:.1} MB\n    phases (ms): {}",
+        "{name}, {how}: first model request {}, last answer to end {}, whole run {}, map cache {:.2} MB\n    phases (ms): {}",
         secs(f.first_request),
         secs(f.after_answer),
         secs(f.whole),
@@ -236,7 +236,7 @@ fn map(name: &str, root: &Path, question: &str, home: &Path) {
     let took = started.elapsed();
     let o: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     println!(
-        "{name}, agent-ls map: {} in all ({} files, {} parsed, {} from the cache; phases (ms): {}), map cache {:.1} MB",
+        "{name}, agent-ls map: {} in all ({} files, {} parsed, {} from the cache; phases (ms): {}), map cache {:.2} MB",
         secs(took),
         o["files"],
         o["parsed"],
