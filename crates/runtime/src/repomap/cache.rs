@@ -354,23 +354,9 @@ impl Loaded {
     /// The tags of each of `wanted` the cache holds, decoded on every core: decoding allocates
     /// every name, and a warm build of 20,000 files decodes millions.
     pub(super) fn tags(&self, wanted: &[&str]) -> Vec<(String, Tags)> {
-        let threads = std::thread::available_parallelism()
-            .map_or(2, |n| n.get())
-            .min(8);
-        let chunk = wanted.len().div_ceil(threads).max(1);
-        let decode = |path: &&str| {
+        super::on_every_core(wanted, |path| {
             let (_, data) = self.files.get(*path)?;
             Some((path.to_string(), unpack(data, &self.names)?))
-        };
-        std::thread::scope(|s| {
-            let parts: Vec<_> = wanted
-                .chunks(chunk)
-                .map(|part| s.spawn(move || part.iter().filter_map(decode).collect::<Vec<_>>()))
-                .collect();
-            parts
-                .into_iter()
-                .flat_map(|p| p.join().unwrap_or_default())
-                .collect()
         })
     }
 }
