@@ -71,6 +71,10 @@ struct Packed {
 pub(super) fn count(path: &Path) -> Option<usize> {
     use rusqlite::OpenFlags;
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
+    // A writer's commit locks the file for a moment: waited out, or the run would take its
+    // warm cache for none and wait the cold budget.
+    conn.busy_timeout(std::time::Duration::from_millis(500))
+        .ok()?;
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .ok()?;
