@@ -7,6 +7,7 @@
 //! (`spawn`) while a run's first request goes out with the files it names (`of_files`).
 
 mod cache;
+mod cores;
 pub mod warm;
 pub mod watch;
 
@@ -333,7 +334,7 @@ fn sort_out(listed: &[Listed], buffers: &HashMap<String, String>, cache: &TagCac
 /// The tags of each file in `todo` that can be read and parsed, with its cache row. Parsing
 /// is the cold build's cost, so it is spread over the machine's cores.
 fn parse_all(root: &Path, todo: &[Listed]) -> Vec<(String, Known, Tags)> {
-    on_every_core(todo, |t| {
+    cores::on_every_core(todo, |t| {
         let text = std::fs::read_to_string(root.join(&t.rel)).ok()?;
         let tags = tags::extract(t.lang, &text)?;
         let known = Known {
@@ -341,26 +342,6 @@ fn parse_all(root: &Path, todo: &[Listed]) -> Vec<(String, Known, Tags)> {
             size: t.size,
         };
         Some((t.rel.clone(), known, tags))
-    })
-}
-
-/// `f` of each of `items` (those it answers), the items split over the machine's cores (at
-/// most 8): the map's cold parse and its warm decode are each millions of allocations.
-fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Option<R> + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .min(8);
-    let chunk = items.len().div_ceil(threads).max(1);
-    let f = &f;
-    std::thread::scope(|s| {
-        let parts: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| s.spawn(move || part.iter().filter_map(f).collect::<Vec<_>>()))
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|p| p.join().unwrap_or_default())
-            .collect()
     })
 }
 

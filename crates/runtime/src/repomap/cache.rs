@@ -358,7 +358,7 @@ impl Loaded {
     /// The tags of each of `wanted` the cache holds, decoded on every core: decoding allocates
     /// every name, and a warm build of 20,000 files decodes millions.
     pub(super) fn tags(&self, wanted: &[&str]) -> Vec<(String, Tags)> {
-        super::on_every_core(wanted, |path| {
+        super::cores::on_every_core(wanted, |path| {
             let (_, data) = self.files.get(*path)?;
             Some((path.to_string(), unpack(data, &self.names)?))
         })
