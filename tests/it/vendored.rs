@@ -12,12 +12,26 @@ const VENDORED: &str = "crates/runtime/src/queue/pgmq.sql";
 /// Where the crate keeps the script, in its source as cargo downloaded it.
 const IN_THE_CRATE: &str = "src/install/embedded/sql/pgmq.sql";
 
+/// The machine's own target, for `cargo metadata --filter-platform`: without it cargo wants
+/// every platform's packages (Android's, Windows'), which a build here never downloaded, and
+/// `--offline` then fails on a fresh machine.
+fn host_tuple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(rustc)
+        .args(["--print", "host-tuple"])
+        .output()
+        .expect("run rustc --print host-tuple");
+    assert!(out.status.success(), "rustc --print host-tuple failed");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// The locked version and the source folder of the `pgmq` package, from `cargo metadata`:
 /// the registry cargo used, wherever it sits (a vendored source or another CARGO_HOME too).
 fn pgmq_package(root: &Path) -> (String, PathBuf) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["--filter-platform", &host_tuple()])
         .arg("--manifest-path")
         .arg(root.join("Cargo.toml"))
         .output()
