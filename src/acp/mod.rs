@@ -269,7 +269,7 @@ fn prompt(
         Ok(t) => t,
         Err(e) => return responder.respond_with_error(e),
     };
-    let loaded = config::load(&config::Inputs::from_process(Some(turn.root.clone())));
+    let loaded = agent_ls_runtime::runs::configuration(Some(turn.root.clone()));
     let command = text.trim();
     // `/NAME [REQUEST]` of a skill starts a run of it (docs/skills.md).
     if let Some(goal) = commands::skill_goal(command, &turn.root) {
@@ -323,6 +323,7 @@ fn start_run(
         s.told_trust = told;
     }
     save_session(&turn.root, &turn.id, Some(&goal));
+    let trusted = loaded.trusted;
     let mut cfg = loaded.config;
     for (name, server) in turn.mcp {
         cfg.mcp.servers.insert(name, server);
@@ -332,7 +333,7 @@ fn start_run(
     };
     let peer = (turn.id, conn, state.client_fs());
     tokio::spawn(async move {
-        let stop = run::run(cfg, root, goal, None, peer, cancel).await;
+        let stop = run::run((cfg, trusted), root, goal, None, peer, cancel).await;
         let _ = responder.respond(PromptResponse::new(stop));
     });
     Ok(())
@@ -414,10 +415,11 @@ fn load_recorded(
     offer_commands(&conn, &id, &root);
     if let Some((goal, checkpoint)) = resumable {
         let fs = state.client_fs();
-        let loaded = config::load(&config::Inputs::from_process(Some(root.clone())));
+        let loaded = agent_ls_runtime::runs::configuration(Some(root.clone()));
         tokio::spawn(async move {
             let peer = (id, conn, fs);
-            run::run(loaded.config, root, goal, Some(checkpoint), peer, cancel).await;
+            let setting = (loaded.config, loaded.trusted);
+            run::run(setting, root, goal, Some(checkpoint), peer, cancel).await;
         });
     }
     Ok(())

@@ -1,5 +1,5 @@
 //! One run of the loop for a session: where it works (the folder, or the branch or worktree
-//! `git.isolation` asks for), the shared driver with the ACP shell, and the live view of its
+//! `git.isolation` asks for), the runtime's run with the ACP shell, and the live view of its
 //! events: the plan, the model's prose as thoughts, the tools it calls as tool calls.
 
 use std::path::{Path, PathBuf};
@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::events::{LiveEvent, RunEvent};
 use agent_ls_runtime::config::Config;
-use agent_ls_runtime::drive::{self, Drive, Outcome};
-use agent_ls_runtime::model::Models;
+use agent_ls_runtime::drive;
+use agent_ls_runtime::runs::{self, AfterRun, Begin, RunRequest};
 use agent_ls_runtime::store::StoreThread;
 
 use super::client::{ClientFs, notify, say, text_chunk};
@@ -43,10 +43,12 @@ pub(super) fn isolated_root(
     root
 }
 
-/// One run of the loop for a session, through the shared driver; the stop reason for the
+/// One run of the loop for a session, through the runtime's run; the stop reason for the
 /// prompt's answer. `resume` is a recorded run's checkpoint (`Some(None)` when it has none).
+/// `/test BUG` makes the bug the goal, reproduced with a test first. Its files are committed
+/// when it went well as `git.commit` says (unset: offered, `/commit` takes the offer).
 pub(super) async fn run(
-    config: Config,
+    (config, trusted): (Config, bool),
     root: PathBuf,
     goal: String,
     resume: Option<Option<Run>>,
@@ -60,56 +62,70 @@ pub(super) async fn run(
             return StopReason::EndTurn;
         }
     };
-    let store = StoreThread::open(root.clone(), |_| {});
-    let models = Models::new(&config, Some(&root));
     // A resumed session's run goes on under the session's id.
-    let run_id = match resume {
-        Some(_) => session.clone(),
-        None => drive::new_run_id(),
+    let (run_id, begin) = match resume {
+        Some(checkpoint) => (session.clone(), Begin::Resume(checkpoint.map(Box::new))),
+        None => (drive::new_run_id(), Begin::New),
     };
+    let mut request = RunRequest {
+        begin,
+        ..RunRequest::new(goal.clone())
+    };
+    if let Some(bug) = drive::test_command(&goal) {
+        request.goal = bug.to_string();
+        request.reproduce = true;
+    }
+    let prepared = match runs::prepare(&config, request) {
+        Ok(p) => p,
+        Err(e) => {
+            say(&conn, &session, format!("agent-ls: {e}"));
+            return StopReason::EndTurn;
+        }
+    };
+    let store = StoreThread::open(root.clone(), |_| {});
     let peer = (conn.clone(), session.clone(), fs);
     let mut shell = AcpShell::new(peer, root.clone(), goal.clone(), run_id.clone());
+    shell.config = prepared.config.clone();
     let on_event = live_view(conn.clone(), session.clone(), root.clone());
-    let driver = Drive {
-        models: &models,
-        config: &config,
+    let env = runs::Env {
         root: &root,
+        home: &root,
         cancel: &cancel,
-        on_token: None,
-        record: Some(&store),
+        run_id,
+        store: Some(&store),
         events: Some(&on_event),
+        on_token: None,
     };
-    let outcome = start(&driver, &mut shell, &goal, resume, run_id).await;
+    let (_, mut outcome) = runs::drive(prepared, env, &mut shell).await;
+    let after = runs::after_run(&store, (&root, &config, trusted), &mut outcome, true).await;
     store.flush_blocking();
     say(&conn, &session, outcome.answer.clone());
+    match after {
+        AfterRun::Committed { id, subject } => say(
+            &conn,
+            &session,
+            format!("agent-ls: committed {}: {subject}", &id[..id.len().min(12)]),
+        ),
+        AfterRun::Offer => say(
+            &conn,
+            &session,
+            format!(
+                "agent-ls: the run's files ({}) are not committed; /commit commits them",
+                outcome.files_changed.join(", ")
+            ),
+        ),
+        AfterRun::Failed(why) => say(
+            &conn,
+            &session,
+            format!("agent-ls: the run's files were not committed: {why}"),
+        ),
+        AfterRun::Left => {}
+    }
     if outcome.status == RunStatus::Cancelled {
         StopReason::Cancelled
     } else {
         StopReason::EndTurn
     }
-}
-
-/// Goes on with the recorded run, or starts one for `goal`; `/test BUG` makes the bug the
-/// goal, reproduced with a test first.
-async fn start(
-    driver: &Drive<'_>,
-    shell: &mut AcpShell,
-    goal: &str,
-    resume: Option<Option<Run>>,
-    run_id: String,
-) -> Outcome {
-    if let Some(Some(mut checkpoint)) = resume {
-        return driver.resume(&mut checkpoint, shell, run_id).await;
-    }
-    let mut run = match drive::test_command(goal) {
-        Some(bug) => {
-            let mut settings = drive::run_settings(driver.config, bug);
-            drive::reproduce_first(&mut settings);
-            agent_ls_core::agent::Run::new(bug, settings)
-        }
-        None => drive::new_run(driver.config, goal),
-    };
-    driver.run(&mut run, shell, run_id).await
 }
 
 /// What the client sees of a run's events as they come: the plan, the model's words as

@@ -1,5 +1,6 @@
-//! The ACP `Shell`: how the shared driver (`agent_ls_runtime::drive`) reaches an ACP client
-//! during a run. Approval by `session/request_permission`, files read and written through
+//! The ACP `Shell`: how the runtime's run reaches an ACP client. The questions the approval
+//! policy puts (a change, a protected file by name, a held tool call) by
+//! `session/request_permission`, files read and written through
 //! `fs/*` when the client offers them, progress as thoughts, each proposed change as an edit
 //! tool call with its diffs, each test run as an execute tool call, the review as a tool call
 //! at its findings' lines.
@@ -19,9 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use agent_ls_core::edit::{FileChange, FileText};
 use agent_ls_runtime::config;
-use agent_ls_runtime::drive::{ApplyError, Shell, Verdict};
+use agent_ls_runtime::drive::policy::Asked;
+use agent_ls_runtime::drive::{ApplyError, ChangeQuestion, Shell};
 use agent_ls_runtime::tests_run::{RunError, RunResult};
-use agent_ls_runtime::trust::Review;
 use agent_ls_runtime::trust::sandbox::Sandbox;
 
 use super::client::{ClientFs, notify, read_through, text_chunk};
@@ -42,8 +43,11 @@ pub(super) struct AcpShell {
     /// The approved change's tool call, completed once it is applied.
     approved: Option<String>,
     /// The files read through the client in this prompt turn: each is asked for once, not
-    /// again in every phase (the writes of the turn keep it current).
+    /// again in every phase (the writes of the turn keep it current); forgotten before a
+    /// write, whose stale-text check needs the text now.
     read: Mutex<HashMap<String, String>>,
+    /// The run's configuration (its tests and sandbox).
+    pub config: config::Config,
 }
 
 impl AcpShell {
@@ -64,6 +68,7 @@ impl AcpShell {
             calls: 0,
             approved: None,
             read: Mutex::new(HashMap::new()),
+            config: config::Config::default(),
         }
     }
 
@@ -172,18 +177,61 @@ impl Shell for AcpShell {
         text
     }
 
-    async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict {
-        if let Some((path, why)) = review.protected.first() {
-            return Verdict::Refused(format!(
-                "{path} is protected ({why}); an ACP client cannot allow it by name, so leave it alone"
-            ));
+    /// Someone answers `session/request_permission`.
+    fn present(&self) -> bool {
+        true
+    }
+
+    /// Read afresh, not from this turn's reads: the point is what changed since.
+    fn fresh(&self, relative: &str) -> FileText {
+        let text = read_through(&self.conn, &self.session, &self.root, self.fs, relative);
+        if let (FileText::Text(t), Ok(mut m)) = (&text, self.read.lock()) {
+            m.insert(relative.to_string(), t.clone());
         }
+        text
+    }
+
+    /// A change not asked about: its edit tool call, in progress until written, or failed
+    /// when it is not written (the run says why).
+    fn show_change(&mut self, q: &ChangeQuestion<'_>, written: bool) {
         let id = self.next_id("edit");
         let Proposed {
             title,
             locations,
             diffs,
-        } = self.proposed(changes);
+        } = self.proposed(q.changes);
+        notify(
+            &self.conn,
+            &self.session,
+            SessionUpdate::ToolCall(
+                ToolCall::new(id.clone(), title)
+                    .kind(ToolKind::Edit)
+                    .status(if written {
+                        ToolCallStatus::InProgress
+                    } else {
+                        ToolCallStatus::Failed
+                    })
+                    .locations(locations)
+                    .content(diffs),
+            ),
+        );
+        if written {
+            self.approved = Some(id);
+        }
+    }
+
+    async fn ask_change(&mut self, q: &ChangeQuestion<'_>) -> bool {
+        let id = self.next_id("edit");
+        let Proposed {
+            title,
+            locations,
+            mut diffs,
+        } = self.proposed(q.changes);
+        if q.why == Asked::Flagged || !q.review.fixes.is_empty() {
+            diffs.push(ToolCallContent::Content(schema::Content::new(
+                q.review.describe(),
+            )));
+        }
         notify(
             &self.conn,
             &self.session,
@@ -195,7 +243,6 @@ impl Shell for AcpShell {
                     .content(diffs.clone()),
             ),
         );
-        let _ = diff;
         let fields = ToolCallUpdateFields::new()
             .title(title)
             .kind(ToolKind::Edit)
@@ -205,26 +252,59 @@ impl Shell for AcpShell {
             Ok(true) => {
                 self.update(&id, ToolCallStatus::InProgress, None);
                 self.approved = Some(id);
-                Verdict::Approved
+                true
             }
             Ok(false) => {
                 self.update(&id, ToolCallStatus::Failed, Some("rejected".into()));
-                Verdict::Rejected
+                false
             }
             Err(e) => {
                 self.update(&id, ToolCallStatus::Failed, Some(format!("no answer: {e}")));
-                Verdict::Rejected
+                false
             }
         }
     }
 
+    /// A protected file, confirmed by an option that names it.
+    async fn confirm_protected(&mut self, path: &str, why: &str) -> bool {
+        let id = self.next_id("protected");
+        let title = format!("Write the protected file {path}");
+        let reason = vec![ToolCallContent::Content(schema::Content::new(format!(
+            "{path} is protected: {why}"
+        )))];
+        let location = vec![ToolCallLocation::new(self.root.join(path))];
+        notify(
+            &self.conn,
+            &self.session,
+            SessionUpdate::ToolCall(
+                ToolCall::new(id.clone(), title.clone())
+                    .kind(ToolKind::Edit)
+                    .status(ToolCallStatus::Pending)
+                    .locations(location.clone())
+                    .content(reason.clone()),
+            ),
+        );
+        let fields = ToolCallUpdateFields::new()
+            .title(title)
+            .kind(ToolKind::Edit)
+            .locations(location)
+            .content(reason);
+        let allow = format!("Allow {path}");
+        let allowed = self
+            .permitted(&id, fields, (&allow, "Refuse"))
+            .await
+            .unwrap_or(false);
+        let (status, said) = if allowed {
+            (ToolCallStatus::Completed, "allowed")
+        } else {
+            (ToolCallStatus::Failed, "refused")
+        };
+        self.update(&id, status, Some(said.into()));
+        allowed
+    }
+
     /// An `ask` rule's question, as a pending tool call the client asks permission for.
-    async fn approve_call(
-        &mut self,
-        name: &str,
-        arguments: &serde_json::Value,
-        why: &str,
-    ) -> Verdict {
+    async fn ask_call(&mut self, name: &str, arguments: &serde_json::Value, why: &str) -> bool {
         let id = self.next_id("call");
         let title = format!(
             "Call {name}: {}",
@@ -260,40 +340,16 @@ impl Shell for AcpShell {
         // The call itself runs in the driver: this tool call is the question, answered.
         if allowed {
             self.update(&id, ToolCallStatus::Completed, Some("allowed".into()));
-            Verdict::Approved
         } else {
             self.update(&id, ToolCallStatus::Failed, Some("refused".into()));
-            Verdict::Rejected
         }
+        allowed
     }
 
-    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
-        // The text may have changed in the editor since the change was computed.
-        let mut placed = Vec::with_capacity(changes.len());
-        for c in changes {
-            // Read afresh, not from this turn's reads: the point is what changed since.
-            let now = read_through(&self.conn, &self.session, &self.root, self.fs, &c.path);
-            match (now, &c.original) {
-                (FileText::Text(now), Some(orig)) if &now != orig => {
-                    match agent_ls_core::edit::relocate(
-                        c,
-                        &now,
-                        &agent_ls_core::edit::Limits::default(),
-                    ) {
-                        Some(moved) => placed.push(moved),
-                        None => {
-                            return Err(ApplyError::Stale(format!(
-                                "{} changed while the change was prepared",
-                                c.path
-                            )));
-                        }
-                    }
-                }
-                _ => placed.push(c.clone()),
-            }
-        }
+    /// The change is on the text read just now (the driver re-read it after `refresh`).
+    async fn write(&mut self, placed: &[FileChange]) -> Result<(), ApplyError> {
         if self.fs.write {
-            for c in &placed {
+            for c in placed {
                 let path = agent_ls_runtime::files::resolve(&self.root, &c.path)
                     .map_err(|e| ApplyError::Failed(e.to_string()))?;
                 let request =
@@ -307,16 +363,17 @@ impl Shell for AcpShell {
                     })?;
             }
         } else {
-            agent_ls_runtime::files::write_changes(&self.root, &placed)
+            agent_ls_runtime::files::write_changes(&self.root, placed)
                 .map_err(|e| ApplyError::Failed(e.to_string()))?;
         }
         if let Ok(mut read) = self.read.lock() {
-            for c in &placed {
+            for c in placed {
                 read.insert(c.path.clone(), c.new_text.clone());
             }
         }
-        let step = agent_ls_runtime::steps::record(&self.root, placed, &self.run_id, &self.goal)
-            .map_err(|e| ApplyError::Failed(e.to_string()))?;
+        let step =
+            agent_ls_runtime::steps::record(&self.root, placed.to_vec(), &self.run_id, &self.goal)
+                .map_err(|e| ApplyError::Failed(e.to_string()))?;
         if let Some(id) = self.approved.take() {
             self.update(
                 &id,
@@ -332,8 +389,7 @@ impl Shell for AcpShell {
         cancel: &CancellationToken,
         command: Option<Vec<String>>,
     ) -> Result<RunResult, RunError> {
-        let loaded = config::load(&config::Inputs::from_process(Some(self.root.clone())));
-        let cfg = loaded.config;
+        let cfg = self.config.clone();
         let test = match command {
             Some(argv) => agent_ls_runtime::tests_run::with_command(&cfg.test, argv),
             None => cfg.test.clone(),

@@ -1,6 +1,6 @@
 //! `agent-ls commit [RUN]` and `agent-ls pr [RUN]`: a run's own files committed as the user
 //! with an agent-ls trailer, and the branch holding that commit pushed with its pull request
-//! opened (docs/git.md). `agent-ls run` commits through `commit_after_run` too.
+//! opened (docs/git.md). `agent-ls run` commits through the runtime (`runs::after_run`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,8 +8,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use super::setup::{load_config, open_workspace, warn_untrusted};
-use agent_ls_runtime::config::Config;
-use agent_ls_runtime::git::commit::CommitError;
 use agent_ls_runtime::git::run::{self as git_run, RunGitError};
 use agent_ls_runtime::model::Models;
 use agent_ls_runtime::store::StoreThread;
@@ -69,36 +67,6 @@ pub fn commit(
 
 fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
-}
-
-/// After a successful `agent-ls run` with `git.commit = "on_success"`: the commit's id and
-/// branch, or nothing (said on stderr) when it could not be made.
-pub async fn commit_after_run(
-    store: &StoreThread,
-    (root, config, trusted): (&Path, &Config, bool),
-    models: &Models,
-    run_id: &str,
-) -> Option<(String, Option<String>)> {
-    let setting = (root, config, trusted);
-    let made = git_run::commit_recorded(
-        store,
-        setting,
-        Some(models),
-        Some(run_id.to_string()),
-        (None, false),
-    )
-    .await;
-    match made {
-        Ok((_, c)) => {
-            eprintln!("agent-ls: committed {}: {}", short(&c.id), c.subject);
-            Some((c.id, c.branch))
-        }
-        Err(RunGitError::Commit(CommitError::NothingToCommit)) => None,
-        Err(e) => {
-            eprintln!("agent-ls: the run's files were not committed: {e}");
-            None
-        }
-    }
 }
 
 /// Pushes the branch holding the run's commit and opens its pull request.

@@ -1,7 +1,7 @@
 //! `agent-ls review [--staged | --base REV | --run RUN] [--json]`: the reviewer on a change
 //! the user has (uncommitted work, staged work, a branch against its base) or a run's change
 //! against its git checkpoint. The diff is git's; the review is the run loop's reviewer phase,
-//! driven by the one driver (`Drive::review`), journaled and counted like a run's. It changes
+//! driven by the runtime's run (`runs::drive` with `Begin::Review`), journaled and counted like a run's. It changes
 //! no file. Exit code 0 when the verdict is `correct`, 2 otherwise (unavailable included).
 
 use std::path::{Path, PathBuf};
@@ -9,11 +9,10 @@ use std::process::ExitCode;
 
 use agent_ls_core::agent::review::{ReviewResult, Verdict};
 use agent_ls_core::edit::{FileChange, FileText};
-use agent_ls_runtime::drive::{self, ApplyError, Drive, ReviewTarget, Shell};
-use agent_ls_runtime::model::Models;
+use agent_ls_runtime::drive::{self, ApplyError, ChangeQuestion, ReviewTarget, Shell};
+use agent_ls_runtime::runs::{self, Begin, RunRequest};
 use agent_ls_runtime::store::StoreThread;
 use agent_ls_runtime::tests_run::{RunError, RunResult};
-use agent_ls_runtime::trust::Review;
 use tokio_util::sync::CancellationToken;
 
 use super::setup::{load_config, open_workspace};
@@ -35,7 +34,7 @@ pub fn run(opts: Options) -> anyhow::Result<ExitCode> {
         anyhow::bail!("{}", errors.join("; "));
     }
     let cfg = loaded.config;
-    let (diff, files) = drive::review_diff(&root, &opts.target)?;
+    let (diff, _) = drive::review_diff(&root, &opts.target)?;
     if diff.trim().is_empty() {
         if opts.json {
             println!(
@@ -59,23 +58,24 @@ pub fn run(opts: Options) -> anyhow::Result<ExitCode> {
             eprintln!("agent-ls: the review will not be counted: {e}");
         }
     });
+    let request = RunRequest {
+        begin: Begin::Review(opts.target.clone()),
+        ..RunRequest::new(goal)
+    };
+    let prepared = runs::prepare(&cfg, request)?;
     let outcome = runtime.block_on(async {
-        let models = Models::new(&cfg, Some(&root));
         let cancel = CancellationToken::new();
-        let mut run = drive::new_run(&cfg, &goal);
         let mut shell = ReviewShell { root: &root };
-        let driver = Drive {
-            models: &models,
-            config: &cfg,
+        let env = runs::Env {
             root: &root,
+            home: &root,
             cancel: &cancel,
-            on_token: None,
-            record: Some(&store),
+            run_id: drive::new_run_id(),
+            store: Some(&store),
             events: None,
+            on_token: None,
         };
-        driver
-            .review(&mut run, &mut shell, drive::new_run_id(), (diff, files))
-            .await
+        runs::drive(prepared, env, &mut shell).await.1
     });
     store.flush_blocking();
     let result = outcome.review.clone().unwrap_or(ReviewResult::Unavailable {
@@ -135,11 +135,20 @@ impl Shell for ReviewShell<'_> {
         agent_ls_runtime::files::read_for_plan(self.root, relative)
     }
 
-    async fn approve(&mut self, _: &[FileChange], _: &str, _: &Review) -> drive::Verdict {
-        drive::Verdict::Rejected
+    /// Nobody approves a change here: a review writes nothing.
+    fn present(&self) -> bool {
+        false
     }
 
-    async fn apply(&mut self, _: &[FileChange]) -> Result<(), ApplyError> {
+    async fn ask_change(&mut self, _: &ChangeQuestion<'_>) -> bool {
+        false
+    }
+
+    async fn confirm_protected(&mut self, _: &str, _: &str) -> bool {
+        false
+    }
+
+    async fn write(&mut self, _: &[FileChange]) -> Result<(), ApplyError> {
         Err(ApplyError::Failed("a review changes no file".into()))
     }
 

@@ -8,18 +8,18 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
-use agent_ls_core::agent::{self, FailureKind, Run, RunStatus};
+use agent_ls_core::agent::{self, FailureKind, RunStatus};
 use agent_ls_core::edit::{FileChange, FileText};
 use agent_ls_core::text::visible;
-use agent_ls_runtime::config::{self, Approval, CommitMode, Isolation};
-use agent_ls_runtime::drive::{self, ApplyError, Drive, Outcome, Shell, Verdict};
+use agent_ls_runtime::config::{self, Isolation};
+use agent_ls_runtime::drive::policy::Asked;
+use agent_ls_runtime::drive::{self, ApplyError, ChangeQuestion, Outcome, Shell};
 use agent_ls_runtime::files;
 use agent_ls_runtime::git::isolate::{self, IsolateError, Isolated};
 use agent_ls_runtime::lock::RunLock;
-use agent_ls_runtime::model::Models;
+use agent_ls_runtime::runs::{self, AfterRun, Begin, RunRequest};
 use agent_ls_runtime::store::StoreThread;
 use agent_ls_runtime::tests_run::{RunError, RunResult, TestState};
-use agent_ls_runtime::trust::Review;
 use agent_ls_runtime::trust::sandbox::Sandbox;
 
 /// How approval is given without an editor.
@@ -65,11 +65,9 @@ pub mod exit {
 
 struct CliShell<'a> {
     root: &'a Path,
-    mode: Mode,
-    proposed: Option<String>,
     config: &'a config::Config,
-    /// --allow-protected: --yes may write protected files (and risky changes) too.
-    allow_protected: bool,
+    /// A dry run asks nothing.
+    dry_run: bool,
     /// The plan's task the change being applied works on, for the history.
     task: String,
     /// The run's id, which its steps carry (a rollback of an interrupted run finds them by it).
@@ -81,108 +79,40 @@ impl Shell for CliShell<'_> {
         files::read_for_plan(self.root, relative)
     }
 
-    async fn approve(&mut self, _changes: &[FileChange], diff: &str, review: &Review) -> Verdict {
-        let notes = review.describe();
-        let terminal = std::io::stdin().is_terminal();
-        match self.mode {
-            Mode::DryRun => {
-                self.proposed = Some(format!("{diff}{notes}"));
-                Verdict::Rejected
-            }
-            Mode::Yes => {
-                eprintln!("{}{}", visible(diff), visible(&notes));
-                if !review.protected.is_empty() && !self.allow_protected {
-                    return Verdict::Refused(format!(
-                        "it writes protected files ({}), which `agent-ls run --yes` never writes without --allow-protected; leave them alone",
-                        protected_list(review)
-                    ));
-                }
-                if review.findings.is_empty() || self.allow_protected {
-                    return Verdict::Approved;
-                }
-                // Applying without asking stops at a risky construct: it becomes a question,
-                // and with no one to ask, a refusal the model hears.
-                if !terminal {
-                    return Verdict::Refused(format!(
-                        "the static scan flagged it and no one was there to approve it:\n{}",
-                        review
-                            .findings
-                            .iter()
-                            .map(|f| f.to_string())
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    ));
-                }
-                ask_terminal("The static scan flagged this change. Apply it anyway?")
-            }
-            Mode::Ask => {
-                eprintln!("{}{}", visible(diff), visible(&notes));
-                if !terminal {
-                    eprintln!(
-                        "agent-ls: no terminal to ask on, so the change is not applied; use --yes to apply without asking"
-                    );
-                    return Verdict::Rejected;
-                }
-                // A protected file is allowed by typing its path, not by a y.
-                for (path, why) in &review.protected {
-                    eprint!(
-                        "{path} is protected ({why}). Type its path to allow this change to write it: "
-                    );
-                    let _ = std::io::stderr().flush();
-                    let mut line = String::new();
-                    let _ = std::io::stdin().lock().read_line(&mut line);
-                    if line.trim() != path {
-                        return Verdict::Refused(format!(
-                            "the user did not allow writing the protected file {path}; leave it alone"
-                        ));
-                    }
-                }
-                ask_terminal("Apply this change?")
-            }
+    fn present(&self) -> bool {
+        !self.dry_run && std::io::stdin().is_terminal()
+    }
+
+    fn show_change(&mut self, q: &ChangeQuestion<'_>, _written: bool) {
+        eprintln!("{}{}", visible(q.diff), visible(&q.review.describe()));
+    }
+
+    async fn ask_change(&mut self, q: &ChangeQuestion<'_>) -> bool {
+        self.show_change(q, false);
+        match q.why {
+            Asked::Flagged => ask_terminal("The static scan flagged this change. Apply it anyway?"),
+            Asked::Approval => ask_terminal("Apply this change?"),
         }
     }
 
-    async fn approve_install(&mut self, library: &str, argv: &[String]) -> bool {
+    /// A protected file is allowed by typing its path, not by a y.
+    async fn confirm_protected(&mut self, path: &str, why: &str) -> bool {
+        eprint!("{path} is protected ({why}). Type its path to allow this change to write it: ");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+        line.trim() == path
+    }
+
+    async fn ask_install(&mut self, library: &str, argv: &[String]) -> bool {
         let joined = argv.join(" ");
-        let command = visible(&joined);
-        match self.mode {
-            Mode::DryRun => false,
-            Mode::Yes => {
-                eprintln!(
-                    "agent-ls: the tester's property test needs {library}; installing it (--yes): {command}"
-                );
-                true
-            }
-            Mode::Ask if !std::io::stdin().is_terminal() => {
-                eprintln!(
-                    "agent-ls: the tester's property test needs {library}, and there is no terminal to ask whether to run `{command}`; use --yes to install it"
-                );
-                false
-            }
-            Mode::Ask => {
-                ask_terminal(&format!(
-                    "The tester's property test needs {library}. Install it as a dev dependency ({command})?"
-                )) == Verdict::Approved
-            }
-        }
+        ask_terminal(&format!(
+            "The tester's property test needs {library}. Install it as a dev dependency ({})?",
+            visible(&joined)
+        ))
     }
 
-    /// An `ask` rule holds the call: asked on the terminal whatever the mode (--yes too),
-    /// refused where there is no terminal.
-    async fn approve_call(
-        &mut self,
-        name: &str,
-        arguments: &serde_json::Value,
-        why: &str,
-    ) -> Verdict {
-        if self.mode == Mode::DryRun {
-            return Verdict::Refused("a dry run asks nothing".into());
-        }
-        if !std::io::stdin().is_terminal() {
-            return Verdict::Refused(
-                "there is no terminal to ask on; an allow rule would let it run".into(),
-            );
-        }
+    async fn ask_call(&mut self, name: &str, arguments: &serde_json::Value, why: &str) -> bool {
         let call = agent_ls_runtime::permissions::call_summary(name, arguments);
         eprintln!("agent-ls: {}", visible(why));
         ask_terminal(&format!(
@@ -191,15 +121,12 @@ impl Shell for CliShell<'_> {
         ))
     }
 
-    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
-        // Never overwrite what changed since the change was computed: move the change onto
-        // the new text, or redo the step.
-        let changes = rebase_on_disk(changes, self.root, &self.config.edit.limits())?;
-        files::write_changes(self.root, &changes).map_err(|e| ApplyError::Failed(e.to_string()))?;
+    async fn write(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
+        files::write_changes(self.root, changes).map_err(|e| ApplyError::Failed(e.to_string()))?;
         // The step joins the workspace's history, so `agent-ls undo` (and the editor, on its
         // next start) can revert it; a history that cannot be written costs only that.
         if let Err(e) =
-            agent_ls_runtime::steps::record(self.root, changes, &self.run_id, &self.task)
+            agent_ls_runtime::steps::record(self.root, changes.to_vec(), &self.run_id, &self.task)
         {
             eprintln!("agent-ls: warning: the change is written but not in the undo history: {e}");
         }
@@ -232,52 +159,13 @@ impl Shell for CliShell<'_> {
     }
 }
 
-fn protected_list(review: &Review) -> String {
-    review
-        .protected
-        .iter()
-        .map(|(p, why)| format!("{p}: {why}"))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
 /// Asks a yes/no question on the terminal; anything but yes is no.
-fn ask_terminal(question: &str) -> Verdict {
+fn ask_terminal(question: &str) -> bool {
     eprint!("{question} [y/N] ");
     let _ = std::io::stderr().flush();
     let mut line = String::new();
     let _ = std::io::stdin().lock().read_line(&mut line);
-    if matches!(line.trim(), "y" | "Y" | "yes") {
-        Verdict::Approved
-    } else {
-        Verdict::Rejected
-    }
-}
-
-/// `edit::rebase` against the disk: the changes moved onto the files' text now, `Stale` when
-/// that is impossible, `Failed` when a file may not be read.
-fn rebase_on_disk(
-    changes: &[FileChange],
-    root: &Path,
-    limits: &agent_ls_core::edit::Limits,
-) -> Result<Vec<FileChange>, ApplyError> {
-    let mut refused = None;
-    let current = agent_ls_core::edit::rebase(
-        changes,
-        |path| match files::read_for_plan(root, path) {
-            FileText::Text(t) => Some(t),
-            FileText::Missing => None,
-            FileText::Refused(why) => {
-                refused.get_or_insert(why);
-                None
-            }
-        },
-        limits,
-    );
-    if let Some(why) = refused {
-        return Err(ApplyError::Failed(why));
-    }
-    current.map_err(|e| ApplyError::Stale(e.to_string()))
+    matches!(line.trim(), "y" | "Y" | "yes")
 }
 
 /// Why `agent-ls run` stops before its goal is run; each has its exit code.
@@ -321,9 +209,6 @@ impl Stop {
     }
 }
 
-/// An interrupted run to go on with (--resume): its id, goal and checkpoint.
-type Resume = (String, String, Option<Run>);
-
 /// Runs the goal and returns the process exit code.
 pub fn run(opts: Options) -> u8 {
     match run_goal(opts) {
@@ -343,11 +228,7 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
             path: opts.workspace.clone(),
             source,
         })?;
-    let (cfg, chosen, trusted) = configure(&root, &opts)?;
-    let mode = match (opts.mode, cfg.agent.approval.for_edits()) {
-        (Mode::Ask, Approval::Auto) => Mode::Yes,
-        (m, _) => m,
-    };
+    let (cfg, trusted) = configure(&root, &opts)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -365,16 +246,28 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
     {
         return Ok(code);
     }
-    let goal = resume
-        .as_ref()
-        .map_or(opts.goal.clone(), |(_, g, _)| g.clone());
-    let isolated = match resume {
-        Some(_) => None,
-        None if mode == Mode::DryRun => None,
-        None => isolate(&root, &cfg, opts.isolated, &goal)?,
+    let (run_id, goal, begin) = match resume {
+        Some((id, goal, checkpoint)) => (id, goal, Begin::Resume(checkpoint.map(Box::new))),
+        None => (drive::new_run_id(), opts.goal.clone(), Begin::New),
+    };
+    let resumed = matches!(begin, Begin::Resume(_));
+    let request = RunRequest {
+        goal: goal.clone(),
+        agent: opts.agent.clone(),
+        reproduce: opts.reproduce,
+        begin,
+        dry_run: opts.mode == Mode::DryRun,
+        allow_protected: opts.allow_protected,
+        yes: opts.mode == Mode::Yes,
+    };
+    let prepared = runs::prepare(&cfg, request)?;
+    let isolated = match resumed || opts.mode == Mode::DryRun {
+        true => None,
+        false => isolate(&root, &cfg, opts.isolated, &goal)?,
     };
     // An isolated run in a worktree works there: its tools, tests, checkpoint, journal,
     // store and lock are the worktree's (docs/git.md says why).
+    let home = root.clone();
     let root = isolated.as_ref().map_or(root, |i| i.root.clone());
     // One run per workspace, whoever runs it: the lock is held until this process ends.
     let _lock = RunLock::acquire(&root, &goal)?;
@@ -385,14 +278,12 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
     });
     let setup = Setup {
         root: &root,
-        cfg: &cfg,
-        mode,
-        chosen: chosen.as_ref(),
+        home: &home,
         store: &store,
         trusted,
         isolated: isolated.as_ref(),
     };
-    let outcome = runtime.block_on(drive_goal(setup, &opts, goal, resume));
+    let outcome = runtime.block_on(drive_goal(setup, prepared, run_id));
     // The record is written before the process says it is done.
     store.flush_blocking();
     // Only a run isolated on a branch (not a worktree) switched this checkout's branch.
@@ -401,12 +292,8 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
     Ok(code_for(&outcome))
 }
 
-/// The configuration for this run: the layers, --replay, and the agent --agent names (whose
-/// approval mode wins over the configuration's).
-fn configure(
-    root: &Path,
-    opts: &Options,
-) -> Result<(config::Config, Option<drive::ChosenAgent>, bool), Stop> {
+/// The configuration for this run: the layers, and --replay.
+fn configure(root: &Path, opts: &Options) -> Result<(config::Config, bool), Stop> {
     let loaded = super::setup::load_config(Some(root.to_path_buf()));
     if !loaded.errors.is_empty() {
         return Err(Stop::Config(loaded.errors));
@@ -424,14 +311,7 @@ fn configure(
         cfg.model.fallback.clear();
         cfg.roles = Default::default();
     }
-    let chosen = match &opts.agent {
-        Some(name) => Some(drive::choose_agent(&cfg, name)?),
-        None => None,
-    };
-    if let Some(a) = chosen.as_ref().and_then(|c| c.approval) {
-        cfg.agent.approval = a;
-    }
-    Ok((cfg, chosen, loaded.trusted))
+    Ok((cfg, loaded.trusted))
 }
 
 /// A goal that is not for the agent: a command to run, the status to print, or undo (which
@@ -457,12 +337,11 @@ fn route(
     }
 }
 
-/// What a run of the goal is made with.
+/// Where a run of the goal works and is recorded.
 struct Setup<'a> {
     root: &'a Path,
-    cfg: &'a config::Config,
-    mode: Mode,
-    chosen: Option<&'a drive::ChosenAgent>,
+    /// The workspace the configuration is from (the run's root unless it is isolated).
+    home: &'a Path,
     store: &'a StoreThread,
     /// The folder is trusted: committing may run its git hooks.
     trusted: bool,
@@ -492,72 +371,41 @@ fn isolate(
 
 /// The agent's loop on the goal (or on the resumed run), to its outcome (its files committed
 /// when it succeeded and `git.commit = "on_success"`).
-async fn drive_goal(s: Setup<'_>, opts: &Options, goal: String, resume: Option<Resume>) -> Outcome {
+async fn drive_goal(s: Setup<'_>, prepared: runs::Prepared, run_id: String) -> Outcome {
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let models = Models::new(s.cfg, Some(s.root));
-    let mut settings = drive::run_settings(s.cfg, &goal);
-    if let Some(c) = s.chosen {
-        c.apply(&mut settings);
-    }
-    if opts.reproduce {
-        drive::reproduce_first(&mut settings);
-    }
-    let mut run = agent_ls_core::agent::Run::new(&goal, settings);
-    let run_id = match &resume {
-        Some((id, _, _)) => id.clone(),
-        None => drive::new_run_id(),
-    };
+    let cfg = prepared.config.clone();
     let mut shell = CliShell {
         root: s.root,
-        mode: s.mode,
-        proposed: None,
-        config: s.cfg,
-        allow_protected: opts.allow_protected,
+        config: &cfg,
+        dry_run: prepared.policy.dry_run,
         task: String::new(),
         run_id: run_id.clone(),
     };
     let shown = std::sync::atomic::AtomicUsize::new(0);
     let on_token = |t: &str| echo_token(&shown, t);
-    let driver = Drive {
-        models: &models,
-        config: s.cfg,
+    let env = runs::Env {
         root: s.root,
+        home: s.home,
         cancel: &cancel,
-        on_token: Some(&on_token),
-        record: Some(s.store),
+        run_id,
+        store: Some(s.store),
         events: None,
+        on_token: Some(&on_token),
     };
-    let mut outcome = match resume {
-        Some((_, _, Some(checkpoint))) => {
-            run = checkpoint;
-            driver.resume(&mut run, &mut shell, run_id).await
-        }
-        // Interrupted before its first checkpoint: it starts over under its own id.
-        Some((_, _, None)) | None => driver.run(&mut run, &mut shell, run_id).await,
-    };
-    if let Some(diff) = shell.proposed.take() {
-        outcome.status = RunStatus::Proposed;
-        outcome.answer = diff;
-    }
+    let (_, mut outcome) = runs::drive(prepared, env, &mut shell).await;
     if let Some(i) = s.isolated {
         outcome.branch = Some(i.branch.clone());
         outcome.worktree = i.worktree.as_ref().map(|w| w.display().to_string());
     }
     // `agent-ls run` has no one to ask after the run: unset, it does not commit.
-    let mode = CommitMode::or_default(s.cfg.git.commit, CommitMode::Never);
-    if mode == CommitMode::OnSuccess
-        && outcome.status == RunStatus::Done
-        && outcome.checkpoint.is_some()
-    {
-        let setting = (s.root, s.cfg, s.trusted);
-        let run_id = outcome.run_id.clone();
-        if let Some((id, branch)) =
-            super::commit::commit_after_run(s.store, setting, &models, &run_id).await
-        {
-            outcome.commit = Some(id);
-            outcome.branch = branch.or(outcome.branch);
+    let setting = (s.root, &cfg, s.trusted);
+    match runs::after_run(s.store, setting, &mut outcome, false).await {
+        AfterRun::Committed { id, subject } => {
+            eprintln!("agent-ls: committed {}: {subject}", &id[..id.len().min(12)]);
         }
+        AfterRun::Failed(why) => eprintln!("agent-ls: the run's files were not committed: {why}"),
+        AfterRun::Left | AfterRun::Offer => {}
     }
     outcome
 }

@@ -7,10 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use agent_ls_runtime::config::{self, Inputs, Loaded, WorkspaceTrust};
-use agent_ls_runtime::git::isolate;
+use agent_ls_runtime::config::{self, Loaded};
 use agent_ls_runtime::logging;
-use agent_ls_runtime::trust::{Decision, TrustStore};
 
 /// `--workspace` (or a folder argument) as given, or the current directory.
 pub fn workspace_or_cwd(workspace: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -27,16 +25,10 @@ pub fn open_workspace(workspace: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         .context("cannot open the workspace")
 }
 
-/// The configuration that applies in `root` (the user's alone without one). A worktree
-/// agent-ls made for an isolated run is as trusted as the workspace it was made in.
+/// The configuration that applies in `root` (the user's alone without one), as every surface
+/// loads it (`runs::configuration`).
 pub fn load_config(root: Option<PathBuf>) -> Loaded {
-    let mut inputs = Inputs::from_process(root);
-    if let Some(workspace) = inputs.workspace_root.as_deref().and_then(isolate::made_in)
-        && TrustStore::for_user().is_ok_and(|s| s.decision(&workspace) == Decision::Trusted)
-    {
-        inputs.workspace_trust = WorkspaceTrust::Trusted;
-    }
-    config::load(&inputs)
+    agent_ls_runtime::runs::configuration(root)
 }
 
 /// Logs on stderr only errors unless asked for detail (the subcommand's own lines say the

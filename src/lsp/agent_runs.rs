@@ -32,11 +32,11 @@ use super::rollback;
 use super::shell::ServerShell;
 use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::text::{Buffer, Encoding};
-use agent_ls_runtime::config::{Approval, Config};
-use agent_ls_runtime::drive::{self, Drive, Outcome, Shell};
+use agent_ls_runtime::config::Approval;
+use agent_ls_runtime::drive::{self, Outcome, Shell};
 use agent_ls_runtime::git::isolate::Isolated;
 use agent_ls_runtime::lock::RunLock;
-use agent_ls_runtime::model::Models;
+use agent_ls_runtime::runs::{self, Begin};
 use agent_ls_runtime::store::StoreThread;
 
 /// Notification `agent-ls/runFinished`.
@@ -68,24 +68,15 @@ pub struct RunArgs {
 /// Everything a run needs, taken from the session when it starts.
 pub struct StartRun {
     pub id: String,
-    pub goal: String,
-    pub config: Config,
+    /// The run as the runtime set it up (its configuration, settings, policy, how it begins).
+    pub prepared: runs::Prepared,
     pub connection: Connection,
     pub store: Option<StoreThread>,
     pub cancel: CancellationToken,
+    /// agent-ls.accept / agent-ls.reject while a question waits.
     pub decisions: mpsc::UnboundedReceiver<bool>,
-    /// An interrupted run's checkpoint to go on from (agent-ls.resume).
-    pub resume: Option<Run>,
-    /// The agent the command named, in place of the configuration's default.
-    pub agent: Option<drive::ChosenAgent>,
-    /// Held until the run ends: one run per workspace.
     pub lock: RunLock,
-    /// What committing the run's files needs (`git.commit`), when there is a store.
     pub git: Option<git_commands::GitContext>,
-    /// `agent-ls.review`: review this change instead of running the goal.
-    pub review: Option<drive::ReviewTarget>,
-    /// The tester reproduces the goal's bug with a test first (`RunArgs::reproduce`).
-    pub reproduce: bool,
 }
 
 /// Runs the loop to its end on a task of its own; the outcome goes back to the session. The
@@ -97,7 +88,7 @@ pub fn spawn(mut s: StartRun) {
         // `store` is where the run is recorded: the session's, or a worktree run's own.
         let (id, goal, c, mut store) = (
             s.id.clone(),
-            s.goal.clone(),
+            s.prepared.run.goal().to_string(),
             s.connection.clone(),
             s.store.clone(),
         );
@@ -193,29 +184,6 @@ async fn begin_progress(c: &Connection, id: &str, goal: &str) -> Option<Progress
     Some(token)
 }
 
-/// The run to drive, the approval mode it asks for, and whether it is resumed: a resumed run
-/// as it was checkpointed, or a new one for the goal with the chosen agent applied.
-fn initial_run(s: &mut StartRun) -> (agent_ls_core::agent::Run, Approval, bool) {
-    let mut settings = drive::run_settings(&s.config, &s.goal);
-    if s.reproduce {
-        drive::reproduce_first(&mut settings);
-    }
-    if let Some(chosen) = &s.agent {
-        chosen.apply(&mut settings);
-        // The agent's own mode is the run's: the driver's rule check reads it from the
-        // configuration, as the editor's question does from the shell.
-        if let Some(a) = chosen.approval {
-            s.config.agent.approval = a;
-        }
-    }
-    let approval = s.config.agent.approval.for_edits();
-    let run = agent_ls_core::agent::Run::new(&s.goal, settings);
-    match s.resume.take() {
-        Some(checkpoint) => (checkpoint, approval, true),
-        None => (run, approval, false),
-    }
-}
-
 /// The loop itself. The run lock is released as this returns (or unwinds), before the
 /// session hears of the end: a client that starts the next run on runFinished must find the
 /// workspace free.
@@ -233,23 +201,31 @@ async fn drive_run(
         Ok(place) => place,
         Err(why) => return ended_early(s.id, why.to_string(), started),
     };
-    let (mut run, approval, resumed) = initial_run(&mut s);
+    let goal = s.prepared.run.goal().to_string();
     let worktree = place.isolated.as_ref().and_then(|i| i.worktree.as_ref());
     let (on_disk, worktree_lock) = place.worktree.unzip();
-    let label = label(&s.goal, worktree.filter(|_| on_disk.is_some()));
+    let label = label(&goal, worktree.filter(|_| on_disk.is_some()));
+    let review = matches!(s.prepared.begin, Begin::Review(_));
+    let limits = s.prepared.config.edit.limits();
     let mut shell = ServerShell {
-        approval,
+        approval: s.prepared.policy.approval,
         decisions: std::mem::replace(&mut s.decisions, mpsc::unbounded_channel().1),
         cancel: s.cancel.clone(),
         progress,
         // The session's history is of the checkout's files, which a worktree run leaves alone.
-        record: on_disk.is_none().then(|| (s.id.clone(), s.goal.clone())),
+        record: on_disk.is_none().then(|| (s.id.clone(), goal.clone())),
         on_disk,
-        ..ServerShell::new(place.connection, label, s.config.edit.limits())
+        ..ServerShell::new(place.connection, label, limits)
     };
-    let mut outcome = drive(&s, &mut run, &mut shell, resumed).await;
+    let job = (
+        s.id.as_str(),
+        &s.cancel,
+        s.store.as_ref(),
+        s.connection.root.as_path(),
+    );
+    let (run, mut outcome) = drive(s.prepared, job, &mut shell).await;
     // The user decides on the reviewed change while the workspace is still the run's.
-    if s.review.is_none() {
+    if !review {
         settle_review(&mut shell, &run, &mut outcome, s.store.as_ref()).await;
     }
     drop((s.lock, worktree_lock));
@@ -288,9 +264,10 @@ async fn place(
         connection: s.connection.clone(),
         worktree: None,
     };
-    if s.resume.is_none() {
-        let (root, mode) = (s.connection.root.clone(), s.config.git.isolation);
-        place.isolated = isolation::isolate(root, mode, s.goal.clone()).await?;
+    let goal = s.prepared.run.goal().to_string();
+    if !matches!(s.prepared.begin, Begin::Resume(_)) {
+        let (root, mode) = (s.connection.root.clone(), s.prepared.config.git.isolation);
+        place.isolated = isolation::isolate(root, mode, goal.clone()).await?;
     }
     let Some(i) = &place.isolated else {
         return Ok(place);
@@ -299,7 +276,7 @@ async fn place(
     if !i.new || i.worktree.is_none() {
         return Ok(place);
     }
-    let w = isolation::WorktreeRun::start(i, &s.config, &s.goal)?;
+    let w = isolation::WorktreeRun::start(i, &s.prepared.config, &goal)?;
     place.connection.root = w.root;
     s.store = Some(w.store.clone());
     *record = s.store.clone();
@@ -311,39 +288,28 @@ async fn place(
     Ok(place)
 }
 
-/// Drives the loop through `shell`: a review of the change `s.review` names, a resumed run,
-/// or a new one. Its live events go to the client as they happen.
-async fn drive(s: &StartRun, run: &mut Run, shell: &mut ServerShell, resumed: bool) -> Outcome {
+/// Drives the run through `shell` (the runtime's run: a review, a resumed run or a new one);
+/// its live events go to the client as they happen.
+async fn drive(
+    prepared: runs::Prepared,
+    (id, cancel, store, home): (&str, &CancellationToken, Option<&StoreThread>, &Path),
+    shell: &mut ServerShell,
+) -> (Run, Outcome) {
     let c = shell.c.clone();
-    // The configuration is the workspace's, and so are the paths in it (a replay file).
-    let models = Models::new(&s.config, Some(&s.connection.root));
     let outbox = c.outbox.clone();
     let on_event = move |e: agent_ls_core::events::LiveEvent| {
         outbox.notify::<ext::RunEventNotification>(e.to_wire())
     };
-    let driver = Drive {
-        models: &models,
-        config: &s.config,
+    let env = runs::Env {
         root: &c.root,
-        cancel: &s.cancel,
-        on_token: None,
-        record: s.store.as_ref(),
+        home,
+        cancel,
+        run_id: id.to_string(),
+        store,
         events: Some(&on_event),
+        on_token: None,
     };
-    let Some(target) = s.review.clone() else {
-        return if resumed {
-            driver.resume(run, shell, s.id.clone()).await
-        } else {
-            driver.run(run, shell, s.id.clone()).await
-        };
-    };
-    // The change is git's, made off the async threads.
-    let (root, started) = (c.root.clone(), Instant::now());
-    match tokio::task::spawn_blocking(move || drive::review_diff(&root, &target)).await {
-        Ok(Ok(change)) => driver.review(run, shell, s.id.clone(), change).await,
-        Ok(Err(e)) => ended_early(s.id.clone(), format!("nothing reviewed: {e}"), started),
-        Err(e) => ended_early(s.id.clone(), format!("nothing reviewed: {e}"), started),
-    }
+    runs::drive(prepared, env, shell).await
 }
 
 /// The review question at a run's end (`review_decision`): for a run of the editor's buffers

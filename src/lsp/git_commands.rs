@@ -10,11 +10,12 @@ use tower_lsp_server::ls_types::MessageType;
 use tower_lsp_server::ls_types::notification::Notification;
 
 use super::outbox::Outbox;
-use agent_ls_runtime::config::{CommitMode, Config};
+use agent_ls_runtime::config::Config;
 use agent_ls_runtime::drive::Outcome;
 use agent_ls_runtime::git::commit::{CommitError, Committed};
 use agent_ls_runtime::git::run::{self as git_run, RunGitError};
 use agent_ls_runtime::model::Models;
+use agent_ls_runtime::runs::{self, AfterRun};
 use agent_ls_runtime::store::StoreThread;
 
 /// Notification `agent-ls/runCommitted`: a run's files were committed after its end.
@@ -83,25 +84,25 @@ pub async fn pr(cx: GitContext, run: Option<String>) -> Result<Value, RunGitErro
 /// After a run ended done with a checkpoint: with `on_success` its files are committed now
 /// (so runFinished carries the commit). Returns whether to ask the user afterwards.
 pub async fn on_success(cx: &GitContext, outcome: &mut Outcome, outbox: &Outbox) -> bool {
-    let eligible = outcome.status == agent_ls_core::agent::RunStatus::Done
-        && outcome.checkpoint.is_some()
-        && outcome.decision != Some(agent_ls_core::agent::review::Decision::RolledBack)
-        && !outcome.files_changed.is_empty();
-    if !eligible {
-        return false;
-    }
-    match CommitMode::or_default(cx.config.git.commit, CommitMode::Ask) {
-        CommitMode::Never => false,
-        // Committing runs the repository's hooks, which an untrusted folder may not: asking
-        // would only lead to a refusal.
-        CommitMode::Ask => cx.trusted,
-        CommitMode::OnSuccess => {
-            if let Some(c) = commit_run(cx, &outcome.run_id, outbox).await {
-                outcome.commit = Some(c.id);
-                outcome.branch = c.branch.or(outcome.branch.take());
-            }
+    let setting = (cx.root.as_path(), &cx.config, cx.trusted);
+    match runs::after_run(&cx.store, setting, outcome, true).await {
+        AfterRun::Offer => true,
+        AfterRun::Committed { id, subject } => {
+            let short = &id[..id.len().min(12)];
+            outbox.show_message(
+                MessageType::INFO,
+                format!("agent-ls: committed {short}: {subject}"),
+            );
             false
         }
+        AfterRun::Failed(why) => {
+            outbox.show_message(
+                MessageType::WARNING,
+                format!("agent-ls: the run's files were not committed: {why}"),
+            );
+            false
+        }
+        AfterRun::Left => false,
     }
 }
 

@@ -48,6 +48,7 @@ use agent_ls_runtime::config::{self, Loaded};
 use agent_ls_runtime::drive::Outcome;
 use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::logging::LogHandle;
+use agent_ls_runtime::runs::{self, Begin, RunRequest};
 use agent_ls_runtime::store::{StoreError, StoreThread};
 
 /// What status says of the store's part when the store did not answer in time.
@@ -546,7 +547,11 @@ impl Session {
             return Err(why);
         }
         let title = goal.clone();
-        self.launch(run_id, title, goal, (checkpoint, None, None, false), lock)
+        let request = RunRequest {
+            begin: Begin::Resume(checkpoint.map(Box::new)),
+            ..RunRequest::new(goal)
+        };
+        self.launch(run_id, title, request, lock)
     }
 
     /// The history is read and no configuration reload is under way.
@@ -1031,37 +1036,28 @@ impl Session {
         if args.goal.trim().is_empty() {
             return Err(Refused::EmptyGoal);
         }
-        let agent = match &args.agent {
-            Some(name) => Some(agent_ls_runtime::drive::choose_agent(
-                &self.config.config,
-                name,
-            )?),
-            None => None,
-        };
         let goal = agent_runs::goal_with_selection(&args, &self.documents, &root, self.encoding);
-        self.launch(
-            agent_ls_runtime::drive::new_run_id(),
-            args.goal,
-            goal,
-            (None, agent, args.review, args.reproduce),
-            lock,
-        )
-        .map(|id| serde_json::json!({"run_id": id}))
+        let request = RunRequest {
+            agent: args.agent,
+            reproduce: args.reproduce,
+            begin: args.review.map_or(Begin::New, Begin::Review),
+            ..RunRequest::new(goal)
+        };
+        let id = agent_ls_runtime::drive::new_run_id();
+        self.launch(id, args.goal, request, lock)
+            .map(|id| serde_json::json!({"run_id": id}))
     }
 
+    /// Starts the run the request asks for (set up by the runtime: an agent that cannot run is
+    /// refused here, before anything starts).
     fn launch(
         &mut self,
         id: String,
         title: String,
-        goal: String,
-        (resume, agent, review, reproduce): (
-            Option<Run>,
-            Option<agent_ls_runtime::drive::ChosenAgent>,
-            Option<agent_ls_runtime::drive::ReviewTarget>,
-            bool,
-        ),
+        request: RunRequest,
         lock: RunLock,
     ) -> Result<String, Refused> {
+        let prepared = runs::prepare(&self.config.config, request)?;
         let Some(connection) = self.connection() else {
             return Err(Refused::NoWorkspaceForRun);
         };
@@ -1079,18 +1075,13 @@ impl Session {
         let git = self.git_context();
         agent_runs::spawn(agent_runs::StartRun {
             id: id.clone(),
-            goal,
-            config: self.config.config.clone(),
+            prepared,
             connection,
             store: self.store.clone(),
             cancel,
             decisions,
-            resume,
-            agent,
             lock,
             git,
-            review,
-            reproduce,
         });
         Ok(id)
     }

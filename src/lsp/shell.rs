@@ -27,7 +27,8 @@ use super::workspace_edit::{self, EditSupport, Target};
 use agent_ls_core::edit::history::Step;
 use agent_ls_core::edit::{self, FileChange, FileText};
 use agent_ls_runtime::config::Approval;
-use agent_ls_runtime::drive::{ApplyError, Shell, Verdict};
+use agent_ls_runtime::drive::policy::Asked;
+use agent_ls_runtime::drive::{ApplyError, ChangeQuestion, Shell};
 use agent_ls_runtime::files;
 use agent_ls_runtime::tests_run::{RunError, RunResult};
 use agent_ls_runtime::trust::Review;
@@ -76,7 +77,7 @@ pub async fn apply_restore(
         exact_disk: true,
         ..ServerShell::new(c.clone(), label, limits)
     };
-    shell.apply(changes).await
+    shell.apply_now(changes).await
 }
 
 /// Deletes files an undone step created: through workspace/applyEdit when the client can
@@ -203,6 +204,14 @@ pub(super) struct ServerShell {
 }
 
 impl ServerShell {
+    /// Applies changes outside a run (an undo, a rollback): moved onto the buffers' text now,
+    /// as the driver does before every write (`drive::rebase`).
+    pub(super) async fn apply_now(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
+        self.refresh().await;
+        let current = agent_ls_runtime::drive::rebase(changes, self, &self.limits)?;
+        self.write(&current).await
+    }
+
     /// A shell that applies without asking, records nothing, and cannot be cancelled or
     /// answered (an undo's or a rollback's); a run sets what it needs over it.
     pub(super) fn new(c: Connection, label: String, limits: edit::Limits) -> Self {
@@ -232,13 +241,6 @@ impl ServerShell {
         let (reply, answer) = oneshot::channel();
         (self.c.report)(AgentMessage::Snapshot { reply });
         answer.await.unwrap_or_default()
-    }
-
-    fn current_text(&self, rel: &str) -> Option<String> {
-        match self.read(rel) {
-            FileText::Text(t) => Some(t),
-            _ => None,
-        }
     }
 
     /// Asks with window/showMessageRequest, or takes an agent-ls.accept/reject command,
@@ -643,41 +645,37 @@ impl Shell for ServerShell {
         self.snapshot = self.take_snapshot().await;
     }
 
-    async fn approve(&mut self, changes: &[FileChange], diff: &str, review: &Review) -> Verdict {
-        self.review = review.clone();
-        // A protected file is allowed only by a button that names it, whatever the mode.
-        for (path, why) in &review.protected {
-            if !self.allow_protected(path, why).await {
-                return Verdict::Refused(format!(
-                    "the user did not allow writing the protected file {path} ({why}); leave it alone"
-                ));
-            }
+    /// The editor is there to answer.
+    fn present(&self) -> bool {
+        true
+    }
+
+    async fn ask_change(&mut self, q: &ChangeQuestion<'_>) -> bool {
+        self.review = q.review.clone();
+        // The editor asks when it applies the annotated edit (VS Code's preview, whose labels
+        // carry the review); eglot alone asks "Proceed?" before it applies: that is the
+        // step's question. A worktree run's change is written on disk, with no preview: it
+        // is asked here, as is a change the scan flagged.
+        if q.why == Asked::Approval
+            && (self.c.support.change_annotations || self.c.support.confirms_edits)
+            && self.on_disk.is_none()
+        {
+            return true;
         }
-        let yes = match self.approval {
-            // Applying without asking stops at a risky construct: it becomes a question.
-            Approval::Auto if review.findings.is_empty() => true,
-            // The editor asks when it applies the annotated edit (VS Code's preview, whose
-            // labels carry the review).
-            // A worktree run's change is written on disk, with no preview: it is asked here.
-            // eglot alone asks "Proceed?" before it applies: that is the step's question.
-            Approval::Confirm
-                if (self.c.support.change_annotations || self.c.support.confirms_edits)
-                    && self.on_disk.is_none() =>
-            {
-                true
-            }
-            _ => self.ask(changes, diff, review).await,
-        };
-        if yes {
-            Verdict::Approved
-        } else {
-            Verdict::Rejected
-        }
+        self.ask(q.changes, q.diff, q.review).await
+    }
+
+    fn show_change(&mut self, q: &ChangeQuestion<'_>, _written: bool) {
+        self.review = q.review.clone();
+    }
+
+    async fn confirm_protected(&mut self, path: &str, why: &str) -> bool {
+        self.allow_protected(path, why).await
     }
 
     /// Always asked, whatever the approval mode: the install runs a command, outside the
     /// sandbox, which no change preview shows.
-    async fn approve_install(&mut self, library: &str, argv: &[String]) -> bool {
+    async fn ask_install(&mut self, library: &str, argv: &[String]) -> bool {
         let request = self.c.outbox.ask(
             MessageType::INFO,
             format!(
@@ -697,12 +695,7 @@ impl Shell for ServerShell {
     }
 
     /// Always asked, whatever the approval mode: an `ask` rule holds the call for a yes.
-    async fn approve_call(
-        &mut self,
-        name: &str,
-        arguments: &serde_json::Value,
-        why: &str,
-    ) -> Verdict {
+    async fn ask_call(&mut self, name: &str, arguments: &serde_json::Value, why: &str) -> bool {
         let request = self.c.outbox.ask(
             MessageType::WARNING,
             format!(
@@ -712,28 +705,21 @@ impl Shell for ServerShell {
             ),
             &[ALLOW_CALL, "Refuse"],
         );
-        let yes = tokio::select! {
+        tokio::select! {
             r = request => r.is_some_and(|title| title == ALLOW_CALL),
             // agent-ls.accept answers a change's question: it allows no call.
             _ = self.decisions.recv() => false,
             _ = self.cancel.cancelled() => false,
-        };
-        if yes {
-            Verdict::Approved
-        } else {
-            Verdict::Rejected
         }
     }
 
-    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
+    /// The driver moved the change onto the snapshot it just took (`refresh`); `land` checks
+    /// the buffers' versions against it, so typing since is never overwritten.
+    async fn write(&mut self, current: &[FileChange]) -> Result<(), ApplyError> {
         if let Some(disk) = &self.on_disk {
-            return disk.write(&self.c.root, changes, &self.limits);
+            return disk.write(&self.c.root, current, &self.limits);
         }
-        // Never send an edit against a buffer older than the one it was computed for: if the
-        // user typed meanwhile, move the change onto the new text, or redo the step.
-        self.snapshot = self.take_snapshot().await;
-        let current = edit::rebase(changes, |p| self.current_text(p), &self.limits)
-            .map_err(|e| ApplyError::Stale(e.to_string()))?;
+        let current = current.to_vec();
         let targets = self.targets(&current);
         let edit = self.workspace_edit(&current, &targets)?;
         let early = self.park(&current)?;

@@ -11,7 +11,6 @@ use super::refused::Refused;
 use super::shell::{self, ServerShell};
 use agent_ls_core::edit::history::{Reversal, Step};
 use agent_ls_core::edit::{self};
-use agent_ls_runtime::drive::Shell;
 use agent_ls_runtime::lock::RunLock;
 
 /// What an undo or redo needs: the step, which way, and the documents as the session had them.
@@ -118,7 +117,7 @@ async fn undo(
     let mut result = if reversal.changes.is_empty() {
         Ok(())
     } else {
-        shell.apply(&reversal.changes).await
+        shell.apply_now(&reversal.changes).await
     };
     if result.is_ok() {
         result = shell::delete_files(&c, &reversal.deletes).await;

@@ -334,7 +334,7 @@ fn an_ask_rule_on_a_tool_call_with_no_one_to_ask_refuses_naming_the_rule() {
     let journal = journals(ws.path());
     assert!(
         journal.contains(&format!(
-            "needs the user's yes ({THE_RULE}), and there is no terminal to ask on"
+            "needs the user's yes ({THE_RULE}), and there is no one to ask here"
         )),
         "{}\n{journal}",
         text(&out)

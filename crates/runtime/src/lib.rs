@@ -38,6 +38,7 @@ pub mod model;
 pub mod permissions;
 pub mod queue;
 pub mod repomap;
+pub mod runs;
 pub mod skills;
 pub mod steps;
 pub mod store;

@@ -3,7 +3,8 @@
 //! check points have to tell the user is shown by the shell and kept in the journal.
 
 use super::observer::Observer;
-use super::shell::{Shell, Verdict};
+use super::policy::{self, Policy};
+use super::shell::Shell;
 use crate::hooks::Gate;
 use crate::permissions::Check;
 use agent_ls_core::events::RunEvent;
@@ -14,7 +15,7 @@ use agent_ls_core::events::RunEvent;
 pub(super) async fn call_allowed(
     name: &str,
     arguments: &serde_json::Value,
-    shell: &mut impl Shell,
+    (shell, policy): (&mut impl Shell, &Policy),
     (observer, gate): (&mut Observer<'_>, &Gate),
 ) -> Option<String> {
     match gate.check_call(name, arguments) {
@@ -22,10 +23,11 @@ pub(super) async fn call_allowed(
         Check::Ask(why) => {
             gate.call_approval_needed(name, arguments).await;
             tell(gate, shell, observer);
-            match shell.approve_call(name, arguments, &why).await {
-                Verdict::Approved => {}
-                Verdict::Rejected => return Some(format!("{why}, and the user said no")),
-                Verdict::Refused(reason) => return Some(format!("{why}, and {reason}")),
+            if let policy::Held::Refuse(reason) = policy::call(policy, shell.present()) {
+                return Some(format!("{why}, and {reason}"));
+            }
+            if !shell.ask_call(name, arguments, &why).await {
+                return Some(format!("{why}, and the user said no"));
             }
         }
         Check::Go => {}

@@ -2,7 +2,7 @@
 //! the Python the tests run with, proptest among the Cargo.toml's dependencies. When it is
 //! missing it is installed as a dev dependency with the project's own tools
 //! (`python -I -m pip install hypothesis`, `cargo add --dev proptest --manifest-path ...`),
-//! and only once the user approved that very command (`Shell::approve_install`;
+//! and only once the user approved that very command (`Shell::ask_install` when `policy::install` asks;
 //! `agent-ls run --yes` approves).
 //!
 //! Whether the library is there is asked of the tests' Python in the test sandbox, with a
@@ -46,7 +46,7 @@ pub(super) async fn ensure(
     config: &Config,
     cancel: &CancellationToken,
     library: &str,
-    shell: &mut impl Shell,
+    (shell, policy): (&mut impl Shell, &super::policy::Policy),
 ) -> Result<(), InstallError> {
     let python = python_of(root, config);
     if present(root, config, &python, library, cancel).await? {
@@ -57,7 +57,24 @@ pub(super) async fn ensure(
     if !config.tester.install {
         return Err(InstallError::NotAllowed { library, command });
     }
-    if !shell.approve_install(&library, &argv).await {
+    let yes = match super::policy::install(policy, shell.present()) {
+        Some(true) => {
+            shell.progress(&format!(
+                "the tester's property test needs {library}; installing it (--yes): {command}"
+            ));
+            true
+        }
+        Some(false) => {
+            if !policy.dry_run {
+                shell.warn(&format!(
+                    "the tester's property test needs {library}, and no one is here to approve `{command}`; use --yes to install it"
+                ));
+            }
+            false
+        }
+        None => shell.ask_install(&library, &argv).await,
+    };
+    if !yes {
         return Err(InstallError::NotApproved { library, command });
     }
     shell.progress(&format!("installing {library}: {command}"));

@@ -25,4 +25,6 @@ pub struct Drive<'a> {
     pub record: Option<&'a StoreThread>,
     /// Receives the run's events as they happen (the editor's run view).
     pub events: Option<OnEvent<'a>>,
+    /// What a change, a held tool call and an install need before they happen.
+    pub policy: super::policy::Policy,
 }

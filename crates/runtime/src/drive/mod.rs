@@ -15,6 +15,7 @@ mod driver;
 mod lsp_check;
 mod map;
 mod observer;
+pub mod policy;
 mod recall;
 mod review_target;
 mod setup;
@@ -38,12 +39,13 @@ pub use checkpoint::{RecordedRun, RecordedRunError, recorded_run};
 pub use driver::Drive;
 use observer::Observer;
 pub use observer::OnEvent;
+pub use policy::Policy;
 pub use review_target::{ReviewDiffError, ReviewTarget, review_diff};
 pub use setup::{
     AgentError, ChosenAgent, ResumeError, choose_agent, new_run, new_run_id, recorded_store,
     reproduce_first, resume_point, run_settings, test_command,
 };
-pub use shell::{ApplyError, Shell, Verdict, review};
+pub use shell::{ApplyError, ChangeQuestion, Shell, Verdict, rebase, review};
 
 /// How many ranked files in a row may be too big for what is left of the context's budget
 /// before the rest are only named.
@@ -123,6 +125,8 @@ struct Going<'o> {
     map: map::RunMap,
     /// The latest answer's bytes that were not UTF-8.
     bad_bytes: Vec<String>,
+    /// The last change a dry run showed (with its review), the run's answer.
+    shown: Option<String>,
     /// The run's instruction files and skills (docs/instructions.md, docs/skills.md).
     instructions: crate::instructions::Tracker,
     /// The permission rules and hooks at the run's check points.
@@ -248,6 +252,7 @@ impl Drive<'_> {
             trail: recall::Trail::new(self),
             map,
             bad_bytes: Vec::new(),
+            shown: None,
             instructions,
             gate: crate::hooks::Gate::new(self.config, self.root),
             lsp,
@@ -411,9 +416,7 @@ impl Drive<'_> {
             }
             Effect::Locate(plan) => self.locate(&plan, shell).await,
             Effect::AskApproval { changes, diff } => {
-                g.trail.proposed(&diff);
-                self.approve(run, &changes, &diff, shell, (&mut g.observer, &g.gate))
-                    .await
+                self.approve(run, (&changes, &diff), shell, g).await
             }
             Effect::Apply(changes) => self.write(run, &changes, shell, g).await,
             Effect::DiffRun { files } => self.run_diff(&g.git, files).await,
@@ -421,12 +424,7 @@ impl Drive<'_> {
                 let tried = trial::try_tests(self.root, self.config, self.cancel, &plan).await;
                 self.unless_cancelled(Event::TestsTried(tried))
             }
-            Effect::DevDependency(library) => {
-                let ready =
-                    dev_dependency::ensure(self.root, self.config, self.cancel, &library, shell)
-                        .await;
-                self.unless_cancelled(Event::DevDependency(ready))
-            }
+            Effect::DevDependency(library) => self.dev_dependency(&library, shell).await,
             Effect::RunTests => self.whole_test_run(run, shell, g).await,
         };
         Next::Event(event)
@@ -572,6 +570,7 @@ impl Drive<'_> {
             mcp,
             mut map,
             lsp,
+            shown: going_shown,
             ..
         } = going;
         mcp.shutdown().await;
@@ -583,6 +582,11 @@ impl Drive<'_> {
             failure_kind = Some(FailureKind::Partial);
         }
         observer.finished(status, run, &answer);
+        // A dry run proposes: its answer is the change it would have written.
+        let (status, answer) = match going_shown {
+            Some(diff) => (RunStatus::Proposed, diff),
+            None => (status, answer),
+        };
         let tests = run.tests().map_or(TestCounts::default(), |t| TestCounts {
             passed: t.passed_count,
             failed: t.failed_count,
@@ -778,8 +782,13 @@ impl Drive<'_> {
         });
         let mut refused = Vec::with_capacity(calls.len());
         for call in &calls {
-            let why =
-                checks::call_allowed(&call.name, &call.arguments, shell, (observer, gate)).await;
+            let why = checks::call_allowed(
+                &call.name,
+                &call.arguments,
+                (shell, &self.policy),
+                (observer, gate),
+            )
+            .await;
             refused.push(why.map(Output::error));
             checks::tell(gate, shell, observer);
         }
@@ -943,14 +952,23 @@ impl Drive<'_> {
         }))
     }
 
+    /// The tester's property test needs `library` (installed only as the policy allows).
+    async fn dev_dependency(&self, library: &str, shell: &mut impl Shell) -> Event {
+        let (root, config, cancel) = (self.root, self.config, self.cancel);
+        let how = (shell, &self.policy);
+        let ready = dev_dependency::ensure(root, config, cancel, library, how).await;
+        self.unless_cancelled(Event::DevDependency(ready))
+    }
+
     async fn approve(
         &self,
         run: &Run,
-        changes: &[FileChange],
-        diff: &str,
+        (changes, diff): (&[FileChange], &str),
         shell: &mut impl Shell,
-        (observer, gate): (&mut Observer<'_>, &crate::hooks::Gate),
+        g: &mut Going<'_>,
     ) -> Event {
+        g.trail.proposed(diff);
+        let (observer, gate, shown) = (&mut g.observer, &g.gate, &mut g.shown);
         if self.cancel.is_cancelled() {
             return Event::Cancel;
         }
@@ -985,7 +1003,7 @@ impl Drive<'_> {
         let asked = !review.is_clean();
         gate.approval_needed(changes, asked).await;
         checks::tell(gate, shell, observer);
-        let verdict = shell.approve(changes, diff, &review).await;
+        let verdict = self.decide(changes, diff, &review, shell).await;
         observer.approval(run.iterations(), verdict == Verdict::Approved, changes);
         if self.cancel.is_cancelled() {
             return Event::Cancel;
@@ -993,20 +1011,89 @@ impl Drive<'_> {
         match verdict {
             Verdict::Approved => Event::Approved,
             Verdict::Rejected => Event::Rejected,
-            Verdict::Refused(why) => Event::Refused(why),
+            Verdict::Shown => {
+                *shown = Some(format!("{diff}{}", review.describe()));
+                Event::Rejected
+            }
+            Verdict::Refused(why) => {
+                shell.warn(&format!("the change was not applied: {why}"));
+                Event::Refused(why)
+            }
         }
     }
 
+    /// The approval policy's decision on a change (`policy::change`), and the questions it
+    /// puts to the user through the shell.
+    async fn decide(
+        &self,
+        changes: &[FileChange],
+        diff: &str,
+        review: &crate::trust::Review,
+        shell: &mut impl Shell,
+    ) -> Verdict {
+        let mut decision = policy::change(&self.policy, review, shell.present());
+        loop {
+            let question = |why| ChangeQuestion {
+                changes,
+                diff,
+                review,
+                why,
+            };
+            return match decision {
+                policy::Decision::Write => {
+                    shell.show_change(&question(policy::Asked::Approval), true);
+                    Verdict::Approved
+                }
+                policy::Decision::Refuse(why) => {
+                    shell.show_change(&question(policy::Asked::Approval), false);
+                    Verdict::Refused(why)
+                }
+                policy::Decision::Reject(why) => {
+                    shell.show_change(&question(policy::Asked::Approval), false);
+                    shell.warn(&why);
+                    Verdict::Rejected
+                }
+                policy::Decision::Show => {
+                    shell.show_change(&question(policy::Asked::Approval), false);
+                    Verdict::Shown
+                }
+                policy::Decision::Ask(why) => {
+                    if shell.ask_change(&question(why)).await {
+                        Verdict::Approved
+                    } else {
+                        Verdict::Rejected
+                    }
+                }
+                policy::Decision::Confirm { files, then } => {
+                    for (path, why) in &files {
+                        if !shell.confirm_protected(path, why).await {
+                            return Verdict::Refused(policy::not_confirmed(path, why));
+                        }
+                    }
+                    decision = *then;
+                    continue;
+                }
+            };
+        }
+    }
+
+    /// Writes an approved change through the shell, moved first onto the files' text now:
+    /// a change is never written over text it was not computed for (`edit::rebase`; a file
+    /// deleted meanwhile, or typing at the change's lines, makes it `Stale`).
     async fn apply(&self, run: &Run, changes: &[FileChange], shell: &mut impl Shell) -> Event {
         let task = run
             .current_task()
             .map(|t| format!("{} {}", t.id, t.title))
             .unwrap_or_default();
         shell.task(&task, run.iterations());
-        match shell.apply(changes).await {
+        shell.refresh().await;
+        let current = match rebase(changes, shell, &self.config.edit.limits()) {
+            Ok(c) => c,
+            Err(e) => return apply_error(e),
+        };
+        match shell.write(&current).await {
             Ok(()) => Event::Applied,
-            Err(ApplyError::Stale(e)) => Event::Stale(e),
-            Err(ApplyError::Failed(e)) => Event::ApplyFailed(e),
+            Err(e) => apply_error(e),
         }
     }
 
@@ -1238,6 +1325,13 @@ fn read_back(
             _ => None,
         })
         .collect()
+}
+
+fn apply_error(e: ApplyError) -> Event {
+    match e {
+        ApplyError::Stale(e) => Event::Stale(e),
+        ApplyError::Failed(e) => Event::ApplyFailed(e),
+    }
 }
 
 fn hand_in(run: &mut Run, input: Input) {

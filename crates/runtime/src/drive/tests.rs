@@ -420,22 +420,54 @@ async fn a_rejected_change_ends_the_run_with_nothing_applied() {
 
 #[tokio::test]
 async fn a_refused_change_proposed_again_stops_the_run() {
-    let ws = Workspace::new(&[(Role::Coder, FIX), (Role::Coder, FIX)]);
-    let mut shell = ws
-        .shell()
-        .tests([add_fails(-1)])
-        .verdicts([Verdict::Refused("it writes a protected file".into())]);
+    const WORKFLOW: &str =
+        ".github/workflows/ci.yml\n<<<<<<< SEARCH\n=======\nrun: echo hi\n>>>>>>> REPLACE\n";
+    let ws = Workspace::new(&[(Role::Coder, WORKFLOW), (Role::Coder, WORKFLOW)]);
+    // Nobody is there to confirm the protected file it writes: the policy refuses, and the
+    // model hears why.
+    let mut shell = ws.shell().tests([add_fails(-1)]).absent();
+    let outcome = ws.fix(&mut shell).await;
+
+    let (status, answer) = ended(&outcome);
+    assert_eq!(status, RunStatus::Failed);
+    assert!(
+        answer.starts_with("stopped: the model proposed again the change that was refused (it writes protected files (.github/workflows/ci.yml"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("no one is here to confirm them by name"),
+        "{answer}"
+    );
+    assert_eq!(outcome.iterations, 2);
+    // Nobody was asked; the user is told why nothing was written, each time.
+    let effects = shell.effects();
+    assert!(
+        effects.iter().all(|e| e == "run_tests"
+            || e.starts_with("warn: the change was not applied: it writes protected files")),
+        "{effects:?}"
+    );
+    assert!(!ws.root.join(".github/workflows/ci.yml").exists());
+}
+
+#[tokio::test]
+async fn a_change_nobody_can_approve_ends_the_run_unwritten() {
+    let ws = Workspace::new(&[(Role::Coder, FIX)]);
+    let mut shell = ws.shell().tests([add_fails(-1)]).absent();
     let outcome = ws.fix(&mut shell).await;
 
     assert_eq!(
         ended(&outcome),
         (
             RunStatus::Failed,
-            "stopped: the model proposed again the change that was refused (it writes a protected file)"
+            "the proposed change was rejected; nothing was applied"
         )
     );
-    assert_eq!(outcome.iterations, 2);
-    shown_not_applied(&shell, &ws);
+    let effects = shell.effects();
+    assert!(
+        effects[1].starts_with("warn: no one is here to approve the change"),
+        "{effects:?}"
+    );
+    assert_eq!(ws.read("calc.py"), CALC);
 }
 
 #[tokio::test]

@@ -110,6 +110,7 @@ impl Workspace {
             on_token: None,
             record: Some(&store),
             events: Some(&on_event),
+            policy: crate::drive::Policy::new(config.agent.approval),
         };
         let mut run = new_run(config, goal);
         let outcome = driver.run(&mut run, shell, "run_test0001".into()).await;

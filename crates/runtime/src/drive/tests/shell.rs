@@ -7,9 +7,8 @@ use std::path::PathBuf;
 
 use tokio_util::sync::CancellationToken;
 
-use super::super::{ApplyError, Shell, Verdict};
+use super::super::{ApplyError, ChangeQuestion, Shell, Verdict};
 use crate::tests_run::{Failure, Format, Location, RunEnd, RunError, RunResult, TestCommand};
-use crate::trust::Review;
 use agent_ls_core::agent::review::ReviewResult;
 use agent_ls_core::edit::{FileChange, FileText};
 
@@ -56,6 +55,8 @@ pub(super) struct TestShell {
     cancel: Option<CancelWhen>,
     /// How many files the loop read through the shell.
     reads: std::cell::Cell<usize>,
+    /// Whether someone answers questions (else the policy refuses what needs one).
+    present: bool,
 }
 
 impl TestShell {
@@ -68,7 +69,14 @@ impl TestShell {
             tests: VecDeque::new(),
             cancel: None,
             reads: std::cell::Cell::new(0),
+            present: true,
         }
+    }
+
+    /// Nobody is there to answer.
+    pub(super) fn absent(mut self) -> Self {
+        self.present = false;
+        self
     }
 
     /// How many files the loop has read through the shell.
@@ -152,14 +160,25 @@ impl Shell for TestShell {
         crate::files::read_for_plan(&self.root, relative)
     }
 
-    async fn approve(&mut self, changes: &[FileChange], _diff: &str, _review: &Review) -> Verdict {
-        self.record(Call::Approve {
-            files: paths(changes),
-        });
-        self.verdicts.pop_front().unwrap_or(Verdict::Approved)
+    fn present(&self) -> bool {
+        self.present
     }
 
-    async fn apply(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
+    async fn ask_change(&mut self, question: &ChangeQuestion<'_>) -> bool {
+        self.record(Call::Approve {
+            files: paths(question.changes),
+        });
+        self.verdicts.pop_front().unwrap_or(Verdict::Approved) == Verdict::Approved
+    }
+
+    async fn confirm_protected(&mut self, path: &str, _why: &str) -> bool {
+        self.record(Call::Approve {
+            files: vec![path.to_string()],
+        });
+        self.verdicts.pop_front().unwrap_or(Verdict::Approved) == Verdict::Approved
+    }
+
+    async fn write(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
         self.record(Call::Apply {
             files: paths(changes),
         });
