@@ -1,11 +1,108 @@
 //! Each role's messages, built from a run: the system prompt (the role's text, or the run's
 //! agent's own), the fixed context (goal, task, failures, memory, the files within the first
-//! prompt's budget) and what the role must hear this turn. Pure: the texts come from
-//! `prompts`, the files from the run's context.
+//! prompt's budget) and what the role must hear this turn. A phase names the model call it
+//! wants (`Call`); `call` writes it from the run once the step is over, so the driver hands
+//! in the files the prompt shows only for a step that calls a model. Pure: the texts come
+//! from `prompts`, the files from the run's context.
 
 use super::AgentKind;
-use super::run::Run;
-use crate::conversation::Message;
+use super::run::{Effect, Phase, Run};
+use crate::conversation::{Message, Role};
+
+/// A model call a phase asks for; its messages are written from the run by `call`.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Call {
+    /// The next call of the phase's model turn (the coder's, the planner's, a Markdown
+    /// answer's or the reviewer's): its prompt, then the tool calls and results so far.
+    Turn,
+    /// The planner again, told why its plan could not be read.
+    PlanAgain(String),
+    Intent,
+    Reflector,
+    Evaluator,
+    /// The summariser, on the turn's tool rounds so far.
+    Summarizer,
+    /// The tester, with what it heard so far, then these messages (a repair request).
+    Tester(Vec<Message>),
+}
+
+/// The model call `call`, written from the run as it is now.
+pub(super) fn call(run: &Run, call: &Call) -> Effect {
+    let (role, messages) = match call {
+        Call::Turn => return turn_call(run),
+        Call::PlanAgain(e) => (Role::Planner, plan_again(run, e)),
+        Call::Intent => (Role::Intent, intent(run)),
+        Call::Reflector => (Role::Reflector, reflect(run)),
+        Call::Evaluator => (Role::Evaluator, evaluate(run)),
+        Call::Summarizer => (Role::Summarizer, summarize(run)),
+        Call::Tester(extra) => (Role::Tester, tester(run, extra)),
+    };
+    Effect::CallModel {
+        role,
+        messages,
+        tools: Vec::new(),
+    }
+}
+
+/// The model's next call within its turn (the coder's, the planner's, a Markdown answer's
+/// or the reviewer's): its prompt, then the tool calls and results so far, with the tools
+/// its phase allows while it has tool steps left.
+fn turn_call(run: &Run) -> Effect {
+    let agent = run.agent();
+    let (role, (mut messages, shown), tools) = match run.phase {
+        Phase::Planning => (Role::Planner, plan(run, None), agent.reading_tools()),
+        Phase::Explaining => (Role::Coder, explain(run), agent.reading_tools()),
+        Phase::Reviewing => (
+            Role::Reviewer,
+            (review(run), Vec::new()),
+            agent.reading_tools(),
+        ),
+        _ => (Role::Coder, code(run), agent.tools.clone()),
+    };
+    messages.extend(run.turn.messages().iter().cloned());
+    // Each file's lines once: an earlier copy the turn read again becomes a pointer.
+    let messages = super::context::lean(messages, &shown);
+    Effect::CallModel {
+        role,
+        messages,
+        tools: if run.turn.tool_steps() < run.budget().max_tool_steps {
+            tools
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// The planner's prompt and turn once more, then why its plan could not be read.
+fn plan_again(run: &Run, error: &str) -> Vec<Message> {
+    let (mut messages, shown) = plan(run, None);
+    messages.extend(run.turn.messages().iter().cloned());
+    let mut messages = super::context::lean(messages, &shown);
+    messages.push(Message::user(format!(
+        "Your plan could not be read ({error}). Answer with the JSON only."
+    )));
+    messages
+}
+
+/// The tester's prompt: its mode, the goal, the change a regression test is for, the files,
+/// what it heard so far; then `extra`.
+fn tester(run: &Run, extra: &[Message]) -> Vec<Message> {
+    let (mode, change, feedback) = run
+        .reproducing
+        .work()
+        .map_or((super::tester::Mode::Reproduce, "", &[][..]), |w| {
+            (w.mode, w.change.as_str(), w.feedback.as_slice())
+        });
+    let (files, _) = fixed_context(run, &[], 0);
+    let mut messages = super::tester::prompt(
+        run.prompts.get("tester"),
+        (mode, &run.goal, change),
+        &files,
+        feedback,
+    );
+    messages.extend(extra.iter().cloned());
+    messages
+}
 
 /// The system prompt of the run's agent for the coder's turn.
 fn coder_system(run: &Run) -> String {
@@ -24,7 +121,7 @@ fn with_instructions(run: &Run, system: &str) -> String {
 /// The coder's prompt: the system prompt, then the fixed context (goal, task, failures, the
 /// context within the first prompt's budget), then what it must hear this turn (refusals,
 /// failures, advice). With the files it shows whole, for `context::lean`.
-pub(super) fn code(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
+fn code(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
     let system = coder_system(run);
     let mut user = format!("Goal: {}\n\n", run.goal);
     if run.tasks.len() > 1
@@ -67,7 +164,7 @@ pub(super) fn code(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
 /// "Files:" and the context, within what is left of the first prompt's budget after `used`
 /// bytes when the turn has tools to read the rest with (without tools, the runtime's
 /// agent.context_bytes is the only limit), and the files it shows whole.
-pub(super) fn fixed_context<'r>(
+fn fixed_context<'r>(
     run: &'r Run,
     tools: &[String],
     used: usize,
@@ -86,7 +183,7 @@ pub(super) fn fixed_context<'r>(
     (format!("{HEAD}{}\n", rendered.text), rendered.files)
 }
 
-pub(super) fn reflect(run: &Run) -> Vec<Message> {
+fn reflect(run: &Run) -> Vec<Message> {
     let report = run.tests.as_ref().map(|t| t.report.as_str()).unwrap_or("");
     vec![
         Message::system(run.prompts.get("reflector")),
@@ -101,7 +198,7 @@ pub(super) fn reflect(run: &Run) -> Vec<Message> {
 }
 
 /// An answer in Markdown: an explanation, or the plan or review agent's answer.
-pub(super) fn explain(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
+fn explain(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
     let system = match (&run.agent().prompt, run.agent().kind) {
         (Some(p), _) => p.clone(),
         (None, AgentKind::Plan) => run.prompts.get("plan").to_string(),
@@ -121,7 +218,7 @@ pub(super) fn explain(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
 }
 
 /// The summariser's prompt: the turn's tool calls and results so far, to be condensed.
-pub(super) fn summarize(run: &Run) -> Vec<Message> {
+fn summarize(run: &Run) -> Vec<Message> {
     let mut transcript = String::new();
     for m in run.turn.messages() {
         for c in &m.tool_calls {
@@ -141,7 +238,7 @@ pub(super) fn summarize(run: &Run) -> Vec<Message> {
     ]
 }
 
-pub(super) fn intent(run: &Run) -> Vec<Message> {
+fn intent(run: &Run) -> Vec<Message> {
     vec![
         Message::system(run.prompts.get("intent")),
         Message::user(run.goal.clone()),
@@ -168,7 +265,7 @@ pub(super) fn plan<'r>(
     (messages, shown)
 }
 
-pub(super) fn evaluate(run: &Run) -> Vec<Message> {
+fn evaluate(run: &Run) -> Vec<Message> {
     vec![
         Message::system(run.prompts.get("evaluator")),
         Message::user(format!(
@@ -190,7 +287,7 @@ fn tests_line(t: &super::TestSummary) -> String {
 }
 
 /// The reviewer's prompt: the run's diff under review, the goal and the test result.
-pub(super) fn review(run: &Run) -> Vec<Message> {
+fn review(run: &Run) -> Vec<Message> {
     let tests = run.tests.as_ref().map_or("not run".to_string(), tests_line);
     let diff = run.reviewing.diff();
     super::review::prompt(run.prompts.get("reviewer"), &run.goal, &tests, diff)

@@ -6,22 +6,33 @@
 //! `tracing`, whose subscriber the runtime installs. No clocks, no LSP types.
 //!
 //! This file only names the parts. `run.rs` has the values (`Run`, `Event`, `Effect`,
-//! `Settings`); `phases.rs` has `step` and dispatches an event to its phase. Each phase with
-//! state of its own is a folder whose `state.rs` holds that state, private to the folder:
-//! `turn/` (a model's turn: its tool rounds, the parse retry), `change/` (locating,
-//! approving, applying a proposal), `reviewing/`, `reproduce/` (the tester), `evaluate/` (the
-//! evaluator and the run's end answer). `steps.rs` holds the steps they share (calling the
-//! coder, retrying, failing, finishing); `messages.rs` builds each role's messages from a
-//! run. The files form no cycle (`scripts/check-cycles`): `phases` -> `change` ->
-//! `reproduce` -> `reviewing` -> `evaluate` -> `steps` -> `turn` -> `messages` -> `run`.
+//! `Settings`). Each phase is a function that takes the run and an event and returns where
+//! the run goes (`next.rs`: `Next`, the effects and a successor `To`): `coding.rs` has the
+//! coding loop's own phases (the start, classifying, planning, explaining, coding, testing,
+//! reflecting); a phase with state of its own is a folder whose `state.rs` holds that state,
+//! private to the folder: `turn/` (a model's turn: its tool rounds, the parse retry),
+//! `change/` (locating, approving, applying a proposal), `reviewing/`, `reproduce/` (the
+//! tester), `evaluate/` (the evaluator and the run's end answer). `flow.rs` is the one
+//! dispatcher: `step` hands the event to its phase and applies the successor; it alone sets
+//! `Run::phase`, and it alone goes from one part to another (a phase names `To::Locate`,
+//! `To::Review`, ..., never calls another phase). `steps.rs` holds the steps any phase may
+//! lead to (calling the coder, retrying within the budgets); `messages.rs` writes each
+//! model call (`Call`) from the run, after the step, so the driver knows from
+//! `advance` whether to hand in the files first. The files form no cycle
+//! (`scripts/check-cycles`, which counts a name taken through a re-export as the
+//! re-exporting file's): `flow` -> the phases (`coding`, `change`, `reproduce`,
+//! `reviewing`, `evaluate`, `turn`) and `steps` -> `next` -> `messages` -> `run` -> each
+//! phase's `state.rs`.
 
 pub mod agents;
 mod change;
+mod coding;
 pub mod context;
 mod evaluate;
+mod flow;
 mod goal;
 mod messages;
-mod phases;
+mod next;
 pub mod prompts;
 mod reproduce;
 pub mod review;
@@ -33,8 +44,8 @@ mod turn;
 pub mod window;
 
 pub use agents::{AgentKind, AgentProfile};
+pub use flow::{Stepped, advance, resume, start_review, step};
 pub use goal::{Intent, Route, Task, classify, command_line, needs_plan, one_line, route};
-pub use phases::{resume, start_review, step};
 pub use run::{
     Budget, Effect, Evaluation, Event, FailureKind, Input, Phase, Run, RunStatus, Settings,
     TestSummary,

@@ -1,15 +1,17 @@
 //! The loop's values: what a run is given (`Settings`), its phases, the events the runtime
 //! feeds in and the effects it performs, and `Run`, everything the loop knows. Nothing here
-//! decides: the phases' modules do, through `phases::step`.
+//! decides: the phases' modules do, and `flow::step` moves the run between them. Each
+//! phase's own state is named from its `state.rs`, not through the phase's module, which
+//! depends on these values.
 
 use serde::{Deserialize, Serialize};
 
-use super::change::Change;
-use super::evaluate::Ending;
+use super::change::state::Change;
+use super::evaluate::state::Ending;
 use super::goal::{Intent, Task};
-use super::reproduce::Tester;
-use super::reviewing::Reviewer;
-use super::turn::Turn;
+use super::reproduce::state::Tester;
+use super::reviewing::state::Reviewer;
+use super::turn::state::Turn;
 use super::{AgentProfile, context, prompts, review, tester};
 use crate::conversation::Role;
 use crate::edit::{EditPlan, FileChange, PlanOutcome};

@@ -1,57 +1,50 @@
-//! The steps every phase shares: asking the coder for a change, trying again within the
-//! budgets, and ending the run (failed, or with any final phase). A phase's own module
-//! decides when; these say how, in one place.
+//! The steps every phase may lead to: asking the coder for a change, and trying again within
+//! the budgets. A phase names them as its successor (`To::Code`, `To::Coder`, `To::Retry`);
+//! `flow.rs` takes them, and the run's phase changes there.
 
-use super::{Effect, Phase, Run, turn};
-use crate::conversation::Role;
+use super::next::{Next, Retry, To};
+use super::{Effect, Phase, Run};
 
 /// The coder is asked for a change (a new iteration).
-pub(super) fn code(run: &mut Run) -> Vec<Effect> {
-    vec![
-        Effect::Progress("asking the model for a change".into()),
-        call_coder(run),
-    ]
+pub(super) fn code() -> Next {
+    Next::new(
+        vec![Effect::Progress("asking the model for a change".into())],
+        To::Coder,
+    )
 }
 
-/// The coder's call of a new iteration, with a turn of its own.
-pub(super) fn call_coder(run: &mut Run) -> Effect {
-    run.phase = Phase::Coding;
+/// The coder's call of a new iteration, with a turn of its own (each turn reads afresh: the
+/// files that matter now are in its prompt).
+pub(super) fn call_coder(run: &mut Run) -> Next {
     run.iterations += 1;
-    // Each turn reads afresh: the files that matter now are in its prompt.
-    run.turn.begin();
-    turn::continue_call(run)
-}
-
-/// The coder is asked again within the same iteration (to fix what the language server
-/// found in its edit): no iteration and no retry is spent.
-pub(super) fn call_coder_again(run: &mut Run) -> Effect {
-    run.phase = Phase::Coding;
-    run.turn.begin();
-    turn::continue_call(run)
+    Next::to(To::NewTurn(Phase::Coding))
 }
 
 /// Another attempt at the current task, because of `why`, unless the retries or the
-/// iterations are spent (then the run fails); a warning once 80% of the iterations are used.
-pub(super) fn retry_or_stop(run: &mut Run, why: &str) -> Vec<Effect> {
+/// iterations are spent (then the run fails, its answer followed by `report` when there is
+/// one); a warning once 80% of the iterations are used.
+pub(super) fn retry_or_stop(run: &mut Run, retry: Retry) -> Next {
+    let Retry { why, report } = retry;
     let budget = run.settings.budget;
     run.retries += 1;
-    if run.retries > budget.max_retries {
-        return fail(
-            run,
-            format!(
-                "stopped after {} retries (agent.max_retries): {why}",
-                budget.max_retries
-            ),
-        );
-    }
-    if run.iterations >= budget.max_iterations {
-        return fail(
-            run,
-            format!(
-                "stopped at the iteration budget ({} iterations, agent.max_iterations): {why}",
-                budget.max_iterations
-            ),
-        );
+    let stopped = if run.retries > budget.max_retries {
+        Some(format!(
+            "stopped after {} retries (agent.max_retries): {why}",
+            budget.max_retries
+        ))
+    } else if run.iterations >= budget.max_iterations {
+        Some(format!(
+            "stopped at the iteration budget ({} iterations, agent.max_iterations): {why}",
+            budget.max_iterations
+        ))
+    } else {
+        None
+    };
+    if let Some(answer) = stopped {
+        return Next::fail(match report {
+            Some(report) => format!("{answer}\n{report}"),
+            None => answer,
+        });
     }
     let mut effects = Vec::new();
     if !run.warned_budget && (run.iterations + 1) * 5 >= budget.max_iterations * 4 {
@@ -66,22 +59,5 @@ pub(super) fn retry_or_stop(run: &mut Run, why: &str) -> Vec<Effect> {
         "{why}; trying again (retry {} of {})",
         run.retries, budget.max_retries
     )));
-    effects.push(call_coder(run));
-    effects
-}
-
-/// A model call the run cannot go on without failed.
-pub(super) fn model_failed(run: &mut Run, role: Role, error: String) -> Vec<Effect> {
-    fail(run, format!("the {} model failed: {error}", role.as_str()))
-}
-
-/// The run ends failed, with `answer` saying why.
-pub(super) fn fail(run: &mut Run, answer: String) -> Vec<Effect> {
-    finish(run, Phase::Failed, answer)
-}
-
-/// The run ends in `status` (a final phase) with `answer`, what the user reads.
-pub(super) fn finish(run: &mut Run, status: Phase, answer: String) -> Vec<Effect> {
-    run.phase = status;
-    vec![Effect::Finish { status, answer }]
+    Next::new(effects, To::Coder)
 }

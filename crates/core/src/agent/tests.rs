@@ -1527,3 +1527,36 @@ fn errors_the_coder_cannot_fix_let_the_tests_run_after_three_rounds() {
         assert_eq!(tests, round == 3, "round {round}: {e:?}");
     }
 }
+
+/// `advance` is `step` in two halves: the transition at once, with whether it ends in a model
+/// call, and the call written from the run when its effects are asked for, so the files the
+/// driver hands in between show in the prompt, just as when handed in before `step`.
+#[test]
+fn advance_says_whether_a_step_calls_a_model_and_writes_the_call_last() {
+    let files = || Input::Context("calc.py: handed in after the transition".to_string().into());
+    let mut run = made("fix the failing tests", Some(Intent::Fix), budget(3, 15));
+    let started = advance(&mut run, Event::Start);
+    assert!(!started.calls_model(), "the baseline runs the tests");
+    assert!(matches!(
+        started.effects(&run).as_slice(),
+        [Effect::Progress(_), Effect::RunTests]
+    ));
+    let mut whole = run.clone();
+    let stepped = advance(&mut run, Event::TestsFinished(failing("a")));
+    assert!(stepped.calls_model(), "the coder is asked");
+    assert_eq!(
+        run.phase(),
+        Phase::Coding,
+        "the transition is taken already"
+    );
+    assert!(step(&mut run, Event::Input(files())).is_empty());
+    let e = stepped.effects(&run);
+    assert!(
+        coder_call(&e)[1]
+            .content
+            .contains("handed in after the transition"),
+        "{e:?}"
+    );
+    assert!(step(&mut whole, Event::Input(files())).is_empty());
+    assert_eq!(step(&mut whole, Event::TestsFinished(failing("a"))), e);
+}

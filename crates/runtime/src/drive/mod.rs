@@ -3,10 +3,10 @@
 //! approval, applying, tests and progress reach the user) differs, so the loops cannot drift
 //! apart. Each effect is performed by one method that returns the event it produced; what the
 //! run reads besides (its prompts, context and memory) is handed in as `Event::Input`, so the
-//! driver changes a run only through `agent::step`. The journal and the store watch the run
-//! from one `Observer` (`observer.rs`); a run is set up by `setup.rs`; what a front end
-//! provides is its `Shell` (`shell.rs`), and `Drive` itself is `driver.rs`. None of those
-//! files uses this one: it is the top of the driver.
+//! driver changes a run only through `agent::step` (or its two halves, `agent::advance`). The
+//! journal and the store watch the run from one `Observer` (`observer.rs`); a run is set up by
+//! `setup.rs`; what a front end provides is its `Shell` (`shell.rs`), and `Drive` itself is
+//! `driver.rs`. None of those files uses this one: it is the top of the driver.
 
 mod checkpoint;
 mod checks;
@@ -237,7 +237,7 @@ impl Drive<'_> {
             self.errors_before(&goal_files, &mut lsp, shell, &mut observer);
         }
         let t = Instant::now();
-        let context = self.context(run, None, shell, &mut map);
+        let context = self.context(run, shell, &mut map);
         hand_in(run, Input::Context(lsp.with_before(context)));
         map.phases.context_ms = t.elapsed().as_millis() as u64;
         Going {
@@ -322,39 +322,27 @@ impl Drive<'_> {
             };
             shell.refresh().await;
             // Only a step that asks a model reads the context, and building it ranks the
-            // whole repo map (half a second on 20,000 files): the step after the last answer,
-            // or one that runs the tests, is taken without it.
-            let mut probe = run.clone();
-            let effects = agent::step(&mut probe, event.clone());
-            if !effects
-                .iter()
-                .any(|e| matches!(e, Effect::CallModel { .. }))
-            {
-                *run = probe;
-                queue.extend(effects);
-                going.observer.phase(run);
-                continue;
-            }
-            // A test result is not the run's until `step` takes it, but the prompt that step
-            // builds must already show the files it names (the failing test above all).
-            let latest = match &event {
-                Event::TestsFinished(t) => Some(t.report.clone()),
-                _ => None,
-            };
-            let context = self.context(run, latest.as_deref(), shell, &mut going.map);
-            // The errors before the first edit, if they came meanwhile (never waited for).
-            let (lsp, observer) = (&mut going.lsp, &mut going.observer);
-            self.catch_up(lsp, false, shell, observer).await;
-            hand_in(run, Input::Context(going.lsp.with_before(context)));
-            if let Some(told) = going.instructions.update(run.files_changed()) {
-                if let Some(cut) = &told.joined.cut {
-                    shell.warn(cut);
+            // whole repo map (half a second on 20,000 files): the core writes a step's model
+            // call last, from the run as the step left it, so the context is gathered and
+            // handed in only when `advance` says the step calls a model. The run holds the
+            // step's test result by then, so the prompt shows the files the failures name.
+            let stepped = agent::advance(run, event);
+            if stepped.calls_model() {
+                let context = self.context(run, shell, &mut going.map);
+                // The errors before the first edit, if they came meanwhile (never waited for).
+                let (lsp, observer) = (&mut going.lsp, &mut going.observer);
+                self.catch_up(lsp, false, shell, observer).await;
+                hand_in(run, Input::Context(going.lsp.with_before(context)));
+                if let Some(told) = going.instructions.update(run.files_changed()) {
+                    if let Some(cut) = &told.joined.cut {
+                        shell.warn(cut);
+                    }
+                    let (files, cut) = (told.joined.used, told.joined.cut);
+                    going.observer.record(RunEvent::Instructions { files, cut });
+                    hand_in(run, Input::Instructions(told.text));
                 }
-                let (files, cut) = (told.joined.used, told.joined.cut);
-                going.observer.record(RunEvent::Instructions { files, cut });
-                hand_in(run, Input::Instructions(told.text));
             }
-            queue.extend(agent::step(run, event));
+            queue.extend(stepped.effects(run));
             going.observer.phase(run);
         }
         (
@@ -1140,17 +1128,16 @@ impl Drive<'_> {
             }
         }
     }
-    /// What the coder sees now, gathered before every step: the files the goal names, those
-    /// the failures point at (of `latest`, the test report about to be recorded, else the
-    /// run's last), then the rest of the project's small text files, within the byte budget.
+    /// What the coder sees now, gathered before every model call: the files the goal names,
+    /// those the run's last test report points at, then the rest of the project's small text
+    /// files, within the byte budget.
     fn context(
         &self,
         run: &Run,
-        latest: Option<&str>,
         shell: &impl Shell,
         run_map: &mut map::RunMap,
     ) -> agent::context::Context {
-        let report = latest.or(run.tests().map(|t| t.report.as_str()));
+        let report = run.tests().map(|t| t.report.as_str());
         let mut wanted = self.named_files(run.goal(), report);
         // The repo map, ranked toward the files above and the names the goal and the failure
         // mention; then the best-ranked files in full while the budget lasts, then the rest.

@@ -196,15 +196,23 @@ mod linux {
     }
 }
 
+/// Why a workspace is not watched where inotify is not there.
+#[cfg(not(target_os = "linux"))]
+#[derive(Debug, thiserror::Error)]
+enum Unwatched {
+    #[error("watching is built for Linux only")]
+    NotLinux,
+}
+
 #[cfg(not(target_os = "linux"))]
 impl Armed {
-    fn new(_: &Path) -> Result<Armed, &'static str> {
-        Err("watching is built for Linux only")
+    fn new(_: &Path) -> Result<Armed, Unwatched> {
+        Err(Unwatched::NotLinux)
     }
-    fn add_dirs(&mut self, _: &Path) -> Result<(), &'static str> {
+    fn add_dirs(&mut self, _: &Path) -> Result<(), Unwatched> {
         Ok(())
     }
-    fn read(&mut self) -> Result<Changes, &'static str> {
+    fn read(&mut self) -> Result<Changes, Unwatched> {
         Ok(Changes::Walk)
     }
 }

@@ -214,8 +214,18 @@ fn own_folders() -> Vec<PathBuf> {
         .collect()
 }
 
-/// The Landlock ABI this kernel offers: `Err` says why there is none.
-pub fn landlock_abi() -> Result<i32, &'static str> {
+/// Why this kernel offers no Landlock ABI: commands confined with it cannot run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NoLandlock {
+    /// The kernel has Landlock, but it is not among the enabled security modules (`lsm=`).
+    #[error("Landlock is built into this kernel but not enabled")]
+    Disabled,
+    #[error("this kernel has no Landlock")]
+    Missing,
+}
+
+/// The Landlock ABI this kernel offers, or why there is none.
+pub fn landlock_abi() -> Result<i32, NoLandlock> {
     // The landlock crate keeps its own probe private, and this is one system call with no
     // pointer read: LANDLOCK_CREATE_RULESET_VERSION (1) with no attributes returns the ABI.
     // SAFETY: a null attribute pointer with size 0 is the documented form of this query.
@@ -230,9 +240,9 @@ pub fn landlock_abi() -> Result<i32, &'static str> {
     if v >= 1 {
         Ok(v as i32)
     } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP) {
-        Err("Landlock is built into this kernel but not enabled")
+        Err(NoLandlock::Disabled)
     } else {
-        Err("this kernel has no Landlock")
+        Err(NoLandlock::Missing)
     }
 }
 

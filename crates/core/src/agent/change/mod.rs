@@ -2,30 +2,31 @@
 //! shown for approval (`Approving`), applied (`Applying`), then tested. `Change` is that
 //! way's own state: the proposal, what was refused and why (the same change again ends the
 //! run), the change waiting for approval, and each applied change, to see edits alternate.
+//! Each function returns where the run goes (`Next`); `flow.rs` moves it.
 
-mod state;
+pub(super) mod state;
 mod undo;
 
+#[cfg(test)]
 pub(super) use state::Change;
 
-use super::steps::{call_coder_again, fail, retry_or_stop};
-use super::{Effect, Event, Phase, Run, reproduce};
+use super::next::{Next, To};
+use super::{Effect, Event, Phase, Run};
 use crate::edit::{EditPlan, EditStatus, FileChange, PlanOutcome, elision, verify};
 
 /// The coder's readable edits: located, unless they are the very edits refused before.
-pub(super) fn locate(run: &mut Run, plan: EditPlan) -> Vec<Effect> {
+pub(super) fn locate(run: &mut Run, plan: EditPlan) -> Next {
     // Asking, locating or applying them again would only repeat the refusal until the
     // budget is spent.
     let hash = plan_hash(&plan);
     if let Some(why) = run.change.refusal(hash) {
         let answer =
             format!("stopped: the model proposed again the change that was refused ({why})");
-        return fail(run, answer);
+        return Next::fail(answer);
     }
     run.change.proposal = hash;
     run.change.replaces = replaces_of(&plan);
-    run.phase = Phase::Locating;
-    vec![Effect::Locate(plan)]
+    Next::enter(Phase::Locating, vec![Effect::Locate(plan)])
 }
 
 /// Each edit's normalised path, SEARCH and REPLACE (a whole file's content with no SEARCH).
@@ -45,9 +46,9 @@ fn replaces_of(plan: &EditPlan) -> Vec<(String, String, String)> {
 
 /// The located edits: shown for approval, or, when some did not apply, sent back to the
 /// coder with the reasons.
-pub(super) fn on_locating(run: &mut Run, event: Event) -> Vec<Effect> {
+pub(super) fn on_locating(run: &mut Run, event: Event) -> Next {
     let Event::Located(outcome) = event else {
-        return Vec::new();
+        return Next::stay(Vec::new());
     };
     if !outcome.all_applied() || outcome.changes.is_empty() {
         return not_located(run, &outcome);
@@ -63,32 +64,34 @@ pub(super) fn on_locating(run: &mut Run, event: Event) -> Vec<Effect> {
     if let Some(why) = run.change.refusal(diff_hash(&outcome.changes)) {
         let answer =
             format!("stopped: the model proposed again the change that was refused ({why})");
-        return fail(run, answer);
+        return Next::fail(answer);
     }
     let diff = outcome.unified_diff();
     run.change.pending = outcome.changes;
-    run.phase = Phase::Approving;
     // The status shows what the run waits for, not the step before it.
     let files: Vec<&str> = run.change.pending.iter().map(|c| c.path.as_str()).collect();
-    vec![
+    let effects = vec![
         Effect::Progress(format!("proposing a change to {}", files.join(", "))),
         Effect::AskApproval {
             changes: run.change.pending.clone(),
             diff,
         },
-    ]
+    ];
+    Next::enter(Phase::Approving, effects)
 }
 
 /// A plan with nothing to approve: every edit already in place (the tests are next), or
 /// some refused (none is applied, and the coder hears why).
-fn not_located(run: &mut Run, outcome: &PlanOutcome) -> Vec<Effect> {
+fn not_located(run: &mut Run, outcome: &PlanOutcome) -> Next {
     if outcome.all_applied() {
         // Everything was already there: nothing to change, so check the tests.
-        run.phase = Phase::Testing;
-        return vec![
-            Effect::Progress("the edits are already in place; running the tests".into()),
-            Effect::RunTests,
-        ];
+        return Next::enter(
+            Phase::Testing,
+            vec![
+                Effect::Progress("the edits are already in place; running the tests".into()),
+                Effect::RunTests,
+            ],
+        );
     }
     let why: Vec<String> = outcome
         .refused()
@@ -109,12 +112,11 @@ fn not_located(run: &mut Run, outcome: &PlanOutcome) -> Vec<Effect> {
          (the same edits again end the run):\n{}",
         outcome.refusal_report()
     ));
-    let mut effects = vec![Effect::Repair {
+    let repair = Effect::Repair {
         class: repair_class(&reason),
         reason,
-    }];
-    effects.extend(retry_or_stop(run, "the proposed edits did not apply"));
-    effects
+    };
+    Next::retry("the proposed edits did not apply").after(vec![repair])
 }
 
 /// The class of a refused edit, by its reason, for the journal and `agent-ls stats`.
@@ -183,23 +185,19 @@ fn asks_removal(goal: &str) -> bool {
 }
 
 /// An elided change: nothing is written, and the coder is asked for the lines in full.
-fn elided(run: &mut Run, why: String) -> Vec<Effect> {
+fn elided(run: &mut Run, why: String) -> Next {
     refuse(run, "elision", why)
 }
 
 /// A located change refused before any write, as a repair of `class`: the coder hears why.
-fn refuse(run: &mut Run, class: &'static str, why: String) -> Vec<Effect> {
+fn refuse(run: &mut Run, class: &'static str, why: String) -> Next {
     let proposal = run.change.proposal;
     run.change.refused.push((proposal, why.clone()));
     run.feedback.push(format!(
         "The change was not applied: {why}. Nothing was written (the same edits again end the run)."
     ));
-    let mut effects = vec![Effect::Repair { class, reason: why }];
-    effects.extend(retry_or_stop(
-        run,
-        "the change was refused before any write",
-    ));
-    effects
+    Next::retry("the change was refused before any write")
+        .after(vec![Effect::Repair { class, reason: why }])
 }
 
 /// Why a change may not be written because the answer held bytes that are not UTF-8: each
@@ -227,13 +225,14 @@ fn not_utf8(run: &mut Run, outcome: &PlanOutcome) -> Option<String> {
     ))
 }
 
-/// The user's (or the approval policy's) answer to the proposed change.
-pub(super) fn on_approving(run: &mut Run, event: Event) -> Vec<Effect> {
+/// The user's (or the approval policy's) answer to the proposed change. (A rejected tester's
+/// test is the tester's: `flow.rs` hands it `reproduce::on_rejected` first.)
+pub(super) fn on_approving(run: &mut Run, event: Event) -> Next {
     match event {
-        Event::Approved => {
-            run.phase = Phase::Applying;
-            vec![Effect::Apply(run.change.pending.clone())]
-        }
+        Event::Approved => Next::enter(
+            Phase::Applying,
+            vec![Effect::Apply(run.change.pending.clone())],
+        ),
         Event::Refused(why) => {
             let change = &mut run.change;
             change
@@ -245,40 +244,42 @@ pub(super) fn on_approving(run: &mut Run, event: Event) -> Vec<Effect> {
                 "The change was not applied: {why}. Make the change again without that \
                  (the same change again ends the run)."
             ));
-            retry_or_stop(run, "the change was refused")
+            Next::retry("the change was refused")
         }
-        Event::Rejected => reproduce::test_rejected(run).unwrap_or_else(|| {
-            fail(
-                run,
-                "the proposed change was rejected; nothing was applied".into(),
-            )
-        }),
-        _ => Vec::new(),
+        Event::Rejected => {
+            Next::fail("the proposed change was rejected; nothing was applied".into())
+        }
+        _ => Next::stay(Vec::new()),
     }
 }
 
 /// The change reached the files (the tests are next, unless the language server found
 /// errors it introduced), failed, or met text that moved on.
-pub(super) fn on_applying(run: &mut Run, event: Event) -> Vec<Effect> {
+pub(super) fn on_applying(run: &mut Run, event: Event) -> Next {
     match event {
         Event::Applied => on_applied(run, None),
         Event::AppliedWithErrors(report) => on_applied(run, Some(report)),
-        Event::ApplyFailed(why) => fail(run, format!("the change could not be applied: {why}")),
+        Event::ApplyFailed(why) => Next::fail(format!("the change could not be applied: {why}")),
         Event::Stale(why) => {
             run.change.pending.clear();
             run.change.undoing = None;
             run.feedback.push(format!(
                 "{why}. The files below are the current text; make the change again against it."
             ));
-            retry_or_stop(run, "the file changed while the change was prepared")
+            Next::retry("the file changed while the change was prepared")
         }
-        _ => Vec::new(),
+        _ => Next::stay(Vec::new()),
     }
 }
 
-/// After tests that fail: the change just applied is undone first when it made them worse.
-pub(super) fn undo_if_worse(run: &mut Run, now: &super::TestSummary) -> Option<Vec<Effect>> {
-    undo::if_worse(run, now)
+/// Tests that fail after a change, before the testing phase sees them (`flow.rs`): the
+/// change just applied is undone first when it made them worse. `None`: the testing phase
+/// takes the event.
+pub(super) fn undo_if_worse(run: &mut Run, event: &Event) -> Option<Next> {
+    match event {
+        Event::TestsFinished(now) if !now.passed => undo::if_worse(run, now),
+        _ => None,
+    }
 }
 
 /// What the written files do not hold of the change, by the after-write check: lines the
@@ -299,21 +300,16 @@ fn damaged(run: &mut Run, applied: &[FileChange]) -> Option<String> {
 
 /// A change written but not as it meant: the run may not end done on it. The coder hears
 /// what is wrong, with the files as they now are, and mends them.
-fn damage(run: &mut Run, why: String) -> Vec<Effect> {
+fn damage(run: &mut Run, why: String) -> Next {
     run.feedback.push(format!(
         "Your change was written, but the file is not what it meant: {why}. The files below \
          are their text now; send the edits that make them whole (what the change meant, \
          nothing lost and nothing added)."
     ));
-    let mut effects = vec![Effect::Repair {
+    Next::retry("the written file is not what the change meant").after(vec![Effect::Repair {
         class: "damaged",
         reason: why,
-    }];
-    effects.extend(retry_or_stop(
-        run,
-        "the written file is not what the change meant",
-    ));
-    effects
+    }])
 }
 
 /// Rounds in a row the coder is sent back to the language server's errors before the tests
@@ -336,47 +332,56 @@ fn applied(run: &mut Run) -> Vec<FileChange> {
 /// The change is on the files: the after-write check first (a damaged file is mended
 /// before anything else), then an undo of a worse change is told to the coder, then the
 /// language server's new errors (`lsp`) go back to the coder, else the tests run.
-fn on_applied(run: &mut Run, lsp: Option<String>) -> Vec<Effect> {
+fn on_applied(run: &mut Run, lsp: Option<String>) -> Next {
     let pending = applied(run);
     if let Some(why) = damaged(run, &pending) {
         return damage(run, why);
     }
     if let Some(why) = run.change.undoing.take() {
         run.feedback.push(undo::told(&why, &pending));
-        return retry_or_stop(run, "the change made things worse");
+        return Next::retry("the change made things worse");
     }
     run.change.last_applied = pending;
     if let Some(report) = lsp {
         return with_errors(run, report);
     }
     run.change.error_rounds = 0;
-    run.phase = Phase::Testing;
-    vec![
-        Effect::Progress("running the tests".into()),
-        Effect::RunTests,
-    ]
+    Next::enter(
+        Phase::Testing,
+        vec![
+            Effect::Progress("running the tests".into()),
+            Effect::RunTests,
+        ],
+    )
 }
 
 /// The language server's new errors go to the coder as the edit's result, in the same
 /// iteration; after `MAX_ERROR_ROUNDS` rounds in a row the tests run anyway.
-fn with_errors(run: &mut Run, report: String) -> Vec<Effect> {
+fn with_errors(run: &mut Run, report: String) -> Next {
     run.change.error_rounds += 1;
     if run.change.error_rounds > MAX_ERROR_ROUNDS {
         run.change.error_rounds = 0;
-        run.phase = Phase::Testing;
-        return vec![
-            Effect::Progress("the language server still reports errors; running the tests".into()),
-            Effect::RunTests,
-        ];
+        return Next::enter(
+            Phase::Testing,
+            vec![
+                Effect::Progress(
+                    "the language server still reports errors; running the tests".into(),
+                ),
+                Effect::RunTests,
+            ],
+        );
     }
     run.feedback.push(format!(
         "The edit was applied, but the project's language server reports errors it introduced \
          (the tests have not run). Fix them with a new edit against the current text:\n{report}"
     ));
-    vec![
-        Effect::Progress("the edit introduced errors; asking the model to fix them".into()),
-        call_coder_again(run),
-    ]
+    // The coder is asked again within the same iteration: no iteration and no retry is spent.
+    Next::new(
+        vec![Effect::Progress(
+            "the edit introduced errors; asking the model to fix them".into(),
+        )],
+        To::NewTurn(Phase::Coding),
+    )
 }
 
 /// Each file of an applied change: its text before the run (kept from its first change) and

@@ -3,6 +3,7 @@
 //! with the step's own inverse, and the coder hears what was undone and sees the restored
 //! text, so the next attempt starts from code that worked as well as before, not worse.
 
+use super::super::next::Next;
 use super::super::{Effect, Phase, Run, TestSummary};
 use crate::edit::{FileChange, apply};
 
@@ -54,7 +55,7 @@ pub(super) fn inverse(applied: &[FileChange]) -> Option<Vec<FileChange>> {
 
 /// After tests that fail: when the change just applied made them worse (and the setting is
 /// on), its files are put back before anything else. `None`: the run goes on as before.
-pub(super) fn if_worse(run: &mut Run, now: &TestSummary) -> Option<Vec<Effect>> {
+pub(super) fn if_worse(run: &mut Run, now: &TestSummary) -> Option<Next> {
     if !run.settings.undo_worse {
         return None;
     }
@@ -70,15 +71,17 @@ pub(super) fn if_worse(run: &mut Run, now: &TestSummary) -> Option<Vec<Effect>> 
     );
     run.change.undoing = Some(reason.clone());
     run.change.pending = back.clone();
-    run.phase = Phase::Applying;
-    Some(vec![
-        Effect::Repair {
-            class: "worse",
-            reason,
-        },
-        Effect::Progress("undoing the change that made things worse".into()),
-        Effect::Apply(back),
-    ])
+    Some(Next::enter(
+        Phase::Applying,
+        vec![
+            Effect::Repair {
+                class: "worse",
+                reason,
+            },
+            Effect::Progress("undoing the change that made things worse".into()),
+            Effect::Apply(back),
+        ],
+    ))
 }
 
 /// What the coder hears once the change is undone: why, and the restored text of each

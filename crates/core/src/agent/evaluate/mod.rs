@@ -1,19 +1,18 @@
 //! The run's end once its tasks passed (`Phase::Evaluating`): the evaluator's score when one
 //! is asked for (`agent.evaluate`), which never blocks: done, a correction round with the
 //! critique as its task (under `full`), or a partial end. `Ending` keeps the answer the run
-//! will end with and the rounds so far.
+//! will end with and the rounds so far. Each function returns where the run goes (`Next`);
+//! `flow.rs` moves it.
 
-mod state;
+pub(super) mod state;
 
-pub(super) use state::Ending;
-
-use super::steps::{code, fail, finish};
-use super::{Effect, Evaluation, Event, Phase, Run, Task, messages, prompts};
-use crate::conversation::Role;
+use super::messages::Call;
+use super::next::{Next, To};
+use super::{Effect, Evaluation, Event, Phase, Run, Task, prompts};
 
 /// The evaluator's score: done, or not complete (a correction round or a partial end). It
 /// never blocks: an unreadable or failed evaluation ends the run done.
-pub(super) fn on_evaluating(run: &mut Run, event: Event) -> Vec<Effect> {
+pub(super) fn on_evaluating(run: &mut Run, event: Event) -> Next {
     match event {
         Event::ModelAnswered { text, .. } => match prompts::parse_evaluation(&text) {
             Ok((score, reason, false)) => incomplete(run, score, reason),
@@ -23,39 +22,27 @@ pub(super) fn on_evaluating(run: &mut Run, event: Event) -> Vec<Effect> {
                     "{} (evaluation: {score}/5, {reason})",
                     run.ending.done_answer
                 );
-                finish(run, Phase::Done, answer)
+                Next::finish(Phase::Done, answer)
             }
-            Err(_) => {
-                let answer = run.ending.done_answer.clone();
-                finish(run, Phase::Done, answer)
-            }
+            Err(_) => Next::finish(Phase::Done, run.ending.done_answer.clone()),
         },
-        Event::ModelFailed { .. } => {
-            let answer = run.ending.done_answer.clone();
-            finish(run, Phase::Done, answer)
-        }
-        _ => Vec::new(),
+        Event::ModelFailed { .. } => Next::finish(Phase::Done, run.ending.done_answer.clone()),
+        _ => Next::stay(Vec::new()),
     }
 }
 
 /// After the review: the evaluator's score when asked for, or the end.
-pub(super) fn evaluate_or_finish(run: &mut Run) -> Vec<Effect> {
-    let answer = run.ending.done_answer.clone();
+pub(super) fn evaluate_or_finish(run: &Run) -> Next {
     if run.settings.evaluation != Evaluation::Off {
-        run.phase = Phase::Evaluating;
-        return vec![Effect::CallModel {
-            role: Role::Evaluator,
-            messages: messages::evaluate(run),
-            tools: Vec::new(),
-        }];
+        return Next::to(To::EnterAsking(Phase::Evaluating, Call::Evaluator));
     }
-    finish(run, Phase::Done, answer)
+    Next::finish(Phase::Done, run.ending.done_answer.clone())
 }
 
 /// The evaluator found the goal not fully reached: under `full`, a correction round whose
 /// task is the critique (while rounds and iterations are left); otherwise the run ends
 /// partial with the reason.
-fn incomplete(run: &mut Run, score: u8, reason: String) -> Vec<Effect> {
+fn incomplete(run: &mut Run, score: u8, reason: String) -> Next {
     tracing::info!(score, reason = %reason, "evaluation: incomplete");
     let budget = run.settings.budget;
     if run.settings.evaluation == Evaluation::Full
@@ -73,17 +60,16 @@ fn incomplete(run: &mut Run, score: u8, reason: String) -> Vec<Effect> {
         run.task = run.tasks.len() - 1;
         run.retries = 0;
         run.feedback.clear();
-        let mut effects = vec![Effect::Progress(format!(
+        let correction = Effect::Progress(format!(
             "correction {} of {}: {reason}",
             run.ending.corrections, budget.max_corrections
-        ))];
-        effects.extend(code(run));
-        return effects;
+        ));
+        return Next::new(vec![correction], To::Code);
     }
     run.ending.partial = true;
     let answer = format!(
         "partial: {} (evaluation: {score}/5, not complete: {reason})",
         run.ending.done_answer
     );
-    fail(run, answer)
+    Next::fail(answer)
 }

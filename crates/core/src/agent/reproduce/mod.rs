@@ -6,62 +6,39 @@
 //! the same phase writes a regression test that must fail on the code before the run and pass
 //! on the code after it (`tester.after_fix = "always"`). `Tester` is the phase's own state:
 //! the tester's work while it goes, and its record in the run. What a test is and how its
-//! runs are judged is `tester.rs`'s.
+//! runs are judged is `tester.rs`'s. Each function returns where the run goes (`Next`);
+//! `flow.rs` moves it.
 
-mod state;
+pub(super) mod state;
 
-pub(super) use state::Tester;
-
-use super::reviewing::after_tasks;
-use super::steps::{code, fail};
+use super::messages::Call;
+use super::next::{Next, To};
 use super::tester::{
     self, Judgement, Mode, Ran, RanBoth, Status, TestKind, TrialPlan, Work, property,
 };
-use super::{Effect, Event, Intent, Phase, Run, messages, review};
+use super::{Effect, Event, Intent, Phase, Run, review};
 use crate::conversation::{Message, Role};
 use crate::edit::{Edit, EditKind, EditPlan};
 
 /// Starts the tester in `mode`.
-pub(super) fn start(run: &mut Run, mode: Mode) -> Vec<Effect> {
+pub(super) fn start(run: &mut Run, mode: Mode) -> Next {
     let change = match mode {
         Mode::Reproduce => String::new(),
         Mode::AfterFix => review::steps_diff(&run.originals),
     };
     run.reproducing.work = Some(Work::new(mode, change));
-    run.phase = Phase::Reproducing;
     let what = match mode {
         Mode::Reproduce => "the tester writes a test that shows the bug",
         Mode::AfterFix => "no test covered the change; the tester writes a regression test",
     };
-    vec![Effect::Progress(what.into()), call_tester(run, Vec::new())]
-}
-
-/// The tester's call: its prompt, what it heard so far, and `extra` (a repair request).
-fn call_tester(run: &Run, extra: Vec<Message>) -> Effect {
-    let (mode, change, feedback) = run
-        .reproducing
-        .work
-        .as_ref()
-        .map_or((Mode::Reproduce, "", &[][..]), |w| {
-            (w.mode, w.change.as_str(), w.feedback.as_slice())
-        });
-    let (files, _) = messages::fixed_context(run, &[], 0);
-    let mut messages = tester::prompt(
-        run.prompts.get("tester"),
-        (mode, &run.goal, change),
-        &files,
-        feedback,
-    );
-    messages.extend(extra);
-    Effect::CallModel {
-        role: Role::Tester,
-        messages,
-        tools: Vec::new(),
-    }
+    Next::new(
+        vec![Effect::Progress(what.into())],
+        To::EnterAsking(Phase::Reproducing, Call::Tester(Vec::new())),
+    )
 }
 
 /// The tester's answer, the trial of its tests, and what the model or the tests failed with.
-pub(super) fn on_reproducing(run: &mut Run, event: Event) -> Vec<Effect> {
+pub(super) fn on_reproducing(run: &mut Run, event: Event) -> Next {
     match event {
         Event::ModelAnswered {
             role: Role::Tester,
@@ -82,7 +59,7 @@ pub(super) fn on_reproducing(run: &mut Run, event: Event) -> Vec<Effect> {
             {
                 work.ready.push(library);
             }
-            try_effects(run)
+            Next::stay(try_effects(run))
         }
         Event::DevDependency(Err(why)) => refused(
             run,
@@ -91,15 +68,15 @@ pub(super) fn on_reproducing(run: &mut Run, event: Event) -> Vec<Effect> {
         // Most often the tester's doing (a protected path, one outside the workspace): it
         // hears why, and the attempt counts.
         Event::TestsTried(Err(why)) => refused(run, format!("the test could not be run: {why}")),
-        _ => Vec::new(),
+        _ => Next::stay(Vec::new()),
     }
 }
 
 /// The tester's tests, read: tried (written, run, put back); an unreadable answer is sent
 /// back once.
-fn answered(run: &mut Run, text: String) -> Vec<Effect> {
+fn answered(run: &mut Run, text: String) -> Next {
     let Some(work) = run.reproducing.work.as_mut() else {
-        return Vec::new();
+        return Next::stay(Vec::new());
     };
     match tester::parse_tests(&text) {
         Ok(tests) => {
@@ -107,17 +84,17 @@ fn answered(run: &mut Run, text: String) -> Vec<Effect> {
             work.examples = false;
             work.attempts += 1;
             work.tests = tests;
-            try_effects(run)
+            Next::stay(try_effects(run))
         }
         Err(e) if !work.repaired => {
             work.repaired = true;
             let extra = vec![Message::assistant(text), tester::repair(&e)];
-            vec![
-                Effect::Progress(format!(
+            Next::new(
+                vec![Effect::Progress(format!(
                     "the tester's answer could not be read ({e}); asking once more"
-                )),
-                call_tester(run, extra),
-            ]
+                ))],
+                To::Ask(Call::Tester(extra)),
+            )
         }
         Err(e) => give_up(
             run,
@@ -195,9 +172,9 @@ fn names(tests: &[tester::NewTest]) -> String {
 
 /// The trial's verdict: the test is kept and proposed, or it goes back to the tester. A
 /// failing property first has its counterexample made into an example test, tried in turn.
-fn judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
+fn judged(run: &mut Run, tried: tester::Tried) -> Next {
     let Some(work) = run.reproducing.work.as_ref() else {
-        return Vec::new();
+        return Next::stay(Vec::new());
     };
     if work.examples {
         return examples_judged(run, tried);
@@ -214,9 +191,9 @@ fn judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
 
 /// The kept tests' runs before, and after the change when the tester writes a regression
 /// test (which must pass there).
-fn judged_after(run: &mut Run, tried: tester::Tried, message: &str) -> Vec<Effect> {
+fn judged_after(run: &mut Run, tried: tester::Tried, message: &str) -> Next {
     let Some(work) = run.reproducing.work.as_ref() else {
-        return Vec::new();
+        return Next::stay(Vec::new());
     };
     let mut ran = RanBoth {
         before: Some(Ran::failed(tried.before.len() as u32, message)),
@@ -238,9 +215,9 @@ fn judged_after(run: &mut Run, tried: tester::Tried, message: &str) -> Vec<Effec
 
 /// Each failing property's shrunk counterexample, read from its runs, becomes an example
 /// test in the property's file; the tests are tried again with them.
-fn with_examples(run: &mut Run, tried: &tester::Tried) -> Vec<Effect> {
+fn with_examples(run: &mut Run, tried: &tester::Tried) -> Next {
     let Some(work) = run.reproducing.work.as_mut() else {
-        return Vec::new();
+        return Next::stay(Vec::new());
     };
     let mut examples = Vec::new();
     let mut contents: Vec<(String, String)> = Vec::new();
@@ -295,14 +272,14 @@ fn with_examples(run: &mut Run, tried: &tester::Tried) -> Vec<Effect> {
             .join("; ")
     ))];
     effects.extend(try_effects(run));
-    effects
+    Next::stay(effects)
 }
 
 /// The example tests made from counterexamples must themselves fail on the current code,
 /// the same way every run: judged on their own failures only.
-fn examples_judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
+fn examples_judged(run: &mut Run, tried: tester::Tried) -> Next {
     let Some(work) = run.reproducing.work.as_ref() else {
-        return Vec::new();
+        return Next::stay(Vec::new());
     };
     let examples: Vec<tester::NewTest> = work
         .tests
@@ -339,10 +316,10 @@ fn examples_judged(run: &mut Run, tried: tester::Tried) -> Vec<Effect> {
 
 /// A refused test: back to the tester with why, or, once its attempts are spent, the end of
 /// its work.
-fn refused(run: &mut Run, why: String) -> Vec<Effect> {
+fn refused(run: &mut Run, why: String) -> Next {
     let max = run.settings.tester.max_attempts;
     let Some(work) = run.reproducing.work.as_mut() else {
-        return Vec::new();
+        return Next::stay(Vec::new());
     };
     let first = why.lines().next().unwrap_or("").to_string();
     work.refused.push(first.clone());
@@ -364,17 +341,19 @@ fn refused(run: &mut Run, why: String) -> Vec<Effect> {
         work.attempts + 1
     ));
     let record = work.record(Status::Refused, RanBoth::default(), Some(first.clone()));
-    vec![
-        Effect::Tested(record),
-        Effect::Progress(format!("the tester's test was refused: {first}")),
-        call_tester(run, Vec::new()),
-    ]
+    Next::new(
+        vec![
+            Effect::Tested(record),
+            Effect::Progress(format!("the tester's test was refused: {first}")),
+        ],
+        To::Ask(Call::Tester(Vec::new())),
+    )
 }
 
 /// The test fails for the stated reason: recorded, and proposed as its own change.
-fn kept(run: &mut Run, ran: RanBoth) -> Vec<Effect> {
+fn kept(run: &mut Run, ran: RanBoth) -> Next {
     let Some(work) = run.reproducing.work.as_mut() else {
-        return Vec::new();
+        return Next::stay(Vec::new());
     };
     work.applying = true;
     let record = work.record(Status::Kept, ran, None);
@@ -393,60 +372,68 @@ fn kept(run: &mut Run, ran: RanBoth) -> Vec<Effect> {
     let plan = EditPlan { edits };
     let summary = record.summary();
     run.reproducing.record = Some(record.clone());
-    run.phase = Phase::Locating;
-    vec![
-        Effect::Tested(record),
-        Effect::Progress(format!("{summary}; proposing it as its own change")),
-        Effect::Locate(plan),
-    ]
+    Next::enter(
+        Phase::Locating,
+        vec![
+            Effect::Tested(record),
+            Effect::Progress(format!("{summary}; proposing it as its own change")),
+            Effect::Locate(plan),
+        ],
+    )
 }
 
 /// The tester stops: recorded; a run that needed the test to reproduce its bug stops with
 /// why, a run that only wanted a regression test goes on without it.
-fn give_up(run: &mut Run, status: Status, reason: String) -> Vec<Effect> {
+fn give_up(run: &mut Run, status: Status, reason: String) -> Next {
     let Some(work) = run.reproducing.work.take() else {
-        return Vec::new();
+        return Next::stay(Vec::new());
     };
     let record = work.record(status, RanBoth::default(), Some(reason.clone()));
     run.reproducing.record = Some(record.clone());
-    let mut effects = vec![Effect::Tested(record)];
+    let tested = Effect::Tested(record);
     match work.mode {
-        Mode::Reproduce => effects.extend(fail(
-            run,
-            format!("stopped: the bug could not be reproduced with a test: {reason}"),
-        )),
-        Mode::AfterFix => {
-            effects.push(Effect::Warn(format!(
-                "no regression test was added: {reason}"
-            )));
-            effects.extend(after_tasks(run));
-        }
+        Mode::Reproduce => Next::fail(format!(
+            "stopped: the bug could not be reproduced with a test: {reason}"
+        ))
+        .after(vec![tested]),
+        Mode::AfterFix => Next::new(
+            vec![
+                tested,
+                Effect::Warn(format!("no regression test was added: {reason}")),
+            ],
+            To::Review,
+        ),
     }
-    effects
 }
 
-/// The tests after the kept test's change was applied: for a bug to reproduce, its failure
-/// goes to the coder (no reflector: nothing was tried yet). `None`: the usual handling.
-pub(super) fn on_new_test_tested(run: &mut Run, event: &Event) -> Option<Vec<Effect>> {
+/// The tests after the kept test's change was applied, before the testing phase sees them
+/// (`flow.rs`): for a bug to reproduce, its failure goes to the coder (no reflector: nothing
+/// was tried yet). `None`: the usual handling.
+pub(super) fn on_new_test_tested(run: &mut Run, event: &Event) -> Option<Next> {
     let work = run.reproducing.work.as_ref().filter(|w| w.applying)?;
     let mode = work.mode;
     run.reproducing.work = None;
     match event {
         Event::TestsFinished(t) if mode == Mode::Reproduce && !t.passed => {
             run.tests = Some(t.clone());
-            let mut effects = vec![Effect::Progress(
-                "the new test fails as it should; asking the model for a fix".into(),
-            )];
-            effects.extend(code(run));
-            Some(effects)
+            Some(Next::new(
+                vec![Effect::Progress(
+                    "the new test fails as it should; asking the model for a fix".into(),
+                )],
+                To::Code,
+            ))
         }
         _ => None,
     }
 }
 
-/// The user rejected the kept test's change: recorded; the fix goes on without it (or the
-/// run ends, after a fix).
-pub(super) fn test_rejected(run: &mut Run) -> Option<Vec<Effect>> {
+/// The user rejected the kept test's change (`flow.rs` hands the tester a rejection before the
+/// change's phase): recorded; the fix goes on without it (or the run goes on to its review,
+/// after a fix). `None`: not the tester's change, or not a rejection.
+pub(super) fn on_rejected(run: &mut Run, event: &Event) -> Option<Next> {
+    if *event != Event::Rejected {
+        return None;
+    }
     let work = run.reproducing.work.take_if(|w| w.applying)?;
     if let Some(r) = run.reproducing.record.as_mut() {
         r.status = Status::Rejected;
@@ -458,21 +445,35 @@ pub(super) fn test_rejected(run: &mut Run) -> Option<Vec<Effect>> {
         .map(Effect::Tested)
         .into_iter()
         .collect();
-    match work.mode {
+    Some(match work.mode {
         Mode::Reproduce => {
             effects.push(Effect::Progress(
                 "the new test was rejected; the fix goes on without it".into(),
             ));
-            effects.extend(code(run));
+            Next::new(effects, To::Code)
         }
-        Mode::AfterFix => effects.extend(after_tasks(run)),
+        Mode::AfterFix => Next::new(effects, To::Review),
+    })
+}
+
+/// The last task passed: the kept test's run after the fix joins its record, and a change no
+/// test covered gets its regression test (`after_fix`); otherwise the tester's record joins
+/// the answer and the review is next.
+pub(super) fn tasks_done(run: &mut Run) -> Next {
+    let mut effects = passed_after_fix(run);
+    match after_fix(run) {
+        Ok(tester) => return tester.after(effects),
+        Err(notes) => effects.extend(notes),
     }
-    Some(effects)
+    if let Some(summary) = run.reproducing.record().map(tester::Record::summary) {
+        run.ending.add(&summary);
+    }
+    Next::new(effects, To::Review)
 }
 
 /// Once the run's tests pass after a fix of a reproduced bug: the kept test's run after the
 /// fix joins its record.
-pub(super) fn passed_after_fix(run: &mut Run) -> Vec<Effect> {
+fn passed_after_fix(run: &mut Run) -> Vec<Effect> {
     match run.reproducing.record.as_mut() {
         Some(r)
             if r.mode == Mode::Reproduce && r.status == Status::Kept && r.ran.after.is_none() =>
@@ -486,8 +487,8 @@ pub(super) fn passed_after_fix(run: &mut Run) -> Vec<Effect> {
 
 /// After the last task passed: under `after_fix = "always"`, a change no test covered (an
 /// edit, which no failing test drove) gets a regression test (`Ok`: the tester's first
-/// effects); otherwise the notes to give before the run goes on (`Err`).
-pub(super) fn after_fix(run: &mut Run) -> Result<Vec<Effect>, Vec<Effect>> {
+/// step); otherwise the notes to give before the run goes on (`Err`).
+fn after_fix(run: &mut Run) -> Result<Next, Vec<Effect>> {
     let uncovered = run.settings.intent == Some(Intent::Edit)
         && run.reproducing.record.is_none()
         && !run.files_changed.is_empty()

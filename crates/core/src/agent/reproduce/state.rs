@@ -1,5 +1,5 @@
 //! The tester's state as the run keeps it (`Run::reproducing`), owned by `reproduce/`: the
-//! others read its record.
+//! others read its record, and the tester's prompt (`messages.rs`) its work.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,7 +21,7 @@ impl Tester {
         self.record.as_ref()
     }
 
-    #[cfg(test)]
+    /// The tester's turn while it goes, which its prompt shows (`messages::call`).
     pub(crate) fn work(&self) -> Option<&Work> {
         self.work.as_ref()
     }

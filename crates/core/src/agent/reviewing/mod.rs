@@ -2,46 +2,42 @@
 //! or the steps'), the reviewer's turn on it, and the gate's decision: in gate mode a
 //! confident P0/P1 finding sends the change back to the coder; otherwise the run goes on to
 //! its evaluation. `agent-ls review` runs this phase alone on a given diff. `Reviewer` is
-//! the phase's own state. What a review is (its JSON, its checks) is `review.rs`'s.
+//! the phase's own state. What a review is (its JSON, its checks) is `review.rs`'s. Each
+//! function returns where the run goes (`Next`); `flow.rs` moves it.
 
-mod state;
+pub(super) mod state;
 
-pub(super) use state::Reviewer;
-
-use super::evaluate::evaluate_or_finish;
-use super::steps::{finish, retry_or_stop};
-use super::turn::{continue_call, in_turn};
+use super::messages::Call;
+use super::next::{Next, Retry, To};
 use super::{Effect, Event, Phase, Run, review};
 use crate::conversation::Role;
 
 /// Once the tasks are done (and the tester's regression test, if any): the review of the
 /// run's diff, or its evaluation, or its end.
-pub(super) fn after_tasks(run: &mut Run) -> Vec<Effect> {
+pub(super) fn after_tasks(run: &Run) -> Next {
     if run.settings.review != review::ReviewMode::Off && !run.files_changed.is_empty() {
-        run.phase = Phase::Reviewing;
-        return vec![
-            Effect::Progress("the reviewer reads the run's change".into()),
-            Effect::DiffRun {
-                files: run.files_changed.clone(),
-            },
-        ];
+        return Next::enter(
+            Phase::Reviewing,
+            vec![
+                Effect::Progress("the reviewer reads the run's change".into()),
+                Effect::DiffRun {
+                    files: run.files_changed.clone(),
+                },
+            ],
+        );
     }
-    evaluate_or_finish(run)
+    Next::to(To::Evaluate)
 }
 
 /// An on-demand review: the run is the review of `diff` and nothing else.
-pub(super) fn review_only(
-    run: &mut Run,
-    diff: String,
-    files: Vec<review::ChangedFile>,
-) -> Vec<Effect> {
+pub(super) fn review_only(run: &mut Run, diff: String, files: Vec<review::ChangedFile>) -> Next {
     run.reviewing.review_only = true;
     review_diff(run, diff, files)
 }
 
 /// The reviewer's turn: the run's diff (git's, or the steps'), the reviewer's tool calls, and
 /// its answer, read once more if it does not parse; then the gate's decision.
-pub(super) fn on_reviewing(run: &mut Run, event: Event) -> Vec<Effect> {
+pub(super) fn on_reviewing(run: &mut Run, event: Event) -> Next {
     match event {
         Event::RunDiff(Ok(git)) => {
             let diff = git.unwrap_or_else(|| review::steps_diff(&run.originals));
@@ -66,12 +62,12 @@ pub(super) fn on_reviewing(run: &mut Run, event: Event) -> Vec<Effect> {
             role: Role::Reviewer,
             error,
         } => review_unavailable(run, format!("the reviewer model failed: {error}")),
-        event => in_turn(run, event),
+        event => Next::to(To::InTurn(event)),
     }
 }
 
 /// The reviewer's answer: a review, or, once, a request to repair it.
-fn answered(run: &mut Run, text: String) -> Vec<Effect> {
+fn answered(run: &mut Run, text: String) -> Next {
     let files = run
         .reviewing
         .reviewing
@@ -83,12 +79,12 @@ fn answered(run: &mut Run, text: String) -> Vec<Effect> {
             run.reviewing.review_repaired = true;
             run.turn.push(crate::conversation::Message::assistant(text));
             run.turn.push(review::repair(&e));
-            vec![
-                Effect::Progress(format!(
+            Next::new(
+                vec![Effect::Progress(format!(
                     "the reviewer's answer could not be read ({e}); asking once more"
-                )),
-                continue_call(run),
-            ]
+                ))],
+                To::Ask(Call::Turn),
+            )
         }
         Err(e) => review_unavailable(
             run,
@@ -98,20 +94,18 @@ fn answered(run: &mut Run, text: String) -> Vec<Effect> {
 }
 
 /// Starts the reviewer on `diff`; an empty diff has nothing to review.
-fn review_diff(run: &mut Run, diff: String, files: Vec<review::ChangedFile>) -> Vec<Effect> {
+fn review_diff(run: &mut Run, diff: String, files: Vec<review::ChangedFile>) -> Next {
     if diff.trim().is_empty() {
         return after_review(run);
     }
-    run.phase = Phase::Reviewing;
     run.reviewing.reviewing = Some((diff, files));
     run.reviewing.review_repaired = false;
-    run.turn.begin();
-    vec![continue_call(run)]
+    Next::to(To::NewTurn(Phase::Reviewing))
 }
 
 /// A review was read: in gate mode a rejection goes back to the coder (within the retry
 /// budget; once it is spent the run stops with the findings); otherwise the run goes on.
-fn reviewed(run: &mut Run, r: review::Review) -> Vec<Effect> {
+fn reviewed(run: &mut Run, r: review::Review) -> Next {
     let blocking = review::blocks(&r, run.settings.review_min_confidence);
     let feedback = review::feedback(&r);
     let result = review::ReviewResult::Reviewed {
@@ -122,38 +116,34 @@ fn reviewed(run: &mut Run, r: review::Review) -> Vec<Effect> {
     let report = result.report();
     run.reviewing.last_review = Some(result.clone());
     run.reviewing.reviewing = None;
-    let mut effects = vec![Effect::Reviewed(result)];
+    let effects = vec![Effect::Reviewed(result)];
     let review_only = run.reviewing.review_only;
     if blocking && run.settings.review == review::ReviewMode::Gate && !review_only {
         run.feedback.push(feedback);
-        let mut next = retry_or_stop(run, "the reviewer found problems");
-        // The budget is spent: the change comes to the user with the findings.
-        if let Some(Effect::Finish { answer, .. }) = next.last_mut() {
-            answer.push_str(&format!("\n{report}"));
-        }
-        effects.extend(next);
-        return effects;
+        // Once the budget is spent, the change comes to the user with the findings.
+        let retry = Retry {
+            why: "the reviewer found problems".into(),
+            report: Some(report),
+        };
+        return Next::new(effects, To::Retry(retry));
     }
     if !review_only {
         run.ending.add(&summary);
     }
-    effects.extend(after_review(run));
-    effects
+    after_review(run).after(effects)
 }
 
 /// No review could be had: recorded as such (never as an approval), and the run goes on.
-fn review_unavailable(run: &mut Run, reason: String) -> Vec<Effect> {
+fn review_unavailable(run: &mut Run, reason: String) -> Next {
     let result = review::ReviewResult::Unavailable { reason };
     run.reviewing.last_review = Some(result.clone());
     run.reviewing.reviewing = None;
-    let mut effects = vec![Effect::Reviewed(result)];
-    effects.extend(after_review(run));
-    effects
+    after_review(run).after(vec![Effect::Reviewed(result)])
 }
 
 /// The run after its review: an on-demand review ends with its summary; a run goes on to
 /// its evaluation or its end.
-fn after_review(run: &mut Run) -> Vec<Effect> {
+fn after_review(run: &Run) -> Next {
     if run.reviewing.review_only {
         let answer = run
             .reviewing
@@ -162,7 +152,7 @@ fn after_review(run: &mut Run) -> Vec<Effect> {
             .map_or("nothing to review: the diff is empty".to_string(), |r| {
                 r.summary()
             });
-        return finish(run, Phase::Done, answer);
+        return Next::finish(Phase::Done, answer);
     }
-    evaluate_or_finish(run)
+    Next::to(To::Evaluate)
 }
