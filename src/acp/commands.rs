@@ -98,7 +98,8 @@ pub(super) struct Context {
 pub(super) fn answer(command: &str, cx: &Context, loaded: &config::Loaded) -> Option<Answer> {
     let peer = (cx.conn.clone(), cx.session.clone());
     if let Some(how) = rollback::parse(command) {
-        let work = rollback::answer(peer, cx.root.clone(), cx.fs, how);
+        let place = (cx.root.clone(), loaded.config.memory.clone());
+        let work = rollback::answer(peer, place, cx.fs, how);
         return Some(Answer::Later(Box::pin(work)));
     }
     let limits = loaded.config.edit.limits();

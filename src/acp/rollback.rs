@@ -6,28 +6,25 @@
 //! (bytes that are not UTF-8, symbolic links).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::WriteTextFileRequest;
 use agent_ls_core::edit::FileText;
-use agent_ls_runtime::drive::{RecordedRunError, recorded_run};
+use agent_ls_runtime::config::MemoryConfig;
 use agent_ls_runtime::files::FileError;
-use agent_ls_runtime::git::checkpoint::{self, Restore, RollbackError, RollbackPlan};
-use agent_ls_runtime::git::{GitError, Repo};
+use agent_ls_runtime::git::Repo;
+use agent_ls_runtime::git::checkpoint::{self, Restore, RollbackPlan};
+use agent_ls_runtime::runs::rollback::{self, NotRolledBack, Target};
 
 use super::client::{ClientFs, read_through};
 
-/// Why a run was not rolled back, or not whole.
+/// Why a run was not rolled back whole.
 #[derive(Debug, thiserror::Error)]
 enum Failure {
     #[error(transparent)]
-    Git(#[from] GitError),
-    #[error(transparent)]
-    Recorded(#[from] RecordedRunError),
-    #[error(transparent)]
-    Rollback(#[from] RollbackError),
+    Rollback(#[from] NotRolledBack),
     #[error(transparent)]
     Path(#[from] FileError),
     /// Boxed: the protocol's error is large, and this one is rare.
@@ -44,21 +41,12 @@ enum Failure {
 }
 
 /// Whether run `run_id` is rolled back: it changed files, and each holds its checkpoint's
-/// content again (by a rollback from any surface, or put back by hand). Nothing records a
-/// rollback, and the files are what the user cares about.
-pub(super) fn is_rolled_back(root: &std::path::Path, run_id: &str) -> bool {
-    let Ok(repo) = Repo::discover(root) else {
-        return false;
-    };
-    let Ok(recorded) = recorded_run(root, &repo, Some(run_id)) else {
-        return false;
-    };
-    let Ok(mut plan) = checkpoint::plan_rollback(&repo, &recorded.checkpoint, &recorded.files)
-    else {
-        return false;
-    };
-    let already = plan.take_restored(&repo, &BTreeMap::new());
-    !already.is_empty() && plan.files.is_empty() && plan.left_out.is_empty()
+/// content again (by a rollback from any surface, or put back by hand).
+pub(super) fn is_rolled_back(root: &Path, run_id: &str) -> bool {
+    let target = Target::Run(Some(run_id.to_string()));
+    rollback::plan(root, &target, true, &BTreeMap::new()).is_ok_and(|p| {
+        !p.already.is_empty() && p.plan.files.is_empty() && p.plan.left_out.is_empty()
+    })
 }
 
 /// `/rollback ...`'s run (default: the latest with a checkpoint) and whether it is forced;
@@ -82,68 +70,64 @@ pub(super) fn parse(command: &str) -> Option<(Option<String>, bool)> {
 /// Rolls the run back and says what was done, or why nothing was.
 pub(super) async fn answer(
     (conn, session): (ConnectionTo<Client>, String),
-    root: PathBuf,
+    (root, memory): (PathBuf, MemoryConfig),
     fs: ClientFs,
     (run, force): (Option<String>, bool),
 ) -> String {
-    let planned = tokio::task::block_in_place(|| {
-        let repo = Repo::discover(&root)?;
-        let recorded = recorded_run(&root, &repo, run.as_deref())?;
-        let plan = checkpoint::plan_rollback(&repo, &recorded.checkpoint, &recorded.files)?;
-        Ok::<_, Failure>((repo, recorded, plan))
-    });
-    let (repo, recorded, mut plan) = match planned {
-        Ok(p) => p,
-        Err(e) => return format!("nothing was rolled back: {e}"),
-    };
-    let id = &recorded.run_id;
-    if !plan.left_out.is_empty() && !force {
-        return format!(
-            "nothing was rolled back: run {id} changed files its checkpoint left out (too big): {}; /rollback force rolls back the other files",
-            plan.left_out.join(", ")
-        );
-    }
     // The files as the client's buffers have them, so an unsaved edit counts.
     let mut texts = BTreeMap::new();
     if fs.read {
-        for (f, _) in plan.files.iter().filter(|(f, _)| root.join(f).is_file()) {
-            if let FileText::Text(t) = read_through(&conn, &session, &root, fs, f) {
-                texts.insert(f.clone(), t.into_bytes());
+        let target = Target::Run(run.clone());
+        let files = tokio::task::block_in_place(|| {
+            rollback::plan(&root, &target, true, &BTreeMap::new()).map(|p| p.files())
+        });
+        for f in files.unwrap_or_default() {
+            if root.join(&f).is_file()
+                && let FileText::Text(t) = read_through(&conn, &session, &root, fs, &f)
+            {
+                texts.insert(f, t.into_bytes());
             }
         }
     }
-    // A file that already holds the checkpoint's content (rolled back before, or put back by
-    // hand) is no conflict and needs nothing: a second /rollback changes nothing.
-    let already = plan.take_restored(&repo, &texts);
-    if !already.is_empty() && plan.files.is_empty() {
+    let target = Target::Run(run);
+    let planned = tokio::task::block_in_place(|| rollback::plan(&root, &target, force, &texts));
+    let planned = match planned {
+        Ok(p) => p,
+        Err(e) => {
+            let (id, force) = match e.refusal() {
+                Some((id, _)) => (
+                    format!(" (run {id})"),
+                    " (/rollback force rolls back anyway)",
+                ),
+                None => (String::new(), ""),
+            };
+            return format!("nothing was rolled back{id}: {e}{force}");
+        }
+    };
+    let id = &planned.id;
+    if planned.plan.files.is_empty() && !planned.already.is_empty() {
         return format!("run {id} is rolled back already: its files hold the checkpoint's content");
     }
-    let names: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
-    let changed = tokio::task::block_in_place(|| {
-        checkpoint::changed_since(&repo, &recorded.files, &names, &texts)
-    });
-    match changed {
-        Ok(c) if !c.is_empty() && !force => {
-            return format!(
-                "nothing was rolled back: changed since run {id}: {}; rolling back would lose those changes (/rollback force rolls back anyway)",
-                c.join(", ")
-            );
-        }
-        Ok(_) => {}
-        Err(e) => return format!("nothing was rolled back: {e}"),
-    }
     let done = if fs.write {
-        write_through((&conn, &session), &repo, &root, plan).await
+        write_through(
+            (&conn, &session),
+            &planned.repo,
+            &root,
+            planned.plan.clone(),
+        )
+        .await
     } else {
-        tokio::task::block_in_place(|| checkpoint::apply(&repo, &plan)).map_err(Failure::from)
+        tokio::task::block_in_place(|| rollback::write(&planned)).map_err(Failure::from)
     };
-    let note = if recorded.interrupted {
+    let note = if planned.interrupted {
         format!("run {id} did not finish; its files are taken from the steps it recorded\n")
     } else {
         String::new()
     };
-    if done.as_ref().is_ok_and(|f| !f.is_empty()) {
-        tokio::task::block_in_place(|| agent_ls_runtime::memory::note_rollback_in(&root, id));
+    if done.as_ref().is_ok_and(|f| !f.is_empty())
+        && let Err(e) = tokio::task::block_in_place(|| rollback::settle(&planned, &memory))
+    {
+        return format!("{note}rolled back run {id}, but the store did not record it: {e}");
     }
     match done {
         Ok(files) if files.is_empty() => format!("{note}run {id} changed no files"),
@@ -186,7 +170,8 @@ async fn write_through(
         files: on_disk,
         left_out: Vec::new(),
     };
-    let written = tokio::task::block_in_place(|| checkpoint::apply(repo, &rest))?;
+    let written = tokio::task::block_in_place(|| checkpoint::apply(repo, &rest))
+        .map_err(NotRolledBack::from)?;
     done.extend(written);
     done.sort();
     Ok(done)

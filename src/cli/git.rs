@@ -6,36 +6,24 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::setup::{load_config, open_workspace};
-use agent_ls_runtime::drive::{RecordedRun, recorded_run, recorded_store};
-use agent_ls_runtime::git::checkpoint::{self, RollbackError};
-use agent_ls_runtime::git::{GitError, Repo, isolate};
+use std::collections::BTreeMap;
+
+use agent_ls_runtime::drive::{RecordedRun, recorded_run};
+use agent_ls_runtime::git::checkpoint;
+use agent_ls_runtime::git::{GitError, Repo};
+use agent_ls_runtime::runs::rollback::{self, Target};
 
 /// Where the run `run` (default: the latest with a checkpoint) is recorded: the workspace, or
 /// the worktree an isolated run (`run --isolated`) worked and recorded in, said on stderr.
-/// Without an id, the newest run of them all.
 pub fn run_home(root: &Path, run: Option<&str>) -> PathBuf {
-    let prefix = Repo::discover(root).map(|r| r.prefix).unwrap_or_default();
-    let mut best: Option<(i64, PathBuf)> = None;
-    for home in std::iter::once(root.to_path_buf()).chain(isolate::run_roots(root, &prefix)) {
-        let started = recorded_store(&home)
-            .ok()
-            .and_then(|s| s.git_run_started(run).ok());
-        if let Some(Some(ms)) = started
-            && best.as_ref().is_none_or(|(b, _)| ms > *b)
-        {
-            best = Some((ms, home));
-        }
+    let home = rollback::home_of(root, run);
+    if home != root {
+        eprintln!(
+            "agent-ls: the run worked in the worktree {} (run --isolated)",
+            home.display()
+        );
     }
-    match best {
-        Some((_, home)) if home != root => {
-            eprintln!(
-                "agent-ls: the run worked in the worktree {} (run --isolated)",
-                home.display()
-            );
-            home
-        }
-        _ => root.to_path_buf(),
-    }
+    home
 }
 
 /// The recorded run `run` (default: the latest with a checkpoint) and its repository.
@@ -69,30 +57,38 @@ pub fn rollback(
     force: bool,
 ) -> anyhow::Result<ExitCode> {
     let root = open_workspace(workspace)?;
-    let (repo, run) = recorded(&root, run.as_deref())?;
-    let id = &run.run_id;
-    let rolled = checkpoint::rollback(&repo, &run.checkpoint, &run.files, force);
-    if rolled
-        .as_ref()
-        .is_ok_and(|r| !r.done.is_empty() || !r.already.is_empty())
-    {
-        let memory = load_config(Some(root.clone())).config.memory;
-        agent_ls_runtime::memory::note_rollback(&root, &memory, id);
-    }
-    match rolled {
-        Ok(r) if r.done.is_empty() && r.already.is_empty() => {
-            println!("run {id} changed no files")
-        }
-        Ok(r) if r.done.is_empty() => println!(
-            "run {id} is rolled back already: its files hold the checkpoint's content ({})",
-            r.already.join(", ")
-        ),
-        Ok(r) => println!("rolled back run {id}: {}", r.done.join(", ")),
-        Err(e @ (RollbackError::ChangedSince(_) | RollbackError::LeftOut(_))) => {
-            eprintln!("agent-ls: run {id}: {e}");
+    let home = run_home(&root, run.as_deref());
+    let planned = match rollback::plan(&root, &Target::Run(run), force, &BTreeMap::new()) {
+        Ok(p) => p,
+        Err(e) => {
+            let id = e.refusal().map(|(id, _)| id.to_string());
+            let Some(id) = id else {
+                return Err(e.into());
+            };
+            eprintln!("agent-ls: run {id}: {e} (--force rolls back anyway)");
             return Ok(ExitCode::from(1));
         }
-        Err(e) => return Err(e.into()),
+    };
+    let id = &planned.id;
+    if planned.interrupted {
+        eprintln!(
+            "agent-ls: run {id} did not finish; its files are taken from the steps it recorded"
+        );
+    }
+    let done = rollback::write(&planned)?;
+    if !done.is_empty() {
+        let memory = load_config(Some(home)).config.memory;
+        rollback::settle(&planned, &memory)?;
+    }
+    if !done.is_empty() {
+        println!("rolled back run {id}: {}", done.join(", "));
+    } else if !planned.already.is_empty() {
+        println!(
+            "run {id} is rolled back already: its files hold the checkpoint's content ({})",
+            planned.already.join(", ")
+        );
+    } else {
+        println!("run {id} changed no files");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -32,7 +32,7 @@ use super::rollback;
 use super::shell::ServerShell;
 use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::text::{Buffer, Encoding};
-use agent_ls_runtime::config::Approval;
+use agent_ls_runtime::config::{Approval, MemoryConfig};
 use agent_ls_runtime::drive::{self, Outcome, Shell};
 use agent_ls_runtime::git::isolate::Isolated;
 use agent_ls_runtime::lock::RunLock;
@@ -223,10 +223,12 @@ async fn drive_run(
         s.store.as_ref(),
         s.connection.root.as_path(),
     );
+    let memory = s.prepared.config.memory.clone();
     let (run, mut outcome) = drive(s.prepared, job, &mut shell).await;
     // The user decides on the reviewed change while the workspace is still the run's.
     if !review {
-        settle_review(&mut shell, &run, &mut outcome, s.store.as_ref()).await;
+        let store = s.store.as_ref();
+        settle_review(&mut shell, &run, &mut outcome, (store, memory)).await;
     }
     drop((s.lock, worktree_lock));
     if let Some(i) = place.isolated {
@@ -321,7 +323,7 @@ async fn settle_review(
     shell: &mut ServerShell,
     run: &Run,
     outcome: &mut Outcome,
-    store: Option<&StoreThread>,
+    (store, memory): (Option<&StoreThread>, MemoryConfig),
 ) {
     use agent_ls_core::agent::review::Decision;
     if shell.approval == Approval::Auto || shell.on_disk.is_some() || shell.cancel.is_cancelled() {
@@ -352,26 +354,8 @@ async fn settle_review(
         if let Some(store) = store {
             store.call(|_| ()).await;
         }
-        let snapshot = shell.take_snapshot().await;
-        let which = (outcome.run_id.as_str(), outcome.checkpoint.is_some());
-        let c = &shell.c;
-        match rollback::roll_back_ended_run(c, snapshot, shell.limits, which, run.originals()).await
-        {
-            Ok(changed) => (c.report)(AgentMessage::RollbackFinished {
-                run_id: Some(outcome.run_id.clone()),
-                rolled_back: true,
-                changed,
-            }),
-            Err(why) => {
-                c.outbox.show_message(
-                    MessageType::WARNING,
-                    format!(
-                        "agent-ls: run {} was not rolled back ({why}); its change stays",
-                        outcome.run_id
-                    ),
-                );
-                decision = Decision::Kept;
-            }
+        if !roll_back_at_review(shell, run, outcome, memory).await {
+            decision = Decision::Kept;
         }
     }
     outcome.decision = Some(decision);
@@ -394,6 +378,38 @@ async fn settle_review(
             }
         })
         .await;
+    }
+}
+
+/// "Roll back run" at the review question: whether the run was rolled back (else the user
+/// is told why not, and the change stays).
+async fn roll_back_at_review(
+    shell: &mut ServerShell,
+    run: &Run,
+    outcome: &Outcome,
+    memory: MemoryConfig,
+) -> bool {
+    let snapshot = shell.take_snapshot().await;
+    let which = (outcome.run_id.as_str(), outcome.checkpoint.is_some());
+    let c = &shell.c;
+    let limits = (shell.limits, memory);
+    match rollback::roll_back_ended_run(c, snapshot, limits, which, run.originals()).await {
+        Ok(changed) => {
+            (c.report)(AgentMessage::RollbackFinished {
+                run_id: Some(outcome.run_id.clone()),
+                rolled_back: true,
+                changed,
+            });
+            true
+        }
+        Err(why) => {
+            let id = &outcome.run_id;
+            c.outbox.show_message(
+                MessageType::WARNING,
+                format!("agent-ls: run {id} was not rolled back ({why}); its change stays"),
+            );
+            false
+        }
     }
 }
 

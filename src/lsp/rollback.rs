@@ -10,7 +10,6 @@
 //! session's task.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::json;
@@ -21,16 +20,17 @@ use super::jobs;
 use super::refused::Refused;
 use super::shell;
 use agent_ls_core::edit::{self, FileChange, FileText};
-use agent_ls_runtime::drive::{RecordedRunError, recorded_run};
+use agent_ls_runtime::config::MemoryConfig;
 use agent_ls_runtime::files;
 use agent_ls_runtime::git::checkpoint::{self, Restore, RollbackPlan};
 use agent_ls_runtime::git::{GitError, Repo};
 use agent_ls_runtime::lock::RunLock;
+use agent_ls_runtime::runs::rollback::{self, NotRolledBack, Target};
 
 /// Why a rollback from the editor did not go through, or (for the run that just ended, rolled
 /// back at its review question) was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum NotRolledBack {
+pub enum Unrolled {
     /// Refused by the checkpoint's plan: files changed since the run, or left out of it.
     #[error("{0}")]
     Refused(String),
@@ -44,8 +44,6 @@ pub enum NotRolledBack {
     Apply(String),
     #[error(transparent)]
     Git(#[from] GitError),
-    #[error(transparent)]
-    Record(#[from] RecordedRunError),
     #[error(transparent)]
     Checkpoint(#[from] checkpoint::RollbackError),
     #[error("{file}: {source}")]
@@ -78,23 +76,10 @@ pub struct RollbackStart {
     pub snapshot: Snapshot,
     pub connection: Connection,
     pub limits: edit::Limits,
+    pub memory: MemoryConfig,
     /// The command's answer: `{run_id, rolled_back}`, `{run_id, refused, changed}`, or why not.
     pub reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
     pub lock: RunLock,
-}
-
-/// The run and its plan, read from git and the store.
-struct Planned {
-    repo: Repo,
-    run_id: String,
-    checkpoint: String,
-    interrupted: bool,
-    plan: RollbackPlan,
-    /// Files whose content (buffer or disk) differs from what the run left, and from what the
-    /// checkpoint holds.
-    changed: Vec<String>,
-    /// Files that already hold what the checkpoint has (rolled back before): left alone.
-    already: Vec<String>,
 }
 
 /// How each file of the plan goes back.
@@ -116,7 +101,7 @@ pub fn spawn_rollback(r: RollbackStart) {
     tokio::spawn(async move {
         let report = r.connection.report.clone();
         let (reply, lock) = (r.reply, r.lock);
-        let job = rollback(r.args, r.snapshot, r.connection, r.limits);
+        let job = rollback(r.args, r.snapshot, r.connection, (r.limits, r.memory));
         let (run_id, answer) = match jobs::caught(jobs::Kind::Rollback, job).await {
             Ok(done) => done,
             Err(panicked) => (None, Err(Refused::Panicked(panicked))),
@@ -139,7 +124,7 @@ async fn rollback(
     args: RollbackArgs,
     snapshot: Snapshot,
     c: Connection,
-    limits: edit::Limits,
+    (limits, memory): (edit::Limits, MemoryConfig),
 ) -> (Option<String>, Result<serde_json::Value, Refused>) {
     jobs::injected_panic(jobs::Kind::Rollback);
     let texts: BTreeMap<String, Vec<u8>> = snapshot
@@ -147,54 +132,65 @@ async fn rollback(
         .map(|(rel, (_, b))| (rel.clone(), b.text().into_bytes()))
         .collect();
     let root = c.root.clone();
+    let target = Target::Run(args.run.clone());
+    let force = args.force;
     let planned =
-        tokio::task::spawn_blocking(move || plan(&root, args.run.as_deref(), &texts)).await;
-    let p = match planned.map_err(NotRolledBack::from).and_then(|p| p) {
-        Ok(p) => p,
-        Err(why) => return (None, Err(Refused::Failed(why.to_string()))),
+        tokio::task::spawn_blocking(move || rollback::plan(&root, &target, force, &texts)).await;
+    let p = match planned {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => return refused(e),
+        Err(e) => return (None, Err(Refused::Failed(e.to_string()))),
     };
-    let run_id = Some(p.run_id.clone());
-    let mut answer = json!({"run_id": p.run_id, "checkpoint": p.checkpoint});
+    let run_id = Some(p.id.clone());
+    let mut answer = json!({"run_id": p.id, "checkpoint": p.checkpoint});
     if p.interrupted {
         answer["interrupted"] = true.into();
     }
     if !p.plan.left_out.is_empty() {
         answer["left_out"] = json!(p.plan.left_out);
     }
-    if !args.force && (!p.changed.is_empty() || !p.plan.left_out.is_empty()) {
-        answer["refused"] = refusal(&p).into();
-        answer["changed"] = json!(p.changed);
-        return (run_id, Ok(answer));
+    let ways = ways(&p.plan, &snapshot, &c);
+    let label = format!("agent-ls: roll back run {}", p.id);
+    if let Err(why) = restore(&c, &p.repo, snapshot, limits, label, &ways).await {
+        let why = format!("could not roll back run {}: {why}", p.id);
+        return (run_id, Err(Refused::Failed(why)));
     }
-    let ways = ways(&p.plan, &p.already, &snapshot, &c);
-    let label = format!("agent-ls: roll back run {}", p.run_id);
-    match restore(&c, &p.repo, snapshot, limits, label, &ways).await {
-        Ok(()) => {
-            let files: Vec<&String> = p
-                .plan
-                .files
-                .iter()
-                .map(|(f, _)| f)
-                .filter(|f| !p.already.contains(f))
-                .collect();
-            answer["rolled_back"] = json!(files);
-            if !p.already.is_empty() {
-                answer["already_rolled_back"] = json!(p.already);
-            }
-            if !ways.disk.is_empty() {
-                let on_disk: Vec<&String> = ways.disk.iter().map(|(f, _)| f).collect();
-                answer["written_on_disk"] = json!(on_disk);
-            }
-            (run_id, Ok(answer))
+    let files = p.files();
+    if !files.is_empty() {
+        let settled = p.clone();
+        let done = tokio::task::spawn_blocking(move || rollback::settle(&settled, &memory)).await;
+        let why = match done {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = why {
+            tracing::warn!("the rollback of run {} was not recorded: {why}", p.id);
         }
-        Err(why) => (
-            run_id,
-            Err(Refused::Failed(format!(
-                "could not roll back run {}: {why}",
-                p.run_id
-            ))),
-        ),
     }
+    answer["rolled_back"] = json!(files);
+    if !p.already.is_empty() {
+        answer["already_rolled_back"] = json!(p.already);
+    }
+    if !ways.disk.is_empty() {
+        let on_disk: Vec<&String> = ways.disk.iter().map(|(f, _)| f).collect();
+        answer["written_on_disk"] = json!(on_disk);
+    }
+    (run_id, Ok(answer))
+}
+
+/// The command's answer when nothing was rolled back: a refusal the client asks a second
+/// time about (`{run_id, refused, changed}`), or why not.
+fn refused(e: NotRolledBack) -> (Option<String>, Result<serde_json::Value, Refused>) {
+    let Some((id, files)) = e.refusal() else {
+        return (None, Err(Refused::Failed(e.to_string())));
+    };
+    let mut answer = json!({"run_id": id, "refused": e.to_string(), "changed": files});
+    if let NotRolledBack::LeftOut { files, .. } = &e {
+        answer["changed"] = json!([]);
+        answer["left_out"] = json!(files);
+    }
+    (Some(id.to_string()), Ok(answer))
 }
 
 /// Rolls back the run that just ended, when the user chose "Roll back run" at its review
@@ -206,19 +202,22 @@ async fn rollback(
 pub(super) async fn roll_back_ended_run(
     c: &Connection,
     snapshot: Snapshot,
-    limits: edit::Limits,
+    (limits, memory): (edit::Limits, MemoryConfig),
     (run_id, checkpoint): (&str, bool),
     originals: &[(String, Option<String>, String)],
-) -> Result<bool, NotRolledBack> {
+) -> Result<bool, Unrolled> {
     if checkpoint {
         let args = RollbackArgs {
             run: Some(run_id.to_string()),
             force: false,
         };
-        return match rollback(args, snapshot, c.clone(), limits).await.1 {
+        return match rollback(args, snapshot, c.clone(), (limits, memory))
+            .await
+            .1
+        {
             Ok(answer) => match answer.get("rolled_back").and_then(|f| f.as_array()) {
                 Some(files) => Ok(!files.is_empty()),
-                None => Err(NotRolledBack::Refused(
+                None => Err(Unrolled::Refused(
                     answer
                         .get("refused")
                         .and_then(|r| r.as_str())
@@ -238,7 +237,7 @@ pub(super) async fn roll_back_ended_run(
                 FileText::Missing => None,
                 FileText::Refused(why) => {
                     let path = path.clone();
-                    return Err(NotRolledBack::Unreadable { path, why });
+                    return Err(Unrolled::Unreadable { path, why });
                 }
             },
         };
@@ -252,59 +251,26 @@ pub(super) async fn roll_back_ended_run(
         }
     }
     if !changed.is_empty() {
-        return Err(NotRolledBack::ChangedSince(changed));
+        return Err(Unrolled::ChangedSince(changed));
     }
     let label = format!("agent-ls: roll back run {run_id}");
-    let failed = |e| NotRolledBack::Apply(shell::apply_failure(e));
+    let failed = |e| Unrolled::Apply(shell::apply_failure(e));
     shell::apply_restore(c, snapshot, limits, label, &edits)
         .await
         .map_err(failed)?;
     shell::delete_files(c, &deletes).await.map_err(failed)?;
+    // Without a checkpoint this was the run's undo; memory still learns its fix did not stay.
+    let (root, id) = (c.root.clone(), run_id.to_string());
+    tokio::task::spawn_blocking(move || {
+        agent_ls_runtime::memory::note_rollback(&root, &memory, &id)
+    });
     Ok(!edits.is_empty() || !deletes.is_empty())
 }
 
-/// "changed since the run: calc.py; not in the checkpoint (too big): data.bin".
-fn refusal(p: &Planned) -> String {
-    let mut parts = Vec::new();
-    if !p.changed.is_empty() {
-        parts.push(format!("changed since the run: {}", p.changed.join(", ")));
-    }
-    if !p.plan.left_out.is_empty() {
-        parts.push(format!(
-            "not in the checkpoint (too big): {}",
-            p.plan.left_out.join(", ")
-        ));
-    }
-    parts.join("; ")
-}
-
-/// Reads the run, its plan, and which of its files changed since (blocking: git and files).
-fn plan(
-    root: &Path,
-    run: Option<&str>,
-    texts: &BTreeMap<String, Vec<u8>>,
-) -> Result<Planned, NotRolledBack> {
-    let repo = Repo::discover(root)?;
-    let run = recorded_run(root, &repo, run)?;
-    let mut plan = checkpoint::plan_rollback(&repo, &run.checkpoint, &run.files)?;
-    let already = plan.take_restored(&repo, texts);
-    let names: Vec<String> = plan.files.iter().map(|(f, _)| f.clone()).collect();
-    let changed = checkpoint::changed_since(&repo, &run.files, &names, texts)?;
-    Ok(Planned {
-        repo,
-        run_id: run.run_id,
-        checkpoint: run.checkpoint,
-        interrupted: run.interrupted,
-        plan,
-        changed,
-        already,
-    })
-}
-
 /// Sorts the plan's files into the ways they go back, from the buffers and the disk now.
-fn ways(plan: &RollbackPlan, already: &[String], snapshot: &Snapshot, c: &Connection) -> Ways {
+fn ways(plan: &RollbackPlan, snapshot: &Snapshot, c: &Connection) -> Ways {
     let mut w = Ways::default();
-    for (path, restore) in plan.files.iter().filter(|(f, _)| !already.contains(f)) {
+    for (path, restore) in &plan.files {
         let Restore::File { bytes, executable } = restore else {
             match restore {
                 Restore::Delete => w.deletes.push(path.clone()),
@@ -351,8 +317,8 @@ async fn restore(
     limits: edit::Limits,
     label: String,
     ways: &Ways,
-) -> Result<(), NotRolledBack> {
-    let failed = |e| NotRolledBack::Apply(shell::apply_failure(e));
+) -> Result<(), Unrolled> {
+    let failed = |e| Unrolled::Apply(shell::apply_failure(e));
     shell::apply_restore(c, snapshot, limits, label, &ways.edits)
         .await
         .map_err(failed)?;
@@ -369,7 +335,7 @@ async fn restore(
         checkpoint::apply(&repo, &plan)?;
         for file in executable {
             checkpoint::set_executable(&root.join(&file), true)
-                .map_err(|source| NotRolledBack::Executable { file, source })?;
+                .map_err(|source| Unrolled::Executable { file, source })?;
         }
         Ok(())
     })

@@ -793,7 +793,9 @@ impl Session {
             }
         }
         if let Some(store) = &self.store {
-            store.send("an undo", move |s| s.set_undone(step, !redo));
+            store.send("an undo", move |s| {
+                agent_ls_runtime::steps::mark(s, step, !redo)
+            });
         }
         if !redo {
             self.review_undone();
@@ -970,6 +972,7 @@ impl Session {
             snapshot: self.snapshot(),
             connection,
             limits: self.config.config.edit.limits(),
+            memory: self.config.config.memory.clone(),
             reply,
             lock,
         });
@@ -982,16 +985,10 @@ impl Session {
         if matches!(self.active, Some(Active::Rollback)) {
             self.active = None;
         }
+        // The rollback recorded itself (`runs::rollback::settle`, memory included); the
+        // session's history and run view follow.
         if let (Some(run_id), true) = (run_id, rolled_back) {
             self.mark_run_undone(&run_id);
-            // Memory remembers the run as rolled back (its fix did not stay); off this task,
-            // since the stores are files (or the team's database).
-            if let Some(root) = self.workspace_root.clone() {
-                let memory = self.config.config.memory.clone();
-                tokio::task::spawn_blocking(move || {
-                    agent_ls_runtime::memory::note_rollback(&root, &memory, &run_id)
-                });
-            }
         }
         if changed {
             self.start_tests(Trigger::User {

@@ -652,11 +652,12 @@ impl Shell for ServerShell {
 
     async fn ask_change(&mut self, q: &ChangeQuestion<'_>) -> bool {
         self.review = q.review.clone();
-        // The editor asks when it applies the annotated edit (VS Code's preview, whose labels
-        // carry the review); eglot alone asks "Proceed?" before it applies: that is the
+        // Under "confirm" the editor asks when it applies the annotated edit (VS Code's
+        // preview, whose labels carry the review); "prompt" always asks here. eglot alone asks "Proceed?" before it applies: that is the
         // step's question. A worktree run's change is written on disk, with no preview: it
         // is asked here, as is a change the scan flagged.
         if q.why == Asked::Approval
+            && self.approval == Approval::Confirm
             && (self.c.support.change_annotations || self.c.support.confirms_edits)
             && self.on_disk.is_none()
         {

@@ -52,8 +52,6 @@ pub struct AgentLsMcp {
     config: Arc<Config>,
     /// The last whole test run, for `get_diagnostics`.
     last: Arc<Mutex<Option<RunResult>>>,
-    /// The last checkpoint this session took, which `rollback` goes back to by default.
-    checkpoint: Arc<Mutex<Option<String>>>,
     /// Cancelled when the client closes our stdin: nothing more will be asked, so the test
     /// runs still going end now rather than hold the exit.
     closing: CancellationToken,
@@ -65,7 +63,6 @@ impl AgentLsMcp {
             root,
             config: Arc::new(config),
             last: Arc::new(Mutex::new(None)),
-            checkpoint: Arc::new(Mutex::new(None)),
             closing,
         }
     }
@@ -128,8 +125,11 @@ impl AgentLsMcp {
         match name {
             "run_tests" => self.run_tests(&args, cancel).await,
             "apply_edit" => self.apply_edit(&args),
-            "checkpoint" => git::take(self.root.clone(), self.checkpoint.clone()).await,
-            "rollback" => git::rollback(self.root.clone(), &args, self.checkpoint.clone()).await,
+            "checkpoint" => git::take(self.root.clone()).await,
+            "rollback" => {
+                let memory = self.config.memory.clone();
+                git::rollback(self.root.clone(), &args, memory).await
+            }
             "get_diagnostics" | "read_file" | "list_files" | "find_files" | "grep" => {
                 let last = self.last.lock().ok().and_then(|l| l.clone());
                 let mut diagnostics = agent_ls_runtime::tests_run::diagnostics_of(last.as_ref());

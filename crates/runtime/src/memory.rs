@@ -20,7 +20,7 @@ use shared::{
 pub use shared::{
     MemoryError, ROLLED_BACK, USER_SCOPE, merge_hits, open_user_store, scope_of, user_store_path,
 };
-pub use stores::{Memories, View, note_rollback, note_rollback_in, owner};
+pub use stores::{Memories, View, note_rollback, owner};
 
 /// Environment variables whose values are secrets by their names.
 fn secret_name(name: &str) -> bool {

@@ -234,7 +234,17 @@ pub fn delete_created(root: &Path, deletes: &[String]) -> Result<(), StepError> 
 /// Records in the store that a move's files were written: the step is undone, or done again.
 pub fn settle(root: &Path, m: &Move) -> Result<(), StepError> {
     let (store, _) = Store::open(root)?;
-    store.set_undone(m.step, m.undo)?;
+    mark(&store, m.step, m.undo)?;
+    Ok(())
+}
+
+/// Marks step `id` undone or done again. A step redone applies its run again, so the run's
+/// rollback is forgotten: rolling it back later is a first rollback, not a second.
+pub fn mark(store: &Store, id: u64, undone: bool) -> Result<(), StoreError> {
+    store.set_undone(id, undone)?;
+    if !undone && let Some(run) = store.step_run(id)? {
+        store.forget_rollback(&run)?;
+    }
     Ok(())
 }
 

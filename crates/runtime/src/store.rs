@@ -57,7 +57,7 @@ pub enum StoreError {
 
 /// The store's schema, one migration per version: `MIGRATIONS[n]` takes a store from
 /// `user_version` n to n + 1, in one transaction.
-const MIGRATIONS: [&str; 12] = [
+const MIGRATIONS: [&str; 13] = [
     "CREATE TABLE IF NOT EXISTS steps (
         id INTEGER PRIMARY KEY,
         run_id TEXT NOT NULL,
@@ -197,6 +197,13 @@ const MIGRATIONS: [&str; 12] = [
     // The memory vectors' index (`vector_index`): its tables are made per dimension, so
     // this migration's work is `vector_index::ensure_all`, for the vectors already kept.
     "",
+    // Each rollback (a run's id, or an MCP checkpoint's), so a second rollback of the same
+    // target knows the files it finds changed are the user's, not the run's (`runs::rollback`).
+    "CREATE TABLE IF NOT EXISTS rollbacks (
+        target TEXT NOT NULL,
+        created_ms INTEGER NOT NULL
+     );
+     CREATE INDEX IF NOT EXISTS rollbacks_target ON rollbacks (target);",
 ];
 
 /// The version whose migration makes the memory vectors' index (`vector_index`).
@@ -743,6 +750,61 @@ impl Store {
         )?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Records that `target` (a run, or an MCP checkpoint) was rolled back.
+    pub fn record_rollback(&self, target: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO rollbacks (target, created_ms) VALUES (?1, ?2)",
+            params![target, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// Whether `target` was rolled back and not redone since.
+    pub fn rolled_back(&self, target: &str) -> Result<bool, StoreError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM rollbacks WHERE target = ?1",
+            params![target],
+            |r| r.get(0),
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Forgets `target`'s rollbacks: one of its steps was redone, so it is applied again.
+    pub fn forget_rollback(&self, target: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute("DELETE FROM rollbacks WHERE target = ?1", params![target])?;
+        Ok(())
+    }
+
+    /// Marks undone the applied steps a rollback took back: run `run_id`'s, or (`since_ms`)
+    /// every step recorded since a checkpoint was taken. Returns their ids.
+    pub fn undo_steps(&self, run_id: &str, since_ms: Option<i64>) -> Result<Vec<u64>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "UPDATE steps SET undone = 1
+             WHERE undone = 0 AND (run_id = ?1 OR created_ms >= ?2) RETURNING id",
+        )?;
+        let ids = stmt.query_map(params![run_id, since_ms.unwrap_or(i64::MAX)], |r| {
+            r.get::<_, i64>(0)
+        })?;
+        let mut ids = ids
+            .map(|i| i.map(|i| i as u64))
+            .collect::<Result<Vec<_>, _>>()?;
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// The run a step belongs to (`None`: no such step).
+    pub fn step_run(&self, id: u64) -> Result<Option<String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT run_id FROM steps WHERE id = ?1")?;
+        let mut rows = stmt.query(params![id as i64])?;
+        match rows.next()? {
+            Some(r) => Ok(Some(r.get(0)?)),
+            None => Ok(None),
+        }
     }
 
     pub fn set_undone(&self, id: u64, undone: bool) -> Result<(), StoreError> {

@@ -90,6 +90,14 @@ pub fn take(repo: &Repo, run_id: &str) -> Result<Checkpoint, GitError> {
     // Seeded from the real index, whose file stat data lets `add` skip unchanged files.
     if repo.index.exists() {
         std::fs::copy(&repo.index, &index.path)?;
+        // The copy keeps the index's time: git trusts an entry's stat data only for files
+        // older than the index, and a fresh time would let a file rewritten to the same size
+        // in the index's second pass as unchanged (the racy-git rule).
+        let modified = std::fs::metadata(&repo.index)?.modified()?;
+        std::fs::File::options()
+            .write(true)
+            .open(&index.path)?
+            .set_modified(modified)?;
     } else if let Some(h) = &head {
         repo.git(Some(&index.path)).run(&["read-tree", h], None)?;
     }

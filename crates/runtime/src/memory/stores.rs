@@ -334,12 +334,3 @@ pub fn note_rollback(root: &Path, config: &MemoryConfig, run_id: &str) {
         tracing::warn!("memory: run {run_id} is still remembered as it ended: {e}");
     }
 }
-
-/// `note_rollback` with the workspace's configuration loaded here, for a surface that holds
-/// none (ACP's `/rollback`, MCP's `rollback`).
-pub fn note_rollback_in(root: &Path, run_id: &str) {
-    let loaded = crate::config::load(&crate::config::Inputs::from_process(Some(
-        root.to_path_buf(),
-    )));
-    note_rollback(root, &loaded.config.memory, run_id);
-}
