@@ -14,9 +14,9 @@ use agent_ls_core::text::visible;
 use agent_ls_runtime::config::{self, Isolation};
 use agent_ls_runtime::drive::policy::Asked;
 use agent_ls_runtime::drive::{self, ApplyError, ChangeQuestion, Outcome, Shell};
-use agent_ls_runtime::files;
 use agent_ls_runtime::git::isolate::{self, IsolateError, Isolated};
 use agent_ls_runtime::lock::RunLock;
+use agent_ls_runtime::runs::disk::OnDisk;
 use agent_ls_runtime::runs::{self, AfterRun, Begin, RunRequest};
 use agent_ls_runtime::store::StoreThread;
 use agent_ls_runtime::tests_run::{RunError, RunResult, TestState};
@@ -63,20 +63,15 @@ pub mod exit {
     pub const INTERRUPTED: u8 = 130;
 }
 
-struct CliShell<'a> {
-    root: &'a Path,
-    config: &'a config::Config,
+struct CliShell {
+    disk: OnDisk,
     /// A dry run asks nothing.
     dry_run: bool,
-    /// The plan's task the change being applied works on, for the history.
-    task: String,
-    /// The run's id, which its steps carry (a rollback of an interrupted run finds them by it).
-    run_id: String,
 }
 
-impl Shell for CliShell<'_> {
+impl Shell for CliShell {
     fn read(&self, relative: &str) -> FileText {
-        files::read_for_plan(self.root, relative)
+        self.disk.read(relative)
     }
 
     fn present(&self) -> bool {
@@ -122,19 +117,14 @@ impl Shell for CliShell<'_> {
     }
 
     async fn write(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
-        files::write_changes(self.root, changes).map_err(|e| ApplyError::Failed(e.to_string()))?;
-        // The step joins the workspace's history, so `agent-ls undo` (and the editor, on its
-        // next start) can revert it; a history that cannot be written costs only that.
-        if let Err(e) =
-            agent_ls_runtime::steps::record(self.root, changes.to_vec(), &self.run_id, &self.task)
-        {
-            eprintln!("agent-ls: warning: the change is written but not in the undo history: {e}");
+        if let Some(warning) = self.disk.write(changes)? {
+            self.warn(&warning);
         }
         Ok(())
     }
 
     fn task(&mut self, task: &str, _iteration: u32) {
-        self.task = task.to_string();
+        self.disk.task(task);
     }
 
     async fn run_tests(
@@ -142,12 +132,7 @@ impl Shell for CliShell<'_> {
         cancel: &CancellationToken,
         command: Option<Vec<String>>,
     ) -> Result<RunResult, RunError> {
-        let sandbox = Sandbox::from_config(&self.config.sandbox);
-        let test = match command {
-            Some(argv) => agent_ls_runtime::tests_run::with_command(&self.config.test, argv),
-            None => self.config.test.clone(),
-        };
-        agent_ls_runtime::tests_run::run(self.root, &test, &sandbox, cancel).await
+        self.disk.run_tests(cancel, command).await
     }
 
     fn progress(&mut self, message: &str) {
@@ -376,11 +361,8 @@ async fn drive_goal(s: Setup<'_>, prepared: runs::Prepared, run_id: String) -> O
     watch_signals(cancel.clone());
     let cfg = prepared.config.clone();
     let mut shell = CliShell {
-        root: s.root,
-        config: &cfg,
+        disk: OnDisk::new(s.root, cfg.clone(), &run_id),
         dry_run: prepared.policy.dry_run,
-        task: String::new(),
-        run_id: run_id.clone(),
     };
     let shown = std::sync::atomic::AtomicUsize::new(0);
     let on_token = |t: &str| echo_token(&shown, t);

@@ -30,7 +30,7 @@ pub fn mcp(workspace: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         tracing::error!("{err}");
     }
     super::setup::warn_untrusted(&loaded);
-    serve_until_done(crate::mcp::serve(&root, loaded.config))??;
+    serve_until_done(crate::mcp::serve(&root, (loaded.config, loaded.trusted)))??;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -5,6 +5,7 @@
 
 mod diagnostics;
 mod git;
+mod run;
 mod wire;
 
 use std::path::{Path, PathBuf};
@@ -50,6 +51,8 @@ const SERVED: &[&str] = &[
 pub struct AgentLsMcp {
     root: PathBuf,
     config: Arc<Config>,
+    /// The folder is trusted: a run's commit may run its git hooks.
+    trusted: bool,
     /// The last whole test run, for `get_diagnostics`.
     last: Arc<Mutex<Option<RunResult>>>,
     /// Cancelled when the client closes our stdin: nothing more will be asked, so the test
@@ -58,10 +61,15 @@ pub struct AgentLsMcp {
 }
 
 impl AgentLsMcp {
-    pub fn new(root: PathBuf, config: Config, closing: CancellationToken) -> Self {
+    pub fn new(
+        root: PathBuf,
+        (config, trusted): (Config, bool),
+        closing: CancellationToken,
+    ) -> Self {
         AgentLsMcp {
             root,
             config: Arc::new(config),
+            trusted,
             last: Arc::new(Mutex::new(None)),
             closing,
         }
@@ -110,7 +118,11 @@ impl AgentLsMcp {
             },
             "required": ["step", "files", "diff", "written", "already_applied"]
         }))));
-        out.into_iter().map(annotated).chain(git::tools()).collect()
+        out.into_iter()
+            .map(annotated)
+            .chain(git::tools())
+            .chain([run::spec()])
+            .collect()
     }
 
     fn limits(&self) -> Limits {
@@ -126,6 +138,10 @@ impl AgentLsMcp {
             "run_tests" => self.run_tests(&args, cancel).await,
             "apply_edit" => self.apply_edit(&args),
             "checkpoint" => git::take(self.root.clone()).await,
+            "run" => {
+                let config = (self.config.clone(), self.trusted);
+                run::run(self.root.clone(), config, &args, cancel).await
+            }
             "rollback" => {
                 let memory = self.config.memory.clone();
                 git::rollback(self.root.clone(), &args, memory).await
@@ -313,7 +329,7 @@ impl ServerHandler for AgentLsMcp {
 }
 
 /// Serves the workspace's tools on stdin and stdout until the client goes away.
-pub async fn serve(root: &Path, config: Config) -> Result<(), McpError> {
+pub async fn serve(root: &Path, config: (Config, bool)) -> Result<(), McpError> {
     let closing = CancellationToken::new();
     // rmcp speaks through two pipes; tasks of ours stand between them and stdio.
     let (rmcp_in, to_rmcp) = tokio::io::duplex(64 * 1024);

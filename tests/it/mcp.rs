@@ -41,7 +41,8 @@ fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo(
             "run_tests",
             "apply_edit",
             "checkpoint",
-            "rollback"
+            "rollback",
+            "run"
         ])
     );
     let text = |k: &str| {
@@ -355,7 +356,7 @@ fn inspector(deps: &Path, ws: &Path, home: &Path, args: &[&str]) -> (Value, Stri
     (answer, stderr)
 }
 
-/// The nine tools, each with an object schema and the three hints a client shows.
+/// The ten tools, each with an object schema and the three hints a client shows.
 fn every_tool_is_listed_with_its_schema_and_annotations(listed: &Value) {
     let tools = listed["tools"].as_array().unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -371,6 +372,7 @@ fn every_tool_is_listed_with_its_schema_and_annotations(listed: &Value) {
             "list_files",
             "read_file",
             "rollback",
+            "run",
             "run_tests"
         ]
     );

@@ -5,6 +5,7 @@
 //! and builds neither the settings nor the `Drive`.
 
 mod commit;
+pub mod disk;
 pub mod rollback;
 mod start;
 

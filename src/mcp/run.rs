@@ -1,0 +1,156 @@
+//! `agent-ls mcp`'s `run` tool: a goal run by agent-ls's own loop on the workspace's files, as
+//! `agent-ls run` runs it. The runtime sets the run up, decides each approval and commits
+//! (`runs::prepare`, `runs::drive`, `runs::after_run`); this file only reads the arguments and
+//! says the outcome. Nobody watches a tool call, so the run is unattended
+//! (`runs::disk::Unattended`): under `approval = "confirm"` a change is not applied unless
+//! the caller said `yes`, and a protected file is written only with `allow_protected`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use agent_ls_runtime::config::Config;
+use agent_ls_runtime::drive;
+use agent_ls_runtime::lock::RunLock;
+use agent_ls_runtime::runs::disk::{OnDisk, Unattended};
+use agent_ls_runtime::runs::{self, AfterRun, Begin, RunRequest};
+use agent_ls_runtime::store::StoreThread;
+
+use super::wire::{text_result, tool};
+
+/// The tool as clients see it.
+pub(super) fn spec() -> Tool {
+    tool(
+        "run",
+        "Run agent-ls's own agent loop on a goal (\"fix the failing tests\", \"make parse keep the last field\"): it plans, edits the workspace's files through its edit engine, runs the tests and retries until they pass or it gives up; every change is a step `agent-ls undo` reverts, and in a git repository the run has a checkpoint `rollback` goes back to. Nobody is asked anything: with approval \"confirm\" a change is applied only with `yes`, and a protected file (.git/, hooks, editor settings, agent-ls's configuration) only with `allow_protected`. Returns the run's outcome (status, answer, files changed, tests) and `notes` (warnings, and the diffs shown but not written).",
+        json!({"type": "object", "properties": {
+            "goal": {"type": "string", "description": "what the run should achieve"},
+            "agent": {"type": "string", "description": "one of the configured agents (default: the configuration's)"},
+            "yes": {"type": "boolean", "description": "apply changes without asking, as `agent-ls run --yes`"},
+            "allow_protected": {"type": "boolean", "description": "with yes, also write protected files and changes the static scan flagged"},
+            "dry_run": {"type": "boolean", "description": "show the proposed change, write nothing"},
+            "reproduce": {"type": "boolean", "description": "write a test that fails for the goal's bug before any fix"}
+        }, "required": ["goal"]}),
+    )
+    .annotate(
+        ToolAnnotations::new()
+            .read_only(false)
+            .destructive(true)
+            .idempotent(false)
+            .open_world(true),
+    )
+}
+
+/// The run's request, from the call's arguments.
+fn request(args: &Value) -> Result<RunRequest, String> {
+    let goal = match args.get("goal") {
+        Some(Value::String(g)) if !g.trim().is_empty() => g.clone(),
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            return Err("`goal` is required: what should the run achieve?".into());
+        }
+        Some(other) => return Err(format!("`goal` must be a string, not {other}")),
+    };
+    let flag = |name: &str| match args.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(format!("`{name}` must be true or false, not {other}")),
+    };
+    let agent = match args.get("agent") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(a)) => Some(a.clone()),
+        Some(other) => return Err(format!("`agent` must be a string, not {other}")),
+    };
+    Ok(RunRequest {
+        agent,
+        reproduce: flag("reproduce")?,
+        begin: Begin::New,
+        dry_run: flag("dry_run")?,
+        allow_protected: flag("allow_protected")?,
+        yes: flag("yes")?,
+        ..RunRequest::new(goal)
+    })
+}
+
+/// Runs the goal to its end; `cancel` fires when the client cancels the call or goes away.
+pub(super) async fn run(
+    root: PathBuf,
+    (config, trusted): (Arc<Config>, bool),
+    args: &Value,
+    cancel: &CancellationToken,
+) -> CallToolResult {
+    let request = match request(args) {
+        Ok(r) => r,
+        Err(why) => return text_result(why, true),
+    };
+    let goal = request.goal.clone();
+    let prepared = match runs::prepare(&config, request) {
+        Ok(p) => p,
+        Err(e) => return text_result(format!("the run did not start: {e}"), true),
+    };
+    // One run per workspace, whoever runs it (an editor, `agent-ls run`, another call).
+    let _lock = match RunLock::acquire(&root, &goal) {
+        Ok(l) => l,
+        Err(e) => return text_result(format!("the run did not start: {e}"), true),
+    };
+    let store = StoreThread::open(root.clone(), |opened| {
+        if let Err(e) = opened {
+            tracing::warn!("the run's figures will not be kept: {e}");
+        }
+    });
+    let run_id = drive::new_run_id();
+    let mut shell = Unattended {
+        disk: OnDisk::new(&root, prepared.config.clone(), &run_id),
+        notes: Vec::new(),
+    };
+    let env = runs::Env {
+        root: &root,
+        home: &root,
+        cancel,
+        run_id,
+        store: Some(&store),
+        events: None,
+        on_token: None,
+    };
+    let (_, mut outcome) = runs::drive(prepared, env, &mut shell).await;
+    // Nobody to ask after the run either: unset, it does not commit.
+    let after = runs::after_run(&store, (&root, &config, trusted), &mut outcome, false).await;
+    tokio::task::block_in_place(|| store.flush_blocking());
+    let mut value = serde_json::to_value(&outcome).unwrap_or_else(|_| json!({}));
+    value["notes"] = json!(shell.notes);
+    match after {
+        AfterRun::Committed { id, subject } => {
+            value["committed"] = json!({"id": id, "subject": subject})
+        }
+        AfterRun::Failed(why) => value["commit_failed"] = json!(why),
+        AfterRun::Left | AfterRun::Offer => {}
+    }
+    CallToolResult::structured(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_arguments_are_checked_before_anything_runs() {
+        assert!(
+            request(&json!({}))
+                .unwrap_err()
+                .contains("`goal` is required")
+        );
+        assert!(request(&json!({"goal": "  "})).is_err());
+        assert!(
+            request(&json!({"goal": 3}))
+                .unwrap_err()
+                .contains("must be a string")
+        );
+        let bad = request(&json!({"goal": "fix", "yes": "yes"})).unwrap_err();
+        assert!(bad.contains("`yes` must be true or false"), "{bad}");
+        let r = request(&json!({"goal": "fix", "yes": true, "agent": "careful"})).unwrap();
+        assert!(r.yes && !r.dry_run && !r.allow_protected);
+        assert_eq!(r.agent.as_deref(), Some("careful"));
+    }
+}
