@@ -93,26 +93,18 @@ fn fill(m: &mut Memories, from: usize, to: usize) {
 /// A new schema in the server's database, and the URL that works in it.
 fn fresh_schema(url: &str) -> String {
     let name = format!("bench{}", std::process::id());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .expect("connect");
-        tokio::spawn(conn);
-        client
-            .batch_execute(&format!(
-                "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
-            ))
-            .await
-            .expect("schema");
+    with_client(url, async |c| {
+        c.batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+        ))
+        .await
+        .expect("schema")
     });
     format!("{url}?options=-c%20search_path%3D{name}%2Cpublic")
 }
 
-fn analyze(url: &str) {
+/// `f` with a client of the bench's own on `url`, outside the store it measures.
+fn with_client<T>(url: &str, f: impl AsyncFnOnce(&tokio_postgres::Client) -> T) -> T {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -122,11 +114,30 @@ fn analyze(url: &str) {
             .await
             .expect("connect");
         tokio::spawn(conn);
-        client
-            .batch_execute("ANALYZE agent_ls_memories")
+        f(&client).await
+    })
+}
+
+fn analyze(url: &str) {
+    with_client(url, async |c| {
+        c.batch_execute("ANALYZE agent_ls_memories")
             .await
-            .expect("analyze");
+            .expect("analyze")
     });
+}
+
+/// The type of the store's `embedding` column: pgvector's `vector`, else `real[]`.
+fn embedding_type(url: &str) -> String {
+    with_client(url, async |c| {
+        c.query_one(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+             WHERE attrelid = 'agent_ls_memories'::regclass AND attname = 'embedding'",
+            &[],
+        )
+        .await
+        .expect("the embedding column's type")
+        .get(0)
+    })
 }
 
 fn timed(mut f: impl FnMut(usize)) -> (f64, f64, f64) {
@@ -150,7 +161,7 @@ fn main() {
     };
     let url = fresh_schema(&url);
     let store = PgStore::connect(&DatabaseUrl::new(url.clone())).expect("connect");
-    println!("memory_postgres: pgvector: {}", store.has_vector());
+    println!("memory_postgres: embeddings: {}", embedding_type(&url));
     let mut m = Memories::postgres(store, "/bench", "bench", false);
     let sizes: &[usize] = if std::env::args().any(|a| a == "--large") {
         &[10_000, 100_000]

@@ -21,10 +21,6 @@ pub fn range_from_lsp(r: lsp::Range) -> Range {
     Range::new(position_from_lsp(r.start), position_from_lsp(r.end))
 }
 
-pub fn range_to_lsp(r: Range) -> lsp::Range {
-    lsp::Range::new(position_to_lsp(r.start), position_to_lsp(r.end))
-}
-
 pub fn change_from_lsp(c: TextDocumentContentChangeEvent) -> TextChange {
     TextChange {
         range: c.range.map(range_from_lsp),

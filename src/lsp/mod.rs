@@ -508,13 +508,16 @@ impl LanguageServer for Backend {
     }
 
     async fn shutdown(&self) -> Result<()> {
-        self.shutdown.store(true, Ordering::SeqCst);
-        info!("shutdown requested");
-        // What the store was sent is written before the client is told it may stop us.
-        if let Ok(Some(store)) = self.session.query(|s| s.store()).await {
-            let _ = tokio::task::spawn_blocking(move || store.flush_blocking()).await;
-        }
-        Ok(())
+        guarded("shutdown", async {
+            self.shutdown.store(true, Ordering::SeqCst);
+            info!("shutdown requested");
+            // What the store was sent is written before the client is told it may stop us.
+            if let Ok(Some(store)) = self.session.query(|s| s.store()).await {
+                let _ = tokio::task::spawn_blocking(move || store.flush_blocking()).await;
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn code_action(&self, params: CodeActionParams) -> Result<Option<CodeActionResponse>> {

@@ -772,7 +772,7 @@ fn status_answers_at_once_while_another_process_holds_the_store_lock() {
     let _ = holder.kill();
     let _ = holder.wait();
     eprintln!("agent-ls.status under a locked store: {took:?}");
-    // The store waits up to 5 s for its lock (store.rs's busy timeout): a status that waited
+    // The store waits up to 5 s for its lock (store/mod.rs's busy timeout): a status that waited
     // for it would take that long. Half of it is a bound only such a wait breaks; on a busy
     // CI machine an answer given at once took over 200 ms.
     assert!(

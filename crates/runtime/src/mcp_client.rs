@@ -373,12 +373,20 @@ impl McpTools {
         Err(McpError::FailedTwice(full.into()))
     }
 
-    /// Which servers were withdrawn during the run, for the warning at its end.
-    pub fn withdrawn_servers(&self) -> Vec<String> {
-        (0..self.servers.len())
+    /// The warning at the run's end naming the servers withdrawn during it, if any: the
+    /// warning given when one was withdrawn may be long scrolled away by then, and the run's
+    /// answer may rest on tools that stopped being offered.
+    pub fn withdrawn_warning(&self) -> Option<String> {
+        let names: Vec<String> = (0..self.servers.len())
             .filter(|i| self.withdrawn(*i))
-            .map(|i| self.servers[i].name.clone())
-            .collect()
+            .map(|i| format!("`{}`", self.servers[i].name))
+            .collect();
+        (!names.is_empty()).then(|| {
+            format!(
+                "MCP servers withdrawn during this run (their tools were not offered after): {}",
+                names.join(", ")
+            )
+        })
     }
 
     /// Ends every server: its session, then its whole process group.
@@ -390,5 +398,48 @@ impl McpTools {
                 end_group(pgid);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server as `connect` leaves it, without a process: `restarts` used and `withdrawn`.
+    fn server(name: &str, restarts: u32, withdrawn: bool) -> Server {
+        Server {
+            name: name.into(),
+            config: McpServerConfig::default(),
+            connection: Mutex::new(None),
+            state: std::sync::Mutex::new((restarts, withdrawn)),
+        }
+    }
+
+    #[test]
+    fn the_end_of_run_warning_names_the_withdrawn_servers_alone() {
+        let tools = McpTools {
+            servers: vec![
+                server("docs", 1, true),
+                server("files", 1, false),
+                server("web", 1, true),
+            ],
+            ..McpTools::default()
+        };
+        assert_eq!(
+            tools.withdrawn_warning().as_deref(),
+            Some(
+                "MCP servers withdrawn during this run (their tools were not offered after): `docs`, `web`"
+            )
+        );
+    }
+
+    #[test]
+    fn no_warning_when_every_server_kept_its_tools() {
+        let tools = McpTools {
+            servers: vec![server("docs", 0, false), server("files", 1, false)],
+            ..McpTools::default()
+        };
+        assert_eq!(tools.withdrawn_warning(), None);
+        assert_eq!(McpTools::default().withdrawn_warning(), None);
     }
 }

@@ -151,11 +151,6 @@ impl Buffer {
             }
         }
     }
-
-    /// Marks the buffer as out of sync; the caller decides when a change is untrustworthy.
-    pub fn mark_needs_resync(&mut self) {
-        self.needs_resync = true;
-    }
 }
 
 /// Applies `changes` to `rope` in order, returning whether a full-text change resynced it.

@@ -542,14 +542,6 @@ pub enum LogLevel {
 }
 
 impl LogLevel {
-    /// For a terminal command: as quiet as warn unless asked for more detail.
-    pub fn min_warn(self) -> LogLevel {
-        match self {
-            LogLevel::Info => LogLevel::Warn,
-            other => other,
-        }
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             LogLevel::Error => "error",

@@ -561,6 +561,10 @@ impl Drive<'_> {
             shown: going_shown,
             ..
         } = going;
+        // Said again at the end, where the run's answer is read.
+        if let Some(w) = mcp.withdrawn_warning() {
+            shell.warn(&w);
+        }
         mcp.shutdown().await;
         let edit_errors = lsp.reported.clone();
         lsp.shutdown().await;

@@ -129,11 +129,6 @@ impl PgStore {
         Ok(store)
     }
 
-    /// Whether embeddings are pgvector `vector`s (else `real[]`).
-    pub fn has_vector(&self) -> bool {
-        self.vector
-    }
-
     /// Runs `f` to its end within `OPERATION_TIMEOUT`.
     fn run<T>(
         &mut self,

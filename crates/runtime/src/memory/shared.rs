@@ -1,6 +1,6 @@
 //! What every part of memory shares, below them all: where the user's store is and a
 //! workspace's scope, the error, and how a record is kinded, keyed and counted into patterns
-//! and hits are merged, so the SQLite store (memory.rs), the PostgreSQL store (postgres.rs)
+//! and hits are merged, so the SQLite store (mod.rs), the PostgreSQL store (postgres.rs)
 //! and the one interface over both (stores.rs) agree. It uses none of them.
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 -- PGMQ 1.13.0, the SQL-only installation (no extension), as shipped in the pgmq crate
 -- 0.34.0-alpha.7 (src/install/embedded/sql/pgmq.sql) and run by `psql -f pgmq.sql` in PGMQ's
--- INSTALLATION.md. agent-ls runs it once per database (crates/runtime/src/queue.rs), because
+-- INSTALLATION.md. agent-ls runs it once per database (crates/runtime/src/queue/mod.rs), because
 -- the crate's own installer needs sqlx, which cannot link beside rusqlite's SQLite.
 --
 -- The PostgreSQL License. Copyright (c) 2023, Tembo. Permission to use, copy, modify, and

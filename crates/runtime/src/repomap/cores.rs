@@ -1,5 +1,5 @@
 //! Work split over the machine's cores, for the repo map's two bulk jobs (the cold parse and
-//! the warm decode of the cache). A module of its own so that both `repomap.rs` and
+//! the warm decode of the cache). A module of its own so that both `mod.rs` and
 //! `cache.rs` use it without depending on each other.
 
 /// `f` of each of `items` (those it answers), the items split over the machine's cores (at

@@ -81,20 +81,6 @@ pub fn drop_all(user: Option<&nix::unistd::User>) -> Result<(), PrivilegeError> 
     Ok(())
 }
 
-/// Whether this thread has no capability left in any set.
-pub fn none_left() -> bool {
-    use caps::CapSet;
-    [
-        CapSet::Bounding,
-        CapSet::Ambient,
-        CapSet::Inheritable,
-        CapSet::Effective,
-        CapSet::Permitted,
-    ]
-    .into_iter()
-    .all(|set| caps::read(None, set).is_ok_and(|s| s.is_empty()))
-}
-
 /// Installs a seccomp filter refusing (EPERM) sockets of the IPv4, IPv6 and packet families
 /// that are not streams: UDP, ICMP and raw sockets. Unix sockets and TCP (which Landlock
 /// rules) are untouched.

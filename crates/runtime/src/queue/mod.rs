@@ -15,7 +15,7 @@ use crate::config::DatabaseUrl;
 /// The PGMQ queue agent-ls's tasks wait in unless told another (`--queue-name`).
 pub const DEFAULT_QUEUE: &str = "agent_ls_tasks";
 /// PGMQ's own SQL, installed once per database when its schema is missing.
-const PGMQ_SQL: &str = include_str!("queue/pgmq.sql");
+const PGMQ_SQL: &str = include_str!("pgmq.sql");
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a query may take unless the caller says otherwise (`connect_with`): past it the
