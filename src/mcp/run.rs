@@ -44,24 +44,33 @@ pub(super) fn spec() -> Tool {
     )
 }
 
+/// Why the call's arguments are no run's request.
+#[derive(Debug, thiserror::Error)]
+enum BadArgs {
+    #[error("`goal` is required: what should the run achieve?")]
+    NoGoal,
+    #[error("`{0}` must be a string, not {1}")]
+    NotString(&'static str, Value),
+    #[error("`{0}` must be true or false, not {1}")]
+    NotBool(&'static str, Value),
+}
+
 /// The run's request, from the call's arguments.
-fn request(args: &Value) -> Result<RunRequest, String> {
+fn request(args: &Value) -> Result<RunRequest, BadArgs> {
     let goal = match args.get("goal") {
         Some(Value::String(g)) if !g.trim().is_empty() => g.clone(),
-        Some(Value::String(_)) | None | Some(Value::Null) => {
-            return Err("`goal` is required: what should the run achieve?".into());
-        }
-        Some(other) => return Err(format!("`goal` must be a string, not {other}")),
+        Some(Value::String(_)) | None | Some(Value::Null) => return Err(BadArgs::NoGoal),
+        Some(other) => return Err(BadArgs::NotString("goal", other.clone())),
     };
-    let flag = |name: &str| match args.get(name) {
+    let flag = |name: &'static str| match args.get(name) {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
-        Some(other) => Err(format!("`{name}` must be true or false, not {other}")),
+        Some(other) => Err(BadArgs::NotBool(name, other.clone())),
     };
     let agent = match args.get("agent") {
         None | Some(Value::Null) => None,
         Some(Value::String(a)) => Some(a.clone()),
-        Some(other) => return Err(format!("`agent` must be a string, not {other}")),
+        Some(other) => return Err(BadArgs::NotString("agent", other.clone())),
     };
     Ok(RunRequest {
         agent,
@@ -83,7 +92,7 @@ pub(super) async fn run(
 ) -> CallToolResult {
     let request = match request(args) {
         Ok(r) => r,
-        Err(why) => return text_result(why, true),
+        Err(why) => return text_result(why.to_string(), true),
     };
     let goal = request.goal.clone();
     let prepared = match runs::prepare(&config, request) {
@@ -136,18 +145,11 @@ mod tests {
 
     #[test]
     fn the_arguments_are_checked_before_anything_runs() {
-        assert!(
-            request(&json!({}))
-                .unwrap_err()
-                .contains("`goal` is required")
-        );
+        let said = |args: Value| request(&args).unwrap_err().to_string();
+        assert!(said(json!({})).contains("`goal` is required"));
         assert!(request(&json!({"goal": "  "})).is_err());
-        assert!(
-            request(&json!({"goal": 3}))
-                .unwrap_err()
-                .contains("must be a string")
-        );
-        let bad = request(&json!({"goal": "fix", "yes": "yes"})).unwrap_err();
+        assert!(said(json!({"goal": 3})).contains("must be a string"));
+        let bad = said(json!({"goal": "fix", "yes": "yes"}));
         assert!(bad.contains("`yes` must be true or false"), "{bad}");
         let r = request(&json!({"goal": "fix", "yes": true, "agent": "careful"})).unwrap();
         assert!(r.yes && !r.dry_run && !r.allow_protected);
