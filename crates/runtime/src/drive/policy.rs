@@ -82,8 +82,9 @@ pub fn change(policy: &Policy, review: &Review, present: bool) -> Decision {
         }
     };
     let then = match policy.approval {
-        _ if policy.allow_protected => Decision::Write,
-        Approval::Auto if review.findings.is_empty() => Decision::Write,
+        // Allowing protected files beforehand also allows what the scan flagged, but only
+        // where changes apply without asking: under "confirm" the change is still asked.
+        Approval::Auto if review.findings.is_empty() || policy.allow_protected => Decision::Write,
         Approval::Auto => ask(Asked::Flagged),
         _ => ask(Asked::Approval),
     };
@@ -216,6 +217,19 @@ mod tests {
             ..yes
         };
         assert_eq!(change(&allowed, &protected(), false), Decision::Write);
+        // Allowed, but approval is "confirm": the change itself is still asked.
+        let confirm = Policy {
+            allow_protected: true,
+            ..policy(Approval::Confirm)
+        };
+        assert_eq!(
+            change(&confirm, &protected(), true),
+            Decision::Ask(Asked::Approval)
+        );
+        assert!(matches!(
+            change(&confirm, &protected(), false),
+            Decision::Reject(_)
+        ));
     }
 
     #[test]
