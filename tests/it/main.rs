@@ -51,6 +51,7 @@ mod review_question;
 mod rollback_lsp;
 mod runners;
 mod skills;
+mod surfaces;
 mod test_diagnostics;
 mod tester;
 mod trust;

@@ -75,9 +75,11 @@ pub struct Prepared {
 /// Sets the run up: an agent that cannot run is the user's error, before anything starts.
 pub fn prepare(config: &Config, request: RunRequest) -> Result<Prepared, AgentError> {
     let mut config = config.clone();
+    // The agent named in the request, else the configuration's default one: either brings
+    // its approval mode with it.
     let chosen: Option<ChosenAgent> = match &request.agent {
         Some(name) => Some(drive::choose_agent(&config, name)?),
-        None => None,
+        None => drive::choose_agent(&config, &config.agent.default_agent).ok(),
     };
     let mut settings = drive::run_settings(&config, &request.goal);
     if request.reproduce {
@@ -237,5 +239,28 @@ mod tests {
             prepare(&config_with_agent(), request),
             Err(AgentError::Unknown { .. })
         ));
+    }
+
+    #[test]
+    fn the_default_agent_brings_its_approval_too() {
+        let mut config = config_with_agent();
+        let dir = tempfile::tempdir().expect("a folder");
+        let prompt = dir.path().join("fixer.md");
+        std::fs::write(&prompt, "You fix bugs.").expect("the prompt");
+        let fixer = crate::config::CustomAgent {
+            prompt: Some(prompt),
+            approval: Some(Approval::Auto),
+            ..Default::default()
+        };
+        config.agents.insert("fixer".into(), fixer);
+        config.agent.default_agent = "fixer".into();
+        let p = prepare(&config, RunRequest::new("fix it")).expect("prepared");
+        assert_eq!(p.run.settings().agent.name, "fixer");
+        assert_eq!(p.policy.approval, Approval::Auto);
+        // Named in the request, another agent's mode is the run's.
+        let mut request = RunRequest::new("fix it");
+        request.agent = Some("build".into());
+        let p = prepare(&config, request).expect("prepared");
+        assert_eq!(p.policy.approval, Approval::Confirm);
     }
 }
