@@ -246,7 +246,7 @@ struct Place {
     connection: Connection,
     /// A run in a new worktree of its own: its disk, and its own run lock, held until the
     /// run ends.
-    worktree: Option<(isolation::OnDisk, RunLock)>,
+    worktree: Option<(agent_ls_runtime::runs::disk::OnDisk, RunLock)>,
 }
 
 /// Works out where the run works: a resumed run goes on where it was; a new one starts where
@@ -278,7 +278,7 @@ async fn place(
     if !i.new || i.worktree.is_none() {
         return Ok(place);
     }
-    let w = isolation::WorktreeRun::start(i, &s.prepared.config, &goal)?;
+    let w = isolation::WorktreeRun::start(i, &s.prepared.config, (&s.id, &goal))?;
     place.connection.root = w.root;
     s.store = Some(w.store.clone());
     *record = s.store.clone();

@@ -7,16 +7,11 @@
 
 use std::path::PathBuf;
 
-use agent_ls_core::edit::{self, FileChange};
-use agent_ls_runtime::config::{Config, Isolation, TestConfig};
-use agent_ls_runtime::drive::ApplyError;
-use agent_ls_runtime::files;
+use agent_ls_runtime::config::{Config, Isolation};
 use agent_ls_runtime::git::isolate::{self, IsolateError, Isolated};
 use agent_ls_runtime::lock::{LockError, RunLock};
+use agent_ls_runtime::runs::disk::OnDisk;
 use agent_ls_runtime::store::StoreThread;
-use agent_ls_runtime::tests_run::{self, RunError, RunResult};
-use agent_ls_runtime::trust::sandbox::Sandbox;
-use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 /// Why a run from the editor does not start where `git.isolation` says; the text is the
@@ -56,8 +51,15 @@ pub struct WorktreeRun {
 }
 
 impl WorktreeRun {
-    /// Takes the new worktree `i` for a run of `goal` with the workspace's configuration.
-    pub fn start(i: &Isolated, config: &Config, goal: &str) -> Result<WorktreeRun, NotIsolated> {
+    /// Takes the new worktree `i` for run `run_id` of `goal` with the workspace's
+    /// configuration. No editor buffer is the worktree's, so the run reads and writes its
+    /// disk, and its tests run there (not through the session's test runs, whose results are
+    /// the checkout's diagnostics), as `agent-ls run --isolated` does (`runs::disk::OnDisk`).
+    pub fn start(
+        i: &Isolated,
+        config: &Config,
+        (run_id, goal): (&str, &str),
+    ) -> Result<WorktreeRun, NotIsolated> {
         let root = i.root.clone();
         let lock = RunLock::acquire(&root, goal)?;
         let store = StoreThread::open(root.clone(), |opened| {
@@ -69,50 +71,7 @@ impl WorktreeRun {
             root,
             store,
             lock,
-            on_disk: OnDisk {
-                test: config.test.clone(),
-                sandbox: Sandbox::from_config(&config.sandbox),
-            },
+            on_disk: OnDisk::new(&i.root, config.clone(), run_id),
         })
-    }
-}
-
-/// How a run in a worktree of its own reaches its files and tests: no editor buffer is its,
-/// so it reads and writes the worktree's disk, and its tests run there (not through the
-/// session's test runs, whose results are the checkout's diagnostics).
-pub struct OnDisk {
-    test: TestConfig,
-    sandbox: Sandbox,
-}
-
-impl OnDisk {
-    /// Writes an approved change in `root`, re-located onto the files as they are now.
-    pub fn write(
-        &self,
-        root: &std::path::Path,
-        changes: &[FileChange],
-        limits: &edit::Limits,
-    ) -> Result<(), ApplyError> {
-        let now = |p: &str| match files::read_for_plan(root, p) {
-            agent_ls_core::edit::FileText::Text(t) => Some(t),
-            _ => None,
-        };
-        let current =
-            edit::rebase(changes, now, limits).map_err(|e| ApplyError::Stale(e.to_string()))?;
-        files::write_changes(root, &current).map_err(|e| ApplyError::Failed(e.to_string()))
-    }
-
-    /// Runs the tests (or `command` in their place, under the same policy) in `root`.
-    pub async fn run_tests(
-        &self,
-        root: &std::path::Path,
-        cancel: &CancellationToken,
-        command: Option<Vec<String>>,
-    ) -> Result<RunResult, RunError> {
-        let test = match command {
-            Some(argv) => tests_run::with_command(&self.test, argv),
-            None => self.test.clone(),
-        };
-        tests_run::run(root, &test, &self.sandbox, cancel).await
     }
 }

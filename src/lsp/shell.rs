@@ -21,7 +21,6 @@ use super::baseline;
 use super::connection::{AgentMessage, AppliedStep, Connection, Snapshot};
 use super::convert;
 use super::ext;
-use super::isolation;
 use super::outbox::Outbox;
 use super::workspace_edit::{self, EditSupport, Target};
 use agent_ls_core::edit::history::Step;
@@ -200,7 +199,7 @@ pub(super) struct ServerShell {
     pub(super) exact_disk: bool,
     /// A run in a worktree of its own: it reads and writes that worktree's disk and runs its
     /// tests there, since no editor buffer is its.
-    pub(super) on_disk: Option<isolation::OnDisk>,
+    pub(super) on_disk: Option<agent_ls_runtime::runs::disk::OnDisk>,
 }
 
 impl ServerShell {
@@ -718,7 +717,10 @@ impl Shell for ServerShell {
     /// the buffers' versions against it, so typing since is never overwritten.
     async fn write(&mut self, current: &[FileChange]) -> Result<(), ApplyError> {
         if let Some(disk) = &self.on_disk {
-            return disk.write(&self.c.root, current, &self.limits);
+            if let Some(warning) = disk.write(current)? {
+                self.warn(&warning);
+            }
+            return Ok(());
         }
         let current = current.to_vec();
         let targets = self.targets(&current);
@@ -776,7 +778,7 @@ impl Shell for ServerShell {
         command: Option<Vec<String>>,
     ) -> Result<RunResult, RunError> {
         if let Some(disk) = &self.on_disk {
-            return disk.run_tests(&self.c.root, cancel, command).await;
+            return disk.run_tests(cancel, command).await;
         }
         let (reply, answer) = oneshot::channel();
         (self.c.report)(AgentMessage::RunTests { reply, command });
@@ -816,5 +818,8 @@ impl Shell for ServerShell {
     fn task(&mut self, task: &str, iteration: u32) {
         self.task = task.to_string();
         self.iteration = iteration;
+        if let Some(disk) = &mut self.on_disk {
+            disk.task(task);
+        }
     }
 }
