@@ -42,18 +42,116 @@ pub fn normalize(output: &str, root: &str) -> String {
     text
 }
 
+/// Characters of the cut middle kept for the failing assertions found there: a long run's
+/// third failure explains itself as well as its first, and a long assertion diff keeps its
+/// middle.
+pub const ASSERTION_CHARS: usize = 6_000;
+
+/// Lines longer than this in a block are not what an assertion says; a block keeps at most
+/// `BLOCK_LINES` lines.
+const BLOCK_LINES: usize = 40;
+
+/// A line that says what a failing test expected or found, in the runners' words: pytest's
+/// `E` lines and `>` source line, unittest's and Node's `AssertionError`, Rust's panics and
+/// `left`/`right`, Go's `--- FAIL` and testify's `Error:`, TAP's `not ok`, JUnit-style
+/// `expected:`/`but was`.
+static ASSERTION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?x)^(E\s|>\s+assert\b|\s*(AssertionError|assert\w*Error)\b|.*\bAssertionError\b|.*panicked\ at\b|\s*(left|right|expected|actual|Expected|Actual|Received)\b\s*:|.*\bassertion\b.*\bfailed\b|---\ FAIL\b|\s*Error( Trace)?:|\s*not\ ok\b|.*\bbut\ was\b|FAIL:\ )",
+    )
+    .expect("valid pattern")
+});
+
 /// The first `HEAD_CHARS` and last `TAIL_CHARS` characters, joined by a line that says how
 /// many characters of the middle were cut (`\n... [1234 characters cut] ...\n`), so a model
-/// reading it knows the output is not whole.
+/// reading it knows the output is not whole. The failing assertions of the middle are kept
+/// whole between them, up to `ASSERTION_CHARS`, each cut said likewise.
 pub fn truncate(text: &str) -> String {
     let count = text.chars().count();
     if count <= HEAD_CHARS + TAIL_CHARS {
         return text.to_string();
     }
-    let head: String = text.chars().take(HEAD_CHARS).collect();
-    let tail: String = text.chars().skip(count - TAIL_CHARS).collect();
-    let cut = count - HEAD_CHARS - TAIL_CHARS;
-    format!("{head}\n... [{cut} characters cut] ...\n{tail}")
+    let head_end = text
+        .char_indices()
+        .nth(HEAD_CHARS)
+        .map_or(text.len(), |(i, _)| i);
+    let tail_start = text
+        .char_indices()
+        .nth(count - TAIL_CHARS)
+        .map_or(text.len(), |(i, _)| i);
+    let middle = &text[head_end..tail_start];
+    let mut out = text[..head_end].to_string();
+    let mut at = 0;
+    for (start, end) in assertion_blocks(middle) {
+        out.push_str(&cut_marker(&middle[at..start]));
+        out.push_str(&middle[start..end]);
+        at = end;
+    }
+    out.push_str(&cut_marker(&middle[at..]));
+    out.push_str(&text[tail_start..]);
+    out
+}
+
+/// `\n... [N characters cut] ...\n` for a stretch of `cut` (nothing when it is empty).
+fn cut_marker(cut: &str) -> String {
+    match cut.chars().count() {
+        0 => String::new(),
+        n => format!("\n... [{n} characters cut] ...\n"),
+    }
+}
+
+/// The byte ranges of `middle` to keep: each run of lines around an assertion line (the three
+/// lines before it, and on to the next blank line), whole lines, in order, at most
+/// `ASSERTION_CHARS` in all; a block that does not fit is left out whole rather than cut.
+fn assertion_blocks(middle: &str) -> Vec<(usize, usize)> {
+    // Whole lines only: the first and last partial lines of the middle are not looked at.
+    let mut lines: Vec<(usize, &str)> = Vec::new();
+    let mut offset = 0;
+    for line in middle.split_inclusive('\n') {
+        lines.push((offset, line));
+        offset += line.len();
+    }
+    let whole = |i: usize| i > 0 && lines[i].1.ends_with('\n');
+    let mut blocks: Vec<(usize, usize)> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if !whole(i) || !ASSERTION.is_match(lines[i].1) {
+            i += 1;
+            continue;
+        }
+        let first = (1..=i)
+            .rev()
+            .take(3)
+            .take_while(|&j| whole(j) && !lines[j].1.trim().is_empty())
+            .last()
+            .unwrap_or(i);
+        let mut last = i;
+        while last + 1 < lines.len()
+            && whole(last + 1)
+            && !lines[last + 1].1.trim().is_empty()
+            && last + 1 - first < BLOCK_LINES
+        {
+            last += 1;
+        }
+        let (start, end) = (lines[first].0, lines[last].0 + lines[last].1.len());
+        match blocks.last_mut() {
+            Some(prev) if prev.1 >= start => prev.1 = end,
+            _ => blocks.push((start, end)),
+        }
+        i = last + 1;
+    }
+    let mut kept = 0;
+    blocks
+        .into_iter()
+        .filter(|(start, end)| {
+            let n = middle[*start..*end].chars().count();
+            let fits = kept + n <= ASSERTION_CHARS;
+            if fits {
+                kept += n;
+            }
+            fits
+        })
+        .collect()
 }
 
 /// What a model reads of a test run: normalised, then cut. Normalised because the prompts that
@@ -111,5 +209,49 @@ mod tests {
         assert!(cut.ends_with(&text[text.len() - TAIL_CHARS..]));
         assert!(cut.contains(marker), "{cut}");
         assert_eq!(truncate("short"), "short");
+    }
+
+    #[test]
+    fn a_failing_assertion_in_the_cut_middle_is_kept_whole() {
+        let noise = |n: usize| -> String {
+            (0..n)
+                .map(|i| format!("tests/test_mod_{i}.py::test_case PASSED\n"))
+                .collect()
+        };
+        let failure = "________ test_total ________\n\n    def test_total():\n>       assert total([1, 2]) == 3\nE       assert 4 == 3\nE        +  where 4 = total([1, 2])\n\ntests/test_cart.py:12: AssertionError\n";
+        let text = format!("{}{failure}{}", noise(200), noise(200));
+        let cut = truncate(&text);
+        assert!(cut.contains(">       assert total([1, 2]) == 3\nE       assert 4 == 3\nE        +  where 4 = total([1, 2])\n"), "{cut}");
+        assert!(
+            cut.contains("tests/test_cart.py:12: AssertionError"),
+            "{cut}"
+        );
+        // Said where the middle was cut, around the kept block.
+        assert_eq!(cut.matches("characters cut] ...").count(), 3, "{cut}");
+        assert!(cut.len() < text.len() / 2);
+        // The same output read twice is cut the same way (the response cache's key).
+        assert_eq!(truncate(&text), cut);
+    }
+
+    #[test]
+    fn assertions_are_kept_up_to_their_budget_and_never_cut_inside() {
+        let block = |i: usize| {
+            format!(
+                "thread 't{i}' panicked at src/lib.rs:{i}:5:\nassertion `left == right` failed\n  left: {}\n right: 0\n\n",
+                "9".repeat(300)
+            )
+        };
+        let text = format!(
+            "{}{}{}",
+            "x\n".repeat(3000),
+            (0..60).map(block).collect::<String>(),
+            "y\n".repeat(3000)
+        );
+        let cut = truncate(&text);
+        let kept = cut.matches("assertion `left == right` failed").count();
+        assert!(kept > 3 && kept < 60, "{kept}");
+        // Every block kept is whole: each panic line has its left and right lines.
+        assert_eq!(cut.matches(" right: 0").count(), kept);
+        assert!(cut.chars().count() <= HEAD_CHARS + TAIL_CHARS + ASSERTION_CHARS + 64 * (kept + 1));
     }
 }
