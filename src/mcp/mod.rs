@@ -40,6 +40,8 @@ pub enum McpError {
 /// The tools `agent-ls mcp` serves.
 const SERVED: &[&str] = &[
     "read_file",
+    "outline",
+    "read_symbol",
     "list_files",
     "find_files",
     "grep",
@@ -146,7 +148,8 @@ impl AgentLsMcp {
                 let memory = self.config.memory.clone();
                 git::rollback(self.root.clone(), &args, memory).await
             }
-            "get_diagnostics" | "read_file" | "list_files" | "find_files" | "grep" => {
+            "get_diagnostics" | "read_file" | "outline" | "read_symbol" | "list_files"
+            | "find_files" | "grep" => {
                 let last = self.last.lock().ok().and_then(|l| l.clone());
                 let mut diagnostics = agent_ls_runtime::tests_run::diagnostics_of(last.as_ref());
                 if name == "get_diagnostics"

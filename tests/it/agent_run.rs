@@ -478,6 +478,8 @@ fn the_coder_finds_code_out_of_its_prompts_reach_with_tools() {
         tools,
         [
             "read_file",
+            "outline",
+            "read_symbol",
             "list_files",
             "find_files",
             "grep",
@@ -639,7 +641,7 @@ fn the_results_come_in_call_order_capped_or_refused(results: &[&Value]) {
     );
     assert_eq!(results[0]["text"], "calc.py:4: def add(a, b):");
     assert_eq!(results[1]["is_error"], true, "{}", results[1]);
-    // Over its limit: cut to 300 bytes, head and tail kept.
+    // Over its limit: whole lines up to 300 bytes, then where to read on; never a cut middle.
     assert!(
         results[2]["bytes"].as_u64().unwrap() <= 300,
         "{}",
@@ -647,7 +649,9 @@ fn the_results_come_in_call_order_capped_or_refused(results: &[&Value]) {
     );
     let cut = results[2]["text"].as_str().unwrap();
     assert!(
-        cut.contains("bytes cut") && cut.contains("line 399"),
+        cut.starts_with("     1| # line 0 of padding\n")
+            && cut.contains("of 400; read on with start_line")
+            && !cut.contains("bytes cut"),
         "{cut}"
     );
     // The baseline's failures, per file.

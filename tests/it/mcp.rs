@@ -34,6 +34,8 @@ fn the_official_sdk_uses_agent_ls_tools_and_its_edit_is_undone_by_agent_ls_undo(
         r["tools"],
         serde_json::json!([
             "read_file",
+            "outline",
+            "read_symbol",
             "list_files",
             "find_files",
             "grep",
@@ -356,7 +358,7 @@ fn inspector(deps: &Path, ws: &Path, home: &Path, args: &[&str]) -> (Value, Stri
     (answer, stderr)
 }
 
-/// The ten tools, each with an object schema and the three hints a client shows.
+/// The twelve tools, each with an object schema and the three hints a client shows.
 fn every_tool_is_listed_with_its_schema_and_annotations(listed: &Value) {
     let tools = listed["tools"].as_array().unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -370,7 +372,9 @@ fn every_tool_is_listed_with_its_schema_and_annotations(listed: &Value) {
             "get_diagnostics",
             "grep",
             "list_files",
+            "outline",
             "read_file",
+            "read_symbol",
             "rollback",
             "run",
             "run_tests"

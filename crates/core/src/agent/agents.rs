@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 /// Tools that only read (the workspace, or what the server knows).
 pub const READ_TOOLS: &[&str] = &[
     "read_file",
+    "outline",
+    "read_symbol",
     "list_files",
     "find_files",
     "grep",

@@ -145,6 +145,52 @@ pub fn extract(lang: Lang, text: &str) -> Option<Tags> {
     Some(Tags { defs, refs })
 }
 
+/// A definition with its whole extent, for reading it by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    pub name: String,
+    /// Its first and last 1-based lines.
+    pub first: u32,
+    pub last: u32,
+}
+
+/// Every definition of `text` read as `lang`, with its extent, in order of their first line;
+/// `None` for languages the map does not cover. A definition inside another (a method in its
+/// class) is listed on its own too.
+pub fn spans(lang: Lang, text: &str) -> Option<Vec<Span>> {
+    let query = compiled(lang)?;
+    let tree = lang.parse(text)?;
+    let bytes = text.as_bytes();
+    let name_ix = query.capture_index_for_name("name")?;
+    let def_ix = query.capture_index_for_name("def")?;
+    let mut out = Vec::new();
+    let mut cursor = QueryCursor::new();
+    let mut matches = cursor.matches(query, tree.root_node(), bytes);
+    while let Some(m) = matches.next() {
+        let name = m.captures.iter().find(|c| c.index == name_ix);
+        let def = m.captures.iter().find(|c| c.index == def_ix);
+        if let (Some(name), Some(def)) = (name, def)
+            && let Ok(n) = name.node.utf8_text(bytes)
+        {
+            // A node ending at column 0 ends with the line before's newline.
+            let end = def.node.end_position();
+            let last = if end.column == 0 && end.row > 0 {
+                end.row
+            } else {
+                end.row + 1
+            };
+            out.push(Span {
+                name: n.to_string(),
+                first: def.node.start_position().row as u32 + 1,
+                last: last as u32,
+            });
+        }
+    }
+    out.sort_by_key(|s| (s.first, s.last));
+    out.dedup();
+    Some(out)
+}
+
 /// Every identifier leaf under `node`, without recursion (deep files would overflow the stack).
 fn walk_idents(node: Node<'_>, bytes: &[u8], f: &mut impl FnMut(&str)) {
     let mut cursor = node.walk();
@@ -271,5 +317,28 @@ mod tests {
         assert!(long.ends_with('…'));
         assert_eq!(signature_at(&text, 0), None);
         assert_eq!(signature_at(&text, 6), None);
+    }
+
+    #[test]
+    fn a_definition_spans_its_body() {
+        let py = "import os\n\n\nclass Cart:\n    def total(self):\n        return sum(self.items)\n\n    def empty(self):\n        return not self.items\n\n\ndef helper():\n    pass\n";
+        let spans = spans(Lang::Python, py).unwrap();
+        let got: Vec<(&str, u32, u32)> = spans
+            .iter()
+            .map(|s| (s.name.as_str(), s.first, s.last))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("Cart", 4, 9),
+                ("total", 5, 6),
+                ("empty", 8, 9),
+                ("helper", 12, 13)
+            ]
+        );
+        let js = "function add(a, b) {\n  return a + b;\n}\nconst twice = (x) => {\n  return add(x, x);\n};\n";
+        let spans = super::spans(Lang::JavaScript, js).unwrap();
+        assert_eq!((spans[0].first, spans[0].last), (1, 3));
+        assert_eq!((spans[1].name.as_str(), spans[1].last), ("twice", 6));
     }
 }

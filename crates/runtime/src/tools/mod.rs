@@ -16,6 +16,8 @@ use serde_json::{Value, json};
 use crate::model::{ToolCall, ToolSpec};
 use agent_ls_core::edit::{FileText, PathError, normalize_path};
 
+mod symbols;
+
 /// The workspace as the tools see it.
 pub trait Files {
     fn root(&self) -> &Path;
@@ -137,7 +139,8 @@ pub enum ToolKind {
 /// The kind of the tool named `name`.
 pub fn kind_of(name: &str) -> ToolKind {
     match name {
-        "read_file" | "list_files" | "get_diagnostics" | "read_skill" => ToolKind::Read,
+        "read_file" | "list_files" | "get_diagnostics" | "read_skill" | "outline"
+        | "read_symbol" => ToolKind::Read,
         "find_files" | "grep" => ToolKind::Search,
         "run_tests" | "run_command" => ToolKind::Execute,
         "edit_file" | "write_file" | "apply_patch" => ToolKind::Edit,
@@ -178,6 +181,14 @@ enum ToolError {
         glob: String,
         source: globset::Error,
     },
+    #[error(
+        "`{0}` is not a language the outline reads (Python, JavaScript, TypeScript, Rust, Go); read_file pages through it"
+    )]
+    NoOutline(String),
+    #[error(
+        "no definition named `{0}` (a function, method, class or type); grep finds where the name is used"
+    )]
+    NoSymbol(String),
     #[error("bad pattern `{pattern}`: {source}")]
     BadPattern {
         pattern: String,
@@ -204,10 +215,10 @@ pub fn specs_named(names: &[String]) -> Vec<ToolSpec> {
 
 /// Every built-in tool, as offered to the model.
 pub fn specs() -> Vec<ToolSpec> {
-    vec![
+    let mut all = vec![
         tool(
             "read_file",
-            "Read a workspace file as numbered lines. Large files come a page at a time; ask for start_line to read on.",
+            "Read a workspace file as numbered lines. Large files come a page at a time, whole lines only, with the file's outline first; ask for start_line to read on, or read one definition with read_symbol.",
             json!({"type": "object", "properties": {
                 "path": {"type": "string", "description": "relative to the workspace root"},
                 "start_line": {"type": "integer", "minimum": 1},
@@ -273,6 +284,30 @@ pub fn specs() -> Vec<ToolSpec> {
             "Propose a change as a unified diff (--- a/path, +++ b/path, @@ hunks). Shown for approval, then tested; it ends your turn.",
             json!({"type": "object", "properties": {"patch": {"type": "string"}}, "required": ["patch"]}),
         ),
+    ];
+    // The reading tools by structure come right after `read_file`.
+    all.splice(1..1, structure_specs());
+    all
+}
+
+/// `outline` and `read_symbol`'s specs.
+fn structure_specs() -> Vec<ToolSpec> {
+    vec![
+        tool(
+            "outline",
+            "A source file's outline: each function, method, class and type with its line number, nested as in the file. Cheaper than reading the file; then read_symbol or read_file with start_line reads what matters.",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "relative to the workspace root"}
+            }, "required": ["path"]}),
+        ),
+        tool(
+            "read_symbol",
+            "Read a function, method, class or type whole, by name, as numbered lines: in `path`, or wherever the workspace defines it (up to 5 definitions).",
+            json!({"type": "object", "properties": {
+                "name": {"type": "string", "description": "the definition's name (`total`, or `Cart.total`)"},
+                "path": {"type": "string", "description": "the file that defines it, when known"}
+            }, "required": ["name"]}),
+        ),
     ]
 }
 
@@ -290,6 +325,8 @@ pub fn run(call: &ToolCall, files: &dyn Files, limits: &Limits) -> Output {
     let args = &call.arguments;
     let out = match call.name.as_str() {
         "read_file" => read_file(args, files, limits),
+        "outline" => outline(args, files, limits),
+        "read_symbol" => read_symbol(args, files, limits),
         "list_files" => list_files(args, files, limits),
         "find_files" => find_files(args, files, limits),
         "grep" => grep(args, files, limits),
@@ -380,17 +417,76 @@ fn read_file(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String,
     if end < start {
         return Err(ToolError::EndBeforeStart { end, start });
     }
+    // Whole lines up to the result's budget: a cap never cuts the middle of what is shown.
+    let mut budget = limits.result_bytes.saturating_sub(200);
     let mut out = String::new();
-    for (i, line) in lines[start - 1..end].iter().enumerate() {
-        out.push_str(&format!("{:>6}| {line}\n", start + i));
+    if line_arg(args, "start_line")?.is_none() && (end < total || text.len() > budget) {
+        let room = budget / 4;
+        if let Some(o) = symbols::outline_of(&rel, &text, room) {
+            out.push_str(&format!("{rel} ({total} lines) defines:\n{o}\n"));
+            budget = budget.saturating_sub(out.len());
+        }
     }
-    if end < total {
+    let (body, shown) = symbols::numbered(&lines, (start, end), budget);
+    out.push_str(&body);
+    if shown < total {
         out.push_str(&format!(
-            "[lines {start}-{end} of {total}; read on with start_line {}]\n",
-            end + 1
+            "[lines {start}-{shown} of {total}; read on with start_line {}]\n",
+            shown + 1
         ));
     }
     Ok(out)
+}
+
+/// `outline {path}`: the file's definitions by line.
+fn outline(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, ToolError> {
+    let path = str_arg(args, "path")?.ok_or(ToolError::Required("path"))?;
+    let rel = relative(files, path)?;
+    let text = match files.read(&rel) {
+        FileText::Text(t) => t,
+        FileText::Missing => return Err(ToolError::Missing(rel)),
+        FileText::Refused(why) => return Err(ToolError::Unreadable(why)),
+    };
+    let total = text.lines().count();
+    match symbols::outline_of(&rel, &text, limits.result_bytes.saturating_sub(200)) {
+        Some(o) => Ok(format!(
+            "{rel} ({total} lines), its definitions by line (read_symbol reads one whole):\n{o}"
+        )),
+        None => Err(ToolError::NoOutline(rel)),
+    }
+}
+
+/// `read_symbol {name, path?}`: each definition named `name` (in `path`, or anywhere in the
+/// workspace), whole, as numbered lines. `Cart.total` (or `Cart::total`) is the `total`
+/// inside `Cart`.
+fn read_symbol(args: &Value, files: &dyn Files, limits: &Limits) -> Result<String, ToolError> {
+    let asked = str_arg(args, "name")?.ok_or(ToolError::Required("name"))?;
+    let mut parts = asked.rsplit(['.', ':']).filter(|p| !p.trim().is_empty());
+    let name = parts
+        .next()
+        .map(str::trim)
+        .ok_or(ToolError::Required("name"))?;
+    let within = parts.next().map(str::trim);
+    let paths = match str_arg(args, "path")? {
+        Some(p) => vec![relative(files, p)?],
+        None => {
+            let mut all = workspace_files(files.root(), None);
+            all.extend(files.unsaved_only());
+            all
+        }
+    };
+    let texts = paths.into_iter().filter_map(|rel| match files.read(&rel) {
+        FileText::Text(t) => Some((rel, t)),
+        _ => None,
+    });
+    let found = symbols::definitions((name, within), texts);
+    if found.is_empty() {
+        return Err(ToolError::NoSymbol(asked.to_string()));
+    }
+    Ok(symbols::show_definitions(
+        &found,
+        limits.result_bytes.saturating_sub(200),
+    ))
 }
 
 fn rel_of(root: &Path, path: &Path) -> Option<String> {
@@ -757,7 +853,16 @@ mod tests {
             &limits,
         );
         assert!(out.text.len() <= 1000, "{}", out.text.len());
-        assert!(out.text.contains("bytes cut"));
+        // Whole lines up to the cap, then where to read on; never a cut middle.
+        assert!(!out.text.contains("bytes cut"), "{}", out.text);
+        assert!(
+            out.text.ends_with("read on with start_line 4]\n"),
+            "{}",
+            out.text
+        );
+        // Other results are cut to their head and tail.
+        let listed = run(&call("grep", json!({"pattern": "y"})), &ws, &limits);
+        assert!(listed.text.len() <= 1000 && listed.text.contains("bytes cut"));
         let unknown = run(&call("rm_rf", json!({})), &ws, &limits);
         assert!(unknown.is_error && unknown.text.contains("read_file"));
         // Cut between characters, never inside one, and within the cap.
@@ -766,5 +871,91 @@ mod tests {
             wide.len() <= 100 && wide.starts_with("éé") && wide.ends_with("éé"),
             "{wide}"
         );
+    }
+
+    #[test]
+    fn a_large_source_file_comes_as_its_outline_and_whole_lines() {
+        let (_d, ws) = workspace();
+        let mut src = String::new();
+        for i in 0..300 {
+            src.push_str(&format!(
+                "def f{i}(value):\n    \"\"\"{}\"\"\"\n    return value + {i}\n\n",
+                "words ".repeat(12)
+            ));
+        }
+        std::fs::write(ws.root.join("big.py"), &src).unwrap();
+        let limits = Limits::default();
+        let out = run(&call("read_file", json!({"path": "big.py"})), &ws, &limits);
+        assert!(!out.is_error, "{}", out.text);
+        assert!(out.text.len() <= limits.result_bytes, "{}", out.text.len());
+        assert!(
+            out.text.starts_with("big.py (1200 lines) defines:\n"),
+            "{}",
+            &out.text[..200]
+        );
+        assert!(out.text.contains("     1| def f0(value):\n"));
+        // No middle cut: the text ends with the line to read on from, after a whole line.
+        assert!(!out.text.contains("bytes cut"), "{}", out.text);
+        let footer = out.text.lines().last().unwrap();
+        assert!(
+            footer.starts_with("[lines 1-") && footer.contains("read on with start_line"),
+            "{footer}"
+        );
+        // A range asked for gets no outline.
+        let page = run(
+            &call(
+                "read_file",
+                json!({"path": "big.py", "start_line": 5, "end_line": 6}),
+            ),
+            &ws,
+            &limits,
+        );
+        assert!(
+            page.text.starts_with("     5| def f1(value):\n"),
+            "{}",
+            page.text
+        );
+    }
+
+    #[test]
+    fn a_definition_is_read_whole_by_name_and_a_file_by_its_outline() {
+        let (_d, ws) = workspace();
+        std::fs::create_dir_all(ws.root.join("shop")).unwrap();
+        std::fs::write(
+            ws.root.join("shop/cart.py"),
+            "class Cart:\n    def __init__(self):\n        self.items = []\n\n    def total(self):\n        return sum(i.price for i in self.items)\n",
+        )
+        .unwrap();
+        let limits = Limits::default();
+        let out = run(
+            &call("read_symbol", json!({"name": "Cart.total"})),
+            &ws,
+            &limits,
+        );
+        assert_eq!(
+            out.text,
+            "shop/cart.py:5-6\n     5|     def total(self):\n     6|         return sum(i.price for i in self.items)\n"
+        );
+        let outline = run(
+            &call("outline", json!({"path": "shop/cart.py"})),
+            &ws,
+            &limits,
+        );
+        assert!(
+            outline.text.contains(
+                "     1| class Cart:\n     2|   def __init__(self):\n     5|   def total(self):\n"
+            ),
+            "{}",
+            outline.text
+        );
+        let none = run(
+            &call("read_symbol", json!({"name": "missing_fn"})),
+            &ws,
+            &limits,
+        );
+        assert!(none.is_error && none.text.contains("no definition named `missing_fn`"));
+        std::fs::write(ws.root.join("notes.txt"), "plain words\n").unwrap();
+        let txt = run(&call("outline", json!({"path": "notes.txt"})), &ws, &limits);
+        assert!(txt.is_error, "{}", txt.text);
     }
 }
