@@ -417,13 +417,19 @@ fn over_lsp_the_coder_reads_unsaved_buffers_with_tools_and_the_view_hears_of_it(
         .map(|n| n["params"]["data"].clone())
         .collect();
     assert_eq!(results.len(), 3, "{results:?}");
-    // A result over its limit is cut, head and tail kept.
+    // A file over the limit comes as whole lines, then where to read on: never cut inside.
     assert!(
         results[2]["bytes"].as_u64().unwrap() <= 400,
         "{}",
         results[2]
     );
-    assert!(results[2]["text"].as_str().unwrap().contains("note 299"));
+    let page = results[2]["text"].as_str().unwrap();
+    assert!(
+        page.contains("note 0")
+            && page.contains("read on with start_line")
+            && !page.contains("bytes cut"),
+        "{page}"
+    );
     let text = buffers.lock().unwrap()[&uri].0.clone();
     assert!(
         text.contains("# unsaved note") && text.contains("return a + b"),

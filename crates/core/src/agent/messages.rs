@@ -65,7 +65,7 @@ fn turn_call(run: &Run) -> Effect {
     Effect::CallModel {
         role,
         messages,
-        tools: if run.turn.tool_steps() < run.budget().max_tool_steps {
+        tools: if !run.turn.spent(run.budget().max_tool_steps) {
             tools
         } else {
             Vec::new()

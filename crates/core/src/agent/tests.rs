@@ -633,7 +633,9 @@ fn the_coder_reads_with_tools_within_its_turn_then_must_answer() {
         Some(Effect::CallModel { tools, .. }) if tools.iter().any(|t| t == "grep") && tools.iter().any(|t| t == "edit_file")
     ));
     let grep = call("c1", "grep", serde_json::json!({"pattern": "def add"}));
-    for round in 1..=2 {
+    // The first round learns something; the same call with the same answer twice more learns
+    // nothing, and those two rounds spend the budget of 2.
+    for round in 1..=3 {
         let e = tool_calls(&mut run, vec![grep.clone()]);
         assert!(matches!(e.last(), Some(Effect::RunTools(c)) if c.len() == 1));
         let e = step(
@@ -644,7 +646,7 @@ fn the_coder_reads_with_tools_within_its_turn_then_must_answer() {
         // The call and its result follow the prompt, in order; the turn is still iteration 1.
         let tail: Vec<Speaker> = messages.iter().rev().take(2).map(|m| m.speaker).collect();
         assert_eq!(run.iterations, 1);
-        if round == 1 {
+        if round < 3 {
             assert!(!tools.is_empty(), "a tool step is left");
             assert_eq!(tail, [Speaker::Tool, Speaker::Assistant]);
         } else {
@@ -680,6 +682,31 @@ fn the_coder_reads_with_tools_within_its_turn_then_must_answer() {
     );
     assert_eq!(run.iterations, 2);
     assert!(run.turn.messages().is_empty() && run.tool_steps() == 0);
+}
+
+#[test]
+fn reading_new_code_is_progress_and_the_turn_still_ends() {
+    let mut run = new_run("fix the failing tests", Some(Intent::Fix));
+    step(&mut run, Event::Start);
+    step(&mut run, Event::TestsFinished(failing("a")));
+    let max = run.budget().max_tool_steps;
+    let limit = max * super::turn::state::ROUNDS_PER_STEP;
+    for round in 1..=limit {
+        let read = call(
+            &format!("r{round}"),
+            "read_file",
+            serde_json::json!({"path": format!("mod{round}.py")}),
+        );
+        tool_calls(&mut run, vec![read.clone()]);
+        let e = step(
+            &mut run,
+            Event::ToolResults(vec![(read, format!("     1| x = {round}\n"))]),
+        );
+        let (_, tools) = coder_turn(&e);
+        // Each round read something new: no step of the limit spent, until the rounds' cap.
+        assert_eq!(tools.is_empty(), round == limit, "round {round} of {limit}");
+    }
+    assert_eq!(run.tool_steps(), 0);
 }
 
 #[test]
@@ -1417,7 +1444,11 @@ fn a_checkpoint_from_before_the_phases_own_their_state_still_resumes() {
         keys.sort();
         keys
     };
-    assert_eq!(keys(&serde_json::to_string(&run).unwrap()), keys(OLD));
+    // What the old checkpoint had, and what turns keep since (their rounds and results seen).
+    let mut now = keys(OLD);
+    now.extend(["rounds".to_string(), "seen".to_string()]);
+    now.sort();
+    assert_eq!(keys(&serde_json::to_string(&run).unwrap()), now);
 }
 
 /// A test run that found no test at all (pytest's "no tests ran").

@@ -943,7 +943,7 @@ mod tests {
         );
         assert!(
             outline.text.contains(
-                "     1| class Cart:\n     2|   def __init__(self):\n     5|   def total(self):\n"
+                "     1  class Cart:\n     2    def __init__(self):\n     5    def total(self):\n"
             ),
             "{}",
             outline.text

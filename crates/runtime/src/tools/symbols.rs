@@ -52,7 +52,9 @@ pub(super) fn outline_of(rel: &str, text: &str, budget: usize) -> Option<String>
             .filter(|o| o.first < s.first && o.last >= s.last)
             .count();
         let signature = tags::signature_at(text, s.first).unwrap_or_default();
-        let line = format!("{:>6}| {}{signature}\n", s.first, "  ".repeat(depth));
+        // `  12  def f():`, not `    12| …`: an outline is not the file's lines, and the
+        // conversation's de-duplication of read lines must not take it for them.
+        let line = format!("{:>6}  {}{signature}\n", s.first, "  ".repeat(depth));
         if out.len() + line.len() > budget {
             out.push_str(&format!("[... {} more definitions]\n", spans.len()));
             break;

@@ -42,7 +42,7 @@ pub(super) fn in_turn(run: &mut Run, event: Event) -> Next {
             To::Ask(Call::Turn),
         ),
         Event::ToolCalls { text, calls } => {
-            run.turn.tool_steps += 1;
+            run.turn.rounds += 1;
             run.turn.exchange.push(Message::calls(text, calls.clone()));
             let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
             Next::stay(vec![
@@ -59,11 +59,22 @@ pub(super) fn in_turn(run: &mut Run, event: Event) -> Next {
 /// last tool round, or first the summarizer, every `summarize_after` rounds.
 fn tool_results(run: &mut Run, results: Vec<(ToolCall, String)>) -> Next {
     let turn = &mut run.turn;
+    let mut learned = false;
     for (call, text) in &results {
+        let key = format!("{}{}", call.name, call.arguments);
+        let hash = result_hash(text);
+        if !turn.seen.contains(&(key.clone(), hash)) {
+            learned = true;
+            turn.seen.push((key, hash));
+        }
         turn.exchange.push(Message::tool_result(call, text.clone()));
     }
+    // Only a round that learned nothing counts toward the step limit.
+    if !learned {
+        turn.tool_steps += 1;
+    }
     let budget = &run.settings.budget;
-    if turn.tool_steps >= budget.max_tool_steps {
+    if turn.spent(budget.max_tool_steps) {
         let what = if run.phase == Phase::Coding {
             "Answer now with your edits."
         } else {
@@ -71,10 +82,17 @@ fn tool_results(run: &mut Run, results: Vec<(ToolCall, String)>) -> Next {
         };
         turn.exchange.push(Message::user(format!(
             "That was the last tool call of this turn ({} rounds, agent.max_tool_steps). {what}",
-            turn.tool_steps
+            turn.rounds
         )));
-    } else if budget.summarize_after > 0 && turn.tool_steps.is_multiple_of(budget.summarize_after) {
+    } else if budget.summarize_after > 0 && turn.rounds.is_multiple_of(budget.summarize_after) {
         return Next::to(To::Ask(Call::Summarizer));
     }
     Next::to(To::Ask(Call::Turn))
+}
+
+/// A result's identity within a turn (FNV-1a: pure, stable across runs and platforms).
+fn result_hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }

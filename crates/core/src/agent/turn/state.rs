@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::conversation::Message;
 
+/// How many rounds in all a turn may take per round of `agent.max_tool_steps`: reading new
+/// code is progress and does not count toward the limit, but a turn still ends.
+pub(crate) const ROUNDS_PER_STEP: u32 = 3;
+
 /// The current turn: its tool calls and their results after its prompt, and whether its
 /// unreadable answer was sent back already.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -12,9 +16,17 @@ pub(crate) struct Turn {
     /// The model's tool calls and their results in this turn, after its prompt.
     #[serde(default)]
     pub(super) exchange: Vec<Message>,
-    /// Tool-calling rounds in this turn.
+    /// Tool-calling rounds in this turn that brought nothing new: each call's result was
+    /// one the turn had already had (`agent.max_tool_steps` counts these).
     #[serde(default)]
     pub(super) tool_steps: u32,
+    /// Every tool-calling round in this turn; at most `ROUNDS_PER_STEP` times the limit.
+    #[serde(default)]
+    pub(super) rounds: u32,
+    /// Each call made in this turn (its name and arguments) with a hash of its result, to
+    /// tell a round that learned something from one that went round in circles.
+    #[serde(default)]
+    pub(super) seen: Vec<(String, u64)>,
     /// A planner's or coder's answer that did not parse is sent back once; then the step
     /// fails. Kept across the call that asks again, cleared by an answer that parses.
     #[serde(default)]
@@ -26,6 +38,14 @@ impl Turn {
     pub(crate) fn begin(&mut self) {
         self.exchange.clear();
         self.tool_steps = 0;
+        self.rounds = 0;
+        self.seen.clear();
+    }
+
+    /// Whether the turn's tool rounds are spent: `max` rounds that brought nothing new, or
+    /// `ROUNDS_PER_STEP` times `max` rounds in all.
+    pub(crate) fn spent(&self, max: u32) -> bool {
+        self.tool_steps >= max || self.rounds >= max.saturating_mul(ROUNDS_PER_STEP)
     }
 
     pub(crate) fn messages(&self) -> &[Message] {
