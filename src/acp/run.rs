@@ -34,7 +34,9 @@ pub(super) fn isolated_root(
     cfg: &Config,
     goal: &str,
 ) -> Option<PathBuf> {
-    let (text, root) = match agent_ls_runtime::git::isolate::start(&root, cfg.git.isolation, goal) {
+    // Where a new run works is the runtime's rule, as for every surface.
+    let mode = runs::isolation(cfg, &RunRequest::new(goal));
+    let (text, root) = match agent_ls_runtime::git::isolate::start(&root, mode, goal) {
         Ok(None) => return Some(root),
         Ok(Some(i)) => (format!("agent-ls: {}\n", i.describe()), Some(i.root)),
         Err(e) => (format!("agent-ls: cannot isolate the run: {e}\n"), None),

@@ -11,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 use agent_ls_core::agent::{self, FailureKind, RunStatus};
 use agent_ls_core::edit::{FileChange, FileText};
 use agent_ls_core::text::visible;
-use agent_ls_runtime::config::{self, Isolation};
+use agent_ls_runtime::config;
 use agent_ls_runtime::drive::policy::Asked;
 use agent_ls_runtime::drive::{self, ApplyError, ChangeQuestion, Outcome, Shell};
-use agent_ls_runtime::git::isolate::{self, IsolateError, Isolated};
+use agent_ls_runtime::git::isolate::{IsolateError, Isolated};
 use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::runs::disk::OnDisk;
 use agent_ls_runtime::runs::{self, AfterRun, Begin, RunRequest};
@@ -235,7 +235,6 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
         Some((id, goal, checkpoint)) => (id, goal, Begin::Resume(checkpoint.map(Box::new))),
         None => (drive::new_run_id(), opts.goal.clone(), Begin::New),
     };
-    let resumed = matches!(begin, Begin::Resume(_));
     let request = RunRequest {
         goal: goal.clone(),
         agent: opts.agent.clone(),
@@ -244,12 +243,13 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
         dry_run: opts.mode == Mode::DryRun,
         allow_protected: opts.allow_protected,
         yes: opts.mode == Mode::Yes,
+        worktree: opts.isolated,
     };
     let prepared = runs::prepare(&cfg, request)?;
-    let isolated = match resumed || opts.mode == Mode::DryRun {
-        true => None,
-        false => isolate(&root, &cfg, opts.isolated, &goal)?,
-    };
+    let isolated = runs::isolate(&root, &prepared)?;
+    if let Some(i) = &isolated {
+        eprintln!("agent-ls: {}", i.describe());
+    }
     // An isolated run in a worktree works there: its tools, tests, checkpoint, journal,
     // store and lock are the worktree's (docs/git.md says why).
     let home = root.clone();
@@ -332,26 +332,6 @@ struct Setup<'a> {
     trusted: bool,
     /// Where an isolated run works (`git.isolation`, --isolated).
     isolated: Option<&'a Isolated>,
-}
-
-/// Starts the run on a new branch, or in a new worktree, as `git.isolation` (or --isolated)
-/// says; `None` when the run works in the checkout as it is.
-fn isolate(
-    root: &Path,
-    cfg: &config::Config,
-    worktree: bool,
-    goal: &str,
-) -> Result<Option<Isolated>, Stop> {
-    let mode = if worktree {
-        Isolation::Worktree
-    } else {
-        cfg.git.isolation
-    };
-    let done = isolate::start(root, mode, goal)?;
-    if let Some(d) = &done {
-        eprintln!("agent-ls: {}", d.describe());
-    }
-    Ok(done)
 }
 
 /// The agent's loop on the goal (or on the resumed run), to its outcome (its files committed

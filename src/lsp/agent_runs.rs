@@ -267,10 +267,9 @@ async fn place(
         worktree: None,
     };
     let goal = s.prepared.run.goal().to_string();
-    if !matches!(s.prepared.begin, Begin::Resume(_)) {
-        let (root, mode) = (s.connection.root.clone(), s.prepared.config.git.isolation);
-        place.isolated = isolation::isolate(root, mode, goal.clone()).await?;
-    }
+    // Where it works is the runtime's rule (`runs::isolation`): a resumed run stays put.
+    let (root, mode) = (s.connection.root.clone(), s.prepared.isolation);
+    place.isolated = isolation::isolate(root, mode, goal.clone()).await?;
     let Some(i) = &place.isolated else {
         return Ok(place);
     };

@@ -1,6 +1,6 @@
 //! `agent-ls mcp`'s `run` tool: a goal run by agent-ls's own loop on the workspace's files, as
-//! `agent-ls run` runs it. The runtime sets the run up, decides each approval and commits
-//! (`runs::prepare`, `runs::drive`, `runs::after_run`); this file only reads the arguments and
+//! `agent-ls run` runs it. The runtime sets the run up, decides where it works and each
+//! approval, and commits (`runs::prepare`, `runs::isolate`, `runs::drive`, `runs::after_run`); this file only reads the arguments and
 //! says the outcome. Nobody watches a tool call, so the run is unattended
 //! (`runs::disk::Unattended`): under `approval = "confirm"` a change is not applied unless
 //! the caller said `yes`, and a protected file is written only with `allow_protected`.
@@ -99,6 +99,19 @@ pub(super) async fn run(
         Ok(p) => p,
         Err(e) => return text_result(format!("the run did not start: {e}"), true),
     };
+    // Where the run works, as `git.isolation` says (a new branch, or a worktree whose
+    // files, tests, record and lock are the run's), as for `agent-ls run`.
+    let home = root.clone();
+    let isolated = match tokio::task::block_in_place(|| runs::isolate(&root, &prepared)) {
+        Ok(i) => i,
+        Err(e) => {
+            return text_result(
+                format!("the run did not start: cannot isolate it: {e}"),
+                true,
+            );
+        }
+    };
+    let root = isolated.as_ref().map_or(root, |i| i.root.clone());
     // One run per workspace, whoever runs it (an editor, `agent-ls run`, another call).
     let _lock = match RunLock::acquire(&root, &goal) {
         Ok(l) => l,
@@ -114,9 +127,12 @@ pub(super) async fn run(
         disk: OnDisk::new(&root, prepared.config.clone(), &run_id),
         notes: Vec::new(),
     };
+    if let Some(i) = &isolated {
+        shell.notes.push(i.describe());
+    }
     let env = runs::Env {
         root: &root,
-        home: &root,
+        home: &home,
         cancel,
         run_id,
         store: Some(&store),
@@ -124,6 +140,10 @@ pub(super) async fn run(
         on_token: None,
     };
     let (_, mut outcome) = runs::drive(prepared, env, &mut shell).await;
+    if let Some(i) = isolated {
+        outcome.branch = Some(i.branch);
+        outcome.worktree = i.worktree.map(|w| w.display().to_string());
+    }
     // Nobody to ask after the run either: unset, it does not commit.
     let after = runs::after_run(&store, (&root, &config, trusted), &mut outcome, false).await;
     tokio::task::block_in_place(|| store.flush_blocking());

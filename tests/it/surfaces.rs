@@ -453,3 +453,26 @@ fn a_file_deleted_while_its_edit_waits_is_not_written_back() {
         assert!(!done(&said[0]), "{surface:?}: {said:?}");
     }
 }
+
+#[test]
+fn a_run_isolated_in_a_worktree_leaves_the_checkout_alone_everywhere() {
+    let config = format!("{QUIET}approval = \"auto\"\n[git]\nisolation = \"worktree\"\n");
+    for surface in ALL {
+        let place = Place::new(&config, &[fix()]);
+        let Some(said) = drive(surface, &place, &[Step::Run(GOAL)], Answer::Yes) else {
+            return;
+        };
+        let case = format!("{surface:?}: {said:?}");
+        // The checkout is as it was; the fix is in the run's worktree.
+        assert!(place.read("calc.py").unwrap().contains(BROKEN), "{case}");
+        let worktrees = place.root().join(".agent-ls/worktrees");
+        let fixed = std::fs::read_dir(&worktrees)
+            .unwrap_or_else(|e| panic!("{e}: {case}"))
+            .flatten()
+            .any(|w| {
+                std::fs::read_to_string(w.path().join("calc.py")).is_ok_and(|t| t.contains(FIXED))
+            });
+        assert!(fixed, "{case}");
+        assert!(said[0].contains("worktree"), "{case}");
+    }
+}

@@ -10,4 +10,7 @@ pub mod rollback;
 mod start;
 
 pub use commit::{AfterRun, after_run, eligible};
-pub use start::{Begin, Env, Prepared, RunRequest, configuration, drive, not_started, prepare};
+pub use start::{
+    Begin, Env, Prepared, RunRequest, configuration, drive, isolate, isolation, not_started,
+    prepare,
+};

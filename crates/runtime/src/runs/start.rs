@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, Config, Inputs, Loaded, WorkspaceTrust};
+use crate::config::{self, Config, Inputs, Isolation, Loaded, WorkspaceTrust};
 use crate::drive::{
     self, AgentError, ChosenAgent, Drive, OnEvent, Outcome, Policy, ReviewTarget, Shell,
 };
-use crate::git::isolate;
+use crate::git::isolate::{self, IsolateError, Isolated};
 use crate::model::{Models, OnToken};
 use crate::store::StoreThread;
 use crate::trust::{Decision, TrustStore};
@@ -45,6 +45,8 @@ pub struct RunRequest {
     pub allow_protected: bool,
     /// Apply without asking (`--yes`): what needs a question is refused instead.
     pub yes: bool,
+    /// Work in a new worktree whatever `git.isolation` says (`--isolated`).
+    pub worktree: bool,
 }
 
 impl RunRequest {
@@ -58,6 +60,7 @@ impl RunRequest {
             dry_run: false,
             allow_protected: false,
             yes: false,
+            worktree: false,
         }
     }
 }
@@ -70,6 +73,8 @@ pub struct Prepared {
     pub run: Run,
     pub policy: Policy,
     pub begin: Begin,
+    /// Where the run works (`isolation`): in the checkout, on a new branch, or in a worktree.
+    pub isolation: Isolation,
 }
 
 /// Sets the run up: an agent that cannot run is the user's error, before anything starts.
@@ -100,12 +105,32 @@ pub fn prepare(config: &Config, request: RunRequest) -> Result<Prepared, AgentEr
     policy.allow_protected = request.allow_protected;
     policy.yes = request.yes;
     let run = Run::new(&request.goal, settings);
+    let isolation = isolation(&config, &request);
     Ok(Prepared {
         config,
         run,
         policy,
         begin: request.begin,
+        isolation,
     })
+}
+
+/// Where a run of `request` works, one rule for every surface: a resumed run goes on where it
+/// was, a dry run and a review write nothing, so they stay in the checkout; `--isolated` asks
+/// for a worktree; else `git.isolation`.
+pub fn isolation(config: &Config, request: &RunRequest) -> Isolation {
+    match request.begin {
+        Begin::Resume(_) | Begin::Review(_) => Isolation::None,
+        Begin::New if request.dry_run => Isolation::None,
+        Begin::New if request.worktree => Isolation::Worktree,
+        Begin::New => config.git.isolation,
+    }
+}
+
+/// Starts the run where `prepared` says (blocking: git): `None` in the checkout as it is,
+/// else the new branch or worktree (or the worktree the workspace already is) it works in.
+pub fn isolate(root: &Path, prepared: &Prepared) -> Result<Option<Isolated>, IsolateError> {
+    isolate::start(root, prepared.isolation, prepared.run.goal())
 }
 
 /// The configuration that applies in `root` (the user's alone without one), as every surface
@@ -146,6 +171,7 @@ pub async fn drive(p: Prepared, env: Env<'_>, shell: &mut impl Shell) -> (Run, O
         mut run,
         policy,
         begin,
+        ..
     } = p;
     let models = Models::new(&config, Some(env.home));
     let driver = Drive {
@@ -262,5 +288,29 @@ mod tests {
         request.agent = Some("build".into());
         let p = prepare(&config, request).expect("prepared");
         assert_eq!(p.policy.approval, Approval::Confirm);
+    }
+
+    #[test]
+    fn where_a_run_works_is_one_rule() {
+        let mut config = config_with_agent();
+        config.git.isolation = Isolation::Branch;
+        let new = RunRequest::new("fix it");
+        assert_eq!(isolation(&config, &new), Isolation::Branch);
+        let worktree = RunRequest {
+            worktree: true,
+            ..new.clone()
+        };
+        assert_eq!(isolation(&config, &worktree), Isolation::Worktree);
+        // A dry run writes nothing, and a resumed run goes on where it was.
+        let dry = RunRequest {
+            dry_run: true,
+            ..worktree.clone()
+        };
+        assert_eq!(isolation(&config, &dry), Isolation::None);
+        let resumed = RunRequest {
+            begin: Begin::Resume(None),
+            ..worktree
+        };
+        assert_eq!(isolation(&config, &resumed), Isolation::None);
     }
 }
