@@ -52,6 +52,18 @@ pub struct RunGoal {
     /// read_skill and does what it says, for the goal when one is given (docs/skills.md).
     #[arg(long, value_name = "NAME", conflicts_with = "resume")]
     pub skill: Option<String>,
+    /// Stop the run once its model calls have cost this many US dollars, as [prices] counts
+    /// them; its work so far is kept (agent.max_cost_usd for this run).
+    #[arg(long, value_name = "USD", value_parser = positive_dollars)]
+    pub max_cost: Option<f64>,
+}
+
+/// A cap in dollars: a number above zero.
+fn positive_dollars(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("`{text}` is not an amount of dollars above zero")),
+    }
 }
 
 /// `agent-ls run`: a goal (or an interrupted run) on the files on disk.
@@ -86,6 +98,7 @@ pub fn run_goal(args: RunGoal) -> ExitCode {
         agent: args.agent,
         isolated: args.isolated,
         reproduce: args.reproduce,
+        max_cost: args.max_cost,
     }))
 }
 
@@ -138,6 +151,7 @@ pub fn replay(journal: PathBuf, workspace: Option<PathBuf>, json: bool, yes: boo
         agent: None,
         isolated: false,
         reproduce: false,
+        max_cost: None,
     }))
 }
 

@@ -50,6 +50,8 @@ pub struct Options {
     pub isolated: bool,
     /// --reproduce: the tester writes a test that fails for the goal's bug before any fix.
     pub reproduce: bool,
+    /// --max-cost: this run's cap on what its model calls cost, in dollars.
+    pub max_cost: Option<f64>,
 }
 
 /// Exit codes of `agent-ls run`.
@@ -290,6 +292,9 @@ fn configure(root: &Path, opts: &Options) -> Result<(config::Config, bool), Stop
         );
     }
     let mut cfg = loaded.config;
+    if let Some(cap) = opts.max_cost {
+        cfg.agent.max_cost_usd = Some(cap);
+    }
     if let Some(file) = &opts.replay {
         cfg.model.provider = Some("replay".into());
         cfg.model.replay_file = Some(file.clone());

@@ -1131,3 +1131,59 @@ fn after_an_applied_edit_the_next_turn_shows_the_new_text_only() {
     assert!(second.contains("    return b - a - 1\n"), "{second}");
     assert!(!second.contains("    return a - b\n"), "{second}");
 }
+
+#[test]
+fn a_run_stops_at_its_cost_cap_and_keeps_its_work() {
+    use support::model_server::openai_text;
+    let ws = example_without_evaluation();
+    // The first answer documents multiply (the tests still fail); the run would go on to
+    // reflect and try again, but its first call already cost more than the cap.
+    let document = "calc.py\n<<<<<<< SEARCH\ndef multiply(a, b):\n=======\ndef multiply(a, b):\n    \"\"\"The product.\"\"\"\n>>>>>>> REPLACE\n";
+    let server = ModelServer::start(vec![
+        openai_text(&[document]),
+        openai_text(&[
+            "{\"task_id\": \"T1\", \"passed\": false, \"report\": \"add\", \"next_step\": \"fix add\"}",
+        ]),
+        openai_text(&[
+            "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n",
+        ]),
+    ]);
+    let home = support::home_with(&format!(
+        "[model]\nprovider = \"openai\"\nbase_url = \"{}/v1\"\nname = \"test-model\"\n[prices.\"test-model\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n",
+        server.url
+    ));
+    let out = support::cli(
+        &[
+            "run",
+            "fix the failing tests",
+            "--yes",
+            "--max-cost",
+            "0.00001",
+        ],
+        ws.path(),
+        home.path(),
+    )
+    .env("OPENAI_API_KEY", "test-key")
+    .output()
+    .unwrap();
+    let o = outcome(&out);
+    assert_eq!(o["status"], "failed", "{o}");
+    assert_eq!(o["failure_kind"], "cost", "{o}");
+    let answer = o["answer"].as_str().unwrap();
+    assert!(
+        answer.contains("its cap is $0.0000") && answer.contains("keeps its work"),
+        "{answer}"
+    );
+    // One model call, then the cap: the documented multiply stays, add is not fixed.
+    assert_eq!(server.count(), 1);
+    let calc = calc(ws.path());
+    assert!(
+        calc.contains("\"\"\"The product.\"\"\"") && calc.contains("a - b"),
+        "{calc}"
+    );
+    // A cap that is no amount is refused by the command line.
+    let bad = support::cli(&["run", "fix", "--max-cost", "-1"], ws.path(), home.path())
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(3), "{bad:?}");
+}

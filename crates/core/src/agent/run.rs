@@ -131,6 +131,8 @@ pub enum FailureKind {
     Timeout,
     /// The tests pass, but the evaluator found the goal not fully reached.
     Partial,
+    /// The run's cost reached its cap (`agent.max_cost_usd`, `--max-cost`).
+    Cost,
 }
 
 /// A test run's result as the loop sees it.

@@ -104,6 +104,9 @@ pub fn load(inputs: &Inputs) -> Loaded {
     if let Some(error) = check_default_agent(&mut config, &origins) {
         errors.push(error);
     }
+    if let Some(error) = check_cost_cap(&mut config, &origins) {
+        errors.push(error);
+    }
     config.workspace_hosts = workspace_hosts(&config, &origins);
     resolve_prompt_paths(&mut config, &origins, inputs, trusted);
     let ask_trust = decision == Decision::Unknown && gated(&untrusted).next().is_some();
@@ -205,6 +208,25 @@ fn check_default_agent(
     };
     config.agent.default_agent = "build".into();
     Some(error)
+}
+
+/// A cost cap that is no amount (zero, negative, not finite) would stop every run before its
+/// first call, or never: the error says so, and the run has no cap.
+fn check_cost_cap(config: &mut Config, origins: &BTreeMap<String, Source>) -> Option<ConfigError> {
+    let cap = config.agent.max_cost_usd?;
+    if cap > 0.0 && cap.is_finite() {
+        return None;
+    }
+    config.agent.max_cost_usd = None;
+    Some(ConfigError {
+        source: origins
+            .get("agent.max_cost_usd")
+            .cloned()
+            .unwrap_or(Source::Default),
+        line: None,
+        key: Some("agent.max_cost_usd".into()),
+        message: format!("{cap} is not an amount of dollars above zero; the run has no cost cap"),
+    })
 }
 
 /// The prompt folders (the user's, and the workspace's once trusted), and each custom agent's

@@ -116,6 +116,9 @@ pub struct AgentConfig {
     /// Undo an applied change that made things worse (a passing test now fails, or a syntax
     /// or import error) before the coder tries again (docs/repairs.md).
     pub undo_worse: bool,
+    /// The most a run may spend on model calls, in US dollars, as `[prices]` counts it: the
+    /// run makes no model call past it, stops, and keeps its work. Unset: no cap.
+    pub max_cost_usd: Option<f64>,
 }
 
 impl Default for AgentConfig {
@@ -135,6 +138,7 @@ impl Default for AgentConfig {
             review: agent_ls_core::agent::review::ReviewMode::Advise,
             review_min_confidence: agent_ls_core::agent::review::default_min_confidence(),
             undo_worse: true,
+            max_cost_usd: None,
         }
     }
 }

@@ -20,6 +20,18 @@ mod recall;
 mod review_target;
 mod setup;
 mod shell;
+/// Why no more model calls may be made, when the run's spending (`totals`, as `[prices]`
+/// counts it) has reached `cap`: the words name the cap, what was spent, and that the work
+/// so far stays.
+fn over_cap(cap: Option<f64>, totals: &Totals) -> Option<String> {
+    let (cap, spent) = (cap?, totals.cost_usd?);
+    (spent >= cap).then(|| {
+        format!(
+            "the run has spent ${spent:.4} on model calls, its cap is ${cap:.4} (agent.max_cost_usd, --max-cost): it stops here and keeps its work"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests;
 mod trial;
@@ -621,6 +633,10 @@ impl Drive<'_> {
         totals: &mut Totals,
         (failure_kind, bad_bytes): (&mut Option<FailureKind>, &mut Vec<String>),
     ) -> Event {
+        if let Some(spent) = over_cap(self.config.agent.max_cost_usd, totals) {
+            *failure_kind = Some(FailureKind::Cost);
+            return Event::ModelFailed { role, error: spent };
+        }
         let offered = !tools.is_empty() || !mcp_specs.is_empty();
         let request = self.request(run, role, messages, (tools, mcp_specs), observer);
         let shown = &*observer;

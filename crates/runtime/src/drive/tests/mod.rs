@@ -606,3 +606,22 @@ async fn the_context_stops_reading_files_once_they_no_longer_fit() {
     // misses: fewer in all than one pass over the 80 (which each context made before).
     assert!(shell.reads() < 80, "{} reads", shell.reads());
 }
+
+#[test]
+fn no_model_call_is_made_past_the_cost_cap() {
+    let mut totals = crate::model::Totals::default();
+    assert_eq!(
+        super::over_cap(Some(0.01), &totals),
+        None,
+        "nothing spent, or no price"
+    );
+    totals.cost_usd = Some(0.005);
+    assert_eq!(super::over_cap(Some(0.01), &totals), None);
+    assert_eq!(super::over_cap(None, &totals), None, "no cap");
+    totals.cost_usd = Some(0.0125);
+    let why = super::over_cap(Some(0.01), &totals).expect("over the cap");
+    assert!(
+        why.contains("$0.0125") && why.contains("$0.0100") && why.contains("keeps its work"),
+        "{why}"
+    );
+}
