@@ -58,11 +58,16 @@ pub struct RunGoal {
     pub max_cost: Option<f64>,
 }
 
+/// A `--max-cost` that is no amount.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not an amount of dollars above zero")]
+pub struct NotDollars(String);
+
 /// A cap in dollars: a number above zero.
-fn positive_dollars(text: &str) -> Result<f64, String> {
+fn positive_dollars(text: &str) -> Result<f64, NotDollars> {
     match text.parse::<f64>() {
         Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
-        _ => Err(format!("`{text}` is not an amount of dollars above zero")),
+        _ => Err(NotDollars(text.to_string())),
     }
 }
 
