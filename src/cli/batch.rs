@@ -43,6 +43,11 @@ pub struct BatchArgs {
     /// Kubernetes Indexed Job's `$JOB_COMPLETION_INDEX` picks it.
     #[arg(long, value_name = "N")]
     pub index: Option<usize>,
+    /// The most each worker's runs may cost in all, in US dollars, as [prices] counts them:
+    /// each run is capped at what is left, and a worker whose cap is spent takes no more
+    /// tasks (they stay for a later batch).
+    #[arg(long, value_name = "USD", value_parser = super::headless::positive_dollars)]
+    pub max_cost: Option<f64>,
 }
 
 /// `agent-ls batch`'s subcommands.
@@ -109,7 +114,8 @@ fn run_batch(args: BatchArgs) -> anyhow::Result<u8> {
     let cancel = CancellationToken::new();
     let finished = runtime.block_on(async {
         watch_signals(cancel.clone());
-        drive(ctx, pending, args.workers, &cancel, |event| match event {
+        let crew = (args.workers, args.max_cost);
+        drive(ctx, pending, crew, &cancel, |event| match event {
             Event::Started(id) => {
                 bar.started(&id);
                 Ok(())
@@ -211,7 +217,7 @@ enum NoSuchTask {
 async fn drive(
     ctx: worker::Context,
     pending: VecDeque<Task>,
-    workers: u16,
+    (workers, max_cost): (u16, Option<f64>),
     cancel: &CancellationToken,
     mut on_event: impl FnMut(Event) -> std::io::Result<()>,
 ) -> anyhow::Result<usize> {
@@ -221,14 +227,20 @@ async fn drive(
     for _ in 0..workers {
         let (ctx, queue, send, cancel) = (ctx.clone(), queue.clone(), send.clone(), cancel.clone());
         tokio::spawn(async move {
+            let mut spend = worker::Spend::new(max_cost);
             loop {
                 if cancel.is_cancelled() {
+                    break;
+                }
+                if let Some(why) = spend.spent_out() {
+                    eprintln!("agent-ls: a worker stops: {why}");
                     break;
                 }
                 let next = queue.lock().ok().and_then(|mut q| q.pop_front());
                 let Some(task) = next else { break };
                 let _ = send.send(Event::Started(task.id.clone()));
-                if let Some(r) = worker::run(&ctx, &task, false, &cancel).await {
+                if let Some(r) = worker::run(&ctx, (&task, spend.left()), false, &cancel).await {
+                    spend.add(&r);
                     let _ = send.send(Event::Finished(Box::new(r)));
                 }
             }

@@ -64,7 +64,7 @@ pub struct RunGoal {
 pub struct NotDollars(String);
 
 /// A cap in dollars: a number above zero.
-fn positive_dollars(text: &str) -> Result<f64, NotDollars> {
+pub fn positive_dollars(text: &str) -> Result<f64, NotDollars> {
     match text.parse::<f64>() {
         Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
         _ => Err(NotDollars(text.to_string())),

@@ -407,3 +407,36 @@ fn index_runs_only_that_task_counting_non_blank_lines_and_past_the_end_is_refuse
     assert!(said(&out).contains("line 2: not a task"), "{}", said(&out));
     assert_eq!(server.count(), calls);
 }
+
+#[test]
+fn a_worker_stops_taking_tasks_once_its_cost_cap_is_spent() {
+    let t = Setup::new();
+    std::fs::create_dir_all(t.home.path().join("agent-ls")).unwrap();
+    std::fs::write(
+        t.home.path().join("agent-ls/config.toml"),
+        "[model]\nname = \"test-model\"\n[prices.\"test-model\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n",
+    )
+    .unwrap();
+    let tasks = t.write_tasks(&[t.task("first", "fix add"), t.task("second", "fix add")]);
+    let out = t.join("out");
+    let model = fixer();
+    let ran = t.run(
+        &tasks,
+        &out,
+        &model,
+        &["--workers", "1", "--max-cost", "0.00001"],
+    );
+    // The first run costs more than the whole cap (its one call was allowed: nothing was
+    // spent yet); the worker then takes no more tasks, and the second stays for later.
+    let lines = results(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}\n{}", said(&ran));
+    assert_eq!(lines[0]["id"], "first");
+    assert!(
+        lines[0]["cost_usd"].as_f64().is_some_and(|c| c > 0.00001),
+        "{}",
+        lines[0]
+    );
+    assert!(said(&ran).contains("takes no more tasks"), "{}", said(&ran));
+    assert_eq!(code(&ran), 1);
+    assert_eq!(model.count(), 1);
+}

@@ -18,6 +18,9 @@ pub struct TaskResult {
     /// The run's exit code (docs/agent.md), null when no run started.
     pub exit_code: Option<i32>,
     pub tokens: u64,
+    /// What the run's model calls cost in US dollars, as `[prices]` counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     /// Wall time of the task, setup included.
     pub duration_ms: u64,
     /// The task's change against the commit it started from (`git diff`), new files included.
@@ -51,6 +54,7 @@ impl TaskResult {
             status: status.to_string(),
             exit_code: None,
             tokens: 0,
+            cost_usd: None,
             duration_ms,
             diff: String::new(),
             checkpoint: None,

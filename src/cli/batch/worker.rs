@@ -82,11 +82,45 @@ pub struct Context {
     pub env: Vec<(String, String)>,
 }
 
+/// What a worker may still spend on its runs' model calls (`--max-cost`, per worker): each
+/// run gets what is left as its own cap, and a worker whose cap is spent takes no more tasks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Spend {
+    cap: Option<f64>,
+    spent: f64,
+}
+
+impl Spend {
+    pub fn new(cap: Option<f64>) -> Spend {
+        Spend { cap, spent: 0.0 }
+    }
+
+    /// The next run's cap: what is left (`None`: no cap).
+    pub fn left(&self) -> Option<f64> {
+        self.cap.map(|c| (c - self.spent).max(0.0))
+    }
+
+    /// The cap is spent: the worker stops taking tasks. Says so once, naming the figures.
+    pub fn spent_out(&self) -> Option<String> {
+        let cap = self.cap?;
+        (self.spent >= cap).then(|| {
+            format!(
+                "its runs have cost ${:.4} of its ${cap:.4} cap (--max-cost): it takes no more tasks; the rest stay for a later run",
+                self.spent
+            )
+        })
+    }
+
+    pub fn add(&mut self, r: &TaskResult) {
+        self.spent += r.cost_usd.unwrap_or(0.0);
+    }
+}
+
 /// Runs one task to its result; `None` when it was cancelled (it gets no result line, so a
 /// rerun does it again). A `trusted` task's config may name endpoints and commands.
 pub async fn run(
     ctx: &Context,
-    task: &Task,
+    (task, left): (&Task, Option<f64>),
     trusted: bool,
     cancel: &CancellationToken,
 ) -> Option<TaskResult> {
@@ -121,7 +155,7 @@ pub async fn run(
         }
     };
     let log = ctx.out.join("logs").join(format!("{}.log", task.id));
-    let outcome = match spawn_run(ctx, task, &worktree, &env, &log, cancel).await {
+    let outcome = match spawn_run(ctx, (task, left), &worktree, &env, &log, cancel).await {
         Ok(Some(o)) => o,
         Ok(None) => return None,
         Err(why) => {
@@ -151,6 +185,7 @@ pub async fn run(
         status,
         exit_code: Some(code),
         tokens: o["tokens"].as_u64().unwrap_or(0),
+        cost_usd: o["cost_usd"].as_f64(),
         duration_ms: ms(started),
         diff: diff(&worktree, &base).await,
         checkpoint: o["checkpoint"].as_str().map(str::to_string),
@@ -357,7 +392,7 @@ fn make_dir(path: &Path) -> Result<(), SetupError> {
 /// code and stdout.
 async fn spawn_run(
     ctx: &Context,
-    task: &Task,
+    (task, left): (&Task, Option<f64>),
     worktree: &Path,
     env: &[(String, String)],
     log: &Path,
@@ -376,6 +411,10 @@ async fn spawn_run(
         .arg(worktree);
     if let Some(a) = &task.agent {
         cmd.arg("--agent").arg(a);
+    }
+    // What is left of the worker's cap is this run's (`Spend`).
+    if let Some(left) = left {
+        cmd.arg("--max-cost").arg(left.to_string());
     }
     cmd.arg("--").arg(&task.goal);
     // The worker's own settings come last, so that nothing before them (a task's config
@@ -473,6 +512,26 @@ async fn diff(worktree: &Path, base: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::Spend;
+    use crate::cli::batch::results::TaskResult;
+
+    #[test]
+    fn a_workers_cap_is_shared_by_its_runs_and_then_stops_it() {
+        let mut spend = Spend::new(Some(0.10));
+        assert_eq!(spend.left(), Some(0.10));
+        assert!(spend.spent_out().is_none());
+        let mut r = TaskResult::without_run("t", "done", String::new(), 0);
+        r.cost_usd = Some(0.07);
+        spend.add(&r);
+        assert!(spend.left().is_some_and(|l| (l - 0.03).abs() < 1e-9));
+        assert!(spend.spent_out().is_none());
+        spend.add(&r);
+        assert_eq!(spend.left(), Some(0.0));
+        let why = spend.spent_out().expect("spent");
+        assert!(why.contains("$0.1400") && why.contains("$0.1000"), "{why}");
+        assert_eq!(Spend::new(None).left(), None);
+    }
+
     use super::*;
 
     /// A git repository with one commit.

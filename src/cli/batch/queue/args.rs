@@ -86,6 +86,11 @@ pub struct WorkerArgs {
     /// default: this worker's own `memory.url`, else the queue's URL.
     #[arg(long, env = "AGENT_LS_WORKER_MEMORY_URL", hide_env_values = true)]
     pub memory_url: Option<String>,
+    /// The most this worker's runs may cost in all, in US dollars, as [prices] counts them:
+    /// each run is capped at what is left, and once it is spent the worker takes no more
+    /// tasks and exits (they stay queued for other workers).
+    #[arg(long, value_name = "USD", value_parser = crate::cli::headless::positive_dollars)]
+    pub max_cost: Option<f64>,
 }
 
 // `agent-ls batch status`'s arguments.

@@ -23,6 +23,8 @@ struct Shared {
     lease: Duration,
     max_attempts: i32,
     once: bool,
+    /// What this worker's runs have cost, against its `--max-cost`.
+    spend: std::sync::Mutex<worker::Spend>,
 }
 
 /// Runs the worker until it is interrupted, or with `--once` until the queue is empty.
@@ -72,6 +74,7 @@ pub fn serve(args: WorkerArgs) -> anyhow::Result<u8> {
             lease: Duration::from_secs(args.lease_secs),
             max_attempts: args.max_attempts,
             once: args.once,
+            spend: std::sync::Mutex::new(worker::Spend::new(args.max_cost)),
         });
         let slots: Vec<_> = (0..args.concurrency)
             .map(|_| tokio::spawn(slot(shared.clone(), cancel.clone())))
@@ -98,6 +101,10 @@ async fn slot(sh: Arc<Shared>, cancel: CancellationToken) -> anyhow::Result<()> 
     let step = async {
         loop {
             if cancel.is_cancelled() {
+                return Ok(());
+            }
+            if let Some(why) = sh.spend.lock().ok().and_then(|s| s.spent_out()) {
+                eprintln!("agent-ls: worker {}: {why}", sh.name);
                 return Ok(());
             }
             let Some(leased) = sh.queue.lease(sh.lease, &sh.name).await? else {
@@ -163,8 +170,12 @@ async fn handle(sh: &Shared, l: Leased, cancel: &CancellationToken) -> anyhow::R
         sh.lease,
         stop.clone(),
     ));
-    let result = worker::run(&sh.ctx, &task, trusted, &stop).await;
+    let left = sh.spend.lock().ok().and_then(|s| s.left());
+    let result = worker::run(&sh.ctx, (&task, left), trusted, &stop).await;
     beat.abort();
+    if let (Some(r), Ok(mut spend)) = (&result, sh.spend.lock()) {
+        spend.add(r);
+    }
     match result {
         None if cancel.is_cancelled() => {
             sh.queue
