@@ -444,7 +444,9 @@ fn the_coder_finds_code_out_of_its_prompts_reach_with_tools() {
     // map's is the test below).
     std::fs::write(
         ws.path().join(".agent-ls.toml"),
-        "[agent]\ncontext_bytes = 400\nevaluate = false\nreview = \"off\"\n[context]\nmap_tokens = 0\n",
+        // The tests' coverage would hand the bug to the first prompt (docs/locate.md): off,
+        // to measure the tools alone.
+        "[agent]\ncontext_bytes = 400\nevaluate = false\nreview = \"off\"\nlocate = false\n[context]\nmap_tokens = 0\n",
     )
     .unwrap();
     let fix = "app/m29/pricing.py\n<<<<<<< SEARCH\n    return price - tax\n=======\n    return price + tax\n>>>>>>> REPLACE\n";
@@ -1037,8 +1039,9 @@ fn a_file_read_twice_appears_once_in_the_next_request() {
     use support::deep;
     use support::model_server::openai_tool_call_as;
     // A first prompt too small for the module: it comes through the tools.
+    // Fault localisation off: it would put the module in the first prompt (docs/locate.md).
     let ws = deep::project(
-        "[agent]\nevaluate = false\nreview = \"off\"\n[context]\nfirst_prompt_bytes = 3000\n",
+        "[agent]\nevaluate = false\nreview = \"off\"\nlocate = false\n[context]\nfirst_prompt_bytes = 3000\n",
     );
     let read = r#"{"path": "app/m29/pricing.py"}"#;
     let server = ModelServer::start(vec![

@@ -29,6 +29,7 @@ mod hooks;
 mod instructions;
 mod isolation_lsp;
 mod limits;
+mod locate;
 mod mcp;
 mod memory;
 mod memory_postgres;

@@ -27,6 +27,7 @@ pub mod conversation;
 pub mod edit;
 pub mod events;
 pub mod instructions;
+pub mod locate;
 pub mod memory;
 pub mod permissions;
 pub mod repomap;

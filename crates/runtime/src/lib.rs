@@ -29,6 +29,7 @@ pub mod git;
 pub mod hooks;
 pub mod instructions;
 pub mod journal;
+pub mod locate;
 pub mod lock;
 pub mod logging;
 pub mod lsp_client;

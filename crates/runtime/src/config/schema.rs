@@ -119,6 +119,10 @@ pub struct AgentConfig {
     /// The most a run may spend on model calls, in US dollars, as `[prices]` counts it: the
     /// run makes no model call past it, stops, and keeps its work. Unset: no cap.
     pub max_cost_usd: Option<f64>,
+    /// When tests fail and their output names no file of the project's own, run them once
+    /// more under a line tracer and show the coder where the failing ones point
+    /// (docs/locate.md).
+    pub locate: bool,
 }
 
 impl Default for AgentConfig {
@@ -139,6 +143,7 @@ impl Default for AgentConfig {
             review_min_confidence: agent_ls_core::agent::review::default_min_confidence(),
             undo_worse: true,
             max_cost_usd: None,
+            locate: true,
         }
     }
 }

@@ -54,6 +54,8 @@ pub(super) struct Phases {
     pub context_ms: u64,
     /// From the run's start to its first model request.
     pub first_request_ms: Option<u64>,
+    /// The fault localisation's coverage run and ranking (docs/locate.md), when it ran.
+    pub locate_ms: Option<u64>,
     /// Waiting for the store's writes (the checkpoint before a coder call).
     pub store_ms: u64,
     /// Memory across runs: recalling and remembering.

@@ -145,6 +145,9 @@ struct Going<'o> {
     gate: crate::hooks::Gate,
     /// The project's language servers, which check each applied edit.
     lsp: lsp_check::RunServers,
+    /// Where the failing tests point (docs/locate.md): `None` until it was looked for, then
+    /// what was found (`None` when it could not be known, or was not looked for).
+    located: Option<Option<crate::locate::Located>>,
 }
 
 /// How a drive begins: a new run, a resumed one, or a review of a given diff.
@@ -268,6 +271,7 @@ impl Drive<'_> {
             instructions,
             gate: crate::hooks::Gate::new(self.config, self.root),
             lsp,
+            located: None,
         }
     }
 
@@ -340,7 +344,19 @@ impl Drive<'_> {
             // step's test result by then, so the prompt shows the files the failures name.
             let stepped = agent::advance(run, event);
             if stepped.calls_model() {
-                let context = self.context(run, shell, &mut going.map);
+                self.find_suspects(run, shell, going).await;
+                let mut context = self.context(run, shell, &mut going.map);
+                // The suspects lead the prompts until the run first changes a file: then the
+                // tests run again and say more than the first coverage did.
+                if let Some(Some(found)) = &going.located
+                    && !found.suspects.is_empty()
+                    && run.files_changed().is_empty()
+                {
+                    let text = found.render(self.root);
+                    context
+                        .pieces
+                        .insert(0, agent::context::Piece { path: None, text });
+                }
                 // The errors before the first edit, if they came meanwhile (never waited for).
                 let (lsp, observer) = (&mut going.lsp, &mut going.observer);
                 self.catch_up(lsp, false, shell, observer).await;
@@ -1151,6 +1167,40 @@ impl Drive<'_> {
     /// What the coder sees now, gathered before every model call: the files the goal names,
     /// those the run's last test report points at, then the rest of the project's small text
     /// files, within the byte budget.
+    /// Looks once per run for where the failing tests point, when they fail and their report
+    /// names no file of the project's own (a traceback that ends in the test), the coder
+    /// is about to be asked, and `agent.locate` is on. What it found, or why not, is said.
+    async fn find_suspects(&self, run: &Run, shell: &mut impl Shell, going: &mut Going<'_>) {
+        if going.located.is_some()
+            || !self.config.agent.locate
+            || run.agent().kind != agent::AgentKind::Build
+        {
+            return;
+        }
+        let Some(tests) = run.tests().filter(|t| !t.passed) else {
+            return;
+        };
+        let named = self.named_files("", Some(&tests.report));
+        if named.iter().any(|f| !crate::locate::is_test_file(f)) {
+            going.located = Some(None);
+            return;
+        }
+        shell.progress("finding where the failing tests point (their line coverage)");
+        let t = Instant::now();
+        let found = crate::locate::locate(self.root, self.config, self.cancel).await;
+        going.map.phases.locate_ms = Some(t.elapsed().as_millis() as u64);
+        going.located = Some(match found {
+            Ok(found) => {
+                shell.progress(&found.summary());
+                Some(found)
+            }
+            Err(e) => {
+                shell.progress(&format!("no fault localisation: {e}"));
+                None
+            }
+        });
+    }
+
     fn context(
         &self,
         run: &Run,

@@ -1,0 +1,271 @@
+//! Where the bug probably is, from the tests' own line coverage (spectrum-based fault
+//! localisation): a line the failing tests run and the passing ones do not is suspicious, and
+//! a function is as suspicious as its most suspicious line. Lines are scored with Ochiai,
+//! `failed(l) / sqrt(total_failed * (failed(l) + passed(l)))`, the measure that ranks real
+//! faults best among the simple ones. Pure: coverage and the files' definitions in, ranked
+//! suspects out; the runtime collects the coverage (docs/locate.md).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::repomap::tags::Span;
+
+/// The lines one test executed, by workspace file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestLines {
+    pub test: String,
+    pub failed: bool,
+    pub lines: BTreeMap<String, BTreeSet<u32>>,
+}
+
+/// A function (or a file's top level) the failing tests point at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Suspect {
+    pub path: String,
+    /// The definition's name; empty for lines outside any definition.
+    pub name: String,
+    pub first: u32,
+    pub last: u32,
+    /// Its most suspicious line's Ochiai score, from 0 to 1.
+    pub score: f64,
+    /// How many failing and passing tests ran its most suspicious line.
+    pub failing: u32,
+    pub passing: u32,
+    /// Its lines with the top score, the ones to look at first.
+    pub lines: Vec<u32>,
+}
+
+/// The `top` most suspicious functions outside the test files (`is_test`), best first, from
+/// `runs`; `spans` gives a file's definitions (`None`: not a language read, each line its own
+/// suspect). Nothing when no test failed, or no test passed to compare with is still ranked
+/// by the failing tests alone.
+pub fn suspects(
+    runs: &[TestLines],
+    spans: &dyn Fn(&str) -> Option<Vec<Span>>,
+    is_test: &dyn Fn(&str) -> bool,
+    top: usize,
+) -> Vec<Suspect> {
+    let total_failed = runs.iter().filter(|r| r.failed).count() as f64;
+    if total_failed == 0.0 {
+        return Vec::new();
+    }
+    // (path, line) -> (failing runs, passing runs)
+    let mut hits: BTreeMap<(&str, u32), (u32, u32)> = BTreeMap::new();
+    for run in runs {
+        for (path, lines) in run.lines.iter().filter(|(p, _)| !is_test(p)) {
+            for line in lines {
+                let h = hits.entry((path.as_str(), *line)).or_default();
+                if run.failed {
+                    h.0 += 1;
+                } else {
+                    h.1 += 1;
+                }
+            }
+        }
+    }
+    let mut by_place: BTreeMap<(String, u32), Suspect> = BTreeMap::new();
+    let mut file_spans: BTreeMap<&str, Option<Vec<Span>>> = BTreeMap::new();
+    for ((path, line), (failing, passing)) in hits {
+        if failing == 0 {
+            continue;
+        }
+        let score = f64::from(failing) / (total_failed * f64::from(failing + passing)).sqrt();
+        let spans = file_spans.entry(path).or_insert_with(|| spans(path));
+        // The innermost definition around the line (a method, not its class).
+        let around = spans.as_deref().and_then(|s| {
+            s.iter()
+                .filter(|d| d.first <= line && line <= d.last)
+                .min_by_key(|d| d.last - d.first)
+        });
+        let (name, first, last) = match around {
+            Some(d) => (d.name.clone(), d.first, d.last),
+            None => (String::new(), line, line),
+        };
+        let entry = by_place
+            .entry((path.to_string(), first))
+            .or_insert_with(|| Suspect {
+                path: path.to_string(),
+                name,
+                first,
+                last,
+                score: -1.0,
+                failing: 0,
+                passing: 0,
+                lines: Vec::new(),
+            });
+        // The counts said are the most suspicious line's.
+        let better = score > entry.score + 1e-12;
+        if better {
+            entry.lines.clear();
+            (entry.score, entry.failing, entry.passing) = (score, failing, passing);
+        }
+        if better || (score - entry.score).abs() <= 1e-12 {
+            entry.lines.push(line);
+        }
+    }
+    let mut ranked: Vec<Suspect> = by_place.into_values().collect();
+    // Best score first; among equals the smaller definition (it says more), then by place.
+    ranked.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then((a.last - a.first).cmp(&(b.last - b.first)))
+            .then(a.path.cmp(&b.path))
+            .then(a.first.cmp(&b.first))
+    });
+    ranked.truncate(top);
+    ranked
+}
+
+/// The suspects as the coder's prompt shows them, each with its definition's text when
+/// `text_of` gives it (cut to `max_lines`, its suspicious lines marked).
+pub fn render(
+    suspects: &[Suspect],
+    (failed, passed): (usize, usize),
+    text_of: &dyn Fn(&str) -> Option<String>,
+    max_lines: usize,
+) -> String {
+    let mut out = format!(
+        "Where the failing tests point (their line coverage: what {failed} failing test(s) ran that {passed} passing one(s) did not), most suspicious first:\n"
+    );
+    for (i, s) in suspects.iter().enumerate() {
+        let what = if s.name.is_empty() {
+            "top-level code".to_string()
+        } else {
+            format!("`{}`", s.name)
+        };
+        out.push_str(&format!(
+            "{}. {}:{}-{} {what}: score {:.2}, run by {} failing and {} passing test(s); look at line(s) {}\n",
+            i + 1,
+            s.path,
+            s.first,
+            s.last,
+            s.score,
+            s.failing,
+            s.passing,
+            s.lines
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        if let Some(text) = text_of(&s.path) {
+            let lines: Vec<&str> = text.lines().collect();
+            let last = (s.last as usize).min(lines.len());
+            let first = (s.first as usize).max(1);
+            if first > last {
+                continue;
+            }
+            out.push_str("```\n");
+            for n in first..=last.min(first + max_lines.saturating_sub(1)) {
+                let mark = if s.lines.contains(&(n as u32)) {
+                    ">"
+                } else {
+                    " "
+                };
+                out.push_str(&format!("{mark}{n:>5}| {}\n", lines[n - 1]));
+            }
+            if last >= first + max_lines {
+                out.push_str(&format!("[... to line {last}]\n"));
+            }
+            out.push_str("```\n");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(test: &str, failed: bool, lines: &[(&str, &[u32])]) -> TestLines {
+        TestLines {
+            test: test.into(),
+            failed,
+            lines: lines
+                .iter()
+                .map(|(p, ls)| (p.to_string(), ls.iter().copied().collect()))
+                .collect(),
+        }
+    }
+
+    fn span(name: &str, first: u32, last: u32) -> Span {
+        Span {
+            name: name.into(),
+            first,
+            last,
+        }
+    }
+
+    /// cart.py's `total` calls pricing.py's `discount`, whose line 7 is wrong, taken only for
+    /// large orders; the tests of small orders pass.
+    fn spectrum() -> Vec<TestLines> {
+        vec![
+            run(
+                "t_small",
+                false,
+                &[("cart.py", &[2, 3]), ("pricing.py", &[5, 6])],
+            ),
+            run("t_empty", false, &[("cart.py", &[2, 3])]),
+            run(
+                "t_large",
+                true,
+                &[("cart.py", &[2, 3]), ("pricing.py", &[5, 6, 7])],
+            ),
+            run(
+                "t_bulk",
+                true,
+                &[
+                    ("cart.py", &[2, 3]),
+                    ("pricing.py", &[5, 6, 7]),
+                    ("test_cart.py", &[1, 2]),
+                ],
+            ),
+        ]
+    }
+
+    fn defs(path: &str) -> Option<Vec<Span>> {
+        match path {
+            "cart.py" => Some(vec![span("total", 1, 3)]),
+            "pricing.py" => Some(vec![span("Pricing", 4, 9), span("discount", 5, 8)]),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_line_only_failing_tests_run_ranks_its_function_first() {
+        let is_test = |p: &str| p.starts_with("test_");
+        let ranked = suspects(&spectrum(), &defs, &is_test, 5);
+        assert_eq!(ranked[0].name, "discount", "{ranked:?}");
+        assert_eq!((ranked[0].first, ranked[0].last), (5, 8));
+        assert_eq!(ranked[0].lines, [7]);
+        assert!((ranked[0].score - 1.0).abs() < 1e-9);
+        assert_eq!((ranked[0].failing, ranked[0].passing), (2, 0));
+        // The caller every test runs comes after, and the test file never.
+        assert_eq!(ranked[1].name, "total");
+        assert!(ranked[1].score < ranked[0].score);
+        assert!(ranked.iter().all(|s| s.path != "test_cart.py"));
+    }
+
+    #[test]
+    fn nothing_is_suspect_without_a_failing_test_and_the_rendering_marks_the_lines() {
+        let passing: Vec<TestLines> = spectrum().into_iter().filter(|r| !r.failed).collect();
+        assert!(suspects(&passing, &defs, &|_| false, 5).is_empty());
+        let ranked = suspects(&spectrum(), &defs, &|_| false, 1);
+        let text = "class Pricing:\n    def discount(self, n):\n        if n > 10:\n            return 0.5\n        return 1.0\n";
+        let padded = format!("\n\n\n{text}");
+        let shown = render(
+            &ranked,
+            (2, 2),
+            &|p| (p == "pricing.py").then(|| padded.clone()),
+            40,
+        );
+        assert!(shown.contains("1. pricing.py:5-8 `discount`: score 1.00, run by 2 failing and 0 passing test(s); look at line(s) 7"), "{shown}");
+        assert!(
+            shown.contains(">    7|             return 0.5\n"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("     5|     def discount(self, n):\n"),
+            "{shown}"
+        );
+    }
+}

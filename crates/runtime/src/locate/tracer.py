@@ -1,0 +1,156 @@
+"""agent-ls's line tracer: runs a Python test suite (pytest or unittest) and records, for each
+test, the lines of the workspace's own files it executed, so agent-ls can rank where a bug
+probably is (docs/locate.md). Nothing of the project is changed: this file and its output
+live in .agent-ls/locate/. Python 3.12+ traces with sys.monitoring (each line reported once
+per test, then disabled until the next test); older Pythons with sys.settrace.
+
+Usage: python tracer.py OUT ROOT pytest|unittest [ARGS...]
+"""
+
+import json
+import os
+import sys
+import threading
+
+OUT, ROOT, RUNNER = sys.argv[1], os.path.realpath(sys.argv[2]), sys.argv[3]
+ARGS = sys.argv[4:]
+SKIP = ("site-packages", "dist-packages", os.sep + ".agent-ls" + os.sep, os.sep + ".venv")
+
+current = [None]
+per_test = {}
+outcomes = {}
+_wanted = {}
+
+
+def wanted(filename):
+    """The workspace-relative path of a file of the project's own, else None."""
+    rel = _wanted.get(filename, False)
+    if rel is not False:
+        return rel
+    real = os.path.realpath(filename)
+    rel = None
+    # `<frozen ...>`, `<string>`: code with no file of its own.
+    if (
+        not filename.startswith("<")
+        and real.startswith(ROOT + os.sep)
+        and not any(s in real for s in SKIP)
+        and os.path.isfile(real)
+    ):
+        rel = os.path.relpath(real, ROOT)
+    _wanted[filename] = rel
+    return rel
+
+
+def hit(filename, line):
+    test = current[0]
+    if test is None:
+        return
+    rel = wanted(filename)
+    if rel is not None:
+        per_test.setdefault(test, {}).setdefault(rel, set()).add(line)
+
+
+if hasattr(sys, "monitoring"):
+    mon = sys.monitoring
+    TOOL = next(
+        (i for i in (mon.COVERAGE_ID, 3, 4) if mon.get_tool(i) is None), mon.COVERAGE_ID
+    )
+    mon.use_tool_id(TOOL, "agent-ls")
+
+    def on_line(code, line):
+        if wanted(code.co_filename) is None:
+            return mon.DISABLE
+        hit(code.co_filename, line)
+        return mon.DISABLE
+
+    mon.register_callback(TOOL, mon.events.LINE, on_line)
+
+    def begin(test):
+        current[0] = test
+        mon.restart_events()
+        mon.set_events(TOOL, mon.events.LINE)
+
+    def end():
+        current[0] = None
+
+else:
+
+    def tracer(frame, event, arg):
+        if wanted(frame.f_code.co_filename) is None:
+            return None
+        if event == "line":
+            hit(frame.f_code.co_filename, frame.f_lineno)
+        return tracer
+
+    def begin(test):
+        current[0] = test
+        threading.settrace(tracer)
+        sys.settrace(tracer)
+
+    def end():
+        sys.settrace(None)
+        threading.settrace(None)
+        current[0] = None
+
+
+def run_pytest():
+    import pytest
+
+    class Plugin:
+        @pytest.hookimpl(hookwrapper=True)
+        def pytest_runtest_protocol(self, item, nextitem):
+            begin(item.nodeid)
+            try:
+                yield
+            finally:
+                end()
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                outcomes[report.nodeid] = True
+            else:
+                outcomes.setdefault(report.nodeid, False)
+
+    return pytest.main(["-p", "no:cacheprovider", *ARGS], plugins=[Plugin()])
+
+
+def run_unittest():
+    import unittest
+
+    class Result(unittest.TextTestResult):
+        def startTest(self, test):
+            begin(test.id())
+            super().startTest(test)
+
+        def stopTest(self, test):
+            super().stopTest(test)
+            end()
+
+        def addFailure(self, test, err):
+            outcomes[test.id()] = True
+            super().addFailure(test, err)
+
+        def addError(self, test, err):
+            outcomes[test.id()] = True
+            super().addError(test, err)
+
+        def addSuccess(self, test):
+            outcomes.setdefault(test.id(), False)
+            super().addSuccess(test)
+
+    runner = unittest.TextTestRunner(resultclass=Result, stream=sys.stderr, verbosity=1)
+    program = unittest.main(
+        module=None, argv=["python -m unittest", *ARGS], testRunner=runner, exit=False
+    )
+    return 0 if program.result.wasSuccessful() else 1
+
+
+sys.path.insert(0, os.getcwd())
+code = run_pytest() if RUNNER == "pytest" else run_unittest()
+tests = [
+    {"test": t, "failed": bool(outcomes.get(t, False)), "lines": {f: sorted(ls) for f, ls in files.items()}}
+    for t, files in per_test.items()
+]
+with open(OUT, "w", encoding="utf-8") as f:
+    json.dump({"tests": tests}, f)
+sys.exit(int(code) if isinstance(code, int) else 0)

@@ -1,0 +1,160 @@
+//! Fault localisation from the tests' own coverage, against the real runners: a bug four calls
+//! below the failing test, whose traceback names only the test file, ranked first under pytest
+//! and under unittest; a runner agent-ls cannot trace says which tool it lacks; and a run's
+//! coder reads the suspects in its first prompt.
+
+use crate::support;
+
+use std::path::Path;
+
+use agent_ls_runtime::config::Config;
+use agent_ls_runtime::locate::{LocateError, locate};
+use support::model_server::{ModelServer, openai_text};
+use tokio_util::sync::CancellationToken;
+
+/// A shop whose bulk discount rule is wrong: test → total → price_of → discount → rule_for.
+fn shop(test_file: &str) -> tempfile::TempDir {
+    support::workspace(&[
+        ("shop/__init__.py", ""),
+        (
+            "shop/cart.py",
+            "from shop.pricing import price_of\n\n\ndef total(items):\n    return sum(price_of(name, qty) for name, qty in items)\n",
+        ),
+        (
+            "shop/pricing.py",
+            "from shop.rules import rule_for\n\nPRICES = {\"apple\": 2, \"pear\": 3}\n\n\ndef price_of(name, qty):\n    unit = PRICES[name]\n    return unit * qty * discount(qty)\n\n\ndef discount(qty):\n    if qty >= 10:\n        return rule_for(qty)\n    return 1\n",
+        ),
+        (
+            "shop/rules.py",
+            "def rule_for(qty):\n    \"\"\"The bulk discount: a tenth off.\"\"\"\n    return 9\n",
+        ),
+        ("tests/__init__.py", ""),
+        ("tests/test_cart.py", test_file),
+    ])
+}
+
+const PYTEST_TESTS: &str = "from shop.cart import total\n\n\ndef test_small():\n    assert total([(\"apple\", 1)]) == 2\n\n\ndef test_mixed():\n    assert total([(\"apple\", 2), (\"pear\", 1)]) == 7\n\n\ndef test_bulk():\n    assert total([(\"apple\", 10)]) == 18\n";
+
+const UNITTEST_TESTS: &str = "import unittest\n\nfrom shop.cart import total\n\n\nclass Cart(unittest.TestCase):\n    def test_small(self):\n        self.assertEqual(total([(\"apple\", 1)]), 2)\n\n    def test_mixed(self):\n        self.assertEqual(total([(\"apple\", 2), (\"pear\", 1)]), 7)\n\n    def test_bulk(self):\n        self.assertEqual(total([(\"apple\", 10)]), 18)\n";
+
+fn config(command: &[&str]) -> Config {
+    let mut c = Config::default();
+    c.test.command = command.iter().map(|w| w.to_string()).collect();
+    c
+}
+
+/// `agent-ls run "fix the failing tests" --yes` in a trusted `ws` whose tests run with
+/// `command` (and `extra` in its `[agent]`), the coder's answer fixing the rule: the outcome, stderr, and the model requests
+/// the journal recorded.
+fn run_with(ws: &Path, command: &[&str], extra: &str) -> (serde_json::Value, String, Vec<String>) {
+    let quoted: Vec<String> = command.iter().map(|w| format!("{w:?}")).collect();
+    std::fs::write(
+        ws.join(".agent-ls.toml"),
+        format!(
+            "[agent]\nevaluate = false\nreview = \"off\"\n{extra}[test]\ncommand = [{}]\nallowlist = [{:?}]\n",
+            quoted.join(", "),
+            command[..3].join(" ")
+        ),
+    )
+    .unwrap();
+    let fix =
+        "shop/rules.py\n<<<<<<< SEARCH\n    return 9\n=======\n    return 0.9\n>>>>>>> REPLACE\n";
+    let server = ModelServer::start(vec![openai_text(&[fix])]);
+    let home = tempfile::tempdir().unwrap();
+    let trust = support::agent_ls(&["trust"], home.path())
+        .arg(ws)
+        .output()
+        .unwrap();
+    assert!(trust.status.success(), "{trust:?}");
+    let out = support::cli(&["run", "fix the failing tests", "--yes"], ws, home.path())
+        .env("AGENT_LS_MODEL__PROVIDER", "openai")
+        .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
+        .env("OPENAI_API_KEY", "test-key")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    let o: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
+    // What the model was sent, each request's messages as one text.
+    let prompts = server
+        .requests()
+        .iter()
+        .map(|r| r.body["messages"].to_string().replace("\\n", "\n"))
+        .collect();
+    (o, said, prompts)
+}
+
+#[test]
+fn the_bug_below_the_failing_test_is_ranked_first_under_pytest_and_unittest() {
+    let python = support::python();
+    for (tests, command) in [
+        (PYTEST_TESTS, vec![python.as_str(), "-m", "pytest", "-q"]),
+        (
+            UNITTEST_TESTS,
+            vec![
+                python.as_str(),
+                "-m",
+                "unittest",
+                "discover",
+                "-s",
+                "tests",
+                "-t",
+                ".",
+            ],
+        ),
+    ] {
+        let ws = shop(tests);
+        let (o, said, prompts) = run_with(ws.path(), &command, "");
+        let case = format!("{}: {o}\n{said}", command.join(" "));
+        assert_eq!(o["status"], "done", "{case}");
+        // Four calls below the test, named by no traceback: first all the same.
+        assert!(
+            said.contains("(1 failing, 2 passing) points first at shop/rules.py:1 rule_for"),
+            "{case}"
+        );
+        // The coder read it first, the suspicious line marked, and no test file among them.
+        let first = prompts
+            .first()
+            .unwrap_or_else(|| panic!("no request: {case}"));
+        assert!(first.contains("Where the failing tests point"), "{case}");
+        assert!(
+            first.contains("1. shop/rules.py:1-3 `rule_for`: score 1.00"),
+            "{first}"
+        );
+        assert!(first.contains(">    3|     return 9"), "{first}");
+        assert!(!first.contains("tests/test_cart.py:4-5"), "{first}");
+    }
+}
+
+#[test]
+fn a_runner_agent_ls_cannot_trace_says_which_tool_it_lacks() {
+    let ws = shop(PYTEST_TESTS);
+    let root = ws.path().canonicalize().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let err = rt
+        .block_on(locate(
+            &root,
+            &config(&["go", "test", "./..."]),
+            &CancellationToken::new(),
+        ))
+        .unwrap_err();
+    assert!(matches!(err, LocateError::NoTool(_)), "{err}");
+    assert!(
+        err.to_string().contains("pytest and unittest only"),
+        "{err}"
+    );
+}
+
+#[test]
+fn turned_off_the_prompt_has_no_suspects() {
+    let ws = shop(PYTEST_TESTS);
+    let python = support::python();
+    let command = [python.as_str(), "-m", "pytest", "-q"];
+    let (o, said, prompts) = run_with(ws.path(), &command, "locate = false\n");
+    assert_eq!(o["status"], "done", "{said}");
+    assert!(
+        !said.contains("finding where the failing tests point"),
+        "{said}"
+    );
+    assert!(!prompts[0].contains("Where the failing tests point"));
+}
