@@ -77,6 +77,8 @@ impl Workspace {
     /// no evaluator, no git checkpoint, no response cache), memory as configured by default.
     pub(super) fn config(&self) -> Config {
         let mut c = Config::default();
+        // The driver's flow with a shell's scripted test runs: no coverage run of its own.
+        c.agent.locate = false;
         c.model.provider = Some("replay".into());
         c.model.replay_file = Some(self.script.clone());
         c.agent.review = agent_ls_core::agent::review::ReviewMode::Off;
