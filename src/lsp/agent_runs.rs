@@ -460,6 +460,7 @@ fn ended_early(run_id: String, why: String, started: Instant) -> Outcome {
         tester: None,
         decision: None,
         edit_errors: Vec::new(),
+        suspects: Vec::new(),
     }
 }
 

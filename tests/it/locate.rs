@@ -107,6 +107,9 @@ fn the_bug_below_the_failing_test_is_ranked_first_under_pytest_and_unittest() {
         let (o, said, prompts) = run_with(ws.path(), &command, "");
         let case = format!("{}: {o}\n{said}", command.join(" "));
         assert_eq!(o["status"], "done", "{case}");
+        // The outcome (`--json`, MCP's `run`, the editor's runFinished) names them too.
+        assert_eq!(o["suspects"][0]["name"], "rule_for", "{case}");
+        assert_eq!(o["suspects"][0]["lines"], serde_json::json!([3]), "{case}");
         // Four calls below the test, named by no traceback: first all the same.
         assert!(
             said.contains("(1 failing, 2 passing) points first at shop/rules.py:1 rule_for"),

@@ -18,7 +18,7 @@ pub struct TestLines {
 }
 
 /// A function (or a file's top level) the failing tests point at.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Suspect {
     pub path: String,
     /// The definition's name; empty for lines outside any definition.

@@ -107,6 +107,21 @@ pub struct Outcome {
     /// the model (docs/project-lsp.md), as `path:line:column: error: message`.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub edit_errors: Vec<String>,
+    /// Where the failing tests pointed when the run began (docs/locate.md), most suspicious
+    /// first; absent when nothing was looked for or found.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub suspects: Vec<agent_ls_core::locate::Suspect>,
+}
+
+impl TestCounts {
+    /// The run's last test result, counted.
+    fn of(run: &Run) -> TestCounts {
+        run.tests().map_or(TestCounts::default(), |t| TestCounts {
+            passed: t.passed_count,
+            failed: t.failed_count,
+            stopped: t.stopped.clone(),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
@@ -587,8 +602,10 @@ impl Drive<'_> {
             mut map,
             lsp,
             shown: going_shown,
+            located,
             ..
         } = going;
+        let suspects = located.flatten().map(|l| l.suspects).unwrap_or_default();
         // Said again at the end, where the run's answer is read.
         if let Some(w) = mcp.withdrawn_warning() {
             shell.warn(&w);
@@ -607,11 +624,7 @@ impl Drive<'_> {
             Some(diff) => (RunStatus::Proposed, diff),
             None => (status, answer),
         };
-        let tests = run.tests().map_or(TestCounts::default(), |t| TestCounts {
-            passed: t.passed_count,
-            failed: t.failed_count,
-            stopped: t.stopped.clone(),
-        });
+        let tests = TestCounts::of(run);
         Outcome {
             run_id,
             status,
@@ -631,6 +644,7 @@ impl Drive<'_> {
             tester: run.tester_record().cloned(),
             decision: None,
             edit_errors,
+            suspects,
         }
     }
 

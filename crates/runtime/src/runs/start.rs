@@ -226,6 +226,7 @@ pub fn not_started(run_id: String, why: String) -> Outcome {
         tester: None,
         decision: None,
         edit_errors: Vec::new(),
+        suspects: Vec::new(),
     }
 }
 
