@@ -1,6 +1,8 @@
 //! The reviewer's findings as diagnostics (source `agent-ls review`; P0/P1 error, P2
-//! warning, P3 information), made here from the core's `Finding` values: each covers its
-//! whole lines, so its range is the same in every position encoding. Kept per document by
+//! warning, P3 information), made here from the core's `Finding` values, and where a run's
+//! failing tests pointed (source `agent-ls locate`, hints, docs/locate.md) from its
+//! `Suspect`s: each covers its whole lines, so its range is the same in every position
+//! encoding. Kept per document by
 //! 0-based line, moved with edits above them, and dropped when their own lines are edited or
 //! a step is undone. A publish replaces a document's diagnostics, so the session sends these
 //! together with the test run's of the same document.
@@ -9,19 +11,29 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use agent_ls_core::agent::review::{Finding, ReviewResult};
+use agent_ls_core::locate::Suspect;
 use agent_ls_core::text::TextChange;
 use tower_lsp_server::ls_types::{
     Diagnostic, DiagnosticSeverity, NumberOrString, Position, Range, Uri,
 };
 
 pub const SOURCE: &str = "agent-ls review";
+/// The source of the tests' suspects.
+pub const LOCATE_SOURCE: &str = "agent-ls locate";
 
-/// One finding placed in a document: its first and last line (0-based), and what it says.
+/// One finding or suspect placed in a document: its first and last line (0-based), and what
+/// it says.
 #[derive(Debug, Clone)]
 struct Placed {
     first: u32,
     last: u32,
-    finding: Finding,
+    what: What,
+}
+
+#[derive(Debug, Clone)]
+enum What {
+    Finding(Finding),
+    Suspect(Suspect),
 }
 
 #[derive(Default)]
@@ -32,21 +44,53 @@ pub struct ReviewDiagnostics {
 impl ReviewDiagnostics {
     /// Replaces the findings with a new review's; the documents whose diagnostics change.
     pub fn set(&mut self, root: &Path, result: Option<&ReviewResult>) -> Vec<Uri> {
-        let mut touched: Vec<Uri> = self.by_uri.keys().cloned().collect();
-        self.by_uri.clear();
-        if let Some(ReviewResult::Reviewed { review, .. }) = result {
-            for f in &review.findings {
-                let Some(uri) = Uri::from_file_path(root.join(&f.path)) else {
-                    continue;
-                };
-                self.by_uri.entry(uri.clone()).or_default().push(Placed {
-                    first: f.start_line.saturating_sub(1),
-                    last: f.end_line.saturating_sub(1),
-                    finding: f.clone(),
-                });
-                if !touched.contains(&uri) {
-                    touched.push(uri);
-                }
+        let findings = match result {
+            Some(ReviewResult::Reviewed { review, .. }) => review.findings.as_slice(),
+            _ => &[],
+        };
+        let placed = findings.iter().map(|f| {
+            let (first, last) = (f.start_line, f.end_line);
+            (f.path.as_str(), (first, last), What::Finding(f.clone()))
+        });
+        self.replace(root, |w| matches!(w, What::Finding(_)), placed)
+    }
+
+    /// Replaces where the failing tests point (a run that did not fix what they found);
+    /// the documents whose diagnostics change.
+    pub fn set_suspects(&mut self, root: &Path, suspects: &[Suspect]) -> Vec<Uri> {
+        let placed = suspects
+            .iter()
+            .map(|s| (s.path.as_str(), (s.first, s.last), What::Suspect(s.clone())));
+        self.replace(root, |w| matches!(w, What::Suspect(_)), placed)
+    }
+
+    /// Drops what `old` matches and places `new` (paths below `root`, 1-based lines).
+    fn replace<'a>(
+        &mut self,
+        root: &Path,
+        old: impl Fn(&What) -> bool,
+        new: impl Iterator<Item = (&'a str, (u32, u32), What)>,
+    ) -> Vec<Uri> {
+        let mut touched = Vec::new();
+        for (uri, placed) in self.by_uri.iter_mut() {
+            let before = placed.len();
+            placed.retain(|p| !old(&p.what));
+            if placed.len() != before {
+                touched.push(uri.clone());
+            }
+        }
+        self.by_uri.retain(|_, placed| !placed.is_empty());
+        for (path, (first, last), what) in new {
+            let Some(uri) = Uri::from_file_path(root.join(path)) else {
+                continue;
+            };
+            self.by_uri.entry(uri.clone()).or_default().push(Placed {
+                first: first.saturating_sub(1),
+                last: last.saturating_sub(1),
+                what,
+            });
+            if !touched.contains(&uri) {
+                touched.push(uri);
             }
         }
         touched
@@ -96,7 +140,10 @@ impl ReviewDiagnostics {
 }
 
 fn diagnostic(p: &Placed) -> Diagnostic {
-    let f = &p.finding;
+    let f = match &p.what {
+        What::Finding(f) => f,
+        What::Suspect(s) => return suspect(p, s),
+    };
     let severity = match f.priority {
         0 | 1 => DiagnosticSeverity::ERROR,
         2 => DiagnosticSeverity::WARNING,
@@ -127,5 +174,42 @@ fn diagnostic(p: &Placed) -> Diagnostic {
         source: Some(SOURCE.into()),
         message,
         ..Diagnostic::default()
+    }
+}
+
+/// A suspect as a hint over its function: "executed by 2 failing tests and 0 passing".
+fn suspect(p: &Placed, s: &Suspect) -> Diagnostic {
+    let lines: Vec<String> = s.lines.iter().map(u32::to_string).collect();
+    let name = if s.name.is_empty() {
+        "this code".to_string()
+    } else {
+        format!("`{}`", s.name)
+    };
+    Diagnostic {
+        range: whole_lines(p.first, p.last),
+        severity: Some(DiagnosticSeverity::HINT),
+        source: Some(LOCATE_SOURCE.into()),
+        message: format!(
+            "where the failing tests point: {name} was executed by {} failing test(s) and {} passing (score {:.2}); look at line(s) {}",
+            s.failing,
+            s.passing,
+            s.score,
+            lines.join(", ")
+        ),
+        ..Diagnostic::default()
+    }
+}
+
+/// From the first line's start to the start of the line after the last.
+fn whole_lines(first: u32, last: u32) -> Range {
+    Range {
+        start: Position {
+            line: first,
+            character: 0,
+        },
+        end: Position {
+            line: last + 1,
+            character: 0,
+        },
     }
 }

@@ -1148,13 +1148,20 @@ impl Session {
         }
     }
 
-    /// A run's review: its findings become diagnostics on the lines they name.
+    /// A run's review: its findings become diagnostics on the lines they name; and where its
+    /// failing tests pointed stays in view as hints when the run did not make them pass.
     fn reviewed(&mut self, outcome: &Outcome) {
         use agent_ls_core::agent::review::Decision;
         if let (Some(review), Some(root)) = (&outcome.review, &self.workspace_root) {
             // A run rolled back at its review question left nothing for the findings to be on.
             let rolled_back = outcome.decision == Some(Decision::RolledBack);
             let uris = self.review.set(root, Some(review).filter(|_| !rolled_back));
+            self.republish(uris);
+        }
+        if let Some(root) = &self.workspace_root {
+            let unsolved = outcome.status != agent_ls_core::agent::RunStatus::Done;
+            let suspects = if unsolved { &outcome.suspects[..] } else { &[] };
+            let uris = self.review.set_suspects(root, suspects);
             self.republish(uris);
         }
     }

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use agent_ls_runtime::config::Config;
 use agent_ls_runtime::locate::{LocateError, locate};
+use serde_json::json;
 use support::model_server::{ModelServer, openai_text};
 use tokio_util::sync::CancellationToken;
 
@@ -160,4 +161,57 @@ fn turned_off_the_prompt_has_no_suspects() {
         "{said}"
     );
     assert!(!prompts[0].contains("Where the failing tests point"));
+}
+
+#[test]
+fn in_the_editor_an_unsolved_runs_suspects_are_hints_on_their_functions() {
+    use support::{Client, Spawn, file_uri};
+    let ws = shop(PYTEST_TESTS);
+    let root = ws.path().canonicalize().unwrap();
+    // A first answer that changes nothing that matters; then the script has no more, and the
+    // run ends failed with the bug where it was.
+    let wrong = json!({"role": "coder", "content": "shop/cart.py\n<<<<<<< SEARCH\ndef total(items):\n=======\ndef total(items):\n    \"\"\"The order's total.\"\"\"\n>>>>>>> REPLACE\n"});
+    std::fs::write(root.join(".replay.jsonl"), support::replay_script(&[wrong])).unwrap();
+    let python = support::python();
+    let options = json!({
+        "model": {"provider": "replay", "replay_file": ".replay.jsonl"},
+        "agent": {"approval": "auto", "evaluate": false, "review": "off"},
+        "test": {"command": [python, "-m", "pytest", "-q"]}
+    });
+    let mut c = Client::spawn(Spawn::default());
+    c.initialize(
+        &root,
+        json!({"workspace": {"workspaceEdit": {"documentChanges": true}}}),
+        options,
+    );
+    let buffers: support::editor::Buffers = Default::default();
+    support::editor::applies(&mut c, buffers, Vec::new());
+    c.command("agent-ls.fixTests", serde_json::Value::Null)
+        .unwrap();
+    let done = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(done["status"], "failed", "{done}\n{}", c.stderr());
+    assert_eq!(done["suspects"][0]["name"], "rule_for", "{done}");
+    let rules = file_uri(&root.join("shop/rules.py"));
+    let hints = c.wait_notification("textDocument/publishDiagnostics", |p| {
+        p["uri"] == rules.as_str()
+            && p["diagnostics"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|d| d["source"] == "agent-ls locate"))
+    });
+    let hint = hints["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["source"] == "agent-ls locate")
+        .unwrap()
+        .clone();
+    assert_eq!(hint["severity"], 4, "{hint}");
+    assert_eq!(hint["range"]["start"]["line"], 0, "{hint}");
+    assert!(
+        hint["message"]
+            .as_str()
+            .unwrap()
+            .contains("`rule_for` was executed by 1 failing test(s) and 0 passing"),
+        "{hint}"
+    );
 }
