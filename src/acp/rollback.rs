@@ -90,7 +90,8 @@ pub(super) async fn answer(
         }
     }
     let target = Target::Run(run);
-    let planned = tokio::task::block_in_place(|| rollback::plan(&root, &target, force, &texts));
+    let planned =
+        tokio::task::block_in_place(|| rollback::plan_here(&root, &target, force, &texts));
     let planned = match planned {
         Ok(p) => p,
         Err(e) => {

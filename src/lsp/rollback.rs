@@ -135,7 +135,8 @@ async fn rollback(
     let target = Target::Run(args.run.clone());
     let force = args.force;
     let planned =
-        tokio::task::spawn_blocking(move || rollback::plan(&root, &target, force, &texts)).await;
+        tokio::task::spawn_blocking(move || rollback::plan_here(&root, &target, force, &texts))
+            .await;
     let p = match planned {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => return refused(e),

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use agent_ls_runtime::config::Config;
 use agent_ls_runtime::drive;
+use agent_ls_runtime::git::isolate::Isolated;
 use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::runs::disk::{OnDisk, Unattended};
 use agent_ls_runtime::runs::{self, AfterRun, Begin, RunRequest};
@@ -83,6 +84,49 @@ fn request(args: &Value) -> Result<RunRequest, BadArgs> {
     })
 }
 
+/// Why a run could not be placed.
+#[derive(Debug, thiserror::Error)]
+enum NotPlaced {
+    #[error(transparent)]
+    Lock(#[from] agent_ls_runtime::lock::LockError),
+    #[error("cannot isolate it: {0}")]
+    Isolate(#[from] agent_ls_runtime::git::isolate::IsolateError),
+}
+
+/// The workspace's run lock, and the worktree's when the run works in one of its own.
+struct Locks {
+    home: PathBuf,
+    _workspace: RunLock,
+    _worktree: Option<RunLock>,
+}
+
+/// Where the run works: its folder, where it was isolated (`git.isolation`, as for
+/// `agent-ls run`: a new branch, or a worktree whose files, tests, record and lock are the
+/// run's), and the locks held until it ends. The workspace's lock (one run per workspace,
+/// whoever runs it) is taken before isolating, so a branch is never switched under another
+/// run.
+fn place(
+    root: &std::path::Path,
+    prepared: &runs::Prepared,
+) -> Result<(PathBuf, Option<Isolated>, Locks), NotPlaced> {
+    let goal = prepared.run.goal();
+    let workspace = RunLock::acquire(root, goal)?;
+    let isolated = tokio::task::block_in_place(|| runs::isolate(root, prepared))?;
+    let at = isolated
+        .as_ref()
+        .map_or(root.to_path_buf(), |i| i.root.clone());
+    let worktree = match at != root {
+        true => Some(RunLock::acquire(&at, goal)?),
+        false => None,
+    };
+    let locks = Locks {
+        home: root.to_path_buf(),
+        _workspace: workspace,
+        _worktree: worktree,
+    };
+    Ok((at, isolated, locks))
+}
+
 /// Runs the goal to its end; `cancel` fires when the client cancels the call or goes away.
 pub(super) async fn run(
     root: PathBuf,
@@ -94,29 +138,15 @@ pub(super) async fn run(
         Ok(r) => r,
         Err(why) => return text_result(why.to_string(), true),
     };
-    let goal = request.goal.clone();
     let prepared = match runs::prepare(&config, request) {
         Ok(p) => p,
         Err(e) => return text_result(format!("the run did not start: {e}"), true),
     };
-    // Where the run works, as `git.isolation` says (a new branch, or a worktree whose
-    // files, tests, record and lock are the run's), as for `agent-ls run`.
-    let home = root.clone();
-    let isolated = match tokio::task::block_in_place(|| runs::isolate(&root, &prepared)) {
-        Ok(i) => i,
-        Err(e) => {
-            return text_result(
-                format!("the run did not start: cannot isolate it: {e}"),
-                true,
-            );
-        }
+    let (root, isolated, locks) = match place(&root, &prepared) {
+        Ok(p) => p,
+        Err(why) => return text_result(format!("the run did not start: {why}"), true),
     };
-    let root = isolated.as_ref().map_or(root, |i| i.root.clone());
-    // One run per workspace, whoever runs it (an editor, `agent-ls run`, another call).
-    let _lock = match RunLock::acquire(&root, &goal) {
-        Ok(l) => l,
-        Err(e) => return text_result(format!("the run did not start: {e}"), true),
-    };
+    let home = locks.home.clone();
     let store = StoreThread::open(root.clone(), |opened| {
         if let Err(e) = opened {
             tracing::warn!("the run's figures will not be kept: {e}");

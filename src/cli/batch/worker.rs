@@ -84,6 +84,8 @@ pub struct Context {
 
 /// What a worker may still spend on its runs' model calls (`--max-cost`, per worker): each
 /// run gets what is left as its own cap, and a worker whose cap is spent takes no more tasks.
+/// Runs that go on at once (`--concurrency`) each start with what was left when they started,
+/// so together they may pass the cap by what the others spend meanwhile.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Spend {
     cap: Option<f64>,

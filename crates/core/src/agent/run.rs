@@ -503,6 +503,11 @@ impl Run {
         self.turn.tool_steps()
     }
 
+    /// The tool-calling rounds of the current turn so far (the first has none before it).
+    pub fn tool_rounds(&self) -> u32 {
+        self.turn.rounds()
+    }
+
     /// The latest review of the run's diff.
     pub fn last_review(&self) -> Option<&review::ReviewResult> {
         self.reviewing.last()

@@ -57,7 +57,7 @@ const BLOCK_LINES: usize = 40;
 /// `expected:`/`but was`.
 static ASSERTION: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?x)^(E\s|>\s+assert\b|\s*(AssertionError|assert\w*Error)\b|.*\bAssertionError\b|.*panicked\ at\b|\s*(left|right|expected|actual|Expected|Actual|Received)\b\s*:|.*\bassertion\b.*\bfailed\b|---\ FAIL\b|\s*Error( Trace)?:|\s*not\ ok\b|.*\bbut\ was\b|FAIL:\ )",
+        r"(?x)^(E\s|>\s+assert\b|\s*(AssertionError|assert\w*Error)\b|.*\bAssertionError\b|.*panicked\ at\b|\s*(left|right|expected|actual|Expected|Actual|Received)\b\s*:|.*\bassertion\b.*\bfailed\b|---\ FAIL\b|\s*Error(\ Trace)?:|\s*not\ ok\b|.*\bbut\ was\b|FAIL:\ )",
     )
     .expect("valid pattern")
 });
@@ -121,7 +121,7 @@ fn assertion_blocks(middle: &str) -> Vec<(usize, usize)> {
         }
         let first = (1..=i)
             .rev()
-            .take(3)
+            .take(4)
             .take_while(|&j| whole(j) && !lines[j].1.trim().is_empty())
             .last()
             .unwrap_or(i);

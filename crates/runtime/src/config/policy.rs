@@ -24,6 +24,10 @@ pub const TRUSTED_KEYS: &[&str] = &[
     // Starts the named program (a language server) after each edit.
     "lsp_servers.servers",
     "agent.approval",
+    // The default agent brings its approval mode (an `auto` agent of the user's own).
+    "agent.default_agent",
+    // The user's spending cap: a workspace file may not raise or remove it.
+    "agent.max_cost_usd",
     "log.file",
     "sandbox",
     "git.commit",

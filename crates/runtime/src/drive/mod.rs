@@ -756,8 +756,9 @@ impl Drive<'_> {
             });
         }
         let first = &self.config.agent.first_tool;
+        // The turn's first call only: `tool_steps` counts rounds that learned nothing.
         let tool_choice = (role == Role::Coder
-            && run.tool_steps() == 0
+            && run.tool_rounds() == 0
             && !first.is_empty()
             && tools.contains(first))
         .then(|| first.clone());

@@ -77,7 +77,7 @@ pub enum LocateError {
     Run(#[from] RunError),
     #[error("the coverage run left no record ({0}); its output: {1}")]
     NoRecord(String, String),
-    #[error("cannot write the tracer in {0}: {1}")]
+    #[error("cannot write the tracer in {}: {}", .0.display(), .1)]
     Write(PathBuf, std::io::Error),
 }
 
@@ -91,15 +91,22 @@ pub async fn locate(
     let command = tests_run::prepare(root, &config.test)?;
     let (python, runner, args) = python_runner(root, &command.argv)
         .ok_or_else(|| LocateError::NoTool(command.argv.join(" ")))?;
+    // Relative to the workspace, where the tests run: the paths stay free of the spaces an
+    // allowlist entry would split on, and name nothing outside.
+    let (tracer_rel, out_rel) = (
+        ".agent-ls/locate/tracer.py",
+        ".agent-ls/locate/coverage.json",
+    );
     let dir = root.join(".agent-ls").join("locate");
-    let (tracer, out) = (dir.join("tracer.py"), dir.join("coverage.json"));
+    let (tracer, out) = (root.join(tracer_rel), root.join(out_rel));
+    own_folder(&root.join(".agent-ls")).map_err(|e| LocateError::Write(dir.clone(), e))?;
     fresh_dir(&dir).map_err(|e| LocateError::Write(dir.clone(), e))?;
     new_file(&tracer, TRACER).map_err(|e| LocateError::Write(dir.clone(), e))?;
     let mut argv = vec![
         python,
-        tracer.display().to_string(),
-        out.display().to_string(),
-        root.display().to_string(),
+        tracer_rel.to_string(),
+        out_rel.to_string(),
+        ".".to_string(),
         runner.to_string(),
     ];
     argv.extend(args);
@@ -114,6 +121,18 @@ pub async fn locate(
     let runs =
         parse(&record).map_err(|e| LocateError::NoRecord(e.to_string(), result.report.clone()))?;
     Ok(rank(root, &runs, started))
+}
+
+/// `.agent-ls/` is agent-ls's own folder, not a link a repository brought along to have the
+/// tracer written (and a folder removed) elsewhere.
+fn own_folder(dir: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(std::io::Error::other(
+            "it is not a folder of its own (a link?); nothing is written through it",
+        )),
+        Err(_) => std::fs::create_dir(dir),
+    }
 }
 
 /// `.agent-ls/locate/` made empty, a folder of its own: a workspace that put a link there

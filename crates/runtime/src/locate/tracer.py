@@ -12,9 +12,10 @@ import os
 import sys
 import threading
 
-OUT, ROOT, RUNNER = sys.argv[1], os.path.realpath(sys.argv[2]), sys.argv[3]
+# Absolute now: a test may change the working folder.
+OUT, ROOT, RUNNER = os.path.abspath(sys.argv[1]), os.path.realpath(sys.argv[2]), sys.argv[3]
 ARGS = sys.argv[4:]
-SKIP = ("site-packages", "dist-packages", os.sep + ".agent-ls" + os.sep, os.sep + ".venv")
+SKIP = ("site-packages", "dist-packages", os.sep + ".agent-ls" + os.sep, os.sep + ".venv", os.sep + "venv" + os.sep)
 
 current = [None]
 per_test = {}
@@ -29,14 +30,12 @@ def wanted(filename):
         return rel
     real = os.path.realpath(filename)
     rel = None
-    # `<frozen ...>`, `<string>`: code with no file of its own.
-    if (
-        not filename.startswith("<")
-        and real.startswith(ROOT + os.sep)
-        and not any(s in real for s in SKIP)
-        and os.path.isfile(real)
-    ):
+    # `<frozen ...>`, `<string>`: code with no file of its own. What to skip is looked for
+    # below the workspace only: the workspace may itself sit in `.agent-ls/worktrees/`.
+    if not filename.startswith("<") and real.startswith(ROOT + os.sep) and os.path.isfile(real):
         rel = os.path.relpath(real, ROOT)
+        if any(s in os.sep + rel for s in SKIP):
+            rel = None
     _wanted[filename] = rel
     return rel
 

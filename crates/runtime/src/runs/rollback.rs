@@ -58,6 +58,11 @@ pub enum NotRolledBack {
     Again { id: String, files: Vec<String> },
     #[error("there is no checkpoint {0} (dropped by `agent-ls gc`?)")]
     NoCheckpoint(String),
+    #[error(
+        "run {id} worked in the worktree {}, not in these files: roll it back there (`agent-ls rollback --workspace {}`)",
+        .home.display(), .home.display()
+    )]
+    Elsewhere { id: String, home: PathBuf },
     #[error(transparent)]
     Recorded(#[from] RecordedRunError),
     #[error(transparent)]
@@ -105,6 +110,22 @@ impl Planned {
     pub fn files(&self) -> Vec<String> {
         self.plan.files.iter().map(|(f, _)| f.clone()).collect()
     }
+}
+
+/// `plan` for a front end that writes the files of `root` itself (an editor, an ACP client):
+/// a run that worked in a worktree of its own is refused here, since its files are not these.
+pub fn plan_here(
+    root: &Path,
+    target: &Target,
+    force: bool,
+    texts: &BTreeMap<String, Vec<u8>>,
+) -> Result<Planned, NotRolledBack> {
+    let planned = plan(root, target, force, texts)?;
+    if planned.home != root {
+        let (id, home) = (planned.id, planned.home);
+        return Err(NotRolledBack::Elsewhere { id, home });
+    }
+    Ok(planned)
 }
 
 /// Decides the rollback of `target` in the workspace at `root`, comparing files as `texts`

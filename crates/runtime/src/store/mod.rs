@@ -744,6 +744,11 @@ impl Store {
         let now = now_ms();
         let tx = self.conn.transaction()?;
         tx.execute("DELETE FROM steps WHERE undone = 1", [])?;
+        // The run writes again (resumed after its rollback): a later rollback is a first one.
+        tx.execute(
+            "DELETE FROM rollbacks WHERE target = ?1",
+            params![step.run_id],
+        )?;
         tx.execute(
             "INSERT INTO steps (id, run_id, goal, changes, undone, created_ms, task, files) VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7)",
             params![step.id as i64, step.run_id, step.goal, changes, now, step.task, files],

@@ -46,7 +46,7 @@ pub(super) fn outline_of(rel: &str, text: &str, budget: usize) -> Option<String>
     let lang = lang_of(rel, text)?;
     let spans = tags::spans(lang, text)?;
     let mut out = String::new();
-    for s in &spans {
+    for (shown, s) in spans.iter().enumerate() {
         let depth = spans
             .iter()
             .filter(|o| o.first < s.first && o.last >= s.last)
@@ -56,7 +56,7 @@ pub(super) fn outline_of(rel: &str, text: &str, budget: usize) -> Option<String>
         // conversation's de-duplication of read lines must not take it for them.
         let line = format!("{:>6}  {}{signature}\n", s.first, "  ".repeat(depth));
         if out.len() + line.len() > budget {
-            out.push_str(&format!("[... {} more definitions]\n", spans.len()));
+            out.push_str(&format!("[... {} more definitions]\n", spans.len() - shown));
             break;
         }
         out.push_str(&line);

@@ -128,6 +128,8 @@ async fn slot(sh: Arc<Shared>, cancel: CancellationToken) -> anyhow::Result<()> 
 }
 
 /// Runs one leased task to its result, or gives it back.
+// fn-length: one leased task's life in the order it happens (refused, given up, no budget
+// left, run, and the run's three ends); split, each piece would need the lease and the queue.
 async fn handle(sh: &Shared, l: Leased, cancel: &CancellationToken) -> anyhow::Result<()> {
     if sh.queue.has_result(l.msg_id).await? {
         // Ended by a worker that stopped before taking it off the queue.
@@ -170,7 +172,15 @@ async fn handle(sh: &Shared, l: Leased, cancel: &CancellationToken) -> anyhow::R
         sh.lease,
         stop.clone(),
     ));
+    // Another slot may have spent the rest meanwhile: the task goes back for another worker.
     let left = sh.spend.lock().ok().and_then(|s| s.left());
+    if left.is_some_and(|l| l <= 0.0) {
+        beat.abort();
+        sh.queue
+            .release(l.msg_id, l.attempt, GiveBack::Stopping)
+            .await?;
+        return Ok(());
+    }
     let result = worker::run(&sh.ctx, (&task, left), trusted, &stop).await;
     beat.abort();
     if let (Some(r), Ok(mut spend)) = (&result, sh.spend.lock()) {

@@ -61,6 +61,11 @@ impl Turn {
         self.tool_steps
     }
 
+    /// Every tool-calling round of this turn so far.
+    pub(crate) fn rounds(&self) -> u32 {
+        self.rounds
+    }
+
     /// Whether the unreadable answer was sent back already; marks it sent back.
     pub(crate) fn retry_once(&mut self) -> bool {
         std::mem::replace(&mut self.parse_retry_used, true)
