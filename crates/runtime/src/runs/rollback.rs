@@ -209,7 +209,12 @@ pub fn write(planned: &Planned) -> Result<Vec<String>, NotRolledBack> {
 pub fn settle(planned: &Planned, memory: &MemoryConfig) -> Result<Vec<u64>, NotRolledBack> {
     let (store, _) = crate::store::Store::open(&planned.home)?;
     store.record_rollback(&planned.id)?;
-    let undone = store.undo_steps(&planned.id, planned.since_ms)?;
+    // A file left as it was (left out of the checkpoint, under force) keeps its steps.
+    let restored = |path: &str| {
+        planned.plan.files.iter().any(|(f, _)| f == path)
+            || planned.already.iter().any(|f| f == path)
+    };
+    let undone = store.undo_steps(&planned.id, planned.since_ms, &restored)?;
     crate::memory::note_rollback(&planned.home, memory, &planned.id);
     Ok(undone)
 }

@@ -784,19 +784,37 @@ impl Store {
     }
 
     /// Marks undone the applied steps a rollback took back: run `run_id`'s, or (`since_ms`)
-    /// every step recorded since a checkpoint was taken. Returns their ids.
-    pub fn undo_steps(&self, run_id: &str, since_ms: Option<i64>) -> Result<Vec<u64>, StoreError> {
+    /// every step recorded since a checkpoint was taken, each only when `restored` holds
+    /// every file it changed (a file the rollback left alone keeps its step). Their ids.
+    pub fn undo_steps(
+        &self,
+        run_id: &str,
+        since_ms: Option<i64>,
+        restored: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<u64>, StoreError> {
         let mut stmt = self.conn.prepare(
-            "UPDATE steps SET undone = 1
-             WHERE undone = 0 AND (run_id = ?1 OR created_ms >= ?2) RETURNING id",
+            "SELECT id, changes FROM steps
+             WHERE undone = 0 AND (run_id = ?1 OR created_ms >= ?2) ORDER BY id",
         )?;
-        let ids = stmt.query_map(params![run_id, since_ms.unwrap_or(i64::MAX)], |r| {
-            r.get::<_, i64>(0)
+        let rows = stmt.query_map(params![run_id, since_ms.unwrap_or(i64::MAX)], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
         })?;
-        let mut ids = ids
-            .map(|i| i.map(|i| i as u64))
-            .collect::<Result<Vec<_>, _>>()?;
-        ids.sort_unstable();
+        let mut ids = Vec::new();
+        for row in rows {
+            let (id, changes) = row?;
+            // A step whose changes do not read is one nobody can undo either: left as it is.
+            let Ok(changes) =
+                serde_json::from_str::<Vec<agent_ls_core::edit::FileChange>>(&changes)
+            else {
+                continue;
+            };
+            if changes.iter().all(|c| restored(&c.path)) {
+                ids.push(id as u64);
+            }
+        }
+        for id in &ids {
+            self.set_undone(*id, true)?;
+        }
         Ok(ids)
     }
 
