@@ -442,25 +442,8 @@ fn say_where(c: &Connection, progress: Option<&ProgressToken>, where_: &str) {
 /// nothing was written), or panicked. Failed, with `why` as its answer, which the session shows.
 fn ended_early(run_id: String, why: String, started: Instant) -> Outcome {
     Outcome {
-        run_id,
-        status: RunStatus::Failed,
-        answer: why,
-        iterations: 0,
-        files_changed: Vec::new(),
-        tests: Default::default(),
-        tokens: 0,
         duration_ms: started.elapsed().as_millis() as u64,
-        cost_usd: None,
-        checkpoint: None,
-        commit: None,
-        branch: None,
-        worktree: None,
-        failure_kind: None,
-        review: None,
-        tester: None,
-        decision: None,
-        edit_errors: Vec::new(),
-        suspects: Vec::new(),
+        ..agent_ls_runtime::runs::not_started(run_id, why)
     }
 }
 
