@@ -112,6 +112,31 @@ impl AcpShell {
         }
     }
 
+    /// Shows `q` as the pending tool call `id`, then asks the client's permission for it with
+    /// the labels of its two options (`permitted`).
+    async fn ask_pending(
+        &self,
+        id: &str,
+        q: Pending,
+        options: (&str, &str),
+    ) -> Result<bool, agent_client_protocol::Error> {
+        let mut call = ToolCall::new(id.to_string(), q.title.clone())
+            .kind(q.kind)
+            .status(ToolCallStatus::Pending)
+            .locations(q.locations.clone())
+            .content(q.content.clone());
+        if let Some(input) = q.raw_input {
+            call = call.raw_input(input);
+        }
+        notify(&self.conn, &self.session, SessionUpdate::ToolCall(call));
+        let fields = ToolCallUpdateFields::new()
+            .title(q.title)
+            .kind(q.kind)
+            .locations(q.locations)
+            .content(q.content);
+        self.permitted(id, fields, options).await
+    }
+
     /// Asks the client's permission for the pending tool call `id`, shown with `fields`, with
     /// the labels of its two options: whether the user chose the first, or why no answer came.
     async fn permitted(
@@ -153,6 +178,15 @@ impl AcpShell {
             SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(id.to_string(), fields)),
         );
     }
+}
+
+/// A pending tool call the client is asked permission for.
+struct Pending {
+    title: String,
+    kind: ToolKind,
+    locations: Vec<ToolCallLocation>,
+    content: Vec<ToolCallContent>,
+    raw_input: Option<serde_json::Value>,
 }
 
 /// What an edit tool call shows: its title, the first changed line of each file, the diffs.
@@ -232,23 +266,14 @@ impl Shell for AcpShell {
                 q.review.describe(),
             )));
         }
-        notify(
-            &self.conn,
-            &self.session,
-            SessionUpdate::ToolCall(
-                ToolCall::new(id.clone(), title.clone())
-                    .kind(ToolKind::Edit)
-                    .status(ToolCallStatus::Pending)
-                    .locations(locations.clone())
-                    .content(diffs.clone()),
-            ),
-        );
-        let fields = ToolCallUpdateFields::new()
-            .title(title)
-            .kind(ToolKind::Edit)
-            .locations(locations)
-            .content(diffs);
-        match self.permitted(&id, fields, ("Apply", "Reject")).await {
+        let q = Pending {
+            title,
+            kind: ToolKind::Edit,
+            locations,
+            content: diffs,
+            raw_input: None,
+        };
+        match self.ask_pending(&id, q, ("Apply", "Reject")).await {
             Ok(true) => {
                 self.update(&id, ToolCallStatus::InProgress, None);
                 self.approved = Some(id);
@@ -272,26 +297,16 @@ impl Shell for AcpShell {
         let reason = vec![ToolCallContent::Content(schema::Content::new(format!(
             "{path} is protected: {why}"
         )))];
-        let location = vec![ToolCallLocation::new(self.root.join(path))];
-        notify(
-            &self.conn,
-            &self.session,
-            SessionUpdate::ToolCall(
-                ToolCall::new(id.clone(), title.clone())
-                    .kind(ToolKind::Edit)
-                    .status(ToolCallStatus::Pending)
-                    .locations(location.clone())
-                    .content(reason.clone()),
-            ),
-        );
-        let fields = ToolCallUpdateFields::new()
-            .title(title)
-            .kind(ToolKind::Edit)
-            .locations(location)
-            .content(reason);
+        let q = Pending {
+            title,
+            kind: ToolKind::Edit,
+            locations: vec![ToolCallLocation::new(self.root.join(path))],
+            content: reason,
+            raw_input: None,
+        };
         let allow = format!("Allow {path}");
         let allowed = self
-            .permitted(&id, fields, (&allow, "Refuse"))
+            .ask_pending(&id, q, (&allow, "Refuse"))
             .await
             .unwrap_or(false);
         let (status, said) = if allowed {
@@ -318,23 +333,15 @@ impl Shell for AcpShell {
         let reason = vec![ToolCallContent::Content(schema::Content::new(
             why.to_string(),
         ))];
-        notify(
-            &self.conn,
-            &self.session,
-            SessionUpdate::ToolCall(
-                ToolCall::new(id.clone(), title.clone())
-                    .kind(kind)
-                    .status(ToolCallStatus::Pending)
-                    .content(reason.clone())
-                    .raw_input(arguments.clone()),
-            ),
-        );
-        let fields = ToolCallUpdateFields::new()
-            .title(title)
-            .kind(kind)
-            .content(reason);
+        let q = Pending {
+            title,
+            kind,
+            locations: Vec::new(),
+            content: reason,
+            raw_input: Some(arguments.clone()),
+        };
         let allowed = self
-            .permitted(&id, fields, ("Allow this call", "Refuse"))
+            .ask_pending(&id, q, ("Allow this call", "Refuse"))
             .await
             .unwrap_or(false);
         // The call itself runs in the driver: this tool call is the question, answered.
