@@ -280,6 +280,110 @@ fn a_timeout_is_named_on_the_cli_and_to_the_model() {
     assert!(!first.contains("The tests fail ("), "{first}");
 }
 
+/// A test run that timed out is named when it happens, not only in the final line: here
+/// the run goes on (the hang was a one-off) and ends done, and the user still learns of it.
+#[test]
+fn a_timeout_is_named_when_it_happens_even_when_the_run_then_succeeds() {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\nreview = \"off\"\nmax_iterations = 3\n",
+    )
+    .unwrap();
+    // Hangs on the first run only: it leaves a mark for the next.
+    std::fs::write(
+        ws.path().join("test_once.py"),
+        "import os, time, unittest\n\nclass Once(unittest.TestCase):\n    def test_once(self):\n        if not os.path.exists('hung.mark'):\n            open('hung.mark', 'w').close()\n            time.sleep(300)\n",
+    )
+    .unwrap();
+    let fix =
+        "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let server = ModelServer::start(vec![
+        support::model_server::openai_text(&[fix]),
+        support::model_server::openai_text(&[fix]),
+    ]);
+    let home = tempfile::tempdir().unwrap();
+    let out = support::in_workspace(
+        &["run", "fix the failing tests", "--yes"],
+        ws.path(),
+        home.path(),
+    )
+    .env("AGENT_LS_MODEL__PROVIDER", "openai")
+    .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
+    .env("OPENAI_API_KEY", "test-key")
+    .env("AGENT_LS_TEST__TIMEOUT_SECS", "8")
+    .env(
+        "AGENT_LS_TEST__COMMAND",
+        r#"["python3", "-m", "unittest", "-v"]"#,
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warned = stderr
+        .find("agent-ls: warning: the tests timed out")
+        .unwrap_or_else(|| panic!("no timeout warning:\n{stderr}"));
+    let done = stderr.find("agent-ls: done").expect("done");
+    assert!(warned < done, "{stderr}");
+    assert!(stderr.contains("test.timeout_secs"), "{stderr}");
+}
+
+/// A test that catches the refused fork and passes: the run passed, and says the limit was
+/// reached (the control group counted the refusal), rather than only "the tests pass".
+#[test]
+fn a_limit_reached_is_named_when_the_tests_then_pass() {
+    let ws = workspace();
+    let script = "import os, sys, time\nkids = 0\ntry:\n    for i in range(300):\n        if os.fork() == 0:\n            time.sleep(5)\n            os._exit(0)\n        kids += 1\nexcept OSError as e:\n    print('fork refused after', kids)\nsys.exit(0)\n";
+    let r = run_python(ws.path(), script, &small()).unwrap();
+    assert!(r.report.contains("fork refused after"), "{}", r.report);
+    assert_eq!(r.end, RunEnd::Exited { code: 0 }, "{}", r.report);
+    let reached = r.reached.expect("the limit reached is named");
+    assert_eq!((reached.kind, reached.max), (LimitKind::Processes, 64));
+    assert!(
+        r.summary().contains("sandbox.max_processes"),
+        "{}",
+        r.summary()
+    );
+    kept(ws.path());
+}
+
+/// Each test run has a `TMPDIR` of its own, writable even when a file the sandbox denies sits
+/// in the temporary folder (a user configuration under `/tmp`, as CI runners set XDG
+/// folders), and it is gone after the run.
+#[test]
+fn a_test_run_has_its_own_temporary_folder_and_it_is_removed() {
+    let ws = workspace();
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join("config.toml");
+    std::fs::write(&secret, "key = 'hunter2'\n").unwrap();
+    let sandbox = SandboxConfig {
+        deny_read: vec![secret.display().to_string()],
+        ..small()
+    };
+    let script = format!(
+        "import os, tempfile\nprint('tmpdir', os.environ['TMPDIR'])\nwith tempfile.NamedTemporaryFile() as f:\n    f.write(b'x')\n    print('made', f.name)\ntry:\n    print('read', open({:?}).read())\nexcept OSError as e:\n    print('refused', e.errno)\n",
+        secret.display().to_string()
+    );
+    let r = run_python(ws.path(), &script, &sandbox).unwrap();
+    assert!(r.passed_all(), "{}", r.report);
+    assert!(r.report.contains("refused 13"), "{}", r.report);
+    // The output as the user reads it: the model's report writes temporary paths as <tmp>.
+    let tmpdir = r
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("tmpdir "))
+        .expect("the run printed its TMPDIR")
+        .trim()
+        .to_string();
+    assert!(tmpdir.contains("agent-ls-test-"), "{tmpdir}");
+    assert!(
+        r.output.contains(&format!("made {tmpdir}/")),
+        "{}",
+        r.output
+    );
+    assert!(!std::path::Path::new(&tmpdir).exists(), "{tmpdir} was left");
+}
+
 /// As root with `sandbox.run_as`, a command runs as that unprivileged user: it writes the
 /// workspace it was given, and a file only root may read is closed to it (uid 0 without
 /// capabilities still reads root's own files). A user that does not exist runs nothing.

@@ -1157,6 +1157,11 @@ impl Drive<'_> {
                 if r.end == RunEnd::TimedOut {
                     *failure_kind = Some(FailureKind::Timeout);
                 }
+                // Said when it happens: a run that goes on and ends done would otherwise
+                // never tell that a test run timed out, or passed only past a limit.
+                if let Some(why) = r.stopped().or_else(|| r.shaped()) {
+                    shell.warn(&why);
+                }
                 let summary = summary(&r);
                 observer.tests(&r, &summary);
                 match &r.environment {

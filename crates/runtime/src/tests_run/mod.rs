@@ -129,6 +129,8 @@ pub async fn run(
     // so an edit made within a second of the last run that keeps the size (a - b to a + b)
     // would run the old code. Agent edits come that fast; no cache is written instead.
     env.push(("PYTHONDONTWRITEBYTECODE".into(), "1".into()));
+    // Dropped (so removed, with whatever the tests left in it) when the run ends.
+    let (sandbox, _private_tmp) = with_private_tmp(sandbox, &mut env);
     let limits = process::Limits {
         timeout: Duration::from_secs(config.timeout_secs),
         grace: Duration::from_millis(config.grace_ms),
@@ -159,9 +161,10 @@ pub async fn run(
         finished.stdout.text(),
         finished.stderr.text()
     ));
-    if let Some(limit) = limit_hit(&finished, &output, sandbox) {
+    if let Some(limit) = limit_hit(&finished, &output, &sandbox) {
         finished.end = RunEnd::Limit { limit };
     }
+    let reached = reached_anyway(&finished, &sandbox);
     let go_module = go_module(root);
     let ctx = parse::Context {
         root,
@@ -189,6 +192,7 @@ pub async fn run(
         output: shown,
         environment: None,
         running,
+        reached,
     };
     result.environment = result.environment_problem(root);
     Ok(result)
@@ -226,6 +230,57 @@ fn limit_hit(
     }
     sandbox::limit_named(&finished.stderr.text())
         .or_else(|| limits::limit_of_output(output, &sandbox.limits))
+}
+
+/// The limit a run that ended by itself reached on the way: a test caught the refused fork
+/// or allocation and went on, so the run passed (or failed) shaped by the limit. Only the
+/// helper's count says so (a control group's `pids.events`, its memory failures); a test's
+/// output that mentions MemoryError may be a test of MemoryError.
+fn reached_anyway(
+    finished: &process::Finished,
+    sandbox: &Sandbox,
+) -> Option<crate::trust::limits::Limit> {
+    if sandbox.mode == sandbox::SandboxMode::Off || !matches!(finished.end, RunEnd::Exited { .. }) {
+        return None;
+    }
+    sandbox::limit_named(&finished.stderr.text())
+}
+
+/// The sandbox and environment a run uses with its own `TMPDIR` (`private_tmp`), and that
+/// folder, which the caller keeps until the run ends.
+fn with_private_tmp(
+    sandbox: &Sandbox,
+    env: &mut Vec<(String, String)>,
+) -> (Sandbox, Option<tempfile::TempDir>) {
+    let private = private_tmp(sandbox);
+    let mut sandbox = sandbox.clone();
+    if let Some(dir) = &private {
+        env.retain(|(k, _)| k != "TMPDIR");
+        env.push(("TMPDIR".into(), dir.path().to_string_lossy().into_owned()));
+        // The helper allows its own TMPDIR (now the private folder) whole; the shared temp
+        // folder stays writable as it was, for tests that name `/tmp` outright.
+        sandbox.writable.push(std::env::temp_dir());
+    }
+    (sandbox, private)
+}
+
+/// A folder of the run's own for `TMPDIR`, in the machine's temporary folder: a user file
+/// the sandbox denies there (a configuration under `/tmp`, as CI runners set XDG folders)
+/// leaves the temporary folder's top level unwritable, and a linker or `mkstemp` then fails.
+/// A rule on this folder allows it whole. Owned by `sandbox.run_as`'s user when commands
+/// run as one. None when it cannot be made; the run then uses the shared folder as before.
+fn private_tmp(sandbox: &Sandbox) -> Option<tempfile::TempDir> {
+    let dir = tempfile::Builder::new()
+        .prefix("agent-ls-test-")
+        .tempdir()
+        .ok()?;
+    if sandbox.mode != sandbox::SandboxMode::Off && !sandbox.run_as.is_empty() {
+        let user = crate::trust::privileges::user(&sandbox.run_as)
+            .ok()
+            .flatten()?;
+        nix::unistd::chown(dir.path(), Some(user.uid), Some(user.gid)).ok()?;
+    }
+    Some(dir)
 }
 
 /// `output` with the values of every key this process knows replaced by `<redacted>`: the
@@ -312,6 +367,7 @@ mod tests {
             output: report.into(),
             environment: None,
             running: None,
+            reached: None,
         }
     }
 

@@ -36,6 +36,10 @@ pub struct RunResult {
     /// (`test_output::running`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub running: Option<String>,
+    /// A sandbox limit the run reached and yet ended by itself: a test caught the refused
+    /// fork or allocation. The result was shaped by the limit, so it is named beside it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reached: Option<crate::trust::limits::Limit>,
 }
 
 impl RunResult {
@@ -62,7 +66,7 @@ impl RunResult {
             self.state().as_str(),
             self.passed.unwrap_or(0),
             self.failed.unwrap_or(self.failures.len() as u32),
-            match (&self.environment, self.stopped()) {
+            match (&self.environment, self.stopped().or_else(|| self.shaped())) {
                 (_, Some(why)) => format!("; {why}"),
                 (Some(e), None) => format!("; it did not run: {e}"),
                 (None, None) => String::new(),
@@ -95,6 +99,15 @@ impl RunResult {
             RunEnd::Limit { limit } => Some(format!("the run was stopped: {limit}")),
             _ => None,
         }
+    }
+
+    /// What a run that ended by itself should say about a limit it reached on the way.
+    pub fn shaped(&self) -> Option<String> {
+        self.reached.map(|limit| {
+            format!(
+                "a limit was reached during the run, and a test went on past it: {limit}; the result may depend on it"
+            )
+        })
     }
 
     pub fn state(&self) -> TestState {

@@ -242,6 +242,7 @@ fn pytest(end: RunEnd, failures: Vec<Failure>, passed: u32, report: &str) -> Run
         output: report.into(),
         environment: None,
         running: None,
+        reached: None,
     }
 }
 
