@@ -31,6 +31,7 @@ pub mod context;
 mod evaluate;
 mod flow;
 mod goal;
+pub mod json_answer;
 mod messages;
 mod next;
 pub mod prompts;

@@ -71,6 +71,8 @@ pub struct Reflection {
 pub enum AnswerError {
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Unreadable(#[from] super::json_answer::JsonAnswerError),
     #[error("the plan has no tasks")]
     NoTasks,
     #[error("two tasks share an id")]
@@ -80,7 +82,7 @@ pub enum AnswerError {
 }
 
 pub fn parse_reflection(text: &str) -> Result<Reflection, AnswerError> {
-    Ok(serde_json::from_str(strip_fence(text))?)
+    Ok(serde_json::from_value(super::json_answer::object(text)?)?)
 }
 
 /// The intent model's answer; anything unreadable is taken as an edit, the safe default
@@ -88,7 +90,7 @@ pub fn parse_reflection(text: &str) -> Result<Reflection, AnswerError> {
 pub fn parse_intent(text: &str) -> super::Intent {
     use super::Intent;
     let lower = text.to_lowercase();
-    let value = serde_json::from_str::<serde_json::Value>(strip_fence(text))
+    let value = super::json_answer::object(text)
         .ok()
         .and_then(|v| v["intent"].as_str().map(str::to_lowercase))
         .unwrap_or(lower);
@@ -113,7 +115,7 @@ struct Plan {
 
 /// The planner's answer: tasks in execution order, with unique ids, at most 8.
 pub fn parse_plan(text: &str) -> Result<Vec<super::Task>, AnswerError> {
-    let plan: Plan = serde_json::from_str(strip_fence(text))?;
+    let plan: Plan = serde_json::from_value(super::json_answer::object(text)?)?;
     if plan.tasks.is_empty() {
         return Err(AnswerError::NoTasks);
     }
@@ -127,7 +129,7 @@ pub fn parse_plan(text: &str) -> Result<Vec<super::Task>, AnswerError> {
 /// The evaluator's `{"score", "complete", "reason"}`, the score kept within 1 to 5; a change
 /// is complete unless the evaluator says plainly that it is not.
 pub fn parse_evaluation(text: &str) -> Result<(u8, String, bool), AnswerError> {
-    let v: serde_json::Value = serde_json::from_str(strip_fence(text))?;
+    let v = super::json_answer::object(text)?;
     let score = v["score"].as_u64().ok_or(AnswerError::NoScore)?.clamp(1, 5) as u8;
     let reason = v["reason"]
         .as_str()
@@ -138,14 +140,6 @@ pub fn parse_evaluation(text: &str) -> Result<(u8, String, bool), AnswerError> {
         .to_string();
     let complete = v["complete"].as_bool().unwrap_or(true);
     Ok((score, reason, complete))
-}
-
-fn strip_fence(text: &str) -> &str {
-    text.trim()
-        .trim_start_matches("```json")
-        .trim_start_matches("```")
-        .trim_end_matches("```")
-        .trim()
 }
 
 /// One line for a person about a role's answer that is data (a plan, a reflection, an

@@ -247,11 +247,10 @@ pub struct ChangedFile {
 /// confidence above 1 and at most 100 is read as a percentage; `end_line` defaults to
 /// `start_line`.
 pub fn parse_review(text: &str) -> Result<Review, ReviewError> {
-    let json = json_of(text).ok_or(ReviewError::NoJson)?;
-    let v: Value = serde_json::from_str(json).map_err(|e| ReviewError::Json(e.to_string()))?;
-    if !v.is_object() {
-        return Err(ReviewError::NoJson);
-    }
+    let v = super::json_answer::object(text).map_err(|e| match e {
+        super::json_answer::JsonAnswerError::NoJson => ReviewError::NoJson,
+        super::json_answer::JsonAnswerError::Json(e) => ReviewError::Json(e),
+    })?;
     let verdict = match v.get("verdict").and_then(Value::as_str) {
         None => return Err(ReviewError::Missing("verdict".into())),
         Some(s) => match s.trim().to_lowercase().as_str() {
@@ -282,24 +281,6 @@ pub fn parse_review(text: &str) -> Result<Review, ReviewError> {
         explanation,
         confidence,
     })
-}
-
-/// The JSON object of an answer: a fenced block's body, or from the first `{` to the last
-/// `}`.
-pub(crate) fn json_of(text: &str) -> Option<&str> {
-    if let Some(start) = text.find("```") {
-        let after = &text[start + 3..];
-        let body_start = after.find('\n').map_or(0, |n| n + 1);
-        let body = &after[body_start..];
-        if let Some(end) = body.find("```") {
-            let inner = body[..end].trim();
-            if inner.starts_with('{') {
-                return Some(inner);
-            }
-        }
-    }
-    let (open, close) = (text.find('{')?, text.rfind('}')?);
-    (open < close).then(|| &text[open..=close])
 }
 
 fn confidence_of(v: Option<&Value>, what: &str) -> Result<f64, ReviewError> {

@@ -122,8 +122,10 @@ pub enum TesterError {
 /// Reads the tester's answer: one JSON object (bare, fenced, or the outermost braces of prose
 /// around it) with a non-empty `tests` list whose every field is given.
 pub fn parse_tests(text: &str) -> Result<Vec<NewTest>, TesterError> {
-    let json = super::review::json_of(text).ok_or(TesterError::NoJson)?;
-    let v: Value = serde_json::from_str(json).map_err(|e| TesterError::Json(e.to_string()))?;
+    let v = super::json_answer::object(text).map_err(|e| match e {
+        super::json_answer::JsonAnswerError::NoJson => TesterError::NoJson,
+        super::json_answer::JsonAnswerError::Json(e) => TesterError::Json(e),
+    })?;
     let items = match v.get("tests") {
         Some(Value::Array(items)) if !items.is_empty() => items,
         _ => return Err(TesterError::NoTests),

@@ -805,6 +805,51 @@ fn long_tool_turns_are_summarised() {
     assert_eq!(run.iterations, 1);
 }
 
+/// The evaluator's answer in a fence with prose, or with a trailing comma, is read like the
+/// reviewer's (it was dropped without a word); one that cannot be read at all ends the run
+/// done and says so, for the journal and the user.
+#[test]
+fn evaluation_answers_as_models_write_them_are_read_and_a_lost_one_is_named() {
+    let written = [
+        "Here is my verdict:\n```json\n{\"score\": 2, \"complete\": false, \"reason\": \"mul is missing\"}\n```",
+        "{\"score\": 2, \"complete\": false, \"reason\": \"mul is missing\",}",
+    ];
+    for answer in written {
+        let mut run = new_run("add add and mul", Some(Intent::Edit));
+        run.settings.evaluation = crate::agent::Evaluation::Basic;
+        step(&mut run, Event::Start);
+        propose(&mut run, &edit_answer("a + b"));
+        step(&mut run, Event::TestsFinished(passing()));
+        let e = answered(&mut run, Role::Evaluator, answer);
+        assert!(
+            finishes(e.last(), Phase::Failed, "mul is missing"),
+            "{answer}: {e:?}"
+        );
+    }
+    let mut run = new_run("add add and mul", Some(Intent::Edit));
+    run.settings.evaluation = crate::agent::Evaluation::Basic;
+    step(&mut run, Event::Start);
+    propose(&mut run, &edit_answer("a + b"));
+    step(&mut run, Event::TestsFinished(passing()));
+    let e = answered(&mut run, Role::Evaluator, "I think it is fine, 4 out of 5.");
+    assert!(
+        e.iter().any(
+            |e| matches!(e, Effect::Warn(w) if w.contains("evaluator's answer could not be read"))
+        ),
+        "{e:?}"
+    );
+    assert!(
+        matches!(
+            e.last(),
+            Some(Effect::Finish {
+                status: Phase::Done,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+}
+
 #[test]
 fn evaluation_basic_ends_partial_and_full_corrects() {
     let incomplete = r#"{"score": 2, "complete": false, "reason": "mul is missing"}"#;

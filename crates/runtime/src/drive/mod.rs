@@ -412,6 +412,7 @@ impl Drive<'_> {
             }
             Effect::Warn(m) => {
                 shell.warn(&m);
+                g.observer.record(RunEvent::Warning { message: m });
                 return Next::Continue;
             }
             Effect::Repair { class, reason } => {

@@ -24,7 +24,14 @@ pub(super) fn on_evaluating(run: &mut Run, event: Event) -> Next {
                 );
                 Next::finish(Phase::Done, answer)
             }
-            Err(_) => Next::finish(Phase::Done, run.ending.done_answer.clone()),
+            // Never silent: the run ends done, and the journal and the user learn that its
+            // score was lost and why.
+            Err(e) => Next::new(
+                vec![Effect::Warn(format!(
+                    "the evaluator's answer could not be read ({e}); the run ends without its score"
+                ))],
+                To::Finish(Phase::Done, run.ending.done_answer.clone()),
+            ),
         },
         Event::ModelFailed { .. } => Next::finish(Phase::Done, run.ending.done_answer.clone()),
         _ => Next::stay(Vec::new()),
