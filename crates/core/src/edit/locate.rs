@@ -391,6 +391,12 @@ impl<'a> Locator<'a> {
         };
         let out = window.spliced(&ops, replacement, &reindent)?;
         let (range, text) = window.text(out);
+        // Under the indentation rule every kept line is the REPLACE's own text moved by the
+        // offset, so what lands must read as the REPLACE does (looser rules keep the file's
+        // text where the model's copy differs, by design).
+        if rule == Rule::Indentation {
+            landed_as_written(&text, replacement)?;
+        }
         Ok(Found::At(Located {
             range,
             replacement: text,
@@ -718,13 +724,22 @@ impl<'a> Reindent<'a> {
         replacement: &[&str],
         rule: Rule,
     ) -> Self {
-        let widths = wanted
+        let widths: Vec<usize> = wanted
             .iter()
             .chain(replacement)
             .map(|l| leading_ws(l))
             .filter(|ws| !ws.is_empty() && !ws.contains('\t'))
-            .map(str::len);
-        let unit = widths.fold(0, gcd);
+            .map(str::len)
+            .collect();
+        // The unit is in the steps between lines, not in their widths: a SEARCH two spaces
+        // deeper than a file indented by four has widths 10, 14, 18 (a unit of 4, not 2).
+        let least = widths.iter().copied().min().unwrap_or(0);
+        let steps = widths.iter().map(|w| w - least).fold(0, gcd);
+        let unit = if (2..=8).contains(&steps) {
+            steps
+        } else {
+            widths.iter().copied().fold(0, gcd)
+        };
         Reindent {
             file,
             s,
@@ -776,6 +791,14 @@ impl<'a> Reindent<'a> {
         if self.rule == Rule::Exact || line.trim().is_empty() {
             return line.to_string();
         }
+        // A blank line says nothing of the offset (both sides are empty there): the nearest
+        // line with text does, before the anchor first.
+        let blank = |i: usize| self.wanted[i].trim().is_empty();
+        let anchor = (0..=anchor)
+            .rev()
+            .chain(anchor + 1..self.wanted.len())
+            .find(|&i| !blank(i))
+            .unwrap_or(anchor);
         let (file_ws, model_ws) = (
             leading_ws(self.file.lines[self.s + anchor]),
             leading_ws(self.wanted[anchor]),
@@ -1006,6 +1029,54 @@ fn to_search_indent(
                 "the REPLACE is at the file's indentation but a line of it is indented less than the SEARCH's offset allows; copy the SEARCH lines as the file indents them".into(),
             )
         })
+}
+
+/// What a re-indented edit would write, checked against the REPLACE it came from: the same
+/// lines of text in the same order, each deeper, level or shallower than the one before as
+/// in the REPLACE. Anything else (a line lost, one added, a block moved under another) is
+/// refused before it is written, with the first difference.
+fn landed_as_written(text: &str, replacement: &[&str]) -> Result<(), LocateError> {
+    let lines = |ls: Vec<&str>| -> Vec<(usize, String)> {
+        ls.into_iter()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let width = leading_ws(l)
+                    .chars()
+                    .map(|c| if c == '\t' { 8 } else { 1 })
+                    .sum();
+                (width, fold(l.trim()))
+            })
+            .collect()
+    };
+    let landed = lines(text.lines().collect());
+    let written = lines(replacement.to_vec());
+    let refuse = |what: String| {
+        Err(LocateError::Indentation(format!(
+            "after re-indenting, the lines to be written differ from the REPLACE ({what}); copy the SEARCH lines as the file indents them"
+        )))
+    };
+    if let Some(k) = (0..landed.len().max(written.len()))
+        .find(|&k| landed.get(k).map(|l| &l.1) != written.get(k).map(|w| &w.1))
+    {
+        let show =
+            |l: Option<&(usize, String)>| l.map_or("nothing".into(), |l| format!("`{}`", l.1));
+        return refuse(format!(
+            "line {} would be {}, the REPLACE says {}",
+            k + 1,
+            show(landed.get(k)),
+            show(written.get(k))
+        ));
+    }
+    let step = |a: &(usize, String), b: &(usize, String)| b.0.cmp(&a.0);
+    for k in 1..landed.len() {
+        if step(&landed[k - 1], &landed[k]) != step(&written[k - 1], &written[k]) {
+            return refuse(format!(
+                "`{}` would stand at another depth against the line before it than the REPLACE puts it",
+                written[k].1
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How the file's indentation differs from the search text's: a prefix to add, or one to
@@ -1422,6 +1493,41 @@ mod tests {
             apply(text, &l),
             "class A:\n    def add(self, a, b):\n        x = a\n        y = b\n        return x + y\n\n    def k(self):\n        return 1\n"
         );
+    }
+
+    /// Lines a deeper SEARCH's REPLACE adds after a blank line, or under a block whose
+    /// widths share a factor with the offset (10, 14, 18 for a unit of 4 two spaces deep),
+    /// land at the file's indentation: they landed two or eight columns off.
+    #[test]
+    fn lines_added_under_a_deeper_search_land_at_the_file_s_indentation() {
+        let text = "class K:\n    def f(a, b):\n        z = x + y\n\n        total += i\n";
+        let search = "          z = x + y\n\n          total += i\n";
+        let replace = "        z = x + y\n\n        new_line()\n        total += i\n";
+        let l = at(text, search, replace, None);
+        assert_eq!(
+            apply(text, &l),
+            "class K:\n    def f(a, b):\n        z = x + y\n\n        new_line()\n        total += i\n"
+        );
+        let text = "class K:\n    def f(a, b):\n        for i in r:\n            for j in r:\n                print(x)\n            total += i\n        print(x)\n";
+        let search = "          for i in r:\n              for j in r:\n                  print(x)\n              total += i\n          print(x)\n";
+        let replace = "        for i in r:\n            new_line()\n            for j in r:\n                print(x)\n            total += i\n        print(x)\n";
+        let l = at(text, search, replace, None);
+        assert_eq!(
+            apply(text, &l),
+            "class K:\n    def f(a, b):\n        for i in r:\n            new_line()\n            for j in r:\n                print(x)\n            total += i\n        print(x)\n"
+        );
+    }
+
+    #[test]
+    fn what_would_land_is_checked_against_the_replace() {
+        assert!(landed_as_written("    a\n        b\n", &["a", "    b"]).is_ok());
+        let lost = landed_as_written("    a\n", &["a", "    b"]).unwrap_err();
+        assert!(
+            lost.to_string().contains("line 2 would be nothing"),
+            "{lost}"
+        );
+        let moved = landed_as_written("    a\n    b\n", &["a", "    b"]).unwrap_err();
+        assert!(moved.to_string().contains("another depth"), "{moved}");
     }
 
     #[test]
