@@ -38,8 +38,19 @@ pub(super) fn replay(conn: &ConnectionTo<Client>, session: &str, root: &Path, ru
                 session,
                 SessionUpdate::UserMessageChunk(text_chunk(goal.clone())),
             ),
-            RunEvent::ToolCall(_) | RunEvent::ToolResult { .. } => {
-                run::event(conn, session, root, e);
+            // A session replays several runs, whose calls' ids may repeat: each is made the
+            // run's own.
+            RunEvent::ToolCall(call) => {
+                let mut call = call.clone();
+                call.id = format!("{run_id}_{}", call.id);
+                run::event(conn, session, root, &RunEvent::ToolCall(call));
+            }
+            RunEvent::ToolResult { id, .. } => {
+                let mut result = e.clone();
+                if let RunEvent::ToolResult { id: own, .. } = &mut result {
+                    *own = format!("{run_id}_{id}");
+                }
+                run::event(conn, session, root, &result);
             }
             RunEvent::Patch { files, diff, .. } => {
                 let id = format!("{run_id}_edit_{n}");
