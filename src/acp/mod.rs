@@ -9,18 +9,25 @@
 //! `session/request_permission` before every change, reads and writes through the client's
 //! `fs/*` methods when it offers them, and ends with the answer. `session/cancel` stops it;
 //! `/undo`, `/redo`, `/rollback`, `/rerun`, `/status`, `/commit` and `/test BUG` (reproduce the
-//! bug with a test first, docs/tester.md) are the session's commands; `session/load` shows a
-//! recorded run and goes on with it when it was interrupted.
+//! bug with a test first, docs/tester.md) are the session's commands; `session/load` replays a
+//! recorded conversation and goes on with a run that was interrupted. `$/cancel_request` of a
+//! prompt stops its run as `session/cancel` does, and the prompt answers -32800.
 //!
 //! This file is the server: its requests and what each does. The rest, one job a file, in
 //! the order they depend on each other (none imports this file): client.rs (updates sent, files
 //! read through the client), sessions.rs (the sessions and their files), commands.rs and
 //! rollback.rs (the slash commands), shell.rs (the ACP `Shell` a run goes through), output.rs
-//! (what a run's events look like), run.rs (one run and its live view).
+//! (what a run's events look like), run.rs (one run and its live view), replay.rs (a recorded
+//! run's conversation again), options.rs (the mode and model options), lifecycle.rs (list,
+//! resume, close and the set requests).
 
 mod client;
 mod commands;
+mod lifecycle;
+mod opening;
+mod options;
 mod output;
+mod replay;
 mod rollback;
 mod run;
 mod sessions;
@@ -29,22 +36,27 @@ mod shell;
 use std::path::{Path, PathBuf};
 
 use agent_client_protocol::v1::schema::{
-    self, AgentCapabilities, AvailableCommandsUpdate, CancelNotification, ContentBlock,
-    InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
-    NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse, SessionUpdate,
-    StopReason,
+    self, AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse,
+    ContentBlock, InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse,
+    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest,
+    PromptResponse, ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities,
+    SessionCloseCapabilities, SessionInfoUpdate, SessionListCapabilities,
+    SessionResumeCapabilities, SessionUpdate, SetSessionConfigOptionRequest,
+    SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse, StopReason,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Stdio};
 use tokio_util::sync::CancellationToken;
 
+use agent_ls_runtime::clock::{iso8601, now_ms};
 use agent_ls_runtime::config::{self, McpServerConfig};
 use agent_ls_runtime::drive;
 use agent_ls_runtime::journal::RunSummary;
 use agent_ls_runtime::store::Store;
 use client::{notify, say, text_chunk};
 use commands::Answer;
-use sessions::{Session, State, save_session, saved_session};
+use opening::{Handled, not_found, offer_commands, tell_trust};
+use sessions::{Saved, Session, State, save_session, saved_session};
 
 /// Why `agent-ls acp` stopped serving.
 #[derive(Debug, thiserror::Error)]
@@ -53,56 +65,80 @@ pub enum AcpError {
     Connection(agent_client_protocol::Error),
 }
 
-/// What a handler answers the protocol with.
-type Handled = Result<(), agent_client_protocol::Error>;
+/// Registers `$handler` (a function below or in lifecycle.rs, given the state, the request,
+/// its responder and the connection) for requests of type `$req` answered with `$resp`.
+macro_rules! handle {
+    ($builder:expr, $state:expr, $req:ty, $resp:ty, $handler:path) => {{
+        let state = $state.clone();
+        $builder.on_receive_request(
+            async move |req: $req, responder: Responder<$resp>, conn: ConnectionTo<Client>| {
+                $handler(&state, req, responder, conn)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+    }};
+}
 
 /// Serves ACP on stdin and stdout until the client goes away.
 pub async fn serve() -> Result<(), AcpError> {
     let state = State::default();
-    let (s1, s2, s3, s4, s5) = (
-        state.clone(),
-        state.clone(),
-        state.clone(),
-        state.clone(),
-        state.clone(),
+    let cancels = state.clone();
+    let agent = Agent.v1().name("agent-ls");
+    let agent = handle!(
+        agent,
+        state,
+        InitializeRequest,
+        InitializeResponse,
+        initialize
     );
-    // One handler a request, each a function below; the closures only name the types.
-    Agent
-        .v1()
-        .name("agent-ls")
-        .on_receive_request(
-            async move |req: InitializeRequest,
-                        responder: Responder<InitializeResponse>,
-                        _conn: ConnectionTo<Client>| {
-                initialize(&s1, req, responder)
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |req: NewSessionRequest,
-                        responder: Responder<NewSessionResponse>,
-                        conn: ConnectionTo<Client>| {
-                new_session(&s2, req, responder, conn)
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |req: LoadSessionRequest,
-                        responder: Responder<LoadSessionResponse>,
-                        conn: ConnectionTo<Client>| { load(&s3, req, responder, conn) },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |req: PromptRequest,
-                        responder: Responder<PromptResponse>,
-                        conn: ConnectionTo<Client>| {
-                prompt(&s4, req, responder, conn)
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
+    let agent = handle!(
+        agent,
+        state,
+        NewSessionRequest,
+        NewSessionResponse,
+        new_session
+    );
+    let agent = handle!(agent, state, LoadSessionRequest, LoadSessionResponse, load);
+    let agent = handle!(agent, state, PromptRequest, PromptResponse, prompt);
+    let agent = handle!(
+        agent,
+        state,
+        ListSessionsRequest,
+        ListSessionsResponse,
+        lifecycle::list
+    );
+    let agent = handle!(
+        agent,
+        state,
+        ResumeSessionRequest,
+        ResumeSessionResponse,
+        lifecycle::resume
+    );
+    let agent = handle!(
+        agent,
+        state,
+        CloseSessionRequest,
+        CloseSessionResponse,
+        lifecycle::close
+    );
+    let agent = handle!(
+        agent,
+        state,
+        SetSessionModeRequest,
+        SetSessionModeResponse,
+        lifecycle::set_mode
+    );
+    let agent = handle!(
+        agent,
+        state,
+        SetSessionConfigOptionRequest,
+        SetSessionConfigOptionResponse,
+        lifecycle::set_config_option
+    );
+    agent
         .on_receive_notification(
             async move |n: CancelNotification, _conn: ConnectionTo<Client>| {
-                cancel(&s5, &n);
+                cancel(&cancels, &n);
                 Ok(())
             },
             agent_client_protocol::on_receive_notification!(),
@@ -112,11 +148,13 @@ pub async fn serve() -> Result<(), AcpError> {
         .map_err(AcpError::Connection)
 }
 
-/// initialize: what the client can do with files is kept; this agent can load sessions.
+/// initialize: what the client can do with files is kept; this agent can load, list, resume
+/// and close sessions.
 fn initialize(
     state: &State,
     req: InitializeRequest,
     responder: Responder<InitializeResponse>,
+    _conn: ConnectionTo<Client>,
 ) -> Handled {
     if let Ok(mut fs) = state.fs.lock() {
         fs.read = req.client_capabilities.fs.read_text_file;
@@ -124,7 +162,16 @@ fn initialize(
     }
     responder.respond(
         InitializeResponse::new(req.protocol_version)
-            .agent_capabilities(AgentCapabilities::new().load_session(true))
+            .agent_capabilities(
+                AgentCapabilities::new()
+                    .load_session(true)
+                    .session_capabilities(
+                        SessionCapabilities::new()
+                            .list(SessionListCapabilities::new())
+                            .resume(SessionResumeCapabilities::new())
+                            .close(SessionCloseCapabilities::new()),
+                    ),
+            )
             .agent_info(schema::Implementation::new(
                 "agent-ls",
                 env!("CARGO_PKG_VERSION"),
@@ -153,8 +200,14 @@ fn new_session(
         &id,
         Session::new(root.clone(), &req.mcp_servers, None, None),
     );
-    save_session(&root, &id, None);
-    responder.respond(NewSessionResponse::new(id.clone()))?;
+    let saved = Saved::default();
+    save_session(&root, &id, &saved);
+    let config = agent_ls_runtime::runs::configuration(Some(root.clone())).config;
+    responder.respond(
+        NewSessionResponse::new(id.clone())
+            .modes(options::modes(&config, &saved))
+            .config_options(options::options(&config, &saved)),
+    )?;
     tell_trust(&conn, &id, &root, None);
     offer_commands(&conn, &id, &root);
     Ok(())
@@ -168,54 +221,6 @@ fn cancel(state: &State, n: &CancelNotification) {
     {
         c.cancel();
     }
-}
-
-/// Lists the session's commands at the client.
-fn offer_commands(conn: &ConnectionTo<Client>, session: &str, root: &Path) {
-    let offered = commands::available(root);
-    notify(
-        conn,
-        session,
-        SessionUpdate::AvailableCommandsUpdate(AvailableCommandsUpdate::new(offered)),
-    );
-}
-
-/// Tells the session when its folder is not trusted, so that `.agent-ls.toml` settings were
-/// left out, and how to trust it: otherwise the user sees only what the defaults lead to
-/// ("cannot reach ollama"). `loaded` is the folder's configuration when already at hand.
-fn tell_trust(
-    conn: &ConnectionTo<Client>,
-    session: &str,
-    root: &Path,
-    loaded: Option<&config::Loaded>,
-) -> bool {
-    let fresh;
-    let loaded = match loaded {
-        Some(l) => l,
-        None => {
-            fresh = config::load(&config::Inputs::from_process(Some(root.to_path_buf())));
-            &fresh
-        }
-    };
-    if loaded.untrusted.is_empty() {
-        return false;
-    }
-    let message = config::untrusted_message(&loaded.untrusted, loaded.trusted);
-    // The command with this folder, where the user runs it: a terminal, not this chat.
-    let how = format!(
-        "run `agent-ls trust {}` in a terminal to trust it, and the next prompt uses them",
-        root.display()
-    );
-    let generic = "`agent-ls trust` trusts it";
-    let text = if message.contains(generic) {
-        format!("agent-ls: {}\n", message.replace(generic, &how))
-    } else if config::gated(&loaded.untrusted).next().is_some() && !loaded.trusted {
-        format!("agent-ls: {message}; {how}\n")
-    } else {
-        format!("agent-ls: {message}\n")
-    };
-    say(conn, session, text);
-    true
 }
 
 /// The text of a prompt's blocks.
@@ -237,6 +242,8 @@ struct Turn {
     mcp: Vec<(String, McpServerConfig)>,
     last_goal: Option<String>,
     told_trust: bool,
+    saved: Saved,
+    spent_usd: f64,
 }
 
 /// The session a prompt is for, or the error to answer it with.
@@ -252,6 +259,8 @@ fn turn(state: &State, id: String) -> Result<Turn, agent_client_protocol::Error>
         mcp: s.mcp.clone(),
         last_goal: s.last_goal.clone(),
         told_trust: s.told_trust,
+        saved: s.saved.clone(),
+        spent_usd: s.cost_usd,
         id,
     })
 }
@@ -304,7 +313,9 @@ fn prompt(
     start_run(state, turn, loaded, goal, (responder, conn))
 }
 
-/// Starts the run of `goal` for the prompt's turn; the prompt is answered when it ends.
+/// Starts the run of `goal` for the prompt's turn, by the session's agent and model; the
+/// prompt is answered when it ends, or at once with -32800 when the client cancels the request
+/// (`$/cancel_request`), which stops the run as session/cancel does.
 fn start_run(
     state: &State,
     turn: Turn,
@@ -315,26 +326,56 @@ fn start_run(
     // Said again in the first turn: a client may show nothing sent outside a turn.
     let told = turn.told_trust || tell_trust(&conn, &turn.id, &turn.root, Some(&loaded));
     let cancel = CancellationToken::new();
+    let run_id = drive::new_run_id();
+    let mut saved = turn.saved;
+    saved.last_goal = Some(goal.clone());
+    saved.runs.push(run_id.clone());
     if let Ok(mut sessions) = state.sessions.lock()
         && let Some(s) = sessions.get_mut(&turn.id)
     {
         s.cancel = Some(cancel.clone());
         s.last_goal = Some(goal.clone());
         s.told_trust = told;
+        s.saved = saved.clone();
     }
-    save_session(&turn.root, &turn.id, Some(&goal));
+    save_session(&turn.root, &turn.id, &saved);
+    let info = SessionInfoUpdate::new()
+        .title(goal.clone())
+        .updated_at(iso8601(now_ms()));
+    notify(&conn, &turn.id, SessionUpdate::SessionInfoUpdate(info));
     let trusted = loaded.trusted;
-    let mut cfg = loaded.config;
+    let mut cfg = options::session_config(loaded.config, &saved);
     for (name, server) in turn.mcp {
         cfg.mcp.servers.insert(name, server);
     }
     let Some(root) = run::isolated_root(&conn, &turn.id, turn.root, &cfg, &goal) else {
         return responder.respond(PromptResponse::new(StopReason::EndTurn));
     };
+    let ask = run::Ask {
+        goal,
+        run_id,
+        agent: saved.agent.clone(),
+        spent_usd: turn.spent_usd,
+    };
+    let (state, id) = (state.clone(), turn.id.clone());
     let peer = (turn.id, conn, state.client_fs());
+    let asked = responder.cancellation();
     tokio::spawn(async move {
-        let stop = run::run((cfg, trusted), root, goal, None, peer, cancel).await;
-        let _ = responder.respond(PromptResponse::new(stop));
+        let watch = tokio::spawn({
+            let (asked, cancel) = (asked.clone(), cancel.clone());
+            async move {
+                asked.cancelled().await;
+                cancel.cancel();
+            }
+        });
+        let (stop, spent) = run::run((cfg, trusted), root, ask, None, peer, cancel).await;
+        watch.abort();
+        state.spent(&id, spent);
+        let _ = if asked.is_cancelled() {
+            responder.respond_with_error(agent_client_protocol::Error::request_cancelled())
+        } else {
+            responder.respond(PromptResponse::new(stop))
+        };
     });
     Ok(())
 }
@@ -361,23 +402,13 @@ fn load(
         return load_recorded(state, (id, root), recorded, &req, (responder, conn));
     }
     match saved_session(&root, &id) {
-        Some(last_goal) => load_saved(state, (&id, root), last_goal, &req, (responder, conn)),
-        // acpx and other hosts start a new session on exactly this code.
-        None => responder.respond_with_error(
-            agent_client_protocol::Error::new(
-                agent_client_protocol::ErrorCode::RESOURCE_NOT_FOUND,
-                "Resource not found",
-            )
-            .data(format!(
-                "no session or recorded run {id} in {}",
-                root.display()
-            )),
-        ),
+        Some(saved) => load_saved(state, (&id, root), saved, &req, (responder, conn)),
+        None => responder.respond_with_error(not_found(&id, &root)),
     }
 }
 
-/// session/load of a recorded run: its goal is shown, and it goes on from its checkpoint
-/// when it was interrupted, or its end is said.
+/// session/load of a recorded run: its conversation is replayed, and it goes on from its
+/// checkpoint when it was interrupted, or its end is said (a rolled-back run as rolled back).
 fn load_recorded(
     state: &State,
     (id, root): (String, PathBuf),
@@ -385,11 +416,7 @@ fn load_recorded(
     req: &LoadSessionRequest,
     (responder, conn): (Responder<LoadSessionResponse>, ConnectionTo<Client>),
 ) -> Handled {
-    notify(
-        &conn,
-        &id,
-        SessionUpdate::UserMessageChunk(text_chunk(recorded.goal.clone())),
-    );
+    replay::replay(&conn, &id, &root, &id);
     let cancel = CancellationToken::new();
     let session = Session::new(
         root.clone(),
@@ -404,44 +431,64 @@ fn load_recorded(
     // The history (the goal, and how the run ended) is streamed before the answer, as ACP
     // asks; what goes on from here (the resumed run) comes after it.
     if resumable.is_none() {
-        say(
-            &conn,
-            &id,
-            format!("run {id} ended: {}", recorded.status.as_str()),
-        );
+        let ended = agent_ls_runtime::runs::history::ended(&root, &id, recorded.status);
+        say(&conn, &id, format!("run {id} ended: {}", ended.as_str()));
     }
-    responder.respond(LoadSessionResponse::new())?;
+    responder.respond(loaded_answer(&root, &Saved::default()))?;
     tell_trust(&conn, &id, &root, None);
     offer_commands(&conn, &id, &root);
     if let Some((goal, checkpoint)) = resumable {
         let fs = state.client_fs();
         let loaded = agent_ls_runtime::runs::configuration(Some(root.clone()));
         tokio::spawn(async move {
+            let ask = run::Ask {
+                goal,
+                run_id: id.clone(),
+                agent: None,
+                spent_usd: 0.0,
+            };
             let peer = (id, conn, fs);
             let setting = (loaded.config, loaded.trusted);
-            run::run(setting, root, goal, Some(checkpoint), peer, cancel).await;
+            run::run(setting, root, ask, Some(checkpoint), peer, cancel).await;
         });
     }
     Ok(())
 }
 
 /// session/load of a session this agent issued earlier, perhaps in another process: it is
-/// open again, with its last goal shown and kept for `/rerun`.
+/// open again with its choices, its conversation replayed (each run it started, or its last
+/// goal when it kept none) and its last goal kept for `/rerun`.
 fn load_saved(
     state: &State,
     (id, root): (&str, PathBuf),
-    last_goal: Option<String>,
+    saved: Saved,
     req: &LoadSessionRequest,
     (responder, conn): (Responder<LoadSessionResponse>, ConnectionTo<Client>),
 ) -> Handled {
-    let session = Session::new(root.clone(), &req.mcp_servers, None, last_goal.clone());
-    state.insert(id, session);
     // The history first, then the answer (ACP's order).
-    if let Some(goal) = last_goal {
-        notify(&conn, id, SessionUpdate::UserMessageChunk(text_chunk(goal)));
+    for run in &saved.runs {
+        replay::replay(&conn, id, &root, run);
     }
-    responder.respond(LoadSessionResponse::new())?;
+    if let (true, Some(goal)) = (saved.runs.is_empty(), &saved.last_goal) {
+        notify(
+            &conn,
+            id,
+            SessionUpdate::UserMessageChunk(text_chunk(goal.clone())),
+        );
+    }
+    let answer = loaded_answer(&root, &saved);
+    let session = Session::new(root.clone(), &req.mcp_servers, None, None).with_saved(saved);
+    state.insert(id, session);
+    responder.respond(answer)?;
     tell_trust(&conn, id, &root, None);
     offer_commands(&conn, id, &root);
     Ok(())
+}
+
+/// session/load's answer: the session's modes and options, its choices current.
+fn loaded_answer(root: &Path, saved: &Saved) -> LoadSessionResponse {
+    let config = agent_ls_runtime::runs::configuration(Some(root.to_path_buf())).config;
+    LoadSessionResponse::new()
+        .modes(options::modes(&config, saved))
+        .config_options(options::options(&config, saved))
 }

@@ -8,8 +8,9 @@ use std::sync::Mutex;
 use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    self, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, SessionUpdate, StopReason, ToolCall,
-    ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    self, Cost, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, SessionUpdate, StopReason,
+    ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    UsageUpdate,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -45,32 +46,45 @@ pub(super) fn isolated_root(
     root
 }
 
+/// What a session asks of one run: its goal, the id it runs under (a resumed run keeps the
+/// session's), the agent chosen for it (`None`: the configuration's), and what the session
+/// spent before it (the cost its usage updates count from).
+pub(super) struct Ask {
+    pub goal: String,
+    pub run_id: String,
+    pub agent: Option<String>,
+    pub spent_usd: f64,
+}
+
 /// One run of the loop for a session, through the runtime's run; the stop reason for the
-/// prompt's answer. `resume` is a recorded run's checkpoint (`Some(None)` when it has none).
-/// `/test BUG` makes the bug the goal, reproduced with a test first. Its files are committed
-/// when it went well as `git.commit` says (unset: offered, `/commit` takes the offer).
+/// prompt's answer and what the run spent. `resume` is a recorded run's checkpoint
+/// (`Some(None)` when it has none). `/test BUG` makes the bug the goal, reproduced with a test
+/// first. Its files are committed when it went well as `git.commit` says (unset: offered,
+/// `/commit` takes the offer).
 pub(super) async fn run(
     (config, trusted): (Config, bool),
     root: PathBuf,
-    goal: String,
+    ask: Ask,
     resume: Option<Option<Run>>,
     (session, conn, fs): (String, ConnectionTo<Client>, ClientFs),
     cancel: CancellationToken,
-) -> StopReason {
+) -> (StopReason, f64) {
+    let goal = ask.goal.clone();
     let _lock = match agent_ls_runtime::lock::RunLock::acquire(&root, &goal) {
         Ok(l) => l,
         Err(e) => {
             say(&conn, &session, format!("agent-ls: {e}"));
-            return StopReason::EndTurn;
+            return (StopReason::EndTurn, 0.0);
         }
     };
-    // A resumed session's run goes on under the session's id.
-    let (run_id, begin) = match resume {
-        Some(checkpoint) => (session.clone(), Begin::Resume(checkpoint.map(Box::new))),
-        None => (drive::new_run_id(), Begin::New),
+    let begin = match resume {
+        Some(checkpoint) => Begin::Resume(checkpoint.map(Box::new)),
+        None => Begin::New,
     };
+    let run_id = ask.run_id.clone();
     let mut request = RunRequest {
         begin,
+        agent: ask.agent.clone(),
         ..RunRequest::new(goal.clone())
     };
     if let Some(bug) = drive::test_command(&goal) {
@@ -81,14 +95,18 @@ pub(super) async fn run(
         Ok(p) => p,
         Err(e) => {
             say(&conn, &session, format!("agent-ls: {e}"));
-            return StopReason::EndTurn;
+            return (StopReason::EndTurn, 0.0);
         }
     };
     let store = StoreThread::open(root.clone(), |_| {});
     let peer = (conn.clone(), session.clone(), fs);
     let mut shell = AcpShell::new(peer, root.clone(), goal.clone(), run_id.clone());
     shell.config = prepared.config.clone();
-    let on_event = live_view(conn.clone(), session.clone(), root.clone());
+    let usage = Usage {
+        window: prepared.config.model.context_tokens as u64,
+        spent_usd: ask.spent_usd,
+    };
+    let on_event = live_view(conn.clone(), session.clone(), root.clone(), usage);
     let env = runs::Env {
         root: &root,
         home: &root,
@@ -102,32 +120,59 @@ pub(super) async fn run(
     let after = runs::after_run(&store, (&root, &config, trusted), &mut outcome, true).await;
     store.flush_blocking();
     say(&conn, &session, outcome.answer.clone());
+    tell_after(&conn, &session, after, &outcome.files_changed);
+    let stop = if outcome.status == RunStatus::Cancelled {
+        StopReason::Cancelled
+    } else {
+        StopReason::EndTurn
+    };
+    (stop, outcome.cost_usd.unwrap_or(0.0))
+}
+
+/// Says what became of a finished run's files: committed, offered to `/commit`, or not
+/// committed and why.
+fn tell_after(conn: &ConnectionTo<Client>, session: &str, after: AfterRun, files: &[String]) {
     match after {
         AfterRun::Committed { id, subject } => say(
-            &conn,
-            &session,
+            conn,
+            session,
             format!("agent-ls: committed {}: {subject}", &id[..id.len().min(12)]),
         ),
         AfterRun::Offer => say(
-            &conn,
-            &session,
+            conn,
+            session,
             format!(
                 "agent-ls: the run's files ({}) are not committed; /commit commits them",
-                outcome.files_changed.join(", ")
+                files.join(", ")
             ),
         ),
         AfterRun::Failed(why) => say(
-            &conn,
-            &session,
+            conn,
+            session,
             format!("agent-ls: the run's files were not committed: {why}"),
         ),
         AfterRun::Left => {}
     }
-    if outcome.status == RunStatus::Cancelled {
-        StopReason::Cancelled
-    } else {
-        StopReason::EndTurn
+}
+
+/// What a run's usage updates count from: the model's window, and the session's spending
+/// before the run.
+#[derive(Clone, Copy)]
+struct Usage {
+    window: u64,
+    spent_usd: f64,
+}
+
+/// ACP's usage update after a model call: the tokens the call's context held (its prompt and
+/// answer), the window, and the session's cost so far when `[prices]` prices the model.
+fn usage_update(usage: Usage, call: &agent_ls_core::events::ModelCall) -> SessionUpdate {
+    let tokens = |key: &str| call.usage[key].as_u64().unwrap_or(0);
+    let used = tokens("input_tokens") + tokens("output_tokens");
+    let mut update = UsageUpdate::new(used, usage.window);
+    if let Some(cost) = call.cost_usd_total {
+        update = update.cost(Cost::new(usage.spent_usd + cost, "USD"));
     }
+    SessionUpdate::UsageUpdate(update)
 }
 
 /// What the client sees of a run's events as they come: the plan, the model's words as
@@ -136,6 +181,7 @@ fn live_view(
     conn: ConnectionTo<Client>,
     session: String,
     root: PathBuf,
+    usage: Usage,
 ) -> impl Fn(LiveEvent) + Send + Sync {
     let plan = Mutex::new(PlanView::default());
     let thoughts = Mutex::new(output::Thoughts::default());
@@ -161,6 +207,9 @@ fn live_view(
                 SessionUpdate::AgentThoughtChunk(text_chunk(format!("{line}\n"))),
             );
         }
+        if let RunEvent::ModelCall(call) = &e.event {
+            notify(&conn, &session, usage_update(usage, call));
+        }
         event(&conn, &session, &root, &e.event);
     }
 }
@@ -169,7 +218,7 @@ fn live_view(
 /// the current iteration works on) or completed (those before it, and all once the run is
 /// done). ACP replaces the whole plan with each update.
 #[derive(Default)]
-struct PlanView {
+pub(super) struct PlanView {
     tasks: Vec<(String, String)>,
     current: Option<usize>,
     done: bool,
@@ -177,7 +226,7 @@ struct PlanView {
 
 impl PlanView {
     /// The plan's entries after `e`, when `e` changed them.
-    fn follow(&mut self, e: &RunEvent) -> Option<Vec<PlanEntry>> {
+    pub(super) fn follow(&mut self, e: &RunEvent) -> Option<Vec<PlanEntry>> {
         match e {
             RunEvent::Plan { tasks } => {
                 self.tasks = tasks
@@ -225,7 +274,7 @@ impl PlanView {
 }
 
 /// A run event as the client sees it: the tools the model calls and their results.
-fn event(conn: &ConnectionTo<Client>, session: &str, root: &Path, e: &RunEvent) {
+pub(super) fn event(conn: &ConnectionTo<Client>, session: &str, root: &Path, e: &RunEvent) {
     match e {
         RunEvent::ToolCall(call) => {
             let kind = acp_kind(agent_ls_runtime::tools::kind_of(&call.name));

@@ -1,6 +1,7 @@
 //! The sessions of `agent-ls acp`: what this process holds of each (its folder, its MCP
-//! servers, the run going on, the last goal), and the small file that lets another process
-//! load a session this agent issued (`.agent-ls/acp-sessions/<id>.json`).
+//! servers, the run going on, the last goal, the agent and model chosen for its runs), and the
+//! small file that lets another process load, resume or list a session this agent issued
+//! (`.agent-ls/acp-sessions/<id>.json`: the last goal, the runs it started, the choices).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,25 @@ pub(super) struct Session {
     pub last_goal: Option<String>,
     /// The untrusted folder's ignored settings were told in a prompt turn.
     pub told_trust: bool,
+    /// What is kept on disk for another process: the runs started, the agent and the model.
+    pub saved: Saved,
+    /// What the session's runs have spent on model calls, in US dollars, as `[prices]` says.
+    pub cost_usd: f64,
+}
+
+/// What a session keeps on disk. `agent` and `model` are the user's choices for the next
+/// runs (`None`: the configuration's default).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct Saved {
+    #[serde(default)]
+    pub last_goal: Option<String>,
+    /// The runs the session's prompts started, oldest first: its conversation.
+    #[serde(default)]
+    pub runs: Vec<String>,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 impl Session {
@@ -40,7 +60,18 @@ impl Session {
             cancel,
             last_goal,
             told_trust: false,
+            saved: Saved::default(),
+            cost_usd: 0.0,
         }
+    }
+
+    /// The same session, with what was kept of it.
+    pub fn with_saved(mut self, saved: Saved) -> Self {
+        if self.last_goal.is_none() {
+            self.last_goal = saved.last_goal.clone();
+        }
+        self.saved = saved;
+        self
     }
 }
 
@@ -55,6 +86,41 @@ impl State {
     /// What the client said it can do with files.
     pub fn client_fs(&self) -> ClientFs {
         self.fs.lock().map(|f| *f).unwrap_or_default()
+    }
+
+    /// The folder of open session `id`.
+    pub fn root_of(&self, id: &str) -> Option<PathBuf> {
+        let sessions = self.sessions.lock().ok()?;
+        sessions.get(id).map(|s| s.root.clone())
+    }
+
+    /// The folders of the open sessions, or this process's folder when none is open: where a
+    /// list without a folder looks.
+    pub fn roots(&self) -> Vec<PathBuf> {
+        let mut roots: Vec<PathBuf> = self
+            .sessions
+            .lock()
+            .map(|s| s.values().map(|s| s.root.clone()).collect())
+            .unwrap_or_default();
+        roots.sort();
+        roots.dedup();
+        if roots.is_empty() {
+            roots.extend(
+                std::env::current_dir()
+                    .ok()
+                    .and_then(|d| d.canonicalize().ok()),
+            );
+        }
+        roots
+    }
+
+    /// Adds what a run of session `id` spent to the session's cost.
+    pub fn spent(&self, id: &str, usd: f64) {
+        if let Ok(mut sessions) = self.sessions.lock()
+            && let Some(s) = sessions.get_mut(id)
+        {
+            s.cost_usd += usd;
+        }
     }
 
     /// Opens (or opens again) session `id`.
@@ -98,26 +164,48 @@ fn session_file(root: &Path, id: &str) -> Option<PathBuf> {
     })
 }
 
-/// Records a session (and the goal its latest prompt ran); a store that cannot be written
-/// costs only loading the session later.
-pub(super) fn save_session(root: &Path, id: &str, last_goal: Option<&str>) {
+/// Records a session (its last goal, runs and choices); a store that cannot be written costs
+/// only loading the session later.
+pub(super) fn save_session(root: &Path, id: &str, saved: &Saved) {
     let Some(path) = session_file(root, id) else {
         return;
     };
-    let text = serde_json::json!({"id": id, "last_goal": last_goal}).to_string();
+    let mut value = serde_json::to_value(saved).unwrap_or_default();
+    value["id"] = serde_json::json!(id);
     let written = path
         .parent()
         .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|_| std::fs::write(&path, text));
+        .and_then(|_| std::fs::write(&path, value.to_string()));
     if let Err(e) = written {
         tracing::warn!("cannot keep session {id} in {}: {e}", path.display());
     }
 }
 
-/// A saved session's last goal (`Some(None)` before its first prompt), or `None` when this
-/// folder has no such session.
-pub(super) fn saved_session(root: &Path, id: &str) -> Option<Option<String>> {
+/// What was kept of session `id` in `root`, or `None` when this folder has no such session.
+pub(super) fn saved_session(root: &Path, id: &str) -> Option<Saved> {
     let text = std::fs::read_to_string(session_file(root, id)?).ok()?;
-    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
-    Some(value["last_goal"].as_str().map(String::from))
+    serde_json::from_str(&text).ok()
+}
+
+/// The sessions kept in `root`: each id, what was kept, and when it was last written (ms).
+pub(super) fn saved_sessions(root: &Path) -> Vec<(String, Saved, i64)> {
+    let dir = root.join(".agent-ls").join("acp-sessions");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let id = name.strip_suffix(".json")?.to_string();
+            let saved = saved_session(root, &id)?;
+            let modified = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_millis() as i64);
+            Some((id, saved, modified))
+        })
+        .collect()
 }

@@ -399,28 +399,46 @@ fn the_mcp_servers_a_session_brings_are_the_runs_tools() {
 /// workspace, the home it ran with, and the run's id.
 fn recorded_run() -> (tempfile::TempDir, tempfile::TempDir, String) {
     let ws = support::example();
-    std::fs::write(
-        ws.path().join(".replay.jsonl"),
-        support::replay_script(&[json!({"role": "coder", "content": FIX})]),
-    )
-    .unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let out = support::cli(
-        &["run", "fix the failing tests", "--yes"],
+    let (home, id) = record(
         ws.path(),
-        home.path(),
-    )
-    .env("AGENT_LS_MODEL__PROVIDER", "replay")
-    .env(
-        "AGENT_LS_MODEL__REPLAY_FILE",
-        ws.path().join(".replay.jsonl"),
-    )
-    .env("AGENT_LS_AGENT__EVALUATE", "off")
-    .output()
-    .unwrap();
-    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let id = o["run_id"].as_str().unwrap().to_string();
+        &[json!({"role": "coder", "content": FIX})],
+        "fix the failing tests",
+    );
     (ws, home, id)
+}
+
+/// Records a run of `goal` in `ws` with `agent-ls run --yes`, the model answering `script`;
+/// its home and id.
+fn record(ws: &std::path::Path, script: &[Value], goal: &str) -> (tempfile::TempDir, String) {
+    std::fs::write(ws.join(".replay.jsonl"), support::replay_script(script)).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = support::cli(&["run", goal, "--yes"], ws, home.path())
+        .env("AGENT_LS_MODEL__PROVIDER", "replay")
+        .env("AGENT_LS_MODEL__REPLAY_FILE", ws.join(".replay.jsonl"))
+        .env("AGENT_LS_AGENT__EVALUATE", "off")
+        .output()
+        .unwrap();
+    let o: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let id = o["run_id"].as_str().unwrap().to_string();
+    (home, id)
+}
+
+/// The session updates `session/load` of `id` in `ws` streams before its answer.
+fn loaded(ws: &std::path::Path, home: &std::path::Path, id: &str) -> Vec<Value> {
+    let cwd = ws.canonicalize().unwrap();
+    let mut acp = RawAcp::start(home);
+    let (answer, before) = acp.request(
+        1,
+        "session/load",
+        json!({"sessionId": id, "cwd": cwd, "mcpServers": []}),
+    );
+    acp.close();
+    assert!(answer.get("error").is_none(), "{answer}");
+    before
+        .into_iter()
+        .map(|n| n["params"]["update"].clone())
+        .collect()
 }
 
 #[test]
@@ -574,9 +592,19 @@ impl RawAcp {
     /// Sends request `id` and returns its answer; the notifications before it are kept in
     /// `seen`.
     pub(crate) fn request(&mut self, id: u64, method: &str, params: Value) -> (Value, Vec<Value>) {
-        use std::io::{BufRead, Write};
-        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.answer(id)
+    }
+
+    /// Writes one message as it is (a request whose answer is read later, a notification).
+    pub(crate) fn send(&mut self, message: Value) {
+        use std::io::Write;
         writeln!(self.stdin, "{message}").unwrap();
+    }
+
+    /// Reads until the answer to request `id`; the messages before it are kept in `seen`.
+    pub(crate) fn answer(&mut self, id: u64) -> (Value, Vec<Value>) {
+        use std::io::{BufRead, Write};
         let mut seen = Vec::new();
         loop {
             let mut line = String::new();
@@ -592,6 +620,22 @@ impl RawAcp {
                 writeln!(self.stdin, "{answer}").unwrap();
             }
             seen.push(value);
+        }
+    }
+
+    /// Reads until a message `stop` accepts; every message read, that one last.
+    pub(crate) fn until(&mut self, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
+        use std::io::BufRead;
+        let mut seen = Vec::new();
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "acp ended");
+            let value: Value = serde_json::from_str(&line).unwrap();
+            let done = stop(&value);
+            seen.push(value);
+            if done {
+                return seen;
+            }
         }
     }
 
@@ -813,9 +857,23 @@ fn acpx(ws: &std::path::Path, home: &std::path::Path) -> Command {
 /// reached it: acpx marks that error retryable, and on a busy machine the gap between two
 /// prompts can end exactly at the owner's TTL.
 fn acpx_ok(ws: &std::path::Path, home: &std::path::Path, args: &[&str]) -> String {
+    acpx_ok_with(ws, home, &[], args)
+}
+
+/// `acpx_ok`, with `env` set for acpx and the agent it starts besides.
+fn acpx_ok_with(
+    ws: &std::path::Path,
+    home: &std::path::Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> String {
     let mut said = String::new();
     for _ in 0..2 {
-        let out = acpx(ws, home).args(args).output().unwrap();
+        let out = acpx(ws, home)
+            .envs(env.iter().copied())
+            .args(args)
+            .output()
+            .unwrap();
         said = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -861,14 +919,16 @@ fn acpx_prompts_a_saved_session_undoes_with_undo_and_a_typo_changes_nothing() {
         .unwrap_or_else(|| panic!("no session id: {created}"))
         .trim_end_matches(')')
         .to_string();
-    // `prompt` loads the saved session (acpx would start a new one only on -32002).
+    // `prompt` resumes the saved session in a new process: agent-ls advertises
+    // session/resume, which acpx prefers to session/load (it would start a new session only
+    // on -32002).
     let fixed = acpx_ok(
         ws,
         home,
         &["--format", "json", "prompt", "fix the failing tests"],
     );
     assert!(
-        fixed.contains("\"method\":\"session/load\"") && fixed.contains(&id),
+        fixed.contains("\"method\":\"session/resume\"") && fixed.contains(&id),
         "{fixed}"
     );
     assert!(
@@ -1213,4 +1273,493 @@ fn docs_acp_names_every_command_the_session_advertises() {
             "docs/acp.md does not list {name}: {listed}"
         );
     }
+}
+
+/// The session updates among `seen` of kind `kind`.
+fn updates<'a>(seen: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    seen.iter()
+        .map(|n| &n["params"]["update"])
+        .filter(|u| u["sessionUpdate"] == kind)
+        .collect()
+}
+
+/// The option `id` among a session's `configOptions`.
+fn option<'a>(options: &'a Value, id: &str) -> &'a Value {
+    options
+        .as_array()
+        .and_then(|o| o.iter().find(|o| o["id"] == id))
+        .unwrap_or_else(|| panic!("no option {id} in {options}"))
+}
+
+/// The values a select option offers.
+fn values(option: &Value) -> Vec<String> {
+    option["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["value"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn sessions_are_advertised_listed_resumed_and_closed_across_processes() {
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(
+        home.path().join("agent-ls/config.toml"),
+        "[agents.docs]\ndescription = \"writes the docs\"\n",
+    )
+    .unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut first = RawAcp::start(home.path());
+    let (init, _) = first.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let caps = &init["result"]["agentCapabilities"];
+    assert_eq!(caps["loadSession"], true, "{init}");
+    for method in ["list", "resume", "close"] {
+        assert!(caps["sessionCapabilities"][method].is_object(), "{init}");
+    }
+    let (created, _) = first.request(2, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].as_str().unwrap().to_string();
+    let options = &created["result"]["configOptions"];
+    let mode = option(options, "mode");
+    assert_eq!(mode["category"], "mode");
+    assert_eq!(mode["currentValue"], "build");
+    assert_eq!(values(mode), ["build", "plan", "review", "docs"]);
+    assert_eq!(option(options, "model")["category"], "model");
+    assert_eq!(
+        created["result"]["modes"]["currentModeId"], "build",
+        "{created}"
+    );
+    let (listed, _) = first.request(3, "session/list", json!({"cwd": cwd}));
+    let sessions = listed["result"]["sessions"].as_array().unwrap().clone();
+    assert!(
+        sessions.iter().any(|s| s["sessionId"] == id.as_str()),
+        "{listed}"
+    );
+    assert!(sessions.iter().all(|s| s["cwd"] == json!(cwd)), "{listed}");
+    // A cursor session/list never gave, and params of the wrong shape, are invalid params;
+    // the server goes on serving.
+    let (bad, _) = first.request(4, "session/list", json!({"cursor": "later"}));
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    let (bad, _) = first.request(5, "session/set_mode", json!({"sessionId": 7}));
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    let (closed, _) = first.request(6, "session/close", json!({"sessionId": id}));
+    assert_eq!(closed["result"], json!({}), "{closed}");
+    let (again, _) = first.request(7, "session/close", json!({"sessionId": id}));
+    assert_eq!(again["error"]["code"], -32602, "{again}");
+    first.close();
+
+    // A new process lists it from disk and resumes it, without replaying any history.
+    let mut second = RawAcp::start(home.path());
+    let (listed, _) = second.request(1, "session/list", json!({"cwd": cwd}));
+    assert!(
+        listed["result"]["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["sessionId"] == id.as_str() && s["updatedAt"].is_string()),
+        "{listed}"
+    );
+    let (resumed, before) = second.request(
+        2,
+        "session/resume",
+        json!({"sessionId": id, "cwd": cwd, "mcpServers": []}),
+    );
+    assert_eq!(
+        option(&resumed["result"]["configOptions"], "mode")["currentValue"],
+        "build",
+        "{resumed}"
+    );
+    assert!(
+        updates(&before, "user_message_chunk").is_empty(),
+        "{before:?}"
+    );
+    let (unknown, _) = second.request(
+        3,
+        "session/resume",
+        json!({"sessionId": "sess_00000000", "cwd": cwd}),
+    );
+    assert_eq!(unknown["error"]["code"], -32002, "{unknown}");
+    second.close();
+}
+
+#[test]
+fn the_mode_and_model_chosen_are_what_the_next_prompt_runs_with_and_its_usage_is_told() {
+    use support::model_server::{ModelServer, openai_text};
+    let server = ModelServer::answering(|_| openai_text(&[FIX]));
+    let ws = support::example();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(
+        home.path().join("agent-ls/config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nbase_url = \"{}/v1\"\nname = \"stub-a\"\n\
+             [prices.stub-b]\ninput_per_mtok = 1000.0\noutput_per_mtok = 2000.0\n\
+             [agent]\nevaluate = false\nreview = \"off\"\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut acp = RawAcp::start_with(home.path(), &[("OPENAI_API_KEY", "test-key")]);
+    let (created, _) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].as_str().unwrap().to_string();
+    let model = option(&created["result"]["configOptions"], "model");
+    assert_eq!(model["currentValue"], "stub-a", "{created}");
+    assert_eq!(values(model), ["stub-a", "stub-b"]);
+    let (set, _) = acp.request(
+        2,
+        "session/set_config_option",
+        json!({"sessionId": id, "configId": "model", "value": "stub-b"}),
+    );
+    assert_eq!(
+        option(&set["result"]["configOptions"], "model")["currentValue"],
+        "stub-b",
+        "{set}"
+    );
+    let (moded, _) = acp.request(
+        3,
+        "session/set_mode",
+        json!({"sessionId": id, "modeId": "review"}),
+    );
+    assert_eq!(moded["result"], json!({}), "{moded}");
+    let (unknown, _) = acp.request(
+        4,
+        "session/set_config_option",
+        json!({"sessionId": id, "configId": "mode", "value": "ship"}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    assert!(
+        unknown["error"]["data"]
+            .as_str()
+            .unwrap()
+            .contains("build, plan, review"),
+        "{unknown}"
+    );
+    let (unknown, _) = acp.request(
+        5,
+        "session/set_model",
+        json!({"sessionId": id, "modelId": "stub-b"}),
+    );
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    let (answer, seen) = acp.request(
+        6,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "review calc.py"}]}),
+    );
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let sent = server.requests();
+    assert!(!sent.is_empty());
+    assert!(sent.iter().all(|r| r.body["model"] == "stub-b"), "{sent:?}");
+    // The review agent ran it: the journal names it.
+    let journal = std::fs::read_dir(ws.path().join(".agent-ls/runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect::<String>();
+    assert!(journal.contains(r#""agent":"review""#), "{journal}");
+    let usage = updates(&seen, "usage_update");
+    let last = usage
+        .last()
+        .unwrap_or_else(|| panic!("no usage_update: {seen:?}"));
+    assert!(last["used"].as_u64().unwrap() > 0, "{last}");
+    assert_eq!(last["size"], 32000, "{last}");
+    assert_eq!(last["cost"]["currency"], "USD", "{last}");
+    assert!(last["cost"]["amount"].as_f64().unwrap() > 0.0, "{last}");
+    let info = updates(&seen, "session_info_update");
+    assert!(
+        info.iter()
+            .any(|u| u["title"] == "review calc.py" && u["updatedAt"].is_string()),
+        "{seen:?}"
+    );
+    acp.close();
+
+    // Loaded in a new process: the conversation again, and the choices kept.
+    let mut again = RawAcp::start_with(home.path(), &[("OPENAI_API_KEY", "test-key")]);
+    let (loaded, before) = again.request(
+        1,
+        "session/load",
+        json!({"sessionId": id, "cwd": cwd, "mcpServers": []}),
+    );
+    again.close();
+    assert_eq!(
+        loaded["result"]["modes"]["currentModeId"], "review",
+        "{loaded}"
+    );
+    assert_eq!(
+        option(&loaded["result"]["configOptions"], "model")["currentValue"],
+        "stub-b"
+    );
+    let goals = updates(&before, "user_message_chunk");
+    assert_eq!(goals.len(), 1, "{before:?}");
+    assert_eq!(goals[0]["content"]["text"], "review calc.py");
+    assert!(
+        !updates(&before, "agent_message_chunk").is_empty(),
+        "{before:?}"
+    );
+}
+
+#[test]
+fn cancel_request_of_a_pending_prompt_answers_it_cancelled_and_stops_the_run() {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".replay.jsonl"),
+        support::replay_script(&[json!({"role": "coder", "content": FIX})]),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("agent-ls")).unwrap();
+    std::fs::write(
+        home.path().join("agent-ls/config.toml"),
+        "[agent]\nevaluate = false\n[test]\ncommand = [\"sh\", \"-c\", \"echo $$ > test.pid; exec sleep 60\"]\nallowlist = [\"sh -c\"]\n",
+    )
+    .unwrap();
+    let cwd = ws.path().canonicalize().unwrap();
+    let replay = ws.path().join(".replay.jsonl").display().to_string();
+    let mut acp = RawAcp::start_with(
+        home.path(),
+        &[
+            ("AGENT_LS_MODEL__PROVIDER", "replay"),
+            ("AGENT_LS_MODEL__REPLAY_FILE", &replay),
+        ],
+    );
+    let (created, _) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].as_str().unwrap().to_string();
+    acp.send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params":
+        {"sessionId": id, "prompt": [{"type": "text", "text": "fix the failing tests"}]}}),
+    );
+    acp.until(|m| {
+        m["params"]["update"]["sessionUpdate"] == "tool_call"
+            && m["params"]["update"]["kind"] == "execute"
+    });
+    let pid_file = ws.path().join("test.pid");
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')) {
+        assert!(
+            started.elapsed() < support::DEADLINE,
+            "the tests never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let test_pid = std::fs::read_to_string(&pid_file).unwrap();
+    let asked = std::time::Instant::now();
+    acp.send(json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 2}}));
+    let (answer, _) = acp.answer(2);
+    assert_eq!(answer["error"]["code"], -32800, "{answer}");
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    // The server goes on serving, and the run's test process is gone.
+    let (listed, _) = acp.request(3, "session/list", json!({"cwd": cwd}));
+    assert!(listed["result"]["sessions"].is_array(), "{listed}");
+    acp.close();
+    assert!(
+        !support::alive(&test_pid),
+        "the hanging test outlived the cancel"
+    );
+}
+
+#[test]
+fn session_load_replays_the_runs_tool_calls_change_and_test_runs_with_their_final_status() {
+    let ws = support::example();
+    let read = json!({"role": "coder", "content": "", "tool_calls": [
+        {"name": "read_file", "arguments": {"path": "calc.py"}}
+    ]});
+    let (home, id) = record(
+        ws.path(),
+        &[read, json!({"role": "coder", "content": FIX})],
+        "fix the failing tests",
+    );
+    let said = loaded(ws.path(), home.path(), &id);
+    let kind = |k: &str| {
+        said.iter()
+            .filter(|u| u["sessionUpdate"] == k)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        kind("user_message_chunk")[0]["content"]["text"],
+        "fix the failing tests"
+    );
+    // Each tool call, then its final status under the same id.
+    let final_status = |call: &Value| {
+        said.iter()
+            .filter(|u| u["sessionUpdate"] == "tool_call_update")
+            .filter(|u| u["toolCallId"] == call["toolCallId"])
+            .filter_map(|u| u["status"].as_str())
+            .next_back()
+            .or(call["status"].as_str())
+            .unwrap_or("pending")
+            .to_string()
+    };
+    let calls = kind("tool_call");
+    let read = calls
+        .iter()
+        .find(|c| c["title"] == "read_file calc.py")
+        .unwrap_or_else(|| panic!("{said:?}"));
+    assert_eq!(final_status(read), "completed");
+    let edit = calls
+        .iter()
+        .find(|c| c["kind"] == "edit")
+        .unwrap_or_else(|| panic!("{said:?}"));
+    assert!(
+        edit["content"].to_string().contains("return a + b"),
+        "{edit}"
+    );
+    assert_eq!(final_status(edit), "completed", "{said:?}");
+    let tests: Vec<String> = calls
+        .iter()
+        .filter(|c| c["kind"] == "execute")
+        .map(|c| final_status(c))
+        .collect();
+    // The baseline fails, the run after the fix passes.
+    assert_eq!(
+        tests.first().map(String::as_str),
+        Some("failed"),
+        "{said:?}"
+    );
+    assert_eq!(
+        tests.last().map(String::as_str),
+        Some("completed"),
+        "{said:?}"
+    );
+    let messages: Vec<&str> = kind("agent_message_chunk")
+        .iter()
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(
+        messages.iter().any(|m| m.starts_with("done")),
+        "{messages:?}"
+    );
+    assert_eq!(
+        messages.last(),
+        Some(&format!("run {id} ended: done").as_str())
+    );
+}
+
+#[test]
+fn session_load_replays_a_planned_runs_plan_completed() {
+    let ws = support::example();
+    let (home, id) = record(
+        ws.path(),
+        &[
+            json!({"role": "planner", "content": r#"{"plan_id": "p1", "tasks": [{"id": "T1", "title": "make add return the sum"}, {"id": "T2", "title": "document add"}]}"#}),
+            json!({"role": "coder", "content": FIX}),
+            json!({"role": "coder", "content": "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n=======\ndef add(a, b):\n    \"\"\"The sum.\"\"\"\n>>>>>>> REPLACE\n"}),
+        ],
+        "make add return the sum, then document add",
+    );
+    let said = loaded(ws.path(), home.path(), &id);
+    let plans: Vec<&Value> = said
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "plan")
+        .collect();
+    let last = plans.last().unwrap_or_else(|| panic!("no plan: {said:?}"));
+    let entries: Vec<(&str, &str)> = last["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["content"].as_str().unwrap(),
+                e["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            ("make add return the sum", "completed"),
+            ("document add", "completed")
+        ],
+        "{said:?}"
+    );
+}
+
+#[test]
+fn a_rolled_back_run_loads_as_rolled_back() {
+    let ws = example_repository();
+    let (home, id) = record(
+        ws.path(),
+        &[json!({"role": "coder", "content": FIX_AND_CREATE})],
+        "fix the failing tests",
+    );
+    let out = support::in_workspace(&["rollback"], ws.path(), home.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = loaded(ws.path(), home.path(), &id);
+    let messages: Vec<&str> = said
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(
+        messages.contains(&format!("run {id} ended: rolled back").as_str()),
+        "{messages:?}"
+    );
+    assert!(
+        !messages.iter().any(|m| m.ends_with("ended: done")),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn acpx_sets_the_model_and_the_mode_the_next_prompt_runs_with() {
+    if deps().is_none() {
+        return;
+    }
+    use support::model_server::{ModelServer, openai_text};
+    let server = ModelServer::answering(|_| openai_text(&[FIX]));
+    let (ws, home) = acpx_workspace(&format!(
+        "[model]\nprovider = \"openai\"\nbase_url = \"{}/v1\"\nname = \"stub-a\"\napi_key = \"test-key\"\n\
+         [prices.stub-b]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n\
+         [agent]\nevaluate = false\nreview = \"off\"\n",
+        server.url
+    ));
+    let (ws, home) = (ws.path(), home.path());
+    // The stub, not the replay acpx's agent is otherwise given.
+    let openai = [("AGENT_LS_MODEL__PROVIDER", "openai")];
+    let acpx_ok = |args: &[&str]| acpx_ok_with(ws, home, &openai, args);
+    acpx_ok(&["sessions", "new"]);
+    acpx_ok(&["set", "model", "stub-b"]);
+    acpx_ok(&["set-mode", "review"]);
+    let refused = acpx(ws, home)
+        .envs(openai)
+        .args(["set-mode", "ship"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr).to_string()
+        + &String::from_utf8_lossy(&refused.stdout);
+    assert!(!refused.status.success(), "{said}");
+    // acpx shows the code, not the error's data (the raw test above reads that).
+    assert!(said.contains("-32602"), "{said}");
+    acpx_ok(&["prompt", "review calc.py"]);
+    let sent = server.requests();
+    assert!(!sent.is_empty());
+    assert!(sent.iter().all(|r| r.body["model"] == "stub-b"), "{sent:?}");
+    let journal = std::fs::read_dir(ws.join(".agent-ls/runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect::<String>();
+    assert!(journal.contains(r#""agent":"review""#), "{journal}");
+    assert!(
+        std::fs::read_to_string(ws.join("calc.py"))
+            .unwrap()
+            .contains("return a - b"),
+        "the review agent changed calc.py"
+    );
+    acpx_ok(&["sessions", "close"]);
 }

@@ -4,8 +4,10 @@
 //! `Shell` (how to ask and show) and what only it has (the editor's buffers, its events' view),
 //! and builds neither the settings nor the `Drive`.
 
+pub mod choices;
 mod commit;
 pub mod disk;
+pub mod history;
 pub mod rollback;
 mod start;
 

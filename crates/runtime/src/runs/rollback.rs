@@ -219,6 +219,12 @@ pub fn settle(planned: &Planned, memory: &MemoryConfig) -> Result<Vec<u64>, NotR
     Ok(undone)
 }
 
+/// Whether run `id`, recorded under `root` (or one of its worktrees), was rolled back and
+/// not redone since, as the store recorded it from any surface.
+pub fn was_rolled_back(root: &Path, id: &str) -> bool {
+    rolled_back(&home_of(root, Some(id)), id).unwrap_or(false)
+}
+
 /// Whether `id` was rolled back before (and not redone since).
 fn rolled_back(home: &Path, id: &str) -> Result<bool, NotRolledBack> {
     match recorded_store(home) {
