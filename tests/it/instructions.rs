@@ -136,6 +136,31 @@ fn the_roots_file_leads_and_a_nested_one_joins_only_once_the_run_reads_under_its
     );
 }
 
+/// A goal that names a file under a folder with its own AGENTS.md: the folder is one the run
+/// works in, so its file is in the first request (it came one call later).
+#[test]
+fn a_folder_the_goal_names_brings_its_file_into_the_first_request() {
+    let ws = project("openlit", "");
+    std::fs::write(ws.path().join("sdk/go/client.go"), "package openlit\n").unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = reads_then_fixes("calc.py");
+    done(&run(
+        ws.path(),
+        home.path(),
+        &server,
+        &["fix the failing tests; sdk/go/client.go is not involved"],
+    ));
+    let requests = server.requests();
+    let first = system(&requests[0]);
+    assert!(first.contains("# OpenLIT Agent Rules"), "{first}");
+    assert!(first.contains("# Go SDK instructions"), "{first}");
+    let context = support::journaled(ws.path(), "context");
+    assert_eq!(
+        context[0]["data"]["instructions"],
+        json!([{"path": "AGENTS.md", "bytes": 2563}, {"path": "sdk/go/AGENTS.md", "bytes": 346}])
+    );
+}
+
 #[test]
 fn claude_md_stands_in_where_there_is_no_agents_md_after_the_users_own_file() {
     let ws = project("claude-code-action", "");

@@ -305,6 +305,7 @@ impl Drive<'_> {
         }
         let (mut instructions, problems) =
             crate::instructions::Tracker::new(self.root, self.config);
+        instructions.work_in(&self.goal_folders(run.goal()));
         let told = instructions.prompt();
         for p in problems.iter().chain(&told.joined.cut) {
             shell.warn(p);
@@ -1277,6 +1278,33 @@ impl Drive<'_> {
     /// the prompt.
     fn inside(&self, path: &str) -> bool {
         crate::files::resolve(self.root, path).is_ok_and(|p| p.is_file())
+    }
+
+    /// The folders the goal names ("explain what svc/api.py does", "tidy svc/"): a named
+    /// file's folder, or a named folder itself. A folder the goal names is one the run works
+    /// in, so its AGENTS.md belongs in the first request, not one call later.
+    fn goal_folders(&self, goal: &str) -> Vec<String> {
+        let mut folders: Vec<String> = Vec::new();
+        for word in goal.split(|c: char| c.is_whitespace() || c == '`' || c == '\'' || c == '"') {
+            let w = word.trim_matches(|c: char| c == ',' || c == '.' || c == ':' || c == ';');
+            let Ok(path) = crate::files::resolve(self.root, w) else {
+                continue;
+            };
+            let folder = if path.is_dir() {
+                w.trim_start_matches("./").trim_end_matches('/').to_string()
+            } else if path.is_file() {
+                match w.trim_start_matches("./").rsplit_once('/') {
+                    Some((dir, _)) => dir.to_string(),
+                    None => continue,
+                }
+            } else {
+                continue;
+            };
+            if !folder.is_empty() && !folders.contains(&folder) {
+                folders.push(folder);
+            }
+        }
+        folders
     }
 
     /// The files that the goal names, then those a test report's lines point at.

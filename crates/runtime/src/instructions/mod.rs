@@ -168,6 +168,14 @@ impl Tracker {
         }
     }
 
+    /// The run works in these folders from its start (the folders of the files and the
+    /// folders its goal names), so their instruction files are in its first prompt.
+    pub fn work_in(&mut self, folders: &[String]) {
+        for folder in folders {
+            self.saw_path(&format!("{}/_", folder.trim_end_matches('/')));
+        }
+    }
+
     fn saw_path(&mut self, path: &str) -> bool {
         let mut new = false;
         for f in instructions::folders_of(path) {
