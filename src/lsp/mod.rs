@@ -12,6 +12,7 @@
 
 pub mod agent_runs;
 mod baseline;
+pub mod completion;
 pub mod connection;
 pub mod convert;
 pub mod ext;
@@ -79,7 +80,9 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
         session: session.clone(),
         shutdown: shutdown.clone(),
         hooks,
+        completions: Arc::default(),
     })
+    .custom_method("textDocument/inlineCompletion", Backend::inline_completion)
     .custom_method(ext::DOCUMENT_STATE, Backend::document_state)
     .custom_method(ext::CONFIGURATION, Backend::configuration)
     .custom_method(ext::EDITOR_DIAGNOSTICS, Backend::editor_diagnostics)
@@ -179,9 +182,22 @@ struct Backend {
     session: SessionHandle,
     shutdown: Arc<AtomicBool>,
     hooks: bool,
+    completions: Arc<completion::Completions>,
 }
 
 impl Backend {
+    /// `textDocument/inlineCompletion` (docs/completion.md).
+    async fn inline_completion(
+        &self,
+        params: InlineCompletionParams,
+    ) -> Result<Option<InlineCompletionResponse>> {
+        guarded(
+            "textDocument/inlineCompletion",
+            self.completions.answer(&self.session, params),
+        )
+        .await
+    }
+
     async fn document_state(&self, params: ext::DocumentStateParams) -> Result<ext::DocumentState> {
         guarded(ext::DOCUMENT_STATE, async {
             let uri = params.text_document.uri;
@@ -258,6 +274,7 @@ impl Backend {
             ext::PR_COMMAND,
             ext::RERUN_TESTS_COMMAND,
             ext::CANCEL_COMMAND,
+            ext::COMPLETION_ACCEPTED_COMMAND,
             ext::SKILLS_COMMAND,
             ext::RUN_SKILL_COMMAND,
         ]
@@ -464,6 +481,7 @@ impl LanguageServer for Backend {
             })
             .await
             .map_err(internal)?;
+            let completion = loaded.config.completion.is_on();
             let (reply, answer) = oneshot::channel();
             self.session.send(Event::Initialize {
                 params: Box::new(params),
@@ -472,6 +490,10 @@ impl LanguageServer for Backend {
                 reply,
             });
             let encoding = answer.await.map_err(internal)?;
+            // Advertised only when a completion model is configured; a reload that turns it
+            // on takes effect at the next start, one that turns it off answers empty lists
+            // (docs/completion.md).
+            let inline_completion_provider = completion.then_some(OneOf::Left(true));
             Ok(InitializeResult {
                 capabilities: ServerCapabilities {
                     position_encoding: Some(convert::encoding_to_lsp(encoding)),
@@ -486,6 +508,7 @@ impl LanguageServer for Backend {
                         },
                     )),
                     code_action_provider: Some(CodeActionProviderCapability::Simple(true)),
+                    inline_completion_provider,
                     execute_command_provider: Some(ExecuteCommandOptions {
                         commands: self.commands(),
                         ..Default::default()
@@ -586,6 +609,14 @@ impl LanguageServer for Backend {
                 ext::CANCEL_COMMAND => {
                     self.session.send(Event::CancelAll);
                     Ok(Some(serde_json::json!({"cancelled": true})))
+                }
+                ext::COMPLETION_ACCEPTED_COMMAND => {
+                    let id = first.and_then(|v| v.get("id")).and_then(|v| v.as_u64());
+                    let id = id.ok_or_else(|| {
+                        Error::invalid_params("agent-ls.completionAccepted takes {\"id\": N}")
+                    })?;
+                    self.completions.accepted(self.root().await?.as_deref(), id);
+                    Ok(Some(serde_json::json!({"recorded": true})))
                 }
                 ext::SKILLS_COMMAND => Ok(Some(skills::list(self.root().await?.as_deref()))),
                 ext::RUN_SKILL_COMMAND => {

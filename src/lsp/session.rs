@@ -328,6 +328,11 @@ impl Session {
         self.encoding
     }
 
+    /// The open documents.
+    pub fn documents(&self) -> impl Iterator<Item = (&Uri, &Buffer)> {
+        self.documents.iter()
+    }
+
     pub fn document(&self, uri: &Uri) -> Option<&Buffer> {
         self.documents.get(uri)
     }
