@@ -1,0 +1,338 @@
+//! Inline completion (`textDocument/inlineCompletion`, docs/completion.md) driven over stdio
+//! against a stub fill-in-the-middle server on 127.0.0.1 that records every request: off by
+//! default, each provider's request shape, the cut, the typed-prefix cache, cancellation by a
+//! newer request and by `$/cancelRequest`, stale answers dropped, secret files never sent,
+//! bad answers survived, and an untrusted workspace file naming no server.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::model_server::{ModelServer, Reply};
+use crate::support::{Client, Spawn, file_uri, workspace};
+
+const PY: &str = "def add(a, b):\n    \n\nprint(add(1, 2))\n";
+
+/// A server on a workspace holding `main.py` (and `files`), with `[completion]` set by the
+/// user's file as `completion` says.
+fn start(completion: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, Client, Value) {
+    let mut all = vec![("main.py", PY)];
+    all.extend_from_slice(files);
+    let ws = workspace(&all);
+    std::fs::create_dir_all(ws.path().join(".agent-ls")).unwrap();
+    let mut c = Client::spawn(Spawn {
+        user_config: Some(completion.to_string()),
+        ..Default::default()
+    });
+    let init = c.initialize(ws.path(), json!({}), Value::Null);
+    (ws, c, init)
+}
+
+fn config(server: &ModelServer, provider: &str) -> String {
+    format!(
+        "[completion]\nprovider = \"{provider}\"\nbase_url = \"{}\"\nmodel = \"fim\"\ntimeout_ms = 3000\n",
+        server.url
+    )
+}
+
+fn ask(c: &mut Client, uri: &str, line: u32, character: u32) -> Value {
+    let id = send(c, uri, line, character);
+    c.wait_response(&id).expect("inlineCompletion answers")
+}
+
+fn send(c: &mut Client, uri: &str, line: u32, character: u32) -> Value {
+    c.send_request(
+        "textDocument/inlineCompletion",
+        json!({"textDocument": {"uri": uri}, "position": {"line": line, "character": character},
+               "context": {"triggerKind": 2}}),
+    )
+}
+
+fn texts(answer: &Value) -> Vec<String> {
+    answer
+        .as_array()
+        .expect("an array of items")
+        .iter()
+        .map(|i| i["insertText"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn openai(text: &str) -> Reply {
+    Reply::json(json!({"choices": [{"text": text}]}))
+}
+
+fn main_uri(ws: &tempfile::TempDir) -> String {
+    file_uri(&ws.path().join("main.py"))
+}
+
+#[test]
+fn off_by_default_no_capability_and_an_empty_answer() {
+    let ws = workspace(&[("main.py", PY)]);
+    let mut c = Client::spawn(Spawn::default());
+    let init = c.initialize(ws.path(), json!({}), Value::Null);
+    assert!(
+        init["capabilities"]
+            .get("inlineCompletionProvider")
+            .is_none(),
+        "{init}"
+    );
+    let uri = main_uri(&ws);
+    c.open(&uri, PY);
+    assert_eq!(ask(&mut c, &uri, 1, 4), json!([]));
+}
+
+#[test]
+fn a_suggestion_is_cut_where_the_suffix_takes_over_and_accepting_it_is_counted() {
+    let server = ModelServer::start(vec![openai("return a + b\n\nprint(add(1, 2))\n")]);
+    let (ws, mut c, init) = start(&config(&server, "openai"), &[]);
+    assert_eq!(
+        init["capabilities"]["inlineCompletionProvider"],
+        json!(true)
+    );
+    let uri = main_uri(&ws);
+    c.open(&uri, PY);
+    let answer = ask(&mut c, &uri, 1, 4);
+    assert_eq!(texts(&answer), vec!["return a + b"]);
+    let item = &answer[0];
+    assert_eq!(item["range"]["start"], json!({"line": 1, "character": 4}));
+    assert_eq!(item["range"]["end"], json!({"line": 1, "character": 4}));
+    let body = &server.requests()[0].body;
+    assert_eq!(body["prompt"], "def add(a, b):\n    ");
+    assert_eq!(body["suffix"], "\n\nprint(add(1, 2))\n");
+    // The client runs the item's command once it inserted it.
+    let cmd = &item["command"];
+    assert_eq!(cmd["command"], "agent-ls.completionAccepted");
+    c.command("agent-ls.completionAccepted", cmd["arguments"][0].clone())
+        .expect("the accept command runs");
+    let journal = ws.path().join(".agent-ls/completions.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&journal)
+        .unwrap_or_default()
+        .contains("accepted")
+    {
+        assert!(Instant::now() < deadline, "no accepted event journaled");
+        c.pump(Duration::from_millis(20));
+    }
+    let home = tempfile::tempdir().unwrap();
+    let out = crate::support::in_workspace(&["stats", "--json"], ws.path(), home.path())
+        .output()
+        .unwrap();
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["completions"]["shown"], 1, "{stats}");
+    assert_eq!(stats["completions"]["accepted"], 1, "{stats}");
+}
+
+#[test]
+fn each_provider_sends_its_own_request_shape() {
+    let cases: [(&str, Reply, &str); 5] = [
+        ("openai", openai("x"), "/v1/completions"),
+        ("llama-cpp", Reply::json(json!({"content": "x"})), "/infill"),
+        (
+            "ollama",
+            Reply::json(json!({"response": "x"})),
+            "/api/generate",
+        ),
+        (
+            "mistral",
+            Reply::json(json!({"choices": [{"message": {"content": "x"}}]})),
+            "/v1/fim/completions",
+        ),
+        ("template", openai("x"), "/v1/completions"),
+    ];
+    for (provider, reply, path) in cases {
+        let server = ModelServer::start(vec![reply]);
+        let (ws, mut c, _) = start(&config(&server, provider), &[]);
+        let uri = main_uri(&ws);
+        c.open(&uri, PY);
+        assert_eq!(texts(&ask(&mut c, &uri, 1, 4)), vec!["x"], "{provider}");
+        let r = &server.requests()[0];
+        assert_eq!(r.path, path, "{provider}");
+        let b = &r.body;
+        match provider {
+            "llama-cpp" => {
+                assert_eq!(b["input_prefix"], "def add(a, b):\n    ");
+                assert_eq!(b["input_suffix"], "\n\nprint(add(1, 2))\n");
+                assert!(b["input_extra"].is_array());
+            }
+            "ollama" => {
+                assert_eq!(
+                    (&b["prompt"], &b["raw"]),
+                    (&json!("def add(a, b):\n    "), &json!(false))
+                );
+                assert_eq!(b["suffix"], "\n\nprint(add(1, 2))\n");
+            }
+            "template" => {
+                assert_eq!(
+                    b["prompt"],
+                    "<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
+                );
+                assert!(b.get("suffix").is_none());
+            }
+            _ => {
+                assert_eq!(b["prompt"], "def add(a, b):\n    ", "{provider}");
+                assert_eq!(b["suffix"], "\n\nprint(add(1, 2))\n", "{provider}");
+            }
+        }
+    }
+}
+
+#[test]
+fn typing_the_start_of_the_suggestion_is_answered_from_the_cache() {
+    let server = ModelServer::start(vec![openai("return a + b")]);
+    let (ws, mut c, _) = start(&config(&server, "openai"), &[]);
+    let uri = main_uri(&ws);
+    c.open(&uri, PY);
+    assert_eq!(texts(&ask(&mut c, &uri, 1, 4)), vec!["return a + b"]);
+    c.edit(&uri, 2, (1, 4), (1, 4), "ret");
+    let answer = ask(&mut c, &uri, 1, 7);
+    assert_eq!(texts(&answer), vec!["urn a + b"]);
+    assert_eq!(
+        answer[0]["range"]["start"],
+        json!({"line": 1, "character": 7})
+    );
+    assert_eq!(server.count(), 1, "no second model call");
+}
+
+/// A stub that counts the requests it started and answers each after `delay`, the n-th
+/// with `answers[n]`.
+fn slow(delay: Duration, answers: &'static [&'static str]) -> (ModelServer, Arc<AtomicUsize>) {
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = started.clone();
+    let server = ModelServer::answering(move |_| {
+        let n = s.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(if n == 0 { delay } else { Duration::ZERO });
+        openai(answers[n.min(answers.len() - 1)])
+    });
+    (server, started)
+}
+
+fn wait_started(c: &mut Client, started: &AtomicUsize, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while started.load(Ordering::SeqCst) < n {
+        assert!(Instant::now() < deadline, "the stub got no request {n}");
+        c.pump(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_newer_keystroke_cancels_the_older_request_and_a_stale_answer_is_never_returned() {
+    let (server, started) = slow(Duration::from_millis(1500), &["STALE", "return a + b"]);
+    let (ws, mut c, _) = start(&config(&server, "openai"), &[]);
+    let uri = main_uri(&ws);
+    c.open(&uri, PY);
+    let older = send(&mut c, &uri, 1, 4);
+    wait_started(&mut c, &started, 1);
+    c.edit(&uri, 2, (1, 4), (1, 4), "r");
+    let newer = send(&mut c, &uri, 1, 5);
+    assert_eq!(
+        c.wait_response(&older).unwrap(),
+        json!([]),
+        "the older one is cancelled"
+    );
+    let fresh = c.wait_response(&newer).unwrap();
+    assert_eq!(texts(&fresh), vec!["return a + b"]);
+    // The stale text is never shown, not even from the cache.
+    let again = ask(&mut c, &uri, 1, 5);
+    assert!(!again.to_string().contains("STALE"), "{again}");
+    drop(server);
+}
+
+#[test]
+fn a_change_while_the_model_answers_drops_its_answer() {
+    let (server, started) = slow(Duration::from_millis(800), &["STALE"]);
+    let (ws, mut c, _) = start(&config(&server, "openai"), &[]);
+    let uri = main_uri(&ws);
+    c.open(&uri, PY);
+    let id = send(&mut c, &uri, 1, 4);
+    wait_started(&mut c, &started, 1);
+    c.edit(&uri, 2, (3, 0), (3, 0), "# moved on\n");
+    assert_eq!(c.wait_response(&id).unwrap(), json!([]));
+    drop(server);
+}
+
+#[test]
+fn cancel_request_answers_the_pending_request_at_once() {
+    let (server, started) = slow(Duration::from_secs(5), &["late"]);
+    let (ws, mut c, _) = start(&config(&server, "openai"), &[]);
+    let uri = main_uri(&ws);
+    c.open(&uri, PY);
+    let id = send(&mut c, &uri, 1, 4);
+    wait_started(&mut c, &started, 1);
+    let asked = Instant::now();
+    c.notify("$/cancelRequest", json!({"id": id}));
+    let err = c.wait_response(&id).unwrap_err();
+    assert_eq!(err["code"], -32800, "{err}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        asked.elapsed()
+    );
+    drop(server);
+}
+
+#[test]
+fn secret_files_never_reach_the_model() {
+    let server = ModelServer::answering(|_| openai("x"));
+    let env = "API_TOKEN=sk-very-secret-123\n";
+    let (ws, mut c, _) = start(
+        &config(&server, "llama-cpp"),
+        &[(".env", env), ("certs/tls.pem", "PEM")],
+    );
+    let env_uri = file_uri(&ws.path().join(".env"));
+    c.open(&env_uri, env);
+    assert_eq!(ask(&mut c, &env_uri, 0, 4), json!([]));
+    let pem_uri = file_uri(&ws.path().join("certs/tls.pem"));
+    c.open(&pem_uri, "PEM");
+    assert_eq!(ask(&mut c, &pem_uri, 0, 1), json!([]));
+    assert_eq!(server.count(), 0, "nothing was sent for a secret file");
+    // Nor as another file's context.
+    let uri = main_uri(&ws);
+    c.open(&uri, "API_TOKEN = load()\n");
+    ask(&mut c, &uri, 1, 0);
+    let sent = server.requests()[0].body.to_string();
+    assert!(!sent.contains("very-secret"), "{sent}");
+}
+
+#[test]
+fn a_malformed_or_endless_answer_gives_an_empty_list_and_the_server_keeps_serving() {
+    let server = ModelServer::start(vec![
+        Reply::status(200, "<html>not a completion</html>"),
+        Reply::json(json!({"choices": []})),
+        Reply::Sse {
+            events: vec![],
+            stall_after: Some(0),
+        },
+        openai("return a + b"),
+    ]);
+    let completion = config(&server, "openai").replace("timeout_ms = 3000", "timeout_ms = 700");
+    let (ws, mut c, _) = start(&completion, &[]);
+    let uri = main_uri(&ws);
+    c.open(&uri, PY);
+    assert_eq!(ask(&mut c, &uri, 1, 4), json!([]));
+    assert_eq!(ask(&mut c, &uri, 1, 4), json!([]));
+    let endless = Instant::now();
+    assert_eq!(ask(&mut c, &uri, 1, 4), json!([]));
+    assert!(endless.elapsed() < Duration::from_secs(5));
+    assert_eq!(texts(&ask(&mut c, &uri, 1, 4)), vec!["return a + b"]);
+}
+
+#[test]
+fn an_untrusted_workspace_file_cannot_name_the_server() {
+    let server = ModelServer::answering(|_| openai("x"));
+    let ws_file = format!("[completion]\nbase_url = \"{}\"\n", server.url);
+    let ws = workspace(&[("main.py", PY), (".agent-ls.toml", ws_file.as_str())]);
+    let mut c = Client::spawn(Spawn::default());
+    let init = c.initialize(ws.path(), json!({}), Value::Null);
+    assert!(
+        init["capabilities"]
+            .get("inlineCompletionProvider")
+            .is_none(),
+        "{init}"
+    );
+    let uri = main_uri(&ws);
+    c.open(&uri, PY);
+    assert_eq!(ask(&mut c, &uri, 1, 4), json!([]));
+    assert_eq!(server.count(), 0);
+}
