@@ -336,3 +336,106 @@ fn an_untrusted_workspace_file_cannot_name_the_server() {
     assert_eq!(ask(&mut c, &uri, 1, 4), json!([]));
     assert_eq!(server.count(), 0);
 }
+
+/// Runs tests/e2e/neovim_completion.lua's `name` scenario in headless Neovim 0.12 with the
+/// plugin, against `server`; its checks, or nothing when no Neovim is installed.
+fn nvim_scenario(name: &str, server: &ModelServer, ws: &tempfile::TempDir) -> Vec<Value> {
+    let Ok(nvim) = std::env::var("AGENT_LS_TEST_NVIM") else {
+        assert!(
+            std::env::var("AGENT_LS_REQUIRE_REAL_MODEL").is_err(),
+            "AGENT_LS_TEST_NVIM is not set; scripts/test installs Neovim"
+        );
+        eprintln!("skipped: no Neovim (scripts/test installs one)");
+        return Vec::new();
+    };
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("config/agent-ls");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("config.toml"), self::config(server, "openai")).unwrap();
+    let result = state.path().join("result.jsonl");
+    let mut child = std::process::Command::new(nvim)
+        .args(["--headless", "-u", "NONE", "-i", "NONE", "-n"])
+        .args(["-c", "luafile tests/e2e/neovim_completion.lua"])
+        .env("XDG_CONFIG_HOME", state.path().join("config"))
+        .env("XDG_STATE_HOME", state.path().join("state"))
+        .env("XDG_DATA_HOME", state.path().join("data"))
+        .env("RESULT", &result)
+        .env("SCENARIO", name)
+        .env("WORKSPACE", ws.path().canonicalize().unwrap())
+        .env("PLUGIN", crate::support::repo("editors/neovim"))
+        .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = std::fs::read_to_string(&result).unwrap_or_else(|e| {
+        panic!(
+            "no results ({e}); nvim said: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The workspace of a Neovim scenario: `main.py` in a checkout with agent-ls's state folder.
+fn nvim_workspace() -> tempfile::TempDir {
+    let ws = workspace(&[("main.py", PY)]);
+    for dir in [".git", ".agent-ls"] {
+        std::fs::create_dir(ws.path().join(dir)).unwrap();
+    }
+    ws
+}
+
+fn assert_all(results: &[Value], want: usize) {
+    let failed: Vec<_> = results.iter().filter(|r| r["ok"] != true).collect();
+    assert!(
+        failed.is_empty(),
+        "failed checks: {failed:#?}\nall: {results:#?}"
+    );
+    if !results.is_empty() {
+        assert_eq!(results.len(), want, "{results:#?}");
+    }
+}
+
+/// The stub's answer to a request whose prompt ends with `r` (the user typed on) or not.
+fn fim_answer(body: &Value) -> Reply {
+    let typed = body["prompt"].as_str().is_some_and(|p| p.ends_with('r'));
+    openai(if typed { "eturn a + b" } else { "return a + b" })
+}
+
+#[test]
+fn neovim_shows_a_suggestion_and_tab_accepts_it() {
+    let server = ModelServer::answering(fim_answer);
+    let ws = nvim_workspace();
+    assert_all(&nvim_scenario("accept", &server, &ws), 4);
+}
+
+#[test]
+fn neovim_never_shows_an_answer_that_came_after_the_user_typed_on() {
+    let first = Arc::new(AtomicUsize::new(0));
+    let ws = nvim_workspace();
+    let marks = ws.path().to_path_buf();
+    let server = ModelServer::answering(move |body| {
+        if first.fetch_add(1, Ordering::SeqCst) > 0 {
+            return fim_answer(body);
+        }
+        // The first request is held, and says so through files the scenario watches.
+        let _ = std::fs::write(marks.join(".stub-1"), "");
+        std::thread::sleep(Duration::from_millis(1000));
+        let _ = std::fs::write(marks.join(".stub-done-1"), "");
+        openai("STALE_TEXT")
+    });
+    assert_all(&nvim_scenario("stale", &server, &ws), 6);
+}
