@@ -21,6 +21,7 @@ use tower_lsp_server::ls_types::{
 
 use super::convert;
 use super::ext;
+use super::next_edit::{self, NextEdits};
 use super::session::SessionHandle;
 use agent_ls_core::completion::{self as fim, Budget, Cache, Context};
 use agent_ls_core::repomap::tags::Tags;
@@ -45,6 +46,8 @@ pub struct Completions {
     completer: Mutex<Option<Built>>,
     /// Other documents' tags by URI and version, parsed once per version.
     tags: Mutex<HashMap<Uri, Versioned>>,
+    /// The next-edit suggestions (`completion.next_edit`).
+    pub next: Arc<NextEdits>,
 }
 
 /// A document's tags and the version they were read from.
@@ -82,8 +85,58 @@ pub fn sendable(root: &Path, uri: &Uri) -> Option<String> {
 }
 
 impl Completions {
-    /// Answers one request (see the file's comment for the rules).
+    /// Answers one request: the model's suggestion at the cursor, and the next-edit
+    /// prediction when one lies at or below the cursor's line (`next_edit.rs`).
     pub async fn answer(&self, session: &SessionHandle, params: InlineCompletionParams) -> Answer {
+        let uri = params.text_document_position.text_document.uri.clone();
+        let line = params.text_document_position.position.line;
+        self.next_edit(session, &uri, line, true).await;
+        let mut items = match self.fim(session, params).await? {
+            Some(InlineCompletionResponse::Array(items)) => items,
+            Some(InlineCompletionResponse::List(list)) => list.items,
+            None => Vec::new(),
+        };
+        items.extend(self.next_edit(session, &uri, line, false).await);
+        Ok(Some(InlineCompletionResponse::Array(items)))
+    }
+
+    /// With `start`, starts a next-edit prediction from the document's recent edits (when
+    /// they are newer than the last one's); without, the prediction as an inline item.
+    async fn next_edit(
+        &self,
+        session: &SessionHandle,
+        uri: &Uri,
+        line: u32,
+        start: bool,
+    ) -> Option<InlineCompletionItem> {
+        let u = uri.clone();
+        let found = session.query(move |s| {
+            let buffer = s.document(&u)?.clone();
+            let c = &s.config().config.completion;
+            let on = c.is_on() && c.next_edit;
+            let root = s.workspace_root().cloned().filter(|_| on)?;
+            Some((buffer, s.encoding(), root, s.recent_edits(&u)))
+        });
+        let (buffer, encoding, root, (count, edits)) = found.await.ok().flatten()?;
+        let path = sendable(&root, uri)?;
+        if start {
+            let uri = uri.clone();
+            let asked = next_edit::Asked {
+                uri,
+                root,
+                path,
+                buffer,
+                count,
+                edits,
+            };
+            self.next.predict(session, asked);
+            return None;
+        }
+        self.next.item(uri, &buffer, encoding, line)
+    }
+
+    /// The fill-in-the-middle model's suggestion at the cursor (see the file's comment).
+    async fn fim(&self, session: &SessionHandle, params: InlineCompletionParams) -> Answer {
         let started = Instant::now();
         let uri = params.text_document_position.text_document.uri.clone();
         let pos = convert::position_from_lsp(params.text_document_position.position);

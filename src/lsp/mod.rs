@@ -21,6 +21,7 @@ mod hook_trust;
 mod isolation;
 pub mod jobs;
 mod json_text;
+mod next_edit;
 pub mod outbox;
 pub mod refused;
 pub mod review_decision;
@@ -548,12 +549,20 @@ impl LanguageServer for Backend {
             // Asked of the session, so the answer follows every change sent before it: a
             // document out of sync with the editor gets no action that would read it.
             let uri = params.text_document.uri.clone();
-            let out_of_sync = self
+            let doc = self
                 .session
-                .query(move |s| s.document(&uri).is_some_and(|b| b.needs_resync()))
+                .query(move |s| s.document(&uri).cloned().map(|b| (b, s.encoding())))
                 .await
                 .map_err(internal)?;
+            let out_of_sync = doc.as_ref().is_some_and(|(b, _)| b.needs_resync());
             let mut actions = code_actions(&params, out_of_sync);
+            // The predicted next edit, while the file still holds the text it replaces.
+            let next = doc.filter(|_| !out_of_sync).and_then(|(b, enc)| {
+                self.completions
+                    .next
+                    .action(&params.text_document.uri, &b, enc)
+            });
+            actions.extend(next);
             let root = self.root().await?;
             let uri = &params.text_document.uri;
             actions.extend(skills::actions(root.as_deref(), uri));

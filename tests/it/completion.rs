@@ -439,3 +439,89 @@ fn neovim_never_shows_an_answer_that_came_after_the_user_typed_on() {
     });
     assert_all(&nvim_scenario("stale", &server, &ws), 6);
 }
+
+const SHAPES: &str = "def area(w, h):\n    return w * h\n\n\nprint(area(2, 3))\n";
+
+/// A stub for both models: the chat model predicts the rename's other use, the FIM model
+/// completes with nothing useful.
+fn next_edit_server() -> ModelServer {
+    ModelServer::answering(|body| {
+        if body.get("messages").is_some() {
+            let content = r#"{"old": "print(area(2, 3))", "new": "print(surface(2, 3))"}"#;
+            return Reply::json(
+                json!({"choices": [{"message": {"role": "assistant", "content": content}}]}),
+            );
+        }
+        openai("")
+    })
+}
+
+#[test]
+fn the_next_edit_is_predicted_from_the_recent_edits_and_offered_not_applied() {
+    let server = next_edit_server();
+    let completion = format!(
+        "{}next_edit = true\n[model]\nprovider = \"openai\"\nbase_url = \"{}/v1\"\nname = \"chat\"\n",
+        config(&server, "openai"),
+        server.url
+    );
+    let (ws, mut c, _) = start(&completion, &[("shapes.py", SHAPES)]);
+    let uri = file_uri(&ws.path().join("shapes.py"));
+    c.open(&uri, SHAPES);
+    // The user renames the definition: "area" becomes "surface".
+    c.edit(&uri, 2, (0, 4), (0, 8), "surface");
+    // An inline completion request starts the prediction.
+    ask(&mut c, &uri, 0, 11);
+    let chat = |s: &ModelServer| {
+        s.requests()
+            .into_iter()
+            .find(|r| r.path.ends_with("/chat/completions"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let action = loop {
+        let actions = c
+            .request(
+                "textDocument/codeAction",
+                json!({"textDocument": {"uri": uri}, "range": {"start": {"line": 2, "character": 0},
+                       "end": {"line": 2, "character": 0}}, "context": {"diagnostics": []}}),
+            )
+            .unwrap();
+        let found = actions
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["title"] == "Agent: apply the suggested next edit")
+            .cloned();
+        if let Some(a) = found {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "no next-edit action: {actions}");
+        c.pump(Duration::from_millis(50));
+    };
+    let sent = chat(&server)
+        .expect("the chat model was asked")
+        .body
+        .to_string();
+    assert!(sent.contains("typed \\\"surface\\\""), "{sent}");
+    let edit = &action["edit"]["changes"][&uri][0];
+    assert_eq!(edit["newText"], "print(surface(2, 3))");
+    assert_eq!(edit["range"]["start"], json!({"line": 4, "character": 0}));
+    assert_eq!(edit["range"]["end"], json!({"line": 4, "character": 17}));
+    // Offered inline too, at or below the cursor's line; never applied by the server.
+    let items = ask(&mut c, &uri, 2, 0);
+    let inline = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["insertText"] == "print(surface(2, 3))")
+        .unwrap_or_else(|| panic!("no next-edit item: {items}"));
+    assert_eq!(inline["range"]["start"]["line"], 4);
+    assert!(
+        c.server_requests
+            .iter()
+            .all(|r| r["method"] != "workspace/applyEdit")
+    );
+    // Once the file no longer holds the text, nothing is offered.
+    c.edit(&uri, 3, (4, 0), (4, 17), "print(surface(2, 3))");
+    let items = ask(&mut c, &uri, 2, 0);
+    assert!(!items.to_string().contains("surface(2, 3)"), "{items}");
+}

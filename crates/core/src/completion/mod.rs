@@ -2,12 +2,14 @@
 //! context sent (`context`: the text around the cursor in a budget, the definitions the code
 //! near it names, snippets of other open files), the prompt in a model family's FIM template
 //! (`template`), the answer cut to what belongs at the cursor (`cut`), and the cache that
-//! answers a user typing the start of a shown suggestion (`cache`). No IO: the runtime sends,
+//! answers a user typing the start of a shown suggestion (`cache`), and the next-edit
+//! suggestion's prompt and answer (`next_edit`). No IO: the runtime sends,
 //! the LSP front end decides when.
 
 pub mod cache;
 pub mod context;
 pub mod cut;
+pub mod next_edit;
 pub mod template;
 
 pub use cache::Cache;

@@ -369,6 +369,10 @@ pub struct CompletionConfig {
     pub context_bytes: usize,
     /// How long one request may take before the suggestion is given up.
     pub timeout_ms: u64,
+    /// Also predict the next edit elsewhere in the file from the recent edits, with the
+    /// coder role's model, offered as a code action and an inline item (one call in flight
+    /// per document, each after new edits): off by default, since each is a chat-model call.
+    pub next_edit: bool,
 }
 
 /// `completion.provider`: the wire format of a FIM server.
@@ -395,6 +399,7 @@ impl Default for CompletionConfig {
             max_tokens: 128,
             context_bytes: 6000,
             timeout_ms: 5000,
+            next_edit: false,
         }
     }
 }
