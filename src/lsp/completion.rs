@@ -31,8 +31,10 @@ use agent_ls_runtime::config::CompletionConfig;
 
 /// Documents over this size give no tags or snippets to other files' requests.
 const MAX_OTHER_FILE: usize = 256 * 1024;
-/// Other open documents looked at for one request, the most recent first.
+/// Other open documents looked at for one request.
 const MAX_OTHER_FILES: usize = 20;
+/// The most documents' tags, and suggestions counted as partly accepted, kept at once.
+const MAX_KEPT: usize = 256;
 
 /// Inline completion's state, shared by its requests.
 #[derive(Default)]
@@ -175,7 +177,11 @@ impl Completions {
         };
         let hit = lock(&self.cache).get(&doc, &prefix, &suffix);
         if let Some(hit) = hit {
-            if hit.typed > 0 && lock(&self.partial).insert(hit.id) {
+            let mut partial = lock(&self.partial);
+            if partial.len() > MAX_KEPT {
+                partial.clear();
+            }
+            if hit.typed > 0 && partial.insert(hit.id) {
                 record(&root, "partial", hit.id, None);
             }
             return Ok(Some(item(hit.rest, range, hit.id)));
@@ -234,7 +240,14 @@ impl Completions {
         let built =
             tokio::task::spawn_blocking(move || context(at_path, p, s, others, kept, budget.other));
         let (cx, parsed) = built.await.ok()?;
-        lock(&self.tags).extend(parsed);
+        {
+            // Bounded: documents closed long ago leave their tags behind otherwise.
+            let mut tags = lock(&self.tags);
+            if tags.len() > MAX_KEPT {
+                tags.clear();
+            }
+            tags.extend(parsed);
+        }
         let raw = tokio::select! {
             _ = cancel.cancelled() => return None,
             r = completer.complete(&cx) => r,
