@@ -10,10 +10,13 @@ use super::setup::workspace_or_cwd;
 /// Prints the totals and the `last` runs; a run whose process is gone shows as interrupted.
 pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Result<ExitCode> {
     let root = workspace_or_cwd(workspace)?;
+    let completions = agent_ls_runtime::journal::completion_stats(&root);
     if !root.join(agent_ls_runtime::store::FILE).exists() {
         if json {
-            println!("{}", serde_json::json!({"total": null, "runs": []}));
+            let value = serde_json::json!({"total": null, "runs": [], "completions": completions});
+            println!("{value}");
         } else {
+            print_completions(&completions);
             println!(
                 "no runs recorded in {}",
                 root.join(agent_ls_runtime::store::FILE).display()
@@ -48,6 +51,7 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
     if json {
         let mut value = serde_json::to_value(&stats)?;
         value["repairs"] = serde_json::to_value(&repairs)?;
+        value["completions"] = serde_json::to_value(&completions)?;
         if let Some(runs) = value["runs"].as_array_mut() {
             for (r, p) in runs.iter_mut().zip(&phases) {
                 r["phases"] = p.clone().unwrap_or(serde_json::Value::Null);
@@ -56,6 +60,7 @@ pub fn run(workspace: Option<PathBuf>, json: bool, last: usize) -> anyhow::Resul
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print_totals(&stats.total);
+        print_completions(&completions);
         if !repairs.is_empty() {
             let by_class: Vec<String> = repairs.iter().map(|(c, n)| format!("{c} {n}")).collect();
             println!("repairs: {}", by_class.join(", "));
@@ -92,6 +97,22 @@ fn secs(ms: u64) -> String {
 }
 
 /// The figures over all runs: outcomes, cost, acceptance and reviews.
+/// Inline completion's line, when any suggestion was shown (docs/completion.md).
+fn print_completions(c: &agent_ls_runtime::journal::CompletionStats) {
+    if c.shown == 0 {
+        return;
+    }
+    let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
+    println!(
+        "completions: {} shown, {} accepted, {} partially accepted; latency median {}, p90 {}",
+        c.shown,
+        c.accepted,
+        c.partial,
+        ms(c.latency_p50_ms),
+        ms(c.latency_p90_ms)
+    );
+}
+
 fn print_totals(t: &Totals) {
     println!(
         "{} runs: {} done, {} failed, {} cancelled; pass rate {}",

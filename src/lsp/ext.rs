@@ -62,6 +62,10 @@ pub const RERUN_TESTS_COMMAND: &str = "agent-ls.rerunTests";
 /// Command `agent-ls.cancel`: stops the test run in progress.
 pub const CANCEL_COMMAND: &str = "agent-ls.cancel";
 
+/// Sent back by the client when the user accepts an inline completion item (its `command`,
+/// `{"id": N}`): the accepted count of `agent-ls stats` (docs/completion.md).
+pub const COMPLETION_ACCEPTED_COMMAND: &str = "agent-ls.completionAccepted";
+
 /// Notification `agent-ls/runFinished`: an agent run ended, with its outcome.
 pub const RUN_FINISHED: &str = "agent-ls/runFinished";
 

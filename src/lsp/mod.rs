@@ -12,6 +12,7 @@
 
 pub mod agent_runs;
 mod baseline;
+pub mod completion;
 pub mod connection;
 pub mod convert;
 pub mod ext;
@@ -20,6 +21,7 @@ mod hook_trust;
 mod isolation;
 pub mod jobs;
 mod json_text;
+mod next_edit;
 pub mod outbox;
 pub mod refused;
 pub mod review_decision;
@@ -79,7 +81,9 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
         session: session.clone(),
         shutdown: shutdown.clone(),
         hooks,
+        completions: Arc::default(),
     })
+    .custom_method("textDocument/inlineCompletion", Backend::inline_completion)
     .custom_method(ext::DOCUMENT_STATE, Backend::document_state)
     .custom_method(ext::CONFIGURATION, Backend::configuration)
     .custom_method(ext::EDITOR_DIAGNOSTICS, Backend::editor_diagnostics)
@@ -179,9 +183,22 @@ struct Backend {
     session: SessionHandle,
     shutdown: Arc<AtomicBool>,
     hooks: bool,
+    completions: Arc<completion::Completions>,
 }
 
 impl Backend {
+    /// `textDocument/inlineCompletion` (docs/completion.md).
+    async fn inline_completion(
+        &self,
+        params: InlineCompletionParams,
+    ) -> Result<Option<InlineCompletionResponse>> {
+        guarded(
+            "textDocument/inlineCompletion",
+            self.completions.answer(&self.session, params),
+        )
+        .await
+    }
+
     async fn document_state(&self, params: ext::DocumentStateParams) -> Result<ext::DocumentState> {
         guarded(ext::DOCUMENT_STATE, async {
             let uri = params.text_document.uri;
@@ -258,6 +275,7 @@ impl Backend {
             ext::PR_COMMAND,
             ext::RERUN_TESTS_COMMAND,
             ext::CANCEL_COMMAND,
+            ext::COMPLETION_ACCEPTED_COMMAND,
             ext::SKILLS_COMMAND,
             ext::RUN_SKILL_COMMAND,
         ]
@@ -464,6 +482,7 @@ impl LanguageServer for Backend {
             })
             .await
             .map_err(internal)?;
+            let completion = loaded.config.completion.is_on();
             let (reply, answer) = oneshot::channel();
             self.session.send(Event::Initialize {
                 params: Box::new(params),
@@ -472,6 +491,10 @@ impl LanguageServer for Backend {
                 reply,
             });
             let encoding = answer.await.map_err(internal)?;
+            // Advertised only when a completion model is configured; a reload that turns it
+            // on takes effect at the next start, one that turns it off answers empty lists
+            // (docs/completion.md).
+            let inline_completion_provider = completion.then_some(OneOf::Left(true));
             Ok(InitializeResult {
                 capabilities: ServerCapabilities {
                     position_encoding: Some(convert::encoding_to_lsp(encoding)),
@@ -486,6 +509,7 @@ impl LanguageServer for Backend {
                         },
                     )),
                     code_action_provider: Some(CodeActionProviderCapability::Simple(true)),
+                    inline_completion_provider,
                     execute_command_provider: Some(ExecuteCommandOptions {
                         commands: self.commands(),
                         ..Default::default()
@@ -525,12 +549,20 @@ impl LanguageServer for Backend {
             // Asked of the session, so the answer follows every change sent before it: a
             // document out of sync with the editor gets no action that would read it.
             let uri = params.text_document.uri.clone();
-            let out_of_sync = self
+            let doc = self
                 .session
-                .query(move |s| s.document(&uri).is_some_and(|b| b.needs_resync()))
+                .query(move |s| s.document(&uri).cloned().map(|b| (b, s.encoding())))
                 .await
                 .map_err(internal)?;
+            let out_of_sync = doc.as_ref().is_some_and(|(b, _)| b.needs_resync());
             let mut actions = code_actions(&params, out_of_sync);
+            // The predicted next edit, while the file still holds the text it replaces.
+            let next = doc.filter(|_| !out_of_sync).and_then(|(b, enc)| {
+                self.completions
+                    .next
+                    .action(&params.text_document.uri, &b, enc)
+            });
+            actions.extend(next);
             let root = self.root().await?;
             let uri = &params.text_document.uri;
             actions.extend(skills::actions(root.as_deref(), uri));
@@ -586,6 +618,14 @@ impl LanguageServer for Backend {
                 ext::CANCEL_COMMAND => {
                     self.session.send(Event::CancelAll);
                     Ok(Some(serde_json::json!({"cancelled": true})))
+                }
+                ext::COMPLETION_ACCEPTED_COMMAND => {
+                    let id = first.and_then(|v| v.get("id")).and_then(|v| v.as_u64());
+                    let id = id.ok_or_else(|| {
+                        Error::invalid_params("agent-ls.completionAccepted takes {\"id\": N}")
+                    })?;
+                    self.completions.accepted(self.root().await?.as_deref(), id);
+                    Ok(Some(serde_json::json!({"recorded": true})))
                 }
                 ext::SKILLS_COMMAND => Ok(Some(skills::list(self.root().await?.as_deref()))),
                 ext::RUN_SKILL_COMMAND => {

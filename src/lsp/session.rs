@@ -16,6 +16,7 @@ use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use agent_ls_core::completion::next_edit::{self, RecentEdit};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tower_lsp_server::ls_types::{
@@ -252,6 +253,9 @@ pub struct Session {
     /// A configuration reload is under way (reading files off this task).
     reloading: bool,
     documents: HashMap<Uri, Buffer>,
+    /// Each document's latest edits (a few, their text cut) and how many it has had: the
+    /// next-edit suggestion's material (docs/completion.md).
+    edits: HashMap<Uri, RecentEdits>,
     capabilities: ClientCapabilities,
     /// The editor's forwarded diagnostics (`agent-ls/editorDiagnostics`), which its runs check
     /// their edits with when the client declared it forwards them.
@@ -303,6 +307,7 @@ impl Session {
             config_generation: 0,
             reloading: false,
             documents: HashMap::new(),
+            edits: HashMap::new(),
             capabilities: ClientCapabilities::default(),
             forwarded: Default::default(),
             tests: TestRuns::default(),
@@ -326,6 +331,19 @@ impl Session {
 
     pub fn encoding(&self) -> Encoding {
         self.encoding
+    }
+
+    /// `uri`'s latest edits, the oldest first, and how many edits it has had in all.
+    pub fn recent_edits(&self, uri: &Uri) -> (u64, Vec<RecentEdit>) {
+        self.edits
+            .get(uri)
+            .map(|e| (e.count, e.latest.iter().cloned().collect()))
+            .unwrap_or_default()
+    }
+
+    /// The open documents.
+    pub fn documents(&self) -> impl Iterator<Item = (&Uri, &Buffer)> {
+        self.documents.iter()
     }
 
     pub fn document(&self, uri: &Uri) -> Option<&Buffer> {
@@ -583,6 +601,7 @@ impl Session {
             }
             Notice::Closed(p) => {
                 self.written_under.forget(&p.text_document.uri);
+                self.edits.remove(&p.text_document.uri);
                 let closed = self.documents.remove(&p.text_document.uri);
                 if closed.is_some_and(|b| b.len_bytes() > LARGE_DOCUMENT_BYTES) {
                     // An edited document's rope is many small allocations that the
@@ -1265,6 +1284,10 @@ impl Session {
             .into_iter()
             .map(convert::change_from_lsp)
             .collect();
+        self.edits
+            .entry(uri.clone())
+            .or_default()
+            .remember(&changes);
         // Edited lines lose their review findings; lines below move with the edit (the
         // changes' lines are the text's before them). Published once the buffer has them.
         let moved = self.review.edited(&uri, &changes);
@@ -1449,4 +1472,34 @@ fn progress_supported(capabilities: &ClientCapabilities) -> bool {
         .as_ref()
         .and_then(|w| w.work_done_progress)
         .unwrap_or(false)
+}
+
+/// A document's latest edits, kept in O(1) a change: a bounded queue of bounded copies.
+#[derive(Default)]
+struct RecentEdits {
+    count: u64,
+    latest: std::collections::VecDeque<RecentEdit>,
+}
+
+impl RecentEdits {
+    /// Keeps `changes`; typing on the line of the latest edit extends it, so a word typed
+    /// is one edit, not one a keystroke.
+    fn remember(&mut self, changes: &[agent_ls_core::text::TextChange]) {
+        self.count += changes.len() as u64;
+        let skip = changes.len().saturating_sub(next_edit::KEPT_EDITS);
+        for c in changes.iter().skip(skip) {
+            let line = c.range.map_or(0, |r| r.start.line);
+            if let Some(last) = self.latest.back_mut()
+                && last.line == line
+                && last.inserted.len() + c.text.len() <= next_edit::EDIT_TEXT_BYTES
+            {
+                last.inserted.push_str(&c.text);
+                continue;
+            }
+            if self.latest.len() == next_edit::KEPT_EDITS {
+                self.latest.pop_front();
+            }
+            self.latest.push_back(RecentEdit::new(line, &c.text));
+        }
+    }
 }

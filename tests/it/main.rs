@@ -13,6 +13,7 @@ mod apply_cli;
 mod batch;
 mod bigrepo;
 mod cache;
+mod completion;
 mod config;
 mod deploy;
 mod docs;

@@ -15,6 +15,7 @@
 //!   the prompt section of remembered records within a byte budget.
 //! - `cache`: the response cache's rules: which calls it may answer and how, the exact key's
 //!   material, the near-duplicate scope and the word overlap.
+//! - `completion`: inline completion's context, FIM templates, the answer's cut and the cache.
 //! - `instructions` and `skills`: AGENTS.md files joined in a budget (the farthest cut
 //!   first), and skills' front matter, listing and file patterns.
 //! - `permissions`: `[permissions]` rules and their matching (deny, then ask, then allow),
@@ -23,6 +24,7 @@
 
 pub mod agent;
 pub mod cache;
+pub mod completion;
 pub mod conversation;
 pub mod edit;
 pub mod events;

@@ -15,6 +15,9 @@ use agent_ls_core::events::{Audience, RunEvent, Wire};
 use crate::clock::now_ms;
 
 pub const DIR: &str = ".agent-ls/runs";
+/// Inline completion's events (docs/completion.md): `shown`, `accepted`, `partial`, one a
+/// line, for `agent-ls stats`.
+pub const COMPLETIONS: &str = ".agent-ls/completions.jsonl";
 
 pub struct Journal {
     file: Option<File>,
@@ -250,5 +253,98 @@ mod tests {
         let summary = summary(&path).expect("a summary");
         assert_eq!(summary.status, RunStatus::Done);
         assert_eq!(summary.goal, "g");
+    }
+}
+
+/// Appends one inline-completion event (`shown` with its latency, `accepted`, `partial`) to
+/// the workspace's completions journal. Only where `.agent-ls/` exists already: a folder
+/// merely opened in the editor is left as it was. A failed write costs the figure only.
+pub fn completion_event(root: &Path, kind: &str, id: u64, latency_ms: Option<u64>) {
+    if !root.join(".agent-ls").is_dir() {
+        return;
+    }
+    let mut line = json!({"ts": now_ms(), "type": kind, "id": id});
+    if let Some(ms) = latency_ms {
+        line["latency_ms"] = json!(ms);
+    }
+    let mut text = line.to_string();
+    text.push('\n');
+    let written = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(root.join(COMPLETIONS))
+        .and_then(|mut f| f.write_all(text.as_bytes()));
+    if let Err(e) = written {
+        tracing::debug!("completion event not recorded: {e}");
+    }
+}
+
+/// Inline completion's figures over the completions journal.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CompletionStats {
+    /// Suggestions answered non-empty.
+    pub shown: u64,
+    /// Suggestions the user took whole (the item's command ran).
+    pub accepted: u64,
+    /// Suggestions the user typed the start of (answered from the cache).
+    pub partial: u64,
+    /// The median and the 90th percentile of a shown suggestion's latency.
+    pub latency_p50_ms: Option<u64>,
+    pub latency_p90_ms: Option<u64>,
+}
+
+/// The figures of `root`'s completions journal (all zero without one).
+pub fn completion_stats(root: &Path) -> CompletionStats {
+    let path = root.join(COMPLETIONS);
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut stats = CompletionStats::default();
+    let mut latencies = Vec::new();
+    for line in read_lines(&text, &path) {
+        match line["type"].as_str() {
+            Some("shown") => {
+                stats.shown += 1;
+                latencies.extend(line["latency_ms"].as_u64());
+            }
+            Some("accepted") => stats.accepted += 1,
+            Some("partial") => stats.partial += 1,
+            _ => {}
+        }
+    }
+    latencies.sort_unstable();
+    let at = |q: usize| {
+        latencies
+            .get((latencies.len() * q / 100).min(latencies.len().saturating_sub(1)))
+            .copied()
+    };
+    stats.latency_p50_ms = at(50);
+    stats.latency_p90_ms = at(90);
+    stats
+}
+
+#[cfg(test)]
+mod completion_tests {
+    use super::*;
+
+    #[test]
+    fn completion_events_sum_to_figures_and_need_the_state_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        completion_event(dir.path(), "shown", 1, Some(10));
+        assert!(
+            !dir.path().join(COMPLETIONS).exists(),
+            "no .agent-ls/, no journal"
+        );
+        std::fs::create_dir(dir.path().join(".agent-ls")).unwrap();
+        for (kind, id, ms) in [
+            ("shown", 1, Some(10)),
+            ("shown", 2, Some(30)),
+            ("shown", 3, Some(20)),
+            ("accepted", 1, None),
+            ("partial", 2, None),
+        ] {
+            completion_event(dir.path(), kind, id, ms);
+        }
+        let s = completion_stats(dir.path());
+        assert_eq!((s.shown, s.accepted, s.partial), (3, 1, 1));
+        assert_eq!((s.latency_p50_ms, s.latency_p90_ms), (Some(20), Some(30)));
     }
 }

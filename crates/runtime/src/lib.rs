@@ -17,10 +17,12 @@
 //!   milliseconds, as every record stores it.
 //! - `memory`: records of earlier runs' failures and fixes, searched with FTS5 (BM25) and,
 //!   with `embeddings` (an OpenAI-compatible client), by vector similarity too.
+//! - `completion`: the fill-in-the-middle client of inline completion.
 //! - `repomap`, `tokens`, `logging`.
 
 pub mod child;
 pub mod clock;
+pub mod completion;
 pub mod config;
 pub mod drive;
 pub mod embeddings;

@@ -322,6 +322,9 @@ fn workspace_hosts(
     if from_workspace("memory.embeddings.url") {
         add(&config.memory.embeddings.as_ref().map(|e| e.url.clone()));
     }
+    if from_workspace("completion.base_url") {
+        add(&config.completion.base_url);
+    }
     if from_workspace("model.fallback") {
         config.model.fallback.iter().for_each(|t| add(&t.base_url));
     }

@@ -40,6 +40,10 @@ pub const TRUSTED_KEYS: &[&str] = &[
     "cache.enabled",
     // Names a server, and sends it the records' (redacted) text.
     "memory.embeddings",
+    // Name the server the code around the cursor goes to, how, and with which key.
+    "completion.base_url",
+    "completion.provider",
+    "completion.api_key_env",
 ];
 
 /// Keys a workspace file never sets, trusted or not: which secrets reach test processes,

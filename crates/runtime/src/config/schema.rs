@@ -35,6 +35,8 @@ pub struct Config {
     pub memory: MemoryConfig,
     pub tester: TesterConfig,
     pub cache: CacheConfig,
+    /// Inline completion from a fill-in-the-middle model (docs/completion.md).
+    pub completion: CompletionConfig,
     /// Allow, ask and deny rules for edits, reads, commands and tools (docs/permissions.md).
     pub permissions: agent_ls_core::permissions::PermissionsConfig,
     /// Commands run at points of a run (docs/hooks.md).
@@ -332,6 +334,84 @@ impl Default for CacheConfig {
             enabled: agent_ls_core::cache::Mode::ReadOnly,
             max_entries: 500,
         }
+    }
+}
+
+/// `[completion]`: inline completion from a fill-in-the-middle model (docs/completion.md).
+/// Off until `base_url` names a server. The server, the wire format and the key's variable
+/// send the user's code somewhere, so a workspace file sets them only in a trusted folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompletionConfig {
+    /// `false` turns completion off even with a server set.
+    pub enabled: bool,
+    /// The wire format: `openai` (`/v1/completions` with `suffix`), `llama-cpp` (`/infill`),
+    /// `ollama` (`/api/generate` with `suffix`), `mistral` (`/v1/fim/completions`) or
+    /// `template` (`/v1/completions` with the prompt in `template`'s FIM tokens).
+    pub provider: CompletionProvider,
+    /// The server's address, e.g. `http://127.0.0.1:8080` (llama.cpp) or
+    /// `http://127.0.0.1:11434` (Ollama); unset: completion is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The model's name, sent with each request (llama.cpp's server ignores it).
+    pub model: String,
+    /// The environment variable holding the API key, sent as a bearer token; unset: none.
+    /// Never sent to a server a workspace file names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// The model family's FIM tokens, for `provider = "template"`, and the stop words for
+    /// every provider: `qwen`, `star-coder`, `code-llama` or `deep-seek`.
+    pub template: agent_ls_core::completion::Family,
+    /// The most tokens one suggestion may have.
+    pub max_tokens: u32,
+    /// The most bytes of context one request sends (text around the cursor, definitions it
+    /// names, similar code from other open files).
+    pub context_bytes: usize,
+    /// How long one request may take before the suggestion is given up.
+    pub timeout_ms: u64,
+    /// Also predict the next edit elsewhere in the file from the recent edits, with the
+    /// coder role's model, offered as a code action and an inline item (one call in flight
+    /// per document, each after new edits): off by default, since each is a chat-model call.
+    pub next_edit: bool,
+}
+
+/// `completion.provider`: the wire format of a FIM server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CompletionProvider {
+    #[default]
+    Openai,
+    LlamaCpp,
+    Ollama,
+    Mistral,
+    Template,
+}
+
+impl Default for CompletionConfig {
+    fn default() -> Self {
+        CompletionConfig {
+            enabled: true,
+            provider: CompletionProvider::Openai,
+            base_url: None,
+            model: String::new(),
+            api_key_env: None,
+            template: agent_ls_core::completion::Family::Qwen,
+            max_tokens: 128,
+            context_bytes: 6000,
+            timeout_ms: 5000,
+            next_edit: false,
+        }
+    }
+}
+
+impl CompletionConfig {
+    /// Whether inline completion is on: enabled, with a server to ask.
+    pub fn is_on(&self) -> bool {
+        self.enabled
+            && self
+                .base_url
+                .as_deref()
+                .is_some_and(|u| !u.trim().is_empty())
     }
 }
 

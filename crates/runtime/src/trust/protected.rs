@@ -43,9 +43,74 @@ pub fn reason(path: &str) -> Option<&'static str> {
     None
 }
 
+/// Why `path` (relative to the workspace, `/`-separated) holds secrets, if its name says so:
+/// environment files, private keys and certificates' keys, credential files. Their text is
+/// never sent to a model for completion (docs/completion.md).
+pub fn secret(path: &str) -> Option<&'static str> {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let name = parts.last().copied().unwrap_or("").to_ascii_lowercase();
+    if name == ".env" || name.starts_with(".env.") || name.ends_with(".env") {
+        return Some("an environment file (it holds keys and passwords)");
+    }
+    if parts.iter().any(|p| *p == ".ssh" || *p == ".gnupg")
+        || name.starts_with("id_rsa")
+        || name.starts_with("id_ed25519")
+        || name.starts_with("id_ecdsa")
+    {
+        return Some("an SSH or GnuPG key");
+    }
+    let key_ext = [
+        ".pem",
+        ".key",
+        ".p12",
+        ".pfx",
+        ".jks",
+        ".keystore",
+        ".asc",
+        ".gpg",
+    ];
+    if key_ext.iter().any(|e| name.ends_with(e)) {
+        return Some("a private key or certificate store");
+    }
+    let credential_files = [
+        ".netrc",
+        ".npmrc",
+        ".pypirc",
+        ".git-credentials",
+        ".htpasswd",
+    ];
+    if credential_files.contains(&name.as_str())
+        || name.starts_with("credentials")
+        || name.starts_with("secrets.")
+    {
+        return Some("a credentials file");
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
-    use super::reason;
+    use super::{reason, secret};
+
+    #[test]
+    fn files_of_keys_and_passwords_are_secret_and_code_is_not() {
+        for p in [
+            ".env",
+            "app/.env.local",
+            "prod.env",
+            "certs/server.key",
+            "a/tls.pem",
+            ".ssh/config",
+            "id_rsa",
+            ".npmrc",
+            "credentials.json",
+        ] {
+            assert!(secret(p).is_some(), "{p}");
+        }
+        for p in ["src/env.rs", "src/keys.py", "README.md", "environment.ts"] {
+            assert!(secret(p).is_none(), "{p}");
+        }
+    }
 
     #[test]
     fn what_runs_is_protected_and_ordinary_code_is_not() {

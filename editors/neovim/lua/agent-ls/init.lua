@@ -17,6 +17,10 @@ M.config = {
   -- Forward the other language servers' diagnostics, so a run checks its edits with them
   -- and starts no language server of its own (docs/project-lsp.md).
   forward_diagnostics = true,
+  -- Inline completion (Neovim 0.12+, when the server has a completion model configured;
+  -- docs/completion.md): suggestions shown as you type, `accept_key` in insert mode takes
+  -- the one shown (and types the key itself when none is). `enable = false` turns it off.
+  inline_completion = { enable = true, accept_key = '<Tab>' },
 }
 
 --- What the statusline shows.
@@ -178,7 +182,39 @@ function M.start(bufnr)
       cfg = vim.tbl_deep_extend('force', cfg, registered, { root_dir = root, name = 'agent-ls' })
     end
   end
-  return vim.lsp.start(cfg, { bufnr = bufnr })
+  local id = vim.lsp.start(cfg, { bufnr = bufnr })
+  if id then M.inline_completion(bufnr, id) end
+  return id
+end
+
+--- Turns on Neovim's inline completion for `bufnr` with the agent-ls client `id` (0.12+),
+--- once the server says it answers textDocument/inlineCompletion, and maps the accept key.
+function M.inline_completion(bufnr, id)
+  local opts = M.config.inline_completion or {}
+  local ic = vim.lsp.inline_completion
+  if opts.enable == false or not ic or not ic.enable then return end
+  local function attach()
+    local c = vim.lsp.get_client_by_id(id)
+    if not c or not (c.server_capabilities or {}).inlineCompletionProvider then return end
+    ic.enable(true, { bufnr = bufnr })
+    local key = opts.accept_key
+    if key and key ~= '' then
+      vim.keymap.set('i', key, function()
+        if not ic.get({ bufnr = bufnr }) then return key end
+      end, { buffer = bufnr, expr = true, desc = 'agent-ls: accept the inline suggestion' })
+    end
+  end
+  -- The capabilities are known once the server answered initialize.
+  local c = vim.lsp.get_client_by_id(id)
+  if c and c.initialized then
+    attach()
+  else
+    vim.api.nvim_create_autocmd('LspAttach', {
+      buffer = bufnr,
+      once = true,
+      callback = function(ev) if ev.data.client_id == id then attach() end end,
+    })
+  end
 end
 
 -- Neovim 0.11 made client methods take `self` (`client:request`); 0.10 has plain functions.
