@@ -704,6 +704,10 @@ impl Session {
                     tests.finished(cx, generation, *result, &disk)
                 });
             }
+            TestMessage::Shared { result, disk } => {
+                let root = self.workspace_root.clone().unwrap_or_default();
+                self.with_tests(&root, |tests, cx| tests.shared(cx, *result, &disk));
+            }
             TestMessage::SaveSettled { generation } => {
                 if self.tests.is_latest_save(generation) {
                     self.start_tests(Trigger::User {
@@ -1226,6 +1230,12 @@ impl Session {
             // Built now, at a low priority, and kept: a run from the editor then starts with
             // the whole map (docs/bigrepo.md).
             agent_ls_runtime::repomap::warm::keep(root);
+            // Another window's test runs on this folder are shown here too.
+            test_runs::watch_shared(
+                root.clone(),
+                self.tests.writer().to_string(),
+                self.test_report.clone(),
+            );
         }
         self.initialized = true;
         info!(

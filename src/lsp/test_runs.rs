@@ -71,6 +71,12 @@ pub enum TestMessage {
     },
     /// The debounce delay after save `generation` passed.
     SaveSettled { generation: u64 },
+    /// Another server on this workspace (another editor window) finished a run: its result,
+    /// and the files its failures name, read off the session's task.
+    Shared {
+        result: Box<RunResult>,
+        disk: HashMap<PathBuf, Rope>,
+    },
 }
 
 /// Who asked for a run.
@@ -116,8 +122,9 @@ pub struct Context<'a> {
     pub review: &'a super::review_diagnostics::ReviewDiagnostics,
 }
 
-#[derive(Default)]
 pub struct TestRuns {
+    /// This server's id in the workspace's shared latest result (`tests_run::shared`).
+    writer: String,
     generation: u64,
     running: Option<Running>,
     /// A user's run asked for during the agent's, started when that one ends.
@@ -129,7 +136,34 @@ pub struct TestRuns {
     last: Option<Arc<RunResult>>,
 }
 
+impl Default for TestRuns {
+    fn default() -> Self {
+        TestRuns {
+            writer: tests_run::shared::writer_id(),
+            generation: 0,
+            running: None,
+            queued: None,
+            save_generation: 0,
+            published: HashMap::new(),
+            last: None,
+        }
+    }
+}
+
 impl TestRuns {
+    /// This server's id among those sharing the workspace's latest result.
+    pub fn writer(&self) -> &str {
+        &self.writer
+    }
+
+    /// Publishes the result of another server's run on this workspace, as the latest.
+    pub fn shared(&mut self, cx: &Context<'_>, result: RunResult, disk: &HashMap<PathBuf, Rope>) {
+        if self.running.is_some() {
+            // This window's own run, once it ends, is the newer result.
+            return;
+        }
+        self.publish_result(cx, result, disk, false);
+    }
     /// Publishes `uri`'s diagnostics again, the last test run's with the reviewer's (after
     /// the reviewer's changed), at the document's version.
     pub fn republish(&self, cx: &Context<'_>, uri: &Uri) {
@@ -301,7 +335,7 @@ impl TestRuns {
             }
         }
         match result {
-            Ok(r) => self.publish(cx, r, disk),
+            Ok(r) => self.publish_result(cx, r, disk, true),
             Err(err) => {
                 warn!("test run not started: {err}");
                 let message = err.to_string();
@@ -323,8 +357,14 @@ impl TestRuns {
     }
 
     /// Publishes a run's failures as diagnostics, replacing the previous run's, and its
-    /// status.
-    fn publish(&mut self, cx: &Context<'_>, result: RunResult, disk: &HashMap<PathBuf, Rope>) {
+    /// status; this server's own (`share`) becomes the workspace's latest for the others.
+    fn publish_result(
+        &mut self,
+        cx: &Context<'_>,
+        result: RunResult,
+        disk: &HashMap<PathBuf, Rope>,
+        share: bool,
+    ) {
         info!(
             state = ?result.state(),
             failures = result.failures.len(),
@@ -379,9 +419,20 @@ impl TestRuns {
             failed: result.failed.or(Some(result.failures.len() as u32)),
             duration_ms: Some(result.duration_ms),
             command,
-            // A timeout or a sandbox limit, named.
-            message: result.stopped(),
+            // A timeout or a sandbox limit, named; or where another window's run came from.
+            message: result.stopped().or_else(|| {
+                (!share).then(|| "the latest run of this workspace, from another window".into())
+            }),
         });
+        if share {
+            let (root, writer, shared) =
+                (cx.root.to_path_buf(), self.writer.clone(), result.clone());
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = tests_run::shared::write(&root, &writer, &shared) {
+                    warn!("the other windows will not see this test run: {e}");
+                }
+            });
+        }
         self.last = Some(Arc::new(result));
     }
 }
@@ -487,6 +538,54 @@ async fn run(
         result: Box::new(result),
         disk,
     });
+}
+
+/// Watches the workspace's shared latest result (`tests_run::shared`) for another server's
+/// runs: its time is looked at each second (a stat; a network folder has no inotify), and a
+/// new result another writer made is read, with the files its failures name, off the
+/// session's task and reported. The first look is at once, so a window opened later shows
+/// the workspace's latest result.
+pub fn watch_shared(root: PathBuf, writer: String, report: Report<TestMessage>) {
+    tokio::spawn(async move {
+        let mut seen = None;
+        let mut seen_before: Option<()> = None;
+        loop {
+            let modified = tests_run::shared::modified(&root);
+            if modified.is_some() && modified != seen {
+                seen = modified;
+                let root = root.clone();
+                let read = tokio::task::spawn_blocking(move || {
+                    let latest = tests_run::shared::read(&root)?;
+                    let disk = read_failure_files(&root, &latest.result);
+                    Some((latest, disk))
+                })
+                .await;
+                // At the first look, only a window still open counts: a result a closed
+                // server left is the last session's, not another window's.
+                let first = seen_before.is_none();
+                seen_before = Some(());
+                if let Ok(Some((latest, disk))) = read
+                    && latest.writer != writer
+                    && (!first || writer_alive(&latest.writer))
+                {
+                    report(TestMessage::Shared {
+                        result: Box::new(latest.result),
+                        disk,
+                    });
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
+}
+
+/// Whether the server that wrote a shared result (`pid-nanos`) still runs.
+fn writer_alive(writer: &str) -> bool {
+    writer
+        .split('-')
+        .next()
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
 }
 
 /// The files a run's failures and their frames name, read from disk (at most 200), so

@@ -1,6 +1,7 @@
 //! Test failures as diagnostics through the real binary: a save runs the tests and publishes
 //! failures on the right lines (also in files that are not open), fixing the code clears them,
-//! `agent-ls.rerunTests` runs them on demand, and a newer run replaces an older one.
+//! `agent-ls.rerunTests` runs them on demand, a newer run replaces an older one, and a second
+//! editor window on the workspace sees the first one's results.
 
 use crate::support;
 
@@ -220,4 +221,72 @@ fn cancel_stops_a_run_and_keeps_the_previous_diagnostics() {
     let status = final_status(&mut c);
     assert_eq!(status["state"], "cancelled");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// Two editor windows on one workspace are two servers: a run in the first is published in
+/// the second too (it saw none of it), and a window opened later starts with the workspace's
+/// latest result.
+#[test]
+fn a_second_window_sees_the_first_window_s_test_diagnostics() {
+    let ws = workspace(&[]);
+    std::fs::create_dir_all(ws.path().join("src")).unwrap();
+    std::fs::write(ws.path().join("src/app.py"), "a\nb\nc = 1\n").unwrap();
+    let test = json!({"command": ["sh", "-c", "echo 'src/app.py:3: boom'; exit 1"], "allowlist": ["sh -c"]});
+    let app = file_uri(&ws.path().join("src/app.py"));
+    let mut second = start(ws.path(), test.clone());
+    let mut first = start(ws.path(), test.clone());
+    first
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "agent-ls.rerunTests"}),
+        )
+        .unwrap();
+    assert_eq!(final_status(&mut first)["state"], "failed");
+    let seen = second.wait_notification("textDocument/publishDiagnostics", |p| p["uri"] == app);
+    let d = &seen["diagnostics"][0];
+    assert_eq!(d["range"]["start"]["line"], 2, "{d}");
+    assert_eq!(d["source"], "agent-ls test", "{d}");
+    let status = second.wait_notification("agent-ls/testStatus", |p| p["state"] == "failed");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("another window"),
+        "{status}"
+    );
+    // The first window does not take its own result back as another's.
+    first
+        .request("agent-ls/configuration", Value::Null)
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    first
+        .request("agent-ls/configuration", Value::Null)
+        .unwrap();
+    let echoed = first.notifications.iter().any(|n| {
+        n["method"] == "agent-ls/testStatus"
+            && n["params"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("another window"))
+    });
+    assert!(!echoed, "the first window republished its own run");
+    // A third window, opened after the run, starts with it.
+    let mut third = start(ws.path(), test.clone());
+    let seen = third.wait_notification("textDocument/publishDiagnostics", |p| p["uri"] == app);
+    assert_eq!(seen["diagnostics"][0]["range"]["start"]["line"], 2);
+    // Once every window is closed, the next session does not take the last one's result
+    // for another window's.
+    drop((first, second, third));
+    let mut later = start(ws.path(), test);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    later
+        .request("agent-ls/configuration", Value::Null)
+        .unwrap();
+    assert!(
+        !later
+            .notifications
+            .iter()
+            .any(|n| n["method"] == "textDocument/publishDiagnostics"),
+        "{:?}",
+        later.notifications
+    );
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct TestCommand {
     pub argv: Vec<String>,
     /// Why this command: "configured", or the file that made us choose it.

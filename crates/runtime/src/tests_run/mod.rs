@@ -4,6 +4,7 @@
 pub mod command;
 pub mod process;
 mod result;
+pub mod shared;
 mod summary;
 
 use agent_ls_core::test_output::{parse, report, running};

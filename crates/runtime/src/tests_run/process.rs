@@ -16,7 +16,7 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 /// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RunEnd {
     Exited {

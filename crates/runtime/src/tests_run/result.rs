@@ -12,7 +12,7 @@ use agent_ls_core::test_output::TestState;
 use agent_ls_core::test_output::parse::{Failure, Format};
 
 /// What a finished run found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RunResult {
     pub command: TestCommand,
     pub end: RunEnd,

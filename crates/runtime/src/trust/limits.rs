@@ -10,7 +10,7 @@ use std::fmt;
 use serde::Serialize;
 
 /// One resource a limit applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LimitKind {
     Processes,
@@ -53,7 +53,7 @@ impl LimitKind {
 }
 
 /// A limit a run hit: which, and its value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Limit {
     pub kind: LimitKind,
     pub max: u64,

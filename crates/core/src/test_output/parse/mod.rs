@@ -9,12 +9,12 @@ mod python;
 mod rust;
 mod types;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use types::{Context, Failure, Location, Parsed};
 
 /// Which tool printed the output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Format {
     Libtest,
