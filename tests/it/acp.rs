@@ -1763,3 +1763,46 @@ fn acpx_sets_the_model_and_the_mode_the_next_prompt_runs_with() {
     );
     acpx_ok(&["sessions", "close"]);
 }
+
+/// acpx's own session commands against agent-ls as a new user runs them: `sessions list` asks
+/// the agent (`session/list`) and finds the session a prompt ran in, with its title, also
+/// after acpx forgot its own records; `set-mode plan` is taken; `sessions close` ends it, and a
+/// new acpx process loads the old session by its id.
+#[test]
+fn acpx_lists_closes_and_loads_agent_ls_sessions() {
+    if deps().is_none() {
+        return;
+    }
+    let (ws, home) = acpx_workspace(NO_EVAL);
+    let (ws, home) = (ws.path(), home.path());
+    acpx_ok(ws, home, &["sessions", "new"]);
+    acpx_ok(ws, home, &["set-mode", "plan"]);
+    acpx_ok(ws, home, &["set-mode", "build"]);
+    acpx_ok(ws, home, &["prompt", "fix the failing tests"]);
+    let listed = acpx_ok(ws, home, &["sessions", "list"]);
+    assert!(listed.contains("fix the failing tests"), "{listed}");
+    // One session a line: its id, title, folder and time, tab-separated.
+    let id = listed
+        .lines()
+        .find(|l| l.contains("fix the failing tests"))
+        .and_then(|l| l.split('\t').next())
+        .unwrap_or_else(|| panic!("no session id in:\n{listed}"))
+        .to_string();
+    acpx_ok(ws, home, &["sessions", "close"]);
+    // A fresh acpx home: acpx has no record of its own, the agent still has the session.
+    let fresh = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(fresh.path().join("agent-ls")).unwrap();
+    std::fs::copy(
+        home.join("agent-ls/config.toml"),
+        fresh.path().join("agent-ls/config.toml"),
+    )
+    .unwrap();
+    let again = acpx_ok(ws, fresh.path(), &["sessions", "list"]);
+    assert!(again.contains(&id), "{again}");
+    let said = loaded(ws, home, &id);
+    assert!(
+        said.iter()
+            .any(|u| u.to_string().contains("fix the failing tests")),
+        "{said:?}"
+    );
+}
