@@ -30,13 +30,26 @@ const WARM_BUDGET: Duration = Duration::from_millis(400);
 /// delay the first request. The map joins at a later step, as a late one does.
 const WARM_WAIT_FILES: usize = 12_000;
 
+/// Files a warm build may still have to parse for its first context to wait for it: about
+/// what two cores parse within the warm budget.
+const MISSING_WAIT_FILES: usize = 300;
+
 /// How long the first context waits for a map built for the run, by how many files its cache
-/// holds (`None`: no cache, a cold build).
-fn first_budget(cached_files: Option<usize>) -> Duration {
+/// holds and how many the last build found (`None`: no cache, a cold build). A cache a build
+/// left half made (a CLI run that ended first) is a big repository's whose rest will not be
+/// parsed within the budget: the first request does not wait for it, and the build goes on
+/// while the model thinks, saving its rows as it goes.
+fn first_budget(cached_files: Option<(usize, Option<usize>)>) -> Duration {
     match cached_files {
         None => COLD_BUDGET,
-        Some(n) if n > WARM_WAIT_FILES => Duration::ZERO,
-        Some(_) => WARM_BUDGET,
+        Some((rows, listed)) => {
+            let files = listed.unwrap_or(rows).max(rows);
+            if files > WARM_WAIT_FILES || files - rows > MISSING_WAIT_FILES {
+                Duration::ZERO
+            } else {
+                WARM_BUDGET
+            }
+        }
     }
 }
 
@@ -249,8 +262,37 @@ mod tests {
     #[test]
     fn a_big_warm_map_is_not_waited_for_a_small_one_is_and_a_cold_one_longest() {
         assert_eq!(first_budget(None), COLD_BUDGET);
-        assert_eq!(first_budget(Some(300)), WARM_BUDGET);
-        assert_eq!(first_budget(Some(WARM_WAIT_FILES)), WARM_BUDGET);
-        assert_eq!(first_budget(Some(WARM_WAIT_FILES + 1)), Duration::ZERO);
+        assert_eq!(first_budget(Some((300, Some(300)))), WARM_BUDGET);
+        assert_eq!(first_budget(Some((300, None))), WARM_BUDGET);
+        let whole = Some((WARM_WAIT_FILES, Some(WARM_WAIT_FILES)));
+        assert_eq!(first_budget(whole), WARM_BUDGET);
+        let big = Some((WARM_WAIT_FILES + 1, Some(WARM_WAIT_FILES + 1)));
+        assert_eq!(first_budget(big), Duration::ZERO);
+    }
+
+    /// A first run on 20,000 files that ended before its map was whole left 5,000 rows: the
+    /// second run's first request does not wait for the other 15,000 to be parsed.
+    #[test]
+    fn a_cache_a_build_left_half_made_is_not_waited_for() {
+        assert_eq!(first_budget(Some((5_000, Some(20_000)))), Duration::ZERO);
+        assert_eq!(first_budget(Some((900, Some(2_000)))), Duration::ZERO);
+        // A few files left (the last batch of a small repository): waited for.
+        assert_eq!(first_budget(Some((1_900, Some(2_000)))), WARM_BUDGET);
+    }
+
+    /// The cache records how many files its build found before parsing them, so a build cut
+    /// short leaves a cache that says it is not whole.
+    #[test]
+    fn a_build_records_how_many_files_it_found() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..3 {
+            std::fs::write(
+                dir.path().join(format!("m{i}.py")),
+                "def f():\n    return 1\n",
+            )
+            .unwrap();
+        }
+        crate::repomap::build(dir.path(), &HashMap::new());
+        assert_eq!(crate::repomap::cached_files(dir.path()), Some((3, Some(3))));
     }
 }

@@ -66,9 +66,11 @@ struct Packed {
     counts: Vec<u32>,
 }
 
-/// How many files the cache at `path` holds, read without writing; `None` when there is no
-/// cache of this version there.
-pub(super) fn count(path: &Path) -> Option<usize> {
+/// How many files the cache at `path` holds, and how many source files the last build that
+/// wrote it found (`None` before any build recorded it), read without writing; `None` when
+/// there is no cache of this version there. Fewer rows than files: a build was cut short (a
+/// CLI run that ended before its map was whole), and the next build parses the rest.
+pub(super) fn count(path: &Path) -> Option<(usize, Option<usize>)> {
     use rusqlite::OpenFlags;
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
     // A writer's commit locks the file for a moment: waited out, or the run would take its
@@ -78,10 +80,16 @@ pub(super) fn count(path: &Path) -> Option<usize> {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .ok()?;
-    (version == VERSION)
+    let rows = (version == VERSION)
         .then(|| conn.query_row("SELECT count(*) FROM files", [], |r| r.get::<_, i64>(0)))?
+        .ok()? as usize;
+    let listed = conn
+        .query_row("SELECT value FROM meta WHERE key = 'listed'", [], |r| {
+            r.get::<_, i64>(0)
+        })
         .ok()
-        .map(|n| n as usize)
+        .map(|n| n as usize);
+    Some((rows, listed))
 }
 
 /// The cache at `path`, its tables made (again, when its version is not ours).
@@ -104,6 +112,28 @@ fn connect(path: &Path) -> rusqlite::Result<Connection> {
 }
 
 impl TagCache {
+    /// Records how many source files this build's walk found, before it parses them, so a
+    /// later run can tell a whole cache from one a build left half made. (A table of its own
+    /// beside the rows: the rows' format, and so `VERSION`, stay as they are.)
+    pub(super) fn set_listed(&self, files: usize) {
+        let Some(conn) = &self.conn else {
+            return;
+        };
+        let written = conn
+            .execute_batch(
+                "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
+            )
+            .and_then(|()| {
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('listed', ?1)",
+                    params![files as i64],
+                )
+            });
+        if let Err(e) = written {
+            tracing::debug!("the repo map's cache does not record its size: {e}");
+        }
+    }
+
     /// Opens (creating, when `create`) the cache in `state` (the workspace's `.agent-ls`).
     pub(super) fn open(state: &Path, create: bool) -> TagCache {
         let path = state.join(FILE);

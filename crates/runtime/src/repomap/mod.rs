@@ -103,6 +103,7 @@ fn build_with(root: &Path, buffers: &HashMap<String, String>, write_cache: bool)
     timings.load_ms = ms(t);
     if write_cache && (!todo.is_empty() || !gone.is_empty()) {
         cache = TagCache::open(&state, true);
+        cache.set_listed(listed.len());
         cache.write(&[], &gone);
     }
     let mut parsed = 0;
@@ -154,9 +155,9 @@ fn parse_buffers(files: &mut BTreeMap<String, Tags>, buffers: &HashMap<String, S
     n
 }
 
-/// How many files `root`'s map cache holds; `None` when it has none (or one of another
-/// version, which the next build replaces): that build is cold.
-pub fn cached_files(root: &Path) -> Option<usize> {
+/// How many files `root`'s map cache holds, and how many its last build found; `None` when it
+/// has none (or one of another version, which the next build replaces): that build is cold.
+pub fn cached_files(root: &Path) -> Option<(usize, Option<usize>)> {
     cache::count(&root.join(".agent-ls").join(cache::FILE))
 }
 
@@ -616,7 +617,7 @@ mod tests {
         let dir = project();
         let map = build(dir.path(), &HashMap::new());
         assert_eq!((map.parsed, map.cached), (4, 0));
-        assert_eq!(cached_files(dir.path()), Some(4));
+        assert_eq!(cached_files(dir.path()), Some((4, Some(4))));
         assert!(!map.files.contains_key("build/gen.py"));
         let focus = Focus {
             files: vec!["tests/test_core.py".into()],
