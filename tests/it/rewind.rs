@@ -1,0 +1,201 @@
+//! Rewind (docs/rewind.md): a run taken back to one of its steps, code and conversation
+//! together, and a new run from there with a new instruction, through each surface: the
+//! files go back to the step, the new run's first model request carries the earlier
+//! conversation up to the step and the new instruction, and a file edited by hand since at a
+//! later step's lines is a refusal that names it and changes nothing.
+
+use crate::support;
+
+use std::path::Path;
+use std::process::Output;
+
+use agent_ls_runtime::store::Store;
+use serde_json::{Value, json};
+use support::model_server::{ModelServer, openai_text};
+
+/// Step 1: the wrong way round; step 2: the fix; the rewound run's answer: the other sum.
+const WRONG: &str =
+    "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return b - a\n>>>>>>> REPLACE\n";
+const RIGHT: &str =
+    "calc.py\n<<<<<<< SEARCH\n    return b - a\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+const INSTEAD: &str =
+    "calc.py\n<<<<<<< SEARCH\n    return b - a\n=======\n    return b + a\n>>>>>>> REPLACE\n";
+const REFLECTION: &str = r#"{"task_id": "T1", "passed": false, "report": "add subtracts the wrong way round", "next_step": "make add return the sum"}"#;
+
+/// The example, with the evaluator and the review off so the model answers only the
+/// coder's and the reflector's calls.
+fn workspace() -> tempfile::TempDir {
+    let ws = support::example();
+    std::fs::write(
+        ws.path().join(".agent-ls.toml"),
+        "[agent]\nevaluate = false\nreview = \"off\"\n",
+    )
+    .unwrap();
+    ws
+}
+
+fn openai_env(url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("AGENT_LS_MODEL__PROVIDER", "openai".into()),
+        ("AGENT_LS_MODEL__BASE_URL", format!("{url}/v1")),
+        ("OPENAI_API_KEY", "test-key".into()),
+    ]
+}
+
+fn run(ws: &Path, home: &Path, url: &str, args: &[&str]) -> Output {
+    support::cli(&[&["run"], args].concat(), ws, home)
+        .envs(openai_env(url))
+        .output()
+        .unwrap()
+}
+
+fn calc(ws: &Path) -> String {
+    std::fs::read_to_string(ws.join("calc.py")).unwrap()
+}
+
+/// A fix in two steps by one run: the wrong way round (step 1, tests fail), then the sum
+/// (step 2, tests pass). The steps' ids, oldest first.
+fn fixed_in_two_steps(ws: &Path, home: &Path) -> Vec<u64> {
+    let model = ModelServer::start(vec![
+        openai_text(&[WRONG]),
+        openai_text(&[REFLECTION]),
+        openai_text(&[RIGHT]),
+    ]);
+    let out = run(ws, home, &model.url, &["fix the failing tests", "--yes"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(calc(ws).contains("return a + b"));
+    let (store, _) = Store::open(ws).unwrap();
+    let steps: Vec<u64> = store
+        .load_steps()
+        .unwrap()
+        .iter()
+        .map(|(s, _)| s.id)
+        .collect();
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    steps
+}
+
+/// The text of every message of a recorded OpenAI request, in order.
+fn said(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn run_from_a_step_goes_back_to_it_and_follows_its_conversation() {
+    let (ws, home) = (workspace(), tempfile::tempdir().unwrap());
+    let steps = fixed_in_two_steps(ws.path(), home.path());
+    let model = ModelServer::start(vec![openai_text(&[INSTEAD])]);
+    let step = steps[0].to_string();
+    let instruction = "instead, fix add so it returns b + a";
+    let out = run(
+        ws.path(),
+        home.path(),
+        &model.url,
+        &["--from", &step, instruction, "--yes"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(&format!("to step {step}")), "{stderr}");
+    // The result is applied on the files as they were after step 1.
+    assert!(
+        calc(ws.path()).contains("return b + a"),
+        "{}",
+        calc(ws.path())
+    );
+    // The first request: the earlier goal, the step's answer and its tests, then the new
+    // instruction; nothing of what came after the step.
+    let first = &model.requests()[0].body;
+    let texts = said(first);
+    let joined = texts.join("\n---\n");
+    let at = |needle: &str| texts.iter().position(|t| t.contains(needle));
+    let goal = at("Goal: fix the failing tests").expect(&joined);
+    let answer = at("return b - a").expect(&joined);
+    let new = at(&format!("Goal: {instruction}")).expect(&joined);
+    assert!(goal < answer && answer < new, "{joined}");
+    assert_eq!(first["messages"][answer]["role"], "assistant", "{joined}");
+    assert!(joined.contains("The tests after it: failed"), "{joined}");
+    assert!(
+        !joined.contains("return a + b\n>>>>>>>"),
+        "step 2's answer: {joined}"
+    );
+    // The journal says what the new run is.
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let journal = std::fs::read_dir(ws.path().join(".agent-ls/runs"))
+        .unwrap()
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .contains(o["run_id"].as_str().unwrap())
+        })
+        .unwrap();
+    let text = std::fs::read_to_string(journal.path()).unwrap();
+    let rewound: Value = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["type"] == "rewound")
+        .expect(&text);
+    assert_eq!(rewound["data"]["step"], json!(steps[0]));
+    // Step 2 is undone (and, once the new run wrote, dropped like any undone step): it is
+    // never taken back a second time.
+    let (store, _) = Store::open(ws.path()).unwrap();
+    let applied: Vec<u64> = store
+        .load_steps()
+        .unwrap()
+        .iter()
+        .filter(|(_, undone)| !undone)
+        .map(|(s, _)| s.id)
+        .collect();
+    assert!(
+        applied.contains(&steps[0]) && !applied.contains(&steps[1]),
+        "{applied:?}"
+    );
+}
+
+#[test]
+fn a_file_edited_since_refuses_the_rewind_naming_it_and_changes_nothing() {
+    let (ws, home) = (workspace(), tempfile::tempdir().unwrap());
+    let steps = fixed_in_two_steps(ws.path(), home.path());
+    // The user edits the line step 2 changed.
+    let edited = calc(ws.path()).replace("return a + b", "return a + b  # mine");
+    std::fs::write(ws.path().join("calc.py"), &edited).unwrap();
+    let model = ModelServer::start(vec![openai_text(&[INSTEAD])]);
+    let step = steps[0].to_string();
+    let out = run(
+        ws.path(),
+        home.path(),
+        &model.url,
+        &[
+            "--from",
+            &step,
+            "instead, fix add so it returns b + a",
+            "--yes",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("calc.py") && stderr.contains("nothing was rewound"),
+        "{stderr}"
+    );
+    assert_eq!(calc(ws.path()), edited);
+    assert_eq!(model.count(), 0, "no run started");
+    let (store, _) = Store::open(ws.path()).unwrap();
+    assert!(
+        store
+            .load_steps()
+            .unwrap()
+            .iter()
+            .all(|(_, undone)| !undone)
+    );
+}
