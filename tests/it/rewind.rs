@@ -199,3 +199,90 @@ fn a_file_edited_since_refuses_the_rewind_naming_it_and_changes_nothing() {
             .all(|(_, undone)| !undone)
     );
 }
+
+const BROKEN: &str = "\"\"\"A tiny calculator with a bug for the agent to fix.\"\"\"\n\n\ndef add(a, b):\n    return a - b\n\n\ndef multiply(a, b):\n    return a * b\n";
+
+/// The server's settings with the model at `url`: changes applied without asking, no
+/// evaluation or review.
+fn settings(url: &str) -> Value {
+    json!({"model": {"provider": "openai", "base_url": format!("{url}/v1"), "name": "m"},
+           "agent": {"approval": "auto", "evaluate": false, "review": "off"}})
+}
+
+#[test]
+fn agent_ls_rewind_over_lsp_moves_the_buffer_back_and_starts_the_instruction() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use support::editor::{Buffers, applies};
+    use support::{Client, file_uri};
+
+    let ws = support::example();
+    let model = ModelServer::start(vec![
+        openai_text(&[WRONG]),
+        openai_text(&[REFLECTION]),
+        openai_text(&[RIGHT]),
+        openai_text(&[INSTEAD]),
+    ]);
+    let mut c = Client::spawn(Default::default());
+    c.initialize(ws.path(), json!({}), settings(&model.url));
+    let calc = file_uri(&ws.path().join("calc.py"));
+    c.open(&calc, BROKEN);
+    let buffers: Buffers = Arc::new(Mutex::new(HashMap::from([(
+        calc.clone(),
+        (BROKEN.to_string(), 1),
+    )])));
+    applies(&mut c, buffers.clone(), vec![calc.clone()]);
+    c.command("agent-ls.fixTests", Value::Null).unwrap();
+    let done = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(done["status"], "done", "{done}\n{}", c.stderr());
+    let status = c.settled_status();
+    let mut steps: Vec<u64> = status["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["id"].as_u64())
+        .collect();
+    steps.sort();
+    assert_eq!(steps.len(), 2, "{status}");
+    c.notifications.clear();
+
+    let goal = "instead, fix add so it returns b + a";
+    let answer = c
+        .command("agent-ls.rewind", json!({"step": steps[0], "goal": goal}))
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.stderr()));
+    assert_eq!(answer["rewound"]["undone"], json!([steps[1]]), "{answer}");
+    assert_eq!(answer["rewound"]["files"], json!(["calc.py"]), "{answer}");
+    let done = c.wait_notification("agent-ls/runFinished", |_| true);
+    assert_eq!(done["status"], "done", "{done}\n{}", c.stderr());
+    assert_eq!(done["run_id"], answer["run_id"], "{done}");
+    let text = buffers.lock().unwrap()[&calc].0.clone();
+    assert!(text.contains("return b + a"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("calc.py")).unwrap(),
+        text
+    );
+    // The new run's first request follows the earlier conversation up to step 1.
+    let texts = said(&model.requests()[3].body);
+    let joined = texts.join("\n---\n");
+    let at = |needle: &str| texts.iter().position(|t| t.contains(needle));
+    let answer_at = at("return b - a").expect(&joined);
+    let new = at(&format!("Goal: {goal}")).expect(&joined);
+    assert!(answer_at < new, "{joined}");
+    assert!(!joined.contains("return a + b\n>>>>>>>"), "{joined}");
+    // Step 2 is undone in the session's history too: the status says so.
+    let status = c.settled_status();
+    let second = status["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == json!(steps[1]));
+    assert!(second.is_none_or(|s| s["undone"] == true), "{status}");
+    // A step that does not exist is refused, naming it.
+    let err = c
+        .command("agent-ls.rewind", json!({"step": 99, "goal": goal}))
+        .unwrap_err();
+    assert!(
+        err["message"].as_str().unwrap().contains("step 99"),
+        "{err}"
+    );
+}
