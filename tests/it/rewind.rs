@@ -286,3 +286,65 @@ fn agent_ls_rewind_over_lsp_moves_the_buffer_back_and_starts_the_instruction() {
         "{err}"
     );
 }
+
+#[test]
+fn acp_rewind_goes_back_and_runs_the_instruction_in_the_session() {
+    use crate::acp::RawAcp;
+
+    let (ws, home) = (workspace(), tempfile::tempdir().unwrap());
+    let steps = fixed_in_two_steps(ws.path(), home.path());
+    let model = ModelServer::start(vec![openai_text(&[INSTEAD])]);
+    let env = openai_env(&model.url);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let cwd = ws.path().canonicalize().unwrap();
+    let mut acp = RawAcp::start_with(home.path(), &env);
+    let (created, _) = acp.request(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let id = created["result"]["sessionId"].clone();
+    // Without both its parts, a rewind says how to write it and does nothing.
+    let (_, seen) = acp.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "/rewind"}]}),
+    );
+    let told: String = seen
+        .iter()
+        .filter_map(|n| n["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(told.contains("/rewind STEP INSTRUCTION"), "{told}");
+    let goal = "instead, fix add so it returns b + a";
+    let prompt = format!("/rewind {} {goal}", steps[0]);
+    let (answer, seen) = acp.request(
+        3,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": prompt}]}),
+    );
+    acp.close();
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let said: String = seen
+        .iter()
+        .filter_map(|n| n["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(
+        said.contains(&format!("to step {}: undid step(s) {}", steps[0], steps[1])),
+        "{said}"
+    );
+    assert!(
+        calc(ws.path()).contains("return b + a"),
+        "{}",
+        calc(ws.path())
+    );
+    let texts = said_to_model(&model);
+    let answer_at = texts.iter().position(|t| t.contains("return b - a"));
+    let new = texts
+        .iter()
+        .position(|t| t.contains(&format!("Goal: {goal}")));
+    assert!(
+        matches!((answer_at, new), (Some(a), Some(n)) if a < n),
+        "{texts:?}"
+    );
+}
+
+/// The texts of the model's first request.
+fn said_to_model(model: &ModelServer) -> Vec<String> {
+    said(&model.requests()[0].body)
+}
