@@ -348,3 +348,64 @@ fn acp_rewind_goes_back_and_runs_the_instruction_in_the_session() {
 fn said_to_model(model: &ModelServer) -> Vec<String> {
     said(&model.requests()[0].body)
 }
+
+#[test]
+fn mcp_run_from_a_step_rewinds_then_runs_the_goal() {
+    use std::io::{BufRead, Write};
+
+    let (ws, home) = (workspace(), tempfile::tempdir().unwrap());
+    let steps = fixed_in_two_steps(ws.path(), home.path());
+    let model = ModelServer::start(vec![openai_text(&[INSTEAD])]);
+    let mut mcp = support::in_workspace(&["mcp"], ws.path(), home.path())
+        .envs(openai_env(&model.url))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = mcp.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(mcp.stdout.take().unwrap());
+    let goal = "instead, fix add so it returns b + a";
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "run",
+            "arguments": {"goal": goal, "from": steps[0], "yes": true}}}),
+    ];
+    let mut answers = Vec::new();
+    for (i, request) in requests.iter().enumerate() {
+        writeln!(stdin, "{request}").unwrap();
+        if i == 0 {
+            writeln!(
+                stdin,
+                "{}",
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            )
+            .unwrap();
+        }
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        answers.push(serde_json::from_str::<Value>(&line).unwrap());
+    }
+    drop(stdin);
+    mcp.wait().unwrap();
+    let result = &answers[1]["result"];
+    assert_eq!(result["structuredContent"]["status"], "done", "{result}");
+    let notes = result["structuredContent"]["notes"].to_string();
+    assert!(notes.contains(&format!("to step {}", steps[0])), "{notes}");
+    assert!(
+        calc(ws.path()).contains("return b + a"),
+        "{}",
+        calc(ws.path())
+    );
+    let texts = said_to_model(&model);
+    let answer_at = texts.iter().position(|t| t.contains("return b - a"));
+    let new = texts
+        .iter()
+        .position(|t| t.contains(&format!("Goal: {goal}")));
+    assert!(
+        matches!((answer_at, new), (Some(a), Some(n)) if a < n),
+        "{texts:?}"
+    );
+}
