@@ -22,7 +22,7 @@ pub struct RunGoal {
     /// conversation together (its later steps are undone as `agent-ls undo` undoes them; a
     /// file edited since at their lines is a refusal), then run GOAL ("instead, ...") as a
     /// new run that follows the conversation up to there.
-    #[arg(long, value_name = "STEP", requires = "goal", conflicts_with_all = ["resume", "isolated", "skill"])]
+    #[arg(long, value_name = "STEP", requires = "goal", conflicts_with_all = ["resume", "isolated", "skill", "dry_run"])]
     pub from: Option<u64>,
     /// The project (default: the current directory).
     #[arg(long)]
