@@ -46,9 +46,12 @@ fn followed(root: &Path, lines: &[Value], depth: usize) -> Vec<Message> {
         return Vec::new();
     }
     let before = journal::lines_of(root, from);
-    // That run's lines up to its step: its own ts is not known here, so up to the line that
-    // started this one.
-    let ts = line["ts"].as_i64().unwrap_or(i64::MAX);
+    // That run's lines up to its step, found by when the store recorded the step (it stays
+    // applied: it is the step that run was rewound to); without it, up to this run's start.
+    let recorded = crate::drive::recorded_store(root)
+        .ok()
+        .and_then(|s| s.step_recorded_ms(step).ok().flatten());
+    let ts = recorded.or(line["ts"].as_i64()).unwrap_or(i64::MAX);
     let upto = cut(&before, ts);
     let mut messages = followed(root, &before[..upto], depth - 1);
     messages.extend(conversation(&before[..upto]));
@@ -269,6 +272,59 @@ mod tests {
         );
         assert_eq!(messages[1].tool_calls.len(), 1);
         assert!(!said.iter().any(|(_, c)| c.contains("two")));
+    }
+
+    #[test]
+    fn a_rewound_run_rewound_again_brings_the_conversation_it_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = dir.path().join(journal::DIR);
+        std::fs::create_dir_all(&runs).unwrap();
+        let write = |name: &str, lines: &[Value]| {
+            let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            std::fs::write(runs.join(name), text).unwrap();
+        };
+        write("1-run_a.jsonl", &journal());
+        // run_b went on from run_a's step at ts 40 (no store here: its start is the cut).
+        write(
+            "2-run_b.jsonl",
+            &[
+                line(40, "agent", "intent", json!({"goal": "instead, multiply"})),
+                line(
+                    40,
+                    "agent",
+                    "rewound",
+                    json!({"from": "run_a", "step": 1, "messages": 5}),
+                ),
+                answer(60, "calc.py SEARCH/REPLACE three", json!([])),
+                line(
+                    61,
+                    "agent",
+                    "patch",
+                    json!({"files": ["calc.py"], "diff": "-b\n+d"}),
+                ),
+            ],
+        );
+        let earlier = at_step(dir.path(), "run_b", 7, 70);
+        let said: Vec<&str> = earlier
+            .messages
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect();
+        let at = |needle: &str| said.iter().position(|c| c.contains(needle));
+        let found = |needle: &str| at(needle).unwrap_or_else(|| panic!("{needle}: {said:?}"));
+        let (one, back, goal, three) = (
+            found("SEARCH/REPLACE one"),
+            found("took run run_a back to its step 1"),
+            found("Goal: instead, multiply"),
+            found("SEARCH/REPLACE three"),
+        );
+        assert!(one < back && back < goal && goal < three, "{said:?}");
+        assert!(at("SEARCH/REPLACE two").is_none(), "{said:?}");
+        assert!(
+            said.last()
+                .unwrap()
+                .contains("took run run_b back to here, its step 7")
+        );
     }
 
     #[test]
