@@ -83,21 +83,9 @@ pub(super) async fn take_back(
 
 /// What the session hears once the files are back.
 pub(super) fn said(r: &Rewind) -> String {
-    let undone: Vec<String> = r.undone.iter().map(u64::to_string).collect();
     format!(
-        "rewound run {} to step {}: undid step(s) {} ({}); the new run follows its conversation up to there",
-        r.run_id,
-        r.step,
-        if undone.is_empty() {
-            "none".to_string()
-        } else {
-            undone.join(", ")
-        },
-        if r.files().is_empty() {
-            "no files".to_string()
-        } else {
-            r.files().join(", ")
-        }
+        "{}; the new run follows its conversation up to there",
+        r.describe()
     )
 }
 

@@ -295,21 +295,9 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
 fn rewind_first(root: &Path, cfg: &config::Config, step: u64) -> Result<Rewind, Stop> {
     let _lock = RunLock::acquire(root, &format!("rewind to step {step}"))?;
     let r = runs::rewind::on_disk(root, step, &cfg.edit.limits())?;
-    let undone: Vec<String> = r.undone.iter().map(u64::to_string).collect();
     eprintln!(
-        "agent-ls: rewound run {} to step {}: undid step(s) {} ({}); the new run follows its conversation ({} messages)",
-        r.run_id,
-        r.step,
-        if undone.is_empty() {
-            "none".to_string()
-        } else {
-            undone.join(", ")
-        },
-        if r.files().is_empty() {
-            "no files".to_string()
-        } else {
-            r.files().join(", ")
-        },
+        "agent-ls: {}; the new run follows its conversation ({} messages)",
+        r.describe(),
         r.earlier.messages.len()
     );
     Ok(r)

@@ -96,14 +96,7 @@ fn rewind_first(
     let limits = config.edit.limits();
     let r = tokio::task::block_in_place(|| runs::rewind::on_disk(root, step, &limits))?;
     request.begin = r.begin();
-    let undone: Vec<String> = r.undone.iter().map(u64::to_string).collect();
-    Ok(format!(
-        "rewound run {} to step {}: undid step(s) [{}] ({})",
-        r.run_id,
-        r.step,
-        undone.join(", "),
-        r.files().join(", ")
-    ))
+    Ok(r.describe())
 }
 
 /// The run's request, from the call's arguments.

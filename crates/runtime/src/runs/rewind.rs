@@ -60,6 +60,22 @@ impl Rewind {
         files
     }
 
+    /// What was done, as every surface says it: "rewound run R to step N: undid step(s) 5, 4
+    /// (calc.py, notes.py)".
+    pub fn describe(&self) -> String {
+        let or_none = |list: Vec<String>, none: &str| match list.is_empty() {
+            true => none.to_string(),
+            false => list.join(", "),
+        };
+        format!(
+            "rewound run {} to step {}: undid step(s) {} ({})",
+            self.run_id,
+            self.step,
+            or_none(self.undone.iter().map(u64::to_string).collect(), "none"),
+            or_none(self.files(), "no files")
+        )
+    }
+
     /// The new run: `instruction`, following the conversation up to the step, in the
     /// checkout where the rewound run's files are.
     pub fn request(&self, instruction: impl Into<String>) -> RunRequest {
