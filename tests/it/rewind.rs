@@ -247,6 +247,20 @@ fn agent_ls_rewind_over_lsp_moves_the_buffer_back_and_starts_the_instruction() {
     c.notifications.clear();
 
     let goal = "instead, fix add so it returns b + a";
+    // Typed, unsaved, at the line step 2 changed: refused, naming the file; nothing moves.
+    let version = buffers.lock().unwrap()[&calc].1;
+    let line = "    return a + b";
+    let end = line.len() as u32;
+    c.edit(&calc, version as i32 + 1, (4, end), (4, end), "  # mine");
+    let refused = c
+        .command("agent-ls.rewind", json!({"step": steps[0], "goal": goal}))
+        .unwrap_err();
+    let why = refused["message"].as_str().unwrap_or_default();
+    assert!(why.contains("calc.py") && why.contains("step"), "{refused}");
+    let disk = std::fs::read_to_string(ws.path().join("calc.py")).unwrap();
+    assert!(disk.contains("return a + b\n"), "{disk}");
+    c.edit(&calc, version as i32 + 2, (4, end), (4, end + 8), "");
+    buffers.lock().unwrap().get_mut(&calc).unwrap().1 = version + 2;
     let answer = c
         .command("agent-ls.rewind", json!({"step": steps[0], "goal": goal}))
         .unwrap_or_else(|e| panic!("{e}\n{}", c.stderr()));
