@@ -1,6 +1,7 @@
 //! The session's slash commands: `/undo [N]`, `/redo`, `/rollback [RUN] [force]`
-//! (rollback.rs), `/rerun`, `/status`, `/commit [RUN]` and `/test BUG`. Each is answered
-//! without a model; `/rerun` with a goal and `/test BUG` start a run, which is not this file's.
+//! (rollback.rs), `/rewind STEP INSTRUCTION` (rewind.rs), `/rerun`, `/status`, `/commit
+//! [RUN]` and `/test BUG`. Each is answered without a model; `/rerun` with a goal, `/test BUG`
+//! and `/rewind` start a run, which is not this file's.
 //! Each skill is a command too (`/NAME [REQUEST]`), which starts a run of it.
 
 use std::future::Future;
@@ -49,6 +50,7 @@ const KNOWN: &[&str] = &[
     "/undo",
     "/redo",
     "/rollback",
+    "/rewind",
     "/rerun",
     "/status",
     "/commit",
@@ -62,6 +64,10 @@ fn own_commands() -> Vec<AvailableCommand> {
         AvailableCommand::new(
             "rollback",
             "Roll the latest run (or /rollback RUN) back whole from its git checkpoint; /rollback force even over later edits",
+        ),
+        AvailableCommand::new(
+            "rewind",
+            "/rewind STEP INSTRUCTION: take the step's run back to it, code and conversation together, and do INSTRUCTION from there",
         ),
         AvailableCommand::new("rerun", "Run the last goal again"),
         AvailableCommand::new(

@@ -8,15 +8,16 @@
 //! tool call with its diffs, each test run as an execute tool call), asks
 //! `session/request_permission` before every change, reads and writes through the client's
 //! `fs/*` methods when it offers them, and ends with the answer. `session/cancel` stops it;
-//! `/undo`, `/redo`, `/rollback`, `/rerun`, `/status`, `/commit` and `/test BUG` (reproduce the
-//! bug with a test first, docs/tester.md) are the session's commands; `session/load` replays a
+//! `/undo`, `/redo`, `/rollback`, `/rewind STEP INSTRUCTION` (docs/rewind.md), `/rerun`,
+//! `/status`, `/commit` and `/test BUG` (reproduce the bug with a test first, docs/tester.md)
+//! are the session's commands; `session/load` replays a
 //! recorded conversation and goes on with a run that was interrupted. `$/cancel_request` of a
 //! prompt stops its run as `session/cancel` does, and the prompt answers -32800.
 //!
 //! This file is the server: its requests and what each does. The rest, one job a file, in
 //! the order they depend on each other (none imports this file): client.rs (updates sent, files
-//! read through the client), sessions.rs (the sessions and their files), commands.rs and
-//! rollback.rs (the slash commands), shell.rs (the ACP `Shell` a run goes through), output.rs
+//! read through the client), sessions.rs (the sessions and their files), commands.rs,
+//! rollback.rs and rewind.rs (the slash commands), shell.rs (the ACP `Shell` a run goes through), output.rs
 //! (what a run's events look like), run.rs (one run and its live view), replay.rs (a recorded
 //! run's conversation again), options.rs (the mode and model options), lifecycle.rs (list,
 //! resume, close and the set requests).
@@ -28,6 +29,7 @@ mod opening;
 mod options;
 mod output;
 mod replay;
+mod rewind;
 mod rollback;
 mod run;
 mod sessions;
@@ -52,6 +54,7 @@ use agent_ls_runtime::clock::{iso8601, now_ms};
 use agent_ls_runtime::config::{self, McpServerConfig};
 use agent_ls_runtime::drive;
 use agent_ls_runtime::journal::RunSummary;
+use agent_ls_runtime::runs::Begin;
 use agent_ls_runtime::store::Store;
 use client::{notify, say, text_chunk};
 use commands::Answer;
@@ -282,7 +285,10 @@ fn prompt(
     let command = text.trim();
     // `/NAME [REQUEST]` of a skill starts a run of it (docs/skills.md).
     if let Some(goal) = commands::skill_goal(command, &turn.root) {
-        return start_run(state, turn, loaded, goal, (responder, conn));
+        return start_run(state, turn, loaded, (goal, Begin::New), (responder, conn));
+    }
+    if let Some(asked) = rewind::parse(command) {
+        return rewind_then_run(state, turn, loaded, asked, (responder, conn));
     }
     let cx = commands::Context {
         conn: conn.clone(),
@@ -310,7 +316,42 @@ fn prompt(
         Some(g) if command == "/rerun" => g.clone(),
         _ => text.clone(),
     };
-    start_run(state, turn, loaded, goal, (responder, conn))
+    start_run(state, turn, loaded, (goal, Begin::New), (responder, conn))
+}
+
+/// `/rewind STEP INSTRUCTION`: the step's run goes back to it first (said in the session),
+/// then the instruction runs as the session's next run, following that run's conversation up
+/// to the step. A refusal (a file edited since, no such step) is said, and nothing runs.
+fn rewind_then_run(
+    state: &State,
+    turn: Turn,
+    loaded: config::Loaded,
+    asked: Option<(u64, String)>,
+    (responder, conn): (Responder<PromptResponse>, ConnectionTo<Client>),
+) -> Handled {
+    let Some((step, instruction)) = asked else {
+        say(&conn, &turn.id, rewind::USAGE);
+        return responder.respond(PromptResponse::new(StopReason::EndTurn));
+    };
+    let state = state.clone();
+    let (peer, root) = ((conn.clone(), turn.id.clone()), turn.root.clone());
+    let limits = loaded.config.edit.limits();
+    tokio::spawn(async move {
+        match rewind::take_back(peer, root, state.client_fs(), limits, step).await {
+            Ok(r) => {
+                say(&conn, &turn.id, rewind::said(&r));
+                let goal = (instruction, r.begin());
+                if let Err(e) = start_run(&state, turn, loaded, goal, (responder, conn)) {
+                    tracing::warn!("the rewound run did not start: {e}");
+                }
+            }
+            Err(e) => {
+                say(&conn, &turn.id, format!("agent-ls: {e}"));
+                let _ = responder.respond(PromptResponse::new(StopReason::EndTurn));
+            }
+        }
+    });
+    Ok(())
 }
 
 /// Starts the run of `goal` for the prompt's turn, by the session's agent and model; the
@@ -320,7 +361,7 @@ fn start_run(
     state: &State,
     turn: Turn,
     loaded: config::Loaded,
-    goal: String,
+    (goal, begin): (String, Begin),
     (responder, conn): (Responder<PromptResponse>, ConnectionTo<Client>),
 ) -> Handled {
     // Said again in the first turn: a client may show nothing sent outside a turn.
@@ -368,7 +409,7 @@ fn start_run(
                 cancel.cancel();
             }
         });
-        let (stop, spent) = run::run((cfg, trusted), root, ask, None, peer, cancel).await;
+        let (stop, spent) = run::run((cfg, trusted), root, ask, begin, peer, cancel).await;
         watch.abort();
         state.spent(&id, spent);
         let _ = if asked.is_cancelled() {
@@ -449,7 +490,8 @@ fn load_recorded(
             };
             let peer = (id, conn, fs);
             let setting = (loaded.config, loaded.trusted);
-            run::run(setting, root, ask, Some(checkpoint), peer, cancel).await;
+            let begin = Begin::Resume(checkpoint.map(Box::new));
+            run::run(setting, root, ask, begin, peer, cancel).await;
         });
     }
     Ok(())

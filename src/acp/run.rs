@@ -14,7 +14,7 @@ use agent_client_protocol::v1::schema::{
 };
 use tokio_util::sync::CancellationToken;
 
-use agent_ls_core::agent::{Run, RunStatus};
+use agent_ls_core::agent::RunStatus;
 use agent_ls_core::events::{LiveEvent, RunEvent};
 use agent_ls_runtime::config::Config;
 use agent_ls_runtime::drive;
@@ -57,15 +57,15 @@ pub(super) struct Ask {
 }
 
 /// One run of the loop for a session, through the runtime's run; the stop reason for the
-/// prompt's answer and what the run spent. `resume` is a recorded run's checkpoint
-/// (`Some(None)` when it has none). `/test BUG` makes the bug the goal, reproduced with a test
+/// prompt's answer and what the run spent. `begin` is new, a recorded run's checkpoint
+/// (`Begin::Resume`) or a rewound run's conversation (`Begin::Rewound`, `/rewind`). `/test BUG` makes the bug the goal, reproduced with a test
 /// first. Its files are committed when it went well as `git.commit` says (unset: offered,
 /// `/commit` takes the offer).
 pub(super) async fn run(
     (config, trusted): (Config, bool),
     root: PathBuf,
     ask: Ask,
-    resume: Option<Option<Run>>,
+    begin: Begin,
     (session, conn, fs): (String, ConnectionTo<Client>, ClientFs),
     cancel: CancellationToken,
 ) -> (StopReason, f64) {
@@ -76,10 +76,6 @@ pub(super) async fn run(
             say(&conn, &session, format!("agent-ls: {e}"));
             return (StopReason::EndTurn, 0.0);
         }
-    };
-    let begin = match resume {
-        Some(checkpoint) => Begin::Resume(checkpoint.map(Box::new)),
-        None => Begin::New,
     };
     let run_id = ask.run_id.clone();
     let mut request = RunRequest {

@@ -18,6 +18,12 @@ pub struct RunGoal {
     /// editor's status), from its last checkpoint, instead of starting one.
     #[arg(long, value_name = "RUN_ID", conflicts_with = "goal")]
     pub resume: Option<String>,
+    /// Rewind first (docs/rewind.md): take the run of step STEP back to that step, code and
+    /// conversation together (its later steps are undone as `agent-ls undo` undoes them; a
+    /// file edited since at their lines is a refusal), then run GOAL ("instead, ...") as a
+    /// new run that follows the conversation up to there.
+    #[arg(long, value_name = "STEP", requires = "goal", conflicts_with_all = ["resume", "isolated", "skill", "dry_run"])]
+    pub from: Option<u64>,
     /// The project (default: the current directory).
     #[arg(long)]
     pub workspace: Option<PathBuf>,
@@ -99,6 +105,7 @@ pub fn run_goal(args: RunGoal) -> ExitCode {
         mode,
         replay: None,
         resume: args.resume,
+        from: args.from,
         allow_protected: args.allow_protected,
         agent: args.agent,
         isolated: args.isolated,
@@ -152,6 +159,7 @@ pub fn replay(journal: PathBuf, workspace: Option<PathBuf>, json: bool, yes: boo
         mode: if yes { Mode::Yes } else { Mode::Ask },
         replay: Some(journal),
         resume: None,
+        from: None,
         allow_protected: false,
         agent: None,
         isolated: false,

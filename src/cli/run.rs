@@ -17,6 +17,7 @@ use agent_ls_runtime::drive::{self, ApplyError, ChangeQuestion, Outcome, Shell};
 use agent_ls_runtime::git::isolate::{IsolateError, Isolated};
 use agent_ls_runtime::lock::RunLock;
 use agent_ls_runtime::runs::disk::OnDisk;
+use agent_ls_runtime::runs::rewind::{NotRewound, Rewind};
 use agent_ls_runtime::runs::{self, AfterRun, Begin, RunRequest};
 use agent_ls_runtime::store::StoreThread;
 use agent_ls_runtime::tests_run::{RunError, RunResult, TestState};
@@ -42,6 +43,8 @@ pub struct Options {
     pub replay: Option<PathBuf>,
     /// Go on with this interrupted run instead of starting one.
     pub resume: Option<String>,
+    /// --from: rewind the run of this step back to it first, and follow its conversation.
+    pub from: Option<u64>,
     /// With --yes, also write protected files and changes the static scan flagged.
     pub allow_protected: bool,
     /// The agent to run the goal (--agent); the configuration's default when `None`.
@@ -181,12 +184,14 @@ enum Stop {
     Lock(#[from] agent_ls_runtime::lock::LockError),
     #[error("cannot isolate the run: {0}")]
     Isolate(#[from] IsolateError),
+    #[error(transparent)]
+    Rewind(#[from] NotRewound),
 }
 
 impl Stop {
     fn code(&self) -> u8 {
         match self {
-            Stop::Runtime(_) | Stop::Resume(_) | Stop::UndoHere => exit::FAILED,
+            Stop::Runtime(_) | Stop::Resume(_) | Stop::UndoHere | Stop::Rewind(_) => exit::FAILED,
             Stop::Workspace { .. }
             | Stop::Config(_)
             | Stop::Agent(_)
@@ -228,14 +233,20 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
             Some((id.clone(), goal, checkpoint))
         }
     };
+    let rewound = match opts.from {
+        Some(step) => Some(rewind_first(&root, &cfg, step)?),
+        None => None,
+    };
     if resume.is_none()
+        && rewound.is_none()
         && let Some(code) = route(&root, &cfg, &opts, &runtime)?
     {
         return Ok(code);
     }
-    let (run_id, goal, begin) = match resume {
-        Some((id, goal, checkpoint)) => (id, goal, Begin::Resume(checkpoint.map(Box::new))),
-        None => (drive::new_run_id(), opts.goal.clone(), Begin::New),
+    let (run_id, goal, begin) = match (resume, rewound) {
+        (Some((id, goal, checkpoint)), _) => (id, goal, Begin::Resume(checkpoint.map(Box::new))),
+        (None, Some(r)) => (drive::new_run_id(), opts.goal.clone(), r.begin()),
+        (None, None) => (drive::new_run_id(), opts.goal.clone(), Begin::New),
     };
     let request = RunRequest {
         goal: goal.clone(),
@@ -277,6 +288,19 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
     let switched = isolated.as_ref().is_some_and(|i| i.worktree.is_none());
     report(&outcome, opts.json, switched);
     Ok(code_for(&outcome))
+}
+
+/// `--from STEP`: the step's run taken back to it on disk, under the workspace's lock, before
+/// the new run starts; what was undone is said on stderr.
+fn rewind_first(root: &Path, cfg: &config::Config, step: u64) -> Result<Rewind, Stop> {
+    let _lock = RunLock::acquire(root, &format!("rewind to step {step}"))?;
+    let r = runs::rewind::on_disk(root, step, &cfg.edit.limits())?;
+    eprintln!(
+        "agent-ls: {}; the new run follows its conversation ({} messages)",
+        r.describe(),
+        r.earlier.messages.len()
+    );
+    Ok(r)
 }
 
 /// The configuration for this run: the layers, and --replay.

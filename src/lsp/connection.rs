@@ -14,12 +14,15 @@ use tower_lsp_server::ls_types::Uri;
 use super::baseline::Baseline;
 use super::jobs::{Panicked, Report};
 use super::outbox::Outbox;
+use super::refused::Refused;
 use super::workspace_edit::EditSupport;
 use agent_ls_core::agent::review::ReviewResult;
 use agent_ls_core::edit::FileChange;
 use agent_ls_core::edit::history::{StepError, StepFile};
 use agent_ls_core::text::{Buffer, Encoding};
 use agent_ls_runtime::drive::Outcome;
+use agent_ls_runtime::lock::RunLock;
+use agent_ls_runtime::runs::rewind::Rewind;
 use agent_ls_runtime::tests_run::{RunError, RunResult};
 
 /// The open documents of the workspace, by path relative to its root.
@@ -60,6 +63,8 @@ pub enum AgentMessage {
         rolled_back: bool,
         changed: bool,
     },
+    /// A rewind's files are back (or it was refused): the new run starts now.
+    RewindFinished(Box<Rewound>),
     /// An undo (or redo) ended.
     UndoFinished {
         step: u64,
@@ -67,6 +72,15 @@ pub enum AgentMessage {
         goal: String,
         result: Result<(), UndoFailed>,
     },
+}
+
+/// What the session hears at a rewind's end (`rewind.rs`): the rewind once its files are
+/// back (or why not), the instruction, and the lock and the answer the new run takes over.
+pub struct Rewound {
+    pub rewind: Result<Rewind, Refused>,
+    pub goal: String,
+    pub lock: RunLock,
+    pub reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
 }
 
 /// An agent step the editor applied and holds, for the history.

@@ -125,6 +125,13 @@ pub const UNDO_COMMAND: &str = "agent-ls.undo";
 /// changed}` when files changed since the run and `force` is not set.
 pub const ROLLBACK_COMMAND: &str = "agent-ls.rollback";
 
+/// Command `agent-ls.rewind` `{step, goal}`: takes the step's run back to that step, code and
+/// conversation together (its later steps undone through workspace/applyEdit, refused when a
+/// file changed since at their lines), then starts `goal` as a new run that follows the
+/// run's conversation up to there. Answers `{run_id, rewound: {run_id, step, undone, files}}`
+/// once the new run has started.
+pub const REWIND_COMMAND: &str = "agent-ls.rewind";
+
 /// Command `agent-ls.redo`: applies the latest undone step again.
 pub const REDO_COMMAND: &str = "agent-ls.redo";
 

@@ -26,6 +26,7 @@ pub mod outbox;
 pub mod refused;
 pub mod review_decision;
 pub mod review_diagnostics;
+pub mod rewind;
 pub mod rollback;
 pub mod session;
 mod shell;
@@ -271,6 +272,7 @@ impl Backend {
             ext::REDO_COMMAND,
             ext::RESUME_COMMAND,
             ext::ROLLBACK_COMMAND,
+            ext::REWIND_COMMAND,
             ext::COMMIT_COMMAND,
             ext::PR_COMMAND,
             ext::RERUN_TESTS_COMMAND,
@@ -394,6 +396,15 @@ impl Backend {
         let lock = self.lock(&what).await?;
         let (reply, answer) = oneshot::channel();
         self.session.send(Event::Rollback { args, lock, reply });
+        answer.await.map_err(internal)?.map_err(refused)
+    }
+
+    /// Takes a run back to a step and starts the instruction from there; answers once the
+    /// new run has started, or with why nothing was rewound.
+    async fn rewind(&self, args: rewind::RewindArgs) -> Result<serde_json::Value> {
+        let lock = self.lock(&format!("rewind to step {}", args.step)).await?;
+        let (reply, answer) = oneshot::channel();
+        self.session.send(Event::Rewind { args, lock, reply });
         answer.await.map_err(internal)?.map_err(refused)
     }
 
@@ -601,6 +612,7 @@ impl LanguageServer for Backend {
                 }
                 ext::RESUME_COMMAND => self.resume(resume_arg(first)?).await.map(Some),
                 ext::ROLLBACK_COMMAND => self.rollback(rollback_args(first)?).await.map(Some),
+                ext::REWIND_COMMAND => self.rewind(rewind::args(first)?).await.map(Some),
                 ext::COMMIT_COMMAND | ext::PR_COMMAND => {
                     let pr = command == ext::PR_COMMAND;
                     let run = run_arg(command, first)?;

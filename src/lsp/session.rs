@@ -27,7 +27,7 @@ use tracing::{debug, error, info, warn};
 
 use super::agent_runs::{self, RunArgs, RunFinished};
 use super::connection::{
-    AgentMessage, AppliedStep, Connection, Snapshot, UndoFailed, WrittenUnder,
+    AgentMessage, AppliedStep, Connection, Rewound, Snapshot, UndoFailed, WrittenUnder,
 };
 use super::convert;
 use super::ext;
@@ -36,6 +36,7 @@ use super::jobs::{self, Panicked, Report};
 use super::outbox::Outbox;
 use super::refused::Refused;
 use super::review_diagnostics::ReviewDiagnostics;
+use super::rewind::{self, RewindArgs};
 use super::rollback::{self, RollbackArgs};
 use super::test_runs::{self, TestMessage, TestRuns, Trigger};
 use super::transport::Notice;
@@ -146,6 +147,12 @@ pub enum Event {
     /// agent-ls.rollback: restore a run's files from its git checkpoint.
     Rollback {
         args: RollbackArgs,
+        lock: RunLock,
+        reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
+    },
+    /// agent-ls.rewind: take a run back to a step, then run the instruction from there.
+    Rewind {
+        args: RewindArgs,
         lock: RunLock,
         reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
     },
@@ -435,6 +442,7 @@ impl Session {
             e @ (Event::StartRun { .. }
             | Event::Undo { .. }
             | Event::Rollback { .. }
+            | Event::Rewind { .. }
             | Event::Resume { .. }
             | Event::RunTests { .. }
             | Event::QueryReady(_)
@@ -469,12 +477,7 @@ impl Session {
             Event::RunTests { reason, command } => {
                 self.start_tests(Trigger::User { reason, command })
             }
-            Event::CancelAll => {
-                self.tests.cancel();
-                if let Some(Active::Run { cancel, .. }) = &self.active {
-                    cancel.cancel();
-                }
-            }
+            Event::CancelAll => self.cancel_all(),
             Event::StartRun { args, lock, reply } => {
                 let _ = reply.send(self.start_run(args, lock));
             }
@@ -489,6 +492,7 @@ impl Session {
                 reply,
             } => self.undo(redo, step, lock, reply),
             Event::Rollback { args, lock, reply } => self.rollback(args, lock, reply),
+            Event::Rewind { args, lock, reply } => self.rewind(args, lock, reply),
             Event::Resume {
                 run_id,
                 goal,
@@ -498,6 +502,14 @@ impl Session {
             } => {
                 let _ = reply.send(self.resume(run_id, goal, checkpoint.map(|c| *c), lock));
             }
+        }
+    }
+
+    /// agent-ls.cancel: the test run and the agent run in progress stop.
+    fn cancel_all(&mut self) {
+        self.tests.cancel();
+        if let Some(Active::Run { cancel, .. }) = &self.active {
+            cancel.cancel();
         }
     }
 
@@ -749,6 +761,7 @@ impl Session {
                 rolled_back,
                 changed,
             } => self.rollback_finished(run_id, rolled_back, changed),
+            AgentMessage::RewindFinished(r) => self.rewind_finished(*r),
             AgentMessage::UndoFinished {
                 step,
                 redo,
@@ -1025,10 +1038,21 @@ impl Session {
     /// first, so redo goes through them in order), in the history, the store and the run
     /// view, so undo never offers to take them back again.
     fn mark_run_undone(&mut self, run_id: &str) {
+        let steps = self
+            .history
+            .as_ref()
+            .map(|h| h.done_of_run(run_id))
+            .unwrap_or_default();
+        self.mark_undone(run_id, &steps);
+    }
+
+    /// Run `run_id`'s `steps` are no longer applied: marked undone in the history, the store
+    /// and the run view.
+    fn mark_undone(&mut self, run_id: &str, steps: &[u64]) {
         let Some(history) = &mut self.history else {
             return;
         };
-        for step in history.done_of_run(run_id) {
+        for &step in steps {
             history.mark_undone(step);
             self.outbox.notify::<ext::RunEventNotification>(
                 LiveEvent {
@@ -1042,6 +1066,55 @@ impl Session {
                 store.send("a rollback", move |s| s.set_undone(step, true));
             }
         }
+    }
+
+    /// Starts taking a run back to a step (agent-ls.rewind); refuses while a run, an undo
+    /// or a rollback goes on. The new run starts when the files are back
+    /// (`rewind_finished`).
+    fn rewind(
+        &mut self,
+        args: RewindArgs,
+        lock: RunLock,
+        reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
+    ) {
+        if let Some(why) = self.busy() {
+            let _ = reply.send(Err(why));
+            return;
+        }
+        let Some(connection) = self.connection() else {
+            let _ = reply.send(Err(Refused::NoWorkspaceForRun));
+            return;
+        };
+        self.active = Some(Active::Rollback);
+        rewind::spawn_rewind(rewind::RewindStart {
+            args,
+            snapshot: self.snapshot(),
+            connection,
+            limits: self.config.config.edit.limits(),
+            reply,
+            lock,
+        });
+    }
+
+    /// A rewind's files are back: its steps are undone here too, and the new run starts
+    /// under the rewind's lock, following the conversation up to the step.
+    fn rewind_finished(&mut self, r: Rewound) {
+        if matches!(self.active, Some(Active::Rollback)) {
+            self.active = None;
+        }
+        let Rewound {
+            rewind,
+            goal,
+            lock,
+            reply,
+        } = r;
+        let started = rewind.and_then(|rw| {
+            self.mark_undone(&rw.run_id, &rw.undone);
+            let id = agent_ls_runtime::drive::new_run_id();
+            let launched = self.launch(id, goal.clone(), rw.request(goal), lock);
+            launched.map(|id| rewind::answer(&id, &rw))
+        });
+        let _ = reply.send(started);
     }
 
     /// Starts an agent run for a goal, answering `{"run_id"}`. (A goal that names one of the

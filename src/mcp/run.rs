@@ -3,7 +3,9 @@
 //! approval, and commits (`runs::prepare`, `runs::isolate`, `runs::drive`, `runs::after_run`); this file only reads the arguments and
 //! says the outcome. Nobody watches a tool call, so the run is unattended
 //! (`runs::disk::Unattended`): under `approval = "confirm"` a change is not applied unless
-//! the caller said `yes`, and a protected file is written only with `allow_protected`.
+//! the caller said `yes`, and a protected file is written only with `allow_protected`. With
+//! `from`, the step's run is rewound first (`runs::rewind`) and the goal follows its
+//! conversation.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,7 +35,8 @@ pub(super) fn spec() -> Tool {
             "yes": {"type": "boolean", "description": "apply changes without asking, as `agent-ls run --yes`"},
             "allow_protected": {"type": "boolean", "description": "with yes, also write protected files and changes the static scan flagged"},
             "dry_run": {"type": "boolean", "description": "show the proposed change, write nothing"},
-            "reproduce": {"type": "boolean", "description": "write a test that fails for the goal's bug before any fix"}
+            "reproduce": {"type": "boolean", "description": "write a test that fails for the goal's bug before any fix"},
+            "from": {"type": "integer", "minimum": 1, "description": "rewind first (docs/rewind.md): take the run of this step back to it, code and conversation together (its later steps undone as `agent-ls undo` does; a file edited since at their lines refuses), then run `goal` (\"instead, ...\") following that run's conversation up to the step"}
         }, "required": ["goal"]}),
     )
     .annotate(
@@ -54,6 +57,46 @@ enum BadArgs {
     NotString(&'static str, Value),
     #[error("`{0}` must be true or false, not {1}")]
     NotBool(&'static str, Value),
+    #[error("`from` must be a step's id (a positive integer), not {0}")]
+    NotStep(Value),
+    #[error("`from` rewinds the files, so it cannot be a dry run")]
+    RewindDry,
+}
+
+/// The step `from` names, when the call rewinds first.
+fn from_step(args: &Value, request: &RunRequest) -> Result<Option<u64>, BadArgs> {
+    let step = match args.get("from") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v.as_u64().ok_or_else(|| BadArgs::NotStep(v.clone()))?,
+    };
+    if request.dry_run {
+        return Err(BadArgs::RewindDry);
+    }
+    Ok(Some(step))
+}
+
+/// Why the rewind `from` asks for did not happen; nothing changed.
+#[derive(Debug, thiserror::Error)]
+enum NotRewound {
+    #[error(transparent)]
+    Lock(#[from] agent_ls_runtime::lock::LockError),
+    #[error(transparent)]
+    Refused(#[from] runs::rewind::NotRewound),
+}
+
+/// The step's run taken back to it on disk, under the workspace's lock, before the run of
+/// the goal starts; the run then follows its conversation.
+fn rewind_first(
+    root: &std::path::Path,
+    config: &Config,
+    step: u64,
+    request: &mut RunRequest,
+) -> Result<String, NotRewound> {
+    let _lock = RunLock::acquire(root, &format!("rewind to step {step}"))?;
+    let limits = config.edit.limits();
+    let r = tokio::task::block_in_place(|| runs::rewind::on_disk(root, step, &limits))?;
+    request.begin = r.begin();
+    Ok(r.describe())
 }
 
 /// The run's request, from the call's arguments.
@@ -134,9 +177,14 @@ pub(super) async fn run(
     args: &Value,
     cancel: &CancellationToken,
 ) -> CallToolResult {
-    let request = match request(args) {
-        Ok(r) => r,
+    let (mut request, from) = match request(args).and_then(|r| Ok((from_step(args, &r)?, r))) {
+        Ok((from, r)) => (r, from),
         Err(why) => return text_result(why.to_string(), true),
+    };
+    let rewound = match from.map(|step| rewind_first(&root, &config, step, &mut request)) {
+        None => None,
+        Some(Ok(said)) => Some(said),
+        Some(Err(why)) => return text_result(format!("the run did not start: {why}"), true),
     };
     let prepared = match runs::prepare(&config, request) {
         Ok(p) => p,
@@ -157,6 +205,7 @@ pub(super) async fn run(
         disk: OnDisk::new(&root, prepared.config.clone(), &run_id),
         notes: Vec::new(),
     };
+    shell.notes.extend(rewound);
     if let Some(i) = &isolated {
         shell.notes.push(i.describe());
     }
@@ -204,5 +253,12 @@ mod tests {
         let r = request(&json!({"goal": "fix", "yes": true, "agent": "careful"})).unwrap();
         assert!(r.yes && !r.dry_run && !r.allow_protected);
         assert_eq!(r.agent.as_deref(), Some("careful"));
+        let from = |args: Value| from_step(&args, &request(&args).unwrap());
+        assert_eq!(
+            from(json!({"goal": "instead", "from": 3})).unwrap(),
+            Some(3)
+        );
+        assert!(from(json!({"goal": "instead", "from": "3"})).is_err());
+        assert!(from(json!({"goal": "instead", "from": 3, "dry_run": true})).is_err());
     }
 }

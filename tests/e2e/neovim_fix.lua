@@ -428,6 +428,39 @@ local ok, err = pcall(function()
     return
   end
 
+  if scenario == 'rewind' then
+    -- A two-iteration run (step 1 documents multiply, step 2 fixes add), then :AgentRewind 1
+    -- with another instruction: the buffer goes back to step 1 and the new run's change lands.
+    vim.cmd('AgentFix')
+    record('run finished', run_finished())
+    record('status done', finished ~= nil and finished.status == 'done', finished and finished.answer)
+    local first_run = finished and finished.run_id
+    finished = nil
+    -- Each run reads its script afresh: the rewound run's coder answers this.
+    vim.fn.writefile({ vim.json.encode({ role = 'coder',
+      content = 'calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return b + a\n>>>>>>> REPLACE\n' }) },
+      ws .. '/.replay.jsonl')
+    local rewound
+    vim.api.nvim_create_autocmd('User', {
+      pattern = 'AgentRewindDone',
+      callback = function(ev) rewound = ev.data end,
+    })
+    vim.cmd('AgentRewind 1 instead, fix add so it returns b + a')
+    record('the rewind answers', vim.wait(10000, function() return rewound ~= nil end, 20),
+      vim.inspect(rewound))
+    record('it undid step 2 of the first run', rewound ~= nil and rewound.rewound.run_id == first_run
+      and vim.deep_equal(rewound.rewound.undone, { 2 }), vim.inspect(rewound))
+    record('the new run finished', run_finished())
+    record('new run done', finished ~= nil and finished.status == 'done'
+      and rewound ~= nil and finished.run_id == rewound.run_id, vim.inspect(finished))
+    local text = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+    record('the buffer keeps step 1 and has the new change', text:find('The product', 1, true) ~= nil
+      and text:find('return b + a', 1, true) ~= nil and text:find('return a + b', 1, true) == nil, text)
+    local disk = table.concat(vim.fn.readfile(ws .. '/calc.py'), '\n')
+    record('disk follows', disk == text, disk)
+    return
+  end
+
   if scenario == 'runs_memory' then
     -- The run view folds a run's `memory` event (records remembered from earlier runs) into
     -- a line under the run, grouped by the run each record came from.

@@ -50,6 +50,7 @@ mod real_model;
 mod resume;
 mod review;
 mod review_question;
+mod rewind;
 mod rollback_lsp;
 mod runners;
 mod skills;

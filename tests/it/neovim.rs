@@ -179,6 +179,17 @@ fn the_run_view_in_neovim_shows_two_iterations_and_undoes_the_first_step() {
 }
 
 #[test]
+fn agent_rewind_in_neovim_takes_the_run_back_to_a_step_and_runs_the_instruction() {
+    // The scenario gives the rewound run its own script once the first run has ended.
+    let results = scenario("rewind", &support::two_iterations_replay());
+    if results.is_empty() {
+        return;
+    }
+    assert!(results.len() >= 7, "{results:#?}");
+    assert_all(&results);
+}
+
+#[test]
 fn a_test_command_that_cannot_run_is_an_error_not_failing_tests_in_neovim() {
     let results = scenario("broken", FIX);
     if results.is_empty() {

@@ -112,6 +112,17 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+/// What an earlier run said and did up to the step it was rewound to (docs/rewind.md): the
+/// history a new instruction follows, so the model knows what was tried. `messages` holds
+/// no system prompt; a tool call in it is always followed by its result.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Earlier {
+    /// The run rewound, and the step it was taken back to.
+    pub run_id: String,
+    pub step: u64,
+    pub messages: Vec<Message>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     pub id: String,

@@ -25,6 +25,13 @@ pub enum RunEvent {
         #[serde(skip)]
         resumed: bool,
     },
+    /// The run goes on from run `from` taken back to its step `step` (docs/rewind.md): that
+    /// run's conversation up to there, `messages` of it, comes before the goal.
+    Rewound {
+        from: String,
+        step: u64,
+        messages: usize,
+    },
     /// What the run's prompts are made of: the agent, the prompt files, the budgets. Journal
     /// only.
     Context {
@@ -293,6 +300,7 @@ impl RunEvent {
             }
             RunEvent::TestResult { .. } => "tests",
             RunEvent::Started { .. }
+            | RunEvent::Rewound { .. }
             | RunEvent::Context { .. }
             | RunEvent::Instructions { .. }
             | RunEvent::Iteration { .. }
@@ -312,6 +320,7 @@ impl RunEvent {
         match self {
             RunEvent::Started { resumed: true, .. } => "resumed",
             RunEvent::Started { .. } => "intent",
+            RunEvent::Rewound { .. } => "rewound",
             RunEvent::Context { .. } => "context",
             RunEvent::ContextCut { .. } => "context_cut",
             RunEvent::Instructions { .. } => "instructions",

@@ -135,6 +135,17 @@ pub fn path_of(root: &Path, run_id: &str) -> Option<PathBuf> {
     })
 }
 
+/// The lines of run `run_id`'s journal under `root`, in order; none when it has no journal.
+pub fn lines_of(root: &Path, run_id: &str) -> Vec<Value> {
+    let Some(path) = path_of(root, run_id) else {
+        return Vec::new();
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => read_lines(&text, &path),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// The phase timings run `run_id` recorded at its end (its journal's last `phases` line), if
 /// it recorded any.
 pub fn phases_of(root: &Path, run_id: &str) -> Option<Value> {

@@ -117,6 +117,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       const step = typeof n === 'number' ? n : (n as { step?: number } | undefined)?.step;
       return step === undefined ? undefined : execute('agent-ls.undo', { step });
     }],
+    // From the palette (a pick among the applied steps) or the run view's step.
+    ['agentLs.rewind', rewindCommand],
     ['agentLs.showModelOutput', () => modelOutput.show(true)],
     // From the palette (a pick among the recent runs), the run view's row, or with a run id.
     ['agentLs.rollback', rollbackCommand],
@@ -400,6 +402,45 @@ async function runSkillCommand(): Promise<void> {
 
 function info(text: string): void {
   vscode.window.showInformationMessage(`agent-ls: ${text}`);
+}
+
+/**
+ * agent-ls.rewind (docs/rewind.md): the step (the run view's, or one picked among the applied
+ * steps), then what to do instead; the server takes the step's run back to it, code and
+ * conversation together, and starts the new run, whose events the run view shows.
+ */
+async function rewindCommand(n?: unknown): Promise<void> {
+  let step = typeof n === 'number' ? n : (n as { step?: number } | undefined)?.step;
+  if (step === undefined) {
+    const status = (await execute('agent-ls.status')) as Status | undefined;
+    const picks = (status?.steps ?? [])
+      .filter((s) => !s.undone)
+      .map((s) => ({ label: `step ${s.id}: ${s.goal}`, description: s.files.join(', '), step: s.id }));
+    if (picks.length === 0) {
+      vscode.window.showInformationMessage('agent-ls: no applied step to rewind to.');
+      return;
+    }
+    step = (await vscode.window.showQuickPick(picks, { title: 'agent-ls: rewind to which step?' }))?.step;
+  }
+  if (step === undefined) {
+    return;
+  }
+  const goal = await vscode.window.showInputBox({
+    title: `agent-ls: rewind to step ${step}`,
+    prompt: "What to do instead from there: the run's later steps are undone, and the model reads its conversation up to the step",
+  });
+  if (!goal) {
+    return;
+  }
+  const answer = (await execute('agent-ls.rewind', { step, goal })) as
+    | { run_id: string; rewound: { run_id: string; step: number; files: string[] } }
+    | undefined;
+  if (answer?.rewound) {
+    const r = answer.rewound;
+    vscode.window.showInformationMessage(
+      `agent-ls: rewound run ${r.run_id} to step ${r.step} (${r.files.join(', ') || 'no files'}); running: ${goal}`,
+    );
+  }
 }
 
 async function statusCommand(): Promise<void> {

@@ -154,11 +154,22 @@ fn code(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
     user.push_str(&run.memory);
     let (files, shown) = fixed_context(run, &run.agent().tools, system.len() + user.len());
     user.push_str(&files);
-    let mut messages = vec![Message::system(system), Message::user(user)];
+    let mut messages = vec![Message::system(system)];
+    messages.extend(earlier(run));
+    messages.push(Message::user(user));
     for f in &run.feedback {
         messages.push(Message::user(f.clone()));
     }
     (messages, shown)
+}
+
+/// The rewound run's conversation, when this run follows one: after the system prompt and
+/// before the goal, so the model reads what was tried, then what to do instead.
+fn earlier(run: &Run) -> Vec<Message> {
+    run.earlier
+        .as_ref()
+        .map(|e| e.messages.clone())
+        .unwrap_or_default()
 }
 
 /// "Files:" and the context, within what is left of the first prompt's budget after `used`
@@ -210,10 +221,9 @@ fn explain(run: &Run) -> (Vec<Message>, Vec<(&str, &str)>) {
     let tools = run.agent().reading_tools();
     let (code, shown) = fixed_context(run, &tools, system.len() + head.len());
     let code = code.strip_prefix("Files:\n").unwrap_or(&code);
-    let messages = vec![
-        Message::system(system),
-        Message::user(format!("{head}{code}")),
-    ];
+    let mut messages = vec![Message::system(system)];
+    messages.extend(earlier(run));
+    messages.push(Message::user(format!("{head}{code}")));
     (messages, shown)
 }
 
@@ -253,10 +263,9 @@ pub(super) fn plan<'r>(
     let head = format!("Goal: {}\n\n{}", run.goal, run.memory);
     let tools = run.agent().reading_tools();
     let (files, shown) = fixed_context(run, &tools, system.len() + head.len());
-    let mut messages = vec![
-        Message::system(system),
-        Message::user(format!("{head}{files}")),
-    ];
+    let mut messages = vec![Message::system(system)];
+    messages.extend(earlier(run));
+    messages.push(Message::user(format!("{head}{files}")));
     if let Some(e) = parse_error {
         messages.push(Message::user(format!(
             "Your plan could not be read ({e}). Answer with the JSON only."

@@ -351,6 +351,9 @@ pub enum Input {
     /// appended to the system prompt of the roles that work on the code; handed in as a
     /// drive opens and again when the run comes under a folder with a file of its own.
     Instructions(String),
+    /// The conversation of the run this one goes on from, rewound to one of its steps: it
+    /// comes before the goal in the prompts of the roles that work on the code.
+    Earlier(Box<crate::conversation::Earlier>),
 }
 
 /// Everything the loop knows. The driver keeps it and passes every event through `step`;
@@ -401,6 +404,10 @@ pub struct Run {
     /// the coder, the planner and the Markdown answers. Not checkpointed: read afresh.
     #[serde(skip)]
     pub(super) instructions: String,
+    /// The rewound run's conversation this run follows (`Input::Earlier`); checkpointed, so
+    /// a resumed run still knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) earlier: Option<Box<crate::conversation::Earlier>>,
     #[serde(flatten)]
     pub(super) turn: Turn,
     #[serde(flatten)]
@@ -440,6 +447,7 @@ impl Run {
             context: context::Context::default(),
             memory: String::new(),
             instructions: String::new(),
+            earlier: None,
             turn: Turn::default(),
             change: Change::default(),
             reviewing: Reviewer::default(),
@@ -518,6 +526,11 @@ impl Run {
         self.reproducing.record()
     }
 
+    /// The rewound run's conversation this run follows, if it follows one.
+    pub fn earlier(&self) -> Option<&crate::conversation::Earlier> {
+        self.earlier.as_deref()
+    }
+
     /// The evaluator found the goal not fully reached: the run ended partial.
     pub fn partial(&self) -> bool {
         self.ending.partial()
@@ -532,6 +545,7 @@ impl Run {
             Input::Written(w) => self.change.written(w),
             Input::BadBytes(b) => self.change.bad_bytes(b),
             Input::Instructions(i) => self.instructions = i,
+            Input::Earlier(e) => self.earlier = Some(e),
         }
     }
 }

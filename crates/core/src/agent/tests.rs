@@ -1636,3 +1636,32 @@ fn advance_says_whether_a_step_calls_a_model_and_writes_the_call_last() {
     assert!(step(&mut whole, Event::Input(files())).is_empty());
     assert_eq!(step(&mut whole, Event::TestsFinished(failing("a"))), e);
 }
+
+#[test]
+fn a_rewound_runs_conversation_comes_between_the_system_prompt_and_the_new_goal() {
+    use crate::conversation::{Earlier, Message, Speaker};
+    let mut run = made("instead, multiply", Some(Intent::Fix), budget(3, 15));
+    let earlier = Earlier {
+        run_id: "run_a".into(),
+        step: 1,
+        messages: vec![
+            Message::user("Goal: make add add"),
+            Message::assistant("calc.py\n<<<<<<< SEARCH ..."),
+        ],
+    };
+    step(
+        &mut run,
+        Event::Input(Input::Earlier(Box::new(earlier.clone()))),
+    );
+    step(&mut run, Event::Start);
+    let e = step(&mut run, Event::TestsFinished(failing("a")));
+    let messages = coder_call(&e);
+    assert_eq!(messages[0].speaker, Speaker::System);
+    assert_eq!(&messages[1..3], &earlier.messages[..]);
+    assert!(messages[3].content.starts_with("Goal: instead, multiply"));
+    // A checkpoint keeps it, so a resumed run still follows the conversation.
+    let again: Run = serde_json::from_str(&serde_json::to_string(&run).unwrap()).unwrap();
+    assert_eq!(again.earlier(), Some(&earlier));
+    let (plan, _) = messages::plan(&run, None);
+    assert_eq!(&plan[1..3], &earlier.messages[..]);
+}

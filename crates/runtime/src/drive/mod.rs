@@ -250,6 +250,14 @@ impl Drive<'_> {
             resumed,
             crate::memory::known_secrets(self.config),
         );
+        // A rewound run says so once, as it starts; resumed, it goes on in the same journal.
+        if let Some(e) = run.earlier().filter(|_| !resumed) {
+            observer.record(RunEvent::Rewound {
+                from: e.run_id.clone(),
+                step: e.step,
+                messages: e.messages.len(),
+            });
+        }
         let instructions = self.prompts_and_instructions(run, shell, &mut observer);
         let (mcp, warnings) = crate::mcp_client::McpTools::connect(
             &self.config.mcp.servers,

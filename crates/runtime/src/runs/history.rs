@@ -44,13 +44,7 @@ pub fn ended(root: &Path, run_id: &str, status: RunStatus) -> Ended {
 /// The events of run `run_id` under `root`, as its journal recorded them; none when it has no
 /// journal.
 pub fn recorded_events(root: &Path, run_id: &str) -> Vec<RunEvent> {
-    let Some(path) = journal::path_of(root, run_id) else {
-        return Vec::new();
-    };
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Vec::new();
-    };
-    journal::read_lines(&text, &path)
+    journal::lines_of(root, run_id)
         .iter()
         .filter_map(|line| event(line["type"].as_str()?, &line["data"]))
         .collect()

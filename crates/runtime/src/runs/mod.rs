@@ -2,12 +2,16 @@
 //! how it begins) and owns it from set-up to its commit. `start.rs` sets the run up and drives
 //! it; `commit.rs` decides what happens to its files when it went well. A front end gives a
 //! `Shell` (how to ask and show) and what only it has (the editor's buffers, its events' view),
-//! and builds neither the settings nor the `Drive`.
+//! and builds neither the settings nor the `Drive`. `rewind.rs` takes a run back to one of
+//! its steps and makes the request of the run that goes on from there (`earlier.rs` reads
+//! its conversation back from the journal).
 
 pub mod choices;
 mod commit;
 pub mod disk;
+mod earlier;
 pub mod history;
+pub mod rewind;
 pub mod rollback;
 mod start;
 

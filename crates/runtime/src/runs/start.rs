@@ -15,7 +15,8 @@ use crate::git::isolate::{self, IsolateError, Isolated};
 use crate::model::{Models, OnToken};
 use crate::store::StoreThread;
 use crate::trust::{Decision, TrustStore};
-use agent_ls_core::agent::{Run, RunStatus};
+use agent_ls_core::agent::{self, Event, Input, Run, RunStatus};
+use agent_ls_core::conversation::Earlier;
 
 /// How a run begins.
 #[derive(Debug, Clone)]
@@ -27,6 +28,9 @@ pub enum Begin {
     Resume(Option<Box<Run>>),
     /// A review of a diff alone (`agent-ls review`, `agent-ls.review`).
     Review(ReviewTarget),
+    /// A new run that follows an earlier run's conversation up to the step it was rewound
+    /// to (`rewind::plan`): the files are already back there.
+    Rewound(Box<Earlier>),
 }
 
 /// What a front end asks for.
@@ -115,12 +119,12 @@ pub fn prepare(config: &Config, request: RunRequest) -> Result<Prepared, AgentEr
     })
 }
 
-/// Where a run of `request` works, one rule for every surface: a resumed run goes on where it
-/// was, a dry run and a review write nothing, so they stay in the checkout; `--isolated` asks
-/// for a worktree; else `git.isolation`.
+/// Where a run of `request` works, one rule for every surface: a resumed or rewound run goes
+/// on where its files are, a dry run and a review write nothing, so they stay in the
+/// checkout; `--isolated` asks for a worktree; else `git.isolation`.
 pub fn isolation(config: &Config, request: &RunRequest) -> Isolation {
     match request.begin {
-        Begin::Resume(_) | Begin::Review(_) => Isolation::None,
+        Begin::Resume(_) | Begin::Review(_) | Begin::Rewound(_) => Isolation::None,
         Begin::New if request.dry_run => Isolation::None,
         Begin::New if request.worktree => Isolation::Worktree,
         Begin::New => config.git.isolation,
@@ -187,6 +191,11 @@ pub async fn drive(p: Prepared, env: Env<'_>, shell: &mut impl Shell) -> (Run, O
     let id = env.run_id;
     let outcome = match begin {
         Begin::New | Begin::Resume(None) => driver.run(&mut run, shell, id).await,
+        Begin::Rewound(earlier) => {
+            let effects = agent::step(&mut run, Event::Input(Input::Earlier(earlier)));
+            debug_assert!(effects.is_empty(), "an input produced effects: {effects:?}");
+            driver.run(&mut run, shell, id).await
+        }
         Begin::Resume(Some(checkpoint)) => {
             run = *checkpoint;
             driver.resume(&mut run, shell, id).await

@@ -830,6 +830,19 @@ impl Store {
         }
     }
 
+    /// When a step was recorded (ms since the epoch; `None`: no such step): a rewind finds
+    /// by it where the step stands in its run's journal.
+    pub fn step_recorded_ms(&self, id: u64) -> Result<Option<i64>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT created_ms FROM steps WHERE id = ?1")?;
+        let mut rows = stmt.query(params![id as i64])?;
+        match rows.next()? {
+            Some(r) => Ok(Some(r.get(0)?)),
+            None => Ok(None),
+        }
+    }
+
     pub fn set_undone(&self, id: u64, undone: bool) -> Result<(), StoreError> {
         self.conn.execute(
             "UPDATE steps SET undone = ?1 WHERE id = ?2",

@@ -275,15 +275,40 @@ function M.review(what)
 end
 function M.accept() exec('agent-ls.accept', {}) end
 function M.reject() exec('agent-ls.reject', {}) end
+local function listed(files)
+  return table.concat(vim.tbl_map(tostring, type(files) == 'table' and files or {}), ', ')
+end
+
 --- Undoes the latest agent step, or the step with this id (from :AgentStatus).
 function M.undo(step)
   exec('agent-ls.undo', step and { { step = step } } or {})
 end
 function M.redo() exec('agent-ls.redo', {}) end
-
-local function listed(files)
-  return table.concat(vim.tbl_map(tostring, type(files) == 'table' and files or {}), ', ')
+--- Takes the run of step `step` back to that step, code and conversation together, then runs
+--- `goal` from there as a new run (the server's agent-ls.rewind, docs/rewind.md). Without a
+--- goal, asks for one.
+function M.rewind(step, goal)
+  if not step then
+    notify('give the step to go back to: :AgentRewind N what to do instead', vim.log.levels.WARN)
+    return
+  end
+  if not goal or goal == '' then
+    vim.ui.input({ prompt = ('agent-ls: from step %d, instead: '):format(step) }, function(answer)
+      if answer and answer ~= '' then M.rewind(step, answer) end
+    end)
+    return
+  end
+  exec('agent-ls.rewind', { { step = step, goal = goal } }, function(result)
+    if type(result) ~= 'table' or not result.run_id then return end
+    local r = type(result.rewound) == 'table' and result.rewound or {}
+    notify(('rewound run %s to step %s (undid %s: %s); running: %s'):format(
+      tostring(r.run_id), tostring(r.step), listed(r.undone), listed(r.files), goal))
+    M.state.run = { id = result.run_id, goal = goal }
+    vim.cmd('redrawstatus')
+    vim.api.nvim_exec_autocmds('User', { pattern = 'AgentRewindDone', data = result })
+  end)
 end
+
 
 --- Rolls a whole run back to its git checkpoint (the latest run by default). When files
 --- changed since the run the server refuses and names them: the user is asked a second time,
@@ -382,7 +407,7 @@ end
 --- reflections and the model's text as it arrives.
 function M.show_runs()
   return runs.open({
-    undo = M.undo, rerun = M.rerun, cancel = M.cancel,
+    undo = M.undo, rewind = M.rewind, rerun = M.rerun, cancel = M.cancel,
     rollback = M.rollback, commit = M.commit, pr = M.pr,
   })
 end
@@ -436,6 +461,10 @@ function M.setup(opts)
   cmd('AgentReject', M.reject, { desc = 'agent-ls: reject the proposal' })
   cmd('AgentUndo', function(o) M.undo(tonumber(o.args)) end,
     { nargs = '?', desc = 'agent-ls: undo the latest agent step, or step N' })
+  cmd('AgentRewind', function(o)
+    local step, goal = o.args:match('^%s*(%d+)%s*(.*)$')
+    M.rewind(tonumber(step), goal)
+  end, { nargs = '+', desc = 'agent-ls: take the run of step N back to it and do something else from there' })
   cmd('AgentResume', function(o) M.resume(o.args ~= '' and o.args or nil) end,
     { nargs = '?', desc = 'agent-ls: resume an interrupted run (the newest by default)' })
   cmd('AgentRollback', function(o) M.rollback(o.args, o.bang) end,

@@ -259,7 +259,7 @@ function R.render()
       rows[#lines] = row
     end
   end
-  add('agent-ls runs   <CR> open diff · u undo step · X roll back run · c commit · p pull request · R rerun tests · C cancel · q close')
+  add('agent-ls runs   <CR> open diff · u undo step · r rewind to step · X roll back run · c commit · p pull request · R rerun tests · C cancel · q close')
   if #R.runs == 0 then
     add('')
     add('No agent runs yet: :AgentFix, or :AgentRun <goal>')
@@ -389,6 +389,14 @@ function R.open(actions)
       vim.notify('agent-ls: no applied step on this line', vim.log.levels.WARN)
     end
   end, 'agent-ls: undo this step')
+  map('r', function()
+    local row = R.row()
+    if row and row.patch and row.patch.step and not row.patch.undone and actions.rewind then
+      actions.rewind(row.patch.step)
+    else
+      vim.notify('agent-ls: no applied step on this line to rewind to', vim.log.levels.WARN)
+    end
+  end, 'agent-ls: rewind the run to this step and do something else from there')
   -- The run on the cursor's line (any line of a run belongs to it), for the git actions.
   local function on_run(action, what)
     return function()
