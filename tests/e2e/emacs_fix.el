@@ -123,6 +123,11 @@
               (car messages))
       (in-step file buf "return a - b")
       (et-record "buffer saved after undo" (not (buffer-modified-p buf)))
+      ;; The undo's run event names the step's run, which ended: no run is going on.
+      (et-record "the mode line shows the tests after an undo"
+                 (and (string-match-p "tests:" (agent-ls-mode-line))
+                      (not (string-match-p "agent:" (agent-ls-mode-line))))
+                 (agent-ls-mode-line))
       (with-current-buffer buf (agent-ls-redo))
       (et-record "redo lands" (wait-until (lambda () (and (string-match-p (regexp-quote "return a + b") (disk-text file))
                                                        (with-current-buffer buf
