@@ -16,6 +16,7 @@ pub mod connection;
 pub mod convert;
 pub mod ext;
 pub mod git_commands;
+mod held;
 mod hook_trust;
 mod isolation;
 pub mod jobs;
@@ -525,12 +526,16 @@ impl LanguageServer for Backend {
             // Asked of the session, so the answer follows every change sent before it: a
             // document out of sync with the editor gets no action that would read it.
             let uri = params.text_document.uri.clone();
-            let out_of_sync = self
+            let (out_of_sync, history) = self
                 .session
-                .query(move |s| s.document(&uri).is_some_and(|b| b.needs_resync()))
+                .query(move |s| {
+                    let out_of_sync = s.document(&uri).is_some_and(|b| b.needs_resync());
+                    (out_of_sync, s.history_actions())
+                })
                 .await
                 .map_err(internal)?;
             let mut actions = code_actions(&params, out_of_sync);
+            actions.extend(history_actions(history));
             let root = self.root().await?;
             let uri = &params.text_document.uri;
             actions.extend(skills::actions(root.as_deref(), uri));
@@ -704,6 +709,31 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
         "fix the failing tests".into(),
         (None, None),
     ));
+    out
+}
+
+/// "Agent: Undo" and "Agent: Commit" (`Session::history_actions`): a client with no
+/// add-on has no other way to run these commands (eglot 1.9 has no command to run a server's
+/// command).
+fn history_actions((undo, commit): (bool, bool)) -> Vec<CodeActionOrCommand> {
+    let action = |title: &str, command: &str| {
+        CodeActionOrCommand::CodeAction(CodeAction {
+            title: title.into(),
+            command: Some(Command {
+                title: title.into(),
+                command: command.into(),
+                arguments: None,
+            }),
+            ..CodeAction::default()
+        })
+    };
+    let mut out = Vec::new();
+    if undo {
+        out.push(action("Agent: Undo", ext::UNDO_COMMAND));
+    }
+    if commit {
+        out.push(action("Agent: Commit", ext::COMMIT_COMMAND));
+    }
     out
 }
 

@@ -924,7 +924,8 @@ fn a_routed_command_keeps_a_quoted_argument_whole() {
 /// A client without saveFiles, like eglot: the server wrote calc.py under its buffer for the
 /// tests, so the next agent edit to it is sent with the file put back as the editor last saw
 /// it, text and modification time (Emacs then asks no "changed on disk"), and the change is
-/// written after it lands, with a fresh time. Kept buffer, a declined edit (the disk is put
+/// written after it lands, with a fresh time; an undo back to the editor's text leaves the
+/// file as the editor saw it until tests run on it. Kept buffer, a declined edit (the disk is put
 /// back) and an editor that re-reads the file anyway (the edit is refused, nothing is lost)
 /// all end with the buffer and the disk holding the same text.
 #[test]
@@ -971,11 +972,29 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_finds_it_
         "the file was parked with the editor's time"
     );
     assert_eq!(disk(&s), s.editor.lock().unwrap().0);
+    // The undo brought the file back to the text the editor saw: it is left as the editor saw
+    // it, time included, so its next save asks nothing...
+    assert_eq!(
+        modified(&file),
+        seen_by_editor,
+        "the undo back to the editor's text leaves the file parked"
+    );
+    // ...until tests run on it: a build tool comparing times must not take it for older than
+    // what it built from the agent's text.
+    s.client
+        .notifications
+        .retain(|n| n["method"] != "agent-ls/testStatus");
+    s.client
+        .command("agent-ls.rerunTests", Value::Null)
+        .unwrap();
+    s.client
+        .wait_notification("agent-ls/testStatus", |p| p["state"] != "running");
     assert_ne!(
         modified(&file),
         seen_by_editor,
-        "the undo is written with a fresh time"
+        "a test run gives the parked file a fresh time"
     );
+    assert!(disk(&s).contains("return a - b"), "{}", disk(&s));
 
     // A declined redo: the disk is put back.
     s.client.on_request(
