@@ -21,6 +21,7 @@ mod hook_trust;
 mod isolation;
 pub mod jobs;
 mod json_text;
+mod lsp318;
 pub mod outbox;
 pub mod refused;
 pub mod review_decision;
@@ -37,8 +38,8 @@ pub mod workspace_edit;
 use std::future::Future;
 use std::os::fd::AsFd;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use futures::FutureExt;
 use tokio::sync::oneshot;
@@ -76,14 +77,17 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
     let session = Session::spawn(outbox.clone(), log);
     // tower-lsp is used as a router: its service is called directly, without its own stdio
     // loop, so a request costs no pipe and no second read.
+    let extras = Arc::new(OnceLock::new());
     let (service, _client_socket) = LspService::build(|_client| Backend {
         session: session.clone(),
         shutdown: shutdown.clone(),
         hooks,
+        extras: extras.clone(),
     })
     .custom_method(ext::DOCUMENT_STATE, Backend::document_state)
     .custom_method(ext::CONFIGURATION, Backend::configuration)
     .custom_method(ext::EDITOR_DIAGNOSTICS, Backend::editor_diagnostics)
+    .custom_method(lsp318::CODE_ACTION_ROUTE, Backend::code_actions)
     .finish();
 
     // stdin is read by one thread: each message is parsed once there, document
@@ -100,6 +104,7 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
                     service,
                     outbox: outbox.clone(),
                     runtime,
+                    extras,
                 };
                 transport::pump_input(
                     std::io::stdin().lock(),
@@ -140,6 +145,8 @@ struct Router {
     service: LspService<Backend>,
     outbox: Outbox,
     runtime: tokio::runtime::Handle,
+    /// What `initialize` said of LSP 3.18, for the handlers (`lsp318`).
+    extras: Arc<OnceLock<lsp318::ClientExtras>>,
 }
 
 impl Router {
@@ -148,6 +155,25 @@ impl Router {
         use tower_service::Service;
         let method = request.method().to_string();
         let (initialize, exit) = (method == "initialize", method == "exit");
+        if initialize {
+            let _ = self
+                .extras
+                .set(lsp318::ClientExtras::from_initialize(request.params()));
+        }
+        // Served as JSON, which can carry LSP 3.18's fields (`lsp318::CODE_ACTION_ROUTE`).
+        let request = if method == "textDocument/codeAction" {
+            let (_, id, params) = request.into_parts();
+            let mut renamed = tower_lsp_server::jsonrpc::Request::build(lsp318::CODE_ACTION_ROUTE);
+            if let Some(id) = id {
+                renamed = renamed.id(id);
+            }
+            if let Some(params) = params {
+                renamed = renamed.params(params);
+            }
+            renamed.finish()
+        } else {
+            request
+        };
         // The service is ready at once, except after `exit`; `initialize` is awaited below
         // before anything else is read, as the protocol asks.
         let waker = futures::task::noop_waker();
@@ -180,6 +206,8 @@ struct Backend {
     session: SessionHandle,
     shutdown: Arc<AtomicBool>,
     hooks: bool,
+    /// What `initialize` said of LSP 3.18 (set by the router before the request is served).
+    extras: Arc<OnceLock<lsp318::ClientExtras>>,
 }
 
 impl Backend {
@@ -208,6 +236,31 @@ impl Backend {
     }
 
     /// The editor's forwarded diagnostics of a file, kept by the session for the runs.
+    /// `textDocument/codeAction` (routed here by the router: `lsp318::CODE_ACTION_ROUTE`).
+    async fn code_actions(&self, params: CodeActionParams) -> Result<LSPAny> {
+        guarded("textDocument/codeAction", async {
+            // Asked of the session, so the answer follows every change sent before it: a
+            // document out of sync with the editor gets no action that would read it.
+            let uri = params.text_document.uri.clone();
+            let (out_of_sync, history) = self
+                .session
+                .query(move |s| {
+                    let out_of_sync = s.document(&uri).is_some_and(|b| b.needs_resync());
+                    (out_of_sync, s.history_actions())
+                })
+                .await
+                .map_err(internal)?;
+            let mut actions = code_actions(&params, out_of_sync);
+            actions.extend(history_actions(history));
+            let root = self.root().await?;
+            let uri = &params.text_document.uri;
+            actions.extend(skills::actions(root.as_deref(), uri));
+            let client = self.extras.get().copied().unwrap_or_default();
+            Ok(lsp318::wire_actions(actions, client))
+        })
+        .await
+    }
+
     async fn editor_diagnostics(&self, params: ext::EditorDiagnosticsParams) {
         self.session.send(Event::EditorDiagnostics(params));
     }
@@ -517,29 +570,6 @@ impl LanguageServer for Backend {
                 let _ = tokio::task::spawn_blocking(move || store.flush_blocking()).await;
             }
             Ok(())
-        })
-        .await
-    }
-
-    async fn code_action(&self, params: CodeActionParams) -> Result<Option<CodeActionResponse>> {
-        guarded("textDocument/codeAction", async {
-            // Asked of the session, so the answer follows every change sent before it: a
-            // document out of sync with the editor gets no action that would read it.
-            let uri = params.text_document.uri.clone();
-            let (out_of_sync, history) = self
-                .session
-                .query(move |s| {
-                    let out_of_sync = s.document(&uri).is_some_and(|b| b.needs_resync());
-                    (out_of_sync, s.history_actions())
-                })
-                .await
-                .map_err(internal)?;
-            let mut actions = code_actions(&params, out_of_sync);
-            actions.extend(history_actions(history));
-            let root = self.root().await?;
-            let uri = &params.text_document.uri;
-            actions.extend(skills::actions(root.as_deref(), uri));
-            Ok(Some(actions))
         })
         .await
     }

@@ -326,9 +326,17 @@ fn cancel_stops_a_run_waiting_for_approval() {
     assert!(disk(&s).contains("return a - b"));
 }
 
+/// A client that reads code action literals and supports LSP 3.18's `LLMGenerated` tag.
+fn literal_code_actions() -> Value {
+    json!({"textDocument": {"codeAction": {
+        "codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["quickfix", "refactor", "source"]}},
+        "isPreferredSupport": true,
+        "tagSupport": {"valueSet": [1]}}}})
+}
+
 #[test]
 fn code_actions_offer_the_agent() {
-    let mut s = setup(&[], "auto", json!({}));
+    let mut s = setup(&[], "auto", literal_code_actions());
     let diag = json!({"range": {"start": {"line": 4, "character": 4}, "end": {"line": 4, "character": 16}}, "severity": 1,
         "source": "agent-ls test", "message": "test_add: AssertionError: -1 != 5"});
     let actions = s.client.request("textDocument/codeAction", json!({
@@ -370,6 +378,33 @@ fn code_actions_offer_the_agent() {
             .unwrap()
             .contains("test failure at line 5")
     );
+    // Each runs the agent: LSP 3.18's CodeActionTag.LLMGenerated (1), which the client lists.
+    for a in actions.as_array().unwrap() {
+        assert_eq!(a["tags"], json!([1]), "{a}");
+    }
+}
+
+/// The specification has a server answer `Command`s to a client that does not announce
+/// `codeActionLiteralSupport`; a stock lsprotocol client (pygls) that announces nothing reads
+/// them right (tests/it/pygls.rs runs one). Without `tagSupport`, nothing is tagged.
+#[test]
+fn a_client_without_code_action_literals_gets_commands() {
+    let mut s = setup(&[], "auto", json!({}));
+    let actions = s.client.request("textDocument/codeAction", json!({
+        "textDocument": {"uri": s.uri},
+        "range": {"start": {"line": 3, "character": 0}, "end": {"line": 4, "character": 16}},
+        "context": {"diagnostics": []}
+    })).unwrap();
+    let actions = actions.as_array().unwrap();
+    assert!(actions.len() >= 6, "{actions:?}");
+    for a in actions {
+        assert!(a["command"].is_string(), "{a}");
+        assert!(a.get("kind").is_none() && a.get("tags").is_none(), "{a}");
+    }
+    let fix = actions.last().unwrap();
+    assert_eq!(fix["title"], "Agent: fix failing tests");
+    assert_eq!(fix["command"], "agent-ls.run");
+    assert_eq!(fix["arguments"][0]["goal"], "fix the failing tests");
 }
 
 #[test]
@@ -1032,7 +1067,8 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_finds_it_
 
 #[test]
 fn the_failing_test_action_adds_the_test_as_its_own_step_before_the_fix_and_undo_removes_it() {
-    let caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create", "delete"]}}});
+    let mut caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create", "delete"]}}});
+    caps["textDocument"] = literal_code_actions()["textDocument"].clone();
     let test = "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n    def test_add_sums(self):\n        self.assertEqual(add(2, 3), 5)\n";
     let answer = json!({"tests": [{"path": "test_add.py", "name": "test_add_sums",
         "kind": "example", "reason": "add must sum", "expect": "AssertionError: -1 != 5",
