@@ -21,6 +21,32 @@ pub const LLM_GENERATED: u64 = 1;
 /// only the stdin thread's router, which renames the client's request, reaches it.
 pub const CODE_ACTION_ROUTE: &str = "$/agent-ls/codeAction";
 
+/// `workspace/textDocumentContent`'s params (LSP 3.18).
+#[derive(Debug, serde::Deserialize)]
+pub struct TextDocumentContentParams {
+    pub uri: tower_lsp_server::ls_types::Uri,
+}
+
+/// The `initialize` response with the 3.18 server capabilities the typed ones cannot hold:
+/// `workspace.textDocumentContent` for the `agent-ls:` documents (`run_documents`).
+pub fn with_server_capabilities(mut response: Value) -> Value {
+    if let Some(capabilities) = response
+        .pointer_mut("/result/capabilities")
+        .and_then(Value::as_object_mut)
+    {
+        let workspace = capabilities
+            .entry("workspace")
+            .or_insert_with(|| serde_json::json!({}));
+        if let Some(workspace) = workspace.as_object_mut() {
+            workspace.insert(
+                "textDocumentContent".into(),
+                serde_json::json!({ "schemes": [super::run_documents::SCHEME] }),
+            );
+        }
+    }
+    response
+}
+
 /// What the client said in `initialize` that the typed capabilities do not keep.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClientExtras {

@@ -27,6 +27,7 @@ pub mod refused;
 pub mod review_decision;
 pub mod review_diagnostics;
 pub mod rollback;
+mod run_documents;
 pub mod session;
 mod shell;
 mod skills;
@@ -88,6 +89,7 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
     .custom_method(ext::CONFIGURATION, Backend::configuration)
     .custom_method(ext::EDITOR_DIAGNOSTICS, Backend::editor_diagnostics)
     .custom_method(lsp318::CODE_ACTION_ROUTE, Backend::code_actions)
+    .custom_method(run_documents::METHOD, Backend::text_document_content)
     .finish();
 
     // stdin is read by one thread: each message is parsed once there, document
@@ -185,6 +187,13 @@ impl Router {
         let outbox = self.outbox.clone();
         let reply = async move {
             match answer.await {
+                // The capabilities LSP 3.17's types cannot say (`lsp318`).
+                Ok(Some(response)) if initialize => {
+                    match serde_json::to_value(&response).map(lsp318::with_server_capabilities) {
+                        Ok(body) => outbox.frame(body.to_string().into_bytes()),
+                        Err(e) => error!("a response could not be serialised: {e}"),
+                    }
+                }
                 Ok(Some(response)) => match serde_json::to_vec(&response) {
                     Ok(body) => outbox.frame(body),
                     Err(e) => error!("a response could not be serialised: {e}"),
@@ -257,6 +266,27 @@ impl Backend {
             actions.extend(skills::actions(root.as_deref(), uri));
             let client = self.extras.get().copied().unwrap_or_default();
             Ok(lsp318::wire_actions(actions, client))
+        })
+        .await
+    }
+
+    /// `workspace/textDocumentContent` (LSP 3.18) for `agent-ls:` URIs (`run_documents`).
+    async fn text_document_content(
+        &self,
+        params: lsp318::TextDocumentContentParams,
+    ) -> Result<LSPAny> {
+        guarded(run_documents::METHOD, async {
+            let doc = run_documents::parse(&params.uri)
+                .map_err(|e| Error::invalid_params(e.to_string()))?;
+            let root = self
+                .root()
+                .await?
+                .ok_or_else(|| refused("agent-ls has no workspace folder"))?;
+            let text = tokio::task::spawn_blocking(move || run_documents::read(&root, &doc))
+                .await
+                .map_err(internal)?
+                .map_err(refused)?;
+            Ok(serde_json::json!({ "text": text }))
         })
         .await
     }
