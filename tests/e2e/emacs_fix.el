@@ -52,9 +52,11 @@
 (defun answer-yes (prompt &rest _)
   (let ((q (substring-no-properties (format "%s" prompt))))
     (push q questions)
-    ;; Scenario "eglot-no": the user keeps their buffer when Emacs says the file changed.
-    (not (and (equal scenario "eglot-no")
-              (string-match-p "changed on disk\\|changed since visited" q)))))
+    ;; Scenario "eglot-no": the user keeps their buffer when Emacs says the file changed;
+    ;; "declined": the user answers no to eglot's "Proceed?" for the run's change.
+    (not (or (and (equal scenario "eglot-no")
+                  (string-match-p "changed on disk\\|changed since visited" q))
+             (and (equal scenario "declined") (string-match-p "Proceed" q))))))
 (advice-add 'yes-or-no-p :override #'answer-yes)
 (advice-add 'y-or-n-p :override #'answer-yes)
 (advice-add 'ask-user-about-supersession-threat :override
@@ -318,7 +320,8 @@ does.  Every question is counted: the menu, eglot's own, the server's."
   (with-current-buffer buf
     (mapcar (lambda (a) (plist-get a :title)) (eglot-code-actions (point-min) (point-min) nil nil))))
 
-(defun iterations-scenario ()
+(defun et-two-iterations-replay ()
+  "A fix that takes two iterations, whose review has a P2 finding."
   (with-temp-file (concat et-ws "/.replay.jsonl")
     (dolist (l (list `((role . "coder") (content . ,(et-edit "a - b" "a - b + 0")))
                      '((role . "reflector")
@@ -330,7 +333,35 @@ does.  Every question is counted: the menu, eglot's own, the server's."
                                                     (body . "add(-1, 1)") (priority . 2) (confidence . 0.8)
                                                     (path . "calc.py") (start_line . 5) (end_line . 5))])
                                       (verdict . "correct") (explanation . "adds") (confidence . 0.9)))))))
-      (insert (json-encode l) "\n")))
+      (insert (json-encode l) "\n"))))
+
+(defun declined-scenario ()
+  "eglot alone: the user answers no to the run's one edit: the files are as before the run."
+  (et-two-iterations-replay)
+  (et-answer-menus)
+  (setq et-settings `(:model (:provider "replay" :replay_file ,(concat et-ws "/.replay.jsonl"))))
+  (cl-destructuring-bind (file buf) (et-start 'eglot-lsp-server)
+    (let* ((server (with-current-buffer buf (eglot-current-server)))
+           (before (disk-text file))
+           (last (lambda () (plist-get (et-exec server "agent-ls.status") :last))))
+      (with-current-buffer buf
+        (let ((last-nonmenu-event ?a))
+          (eglot-code-actions (point-min) (point-min) nil t)))
+      (et-record "the run finishes" (wait-until (lambda () (plist-get (funcall last) :status)) 60))
+      (et-record "eglot asked once for the run's change"
+                 (= 1 (cl-count-if (lambda (q) (string-match-p "Proceed" q)) questions)) questions)
+      (et-record "the declined run changed no file"
+                 (equal (plist-get (funcall last) :files_changed) []) (funcall last))
+      (et-record "the buffer is as before the run"
+                 (and (equal (with-current-buffer buf (buffer-string)) before)
+                      (not (buffer-modified-p buf))))
+      (et-record "the disk is as before the run" (equal (disk-text file) before) (disk-text file))
+      (setq questions nil)
+      (with-current-buffer buf (set-buffer-modified-p t) (save-buffer))
+      (et-record "saving asks nothing" (null questions) questions))))
+
+(defun iterations-scenario ()
+  (et-two-iterations-replay)
   (et-answer-menus)
   (setq et-settings `(:model (:provider "replay" :replay_file ,(concat et-ws "/.replay.jsonl"))))
   (cl-destructuring-bind (file buf) (et-start 'eglot-lsp-server)
@@ -481,6 +512,7 @@ does.  Every question is counted: the menu, eglot's own, the server's."
         ("review" (review-scenario))
         ("user" (user-scenario))
         ("iterations" (iterations-scenario))
+        ("declined" (declined-scenario))
         ("diagnostics" (diagnostics-scenario))
         (_ (eglot-scenario))))
   (error (et-record "the scenario ran without an error" nil (error-message-string err))))

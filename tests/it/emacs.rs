@@ -58,7 +58,7 @@ fn scenario(name: &str) -> Vec<serde_json::Value> {
     let ws = tempfile::tempdir().unwrap();
     support::copy_example(ws.path());
     std::fs::write(ws.path().join(".replay.jsonl"), FIX).unwrap();
-    let new_user = name == "user" || name == "iterations";
+    let new_user = matches!(name, "user" | "iterations" | "declined");
     if new_user {
         // A new user's project is a real repository: its run is checkpointed and its commit
         // offered, which must not be one more question.
@@ -255,6 +255,25 @@ fn eglot_alone_fix_of_two_iterations_takes_two_questions_and_undo_then_save_asks
         "Agent: Undo and Agent: Commit are code actions",
         "Agent: Undo: one question besides the menu",
         "saving right after the undo asks nothing",
+    ] {
+        assert!(names.contains(&check), "{check} was not checked: {names:?}");
+    }
+}
+
+/// eglot alone, the user answering no to the run's one edit: eglot asked once, and the buffer
+/// and the disk are as before the run (the disk with the time Emacs recorded: saving asks
+/// nothing).
+#[test]
+fn eglot_alone_declining_the_runs_one_edit_leaves_the_files_as_before_the_run() {
+    let results = scenario("declined");
+    if results.is_empty() {
+        return;
+    }
+    let names = names(&results);
+    for check in [
+        "eglot asked once for the run's change",
+        "the disk is as before the run",
+        "saving asks nothing",
     ] {
         assert!(names.contains(&check), "{check} was not checked: {names:?}");
     }
