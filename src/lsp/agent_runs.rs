@@ -517,7 +517,7 @@ pub(super) async fn settle_held(shell: &mut ServerShell, outcome: &mut Outcome) 
         );
     }
     let kept = match shell.flush_held(held).await {
-        Ok(kept) => kept,
+        Ok(()) => true,
         Err(e) => {
             shell.c.outbox.show_message(
                 MessageType::WARNING,

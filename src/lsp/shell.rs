@@ -620,25 +620,6 @@ impl ServerShell {
             .is_some_and(|b| b.text == c.new_text)
     }
 
-    /// A held run's whole change to the editor (`held`): its files already hold it on disk,
-    /// which gets it back once the edit landed.
-    pub(super) async fn send_held(&mut self, open: &[FileChange]) -> Result<(), ApplyError> {
-        if open.is_empty() {
-            return Ok(());
-        }
-        self.send_parked(open).await.map(|_| ())
-    }
-
-    /// The disk takes an iteration of a held run (`held`).
-    pub(super) fn sync_held(&self, changes: &[FileChange]) -> Result<(), ApplyError> {
-        self.sync_disk(changes)
-            .map_err(|e| ApplyError::Failed(e.to_string()))
-    }
-
-    pub(super) fn record_held(&self, changes: Vec<FileChange>) {
-        self.record_step(changes);
-    }
-
     /// A run's applied change goes into the session's history (an undo's or a rollback's
     /// does not: it moves existing steps, or none).
     fn record_step(&self, changes: Vec<FileChange>) {
@@ -886,20 +867,21 @@ impl ServerShell {
     /// Writes an iteration's change of a held run (`held`) on disk only, for the tests; the
     /// editor gets it with the rest of the run's change at its end
     /// (`agent_runs::settle_held`).
-    pub(super) fn hold(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
-        self.sync_held(changes)?;
+    fn hold(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
+        self.sync_disk(changes)
+            .map_err(|e| ApplyError::Failed(e.to_string()))?;
         if let Some(held) = &mut self.held {
             held.note(changes);
         }
         Ok(())
     }
 
-    /// Sends the run's whole change to the editor as one edit: its one question. Whether the
-    /// editor took it; when it did not, the disk holds again what it held before the run.
-    pub(super) async fn flush_held(&mut self, held: Held) -> Result<bool, ApplyError> {
+    /// Sends the run's whole change to the editor as one edit: its one question. When the
+    /// editor does not take it, the disk holds again what it held before the run.
+    pub(super) async fn flush_held(&mut self, held: Held) -> Result<(), ApplyError> {
         let all = held.changes();
         if all.is_empty() {
-            return Ok(true);
+            return Ok(());
         }
         self.refresh().await;
         // Files the editor does not have open are the disk's, which holds them already.
@@ -909,10 +891,15 @@ impl ServerShell {
             .cloned()
             .collect();
         let open = agent_ls_runtime::drive::rebase(&open, self, &self.limits)?;
-        match self.send_held(&open).await {
+        // The disk holds the change already, and gets it back once the edit landed.
+        let sent = match open.is_empty() {
+            true => Ok(()),
+            false => self.send_parked(&open).await.map(|_| ()),
+        };
+        match sent {
             Ok(()) => {
-                self.record_held(all);
-                Ok(true)
+                self.record_step(all);
+                Ok(())
             }
             Err(e) => {
                 self.restore_before_run(&held);
