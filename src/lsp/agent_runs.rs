@@ -232,7 +232,7 @@ async fn drive_run(
     // The user decides on the reviewed change while the workspace is still the run's; a held
     // run's one edit is that decision.
     if shell.held.is_some() {
-        settle_held(&mut shell, &mut outcome).await;
+        settle_held(&mut shell, &run, &mut outcome, s.store.as_ref()).await;
     } else if !review {
         let store = s.store.as_ref();
         settle_review(&mut shell, &run, &mut outcome, (store, memory)).await;
@@ -364,6 +364,18 @@ async fn settle_review(
             decision = Decision::Kept;
         }
     }
+    record_decision(shell, run, outcome, decision, store).await;
+}
+
+/// The answer to the review question, in the outcome (runFinished), the run view and the
+/// run's journal.
+async fn record_decision(
+    shell: &ServerShell,
+    run: &Run,
+    outcome: &mut Outcome,
+    decision: agent_ls_core::agent::review::Decision,
+    store: Option<&StoreThread>,
+) {
     outcome.decision = Some(decision);
     let event = agent_ls_core::events::RunEvent::Decision { decision };
     shell.c.outbox.notify::<ext::RunEventNotification>(
@@ -493,7 +505,12 @@ pub fn goal_with_selection(
 /// The end of a run whose edits were held: the review's findings are said (the question that
 /// follows is the review question's place), then the run's change goes to the editor. A
 /// declined change leaves the files as they were, and the outcome says so.
-pub(super) async fn settle_held(shell: &mut ServerShell, outcome: &mut Outcome) {
+pub(super) async fn settle_held(
+    shell: &mut ServerShell,
+    run: &Run,
+    outcome: &mut Outcome,
+    store: Option<&StoreThread>,
+) {
     let Some(held) = shell.held.take() else {
         return;
     };
@@ -534,10 +551,12 @@ pub(super) async fn settle_held(shell: &mut ServerShell, outcome: &mut Outcome) 
         outcome.files_changed.clear();
     }
     if question.is_some() {
-        outcome.decision = Some(if kept {
-            agent_ls_core::agent::review::Decision::Kept
+        use agent_ls_core::agent::review::Decision;
+        let decision = if kept {
+            Decision::Kept
         } else {
-            agent_ls_core::agent::review::Decision::RolledBack
-        });
+            Decision::RolledBack
+        };
+        record_decision(shell, run, outcome, decision, store).await;
     }
 }

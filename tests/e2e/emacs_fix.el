@@ -350,6 +350,8 @@ does.  Every question is counted: the menu, eglot's own, the server's."
       (et-record "the run finishes" (wait-until (lambda () (plist-get (funcall last) :status)) 60))
       (et-record "eglot asked once for the run's change"
                  (= 1 (cl-count-if (lambda (q) (string-match-p "Proceed" q)) questions)) questions)
+      (et-record "declining is the review's decision to roll back"
+                 (equal (plist-get (funcall last) :decision) "rolled_back") (funcall last))
       (et-record "the declined run changed no file"
                  (equal (plist-get (funcall last) :files_changed) []) (funcall last))
       (et-record "the buffer is as before the run"
@@ -378,6 +380,8 @@ does.  Every question is counted: the menu, eglot's own, the server's."
       (wait-until (lambda () (cl-find-if (lambda (m) (string-match-p "not committed" m)) messages)) 10)
       (et-record "at most 2 questions for a fix of two iterations with a finding"
                  (<= (length questions) 2) questions)
+      (et-record "eglot's confirmation is the review's decision"
+                 (equal (plist-get (funcall last) :decision) "kept") (funcall last))
       (et-record "the review's finding is said"
                  (cl-find-if (lambda (m) (string-match-p "no test for negative numbers" m)) messages)
                  messages)
