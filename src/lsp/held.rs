@@ -7,8 +7,10 @@
 //! review found something, that question is the review's (its findings are said just before).
 //! Declined, the disk goes back to what it held before the run.
 //!
-//! It must not send anything but that one edit to the editor, nor record a step per
-//! iteration: the history gets one step, the run's whole change, so one undo takes it back.
+//! This is the run's record of what it changed; the editor shell writes the disk and sends the
+//! edit (`ServerShell::hold`, `ServerShell::flush_held`), and `agent_runs::settle_held` ends
+//! the run. No step is recorded per iteration: the history gets one, the run's whole change,
+//! so one undo takes it back.
 
 use std::collections::BTreeMap;
 
