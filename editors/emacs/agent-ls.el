@@ -237,16 +237,20 @@ go to the echo area."
 
 (cl-defmethod eglot-handle-notification
   ((_server agent-ls-server) (_method (eql agent-ls/runEvent)) &rest event)
-  "One thing that happened in a run: the mode line follows it."
+  "One thing that happened in a run: the mode line follows it.
+An undo, a redo or the answer to a review question is said with the step's
+run id after that run ended: it starts no run, and the mode line stays on
+the tests."
   (push event agent-ls--events)
   (let ((type (plist-get event :type))
         (data (plist-get event :data)))
-    (setq agent-ls--run
-          (list :id (plist-get event :runId)
-                :goal (or (and (member type '("intent" "resumed")) (plist-get data :goal))
-                          (plist-get agent-ls--run :goal))
-                :iteration (plist-get event :iteration)
-                :type (unless (equal type "token") type)))
+    (unless (member type '("undo" "redo" "decision" "finished"))
+      (setq agent-ls--run
+            (list :id (plist-get event :runId)
+                  :goal (or (and (member type '("intent" "resumed")) (plist-get data :goal))
+                            (plist-get agent-ls--run :goal))
+                  :iteration (plist-get event :iteration)
+                  :type (unless (equal type "token") type))))
     (unless (equal type "token") (agent-ls--redisplay))))
 
 (cl-defmethod eglot-handle-notification

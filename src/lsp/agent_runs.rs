@@ -25,11 +25,12 @@ use super::connection::{AgentMessage, Connection};
 use super::convert;
 use super::ext;
 use super::git_commands;
+use super::held;
 use super::isolation;
 use super::jobs;
 use super::review_decision;
 use super::rollback;
-use super::shell::ServerShell;
+use super::shell::{self, ServerShell};
 use agent_ls_core::agent::{Run, RunStatus};
 use agent_ls_core::text::{Buffer, Encoding};
 use agent_ls_runtime::config::{Approval, MemoryConfig};
@@ -217,6 +218,9 @@ async fn drive_run(
         on_disk,
         ..ServerShell::new(place.connection, label, limits)
     };
+    if !review && held::Held::applies(shell.c.support, shell.on_disk.is_some()) {
+        shell.held = Some(held::Held::default());
+    }
     let job = (
         s.id.as_str(),
         &s.cancel,
@@ -225,8 +229,11 @@ async fn drive_run(
     );
     let memory = s.prepared.config.memory.clone();
     let (run, mut outcome) = drive(s.prepared, job, &mut shell).await;
-    // The user decides on the reviewed change while the workspace is still the run's.
-    if !review {
+    // The user decides on the reviewed change while the workspace is still the run's; a held
+    // run's one edit is that decision.
+    if shell.held.is_some() {
+        settle_held(&mut shell, &run, &mut outcome, s.store.as_ref()).await;
+    } else if !review {
         let store = s.store.as_ref();
         settle_review(&mut shell, &run, &mut outcome, (store, memory)).await;
     }
@@ -357,6 +364,18 @@ async fn settle_review(
             decision = Decision::Kept;
         }
     }
+    record_decision(shell, run, outcome, decision, store).await;
+}
+
+/// The answer to the review question, in the outcome (runFinished), the run view and the
+/// run's journal.
+async fn record_decision(
+    shell: &ServerShell,
+    run: &Run,
+    outcome: &mut Outcome,
+    decision: agent_ls_core::agent::review::Decision,
+    store: Option<&StoreThread>,
+) {
     outcome.decision = Some(decision);
     let event = agent_ls_core::events::RunEvent::Decision { decision };
     shell.c.outbox.notify::<ext::RunEventNotification>(
@@ -481,4 +500,63 @@ pub fn goal_with_selection(
         range.start.line + 1,
         range.end.line + 1
     )
+}
+
+/// The end of a run whose edits were held: the review's findings are said (the question that
+/// follows is the review question's place), then the run's change goes to the editor. A
+/// declined change leaves the files as they were, and the outcome says so.
+pub(super) async fn settle_held(
+    shell: &mut ServerShell,
+    run: &Run,
+    outcome: &mut Outcome,
+    store: Option<&StoreThread>,
+) {
+    let Some(held) = shell.held.take() else {
+        return;
+    };
+    let asks_review = shell.approval != Approval::Auto && !held.changes().is_empty();
+    let question = asks_review
+        .then(|| review_decision::question(&shell.label, outcome))
+        .flatten();
+    if let Some(notice) = review_decision::unavailable_notice(&shell.label, outcome) {
+        shell.c.outbox.show_message(MessageType::WARNING, notice);
+    }
+    if let (Some(question), Some(review)) = (&question, &outcome.review) {
+        let (reply, published) = tokio::sync::oneshot::channel();
+        (shell.c.report)(AgentMessage::Reviewed {
+            review: Box::new(review.clone()),
+            reply,
+        });
+        let _ = published.await;
+        shell.c.outbox.show_message(
+            MessageType::WARNING,
+            format!("{question}\nThe editor asks next whether to apply the run's change: no leaves the files as they were."),
+        );
+    }
+    let kept = match shell.flush_held(held).await {
+        Ok(()) => true,
+        Err(e) => {
+            shell.c.outbox.show_message(
+                MessageType::WARNING,
+                format!(
+                    "{}: the run's change was not applied ({}); the files are as they were before the run",
+                    shell.label,
+                    shell::apply_failure(e)
+                ),
+            );
+            false
+        }
+    };
+    if !kept {
+        outcome.files_changed.clear();
+    }
+    if question.is_some() {
+        use agent_ls_core::agent::review::Decision;
+        let decision = if kept {
+            Decision::Kept
+        } else {
+            Decision::RolledBack
+        };
+        record_decision(shell, run, outcome, decision, store).await;
+    }
 }

@@ -42,6 +42,21 @@ pub fn put_back(root: &Path, relative: &str, baseline: &Baseline) -> std::io::Re
         .set_modified(baseline.modified)
 }
 
+/// Whether the disk holds `baseline` as it was read, text and time: a file left parked.
+pub fn still_parked(root: &Path, relative: &str, baseline: &Baseline) -> bool {
+    read(root, relative)
+        .is_some_and(|now| now.modified == baseline.modified && now.text == baseline.text)
+}
+
+/// Gives the file the time of now, its text unchanged.
+pub fn restamp(root: &Path, relative: &str) -> std::io::Result<()> {
+    let path = files::resolve(root, relative).map_err(std::io::Error::other)?;
+    std::fs::File::options()
+        .write(true)
+        .open(&path)?
+        .set_modified(SystemTime::now())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

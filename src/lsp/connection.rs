@@ -5,7 +5,7 @@
 //! starts the jobs without the jobs importing each other back.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
@@ -137,6 +137,29 @@ impl WrittenUnder {
 
     pub fn contains(&self, uri: &Uri) -> bool {
         self.0.lock().is_ok_and(|map| map.contains_key(uri))
+    }
+
+    /// Gives the time of now to each file left on disk as the editor last saw it, text and
+    /// time (`ServerShell::back_to_baseline`), before tests run on it: that time is older than
+    /// what a build tool that compares times (make, Cargo) built from the agent's text since,
+    /// which it would take for this file's. The editor then asks on its next save, as after
+    /// any write behind it; a save before the tests run asks nothing.
+    pub fn restamp_parked(&self, root: &Path) {
+        let Ok(map) = self.0.lock() else {
+            return;
+        };
+        for (uri, baseline) in map.iter() {
+            let (Some(b), Some(path)) = (baseline, super::convert::path_from_uri(uri)) else {
+                continue;
+            };
+            let Ok(relative) = path.strip_prefix(root) else {
+                continue;
+            };
+            let relative = relative.to_string_lossy();
+            if super::baseline::still_parked(root, &relative, b) {
+                let _ = super::baseline::restamp(root, &relative);
+            }
+        }
     }
 
     /// The file as the editor last saw it, when the server wrote it since and knows that.

@@ -111,7 +111,7 @@ pub async fn on_success(cx: &GitContext, outcome: &mut Outcome, outbox: &Outbox)
 pub fn offer(outcome: &Outcome) -> String {
     let n = outcome.files_changed.len();
     format!(
-        "agent-ls: the run's {n} file{} ({}) are not committed; the command agent-ls.commit (M-x eglot-execute-command) or `agent-ls commit` commits them",
+        "agent-ls: the run's {n} file{} ({}) are not committed; the code action Agent: Commit (M-x eglot-code-actions) or `agent-ls commit` commits them, and Agent: Undo takes the change back",
         if n == 1 { "" } else { "s" },
         outcome.files_changed.join(", ")
     )

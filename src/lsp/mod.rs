@@ -17,10 +17,12 @@ pub mod connection;
 pub mod convert;
 pub mod ext;
 pub mod git_commands;
+mod held;
 mod hook_trust;
 mod isolation;
 pub mod jobs;
 mod json_text;
+mod lsp318;
 mod next_edit;
 pub mod outbox;
 pub mod refused;
@@ -28,6 +30,7 @@ pub mod review_decision;
 pub mod review_diagnostics;
 pub mod rewind;
 pub mod rollback;
+mod run_documents;
 pub mod session;
 mod shell;
 mod skills;
@@ -39,8 +42,8 @@ pub mod workspace_edit;
 use std::future::Future;
 use std::os::fd::AsFd;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use futures::FutureExt;
 use tokio::sync::oneshot;
@@ -78,16 +81,20 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
     let session = Session::spawn(outbox.clone(), log);
     // tower-lsp is used as a router: its service is called directly, without its own stdio
     // loop, so a request costs no pipe and no second read.
+    let extras = Arc::new(OnceLock::new());
     let (service, _client_socket) = LspService::build(|_client| Backend {
         session: session.clone(),
         shutdown: shutdown.clone(),
         hooks,
         completions: Arc::default(),
+        extras: extras.clone(),
     })
     .custom_method("textDocument/inlineCompletion", Backend::inline_completion)
     .custom_method(ext::DOCUMENT_STATE, Backend::document_state)
     .custom_method(ext::CONFIGURATION, Backend::configuration)
     .custom_method(ext::EDITOR_DIAGNOSTICS, Backend::editor_diagnostics)
+    .custom_method(lsp318::CODE_ACTION_ROUTE, Backend::code_actions)
+    .custom_method(run_documents::METHOD, Backend::text_document_content)
     .finish();
 
     // stdin is read by one thread: each message is parsed once there, document
@@ -104,6 +111,7 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
                     service,
                     outbox: outbox.clone(),
                     runtime,
+                    extras,
                 };
                 transport::pump_input(
                     std::io::stdin().lock(),
@@ -144,6 +152,8 @@ struct Router {
     service: LspService<Backend>,
     outbox: Outbox,
     runtime: tokio::runtime::Handle,
+    /// What `initialize` said of LSP 3.18, for the handlers (`lsp318`).
+    extras: Arc<OnceLock<lsp318::ClientExtras>>,
 }
 
 impl Router {
@@ -152,6 +162,25 @@ impl Router {
         use tower_service::Service;
         let method = request.method().to_string();
         let (initialize, exit) = (method == "initialize", method == "exit");
+        if initialize {
+            let _ = self
+                .extras
+                .set(lsp318::ClientExtras::from_initialize(request.params()));
+        }
+        // Served as JSON, which can carry LSP 3.18's fields (`lsp318::CODE_ACTION_ROUTE`).
+        let request = if method == "textDocument/codeAction" {
+            let (_, id, params) = request.into_parts();
+            let mut renamed = tower_lsp_server::jsonrpc::Request::build(lsp318::CODE_ACTION_ROUTE);
+            if let Some(id) = id {
+                renamed = renamed.id(id);
+            }
+            if let Some(params) = params {
+                renamed = renamed.params(params);
+            }
+            renamed.finish()
+        } else {
+            request
+        };
         // The service is ready at once, except after `exit`; `initialize` is awaited below
         // before anything else is read, as the protocol asks.
         let waker = futures::task::noop_waker();
@@ -163,6 +192,13 @@ impl Router {
         let outbox = self.outbox.clone();
         let reply = async move {
             match answer.await {
+                // The capabilities LSP 3.17's types cannot say (`lsp318`).
+                Ok(Some(response)) if initialize => {
+                    match serde_json::to_value(&response).map(lsp318::with_server_capabilities) {
+                        Ok(body) => outbox.frame(body.to_string().into_bytes()),
+                        Err(e) => error!("a response could not be serialised: {e}"),
+                    }
+                }
                 Ok(Some(response)) => match serde_json::to_vec(&response) {
                     Ok(body) => outbox.frame(body),
                     Err(e) => error!("a response could not be serialised: {e}"),
@@ -185,6 +221,8 @@ struct Backend {
     shutdown: Arc<AtomicBool>,
     hooks: bool,
     completions: Arc<completion::Completions>,
+    /// What `initialize` said of LSP 3.18 (set by the router before the request is served).
+    extras: Arc<OnceLock<lsp318::ClientExtras>>,
 }
 
 impl Backend {
@@ -225,6 +263,60 @@ impl Backend {
     }
 
     /// The editor's forwarded diagnostics of a file, kept by the session for the runs.
+    /// `textDocument/codeAction` (routed here by the router: `lsp318::CODE_ACTION_ROUTE`).
+    async fn code_actions(&self, params: CodeActionParams) -> Result<LSPAny> {
+        guarded("textDocument/codeAction", async {
+            // Asked of the session, so the answer follows every change sent before it: a
+            // document out of sync with the editor gets no action that would read it.
+            let uri = params.text_document.uri.clone();
+            let (doc, history) = self
+                .session
+                .query(move |s| {
+                    let doc = s.document(&uri).cloned().map(|b| (b, s.encoding()));
+                    (doc, s.history_actions())
+                })
+                .await
+                .map_err(internal)?;
+            let out_of_sync = doc.as_ref().is_some_and(|(b, _)| b.needs_resync());
+            let mut actions = code_actions(&params, out_of_sync);
+            actions.extend(history_actions(history));
+            // The predicted next edit, while the file still holds the text it replaces.
+            let next = doc.filter(|_| !out_of_sync).and_then(|(b, enc)| {
+                self.completions
+                    .next
+                    .action(&params.text_document.uri, &b, enc)
+            });
+            actions.extend(next);
+            let root = self.root().await?;
+            let uri = &params.text_document.uri;
+            actions.extend(skills::actions(root.as_deref(), uri));
+            let client = self.extras.get().copied().unwrap_or_default();
+            Ok(lsp318::wire_actions(actions, client))
+        })
+        .await
+    }
+
+    /// `workspace/textDocumentContent` (LSP 3.18) for `agent-ls:` URIs (`run_documents`).
+    async fn text_document_content(
+        &self,
+        params: lsp318::TextDocumentContentParams,
+    ) -> Result<LSPAny> {
+        guarded(run_documents::METHOD, async {
+            let doc = run_documents::parse(&params.uri)
+                .map_err(|e| Error::invalid_params(e.to_string()))?;
+            let root = self
+                .root()
+                .await?
+                .ok_or_else(|| refused("agent-ls has no workspace folder"))?;
+            let text = tokio::task::spawn_blocking(move || run_documents::read(&root, &doc))
+                .await
+                .map_err(internal)?
+                .map_err(refused)?;
+            Ok(serde_json::json!({ "text": text }))
+        })
+        .await
+    }
+
     async fn editor_diagnostics(&self, params: ext::EditorDiagnosticsParams) {
         self.session.send(Event::EditorDiagnostics(params));
     }
@@ -555,33 +647,6 @@ impl LanguageServer for Backend {
         .await
     }
 
-    async fn code_action(&self, params: CodeActionParams) -> Result<Option<CodeActionResponse>> {
-        guarded("textDocument/codeAction", async {
-            // Asked of the session, so the answer follows every change sent before it: a
-            // document out of sync with the editor gets no action that would read it.
-            let uri = params.text_document.uri.clone();
-            let doc = self
-                .session
-                .query(move |s| s.document(&uri).cloned().map(|b| (b, s.encoding())))
-                .await
-                .map_err(internal)?;
-            let out_of_sync = doc.as_ref().is_some_and(|(b, _)| b.needs_resync());
-            let mut actions = code_actions(&params, out_of_sync);
-            // The predicted next edit, while the file still holds the text it replaces.
-            let next = doc.filter(|_| !out_of_sync).and_then(|(b, enc)| {
-                self.completions
-                    .next
-                    .action(&params.text_document.uri, &b, enc)
-            });
-            actions.extend(next);
-            let root = self.root().await?;
-            let uri = &params.text_document.uri;
-            actions.extend(skills::actions(root.as_deref(), uri));
-            Ok(Some(actions))
-        })
-        .await
-    }
-
     async fn execute_command(&self, params: ExecuteCommandParams) -> Result<Option<LSPAny>> {
         guarded("workspace/executeCommand", async {
             let (command, first) = (params.command.as_str(), params.arguments.first());
@@ -756,6 +821,31 @@ fn code_actions(params: &CodeActionParams, out_of_sync: bool) -> CodeActionRespo
         "fix the failing tests".into(),
         (None, None),
     ));
+    out
+}
+
+/// "Agent: Undo" and "Agent: Commit" (`Session::history_actions`): a client with no
+/// add-on has no other way to run these commands (eglot 1.9 has no command to run a server's
+/// command).
+fn history_actions((undo, commit): (bool, bool)) -> Vec<CodeActionOrCommand> {
+    let action = |title: &str, command: &str| {
+        CodeActionOrCommand::CodeAction(CodeAction {
+            title: title.into(),
+            command: Some(Command {
+                title: title.into(),
+                command: command.into(),
+                arguments: None,
+            }),
+            ..CodeAction::default()
+        })
+    };
+    let mut out = Vec::new();
+    if undo {
+        out.push(action("Agent: Undo", ext::UNDO_COMMAND));
+    }
+    if commit {
+        out.push(action("Agent: Commit", ext::COMMIT_COMMAND));
+    }
     out
 }
 

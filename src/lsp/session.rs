@@ -406,6 +406,32 @@ impl Session {
         })
     }
 
+    /// Whether to offer "Agent: Undo" and "Agent: Commit" as code actions: to a client with no
+    /// agent-ls add-on (none announced in `experimental.agentLs`; eglot alone), which has no
+    /// other way to run a command, while a step can be undone and while the last run's files
+    /// wait for a commit.
+    pub fn history_actions(&self) -> (bool, bool) {
+        let add_on = self
+            .capabilities
+            .experimental
+            .as_ref()
+            .is_some_and(|e| e.get("agentLs").is_some());
+        if add_on || self.active.is_some() {
+            return (false, false);
+        }
+        let undo = self
+            .history
+            .as_ref()
+            .is_some_and(|h| h.last_done().is_some());
+        let commit = self.last_outcome.as_ref().is_some_and(|o| {
+            o.status == agent_ls_core::agent::RunStatus::Done
+                && o.checkpoint.is_some()
+                && o.commit.is_none()
+                && !o.files_changed.is_empty()
+        });
+        (undo, commit)
+    }
+
     /// The id of the run in progress, which is not interrupted though the store says running.
     pub fn active_run(&self) -> Option<String> {
         match &self.active {
@@ -1190,6 +1216,7 @@ impl Session {
             }
             return;
         };
+        self.written_under.restamp_parked(&root);
         self.with_tests(&root, |tests, cx| tests.start(cx, trigger));
     }
 

@@ -21,6 +21,7 @@ use super::baseline;
 use super::connection::{AgentMessage, AppliedStep, Connection, Snapshot};
 use super::convert;
 use super::ext;
+use super::held::Held;
 use super::outbox::Outbox;
 use super::workspace_edit::{self, EditSupport, Target};
 use agent_ls_core::edit::history::Step;
@@ -57,6 +58,10 @@ struct Early {
     restore: Vec<FileChange>,
     /// The files put back as the editor last saw them (the rest hold the change already).
     parked: Vec<String>,
+    /// Parked files the change brings back to the text the editor last saw (an undo of the
+    /// only change since): left as they are, text and time, so the editor's next save finds
+    /// its file as it recorded it and asks nothing.
+    left: Vec<String>,
 }
 
 /// Applies changes that restore known texts (a rollback) through workspace/applyEdit like an
@@ -200,6 +205,9 @@ pub(super) struct ServerShell {
     /// A run in a worktree of its own: it reads and writes that worktree's disk and runs its
     /// tests there, since no editor buffer is its.
     pub(super) on_disk: Option<agent_ls_runtime::runs::disk::OnDisk>,
+    /// A run's edits held back from a client that confirms each edit itself, for one edit at
+    /// the run's end (`held`).
+    pub(super) held: Option<Held>,
 }
 
 impl ServerShell {
@@ -229,6 +237,7 @@ impl ServerShell {
             review: Review::default(),
             exact_disk: false,
             on_disk: None,
+            held: None,
         }
     }
 
@@ -576,6 +585,41 @@ impl ServerShell {
         })
     }
 
+    /// Sends the edit with the files the server wrote under the editor parked (`park`), and
+    /// once it landed puts back what they held. What was written before it was sent.
+    async fn send_parked(&mut self, current: &[FileChange]) -> Result<Early, ApplyError> {
+        let targets = self.targets(current);
+        let edit = self.workspace_edit(current, &targets)?;
+        let early = self.park(current)?;
+        self.land(edit, current, &targets, &early.restore).await?;
+        self.note_edited(current);
+        // A parked file holds what it held before again (the caller writes the change),
+        // unless the change brings it back to what the editor saw (parked, it holds that).
+        let mut early = early;
+        early.left = current
+            .iter()
+            .filter(|c| early.parked.contains(&c.path) && self.back_to_baseline(c))
+            .map(|c| c.path.clone())
+            .collect();
+        let parked: Vec<FileChange> = early
+            .restore
+            .iter()
+            .filter(|r| early.parked.contains(&r.path) && !early.left.contains(&r.path))
+            .cloned()
+            .collect();
+        files::write_changes(&self.c.root, &parked)
+            .map_err(|e| ApplyError::Failed(e.to_string()))?;
+        Ok(early)
+    }
+
+    /// Whether `c` leaves its file with the text the editor last read or wrote (`baseline`).
+    fn back_to_baseline(&self, c: &FileChange) -> bool {
+        self.snapshot
+            .get(&c.path)
+            .and_then(|(uri, _)| self.c.written_under.baseline(uri))
+            .is_some_and(|b| b.text == c.new_text)
+    }
+
     /// A run's applied change goes into the session's history (an undo's or a rollback's
     /// does not: it moves existing steps, or none).
     fn record_step(&self, changes: Vec<FileChange>) {
@@ -631,6 +675,10 @@ fn same_file(a: &Uri, b: &Uri) -> bool {
 
 impl Shell for ServerShell {
     fn read(&self, relative: &str) -> FileText {
+        // A held run's files hold its change on disk only, not yet in the editor's buffers.
+        if let Some(text) = self.held.as_ref().and_then(|h| h.text(relative)) {
+            return text;
+        }
         match self.snapshot.get(relative) {
             Some((_, b)) if b.needs_resync() => FileText::Refused(format!(
                 "{relative} is out of sync with the editor; close and reopen it"
@@ -722,21 +770,11 @@ impl Shell for ServerShell {
             }
             return Ok(());
         }
+        if self.held.is_some() {
+            return self.hold(current);
+        }
         let current = current.to_vec();
-        let targets = self.targets(&current);
-        let edit = self.workspace_edit(&current, &targets)?;
-        let early = self.park(&current)?;
-        self.land(edit, &current, &targets, &early.restore).await?;
-        self.note_edited(&current);
-        // A parked file holds what it held before again, then takes the change below.
-        let parked: Vec<FileChange> = early
-            .restore
-            .iter()
-            .filter(|r| early.parked.contains(&r.path))
-            .cloned()
-            .collect();
-        files::write_changes(&self.c.root, &parked)
-            .map_err(|e| ApplyError::Failed(e.to_string()))?;
+        let early = self.send_parked(&current).await?;
         // The editor saves what it can; the disk is brought in step for the rest.
         let saved = self.save_in_editor(&current).await;
         // Files written before the edit already hold it (re-located around unsaved typing).
@@ -744,6 +782,7 @@ impl Shell for ServerShell {
             .iter()
             .filter(|c| {
                 !saved.contains(&c.path)
+                    && !early.left.contains(&c.path)
                     && (early.parked.contains(&c.path)
                         || !early.restore.iter().any(|e| e.path == c.path))
             })
@@ -820,6 +859,83 @@ impl Shell for ServerShell {
         self.iteration = iteration;
         if let Some(disk) = &mut self.on_disk {
             disk.task(task);
+        }
+    }
+}
+
+impl ServerShell {
+    /// Writes an iteration's change of a held run (`held`) on disk only, for the tests; the
+    /// editor gets it with the rest of the run's change at its end
+    /// (`agent_runs::settle_held`).
+    fn hold(&mut self, changes: &[FileChange]) -> Result<(), ApplyError> {
+        self.sync_disk(changes)
+            .map_err(|e| ApplyError::Failed(e.to_string()))?;
+        if let Some(held) = &mut self.held {
+            held.note(changes);
+        }
+        Ok(())
+    }
+
+    /// Sends the run's whole change to the editor as one edit: its one question. When the
+    /// editor does not take it, the disk holds again what it held before the run.
+    pub(super) async fn flush_held(&mut self, held: Held) -> Result<(), ApplyError> {
+        let all = held.changes();
+        if all.is_empty() {
+            return Ok(());
+        }
+        self.refresh().await;
+        // Files the editor does not have open are the disk's, which holds them already.
+        let open: Vec<FileChange> = all
+            .iter()
+            .filter(|c| self.snapshot.contains_key(&c.path))
+            .cloned()
+            .collect();
+        let open = agent_ls_runtime::drive::rebase(&open, self, &self.limits)?;
+        // The disk holds the change already, and gets it back once the edit landed.
+        let sent = match open.is_empty() {
+            true => Ok(()),
+            false => self.send_parked(&open).await.map(|_| ()),
+        };
+        match sent {
+            Ok(()) => {
+                self.record_step(all);
+                Ok(())
+            }
+            Err(e) => {
+                self.restore_before_run(&held);
+                Err(e)
+            }
+        }
+    }
+
+    /// Each file as it was before the run: the file the editor last saw, put back with its
+    /// time where the server kept it (so Emacs finds its file untouched), else its text.
+    fn restore_before_run(&self, held: &Held) {
+        for (path, before) in held.before_run() {
+            let uri = self.snapshot.get(path).map(|(uri, _)| uri.clone());
+            let baseline = uri.as_ref().and_then(|u| self.c.written_under.baseline(u));
+            match (baseline, before) {
+                (Some(b), Some(text)) if b.text == *text => {
+                    let _ = baseline::put_back(&self.c.root, path, &b);
+                    if let Some(uri) = &uri {
+                        self.c.written_under.forget(uri);
+                    }
+                }
+                _ => {
+                    let back = FileChange {
+                        path: path.clone(),
+                        original: before.clone(),
+                        new_text: before.clone().unwrap_or_default(),
+                        edits: Vec::new(),
+                        inverse: Vec::new(),
+                    };
+                    let _ = match before {
+                        Some(_) => files::write_changes(&self.c.root, &[back]),
+                        None => files::resolve(&self.c.root, path)
+                            .and_then(|p| std::fs::remove_file(p).map_err(files::FileError::Io)),
+                    };
+                }
+            }
         }
     }
 }

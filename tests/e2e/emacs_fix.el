@@ -52,9 +52,11 @@
 (defun answer-yes (prompt &rest _)
   (let ((q (substring-no-properties (format "%s" prompt))))
     (push q questions)
-    ;; Scenario "eglot-no": the user keeps their buffer when Emacs says the file changed.
-    (not (and (equal scenario "eglot-no")
-              (string-match-p "changed on disk\\|changed since visited" q)))))
+    ;; Scenario "eglot-no": the user keeps their buffer when Emacs says the file changed;
+    ;; "declined": the user answers no to eglot's "Proceed?" for the run's change.
+    (not (or (and (equal scenario "eglot-no")
+                  (string-match-p "changed on disk\\|changed since visited" q))
+             (and (equal scenario "declined") (string-match-p "Proceed" q))))))
 (advice-add 'yes-or-no-p :override #'answer-yes)
 (advice-add 'y-or-n-p :override #'answer-yes)
 (advice-add 'ask-user-about-supersession-threat :override
@@ -123,6 +125,11 @@
               (car messages))
       (in-step file buf "return a - b")
       (et-record "buffer saved after undo" (not (buffer-modified-p buf)))
+      ;; The undo's run event names the step's run, which ended: no run is going on.
+      (et-record "the mode line shows the tests after an undo"
+                 (and (string-match-p "tests:" (agent-ls-mode-line))
+                      (not (string-match-p "agent:" (agent-ls-mode-line))))
+                 (agent-ls-mode-line))
       (with-current-buffer buf (agent-ls-redo))
       (et-record "redo lands" (wait-until (lambda () (and (string-match-p (regexp-quote "return a + b") (disk-text file))
                                                        (with-current-buffer buf
@@ -238,20 +245,27 @@ the tests rerun, the mode line follows, and the runs buffer tells what happened.
       (condition-case nil (with-current-buffer buf (save-buffer)) (error nil))
       (et-record "save after redo keeps the agent's text" (string-match-p "return a \\+ b" (disk-text file))))))
 
+(defvar et-pick nil "The title of the menu item to pick, else the default, as RET takes it.")
+
+(defun et-answer-menus ()
+  "Answers every menu (eglot's code-action menu) as a user would, recording it."
+  (advice-add 'completing-read :around
+              (lambda (_fn prompt collection &rest rest)
+                (push (substring-no-properties (format "%s" prompt)) questions)
+                (let* ((c (if (functionp collection) (all-completions "" collection) collection))
+                       (titles (mapcar (lambda (x) (if (consp x) (car x) x)) c))
+                       (def (nth 4 rest)))
+                  (cond (et-pick (car (member et-pick titles)))
+                        ((stringp def) def)
+                        (t (car titles)))))))
+
+(defun et-menu-p (q) (string-match-p "Pick an action" q))
+
 (defun user-scenario ()
   "eglot alone, as a new user meets it with the default settings: the fix through eglot's
 code-action menu, then undo and redo ten times each through a synchronous request, as M-x
 does.  Every question is counted: the menu, eglot's own, the server's."
-  (advice-add 'completing-read :around
-              (lambda (_fn prompt collection &rest rest)
-                (push (substring-no-properties (format "%s" prompt)) questions)
-                ;; The default (the first action) when there is one, as RET takes it.
-                (let ((def (nth 4 rest)))
-                  (or (and (stringp def) def)
-                      (let ((c (if (functionp collection)
-                                   (all-completions "" collection)
-                                 collection)))
-                        (let ((first (car c))) (if (consp first) (car first) first)))))))
+  (et-answer-menus)
   (setq et-settings `(:model (:provider "replay" :replay_file ,(concat et-ws "/.replay.jsonl"))))
   (cl-destructuring-bind (file buf) (et-start 'eglot-lsp-server)
     (let ((server (with-current-buffer buf (eglot-current-server)))
@@ -297,6 +311,110 @@ does.  Every question is counted: the menu, eglot's own, the server's."
             (et-record (format "%s %d: no changed-on-disk question" command (1+ i))
                        (not (on-disk-changed-question))
                        questions)))))))
+
+;;; Scenario "iterations": eglot alone, a fix that takes two iterations and whose review finds
+;;; something, then Agent: Undo from eglot's code actions, then a save.
+
+(defun et-actions (buf)
+  "The titles of the code actions eglot gets at the start of BUF."
+  (with-current-buffer buf
+    (mapcar (lambda (a) (plist-get a :title)) (eglot-code-actions (point-min) (point-min) nil nil))))
+
+(defun et-two-iterations-replay ()
+  "A fix that takes two iterations, whose review has a P2 finding."
+  (with-temp-file (concat et-ws "/.replay.jsonl")
+    (dolist (l (list `((role . "coder") (content . ,(et-edit "a - b" "a - b + 0")))
+                     '((role . "reflector")
+                       (content . "{\"task_id\": \"T1\", \"passed\": false, \"report\": \"still wrong\", \"next_step\": \"add\"}"))
+                     `((role . "coder") (content . ,(et-edit "a - b + 0" "a + b")))
+                     `((role . "reviewer")
+                       (content . ,(json-encode
+                                    '((findings . [((title . "[P2] no test for negative numbers")
+                                                    (body . "add(-1, 1)") (priority . 2) (confidence . 0.8)
+                                                    (path . "calc.py") (start_line . 5) (end_line . 5))])
+                                      (verdict . "correct") (explanation . "adds") (confidence . 0.9)))))))
+      (insert (json-encode l) "\n"))))
+
+(defun declined-scenario ()
+  "eglot alone: the user answers no to the run's one edit: the files are as before the run."
+  (et-two-iterations-replay)
+  (et-answer-menus)
+  (setq et-settings `(:model (:provider "replay" :replay_file ,(concat et-ws "/.replay.jsonl"))))
+  (cl-destructuring-bind (file buf) (et-start 'eglot-lsp-server)
+    (let* ((server (with-current-buffer buf (eglot-current-server)))
+           (before (disk-text file))
+           (last (lambda () (plist-get (et-exec server "agent-ls.status") :last))))
+      (with-current-buffer buf
+        (let ((last-nonmenu-event ?a))
+          (eglot-code-actions (point-min) (point-min) nil t)))
+      (et-record "the run finishes" (wait-until (lambda () (plist-get (funcall last) :status)) 60))
+      (et-record "eglot asked once for the run's change"
+                 (= 1 (cl-count-if (lambda (q) (string-match-p "Proceed" q)) questions)) questions)
+      (et-record "declining is the review's decision to roll back"
+                 (equal (plist-get (funcall last) :decision) "rolled_back") (funcall last))
+      (et-record "the declined run changed no file"
+                 (equal (plist-get (funcall last) :files_changed) []) (funcall last))
+      (et-record "the buffer is as before the run"
+                 (and (equal (with-current-buffer buf (buffer-string)) before)
+                      (not (buffer-modified-p buf))))
+      (et-record "the disk is as before the run" (equal (disk-text file) before) (disk-text file))
+      (setq questions nil)
+      (with-current-buffer buf (set-buffer-modified-p t) (save-buffer))
+      (et-record "saving asks nothing" (null questions) questions))))
+
+(defun iterations-scenario ()
+  (et-two-iterations-replay)
+  (et-answer-menus)
+  (setq et-settings `(:model (:provider "replay" :replay_file ,(concat et-ws "/.replay.jsonl"))))
+  (cl-destructuring-bind (file buf) (et-start 'eglot-lsp-server)
+    (let* ((server (with-current-buffer buf (eglot-current-server)))
+           (last (lambda () (plist-get (et-exec server "agent-ls.status") :last))))
+      (with-current-buffer buf
+        (let ((last-nonmenu-event ?a))
+          (eglot-code-actions (point-min) (point-min) nil t)))
+      (et-record "the run finishes" (wait-until (lambda () (plist-get (funcall last) :status)) 60))
+      (et-record "status done after two iterations"
+                 (and (equal (plist-get (funcall last) :status) "done")
+                      (equal (plist-get (funcall last) :iterations) 2))
+                 (funcall last))
+      (wait-until (lambda () (cl-find-if (lambda (m) (string-match-p "not committed" m)) messages)) 10)
+      (et-record "at most 2 questions for a fix of two iterations with a finding"
+                 (<= (length questions) 2) questions)
+      (et-record "eglot's confirmation is the review's decision"
+                 (equal (plist-get (funcall last) :decision) "kept") (funcall last))
+      (et-record "the review's finding is said"
+                 (cl-find-if (lambda (m) (string-match-p "no test for negative numbers" m)) messages)
+                 messages)
+      (let ((notice (cl-find-if (lambda (m) (string-match-p "not committed" m)) messages)))
+        (et-record "the notice names what eglot has"
+                   (and notice (string-match-p "eglot-code-actions" notice)
+                        (not (string-match-p "eglot-execute-command" notice)))
+                   notice))
+      (in-step file buf "return a + b")
+      (let ((titles (et-actions buf)))
+        (et-record "Agent: Undo and Agent: Commit are code actions"
+                   (and (member "Agent: Undo" titles) (member "Agent: Commit" titles))
+                   titles))
+      (setq questions nil messages nil)
+      (let ((et-pick "Agent: Undo"))
+        (with-current-buffer buf
+          (let ((last-nonmenu-event ?a))
+            (eglot-code-actions (point-min) (point-min) nil t))))
+      (et-record "Agent: Undo lands"
+                 (wait-until (lambda ()
+                               (and (cl-find-if (lambda (m) (string-match-p "undid step" m)) messages)
+                                    (string-match-p "return a - b" (disk-text file))
+                                    (with-current-buffer buf
+                                      (string-match-p "return a - b" (buffer-string)))))
+                             20)
+                 (format "%S %S" questions messages))
+      (et-record "Agent: Undo: one question besides the menu"
+                 (<= (length (cl-remove-if #'et-menu-p questions)) 1) questions)
+      (in-step file buf "return a - b")
+      (setq questions nil)
+      (with-current-buffer buf (save-buffer))
+      (et-record "saving right after the undo asks nothing" (null questions) questions)
+      (et-record "the saved file holds the undo" (string-match-p "return a - b" (disk-text file))))))
 
 ;;; Scenario "diagnostics": flymake's diagnostics from a backend of the test's own (a second
 ;;; checker beside agent-ls's eglot) check the agent's edits; agent-ls starts no server.
@@ -397,6 +515,8 @@ does.  Every question is counted: the menu, eglot's own, the server's."
         ("plugin" (plugin-scenario))
         ("review" (review-scenario))
         ("user" (user-scenario))
+        ("iterations" (iterations-scenario))
+        ("declined" (declined-scenario))
         ("diagnostics" (diagnostics-scenario))
         (_ (eglot-scenario))))
   (error (et-record "the scenario ran without an error" nil (error-message-string err))))

@@ -326,9 +326,17 @@ fn cancel_stops_a_run_waiting_for_approval() {
     assert!(disk(&s).contains("return a - b"));
 }
 
+/// A client that reads code action literals and supports LSP 3.18's `LLMGenerated` tag.
+fn literal_code_actions() -> Value {
+    json!({"textDocument": {"codeAction": {
+        "codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["quickfix", "refactor", "source"]}},
+        "isPreferredSupport": true,
+        "tagSupport": {"valueSet": [1]}}}})
+}
+
 #[test]
 fn code_actions_offer_the_agent() {
-    let mut s = setup(&[], "auto", json!({}));
+    let mut s = setup(&[], "auto", literal_code_actions());
     let diag = json!({"range": {"start": {"line": 4, "character": 4}, "end": {"line": 4, "character": 16}}, "severity": 1,
         "source": "agent-ls test", "message": "test_add: AssertionError: -1 != 5"});
     let actions = s.client.request("textDocument/codeAction", json!({
@@ -370,6 +378,33 @@ fn code_actions_offer_the_agent() {
             .unwrap()
             .contains("test failure at line 5")
     );
+    // Each runs the agent: LSP 3.18's CodeActionTag.LLMGenerated (1), which the client lists.
+    for a in actions.as_array().unwrap() {
+        assert_eq!(a["tags"], json!([1]), "{a}");
+    }
+}
+
+/// The specification has a server answer `Command`s to a client that does not announce
+/// `codeActionLiteralSupport`; a stock lsprotocol client (pygls) that announces nothing reads
+/// them right (tests/it/pygls.rs runs one). Without `tagSupport`, nothing is tagged.
+#[test]
+fn a_client_without_code_action_literals_gets_commands() {
+    let mut s = setup(&[], "auto", json!({}));
+    let actions = s.client.request("textDocument/codeAction", json!({
+        "textDocument": {"uri": s.uri},
+        "range": {"start": {"line": 3, "character": 0}, "end": {"line": 4, "character": 16}},
+        "context": {"diagnostics": []}
+    })).unwrap();
+    let actions = actions.as_array().unwrap();
+    assert!(actions.len() >= 6, "{actions:?}");
+    for a in actions {
+        assert!(a["command"].is_string(), "{a}");
+        assert!(a.get("kind").is_none() && a.get("tags").is_none(), "{a}");
+    }
+    let fix = actions.last().unwrap();
+    assert_eq!(fix["title"], "Agent: fix failing tests");
+    assert_eq!(fix["command"], "agent-ls.run");
+    assert_eq!(fix["arguments"][0]["goal"], "fix the failing tests");
 }
 
 #[test]
@@ -924,7 +959,8 @@ fn a_routed_command_keeps_a_quoted_argument_whole() {
 /// A client without saveFiles, like eglot: the server wrote calc.py under its buffer for the
 /// tests, so the next agent edit to it is sent with the file put back as the editor last saw
 /// it, text and modification time (Emacs then asks no "changed on disk"), and the change is
-/// written after it lands, with a fresh time. Kept buffer, a declined edit (the disk is put
+/// written after it lands, with a fresh time; an undo back to the editor's text leaves the
+/// file as the editor saw it until tests run on it. Kept buffer, a declined edit (the disk is put
 /// back) and an editor that re-reads the file anyway (the edit is refused, nothing is lost)
 /// all end with the buffer and the disk holding the same text.
 #[test]
@@ -971,11 +1007,29 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_finds_it_
         "the file was parked with the editor's time"
     );
     assert_eq!(disk(&s), s.editor.lock().unwrap().0);
+    // The undo brought the file back to the text the editor saw: it is left as the editor saw
+    // it, time included, so its next save asks nothing...
+    assert_eq!(
+        modified(&file),
+        seen_by_editor,
+        "the undo back to the editor's text leaves the file parked"
+    );
+    // ...until tests run on it: a build tool comparing times must not take it for older than
+    // what it built from the agent's text.
+    s.client
+        .notifications
+        .retain(|n| n["method"] != "agent-ls/testStatus");
+    s.client
+        .command("agent-ls.rerunTests", Value::Null)
+        .unwrap();
+    s.client
+        .wait_notification("agent-ls/testStatus", |p| p["state"] != "running");
     assert_ne!(
         modified(&file),
         seen_by_editor,
-        "the undo is written with a fresh time"
+        "a test run gives the parked file a fresh time"
     );
+    assert!(disk(&s).contains("return a - b"), "{}", disk(&s));
 
     // A declined redo: the disk is put back.
     s.client.on_request(
@@ -1013,7 +1067,8 @@ fn without_save_files_the_next_edit_to_a_file_written_under_the_buffer_finds_it_
 
 #[test]
 fn the_failing_test_action_adds_the_test_as_its_own_step_before_the_fix_and_undo_removes_it() {
-    let caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create", "delete"]}}});
+    let mut caps = json!({"workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create", "delete"]}}});
+    caps["textDocument"] = literal_code_actions()["textDocument"].clone();
     let test = "import unittest\n\nfrom calc import add\n\n\nclass AddTests(unittest.TestCase):\n    def test_add_sums(self):\n        self.assertEqual(add(2, 3), 5)\n";
     let answer = json!({"tests": [{"path": "test_add.py", "name": "test_add_sums",
         "kind": "example", "reason": "add must sum", "expect": "AssertionError: -1 != 5",

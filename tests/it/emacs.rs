@@ -58,7 +58,8 @@ fn scenario(name: &str) -> Vec<serde_json::Value> {
     let ws = tempfile::tempdir().unwrap();
     support::copy_example(ws.path());
     std::fs::write(ws.path().join(".replay.jsonl"), FIX).unwrap();
-    if name == "user" {
+    let new_user = matches!(name, "user" | "iterations" | "declined");
+    if new_user {
         // A new user's project is a real repository: its run is checkpointed and its commit
         // offered, which must not be one more question.
         support::git::commit_all(ws.path());
@@ -66,7 +67,7 @@ fn scenario(name: &str) -> Vec<serde_json::Value> {
         std::fs::create_dir(ws.path().join(".git")).unwrap();
     }
     let state = tempfile::tempdir().unwrap();
-    if name == "user" {
+    if new_user {
         // Trusted, as a user's own project is: only there is a commit offered (it runs the
         // repository's hooks).
         let trusted = Command::new(env!("CARGO_BIN_EXE_agent-ls"))
@@ -156,6 +157,7 @@ fn fix_undo_and_redo_with_agent_ls_el_keep_buffer_and_disk_in_step_without_quest
     for check in [
         "one question for the change",
         "buffer saved after undo",
+        "the mode line shows the tests after an undo",
         "buffer saved after redo",
         "no changed-on-disk question, even on save",
     ] {
@@ -228,6 +230,50 @@ fn eglot_alone_asks_two_questions_for_a_fix_one_for_an_undo_and_ten_undos_land()
         "agent-ls.undo 10: at most 1 question",
         "agent-ls.undo 10: no changed-on-disk question",
         "agent-ls.redo 10: at most 1 question",
+    ] {
+        assert!(names.contains(&check), "{check} was not checked: {names:?}");
+    }
+}
+
+/// eglot alone with the default settings: a fix that takes two iterations, whose review has a
+/// finding, still takes two questions (the action menu, eglot's one "Proceed?": the run's
+/// edits reach the editor as one edit at its end, the finding said just before it); the
+/// commit notice names what eglot has, the code actions "Agent: Undo" and "Agent: Commit";
+/// Agent: Undo takes one question besides the menu, and saving right after it asks nothing.
+#[test]
+fn eglot_alone_fix_of_two_iterations_takes_two_questions_and_undo_then_save_asks_nothing() {
+    let results = scenario("iterations");
+    if results.is_empty() {
+        return;
+    }
+    let names = names(&results);
+    for check in [
+        "status done after two iterations",
+        "at most 2 questions for a fix of two iterations with a finding",
+        "the review's finding is said",
+        "the notice names what eglot has",
+        "Agent: Undo and Agent: Commit are code actions",
+        "Agent: Undo: one question besides the menu",
+        "saving right after the undo asks nothing",
+    ] {
+        assert!(names.contains(&check), "{check} was not checked: {names:?}");
+    }
+}
+
+/// eglot alone, the user answering no to the run's one edit: eglot asked once, and the buffer
+/// and the disk are as before the run (the disk with the time Emacs recorded: saving asks
+/// nothing).
+#[test]
+fn eglot_alone_declining_the_runs_one_edit_leaves_the_files_as_before_the_run() {
+    let results = scenario("declined");
+    if results.is_empty() {
+        return;
+    }
+    let names = names(&results);
+    for check in [
+        "eglot asked once for the run's change",
+        "the disk is as before the run",
+        "saving asks nothing",
     ] {
         assert!(names.contains(&check), "{check} was not checked: {names:?}");
     }

@@ -45,6 +45,7 @@ mod proc_secrets;
 mod processes;
 mod project_lsp;
 mod protocol;
+mod pygls;
 mod queue;
 mod real_model;
 mod resume;

@@ -231,3 +231,54 @@ fn a_panic_in_a_rollback_is_its_error_and_the_next_rollback_runs() {
     assert!(answer["rolled_back"].is_array(), "{answer}");
     assert_eq!(buffer(&s, &s.calc).as_deref(), Some(BROKEN));
 }
+
+/// LSP 3.18's `workspace/textDocumentContent` for `agent-ls:` URIs, over stdio: the server
+/// advertises the scheme, a file as the run's checkpoint held it and the run's diff open as
+/// documents, and what is not there is said.
+#[test]
+fn a_runs_checkpoint_and_diff_open_as_agent_ls_documents() {
+    let mut s = after_a_run();
+    let run = s.c.command("agent-ls.status", Value::Null).unwrap()["last"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let content = |c: &mut Client, uri: String| {
+        c.request("workspace/textDocumentContent", json!({ "uri": uri }))
+    };
+    let before = content(&mut s.c, format!("agent-ls:/runs/{run}/checkpoint/calc.py")).unwrap();
+    assert_eq!(before, json!({ "text": BROKEN }));
+    let diff = content(&mut s.c, format!("agent-ls:/runs/{run}/diff")).unwrap();
+    let diff = diff["text"].as_str().unwrap();
+    assert!(
+        diff.contains("-    return a - b\n+    return a + b"),
+        "{diff}"
+    );
+    assert!(diff.contains("notes.py"), "{diff}");
+    // The run created notes.py: its checkpoint has none.
+    let missing = content(
+        &mut s.c,
+        format!("agent-ls:/runs/{run}/checkpoint/notes.py"),
+    )
+    .unwrap_err();
+    assert_eq!(missing["code"], -32803, "{missing}");
+    assert!(
+        missing["message"]
+            .as_str()
+            .unwrap()
+            .contains("not in the checkpoint"),
+        "{missing}"
+    );
+    let unknown = content(&mut s.c, "agent-ls:/runs/run_nope/diff".into()).unwrap_err();
+    assert_eq!(unknown["code"], -32803, "{unknown}");
+    let not_ours = content(&mut s.c, "agent-ls:/elsewhere".into()).unwrap_err();
+    assert_eq!(not_ours["code"], -32602, "{not_ours}");
+
+    // The scheme is advertised (workspace.textDocumentContent, which LSP 3.17 has not).
+    let mut c = Client::spawn(Spawn::default());
+    let init = c.initialize(s.ws.path(), json!({}), Value::Null);
+    assert_eq!(
+        init["capabilities"]["workspace"]["textDocumentContent"],
+        json!({ "schemes": ["agent-ls"] }),
+        "{init}"
+    );
+}
