@@ -59,6 +59,18 @@ use agent_ls_runtime::logging::LogHandle;
 use outbox::Outbox;
 use session::{Event, STORE_BUSY, Session, SessionHandle};
 
+/// Straight to fd 1, not through std's line-buffered stdout, which would split every frame
+/// into two writes at its header's line break.
+fn stdout_writer() -> Box<dyn std::io::Write + Send> {
+    match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => Box::new(std::io::BufWriter::with_capacity(
+            1 << 16,
+            std::fs::File::from(fd),
+        )),
+        Err(_) => Box::new(std::io::stdout()),
+    }
+}
+
 /// Runs the server on stdin/stdout until `exit`, returning the process exit code the
 /// specification asks for: 0 when `shutdown` came first, 1 otherwise.
 pub async fn serve_stdio(log: LogHandle) -> i32 {
@@ -66,15 +78,7 @@ pub async fn serve_stdio(log: LogHandle) -> i32 {
     let hooks = std::env::var(ext::TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
     let (outbox, writer) = Outbox::new();
     // stdout is written by one thread, in the outbox's order.
-    // Straight to fd 1, not through std's line-buffered stdout, which would split every
-    // frame into two writes at its header's line break.
-    let stdout = match std::io::stdout().as_fd().try_clone_to_owned() {
-        Ok(fd) => Box::new(std::io::BufWriter::with_capacity(
-            1 << 16,
-            std::fs::File::from(fd),
-        )) as Box<dyn std::io::Write + Send>,
-        Err(_) => Box::new(std::io::stdout()),
-    };
+    let stdout = stdout_writer();
     let output = std::thread::Builder::new()
         .name("agent-ls stdout".into())
         .spawn(move || writer.write_blocking(stdout));
