@@ -19,6 +19,7 @@
 ;; - shows the run and the tests in the mode line (from `agent-ls/runEvent',
 ;;   `agent-ls/testStatus' and `agent-ls/runFinished'),
 ;; - and has commands: `agent-ls-fix', `agent-ls-run', `agent-ls-undo', `agent-ls-redo',
+;;   `agent-ls-rewind',
 ;;   `agent-ls-rerun', `agent-ls-cancel', `agent-ls-status', `agent-ls-runs',
 ;;   `agent-ls-accept' and `agent-ls-reject'.
 ;;
@@ -320,6 +321,15 @@ With an active region the goal carries the selection."
   "Reverts the latest agent step (with a prefix argument, asks which STEP)."
   (interactive (list (when current-prefix-arg (read-number "Step: "))))
   (agent-ls--exec "agent-ls.undo" (if step (vector (list :step step)) [])))
+
+(defun agent-ls-rewind (step goal)
+  "Takes the run of STEP back to it, code and conversation, then works on GOAL.
+The steps after STEP are undone (refused, naming the file, where it was
+edited since), and a new run starts from the conversation as it stood at
+STEP (docs/rewind.md)."
+  (interactive (list (read-number "Rewind to step: ")
+                     (read-string "Instead: ")))
+  (agent-ls--exec "agent-ls.rewind" (vector (list :step step :goal goal))))
 
 (defun agent-ls-redo ()
   "Applies the latest undone agent step again."

@@ -143,7 +143,15 @@
         (et-record "status lists the step" (wait-until (lambda () (and status (> (length (plist-get status :steps)) 0))) 10)
                 status))
       (with-current-buffer buf (save-buffer))
-      (et-record "no changed-on-disk question, even on save" (not (on-disk-changed-question)) questions))))
+      (et-record "no changed-on-disk question, even on save" (not (on-disk-changed-question)) questions)
+      ;; M-x agent-ls-rewind reaches the server's agent-ls.rewind with its step and goal: a
+      ;; step that does not exist is refused by the runtime, by number.
+      (with-current-buffer buf (agent-ls-rewind 999 "instead, multiply"))
+      (et-record "rewind reaches the server"
+                 (wait-until (lambda () (cl-find-if (lambda (m) (string-match-p "no applied step 999 to rewind to" m))
+                                                    messages))
+                             20)
+                 messages))))
 
 (defun et-start-command (server command)
   "Sends COMMAND without waiting for its answer.

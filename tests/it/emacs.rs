@@ -160,6 +160,7 @@ fn fix_undo_and_redo_with_agent_ls_el_keep_buffer_and_disk_in_step_without_quest
         "the mode line shows the tests after an undo",
         "buffer saved after redo",
         "no changed-on-disk question, even on save",
+        "rewind reaches the server",
     ] {
         assert!(names.contains(&check), "{check} was not checked: {names:?}");
     }
