@@ -70,14 +70,14 @@ pub(super) async fn trace(
     }
     let probes = listed
         .into_iter()
-        .map(|(name, file, failed)| Probe {
-            test: format!("{} > {name}", file.as_deref().unwrap_or("?")),
-            group: file.clone().unwrap_or_default(),
-            failed,
+        .map(|t| Probe {
+            test: format!("{} > {}", t.file.as_deref().unwrap_or("?"), t.name),
+            group: t.file.clone().unwrap_or_default(),
+            failed: t.failed,
             argv: node_argv(
                 &flags,
-                Some(&name),
-                &file.map_or(files.clone(), |f| vec![f]),
+                Some(&name_pattern(&t.parents, &t.name)),
+                &t.file.map_or(files.clone(), |f| vec![f]),
             ),
             env: Vec::new(),
         })
@@ -95,9 +95,9 @@ pub(super) async fn trace(
     .await
 }
 
-/// `node --test` with agent-ls's reporter, the user's `flags`, the test named `name` only
-/// when given, and `files`.
-fn node_argv(flags: &[String], name: Option<&str>, files: &[String]) -> Vec<String> {
+/// `node --test` with agent-ls's reporter, the user's `flags`, only the tests `pattern`
+/// names when given, and `files`.
+fn node_argv(flags: &[String], pattern: Option<&str>, files: &[String]) -> Vec<String> {
     let mut argv = vec![
         "node".to_string(),
         "--test".to_string(),
@@ -105,11 +105,23 @@ fn node_argv(flags: &[String], name: Option<&str>, files: &[String]) -> Vec<Stri
         "--test-reporter-destination=stdout".to_string(),
     ];
     argv.extend(flags.iter().cloned());
-    if let Some(name) = name {
-        argv.push(format!("--test-name-pattern=^{}$", regex_escape(name)));
+    if let Some(pattern) = pattern {
+        argv.push(format!("--test-name-pattern={pattern}"));
     }
     argv.extend(files.iter().cloned());
     argv
+}
+
+/// The name filter that runs the test `name` alone: its `test()` parents must match too
+/// (a `describe` suite runs for a test in it that matches, so it is not among them).
+fn name_pattern(parents: &[String], name: &str) -> String {
+    let names: Vec<String> = parents
+        .iter()
+        .map(String::as_str)
+        .chain([name])
+        .map(regex_escape)
+        .collect();
+    format!("^(?:{})$", names.join("|"))
 }
 
 /// `text` matched literally in a JavaScript regular expression.
@@ -124,24 +136,29 @@ fn regex_escape(text: &str) -> String {
     out
 }
 
-/// The reporter's lines in `output`: each test's name, its workspace file (when node said
-/// it and it is the project's own) and whether it failed.
-fn parse_listing(root: &Path, output: &str) -> Vec<(String, Option<String>, bool)> {
-    #[derive(serde::Deserialize)]
-    struct Listed {
-        #[serde(rename = "agentLsTest")]
-        name: String,
-        file: Option<PathBuf>,
-        failed: bool,
-    }
+/// A test the reporter listed.
+#[derive(Debug, PartialEq, serde::Deserialize)]
+struct Listed {
+    #[serde(rename = "agentLsTest")]
+    name: String,
+    /// Its workspace file, when node said it and it is the project's own.
+    file: Option<String>,
+    failed: bool,
+    /// The `test()` tests it runs inside, outermost first.
+    #[serde(default)]
+    parents: Vec<String>,
+}
+
+/// The reporter's lines in `output`.
+fn parse_listing(root: &Path, output: &str) -> Vec<Listed> {
     let real = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     output
         .lines()
         .filter(|l| l.starts_with("{\"agentLsTest\""))
         .filter_map(|l| serde_json::from_str::<Listed>(l).ok())
-        .map(|t| {
-            let file = t.file.and_then(|f| own_file(&real, &f));
-            (t.name, file, t.failed)
+        .map(|t| Listed {
+            file: t.file.and_then(|f| own_file(&real, Path::new(&f))),
+            ..t
         })
         .collect()
 }
@@ -312,7 +329,21 @@ mod tests {
             runner(dir.path(), &argv(&["node", "--test", "a.test.js"])),
             Some(argv(&["--test", "a.test.js"]))
         );
-        assert_eq!(regex_escape("a (b).c"), "a \\(b\\)\\.c");
+        assert_eq!(
+            name_pattern(&argv(&["parent"]), "a (b).c"),
+            "^(?:parent|a \\(b\\)\\.c)$"
+        );
+        let out = "TAP noise\n{\"agentLsTest\":\"t\",\"file\":\"/elsewhere/x.test.js\",\"failed\":true,\"parents\":[\"p\"]}\n";
+        let listed = parse_listing(dir.path(), out);
+        assert_eq!(
+            listed,
+            [Listed {
+                name: "t".into(),
+                file: None,
+                failed: true,
+                parents: argv(&["p"])
+            }]
+        );
         assert_eq!(
             file_url("file:///w/a%20b.js"),
             Some(PathBuf::from("/w/a b.js"))

@@ -48,7 +48,7 @@ pub(super) fn new_file(path: &Path, text: &str) -> std::io::Result<()> {
 /// A command of agent-ls's own making run under the test policy: the configured test
 /// command was allowed (`locate` checked it), and this one may run only as its own program
 /// and subcommand (`node --test`, `go test`, the interpreter with the tracer). `extra` is set
-/// beside the allowlisted environment; `timeout` replaces `test.timeout_secs` when smaller.
+/// beside the allowlisted environment.
 pub(super) async fn coverage_run(
     root: &Path,
     config: &Config,
@@ -104,6 +104,9 @@ pub(super) async fn probe_each(
     let until = Instant::now() + Duration::from_secs(config.test.timeout_secs);
     let mut runs = Vec::new();
     for (i, p) in probes.into_iter().enumerate() {
+        if cancel.is_cancelled() {
+            return Err(LocateError::Cancelled);
+        }
         let left = until.saturating_duration_since(Instant::now()).as_secs();
         if left == 0 {
             break;
