@@ -68,7 +68,7 @@ pub(super) async fn trace(
         let why = "node's test runner listed no test".to_string();
         return Err(LocateError::NoRecord(why, result.report));
     }
-    let probes = listed
+    let probes = units(listed)
         .into_iter()
         .map(|t| Probe {
             test: format!("{} > {}", t.file.as_deref().unwrap_or("?"), t.name),
@@ -76,7 +76,7 @@ pub(super) async fn trace(
             failed: t.failed,
             argv: node_argv(
                 &flags,
-                Some(&name_pattern(&t.parents, &t.name)),
+                Some(&format!("^{}$", regex_escape(&t.name))),
                 &t.file.map_or(files.clone(), |f| vec![f]),
             ),
             env: Vec::new(),
@@ -112,16 +112,24 @@ fn node_argv(flags: &[String], pattern: Option<&str>, files: &[String]) -> Vec<S
     argv
 }
 
-/// The name filter that runs the test `name` alone: its `test()` parents must match too
-/// (a `describe` suite runs for a test in it that matches, so it is not among them).
-fn name_pattern(parents: &[String], name: &str) -> String {
-    let names: Vec<String> = parents
-        .iter()
-        .map(String::as_str)
-        .chain([name])
-        .map(regex_escape)
-        .collect();
-    format!("^(?:{})$", names.join("|"))
+/// The tests that can run alone: a leaf, or for subtests their outermost `test()` parent
+/// (a parent that matches the name filter runs all its subtests, and a subtest runs only
+/// when its parent does), failed when one of its subtests did. A `describe` suite is no
+/// unit: it runs for any test in it that matches, that test alone. In the order listed.
+fn units(listed: Vec<Listed>) -> Vec<Listed> {
+    let mut out: Vec<Listed> = Vec::new();
+    for t in listed {
+        let name = t.parents.first().cloned().unwrap_or(t.name);
+        match out.iter_mut().find(|u| u.name == name && u.file == t.file) {
+            Some(unit) => unit.failed |= t.failed,
+            None => out.push(Listed {
+                name,
+                parents: Vec::new(),
+                ..t
+            }),
+        }
+    }
+    out
 }
 
 /// `text` matched literally in a JavaScript regular expression.
@@ -329,10 +337,7 @@ mod tests {
             runner(dir.path(), &argv(&["node", "--test", "a.test.js"])),
             Some(argv(&["--test", "a.test.js"]))
         );
-        assert_eq!(
-            name_pattern(&argv(&["parent"]), "a (b).c"),
-            "^(?:parent|a \\(b\\)\\.c)$"
-        );
+        assert_eq!(regex_escape("a (b).c"), "a \\(b\\)\\.c");
         let out = "TAP noise\n{\"agentLsTest\":\"t\",\"file\":\"/elsewhere/x.test.js\",\"failed\":true,\"parents\":[\"p\"]}\n";
         let listed = parse_listing(dir.path(), out);
         assert_eq!(
@@ -344,6 +349,20 @@ mod tests {
                 parents: argv(&["p"])
             }]
         );
+        // Subtests run with their outermost test() parent, failed when one of them failed.
+        let leaf = |name: &str, parents: &[&str], failed| Listed {
+            name: name.into(),
+            file: Some("t.test.js".into()),
+            failed,
+            parents: argv(parents),
+        };
+        let got = units(vec![
+            leaf("a", &[], false),
+            leaf("b1", &["b"], false),
+            leaf("b2", &["b", "inner"], true),
+            leaf("b3", &["b"], false),
+        ]);
+        assert_eq!(got, [leaf("a", &[], false), leaf("b", &[], true)]);
         assert_eq!(
             file_url("file:///w/a%20b.js"),
             Some(PathBuf::from("/w/a b.js"))
