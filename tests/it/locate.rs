@@ -1,7 +1,7 @@
-//! Fault localisation from the tests' own coverage, against the real runners: a bug four calls
-//! below the failing test, whose traceback names only the test file, ranked first under pytest
-//! and under unittest; a runner agent-ls cannot trace says which tool it lacks; and a run's
-//! coder reads the suspects in its first prompt.
+//! Fault localisation from the tests' own coverage, against the real runners: a bug several
+//! calls below the failing test, whose traceback names only the test file, ranked first under
+//! pytest, unittest, node's test runner and `go test`; a runner agent-ls cannot trace says
+//! which tool it lacks; and a run's coder reads the suspects in its first prompt.
 
 use crate::support;
 
@@ -48,18 +48,28 @@ fn config(command: &[&str]) -> Config {
 /// `command` (and `extra` in its `[agent]`), the coder's answer fixing the rule: the outcome, stderr, and the model requests
 /// the journal recorded.
 fn run_with(ws: &Path, command: &[&str], extra: &str) -> (serde_json::Value, String, Vec<String>) {
+    let fix =
+        "shop/rules.py\n<<<<<<< SEARCH\n    return 9\n=======\n    return 0.9\n>>>>>>> REPLACE\n";
+    run_fixing(ws, command, &command[..3].join(" "), extra, fix)
+}
+
+/// `run_with` for any runner: `allowed` is the allowlist's entry, `fix` the coder's answer.
+fn run_fixing(
+    ws: &Path,
+    command: &[&str],
+    allowed: &str,
+    extra: &str,
+    fix: &str,
+) -> (serde_json::Value, String, Vec<String>) {
     let quoted: Vec<String> = command.iter().map(|w| format!("{w:?}")).collect();
     std::fs::write(
         ws.join(".agent-ls.toml"),
         format!(
-            "[agent]\nevaluate = false\nreview = \"off\"\n{extra}[test]\ncommand = [{}]\nallowlist = [{:?}]\n",
+            "[agent]\nevaluate = false\nreview = \"off\"\n{extra}[test]\ncommand = [{}]\nallowlist = [{allowed:?}]\n",
             quoted.join(", "),
-            command[..3].join(" ")
         ),
     )
     .unwrap();
-    let fix =
-        "shop/rules.py\n<<<<<<< SEARCH\n    return 9\n=======\n    return 0.9\n>>>>>>> REPLACE\n";
     let server = ModelServer::start(vec![openai_text(&[fix])]);
     let home = tempfile::tempdir().unwrap();
     let trust = support::agent_ls(&["trust"], home.path())
@@ -135,17 +145,132 @@ fn a_runner_agent_ls_cannot_trace_says_which_tool_it_lacks() {
     let ws = shop(PYTEST_TESTS);
     let root = ws.path().canonicalize().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let err = rt
-        .block_on(locate(
-            &root,
-            &config(&["go", "test", "./..."]),
-            &CancellationToken::new(),
-        ))
-        .unwrap_err();
-    assert!(matches!(err, LocateError::NoTool(_)), "{err}");
+    let lacks = |command: &[&str]| {
+        let err = rt
+            .block_on(locate(&root, &config(command), &CancellationToken::new()))
+            .unwrap_err();
+        assert!(matches!(err, LocateError::NoTool { .. }), "{err}");
+        err.to_string()
+    };
+    // Rust's coverage is read by the toolchain's own llvm-tools; without them, the fix named.
+    let sysroot = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .unwrap();
+    let rustlib = Path::new(String::from_utf8_lossy(&sysroot.stdout).trim()).join("lib/rustlib");
+    let llvm_tools = std::fs::read_dir(rustlib)
+        .unwrap()
+        .flatten()
+        .any(|host| host.path().join("bin/llvm-profdata").is_file());
+    let rust = lacks(&["cargo", "test"]);
+    let want = if llvm_tools {
+        "Rust's coverage (-C instrument-coverage) is not read by agent-ls yet"
+    } else {
+        "Rust needs llvm-tools (rustup component add llvm-tools-preview) (the test command: `cargo test`)"
+    };
+    assert!(rust.contains(want), "{rust}");
+    assert!(lacks(&["npx", "jest"]).contains("not jest's or vitest's"));
     assert!(
-        err.to_string().contains("pytest and unittest only"),
-        "{err}"
+        lacks(&["make", "check"]).contains("pytest, unittest, `node --test` and `go test` only")
+    );
+}
+
+/// A fresh copy of `tests/fixtures/locate/NAME`.
+fn fixture(name: &str) -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path) {
+        for entry in std::fs::read_dir(from).unwrap().flatten() {
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                std::fs::create_dir_all(&target).unwrap();
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    copy(
+        &support::repo("tests/fixtures/locate").join(name),
+        dir.path(),
+    );
+    dir
+}
+
+/// Whether `tool` is here: scripts/test installs it and requires it
+/// (AGENT_LS_REQUIRE_REAL_MODEL); a plain `cargo test` without it skips, saying so.
+fn have(tool: &str) -> bool {
+    if agent_ls_runtime::tests_run::command::on_path(tool) {
+        return true;
+    }
+    if std::env::var("AGENT_LS_REQUIRE_REAL_MODEL").is_ok() {
+        panic!("{tool} is missing; scripts/test installs it");
+    }
+    eprintln!("skipped: {tool} is not installed (scripts/test installs it)");
+    false
+}
+
+/// The shop's run under `command`: the suspect named first is `function` in `file` (`lines`
+/// marked: V8 and Go count blocks, not statements, so a block's every line), though the failing test's stack names only the test file; the coder's fix
+/// then makes the tests pass.
+fn ranks_first(
+    ws: &Path,
+    command: &[&str],
+    fix: &str,
+    (file, function, lines): (&str, &str, &[u32]),
+) {
+    let (o, said, prompts) = run_fixing(ws, command, &command[..2].join(" "), "", fix);
+    let case = format!("{}: {o}\n{said}", command.join(" "));
+    assert_eq!(o["status"], "done", "{case}");
+    assert_eq!(o["suspects"][0]["path"], file, "{case}");
+    assert_eq!(o["suspects"][0]["name"], function, "{case}");
+    assert_eq!(o["suspects"][0]["lines"], json!(lines), "{case}");
+    assert!(
+        said.contains(&format!("(1 failing, 2 passing) points first at {file}:")),
+        "{case}"
+    );
+    let first = prompts
+        .first()
+        .unwrap_or_else(|| panic!("no request: {case}"));
+    assert!(first.contains("Where the failing tests point"), "{case}");
+    assert!(
+        first.contains(&format!("`{function}`: score 1.00")),
+        "{first}"
+    ); // What the coverage runs cost, for docs/locate.md (`--nocapture` shows it).
+    if let Some(line) = said.lines().find(|l| l.contains("points first at")) {
+        eprintln!("{}: {line}", command.join(" "));
+    }
+}
+
+#[test]
+fn under_nodes_test_runner_the_bug_below_the_failing_test_is_ranked_first() {
+    if !have("node") {
+        return;
+    }
+    let ws = fixture("node");
+    let fix =
+        "src/rules.js\n<<<<<<< SEARCH\n  return 9;\n=======\n  return 0.9;\n>>>>>>> REPLACE\n";
+    // `npm test` runs the package.json script, `node --test`, which coverage runs read.
+    ranks_first(
+        ws.path(),
+        &["npm", "test"],
+        fix,
+        ("src/rules.js", "ruleFor", &[1, 2, 3, 4]),
+    );
+}
+
+#[test]
+fn under_go_test_the_bug_in_another_package_is_ranked_first() {
+    if !have("go") {
+        return;
+    }
+    let ws = fixture("go");
+    let fix =
+        "rules/rules.go\n<<<<<<< SEARCH\n\treturn 80\n=======\n\treturn 90\n>>>>>>> REPLACE\n";
+    ranks_first(
+        ws.path(),
+        &["go", "test", "./..."],
+        fix,
+        ("rules/rules.go", "RuleFor", &[4, 5, 6]),
     );
 }
 

@@ -1,11 +1,19 @@
 //! Where the bug probably is, from the tests' own coverage (docs/locate.md): the workspace's
-//! test command run once more under a line tracer that records, per test, the lines of the
-//! project's files it executed; the core ranks them (`agent_ls_core::locate`). Python
-//! (pytest and unittest) is traced by `tracer.py`, which agent-ls ships and runs without
-//! touching the project; another runner is skipped, saying which tool it lacks. The run goes
-//! through the test policy: the allowlist, the sandbox, the timeout and the output cap.
+//! tests run once more under coverage, recording per test the lines of the project's files it
+//! executed; the core ranks them (`agent_ls_core::locate`). Python (pytest and unittest) is
+//! traced by `tracer.py` in one run; node's test runner (V8's coverage) and `go test`
+//! (`-coverprofile`) list the tests once, then run the failing ones and a sample of the
+//! passing ones one at a time (`probe_each`). Another runner is skipped, saying which tool it
+//! lacks. Every run goes through the test policy: the allowlist, the sandbox, the timeout and
+//! the output cap.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod go;
+mod node;
+mod python;
+mod run;
+
+pub use run::{LocateError, MAX_FAILING, MAX_RUNS};
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -16,11 +24,7 @@ use agent_ls_core::syntax::Lang;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::tests_run::{self, RunError};
-use crate::trust::sandbox::Sandbox;
-
-/// The tracer, written into `.agent-ls/locate/` for each run.
-const TRACER: &str = include_str!("tracer.py");
+use crate::tests_run;
 
 /// How many suspects the prompt shows.
 pub const TOP: usize = 5;
@@ -68,20 +72,7 @@ impl Located {
     }
 }
 
-/// Why no suspects were found.
-#[derive(Debug, thiserror::Error)]
-pub enum LocateError {
-    #[error("no line coverage for `{0}`: agent-ls traces Python's pytest and unittest only")]
-    NoTool(String),
-    #[error("the coverage run could not start: {0}")]
-    Run(#[from] RunError),
-    #[error("the coverage run left no record ({0}); its output: {1}")]
-    NoRecord(String, String),
-    #[error("cannot write the tracer in {}: {}", .0.display(), .1)]
-    Write(PathBuf, std::io::Error),
-}
-
-/// Runs the workspace's tests once under the line tracer and ranks what the failing ones ran.
+/// Runs the workspace's tests under coverage and ranks what the failing ones ran.
 pub async fn locate(
     root: &Path,
     config: &Config,
@@ -89,38 +80,84 @@ pub async fn locate(
 ) -> Result<Located, LocateError> {
     let started = Instant::now();
     let command = tests_run::prepare(root, &config.test)?;
-    let (python, runner, args) = python_runner(root, &command.argv)
-        .ok_or_else(|| LocateError::NoTool(command.argv.join(" ")))?;
-    // Relative to the workspace, where the tests run: the paths stay free of the spaces an
-    // allowlist entry would split on, and name nothing outside.
-    let (tracer_rel, out_rel) = (
-        ".agent-ls/locate/tracer.py",
-        ".agent-ls/locate/coverage.json",
-    );
+    let argv = &command.argv;
+    let python = python::runner(root, argv);
+    let node = node::runner(root, argv);
+    let go = go::runner(argv);
+    if python.is_none() && node.is_none() && go.is_none() {
+        return Err(no_tool(argv).await);
+    }
     let dir = root.join(".agent-ls").join("locate");
-    let (tracer, out) = (root.join(tracer_rel), root.join(out_rel));
     own_folder(&root.join(".agent-ls")).map_err(|e| LocateError::Write(dir.clone(), e))?;
     fresh_dir(&dir).map_err(|e| LocateError::Write(dir.clone(), e))?;
-    new_file(&tracer, TRACER).map_err(|e| LocateError::Write(dir.clone(), e))?;
-    let mut argv = vec![
-        python,
-        tracer_rel.to_string(),
-        out_rel.to_string(),
-        ".".to_string(),
-        runner.to_string(),
-    ];
-    argv.extend(args);
-    // The allowed test command, traced: what runs is that interpreter with our own tracer,
-    // and nothing else may.
-    let mut test = tests_run::with_command(&config.test, argv.clone());
-    test.allowlist = vec![format!("{} {}", argv[0], argv[1])];
-    let sandbox = Sandbox::from_config(&config.sandbox);
-    let result = tests_run::run(root, &test, &sandbox, cancel).await?;
-    let record = std::fs::read_to_string(&out)
-        .map_err(|e| LocateError::NoRecord(e.to_string(), result.report.clone()))?;
-    let runs =
-        parse(&record).map_err(|e| LocateError::NoRecord(e.to_string(), result.report.clone()))?;
+    let runs = if let Some(py) = python {
+        python::trace(root, config, py, cancel).await?
+    } else if let Some(args) = node {
+        needs("node", "JavaScript's coverage", argv)?;
+        node::trace(root, config, &args, cancel).await?
+    } else if let Some(args) = go {
+        needs("go", "Go's coverage", argv)?;
+        go::trace(root, config, &args, cancel).await?
+    } else {
+        Vec::new()
+    };
     Ok(rank(root, &runs, started))
+}
+
+/// Why `argv`'s runner has no coverage here: Rust's needs llvm-tools (and is not read yet),
+/// jest and vitest are not read, and other runners are not known.
+async fn no_tool(argv: &[String]) -> LocateError {
+    let program = argv.first().map(String::as_str).unwrap_or_default();
+    let base = program.rsplit('/').next().unwrap_or(program);
+    let joined = argv.join(" ");
+    let lacks = if base == "cargo" || base == "cargo-nextest" {
+        if llvm_tools().await {
+            "Rust's coverage (-C instrument-coverage) is not read by agent-ls yet".to_string()
+        } else {
+            "Rust needs llvm-tools (rustup component add llvm-tools-preview)".to_string()
+        }
+    } else if joined.contains("jest") || joined.contains("vitest") || base == "npm" {
+        "agent-ls reads JavaScript's coverage from node's own test runner (`node --test`, also as \
+         the package.json test script) only, not jest's or vitest's"
+            .to_string()
+    } else {
+        "agent-ls reads line coverage from pytest, unittest, `node --test` and `go test` only"
+            .to_string()
+    };
+    LocateError::NoTool {
+        command: joined,
+        lacks,
+    }
+}
+
+/// Whether the toolchain's own llvm-tools are installed (rustup's `llvm-tools-preview`, in
+/// the sysroot): Rust's coverage files are read by the llvm-profdata of rustc's LLVM, not by
+/// another version a system package brought.
+async fn llvm_tools() -> bool {
+    let Ok(out) = tokio::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .await
+    else {
+        return false;
+    };
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    std::fs::read_dir(sysroot.join("lib").join("rustlib"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|host| host.path().join("bin").join("llvm-profdata").is_file())
+}
+
+/// `program` must be on PATH for `what`.
+fn needs(program: &str, what: &str, argv: &[String]) -> Result<(), LocateError> {
+    if tests_run::command::on_path(program) {
+        return Ok(());
+    }
+    Err(LocateError::NoTool {
+        command: argv.join(" "),
+        lacks: format!("{what} needs `{program}` on PATH, and it is not there"),
+    })
 }
 
 /// `.agent-ls/` is agent-ls's own folder, not a link a repository brought along to have the
@@ -146,16 +183,6 @@ fn fresh_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)
 }
 
-/// Writes a file that must not exist yet (never through a link).
-fn new_file(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    std::fs::File::options()
-        .write(true)
-        .create_new(true)
-        .open(path)?
-        .write_all(text.as_bytes())
-}
-
 /// The core's ranking of `runs`, with each file's definitions read from the workspace.
 fn rank(root: &Path, runs: &[TestLines], started: Instant) -> Located {
     let spans = |p: &str| match crate::files::read_for_plan(root, p) {
@@ -173,126 +200,61 @@ fn rank(root: &Path, runs: &[TestLines], started: Instant) -> Located {
 }
 
 /// A test file by its name, as the runners find them (`test_x.py`, `x_test.py`, a `tests/`
-/// folder, `conftest.py`): the failing tests' own code is not where the bug is.
+/// folder, `conftest.py`, `x_test.go`, `x.test.js`): the failing tests' own code is not
+/// where the bug is.
 pub fn is_test_file(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     name.starts_with("test_")
         || name.ends_with("_test.py")
+        || name.ends_with("_test.go")
         || name == "conftest.py"
         || path.split('/').any(|d| d == "tests" || d == "test")
         || name.contains(".test.")
         || name.contains(".spec.")
 }
 
-/// The interpreter, the runner and its arguments for a Python test command (`pytest ARGS`,
-/// `python -m pytest ARGS`, `python -m unittest ARGS`); `None` for another runner.
-fn python_runner(root: &Path, argv: &[String]) -> Option<(String, &'static str, Vec<String>)> {
-    let first = argv.first()?;
-    let base = first.rsplit('/').next().unwrap_or(first);
-    if base == "pytest" || base == "py.test" {
-        let python = shebang(root, first).unwrap_or_else(|| "python3".to_string());
-        return Some((python, "pytest", argv[1..].to_vec()));
-    }
-    if base.starts_with("python") && argv.get(1).is_some_and(|a| a == "-m") {
-        let runner = match argv.get(2)?.as_str() {
-            "pytest" => "pytest",
-            "unittest" => "unittest",
-            _ => return None,
-        };
-        return Some((first.clone(), runner, argv[3..].to_vec()));
-    }
-    None
-}
-
-/// The interpreter a script's `#!` line names (a virtualenv's pytest runs its own Python).
-fn shebang(root: &Path, program: &str) -> Option<String> {
-    let path = if program.contains('/') {
-        root.join(program)
-    } else {
-        which(program)?
-    };
-    let text = std::fs::read(&path).ok()?;
-    let line = text.split(|b| *b == b'\n').next()?;
-    let line = std::str::from_utf8(line).ok()?.strip_prefix("#!")?.trim();
-    let python = line.split_whitespace().next()?;
-    python.contains("python").then(|| python.to_string())
-}
-
-/// `program` on PATH.
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(program))
-            .find(|p| p.is_file())
-    })
-}
-
-/// The tracer's record: `{"tests": [{"test", "failed", "lines": {path: [line...]}}]}`.
-fn parse(record: &str) -> Result<Vec<TestLines>, serde_json::Error> {
-    #[derive(serde::Deserialize)]
-    struct Record {
-        tests: Vec<Test>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Test {
-        test: String,
-        failed: bool,
-        lines: BTreeMap<String, BTreeSet<u32>>,
-    }
-    let r: Record = serde_json::from_str(record)?;
-    Ok(r.tests
-        .into_iter()
-        .map(|t| TestLines {
-            test: t.test,
-            failed: t.failed,
-            lines: t.lines,
-        })
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn argv(words: &[&str]) -> Vec<String> {
-        words.iter().map(|w| w.to_string()).collect()
-    }
-
     #[test]
-    fn python_test_commands_are_traced_and_others_say_what_they_lack() {
-        let root = Path::new("/nonexistent");
-        let (python, runner, args) =
-            python_runner(root, &argv(&["python3", "-m", "pytest", "-q"])).unwrap();
-        assert_eq!(
-            (python.as_str(), runner, args),
-            ("python3", "pytest", argv(&["-q"]))
-        );
-        let (_, runner, args) =
-            python_runner(root, &argv(&["python", "-m", "unittest", "discover"])).unwrap();
-        assert_eq!((runner, args), ("unittest", argv(&["discover"])));
-        assert!(python_runner(root, &argv(&["cargo", "test"])).is_none());
-        assert!(python_runner(root, &argv(&["python3", "-m", "nose"])).is_none());
-    }
-
-    #[test]
-    fn the_record_parses_and_test_files_are_known_by_name() {
-        let runs =
-            parse(r#"{"tests": [{"test": "t::a", "failed": true, "lines": {"calc.py": [3, 1]}}]}"#)
-                .unwrap();
-        assert_eq!(
-            runs[0].lines["calc.py"].iter().copied().collect::<Vec<_>>(),
-            [1, 3]
-        );
-        assert!(parse("{}").is_err());
+    fn test_files_are_known_by_name() {
         for t in [
             "test_calc.py",
             "calc_test.py",
             "tests/helpers.py",
             "pkg/conftest.py",
             "a.test.js",
+            "cart/cart_test.go",
         ] {
             assert!(is_test_file(t), "{t}");
         }
         assert!(!is_test_file("shop/pricing.py"));
+        assert!(!is_test_file("cart/cart.go"));
+    }
+
+    #[test]
+    fn a_runner_without_coverage_says_what_it_lacks() {
+        let argv = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let said = |w: &[&str]| rt.block_on(no_tool(&argv(w))).to_string();
+        assert!(said(&["npx", "jest"]).contains("not jest's or vitest's"));
+        assert!(said(&["make", "check"]).contains("`go test` only"));
+        let rust = said(&["cargo", "test"]);
+        assert!(
+            rust.contains("Rust needs llvm-tools (rustup component add llvm-tools-preview)")
+                || rust.contains("not read by agent-ls yet"),
+            "{rust}"
+        );
+        let missing = needs("no-such-tool-here", "Go's coverage", &argv(&["go", "test"]));
+        assert!(
+            missing
+                .unwrap_err()
+                .to_string()
+                .contains("Go's coverage needs `no-such-tool-here` on PATH"),
+        );
     }
 }

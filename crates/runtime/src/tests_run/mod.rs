@@ -124,8 +124,23 @@ pub async fn run(
     sandbox: &Sandbox,
     cancel: &CancellationToken,
 ) -> Result<RunResult, RunError> {
+    Ok(run_with_env(root, config, sandbox, cancel, &[]).await?.0)
+}
+
+/// `run` with `extra` variables set beside the allowlisted environment (agent-ls's own, as
+/// the coverage runs' `NODE_V8_COVERAGE`), and the whole output (within the output cap,
+/// secrets redacted) beside the result: a caller that reads a machine format (`go test
+/// -json`) needs it uncut.
+pub async fn run_with_env(
+    root: &Path,
+    config: &TestConfig,
+    sandbox: &Sandbox,
+    cancel: &CancellationToken,
+    extra: &[(String, String)],
+) -> Result<(RunResult, String), RunError> {
     let command = prepare(root, config)?;
     let mut env = command::filtered_env(std::env::vars(), &config.env_allow);
+    env.extend_from_slice(extra);
     // Python caches compiled files keyed on the source's mtime (in whole seconds) and size,
     // so an edit made within a second of the last run that keeps the size (a - b to a + b)
     // would run the old code. Agent edits come that fast; no cache is written instead.
@@ -166,12 +181,7 @@ pub async fn run(
         finished.end = RunEnd::Limit { limit };
     }
     let reached = reached_anyway(&finished, &sandbox);
-    let go_module = go_module(root);
-    let ctx = parse::Context {
-        root,
-        go_module: go_module.as_deref(),
-    };
-    let (format, parsed) = parse::parse(&output, &ctx);
+    let (format, parsed) = parse_output(root, &output);
     let mut report = report::model_report(&output, &root.to_string_lossy());
     let mut shown = report::user_report(&output);
     // Which test hung, told from what the runner announced before the kill.
@@ -196,7 +206,7 @@ pub async fn run(
         reached,
     };
     result.environment = result.environment_problem(root);
-    Ok(result)
+    Ok((result, output))
 }
 
 /// The line a run that did not end by itself adds to its report: timed out (naming the test
@@ -298,8 +308,18 @@ fn redact_secrets(output: &str) -> String {
     })
 }
 
+/// The runner's format and what it reported, read from `output`.
+fn parse_output(root: &Path, output: &str) -> (Format, Parsed) {
+    let go_module = go_module(root);
+    let ctx = parse::Context {
+        root,
+        go_module: go_module.as_deref(),
+    };
+    parse::parse(output, &ctx)
+}
+
 /// The module path declared in `go.mod`, if there is one.
-fn go_module(root: &Path) -> Option<String> {
+pub(crate) fn go_module(root: &Path) -> Option<String> {
     let text = std::fs::read_to_string(root.join("go.mod")).ok()?;
     text.lines()
         .find_map(|l| l.trim().strip_prefix("module "))
