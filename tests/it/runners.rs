@@ -129,7 +129,12 @@ fn cancelling_stops_the_run_at_once() {
         let (c, pid_file) = (cancel.clone(), dir.path().join("leader.pid"));
         tokio::spawn(async move {
             let deadline = Instant::now() + Duration::from_secs(20);
-            while !pid_file.exists() && Instant::now() < deadline {
+            // The shell makes the file before `echo` writes it: waited until it holds the pid
+            // (a cancel in between left an empty file, read as no pid at all).
+            let written = |p: &std::path::Path| {
+                std::fs::read_to_string(p).is_ok_and(|t| !t.trim().is_empty())
+            };
+            while !written(&pid_file) && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             c.cancel();
