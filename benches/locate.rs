@@ -4,7 +4,8 @@
 //! the fix as soon as the buggy line is in the conversation and otherwise explores with the
 //! tools, with the fault localisation on and off. It prints, per case, whether the fix
 //! landed, the request bytes and the model calls; the cases are not tuned to the figures.
-//! Run with `cargo bench --profile dev --bench locate` (the bytes do not depend on the build).
+//! Run with `cargo bench --profile dev --bench locate` (the bytes do not depend on the build);
+//! `LOCATE_BENCH_CASE=NAME` runs only the cases whose function or file names NAME.
 //! Needs `python` with pytest, `node` and `npm` on PATH, and the package registries.
 
 #[path = "../tests/support/mod.rs"]
@@ -494,7 +495,15 @@ fn main() {
             println!("{}: its tests fail unmodified, left out:\n{output}", p.name);
             continue;
         }
+        // `LOCATE_BENCH_CASE=sieve` runs only the cases whose chain or file names it.
+        let only = std::env::var("LOCATE_BENCH_CASE").ok();
         for case in p.cases {
+            if only
+                .as_deref()
+                .is_some_and(|o| !case.chain.contains(o) && !case.file.contains(o))
+            {
+                continue;
+            }
             let (ws, line) = match injected(&root, case) {
                 Ok(x) => x,
                 Err(e) => {

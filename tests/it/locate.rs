@@ -31,6 +31,11 @@ fn shop(test_file: &str) -> tempfile::TempDir {
         ),
         ("tests/__init__.py", ""),
         ("tests/test_cart.py", test_file),
+        // pytest's header then names it (`configfile: pyproject.toml`): no place of the bug.
+        (
+            "pyproject.toml",
+            "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\n",
+        ),
     ])
 }
 
@@ -100,6 +105,7 @@ fn the_bug_below_the_failing_test_is_ranked_first_under_pytest_and_unittest() {
     let python = support::python();
     for (tests, command) in [
         (PYTEST_TESTS, vec![python.as_str(), "-m", "pytest", "-q"]),
+        (PYTEST_TESTS, vec![python.as_str(), "-m", "pytest", "-v"]),
         (
             UNITTEST_TESTS,
             vec![

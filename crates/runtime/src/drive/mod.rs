@@ -1210,8 +1210,14 @@ impl Drive<'_> {
         let Some(tests) = run.tests().filter(|t| !t.passed) else {
             return;
         };
+        // Only a source file of the project's own counts as a place the output names: pytest's
+        // header names its config file (`configfile: pyproject.toml`), which points nowhere.
         let named = self.named_files("", Some(&tests.report));
-        if named.iter().any(|f| !crate::locate::is_test_file(f)) {
+        let source = |f: &String| agent_ls_core::syntax::Lang::of(f, "").is_some();
+        if named
+            .iter()
+            .any(|f| source(f) && !crate::locate::is_test_file(f))
+        {
             going.located = Some(None);
             return;
         }
