@@ -39,8 +39,9 @@ use std::time::{Duration, Instant};
 use model_server::{ModelServer, Reply};
 use serde_json::{Value, json};
 
-/// Lines of the big document.
+/// Lines of the big document, and of a typical file for comparison.
 const LINES: usize = 100_000;
+const SMALL: usize = 1_000;
 /// Keystrokes timed for the server's own time.
 const TIMED: usize = 300;
 /// What the user types in the request-count figure, a line at a time.
@@ -126,13 +127,21 @@ impl Peer {
     /// The answer to request `id` and when it came; the server's own requests are answered
     /// with null meanwhile.
     fn wait(&mut self, id: i64) -> (Value, Instant) {
+        self.wait_up_to(id, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("no answer to request {id} in 60 s"))
+    }
+
+    /// The answer to request `id`, or `None` when none came within `limit`.
+    fn wait_up_to(&mut self, id: i64, limit: Duration) -> Option<(Value, Instant)> {
         if let Some(kept) = self.answered.remove(&id) {
-            return kept;
+            return Some(kept);
         }
+        let deadline = Instant::now() + limit;
         loop {
-            let (msg, at) = match self.messages.recv_timeout(Duration::from_secs(60)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (msg, at) = match self.messages.recv_timeout(left) {
                 Ok(m) => m,
-                Err(RecvTimeoutError::Timeout) => panic!("no answer to request {id} in 60 s"),
+                Err(RecvTimeoutError::Timeout) => return None,
                 Err(RecvTimeoutError::Disconnected) => panic!("the server exited"),
             };
             if msg.get("method").is_some() {
@@ -142,7 +151,7 @@ impl Peer {
                 continue;
             }
             if msg["id"].as_i64() == Some(id) {
-                return (msg, at);
+                return Some((msg, at));
             }
         }
     }
@@ -271,14 +280,14 @@ impl Server {
     }
 }
 
-/// A 100,000-line Python document with an empty function body in its middle: the text, and
+/// A Python document of `lines` lines with an empty function body in its middle: the text, and
 /// the line whose indentation the user types after.
-fn big_document() -> (String, usize) {
-    let mut text = String::with_capacity(LINES * 24);
+fn big_document(lines: usize) -> (String, usize) {
+    let mut text = String::with_capacity(lines * 24);
     let mut line = 0;
     let mut target = 0;
-    while line < LINES - 3 {
-        if line >= LINES / 2 && target == 0 {
+    while line < lines - 3 {
+        if line >= lines / 2 && target == 0 {
             text.push_str("def target(a, b):\n    \n\n");
             target = line + 1;
         } else {
@@ -326,12 +335,13 @@ fn stub(
     (server, took)
 }
 
-/// The server's own time per completion while typing in the big document: p50, p99.
-fn own_time(server: &Server) -> (Duration, Duration) {
+/// The server's own time per completion while typing in the middle of a `lines`-line
+/// document: p50, p99, and the model requests it made.
+fn own_time(server: &Server, lines: usize) -> (Duration, Duration, usize) {
     let (model, took) = stub(Duration::from_millis(10), |_| {
         "total = compute(a, b)".into()
     });
-    let (text, line) = big_document();
+    let (text, line) = big_document(lines);
     let (_ws, mut peer, uri) = server.start(&model.url, "", &text);
     let mut own = Vec::with_capacity(TIMED);
     let typed = b"qzxv";
@@ -350,7 +360,7 @@ fn own_time(server: &Server) -> (Duration, Duration) {
         own.push((answered - asked).saturating_sub(model_time));
     }
     own.sort();
-    (percentile(&own, 0.5), percentile(&own, 0.99))
+    (percentile(&own, 0.5), percentile(&own, 0.99), model.count())
 }
 
 /// The rest of the line the prompt ends in, as the user will type it (`TYPED`).
@@ -365,11 +375,11 @@ fn rest_of_line(prompt: &str) -> String {
         .to_string()
 }
 
-/// Model requests while 100 keystrokes are typed 80 ms apart, and how many answers carried a
-/// suggestion.
-fn requests_per_100(server: &Server, model_ms: u64) -> (usize, usize) {
+/// Model requests while 100 keystrokes are typed 80 ms apart (counted when the last
+/// keystroke's answer came), and what that answer was and when.
+fn requests_per_100(server: &Server, lines: usize, model_ms: u64) -> (usize, String) {
     let (model, _) = stub(Duration::from_millis(model_ms), rest_of_line);
-    let (text, target) = big_document();
+    let (text, target) = big_document(lines);
     let (_ws, mut peer, uri) = server.start(&model.url, "", &text);
     let keys: Vec<char> = TYPED
         .iter()
@@ -380,6 +390,7 @@ fn requests_per_100(server: &Server, model_ms: u64) -> (usize, usize) {
     let (mut line, mut col) = (target + 1, 0);
     peer.notify("textDocument/didChange", change(&uri, 2, target, 4, "\n"));
     let mut pending: Vec<i64> = Vec::new();
+    let mut typed_at = Instant::now();
     for (i, key) in keys.iter().enumerate() {
         peer.notify(
             "textDocument/didChange",
@@ -394,23 +405,35 @@ fn requests_per_100(server: &Server, model_ms: u64) -> (usize, usize) {
             peer.notify("$/cancelRequest", json!({"id": older}));
         }
         pending.push(server.ask(&mut peer, &uri, &model.url, line, col));
+        typed_at = Instant::now();
         std::thread::sleep(Duration::from_millis(80));
         peer.drain();
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // A server that cannot keep up answers the last keystroke late, or not within the limit.
     let last = *pending.last().expect("requests");
-    let (answer, _) = peer.wait(last);
-    let shown = answer.to_string().contains("\"insertText\":\"")
-        || answer["result"]["completions"]
-            .as_array()
-            .is_some_and(|c| !c.is_empty());
-    (model.count(), usize::from(shown))
+    let answer = peer.wait_up_to(last, Duration::from_secs(30));
+    let count = model.count();
+    let last = match answer {
+        None => "none within 30 s".to_string(),
+        Some((answer, at)) => {
+            let shown = answer.to_string().contains("\"insertText\":\"")
+                || answer["result"]["completions"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty());
+            let what = if shown { "a suggestion" } else { "nothing" };
+            format!(
+                "{what}, {} after the last keystroke",
+                ms(at.saturating_duration_since(typed_at))
+            )
+        }
+    };
+    (count, last)
 }
 
 /// agent-ls's time per `didChange` (2,000 one-character changes, then a code action
 /// answered), with `config` as its completion settings.
 fn change_cost(server: &Server, url: &str, extra: &str) -> Duration {
-    let (text, line) = big_document();
+    let (text, line) = big_document(LINES);
     let (_ws, mut peer, uri) = server.start(url, extra, &text);
     // The open is processed before the clock starts.
     let warm = code_action(&mut peer, &uri);
@@ -558,41 +581,56 @@ fn main() {
     } else {
         "release"
     };
-    println!("inline completion figures; both servers built {profile}");
+    println!("inline completion figures; agent-ls built {profile}");
     let mut servers = vec![Server {
         name: "agent-ls",
         kind: Kind::AgentLs,
         program: PathBuf::from(env!("CARGO_BIN_EXE_agent-ls")),
     }];
     match llm_ls() {
-        Ok(program) => servers.push(Server {
-            name: "llm-ls",
-            kind: Kind::LlmLs,
-            program,
-        }),
+        Ok(program) => {
+            println!("llm-ls: {}", program.display());
+            servers.push(Server {
+                name: "llm-ls",
+                kind: Kind::LlmLs,
+                program,
+            })
+        }
         Err(why) => println!("llm-ls: not measured: {why}"),
     }
-    println!(
-        "\n== the server's own time per completion (answer minus the stub model's 10 ms), typing at line 50,000 of {LINES}; {TIMED} keystrokes"
-    );
-    for s in &servers {
-        let (p50, p99) = own_time(s);
-        println!("{:>9}: p50 {}, p99 {}", s.name, ms(p50), ms(p99));
-    }
-    println!(
-        "\n== model requests per 100 keystrokes typed 80 ms apart (the stub model completes the line being typed)"
-    );
-    for model_ms in [50, 150] {
+    for lines in [LINES, SMALL] {
+        println!(
+            "\n== the server's own time per completion (answer minus the stub model's 10 ms), typing in the middle of a {lines}-line document; {TIMED} keystrokes"
+        );
         for s in &servers {
-            let (count, shown) = requests_per_100(s, model_ms);
-            let last = if shown > 0 { "a suggestion" } else { "nothing" };
+            let (p50, p99, asked) = own_time(s, lines);
             println!(
-                "{:>9}, model {model_ms} ms: {count} model requests; the last keystroke's answer: {last}",
-                s.name
+                "{:>9}: p50 {}, p99 {} ({asked} model requests)",
+                s.name,
+                ms(p50),
+                ms(p99)
             );
         }
     }
-    let ours = &servers[0];
+    for lines in [LINES, SMALL] {
+        println!(
+            "\n== model requests per 100 keystrokes typed 80 ms apart in a {lines}-line document (the stub model completes the line being typed)"
+        );
+        for model_ms in [50, 150] {
+            for s in &servers {
+                let (count, last) = requests_per_100(s, lines, model_ms);
+                println!(
+                    "{:>9}, model {model_ms} ms: {count} model requests; the last keystroke's answer: {last}",
+                    s.name
+                );
+            }
+        }
+    }
+    change_costs(&servers[0]);
+    real_model_latency(&servers[0]);
+}
+
+fn change_costs(ours: &Server) {
     println!(
         "\n== agent-ls's didChange cost (2,000 one-character changes to the {LINES}-line document)"
     );
@@ -611,6 +649,9 @@ fn main() {
             change_cost(ours, url, extra).as_secs_f64() * 1e6
         );
     }
+}
+
+fn real_model_latency(ours: &Server) {
     println!(
         "\n== end to end with the real local model (SmolLM2-135M-Instruct Q4_1, llama.cpp through node-llama-cpp, 1 thread, max_tokens 32)"
     );
