@@ -16,6 +16,8 @@
 ;;   second confirmation,
 ;; - forwards flymake's diagnostics, but for agent-ls's own, as `agent-ls/editorDiagnostics',
 ;;   so a run checks its edits with them and starts no language server of its own,
+;; - shows the server's inline completion as ghost text after point while typing
+;;   (`agent-ls-inline-completion'; TAB or C-c C-a takes it, C-<right> its next word),
 ;; - shows the run and the tests in the mode line (from `agent-ls/runEvent',
 ;;   `agent-ls/testStatus' and `agent-ls/runFinished'),
 ;; - and has commands: `agent-ls-fix', `agent-ls-run', `agent-ls-undo', `agent-ls-redo',
@@ -476,6 +478,177 @@ word on it after each edit)."
         (when (bound-and-true-p flymake-mode)
           (agent-ls--forward-diagnostics))))))
 (add-hook 'eglot-connect-hook #'agent-ls--forward-all)
+
+;;; Inline completion (ghost text).
+
+(defcustom agent-ls-inline-completion t
+  "Whether agent-ls's inline completions show as ghost text after point.
+They come from the server's `textDocument/inlineCompletion' once it offers
+them (its `completion.base_url' is set).  TAB or \\`C-c C-a' takes the whole
+suggestion, \\`C-<right>' its next word, while one is shown."
+  :type 'boolean)
+
+(defcustom agent-ls-inline-completion-delay 0.3
+  "Seconds of idleness after typing before a suggestion is asked for."
+  :type 'number)
+
+(defface agent-ls-inline-completion-face '((t :inherit shadow))
+  "The face of the suggestion shown after point.")
+
+(defvar-local agent-ls--ghost nil
+  "The overlay showing the suggestion after point, or nil.")
+(defvar-local agent-ls--ghost-item nil
+  "The item shown: a plist (:insertText :command ...).")
+(defvar-local agent-ls--ghost-visible nil
+  "Non-nil while a suggestion is shown: the accept keys are active then.")
+(defvar-local agent-ls--ghost-asked nil
+  "The request in flight: a plist (:id :tick :point), or nil.")
+(defvar-local agent-ls--ghost-timer nil
+  "The idle timer that asks for a suggestion.")
+
+(defvar agent-ls-inline-completion-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "TAB") #'agent-ls-accept-inline-completion)
+    (define-key map (kbd "<tab>") #'agent-ls-accept-inline-completion)
+    (define-key map (kbd "C-c C-a") #'agent-ls-accept-inline-completion)
+    (define-key map (kbd "C-<right>") #'agent-ls-accept-inline-completion-word)
+    map)
+  "Keys active while a suggestion is shown.")
+
+(add-to-list 'minor-mode-map-alist
+             (cons 'agent-ls--ghost-visible agent-ls-inline-completion-map))
+
+(defun agent-ls--ghost-hide ()
+  "Takes the suggestion off the screen."
+  (when agent-ls--ghost
+    (delete-overlay agent-ls--ghost))
+  (setq agent-ls--ghost nil
+        agent-ls--ghost-item nil
+        agent-ls--ghost-visible nil))
+
+(defun agent-ls--ghost-show (item)
+  "Shows ITEM's text after point, the cursor staying before it."
+  (agent-ls--ghost-hide)
+  (let ((text (copy-sequence (plist-get item :insertText))))
+    (when (> (length text) 0)
+      (add-face-text-property 0 (length text) 'agent-ls-inline-completion-face nil text)
+      (put-text-property 0 1 'cursor t text)
+      (setq agent-ls--ghost (make-overlay (point) (point) nil t nil)
+            agent-ls--ghost-item item
+            agent-ls--ghost-visible t)
+      (overlay-put agent-ls--ghost 'after-string text)
+      (overlay-put agent-ls--ghost 'agent-ls-ghost t))))
+
+(defun agent-ls--ghost-item-at-point (result)
+  "The first item of RESULT (an array of items, or a list) that inserts at point.
+An item that replaces other text (a next-edit suggestion) is left to the code
+action that offers it."
+  (let ((items (if (vectorp result) result (plist-get result :items))))
+    (cl-find-if
+     (lambda (item)
+       (let ((range (plist-get item :range)))
+         (and (stringp (plist-get item :insertText))
+              (or (null range)
+                  (let ((region (eglot--range-region range)))
+                    (and (= (car region) (point)) (= (cdr region) (point))))))))
+     items)))
+
+(defun agent-ls--ghost-request-id (server method params &rest args)
+  "Sends the request; its id, for `$/cancelRequest', when jsonrpc tells it."
+  (if (fboundp 'jsonrpc--async-request-1)
+      (car-safe (apply #'jsonrpc--async-request-1 server method params args))
+    (apply #'jsonrpc-async-request server method params args)
+    nil))
+
+(defun agent-ls-inline-completion-request ()
+  "Asks agent-ls for a suggestion at point, and shows it when it comes.
+The older request in flight is cancelled; an answer is shown only if the
+buffer and point are as they were when it was asked."
+  (interactive)
+  (when-let* ((server (ignore-errors (eglot-current-server)))
+              ((agent-ls-server-p server))
+              ((eglot--server-capable :inlineCompletionProvider)))
+    (when-let ((older (plist-get agent-ls--ghost-asked :id)))
+      (jsonrpc-notify server :$/cancelRequest (list :id older)))
+    ;; The server must hold the text the suggestion is asked for.
+    (when eglot--recent-changes
+      (eglot--signal-textDocument/didChange))
+    (let* ((buf (current-buffer))
+           (asked (list :tick (buffer-chars-modified-tick) :point (point)))
+           (current (lambda ()
+                      (and (buffer-live-p buf)
+                           (with-current-buffer buf
+                             (and (eq agent-ls--ghost-asked asked)
+                                  (= (buffer-chars-modified-tick) (plist-get asked :tick))
+                                  (= (point) (plist-get asked :point))))))))
+      (setq agent-ls--ghost-asked asked)
+      (let ((id (agent-ls--ghost-request-id
+                 server :textDocument/inlineCompletion
+                 (append (eglot--TextDocumentPositionParams) (list :context (list :triggerKind 2)))
+                 :success-fn (lambda (result)
+                               (when (funcall current)
+                                 (with-current-buffer buf
+                                   (setq agent-ls--ghost-asked nil)
+                                   (let ((item (agent-ls--ghost-item-at-point result)))
+                                     (when item (agent-ls--ghost-show item))))))
+                 :error-fn #'ignore
+                 :timeout-fn #'ignore)))
+        (plist-put asked :id id)))))
+
+(defun agent-ls--ghost-after-change (&rest _)
+  "Typing takes the suggestion down and asks again once Emacs is idle."
+  (agent-ls--ghost-hide)
+  (when (timerp agent-ls--ghost-timer)
+    (cancel-timer agent-ls--ghost-timer))
+  (when agent-ls-inline-completion
+    (let ((buf (current-buffer)))
+      (setq agent-ls--ghost-timer
+            (run-with-idle-timer agent-ls-inline-completion-delay nil
+                                 (lambda ()
+                                   (when (buffer-live-p buf)
+                                     (with-current-buffer buf
+                                       (setq agent-ls--ghost-timer nil)
+                                       (agent-ls-inline-completion-request)))))))))
+
+(defun agent-ls--ghost-post-command ()
+  "Moving point off the suggestion takes it down."
+  (when (and agent-ls--ghost (/= (point) (overlay-start agent-ls--ghost)))
+    (agent-ls--ghost-hide)))
+
+(defun agent-ls-accept-inline-completion ()
+  "Inserts the suggestion shown and tells the server it was taken."
+  (interactive)
+  (when-let ((item agent-ls--ghost-item))
+    (agent-ls--ghost-hide)
+    (insert (plist-get item :insertText))
+    (when-let ((command (plist-get item :command)))
+      (agent-ls--exec (plist-get command :command) (or (plist-get command :arguments) [])))))
+
+(defun agent-ls-accept-inline-completion-word ()
+  "Inserts the suggestion's next word; the rest stays shown."
+  (interactive)
+  (when-let ((item agent-ls--ghost-item))
+    (let* ((text (plist-get item :insertText))
+           (end (if (string-match "\\W*\\w+" text) (match-end 0) (length text)))
+           (rest (substring text end)))
+      (agent-ls--ghost-hide)
+      (insert (substring text 0 end))
+      ;; The insertion asked again; the rest of this one shows meanwhile.
+      (when (> (length rest) 0)
+        (agent-ls--ghost-show (plist-put (copy-sequence item) :insertText rest))))))
+
+(defun agent-ls--inline-completion-setup ()
+  "In a buffer eglot manages with agent-ls: ghost text while typing.
+Only when the server offers inline completion: elsewhere typing starts no timer."
+  (if (and eglot--managed-mode (agent-ls-server-p (ignore-errors (eglot-current-server)))
+           (eglot--server-capable :inlineCompletionProvider))
+      (progn
+        (add-hook 'after-change-functions #'agent-ls--ghost-after-change nil t)
+        (add-hook 'post-command-hook #'agent-ls--ghost-post-command nil t))
+    (remove-hook 'after-change-functions #'agent-ls--ghost-after-change t)
+    (remove-hook 'post-command-hook #'agent-ls--ghost-post-command t)
+    (agent-ls--ghost-hide)))
+(add-hook 'eglot-managed-mode-hook #'agent-ls--inline-completion-setup)
 
 (provide 'agent-ls)
 ;;; agent-ls.el ends here

@@ -1,7 +1,8 @@
 //! The Emacs client (editors/emacs/agent-ls.el) and eglot alone, with the real binary in a
 //! real headless Emacs 28 with eglot 1.9 (Debian's `emacs-nox` and `elpa-eglot`, which
 //! scripts/test installs): fix, undo and redo, with the buffer and the disk in step after
-//! each, and every question Emacs asks recorded (tests/e2e/emacs_fix.el).
+//! each, and every question Emacs asks recorded (tests/e2e/emacs_fix.el); and agent-ls.el's
+//! ghost text against a stub completion model (tests/e2e/emacs_completion.el).
 
 use std::path::Path;
 use std::process::Command;
@@ -325,4 +326,96 @@ fn flymakes_diagnostics_check_the_agents_edit_in_emacs_with_no_server_spawned() 
     ] {
         assert!(names.contains(&check), "{check} was not checked: {names:?}");
     }
+}
+
+const INLINE_PY: &str = "def add(a, b):\n    \n\nprint(add(1, 2))\n";
+
+/// Runs tests/e2e/emacs_completion.el's scenario `name` against a stub FIM model that
+/// completes line 2 to `return a + b`; with `hold_first`, its answer to the first keystroke
+/// (`r` typed) is held for 1.5 s and is `STALE_TEXT`, marker files saying when.
+fn completion_scenario(name: &str, hold_first: bool) -> Vec<serde_json::Value> {
+    use crate::support::model_server::{ModelServer, Reply};
+    let Some(emacs) = emacs() else {
+        return Vec::new();
+    };
+    let ws = tempfile::tempdir().unwrap();
+    for dir in [".git", ".agent-ls"] {
+        std::fs::create_dir(ws.path().join(dir)).unwrap();
+    }
+    std::fs::write(ws.path().join("main.py"), INLINE_PY).unwrap();
+    let marks = ws.path().to_path_buf();
+    let held = std::sync::atomic::AtomicBool::new(false);
+    let stub = ModelServer::answering(move |body| {
+        let prompt = body["prompt"].as_str().unwrap_or_default();
+        let typed = prompt.rsplit('\n').next().unwrap_or_default().trim_start();
+        if hold_first && typed == "r" && !held.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let _ = std::fs::write(marks.join(".stub-1"), "");
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            let _ = std::fs::write(marks.join(".stub-done-1"), "");
+            return Reply::json(serde_json::json!({"choices": [{"text": "STALE_TEXT"}]}));
+        }
+        let rest = "return a + b".strip_prefix(typed).unwrap_or_default();
+        Reply::json(serde_json::json!({"choices": [{"text": rest}]}))
+    });
+    let state = tempfile::tempdir().unwrap();
+    let result = state.path().join("result.jsonl");
+    let out = Command::new(emacs)
+        .args(["-Q", "--batch", "-l"])
+        .arg(support::repo("tests/e2e/emacs_completion.el"))
+        .env("HOME", state.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .env("RESULT", &result)
+        .env("SCENARIO", name)
+        .env("STUB_URL", &stub.url)
+        .env("WORKSPACE", ws.path().canonicalize().unwrap())
+        .env("PLUGIN", support::repo("editors/emacs"))
+        .env("AGENT_LS", env!("CARGO_BIN_EXE_agent-ls"))
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<serde_json::Value> = read(&result)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let failed: Vec<_> = results.iter().filter(|r| r["ok"] != true).collect();
+    assert!(
+        !results.is_empty() && failed.is_empty(),
+        "failed checks: {failed:#?}\nall: {results:#?}\nemacs said: {said}"
+    );
+    results
+}
+
+#[test]
+fn agent_ls_el_shows_ghost_text_from_the_model_and_tab_accepts_it() {
+    let results = completion_scenario("accept", false);
+    if results.is_empty() {
+        return;
+    }
+    let names = names(&results);
+    for check in [
+        "the suggestion shows as an overlay after point",
+        "C-<right> takes the next word, the rest stays shown",
+        "TAB accepts it into the buffer",
+        "the acceptance reaches the server",
+        "with agent-ls-inline-completion off nothing is asked or shown",
+    ] {
+        assert!(names.contains(&check), "{check} was not checked: {names:?}");
+    }
+}
+
+#[test]
+fn agent_ls_el_never_shows_an_answer_that_came_after_the_user_typed_on() {
+    let results = completion_scenario("stale", true);
+    if results.is_empty() {
+        return;
+    }
+    assert!(
+        names(&results).contains(&"the answer that came after the user typed on is never shown"),
+        "{results:#?}"
+    );
 }

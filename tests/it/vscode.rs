@@ -2,11 +2,13 @@
 //! playwright-core (editors/vscode/test/e2e.mjs), with the real binary and the replay model.
 //! One code-server serves every scenario, each in a window (and browser) of its own.
 //! scripts/test builds the .vsix, installs code-server, Node 24 and Chromium, and sets the
-//! AGENT_LS_TEST_* variables this test reads.
+//! AGENT_LS_TEST_* variables this test reads. The inline completion scenarios answer from a
+//! stub fill-in-the-middle model on 127.0.0.1 (editors/vscode/test/inline.mjs).
 
 use std::process::Command;
 
 use crate::support;
+use crate::support::model_server::{ModelServer, Reply};
 
 /// The variables the test needs; `None` (skipped, saying so) under a plain `cargo test`.
 fn tools() -> Option<[(String, String); 4]> {
@@ -85,7 +87,7 @@ fn scenario(name: &str) -> Option<Vec<serde_json::Value>> {
     support::copy_example(ws.path());
     let script = replay_for(name, ws.path());
     std::fs::write(ws.path().join(".replay.jsonl"), script).unwrap();
-    Some(run_e2e(name, ws.path(), tools, server))
+    Some(run_e2e(name, ws.path(), tools, server, &[]))
 }
 
 /// The replay model's answers for scenario `name`, with what the scenario needs of the
@@ -180,6 +182,7 @@ fn run_e2e(
     ws: &std::path::Path,
     tools: [(String, String); 4],
     server: &CodeServer,
+    extra: &[(&str, String)],
 ) -> Vec<serde_json::Value> {
     // The flow's screenshots; AGENT_LS_UPDATE_DOCS=1 puts them in docs/images, which the
     // README and docs show.
@@ -204,6 +207,7 @@ fn run_e2e(
         .env("ARTIFACTS", &artifacts)
         .env("SCENARIO", name)
         .env("SCREENSHOTS", &screenshots)
+        .envs(extra.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .unwrap();
     let said = format!(
@@ -455,4 +459,87 @@ fn agent_run_skill_from_the_palette_runs_the_picked_skill_in_real_vs_code() {
             "{name}: {checks:#?}"
         );
     }
+}
+
+const INLINE_PY: &str = "def add(a, b):\n    \n\nprint(add(1, 2))\n";
+
+/// The stub model's completion of line 2 to `return a + b` from what the prompt shows typed
+/// there, in OpenAI's `/v1/completions` shape.
+fn completes_return(body: &serde_json::Value) -> Reply {
+    let prompt = body["prompt"].as_str().unwrap_or_default();
+    let typed = prompt.rsplit('\n').next().unwrap_or_default().trim_start();
+    let rest = "return a + b".strip_prefix(typed).unwrap_or_default();
+    Reply::json(serde_json::json!({"choices": [{"text": rest}]}))
+}
+
+/// Runs inline completion scenario `name` (inline.mjs) on a workspace holding `main.py`,
+/// against a stub model; with `hold_first`, the stub holds its answer to the first keystroke
+/// (`r` typed) for 1.5 s, answers it `STALE_TEXT`, and says so through marker files.
+fn inline_scenario(name: &str, hold_first: bool) -> Option<Vec<serde_json::Value>> {
+    let tools = tools()?;
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = code_server(&tools);
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("main.py"), INLINE_PY).unwrap();
+    std::fs::create_dir(ws.path().join(".agent-ls")).unwrap();
+    std::fs::write(ws.path().join(".replay.jsonl"), "").unwrap();
+    let marks = ws.path().to_path_buf();
+    let held = std::sync::atomic::AtomicBool::new(false);
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    let stub = ModelServer::answering(move |body| {
+        // How many requests came, for the scenario's switched-off check.
+        let n = asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let _ = std::fs::write(marks.join(".stub-count"), n.to_string());
+        let typed_r = body["prompt"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("    r"));
+        if hold_first && typed_r && !held.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let _ = std::fs::write(marks.join(".stub-1"), "");
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            let _ = std::fs::write(marks.join(".stub-done-1"), "");
+            return Reply::json(serde_json::json!({"choices": [{"text": "STALE_TEXT"}]}));
+        }
+        completes_return(body)
+    });
+    let checks = run_e2e(
+        name,
+        ws.path(),
+        tools,
+        server,
+        &[("STUB_URL", stub.url.clone())],
+    );
+    Some(checks)
+}
+
+#[test]
+fn ghost_text_from_the_completion_model_shows_and_tab_accepts_it_in_real_vs_code() {
+    let Some(checks) = inline_scenario("inline", false) else {
+        return;
+    };
+    for name in [
+        "the suggestion shows as ghost text after the cursor",
+        "Tab accepts it into the document",
+        "VS Code ran the item's command: the acceptance is counted",
+        "the word taken counts as a partial accept",
+        "agentLs.inlineCompletion.enable is switched off in the Settings editor",
+        "with agentLs.inlineCompletion.enable off, typing asks the model nothing and shows nothing",
+    ] {
+        assert!(
+            checks.iter().any(|c| c["name"] == name),
+            "{name}: {checks:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_suggestion_that_came_after_the_user_typed_on_never_shows_in_real_vs_code() {
+    let Some(checks) = inline_scenario("inline_stale", true) else {
+        return;
+    };
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["name"] == "the answer that came after the user typed on is never shown"),
+        "{checks:#?}"
+    );
 }

@@ -13,12 +13,15 @@
 //! /v1/chat/completions` streamed (SSE, with `stream_options.include_usage`) or whole, with
 //! `response_format` (`json_schema`, or `json_object` with an optional `schema`) and `tools`
 //! with a forced `tool_choice`, both sampled under a grammar made from the JSON schema. Tools
-//! without a forced choice are answered with text, as a small model would. Requests take turns
-//! (one generation at a time), and a client that goes away stops its generation.
+//! without a forced choice are answered with text, as a small model would. And `POST
+//! /v1/completions` (whole, not streamed) for inline completion's `openai` provider: the
+//! model's own fill-in-the-middle when it has FIM tokens and `suffix` is sent, else a plain
+//! continuation of `prompt` (SmolLM2 has none). Requests take turns (one generation at a
+//! time), and a client that goes away stops its generation.
 
 import http from "node:http";
 import { randomUUID } from "node:crypto";
-import { getLlama, LlamaChat } from "node-llama-cpp";
+import { getLlama, LlamaChat, LlamaCompletion } from "node-llama-cpp";
 
 function option(name, fallback) {
   const i = process.argv.indexOf(`--${name}`);
@@ -40,8 +43,10 @@ const MAX_BODY = 8 * 1024 * 1024;
 
 const llama = await getLlama({ gpu: false, build: "never", logLevel: "warn" });
 const model = await llama.loadModel({ modelPath });
-const context = await model.createContext({ contextSize, threads });
+// Two sequences: the chat keeps its own, text completions take the other.
+const context = await model.createContext({ contextSize, threads, sequences: 2 });
 const chat = new LlamaChat({ contextSequence: context.getSequence() });
+const text = new LlamaCompletion({ contextSequence: context.getSequence() });
 
 /** A request's fault, answered with 400 and its message. */
 class BadRequest extends Error {}
@@ -280,6 +285,43 @@ async function chatCompletions(req, res) {
   }
 }
 
+/** `/v1/completions`: the text that follows `prompt` (or fills up to `suffix`). */
+async function textCompletions(req, res) {
+  let body;
+  try {
+    body = JSON.parse(await readBody(req));
+  } catch (e) {
+    return error(res, 400, e instanceof BadRequest ? e.message : `the body is not JSON (${e.message})`);
+  }
+  if (typeof body.prompt !== "string") return error(res, 400, "prompt must be a string");
+  const gone = new AbortController();
+  res.on("close", () => gone.abort(new Error("the client went away")));
+  await inTurn(async () => {
+    if (gone.signal.aborted) return;
+    const stop = [body.stop ?? []].flat().filter((w) => typeof w === "string" && w !== "");
+    const options = {
+      maxTokens: Math.max(1, Number(body.max_tokens ?? 16)),
+      temperature: Number(body.temperature ?? 0.2),
+      seed: Number(body.seed ?? 42),
+      customStopTriggers: stop,
+      signal: gone.signal,
+      stopOnAbortSignal: true,
+    };
+    const fill = typeof body.suffix === "string" && text.infillSupported;
+    const answer = fill
+      ? await text.generateInfillCompletionWithMeta(body.prompt, body.suffix, options)
+      : await text.generateCompletionWithMeta(body.prompt, options);
+    const finish = answer.metadata.stopReason === "maxTokens" ? "length" : "stop";
+    json(res, 200, {
+      id: `cmpl-${randomUUID()}`,
+      object: "text_completion",
+      created: Math.floor(Date.now() / 1000),
+      model: alias,
+      choices: [{ index: 0, text: answer.response, finish_reason: finish }],
+    });
+  });
+}
+
 const server = http.createServer((req, res) => {
   const path = (req.url ?? "").split("?")[0];
   if (req.method === "GET" && path === "/v1/models") {
@@ -287,6 +329,12 @@ const server = http.createServer((req, res) => {
   }
   if (req.method === "POST" && path === "/v1/chat/completions") {
     chatCompletions(req, res).catch((e) => {
+      if (!res.headersSent) error(res, 500, String(e.message ?? e));
+    });
+    return;
+  }
+  if (req.method === "POST" && path === "/v1/completions") {
+    textCompletions(req, res).catch((e) => {
       if (!res.headersSent) error(res, 500, String(e.message ?? e));
     });
     return;

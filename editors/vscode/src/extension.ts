@@ -4,7 +4,9 @@
 //! from the server as workspace/applyEdit with change annotations, so VS Code's refactor
 //! preview shows them; nothing here applies edits itself. The server asks, with
 //! `agent-ls/saveFiles`, for the documents it changed to be saved, so the disk the tests run
-//! on matches the editor and a later save raises no conflict.
+//! on matches the editor and a later save raises no conflict. Inline completion (ghost text)
+//! is vscode-languageclient's own `textDocument/inlineCompletion` feature, gated by
+//! `agentLs.inlineCompletion.enable` in the middleware.
 
 import * as fs from 'fs';
 import * as path from 'path';
@@ -152,6 +154,11 @@ export async function deactivate(): Promise<void> {
   client = undefined;
 }
 
+/** Whether ghost text is asked of the server for `document` (`agentLs.inlineCompletion.enable`). */
+function inlineCompletionEnabled(document: vscode.TextDocument): boolean {
+  return vscode.workspace.getConfiguration('agentLs.inlineCompletion', document).get<boolean>('enable', true);
+}
+
 /** The forwarding of VS Code's diagnostics to the running client. */
 let forwarding: vscode.Disposable | undefined;
 
@@ -178,6 +185,15 @@ async function start(): Promise<void> {
     outputChannel: output,
     traceOutputChannel: output,
     initializationOptions: { 'agent-ls': currentSettings(), workspaceTrusted: vscode.workspace.isTrusted },
+    middleware: {
+      // vscode-languageclient 11 registers the inline completion provider itself once the
+      // server advertises `inlineCompletionProvider`; the setting is read at each request, so
+      // switching it off takes effect at once, with no restart. VS Code runs the item's
+      // command (`agent-ls.completionAccepted`, a server command the client registered) when
+      // the whole suggestion is taken.
+      provideInlineCompletionItems: (document, position, context, token, next) =>
+        inlineCompletionEnabled(document) ? next(document, position, context, token) : null,
+    },
   };
   client = new LanguageClient('agentLs', 'agent-ls', serverOptions, clientOptions);
   client.registerFeature(new ProgressWatcher());

@@ -14,6 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
 import { startCodeServer } from './code-server.mjs';
+import { inlineScenario } from './inline.mjs';
 
 const env = (name) => {
   const v = process.env[name];
@@ -32,7 +33,8 @@ const ws = env('WORKSPACE');
 // "review_question_undo" / "review_question_key": the same question, then Agent: Undo from the
 // palette / from a key while it waits, which takes the question off the screen;
 // "gate": agent.review = "gate", whose reviewer sends the first change back, and the retry's
-// refactor preview names the finding it is to fix.
+// refactor preview names the finding it is to fix; "inline" / "inline_stale": ghost text from
+// the stub FIM model at STUB_URL (inline.mjs).
 const scenario = process.env.SCENARIO ?? 'accept';
 // Screenshots for docs/ (the run view, the refactor preview), taken by the flow itself.
 const screenshots = process.env.SCREENSHOTS;
@@ -119,6 +121,19 @@ fs.writeFileSync(
           },
         }
       : {}),
+    // Inline completion from the stub FIM model; VS Code's suggest widget, which would take
+    // Tab first, stays closed.
+    ...(scenario.startsWith('inline')
+      ? {
+          'agentLs.settings': {
+            model: { provider: 'replay', replay_file: '.replay.jsonl' },
+            completion: { provider: 'openai', base_url: env('STUB_URL'), model: 'fim', timeout_ms: 5000 },
+          },
+          'editor.quickSuggestions': { other: false, comments: false, strings: false },
+          'editor.suggestOnTriggerCharacters': false,
+          'editor.wordBasedSuggestions': 'off',
+        }
+      : {}),
     'agentLs.log.level': 'debug',
     'workbench.startupEditor': 'none',
     'files.hotExit': 'off',
@@ -162,8 +177,9 @@ try {
 
   // Open the file the agent will fix, as a user would (Quick Open).
   const typescript = scenario === 'typescript';
+  const opened = typescript ? 'calc.ts' : scenario.startsWith('inline') ? 'main.py' : 'calc.py';
   await page.keyboard.press('Control+P');
-  await page.keyboard.type(typescript ? 'calc.ts' : 'calc.py');
+  await page.keyboard.type(opened);
   await page.waitForSelector('.quick-input-list .monaco-list-row');
   await page.keyboard.press('Enter');
   await page.waitForSelector(`.monaco-editor .view-lines:has-text("${typescript ? 'function add' : 'def add'}")`, { timeout: 20000 });
@@ -183,6 +199,11 @@ try {
     await row.waitFor({ timeout: 10000 });
     await page.keyboard.press('Enter');
   };
+
+  if (scenario.startsWith('inline')) {
+    await inlineScenario({ page, ws, userData, scenario, check, until, screenshot, palette });
+    throw new Done();
+  }
 
   if (scenario === 'tester') {
     // Select add's lines and pick "Agent: write a failing test for this" from the code actions
