@@ -600,6 +600,7 @@ buffer and point are as they were when it was asked."
   (agent-ls--ghost-hide)
   (when (timerp agent-ls--ghost-timer)
     (cancel-timer agent-ls--ghost-timer))
+  (setq agent-ls--ghost-timer nil)
   (when agent-ls-inline-completion
     (let ((buf (current-buffer)))
       (setq agent-ls--ghost-timer

@@ -26,7 +26,11 @@ fn start(completion: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, Client
         user_config: Some(completion.to_string()),
         ..Default::default()
     });
-    let init = c.initialize(ws.path(), json!({}), Value::Null);
+    // As every editor that takes an edit-carrying code action declares (a client that does
+    // not gets the agent's actions as plain commands, and no next-edit action).
+    let caps = json!({"textDocument": {"codeAction": {"codeActionLiteralSupport":
+        {"codeActionKind": {"valueSet": ["quickfix", "refactor.rewrite"]}}}}});
+    let init = c.initialize(ws.path(), caps, Value::Null);
     (ws, c, init)
 }
 
