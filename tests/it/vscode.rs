@@ -520,7 +520,6 @@ fn ghost_text_from_the_completion_model_shows_and_tab_accepts_it_in_real_vs_code
         "the suggestion shows as ghost text after the cursor",
         "Tab accepts it into the document",
         "VS Code ran the item's command: the acceptance is counted",
-        "the word taken counts as a partial accept",
         "agentLs.inlineCompletion.enable is switched off in the Settings editor",
         "with agentLs.inlineCompletion.enable off, typing asks the model nothing and shows nothing",
     ] {
