@@ -290,4 +290,24 @@ mod tests {
         assert!(!quiet_summary("Ran 3 tests in 0.001s"));
         assert!(!quiet_summary("the tests pass in 2s"));
     }
+
+    /// more-itertools 10.2.0's own run: every test passed, and the warnings summary names a
+    /// place of the project's. That is no failure: the run passed (it read as "626 passed /
+    /// 1 failed", and a fix that made the tests pass was retried).
+    #[test]
+    fn a_passing_run_with_warnings_has_no_failure() {
+        let out = "============================= test session starts ==============================\n\
+collected 627 items\n\n\
+tests/test_recipes.py ..........s........... [100%]\n\n\
+=============================== warnings summary ===============================\n\
+tests/test_more.py::ZipEqualTest::test_equal\n\
+  /ws/more_itertools/more.py:1653: DeprecationWarning: zip_equal will be removed in a future version of more-itertools.\n\
+    warnings.warn(\n\n\
+-- Docs: https://docs.pytest.org/en/stable/how-to/capture-warnings.html\n\
+================== 626 passed, 1 skipped, 5 warnings in 1.78s ==================\n";
+        let (format, parsed) = parse(out, &ctx());
+        assert_eq!(format, Format::Pytest);
+        assert_eq!(parsed.passed, Some(626));
+        assert!(parsed.failures.is_empty(), "{:?}", parsed.failures);
+    }
 }
