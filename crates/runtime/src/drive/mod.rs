@@ -1210,14 +1210,7 @@ impl Drive<'_> {
         let Some(tests) = run.tests().filter(|t| !t.passed) else {
             return;
         };
-        // Only a source file of the project's own counts as a place the output names: pytest's
-        // header names its config file (`configfile: pyproject.toml`), which points nowhere.
-        let named = self.named_files("", Some(&tests.report));
-        let source = |f: &String| agent_ls_core::syntax::Lang::of(f, "").is_some();
-        if named
-            .iter()
-            .any(|f| source(f) && !crate::locate::is_test_file(f))
-        {
+        if self.points_at_code(&tests.report) {
             going.located = Some(None);
             return;
         }
@@ -1235,6 +1228,34 @@ impl Drive<'_> {
                 None
             }
         });
+    }
+
+    /// Whether the failure report already says where the bug is: every failure the runner's
+    /// parser reads is located in a source file of the project's own, not in a test. One
+    /// failing assertion in a test, or one that names no place, and it does not: a crash in
+    /// the project beside it says where it broke, not why the other test failed (a TypeError
+    /// in `curry.__call__` beside `assert is_valid(...) is None`). A report the parsers do not
+    /// read points at code when it names a project's source file; only a source file counts
+    /// (pytest's header names its config, `configfile: pyproject.toml`), and a warning's place
+    /// does not (`more.py:1653: DeprecationWarning`, in the run's summary).
+    fn points_at_code(&self, report: &str) -> bool {
+        let own = |f: &str| {
+            agent_ls_core::syntax::Lang::of(f, "").is_some()
+                && !crate::locate::is_test_file(f)
+                && self.inside(f)
+        };
+        let failures = crate::tests_run::failures_in(self.root, report);
+        if !failures.is_empty() {
+            return failures
+                .iter()
+                .all(|f| f.location.as_ref().is_some_and(|l| own(&l.file)));
+        }
+        let said: String = report
+            .lines()
+            .filter(|l| !l.contains("Warning:"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        self.named_files("", Some(&said)).iter().any(|f| own(f))
     }
 
     fn context(

@@ -308,6 +308,12 @@ fn redact_secrets(output: &str) -> String {
     })
 }
 
+/// The failures the runner's parser reads in `report` (a run's normalised report, the one
+/// the model sees), each located where the runner says it failed.
+pub(crate) fn failures_in(root: &Path, report: &str) -> Vec<Failure> {
+    parse_output(root, report).1.failures
+}
+
 /// The runner's format and what it reported, read from `output`.
 fn parse_output(root: &Path, output: &str) -> (Format, Parsed) {
     let go_module = go_module(root);
