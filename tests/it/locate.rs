@@ -1,6 +1,6 @@
 //! Fault localisation from the tests' own coverage, against the real runners: a bug several
 //! calls below the failing test, whose traceback names only the test file, ranked first under
-//! pytest, unittest, node's test runner and `go test`; a runner agent-ls cannot trace says
+//! pytest, unittest, node's test runner, `go test` and `cargo test`; a runner agent-ls cannot trace says
 //! which tool it lacks; and a run's coder reads the suspects in its first prompt.
 
 use crate::support;
@@ -55,16 +55,18 @@ fn config(command: &[&str]) -> Config {
 fn run_with(ws: &Path, command: &[&str], extra: &str) -> (serde_json::Value, String, Vec<String>) {
     let fix =
         "shop/rules.py\n<<<<<<< SEARCH\n    return 9\n=======\n    return 0.9\n>>>>>>> REPLACE\n";
-    run_fixing(ws, command, &command[..3].join(" "), extra, fix)
+    run_fixing(ws, command, &command[..3].join(" "), extra, fix, &[])
 }
 
-/// `run_with` for any runner: `allowed` is the allowlist's entry, `fix` the coder's answer.
+/// `run_with` for any runner: `allowed` is the allowlist's entry, `fix` the coder's answer,
+/// `env` what agent-ls is started with beside it.
 fn run_fixing(
     ws: &Path,
     command: &[&str],
     allowed: &str,
     extra: &str,
     fix: &str,
+    env: &[(&str, String)],
 ) -> (serde_json::Value, String, Vec<String>) {
     let quoted: Vec<String> = command.iter().map(|w| format!("{w:?}")).collect();
     std::fs::write(
@@ -86,6 +88,7 @@ fn run_fixing(
         .env("AGENT_LS_MODEL__PROVIDER", "openai")
         .env("AGENT_LS_MODEL__BASE_URL", format!("{}/v1", server.url))
         .env("OPENAI_API_KEY", "test-key")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -158,26 +161,18 @@ fn a_runner_agent_ls_cannot_trace_says_which_tool_it_lacks() {
         assert!(matches!(err, LocateError::NoTool { .. }), "{err}");
         err.to_string()
     };
-    // Rust's coverage is read by the toolchain's own llvm-tools; without them, the fix named.
-    let sysroot = std::process::Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .unwrap();
-    let rustlib = Path::new(String::from_utf8_lossy(&sysroot.stdout).trim()).join("lib/rustlib");
-    let llvm_tools = std::fs::read_dir(rustlib)
-        .unwrap()
-        .flatten()
-        .any(|host| host.path().join("bin/llvm-profdata").is_file());
-    let rust = lacks(&["cargo", "test"]);
-    let want = if llvm_tools {
-        "Rust's coverage (-C instrument-coverage) is not read by agent-ls yet"
-    } else {
-        "Rust needs llvm-tools (rustup component add llvm-tools-preview) (the test command: `cargo test`)"
-    };
-    assert!(rust.contains(want), "{rust}");
+    // Rust's coverage is read by the toolchain's own llvm-tools; without them, the fix named
+    // (with them, `under_cargo_test_…` reads it).
+    if !llvm_tools() {
+        assert!(lacks(&["cargo", "test"]).contains(
+            "Rust needs llvm-tools (rustup component add llvm-tools-preview) (the test command: `cargo test`)"
+        ));
+    }
+    assert!(lacks(&["cargo", "nextest", "run"]).contains("not nextest's"));
     assert!(lacks(&["npx", "jest"]).contains("not jest's or vitest's"));
     assert!(
-        lacks(&["make", "check"]).contains("pytest, unittest, `node --test` and `go test` only")
+        lacks(&["make", "check"])
+            .contains("pytest, unittest, `node --test`, `go test` and `cargo test` only")
     );
 }
 
@@ -223,8 +218,9 @@ fn ranks_first(
     command: &[&str],
     fix: &str,
     (file, function, lines): (&str, &str, &[u32]),
+    env: &[(&str, String)],
 ) {
-    let (o, said, prompts) = run_fixing(ws, command, &command[..2].join(" "), "", fix);
+    let (o, said, prompts) = run_fixing(ws, command, &command[..2].join(" "), "", fix, env);
     let case = format!("{}: {o}\n{said}", command.join(" "));
     assert_eq!(o["status"], "done", "{case}");
     assert_eq!(o["suspects"][0]["path"], file, "{case}");
@@ -261,6 +257,7 @@ fn under_nodes_test_runner_the_bug_below_the_failing_test_is_ranked_first() {
         &["npm", "test"],
         fix,
         ("src/rules.js", "ruleFor", &[1, 2, 3, 4]),
+        &[],
     );
 }
 
@@ -277,6 +274,94 @@ fn under_go_test_the_bug_in_another_package_is_ranked_first() {
         &["go", "test", "./..."],
         fix,
         ("rules/rules.go", "RuleFor", &[4, 5, 6]),
+        &[],
+    );
+}
+
+/// Whether the toolchain's llvm-tools are here: scripts/test adds them with rustup when it
+/// can (and then says so with AGENT_LS_REQUIRE_LLVM_TOOLS); without them the test says what a
+/// user is told instead.
+fn llvm_tools() -> bool {
+    let sysroot = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .unwrap();
+    let rustlib = Path::new(String::from_utf8_lossy(&sysroot.stdout).trim()).join("lib/rustlib");
+    let here = std::fs::read_dir(rustlib)
+        .unwrap()
+        .flatten()
+        .any(|host| host.path().join("bin/llvm-cov").is_file());
+    if !here && std::env::var("AGENT_LS_REQUIRE_LLVM_TOOLS").is_ok() {
+        panic!("llvm-tools are missing; scripts/test added them");
+    }
+    here
+}
+
+#[test]
+fn under_cargo_test_the_bug_in_another_module_is_ranked_first() {
+    if !llvm_tools() {
+        eprintln!("skipped: the toolchain has no llvm-tools (rustup component add llvm-tools)");
+        return;
+    }
+    let ws = fixture("rust");
+    let real_home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let cargo_home = std::env::var("CARGO_HOME").unwrap_or_else(|_| format!("{real_home}/.cargo"));
+    let rustup_home =
+        std::env::var("RUSTUP_HOME").unwrap_or_else(|_| format!("{real_home}/.rustup"));
+    let writable = json!([cargo_home, rustup_home]).to_string();
+    let fix = "src/rules.rs\n<<<<<<< SEARCH\n    80\n=======\n    90\n>>>>>>> REPLACE\n";
+    ranks_first(
+        ws.path(),
+        &["cargo", "test", "--offline"],
+        fix,
+        ("src/rules.rs", "rule_for", &[2, 3, 4]),
+        &[
+            ("CARGO_HOME", cargo_home),
+            ("RUSTUP_HOME", rustup_home),
+            ("AGENT_LS_SANDBOX__WRITABLE", writable),
+        ],
+    );
+    // The instrumented build is agent-ls's own, beside the user's.
+    assert!(ws.path().join(".agent-ls/locate-target").is_dir());
+}
+
+/// The report names places of the project's own, and still not the bug: its warnings summary
+/// names the line that warns (`shop/cart.py:5: DeprecationWarning`), and a second failing test
+/// crashes in `price_of` (a KeyError for a fruit the shop does not sell) while `test_bulk`
+/// fails on its assertion. One failure that points at no project code is enough to look:
+/// both used to skip the localisation.
+#[test]
+fn a_crash_and_a_warning_in_the_project_beside_a_failing_assertion_still_localise() {
+    let ws = shop(&format!(
+        "{PYTEST_TESTS}\n\ndef test_kiwi():\n    assert total([(\"kiwi\", 1)]) == 0\n"
+    ));
+    std::fs::write(
+        ws.path().join("shop/cart.py"),
+        "import warnings\nfrom shop.pricing import price_of\n\n\ndef total(items):\n    warnings.warn(\"total() will take a dict\", DeprecationWarning)\n    return sum(price_of(name, qty) for name, qty in items)\n",
+    )
+    .unwrap();
+    let python = support::python();
+    let (o, said, prompts) = run_with(ws.path(), &[python.as_str(), "-m", "pytest"], "");
+    assert!(
+        said.contains("finding where the failing tests point"),
+        "{said}"
+    );
+    assert!(
+        said.contains("(2 failing, 2 passing) points first at"),
+        "{said}"
+    );
+    // Two failures, two places: the rule is among the suspects, its line marked.
+    let names: Vec<&str> = o["suspects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert!(names.contains(&"rule_for"), "{o}");
+    assert!(
+        prompts[0].contains(">    3|     return 9"),
+        "{}",
+        prompts[0]
     );
 }
 

@@ -11,10 +11,11 @@ mod go;
 mod node;
 mod python;
 mod run;
+mod rust;
 
 pub use run::{LocateError, MAX_FAILING, MAX_RUNS};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use agent_ls_core::edit::FileText;
@@ -84,8 +85,9 @@ pub async fn locate(
     let python = python::runner(root, argv);
     let node = node::runner(root, argv);
     let go = go::runner(argv);
-    if python.is_none() && node.is_none() && go.is_none() {
-        return Err(no_tool(argv).await);
+    let cargo = rust::runner(argv).and_then(|a| rust::llvm_tools().map(|t| (a, t)));
+    if python.is_none() && node.is_none() && go.is_none() && cargo.is_none() {
+        return Err(no_tool(argv));
     }
     let dir = root.join(".agent-ls").join("locate");
     own_folder(&root.join(".agent-ls")).map_err(|e| LocateError::Write(dir.clone(), e))?;
@@ -98,55 +100,37 @@ pub async fn locate(
     } else if let Some(args) = go {
         needs("go", "Go's coverage", argv)?;
         go::trace(root, config, &args, cancel).await?
+    } else if let Some((args, tools)) = cargo {
+        rust::trace(root, config, &args, tools, cancel).await?
     } else {
         Vec::new()
     };
     Ok(rank(root, &runs, started))
 }
 
-/// Why `argv`'s runner has no coverage here: Rust's needs llvm-tools (and is not read yet),
+/// Why `argv`'s runner has no coverage here: Rust's needs the toolchain's llvm-tools,
 /// jest and vitest are not read, and other runners are not known.
-async fn no_tool(argv: &[String]) -> LocateError {
+fn no_tool(argv: &[String]) -> LocateError {
     let program = argv.first().map(String::as_str).unwrap_or_default();
     let base = program.rsplit('/').next().unwrap_or(program);
     let joined = argv.join(" ");
-    let lacks = if base == "cargo" || base == "cargo-nextest" {
-        if llvm_tools().await {
-            "Rust's coverage (-C instrument-coverage) is not read by agent-ls yet".to_string()
-        } else {
-            "Rust needs llvm-tools (rustup component add llvm-tools-preview)".to_string()
-        }
+    let lacks = if base == "cargo" && rust::runner(argv).is_some() {
+        "Rust needs llvm-tools (rustup component add llvm-tools-preview)".to_string()
+    } else if base == "cargo" || base == "cargo-nextest" {
+        "agent-ls reads Rust's coverage from `cargo test` only, not nextest's".to_string()
     } else if joined.contains("jest") || joined.contains("vitest") || base == "npm" {
         "agent-ls reads JavaScript's coverage from node's own test runner (`node --test`, also as \
          the package.json test script) only, not jest's or vitest's"
             .to_string()
     } else {
-        "agent-ls reads line coverage from pytest, unittest, `node --test` and `go test` only"
+        "agent-ls reads line coverage from pytest, unittest, `node --test`, `go test` and `cargo \
+         test` only"
             .to_string()
     };
     LocateError::NoTool {
         command: joined,
         lacks,
     }
-}
-
-/// Whether the toolchain's own llvm-tools are installed (rustup's `llvm-tools-preview`, in
-/// the sysroot): Rust's coverage files are read by the llvm-profdata of rustc's LLVM, not by
-/// another version a system package brought.
-async fn llvm_tools() -> bool {
-    let Ok(out) = tokio::process::Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .await
-    else {
-        return false;
-    };
-    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    std::fs::read_dir(sysroot.join("lib").join("rustlib"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|host| host.path().join("bin").join("llvm-profdata").is_file())
 }
 
 /// `program` must be on PATH for `what`.
@@ -236,19 +220,14 @@ mod tests {
     #[test]
     fn a_runner_without_coverage_says_what_it_lacks() {
         let argv = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let said = |w: &[&str]| rt.block_on(no_tool(&argv(w))).to_string();
+        let said = |w: &[&str]| no_tool(&argv(w)).to_string();
         assert!(said(&["npx", "jest"]).contains("not jest's or vitest's"));
-        assert!(said(&["make", "check"]).contains("`go test` only"));
-        let rust = said(&["cargo", "test"]);
+        assert!(said(&["make", "check"]).contains("`cargo test` only"));
         assert!(
-            rust.contains("Rust needs llvm-tools (rustup component add llvm-tools-preview)")
-                || rust.contains("not read by agent-ls yet"),
-            "{rust}"
+            said(&["cargo", "test"])
+                .contains("Rust needs llvm-tools (rustup component add llvm-tools-preview)")
         );
+        assert!(said(&["cargo", "nextest", "run"]).contains("not nextest's"));
         let missing = needs("no-such-tool-here", "Go's coverage", &argv(&["go", "test"]));
         assert!(
             missing
