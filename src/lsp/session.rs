@@ -1283,7 +1283,13 @@ impl Session {
         }
         if let Some(root) = &self.workspace_root {
             let unsolved = outcome.status != agent_ls_core::agent::RunStatus::Done;
-            let suspects = if unsolved { &outcome.suspects[..] } else { &[] };
+            // The first few: a tie can keep a dozen for the prompt, too many hints to read.
+            let top = outcome.suspects.len().min(agent_ls_runtime::locate::TOP);
+            let suspects = if unsolved {
+                &outcome.suspects[..top]
+            } else {
+                &[]
+            };
             let uris = self.review.set_suspects(root, suspects);
             self.republish(uris);
         }

@@ -111,18 +111,38 @@ pub fn suspects(
             .then(a.path.cmp(&b.path))
             .then(a.first.cmp(&b.first))
     });
-    ranked.truncate(top);
+    let keep = kept(&ranked, top);
+    ranked.truncate(keep);
     ranked
 }
 
+/// How many of the `ranked` suspects to keep: `top`, and those tied with the last kept (up
+/// to three times `top`). An equal score is no reason to drop a suspect, or the tie-break
+/// (the smaller function first) would decide alone which of a dozen helpers every failing
+/// test runs is seen.
+fn kept(ranked: &[Suspect], top: usize) -> usize {
+    let tied = ranked
+        .get(top.saturating_sub(1))
+        .map(|last| last.score)
+        .map_or(0, |cut| {
+            ranked[top.min(ranked.len())..]
+                .iter()
+                .take_while(|s| (s.score - cut).abs() <= 1e-12)
+                .count()
+        });
+    (top + tied).min(top * 3).min(ranked.len())
+}
+
 /// The suspects as the coder's prompt shows them, each with its definition's text when
-/// `text_of` gives it (cut to `max_lines`, its suspicious lines marked).
+/// `text_of` gives it (cut to `max_lines`, its suspicious lines marked) while `budget` lines
+/// of code last; a suspect past the budget is listed by its place alone.
 pub fn render(
     suspects: &[Suspect],
     (failed, passed): (usize, usize),
     text_of: &dyn Fn(&str) -> Option<String>,
-    max_lines: usize,
+    (max_lines, budget): (usize, usize),
 ) -> String {
+    let mut left = budget;
     let mut out = format!(
         "Where the failing tests point (their line coverage: what {failed} failing test(s) ran that {passed} passing one(s) did not), most suspicious first:\n"
     );
@@ -151,9 +171,11 @@ pub fn render(
             let lines: Vec<&str> = text.lines().collect();
             let last = (s.last as usize).min(lines.len());
             let first = (s.first as usize).max(1);
-            if first > last {
+            let shown = (last + 1).saturating_sub(first).min(max_lines);
+            if first > last || shown > left {
                 continue;
             }
+            left -= shown;
             out.push_str("```\n");
             for n in first..=last.min(first + max_lines.saturating_sub(1)) {
                 let mark = if s.lines.contains(&(n as u32)) {
@@ -256,7 +278,7 @@ mod tests {
             &ranked,
             (2, 2),
             &|p| (p == "pricing.py").then(|| padded.clone()),
-            40,
+            (40, 160),
         );
         assert!(shown.contains("1. pricing.py:5-8 `discount`: score 1.00, run by 2 failing and 0 passing test(s); look at line(s) 7"), "{shown}");
         assert!(
@@ -267,5 +289,38 @@ mod tests {
             shown.contains("     5|     def discount(self, n):\n"),
             "{shown}"
         );
+    }
+
+    /// A dozen helpers every failing test runs, and some passing ones: all tied. Those tied
+    /// with the last kept stay (up to three times `top`), and the code of each is shown while
+    /// the budget lasts; the rest are listed by place.
+    #[test]
+    fn suspects_tied_at_the_cut_are_kept_and_past_the_budget_listed_by_place() {
+        // f0..f10 are lines 1-3, 6-8, ...; f11 is 56-59.
+        let lines: Vec<u32> = (1..=60)
+            .filter(|n| n % 5 != 4 && n % 5 != 0 || *n == 59)
+            .collect();
+        let runs = vec![
+            run("fails", true, &[("md5.js", &lines)]),
+            run("passes", false, &[("md5.js", &lines)]),
+        ];
+        let defs = |_: &str| {
+            Some(
+                (0..12)
+                    .map(|i| span(&format!("f{i}"), i * 5 + 1, i * 5 + 3 + u32::from(i == 11)))
+                    .collect(),
+            )
+        };
+        let ranked = suspects(&runs, &defs, &|_| false, 5);
+        assert_eq!(ranked.len(), 12, "{ranked:?}");
+        // The biggest comes last by the tie-break, and is kept.
+        assert_eq!(ranked[11].name, "f11");
+        let text: String = (1..=60).map(|n| format!("line {n}\n")).collect();
+        let shown = render(&ranked, (1, 1), &|_| Some(text.clone()), (40, 30));
+        // Ten functions of three lines fit 30 lines; the eleventh and twelfth are listed.
+        assert!(shown.contains(">   46| line 46"), "{shown}");
+        assert!(!shown.contains("| line 51"), "{shown}");
+        assert!(shown.contains("\n11. md5.js:51-53 `f10`"), "{shown}");
+        assert!(shown.contains("\n12. md5.js:56-59 `f11`"), "{shown}");
     }
 }

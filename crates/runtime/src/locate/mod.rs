@@ -27,8 +27,11 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::tests_run;
 
-/// How many suspects the prompt shows.
+/// How many suspects the prompt shows, and the editor's hints: more when they tie with the
+/// last (up to three times as many in the prompt).
 pub const TOP: usize = 5;
+/// How many lines of the suspects' code the prompt shows at most (40 of one function).
+pub const CODE_LINES: usize = 160;
 
 /// What a coverage run found.
 #[derive(Debug, Clone)]
@@ -46,7 +49,12 @@ impl Located {
             FileText::Text(t) => Some(t),
             _ => None,
         };
-        locate::render(&self.suspects, (self.failed, self.passed), &text_of, 40)
+        locate::render(
+            &self.suspects,
+            (self.failed, self.passed),
+            &text_of,
+            (40, CODE_LINES),
+        )
     }
 
     /// One line for the user: what was ranked, from what, in how long.
