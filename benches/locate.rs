@@ -6,7 +6,8 @@
 //! landed, the request bytes and the model calls; the cases are not tuned to the figures.
 //! Run with `cargo bench --profile dev --bench locate` (the bytes do not depend on the build);
 //! `LOCATE_BENCH_CASE=NAME` runs only the cases whose function or file names NAME.
-//! Needs `python` with pytest, `node` and `npm` on PATH, and the package registries.
+//! Needs `python3`, `node` and `npm` on PATH, and the package registries (pytest goes into a
+//! virtualenv of its own under `target/locate-bench/venv`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -87,7 +88,8 @@ const PROJECTS: &[Project] = &[
             Case {
                 file: "toolz/functoolz.py",
                 line: "        sigspec.bind(*args, **kwargs)",
-                bug: "        sigspec.bind_partial(*args, **kwargs)",
+                // Not `bind_partial`: is_partial_args has that line already.
+                bug: "        sigspec.bind(*args)",
                 chain: "test_curry_* > curry.__call__ > curry._should_curry > is_valid_args",
             },
             Case {
@@ -457,6 +459,15 @@ fn measure(p: &Project, root: &Path, case: &Case, locate: bool) -> (bool, usize,
         ModelServer::answering(move |body| stand_in(body, &case, &k))
     };
     let home = tempfile::tempdir().expect("home");
+    // The user trusts the folder, so its `.agent-ls.toml` names the test command (an
+    // untrusted folder's is ignored, and agent-ls picks its own).
+    let trusted = support::agent_ls(&["trust"], home.path())
+        .arg(ws.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("agent-ls trust runs");
+    assert!(trusted.success(), "agent-ls trust {:?}", ws.path());
     let out = support::cli(
         &["run", "fix the failing tests", "--yes"],
         ws.path(),
@@ -472,6 +483,15 @@ fn measure(p: &Project, root: &Path, case: &Case, locate: bool) -> (bool, usize,
         eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     }
     let requests = server.requests();
+    // `LOCATE_BENCH_DUMP=DIR` keeps each request's body, to read what the model was shown.
+    if let Some(dir) = std::env::var_os("LOCATE_BENCH_DUMP") {
+        let dir = Path::new(&dir);
+        std::fs::create_dir_all(dir).expect("the dump folder");
+        for (i, r) in requests.iter().enumerate() {
+            let name = format!("{}-{}-{i:02}.json", case.file.replace('/', "_"), locate);
+            std::fs::write(dir.join(name), r.body.to_string()).expect("dump a request");
+        }
+    }
     let bytes = requests.iter().map(|r| r.body.to_string().len()).sum();
     (run_tests(p, ws.path()).0, bytes, requests.len())
 }
@@ -481,7 +501,35 @@ fn median(mut v: Vec<usize>) -> usize {
     v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
+/// A virtualenv in the cache with pytest in it, first on PATH for the bench and the runs it
+/// starts, so the Python projects' tests run whatever the machine's `python` has.
+fn with_pytest() {
+    let venv = cache().join("venv");
+    let bin = venv.join("bin");
+    if !bin.join("pytest").is_file() {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success())
+            && Command::new(bin.join("python"))
+                .args(["-m", "pip", "install", "-q", "pytest==8.3.4"])
+                .status()
+                .is_ok_and(|s| s.success());
+        if !made {
+            println!(
+                "could not make a virtualenv with pytest in {venv:?}: the Python projects will be left out"
+            );
+            return;
+        }
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    // SAFETY: set before any thread is started.
+    unsafe { std::env::set_var("PATH", format!("{}:{path}", bin.display())) };
+}
+
 fn main() {
+    with_pytest();
     println!(
         "| project | case (file: buggy function's chain) | named | locate on: fixed, KB, calls | locate off: fixed, KB, calls |"
     );
