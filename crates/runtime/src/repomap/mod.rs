@@ -13,6 +13,8 @@ pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 pub use agent_ls_core::repomap::Focus;
@@ -25,8 +27,10 @@ use cache::{Known, TagCache};
 /// Files larger than this are generated or vendored code more often than not.
 const MAX_FILE_BYTES: u64 = 512 * 1024;
 /// Files parsed between two writes of the cache: a build cut short (the process ended with
-/// its run) keeps what it parsed, so the next build goes on from there.
-const BATCH: usize = 256;
+/// its run) keeps what it parsed, so the next build goes on from there. The first batches are
+/// smaller (`FIRST_BATCH`, doubling), so a short run writes some rows early.
+const BATCH: usize = 128;
+const FIRST_BATCH: usize = 32;
 /// A build that wrote at least this many rows, and most of the map's, compacts the cache:
 /// rows written batch by batch leave its pages a sixth empty (5.1 MB, 4.8 MB compacted, on
 /// 20,000 files), and rewriting it costs a tenth of a second there.
@@ -106,8 +110,13 @@ fn build_with(root: &Path, buffers: &HashMap<String, String>, write_cache: bool)
         cache.set_listed(listed.len());
         cache.write(&[], &gone);
     }
+    let _writing = write_cache.then(Writing::start);
     let mut parsed = 0;
-    for batch in todo.chunks(BATCH) {
+    for batch in batches(&todo) {
+        // The command is ending (`finish_writes`): what was parsed is written, no more.
+        if write_cache && STOPPING.load(Ordering::Relaxed) {
+            break;
+        }
         let t = Instant::now();
         let results = parse_all(root, batch);
         timings.parse_ms += ms(t);
@@ -117,7 +126,7 @@ fn build_with(root: &Path, buffers: &HashMap<String, String>, write_cache: bool)
         parsed += results.len();
         files.extend(results.into_iter().map(|(rel, _, tags)| (rel, tags)));
     }
-    if parsed >= COMPACT_AFTER && parsed * 2 >= files.len() {
+    if parsed >= COMPACT_AFTER && parsed * 2 >= files.len() && !STOPPING.load(Ordering::Relaxed) {
         let t = Instant::now();
         cache.compact();
         timings.write_ms += ms(t);
@@ -137,6 +146,64 @@ fn build_with(root: &Path, buffers: &HashMap<String, String>, write_cache: bool)
         stamps,
         root: root.to_path_buf(),
         index: Default::default(),
+    }
+}
+
+/// `todo` in batches of `FIRST_BATCH` files, doubling up to `BATCH`.
+fn batches<T>(todo: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut at = 0;
+    let mut size = FIRST_BATCH;
+    std::iter::from_fn(move || {
+        if at >= todo.len() {
+            return None;
+        }
+        let end = (at + size).min(todo.len());
+        let batch = &todo[at..end];
+        (at, size) = (end, (size * 2).min(BATCH));
+        Some(batch)
+    })
+}
+
+/// Set when the command is ending: a build that writes the cache stops at its next batch.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+/// How many builds that write the cache are running, and a signal when one ends.
+static WRITERS: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+/// A build that writes the cache, counted while it runs.
+struct Writing;
+
+impl Writing {
+    fn start() -> Writing {
+        *WRITERS.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        Writing
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        let mut n = WRITERS.0.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        WRITERS.1.notify_all();
+    }
+}
+
+/// For a command that ends while its map is still being built (`agent-ls run` ends when its
+/// run does, whatever the build's progress): the builds stop at their next batch, and this
+/// waits up to `wait` for them to write the batch they were parsing, so the next run's cache
+/// starts from everything this one parsed. A server never calls it: its builds go on.
+pub fn finish_writes(wait: Duration) {
+    STOPPING.store(true, Ordering::Relaxed);
+    let until = Instant::now() + wait;
+    let mut n = WRITERS.0.lock().unwrap_or_else(|e| e.into_inner());
+    while *n > 0 {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        n = match WRITERS.1.wait_timeout(n, left) {
+            Ok((n, _)) => n,
+            Err(e) => e.into_inner().0,
+        };
     }
 }
 
@@ -586,6 +653,18 @@ pub fn idents_of(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A short run's build writes its first rows after 32 files, not 128; the batches then
+    /// double up to 128, and cover every file once.
+    #[test]
+    fn the_first_batches_are_small_and_double() {
+        let todo: Vec<u32> = (0..1000).collect();
+        let sizes: Vec<usize> = batches(&todo).map(<[u32]>::len).collect();
+        assert_eq!(sizes, [32, 64, 128, 128, 128, 128, 128, 128, 128, 8]);
+        let seen: Vec<u32> = batches(&todo).flatten().copied().collect();
+        assert_eq!(seen, todo);
+        assert_eq!(batches::<u32>(&[]).count(), 0);
+    }
 
     const CORE: &str = "from app.discount import apply_discount\n\ndef compute_total(items):\n    return apply_discount(sum(items))\n";
 
