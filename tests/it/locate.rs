@@ -135,6 +135,11 @@ fn the_bug_below_the_failing_test_is_ranked_first_under_pytest_and_unittest() {
             said.contains("(1 failing, 2 passing) points first at shop/rules.py:1 rule_for"),
             "{case}"
         );
+        // This interpreter has no coverage.py: agent-ls traced by itself, and says what lacked.
+        assert!(
+            said.contains("agent-ls's tracer (sys.") && said.contains("has no coverage.py"),
+            "{case}"
+        );
         // The coder read it first, the suspicious line marked, and no test file among them.
         let first = prompts
             .first()
@@ -146,6 +151,52 @@ fn the_bug_below_the_failing_test_is_ranked_first_under_pytest_and_unittest() {
         );
         assert!(first.contains(">    3|     return 9"), "{first}");
         assert!(!first.contains("tests/test_cart.py:4-5"), "{first}");
+    }
+}
+
+/// An interpreter with coverage.py: its lines are collected by coverage.py (a context a test),
+/// and the ranking is the same.
+#[test]
+fn with_coverage_py_in_the_interpreter_it_collects_the_lines() {
+    let Ok(python) = std::env::var("AGENT_LS_TEST_PYTHON_COVERAGE") else {
+        if std::env::var("AGENT_LS_REQUIRE_REAL_MODEL").is_ok() {
+            panic!("AGENT_LS_TEST_PYTHON_COVERAGE is not set; scripts/test sets it");
+        }
+        eprintln!("skipped: no Python with coverage.py (scripts/test makes .venv-coverage)");
+        return;
+    };
+    for (tests, command) in [
+        (PYTEST_TESTS, vec![python.as_str(), "-m", "pytest", "-q"]),
+        (
+            UNITTEST_TESTS,
+            vec![
+                python.as_str(),
+                "-m",
+                "unittest",
+                "discover",
+                "-s",
+                "tests",
+                "-t",
+                ".",
+            ],
+        ),
+    ] {
+        let ws = shop(tests);
+        let (o, said, prompts) = run_with(ws.path(), &command, "");
+        let case = format!("{}: {o}\n{said}", command.join(" "));
+        assert_eq!(o["status"], "done", "{case}");
+        assert_eq!(o["suspects"][0]["name"], "rule_for", "{case}");
+        assert_eq!(o["suspects"][0]["lines"], json!([3]), "{case}");
+        assert!(
+            said.contains("(1 failing, 2 passing) points first at shop/rules.py:1 rule_for"),
+            "{case}"
+        );
+        assert!(said.contains("; coverage.py 7.6.10)"), "{case}");
+        assert!(
+            prompts[0].contains(">    3|     return 9"),
+            "{}",
+            prompts[0]
+        );
     }
 }
 

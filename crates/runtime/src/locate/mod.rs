@@ -40,6 +40,9 @@ pub struct Located {
     pub failed: usize,
     pub passed: usize,
     pub ms: u64,
+    /// What collected the lines (`coverage.py 7.6.10`, or agent-ls's tracer and what the
+    /// interpreter lacked), said to the user.
+    pub by: String,
 }
 
 impl Located {
@@ -61,7 +64,7 @@ impl Located {
     pub fn summary(&self) -> String {
         match self.suspects.first() {
             Some(s) => format!(
-                "the tests' coverage ({} failing, {} passing) points first at {}:{} {} ({} ms)",
+                "the tests' coverage ({} failing, {} passing) points first at {}:{} {} ({} ms; {})",
                 self.failed,
                 self.passed,
                 s.path,
@@ -71,11 +74,12 @@ impl Located {
                 } else {
                     &s.name
                 },
-                self.ms
+                self.ms,
+                self.by
             ),
             None => format!(
-                "the tests' coverage ({} failing, {} passing) points at no line of the project's own ({} ms)",
-                self.failed, self.passed, self.ms
+                "the tests' coverage ({} failing, {} passing) points at no line of the project's own ({} ms; {})",
+                self.failed, self.passed, self.ms, self.by
             ),
         }
     }
@@ -100,20 +104,26 @@ pub async fn locate(
     let dir = root.join(".agent-ls").join("locate");
     own_folder(&root.join(".agent-ls")).map_err(|e| LocateError::Write(dir.clone(), e))?;
     fresh_dir(&dir).map_err(|e| LocateError::Write(dir.clone(), e))?;
-    let runs = if let Some(py) = python {
+    let (runs, by) = if let Some(py) = python {
         python::trace(root, config, py, cancel).await?
     } else if let Some(args) = node {
         needs("node", "JavaScript's coverage", argv)?;
-        node::trace(root, config, &args, cancel).await?
+        let runs = node::trace(root, config, &args, cancel).await?;
+        (runs, "node's V8 coverage (NODE_V8_COVERAGE)".to_string())
     } else if let Some(args) = go {
         needs("go", "Go's coverage", argv)?;
-        go::trace(root, config, &args, cancel).await?
+        let runs = go::trace(root, config, &args, cancel).await?;
+        (runs, "go test -coverprofile".to_string())
     } else if let Some((args, tools)) = cargo {
-        rust::trace(root, config, &args, tools, cancel).await?
+        let runs = rust::trace(root, config, &args, tools, cancel).await?;
+        (runs, "-C instrument-coverage, read by llvm-cov".to_string())
     } else {
-        Vec::new()
+        (Vec::new(), String::new())
     };
-    Ok(rank(root, &runs, started))
+    Ok(Located {
+        by,
+        ..rank(root, &runs, started)
+    })
 }
 
 /// Why `argv`'s runner has no coverage here: Rust's needs the toolchain's llvm-tools,
@@ -188,6 +198,7 @@ fn rank(root: &Path, runs: &[TestLines], started: Instant) -> Located {
         failed,
         passed: runs.len() - failed,
         ms: started.elapsed().as_millis() as u64,
+        by: String::new(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Python's coverage (pytest and unittest): the test command run once through `tracer.py`,
 //! which agent-ls writes into `.agent-ls/locate/` and which records, per test, the lines of
-//! the workspace's own files it executed.
+//! the workspace's own files it executed (with the interpreter's coverage.py when it has one,
+//! else by tracing them itself).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -17,13 +18,14 @@ const TRACER: &str = include_str!("tracer.py");
 /// The interpreter, the runner and its arguments for a Python test command.
 pub(super) type Runner = (String, &'static str, Vec<String>);
 
-/// Runs the tests once under the tracer; `dir` is `.agent-ls/locate/`, fresh.
+/// Runs the tests once under the tracer; `dir` is `.agent-ls/locate/`, fresh. Also says
+/// what collected the lines: the interpreter's coverage.py, or (naming its lack) the tracer.
 pub(super) async fn trace(
     root: &Path,
     config: &Config,
     (python, runner, args): Runner,
     cancel: &CancellationToken,
-) -> Result<Vec<TestLines>, LocateError> {
+) -> Result<(Vec<TestLines>, String), LocateError> {
     // Relative to the workspace, where the tests run: the paths stay free of the spaces an
     // allowlist entry would split on, and name nothing outside.
     let (tracer_rel, out_rel) = (
@@ -91,10 +93,14 @@ fn which(program: &str) -> Option<PathBuf> {
     })
 }
 
-/// The tracer's record: `{"tests": [{"test", "failed", "lines": {path: [line...]}}]}`.
-fn parse(record: &str) -> Result<Vec<TestLines>, serde_json::Error> {
+/// The tracer's record: `{"collector", "tests": [{"test", "failed", "lines": {path:
+/// [line...]}}]}`, and what collected, said for the user: coverage.py by its version, else
+/// the tracer, naming coverage.py as what the interpreter lacked.
+fn parse(record: &str) -> Result<(Vec<TestLines>, String), serde_json::Error> {
     #[derive(serde::Deserialize)]
     struct Record {
+        #[serde(default)]
+        collector: String,
         tests: Vec<Test>,
     }
     #[derive(serde::Deserialize)]
@@ -104,14 +110,21 @@ fn parse(record: &str) -> Result<Vec<TestLines>, serde_json::Error> {
         lines: BTreeMap<String, BTreeSet<u32>>,
     }
     let r: Record = serde_json::from_str(record)?;
-    Ok(r.tests
+    let by = if r.collector.starts_with("coverage.py") {
+        r.collector
+    } else {
+        format!("{}: the interpreter has no coverage.py", r.collector)
+    };
+    let tests = r
+        .tests
         .into_iter()
         .map(|t| TestLines {
             test: t.test,
             failed: t.failed,
             lines: t.lines,
         })
-        .collect())
+        .collect();
+    Ok((tests, by))
 }
 
 #[cfg(test)]
@@ -140,12 +153,20 @@ mod tests {
 
     #[test]
     fn the_record_parses() {
-        let runs =
-            parse(r#"{"tests": [{"test": "t::a", "failed": true, "lines": {"calc.py": [3, 1]}}]}"#)
-                .unwrap();
+        let (runs, by) = parse(
+            r#"{"collector": "coverage.py 7.6.10", "tests": [{"test": "t::a", "failed": true, "lines": {"calc.py": [3, 1]}}]}"#,
+        )
+        .unwrap();
         assert_eq!(
             runs[0].lines["calc.py"].iter().copied().collect::<Vec<_>>(),
             [1, 3]
+        );
+        assert_eq!(by, "coverage.py 7.6.10");
+        let (_, by) =
+            parse(r#"{"collector": "agent-ls's tracer (sys.settrace)", "tests": []}"#).unwrap();
+        assert_eq!(
+            by,
+            "agent-ls's tracer (sys.settrace): the interpreter has no coverage.py"
         );
         assert!(parse("{}").is_err());
     }

@@ -1,8 +1,10 @@
 """agent-ls's line tracer: runs a Python test suite (pytest or unittest) and records, for each
 test, the lines of the workspace's own files it executed, so agent-ls can rank where a bug
 probably is (docs/locate.md). Nothing of the project is changed: this file and its output
-live in .agent-ls/locate/. Python 3.12+ traces with sys.monitoring (each line reported once
-per test, then disabled until the next test); older Pythons with sys.settrace.
+live in .agent-ls/locate/. When the interpreter has coverage.py (5 or later), it collects the
+lines, one dynamic context a test (`switch_context`, as pytest-cov does); otherwise Python
+3.12+ traces with sys.monitoring (each line reported once per test, then disabled until the
+next test) and older Pythons with sys.settrace. The record says which collected.
 
 Usage: python tracer.py OUT ROOT pytest|unittest [ARGS...]
 """
@@ -49,7 +51,49 @@ def hit(filename, line):
         per_test.setdefault(test, {}).setdefault(rel, set()).add(line)
 
 
-if hasattr(sys, "monitoring"):
+def coverage_py():
+    """The interpreter's coverage.py, when it has one that switches contexts (5 or later)."""
+    try:
+        import coverage
+
+        if int(coverage.__version__.split(".")[0]) >= 5:
+            return coverage
+    except Exception:
+        pass
+    return None
+
+
+COVERAGE = coverage_py()
+if COVERAGE is not None:
+    COLLECTOR = "coverage.py " + COVERAGE.__version__
+    # No configuration file of the project's: its own `[run]` settings (a data file, a
+    # `source` of its choosing, its dynamic contexts) would change what is measured.
+    cov = COVERAGE.Coverage(data_file=None, config_file=False, source=[ROOT])
+    cov.start()
+
+    def begin(test):
+        current[0] = test
+        cov.switch_context(test)
+
+    def end():
+        cov.switch_context("")
+        current[0] = None
+
+    def collected():
+        """Per test, the lines coverage.py recorded in the project's own files."""
+        cov.stop()
+        data = cov.get_data()
+        for filename in data.measured_files():
+            rel = wanted(filename)
+            if rel is None:
+                continue
+            for line, contexts in data.contexts_by_lineno(filename).items():
+                for test in contexts:
+                    if test:
+                        per_test.setdefault(test, {}).setdefault(rel, set()).add(line)
+
+elif hasattr(sys, "monitoring"):
+    COLLECTOR = "agent-ls's tracer (sys.monitoring)"
     mon = sys.monitoring
     TOOL = next(
         (i for i in (mon.COVERAGE_ID, 3, 4) if mon.get_tool(i) is None), mon.COVERAGE_ID
@@ -73,6 +117,7 @@ if hasattr(sys, "monitoring"):
         current[0] = None
 
 else:
+    COLLECTOR = "agent-ls's tracer (sys.settrace)"
 
     def tracer(frame, event, arg):
         if wanted(frame.f_code.co_filename) is None:
@@ -146,10 +191,12 @@ def run_unittest():
 
 sys.path.insert(0, os.getcwd())
 code = run_pytest() if RUNNER == "pytest" else run_unittest()
+if COVERAGE is not None:
+    collected()
 tests = [
     {"test": t, "failed": bool(outcomes.get(t, False)), "lines": {f: sorted(ls) for f, ls in files.items()}}
     for t, files in per_test.items()
 ]
 with open(OUT, "w", encoding="utf-8") as f:
-    json.dump({"tests": tests}, f)
+    json.dump({"collector": COLLECTOR, "tests": tests}, f)
 sys.exit(int(code) if isinstance(code, int) else 0)
