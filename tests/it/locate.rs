@@ -349,7 +349,7 @@ fn llvm_tools() -> bool {
 }
 
 #[test]
-fn under_cargo_test_the_bug_in_another_module_is_ranked_first() {
+fn under_cargo_test_the_bug_in_another_module_is_ranked_first_from_integration_and_unit_tests() {
     if !llvm_tools() {
         eprintln!("skipped: the toolchain has no llvm-tools (rustup component add llvm-tools)");
         return;
@@ -361,19 +361,37 @@ fn under_cargo_test_the_bug_in_another_module_is_ranked_first() {
         std::env::var("RUSTUP_HOME").unwrap_or_else(|_| format!("{real_home}/.rustup"));
     let writable = json!([cargo_home, rustup_home]).to_string();
     let fix = "src/rules.rs\n<<<<<<< SEARCH\n    80\n=======\n    90\n>>>>>>> REPLACE\n";
+    let env = [
+        ("CARGO_HOME", cargo_home),
+        ("RUSTUP_HOME", rustup_home),
+        ("AGENT_LS_SANDBOX__WRITABLE", writable),
+    ];
     ranks_first(
         ws.path(),
         &["cargo", "test", "--offline"],
         fix,
         ("src/rules.rs", "rule_for", &[2, 3, 4]),
-        &[
-            ("CARGO_HOME", cargo_home),
-            ("RUSTUP_HOME", rustup_home),
-            ("AGENT_LS_SANDBOX__WRITABLE", writable),
-        ],
+        &env,
     );
     // The instrumented build is agent-ls's own, beside the user's.
     assert!(ws.path().join(".agent-ls/locate-target").is_dir());
+
+    // The same tests as unit tests beside the code (`#[cfg(test)] mod tests` in src/cart.rs):
+    // the failed assertion's place is a source file, and still no place of the bug; the
+    // test's own body is no suspect.
+    let ws = fixture("rust");
+    std::fs::remove_file(ws.path().join("tests/cart.rs")).unwrap();
+    let cart = ws.path().join("src/cart.rs");
+    let mut text = std::fs::read_to_string(&cart).unwrap();
+    text.push_str("\n#[cfg(test)]\nmod tests {\n    use super::total;\n\n    #[test]\n    fn small() {\n        assert_eq!(total(&[(\"apple\", 1)]), 20);\n    }\n\n    #[test]\n    fn mixed() {\n        assert_eq!(total(&[(\"apple\", 2), (\"pear\", 1)]), 70);\n    }\n\n    #[test]\n    fn bulk() {\n        assert_eq!(total(&[(\"apple\", 10)]), 180);\n    }\n}\n");
+    std::fs::write(&cart, text).unwrap();
+    ranks_first(
+        ws.path(),
+        &["cargo", "test", "--offline"],
+        fix,
+        ("src/rules.rs", "rule_for", &[2, 3, 4]),
+        &env,
+    );
 }
 
 /// The report names places of the project's own, and still not the bug: its warnings summary

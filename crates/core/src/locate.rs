@@ -133,6 +133,44 @@ fn kept(ranked: &[Suspect], top: usize) -> usize {
     (top + tied).min(top * 3).min(ranked.len())
 }
 
+/// The line ranges (1-based, inclusive) of a Rust file's own tests: a module or item under
+/// `#[cfg(test)]`, and a function marked `#[test]` (or `#[tokio::test]`, any `…::test`).
+/// Rust keeps unit tests beside the code, so a test file by name does not find them: without
+/// this a failing unit test's own body would be its first suspect.
+pub fn rust_test_ranges(text: &str) -> Vec<(u32, u32)> {
+    let Some(tree) = crate::syntax::Lang::Rust.parse(text) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut stack = vec![tree.root_node()];
+    while let Some(node) = stack.pop() {
+        let mut cursor = node.walk();
+        let mut marked = false;
+        for child in node.named_children(&mut cursor) {
+            if child.kind() == "attribute_item" {
+                let attr = child
+                    .utf8_text(text.as_bytes())
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .collect::<String>();
+                marked |= attr == "#[cfg(test)]"
+                    || attr == "#[test]"
+                    || (attr.starts_with("#[") && attr.ends_with("::test]"));
+                continue;
+            }
+            if marked {
+                let first = child.start_position().row as u32 + 1;
+                out.push((first, child.end_position().row as u32 + 1));
+            } else if matches!(child.kind(), "mod_item" | "declaration_list" | "impl_item") {
+                stack.push(child);
+            }
+            marked = false;
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// The suspects as the coder's prompt shows them, each with its definition's text when
 /// `text_of` gives it (cut to `max_lines`, its suspicious lines marked) while `budget` lines
 /// of code last; a suspect past the budget is listed by its place alone.
@@ -322,5 +360,12 @@ mod tests {
         assert!(!shown.contains("| line 51"), "{shown}");
         assert!(shown.contains("\n11. md5.js:51-53 `f10`"), "{shown}");
         assert!(shown.contains("\n12. md5.js:56-59 `f11`"), "{shown}");
+    }
+
+    #[test]
+    fn a_rust_files_own_tests_are_found_beside_its_code() {
+        let text = "pub fn rule_for(q: u32) -> u32 {\n    80\n}\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    fn bulk() {\n        assert_eq!(rule_for(10), 90);\n    }\n}\n\nmod more {\n    #[tokio::test]\n    async fn t() {}\n    fn helper() {}\n}\n";
+        assert_eq!(rust_test_ranges(text), [(6, 13), (17, 17)]);
+        assert!(rust_test_ranges("fn main() {}\n").is_empty());
     }
 }

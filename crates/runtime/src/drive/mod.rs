@@ -1246,9 +1246,11 @@ impl Drive<'_> {
         };
         let failures = crate::tests_run::failures_in(self.root, report);
         if !failures.is_empty() {
-            return failures
-                .iter()
-                .all(|f| f.location.as_ref().is_some_and(|l| own(&l.file)));
+            return failures.iter().all(|f| {
+                f.location
+                    .as_ref()
+                    .is_some_and(|l| own(&l.file) && !self.in_rust_test(&l.file, l.line))
+            });
         }
         let said: String = report
             .lines()
@@ -1256,6 +1258,22 @@ impl Drive<'_> {
             .collect::<Vec<_>>()
             .join("\n");
         self.named_files("", Some(&said)).iter().any(|f| own(f))
+    }
+
+    /// Whether `line` of `path` is in a Rust file's own tests (a `#[cfg(test)]` module, a
+    /// `#[test]` function): a unit test's failed assertion is there, beside the code.
+    fn in_rust_test(&self, path: &str, line: u32) -> bool {
+        if !path.ends_with(".rs") {
+            return false;
+        }
+        match crate::files::read_for_plan(self.root, path) {
+            agent_ls_core::edit::FileText::Text(text) => {
+                agent_ls_core::locate::rust_test_ranges(&text)
+                    .iter()
+                    .any(|(a, b)| *a <= line && line <= *b)
+            }
+            _ => false,
+        }
     }
 
     fn context(

@@ -125,7 +125,7 @@ pub(super) async fn trace(
     let canonical = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     probe_each(root, config, chosen, cancel, &|i| {
         export(&dir, i, (&profdata, &cov), &objects)
-            .map(|lcov| parse_lcov(&lcov, &canonical))
+            .map(|lcov| without_tests(parse_lcov(&lcov, &canonical), root))
             .unwrap_or_default()
     })
     .await
@@ -275,6 +275,20 @@ fn export(
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `lines` without those of the files' own tests (`#[cfg(test)]` modules, `#[test]`
+/// functions): a unit test lives beside the code it tests, and is no suspect.
+fn without_tests(mut lines: Lines, root: &Path) -> Lines {
+    for (path, ran) in lines.iter_mut() {
+        let Ok(text) = std::fs::read_to_string(root.join(path)) else {
+            continue;
+        };
+        let tests = agent_ls_core::locate::rust_test_ranges(&text);
+        ran.retain(|l| !tests.iter().any(|(a, b)| a <= l && l <= b));
+    }
+    lines.retain(|_, ran| !ran.is_empty());
+    lines
 }
 
 /// The lines an lcov record ran (`DA:line,count` with a count above zero, under `SF:path`),
