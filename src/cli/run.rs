@@ -229,7 +229,7 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
             path: opts.workspace.clone(),
             source,
         })?;
-    let (cfg, trusted) = configure(&root, &opts)?;
+    let (cfg, trusted, ignored) = configure(&root, &opts)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -290,7 +290,8 @@ fn run_goal(opts: Options) -> Result<u8, Stop> {
         trusted,
         isolated: isolated.as_ref(),
     };
-    let outcome = runtime.block_on(drive_goal(setup, prepared, run_id));
+    let mut outcome = runtime.block_on(drive_goal(setup, prepared, run_id));
+    outcome.ignored_config = ignored;
     // The record is written before the process says it is done.
     store.flush_blocking();
     // Only a run isolated on a branch (not a worktree) switched this checkout's branch.
@@ -313,7 +314,7 @@ fn rewind_first(root: &Path, cfg: &config::Config, step: u64) -> Result<Rewind, 
 }
 
 /// The configuration for this run: the layers, and --replay.
-fn configure(root: &Path, opts: &Options) -> Result<(config::Config, bool), Stop> {
+fn configure(root: &Path, opts: &Options) -> Result<(config::Config, bool, Vec<String>), Stop> {
     let loaded = super::setup::load_config(Some(root.to_path_buf()));
     if !loaded.errors.is_empty() {
         return Err(Stop::Config(loaded.errors));
@@ -334,7 +335,7 @@ fn configure(root: &Path, opts: &Options) -> Result<(config::Config, bool), Stop
         cfg.model.fallback.clear();
         cfg.roles = Default::default();
     }
-    Ok((cfg, loaded.trusted))
+    Ok((cfg, loaded.trusted, loaded.untrusted))
 }
 
 /// A goal that is not for the agent: a command to run, the status to print, or undo (which

@@ -118,8 +118,15 @@ fn an_untrusted_workspace_file_runs_nothing_sends_nothing_and_approves_nothing()
         cli(home.path(), &all, &env)
     };
 
-    let out = run(&["run", "fix the failing tests"]);
+    let out = run(&["run", "fix the failing tests", "--json"]);
     the_warning_names_each_key_left_out(&String::from_utf8_lossy(&out.stderr));
+    // A script that reads the outcome alone learns it too.
+    let outcome: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    let ignored = outcome["ignored_config"].to_string();
+    for key in ["test.command", "model.base_url", "agent.approval"] {
+        assert!(ignored.contains(key), "{key}: {outcome}");
+    }
     assert_eq!(evil.count(), 0, "nothing goes to the workspace's server");
     let first = &good.requests()[0];
     assert_eq!(

@@ -111,6 +111,10 @@ pub struct Outcome {
     /// first; absent when nothing was looked for or found.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub suspects: Vec<agent_ls_core::locate::Suspect>,
+    /// The workspace file's keys this run ignored (an untrusted folder's `test.command`, a
+    /// user-only key): a script that reads only `--json` learns it too, not stderr alone.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub ignored_config: Vec<String>,
 }
 
 impl TestCounts {
@@ -655,6 +659,7 @@ impl Drive<'_> {
             decision: None,
             edit_errors,
             suspects,
+            ignored_config: Vec::new(),
         }
     }
 

@@ -236,6 +236,7 @@ pub fn not_started(run_id: String, why: String) -> Outcome {
         decision: None,
         edit_errors: Vec::new(),
         suspects: Vec::new(),
+        ignored_config: Vec::new(),
     }
 }
 
