@@ -101,12 +101,10 @@ pub fn parse(output: &str, ctx: &Context<'_>) -> (Format, Parsed) {
         Format::Generic => Parsed::default(),
     };
     // Whatever the tool, a failure the parser could not place may still be found by the
-    // generic rule, and a tool we do not know is parsed by it alone. Not when the runner's
-    // own summary was read and counts no failure: its warnings section names places too
-    // (`more.py:1653: DeprecationWarning: ...` under "626 passed, 1 skipped, 5 warnings"),
-    // and a run that passed is not one with a failure.
-    let none_failed = parsed.failed.unwrap_or(0) == 0 && parsed.passed.is_some();
-    if parsed.failures.is_empty() && !none_failed {
+    // generic rule (a `make check` that runs pytest, then mypy), and a tool we do not know is
+    // parsed by it alone. It skips warnings: pytest's warnings summary names places too
+    // (`more.py:1653: DeprecationWarning: ...` under "626 passed, 1 skipped, 5 warnings").
+    if parsed.failures.is_empty() {
         parsed.failures = generic::parse(&clean, ctx);
     }
     dedupe(&mut parsed.failures);
