@@ -155,7 +155,8 @@ fn the_bug_below_the_failing_test_is_ranked_first_under_pytest_and_unittest() {
 }
 
 /// An interpreter with coverage.py: its lines are collected by coverage.py (a context a test),
-/// and the ranking is the same.
+/// and the ranking is the same; also when the project measures its own coverage with
+/// pytest-cov (`addopts = --cov=shop`), whose coverage would pause ours.
 #[test]
 fn with_coverage_py_in_the_interpreter_it_collects_the_lines() {
     let Ok(python) = std::env::var("AGENT_LS_TEST_PYTHON_COVERAGE") else {
@@ -165,23 +166,37 @@ fn with_coverage_py_in_the_interpreter_it_collects_the_lines() {
         eprintln!("skipped: no Python with coverage.py (scripts/test makes .venv-coverage)");
         return;
     };
-    for (tests, command) in [
-        (PYTEST_TESTS, vec![python.as_str(), "-m", "pytest", "-q"]),
+    let unittest = vec![
+        python.as_str(),
+        "-m",
+        "unittest",
+        "discover",
+        "-s",
+        "tests",
+        "-t",
+        ".",
+    ];
+    for (tests, command, cov) in [
         (
-            UNITTEST_TESTS,
-            vec![
-                python.as_str(),
-                "-m",
-                "unittest",
-                "discover",
-                "-s",
-                "tests",
-                "-t",
-                ".",
-            ],
+            PYTEST_TESTS,
+            vec![python.as_str(), "-m", "pytest", "-q"],
+            false,
         ),
+        (
+            PYTEST_TESTS,
+            vec![python.as_str(), "-m", "pytest", "-q"],
+            true,
+        ),
+        (UNITTEST_TESTS, unittest, false),
     ] {
         let ws = shop(tests);
+        if cov {
+            std::fs::write(
+                ws.path().join("pyproject.toml"),
+                "[tool.pytest.ini_options]\ntestpaths = [\"tests\"]\naddopts = \"--cov=shop\"\n",
+            )
+            .unwrap();
+        }
         let (o, said, prompts) = run_with(ws.path(), &command, "");
         let case = format!("{}: {o}\n{said}", command.join(" "));
         assert_eq!(o["status"], "done", "{case}");

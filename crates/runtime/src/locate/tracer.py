@@ -155,7 +155,17 @@ def run_pytest():
             else:
                 outcomes.setdefault(report.nodeid, False)
 
-    return pytest.main(["-p", "no:cacheprovider", *ARGS], plugins=[Plugin()])
+    # pytest-cov would start a coverage of its own, which pauses ours for the whole session:
+    # with coverage.py collecting, it is told not to measure (`--no-cov` keeps its options,
+    # an `addopts = --cov=pkg` among them, valid).
+    no_cov = []
+    if COVERAGE is not None:
+        import importlib.util
+
+        disabled = any(a in ("no:pytest_cov", "no:cov") for a in ARGS)
+        if importlib.util.find_spec("pytest_cov") is not None and not disabled:
+            no_cov = ["--no-cov"]
+    return pytest.main(["-p", "no:cacheprovider", *no_cov, *ARGS], plugins=[Plugin()])
 
 
 def run_unittest():
