@@ -134,29 +134,44 @@ fn kept(ranked: &[Suspect], top: usize) -> usize {
 }
 
 /// The line ranges (1-based, inclusive) of a Rust file's own tests: a module or item under
-/// `#[cfg(test)]`, and a function marked `#[test]` (or `#[tokio::test]`, any `…::test`).
-/// Rust keeps unit tests beside the code, so a test file by name does not find them: without
-/// this a failing unit test's own body would be its first suspect.
+/// `#[cfg(test)]` (or a `cfg` that needs `test`), a function marked `#[test]` (`#[tokio::test]`,
+/// `#[tokio::test(flavor = ...)]`, any `…::test`, `#[rstest]`, `#[test_case(...)]`), and the
+/// whole file when it opens with `#![cfg(test)]`. Rust keeps unit tests beside the code, so a
+/// test file by name does not find them: without this a failing unit test's own body would
+/// be its first suspect.
 pub fn rust_test_ranges(text: &str) -> Vec<(u32, u32)> {
     let Some(tree) = crate::syntax::Lang::Rust.parse(text) else {
         return Vec::new();
     };
+    let attr_text = |n: tree_sitter::Node| {
+        n.utf8_text(text.as_bytes())
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<String>()
+    };
+    let root = tree.root_node();
+    let mut cursor = root.walk();
+    let whole = root
+        .named_children(&mut cursor)
+        .filter(|c| c.kind() == "inner_attribute_item")
+        .any(|c| is_test_attribute(attr_text(c).trim_start_matches("#!")));
+    if whole {
+        return vec![(1, text.lines().count().max(1) as u32)];
+    }
     let mut out = Vec::new();
-    let mut stack = vec![tree.root_node()];
+    let mut stack = vec![root];
     while let Some(node) = stack.pop() {
         let mut cursor = node.walk();
         let mut marked = false;
         for child in node.named_children(&mut cursor) {
-            if child.kind() == "attribute_item" {
-                let attr = child
-                    .utf8_text(text.as_bytes())
-                    .unwrap_or("")
-                    .split_whitespace()
-                    .collect::<String>();
-                marked |= attr == "#[cfg(test)]"
-                    || attr == "#[test]"
-                    || (attr.starts_with("#[") && attr.ends_with("::test]"));
-                continue;
+            match child.kind() {
+                "attribute_item" => {
+                    marked |= is_test_attribute(attr_text(child).trim_start_matches('#'));
+                    continue;
+                }
+                // A comment between the attribute and its item keeps the mark.
+                "line_comment" | "block_comment" => continue,
+                _ => {}
             }
             if marked {
                 let first = child.start_position().row as u32 + 1;
@@ -171,9 +186,26 @@ pub fn rust_test_ranges(text: &str) -> Vec<(u32, u32)> {
     out
 }
 
+/// An attribute (`[test]`, `[cfg(test)]`, spaces removed) that marks test code.
+fn is_test_attribute(attr: &str) -> bool {
+    let inner = attr.trim_start_matches('[').trim_end_matches(']');
+    let (path, args) = inner.split_once('(').unwrap_or((inner, ""));
+    match path {
+        "test" | "rstest" | "test_case" => true,
+        // `cfg(test)`, `cfg(all(test, feature = "x"))`; not `cfg(not(test))`.
+        "cfg" => {
+            args.split(|c: char| !c.is_alphanumeric() && c != '_')
+                .any(|w| w == "test")
+                && !args.contains("not(test")
+        }
+        _ => path.ends_with("::test"),
+    }
+}
+
 /// The suspects as the coder's prompt shows them, each with its definition's text when
-/// `text_of` gives it (cut to `max_lines`, its suspicious lines marked) while `budget` lines
-/// of code last; a suspect past the budget is listed by its place alone.
+/// `text_of` gives it (cut to `max_lines`, its suspicious lines marked) when it fits what is
+/// left of `budget` lines of code; one that does not is listed by its place alone (a shorter
+/// one after it may still fit).
 pub fn render(
     suspects: &[Suspect],
     (failed, passed): (usize, usize),
@@ -367,5 +399,11 @@ mod tests {
         let text = "pub fn rule_for(q: u32) -> u32 {\n    80\n}\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    fn bulk() {\n        assert_eq!(rule_for(10), 90);\n    }\n}\n\nmod more {\n    #[tokio::test]\n    async fn t() {}\n    fn helper() {}\n}\n";
         assert_eq!(rust_test_ranges(text), [(6, 13), (17, 17)]);
         assert!(rust_test_ranges("fn main() {}\n").is_empty());
+        let more = "#[cfg(all(test, feature = \"x\"))]\n// the tests\nmod t {\n}\n#[tokio::test(flavor = \"multi_thread\")]\nasync fn a() {}\n#[cfg(not(test))]\nfn real() {}\n#[rstest]\nfn b() {}\n";
+        assert_eq!(rust_test_ranges(more), [(3, 4), (6, 6), (10, 10)]);
+        assert_eq!(
+            rust_test_ranges("#![cfg(test)]\nuse super::*;\n\nfn t() {}\n"),
+            [(1, 4)]
+        );
     }
 }

@@ -30,8 +30,9 @@ use crate::tests_run;
 /// How many suspects the prompt shows, and the editor's hints: more when they tie with the
 /// last (up to three times as many in the prompt).
 pub const TOP: usize = 5;
-/// How many lines of the suspects' code the prompt shows at most (40 of one function).
-pub const CODE_LINES: usize = 160;
+/// How many lines of the suspects' code the prompt shows at most (40 of one function): five
+/// long functions whole, or a dozen short ones.
+pub const CODE_LINES: usize = 200;
 
 /// What a coverage run found.
 #[derive(Debug, Clone)]
@@ -97,7 +98,7 @@ pub async fn locate(
     let python = python::runner(root, argv);
     let node = node::runner(root, argv);
     let go = go::runner(argv);
-    let cargo = rust::runner(argv).and_then(|a| rust::llvm_tools().map(|t| (a, t)));
+    let cargo = rust::runner(argv).and_then(|c| rust::llvm_tools(c.toolchain()).map(|t| (c, t)));
     if python.is_none() && node.is_none() && go.is_none() && cargo.is_none() {
         return Err(no_tool(argv));
     }
@@ -114,8 +115,8 @@ pub async fn locate(
         needs("go", "Go's coverage", argv)?;
         let runs = go::trace(root, config, &args, cancel).await?;
         (runs, "go test -coverprofile".to_string())
-    } else if let Some((args, tools)) = cargo {
-        let runs = rust::trace(root, config, &args, tools, cancel).await?;
+    } else if let Some((cargo, tools)) = cargo {
+        let runs = rust::trace(root, config, &cargo, tools, cancel).await?;
         (runs, "-C instrument-coverage, read by llvm-cov".to_string())
     } else {
         (Vec::new(), String::new())
@@ -132,7 +133,7 @@ fn no_tool(argv: &[String]) -> LocateError {
     let program = argv.first().map(String::as_str).unwrap_or_default();
     let base = program.rsplit('/').next().unwrap_or(program);
     let joined = argv.join(" ");
-    let lacks = if base == "cargo" && rust::runner(argv).is_some() {
+    let lacks = if rust::runner(argv).is_some() {
         "Rust needs llvm-tools (rustup component add llvm-tools-preview)".to_string()
     } else if base == "cargo" || base == "cargo-nextest" {
         "agent-ls reads Rust's coverage from `cargo test` only, not nextest's".to_string()
@@ -211,6 +212,8 @@ pub fn is_test_file(path: &str) -> bool {
         || name.ends_with("_test.py")
         || name.ends_with("_test.go")
         || name == "conftest.py"
+        // Rust's `#[cfg(test)] mod tests;` keeps its tests in a file of that name.
+        || name == "tests.rs"
         || path.split('/').any(|d| d == "tests" || d == "test")
         || name.contains(".test.")
         || name.contains(".spec.")
@@ -229,6 +232,7 @@ mod tests {
             "pkg/conftest.py",
             "a.test.js",
             "cart/cart_test.go",
+            "src/cart/tests.rs",
         ] {
             assert!(is_test_file(t), "{t}");
         }

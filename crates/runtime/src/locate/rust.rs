@@ -32,10 +32,16 @@ const TARGETS: &[&str] = &[
 ];
 
 /// The toolchain's `llvm-profdata` and `llvm-cov` (rustup's `llvm-tools`): their LLVM is
-/// rustc's, which a system package's need not be.
-pub(super) fn llvm_tools() -> Option<(PathBuf, PathBuf)> {
+/// rustc's, which a system package's need not be. `toolchain` is the command's `+name`.
+/// Asked from `/`, outside the sandbox: in the workspace, rustup would follow its
+/// `rust-toolchain.toml`, which may name a toolchain by path, and its programs would be the
+/// ones run here, unconfined. So a project that pins another toolchain than the user's
+/// default gets the default's tools (a mismatch makes the coverage run find nothing, said so).
+pub(super) fn llvm_tools(toolchain: Option<&str>) -> Option<(PathBuf, PathBuf)> {
     let out = std::process::Command::new("rustc")
+        .args(toolchain)
         .args(["--print", "sysroot"])
+        .current_dir("/")
         .output()
         .ok()?;
     let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
@@ -47,26 +53,166 @@ pub(super) fn llvm_tools() -> Option<(PathBuf, PathBuf)> {
         .map(|bin| (bin.join("llvm-profdata"), bin.join("llvm-cov")))
 }
 
-/// `cargo test`'s arguments: those before `--` (cargo's) and after it (the harness's), for a
-/// test command that is `cargo test`; `None` else.
-pub(super) fn runner(argv: &[String]) -> Option<(Vec<String>, Vec<String>)> {
+/// cargo's options that take the next word as their value (`-p shop`, `--features x`).
+const VALUED: &[&str] = &[
+    "-p",
+    "--package",
+    "--exclude",
+    "-F",
+    "--features",
+    "--target",
+    "--target-dir",
+    "--manifest-path",
+    "-j",
+    "--jobs",
+    "--profile",
+    "--bin",
+    "--test",
+    "--example",
+    "--bench",
+    "--color",
+    "--message-format",
+    "-Z",
+    "--config",
+    "--lockfile-path",
+];
+/// The test harness's options that take a value (`--skip slow`, `--test-threads 1`).
+const HARNESS_VALUED: &[&str] = &[
+    "--skip",
+    "--test-threads",
+    "--format",
+    "--color",
+    "--logfile",
+    "-Z",
+    "--shuffle-seed",
+];
+
+/// A `cargo test` command, taken apart.
+#[derive(Debug, PartialEq)]
+pub(super) struct CargoTest {
+    /// `cargo`, and its `+toolchain` when the command names one.
+    program: Vec<String>,
+    /// The options that shape the build and pick the targets (`--features x`, `-p shop`),
+    /// without `-q` and `--no-fail-fast`, which are the coverage runs' own.
+    build: Vec<String>,
+    /// `--tests` when the user picks no target (unit and integration tests: the doctests are
+    /// not instrumented), else nothing.
+    targets: Vec<String>,
+    /// The test name filter before `--` (`cargo test cart`), for the listing only.
+    filter: Option<String>,
+    /// The harness's arguments for the listing (`--skip slow`, `--ignored`), without those
+    /// that change what it prints (`-q`, `--format`).
+    harness: Vec<String>,
+    /// `--ignored` or `--include-ignored`: a probe needs it to run a listed ignored test.
+    ignored: Vec<String>,
+}
+
+/// The `cargo test` command `argv` is (`cargo test …`, `cargo +nightly test …`); `None` else.
+pub(super) fn runner(argv: &[String]) -> Option<CargoTest> {
     let first = argv.first()?;
     let base = first.rsplit('/').next().unwrap_or(first);
-    if base != "cargo" || argv.get(1).is_none_or(|a| a != "test") {
+    if base != "cargo" {
         return None;
     }
-    let rest = &argv[2..];
-    Some(match rest.iter().position(|a| a == "--") {
-        Some(at) => (rest[..at].to_vec(), rest[at + 1..].to_vec()),
-        None => (rest.to_vec(), Vec::new()),
+    let at = if argv.get(1).is_some_and(|a| a.starts_with('+')) {
+        2
+    } else {
+        1
+    };
+    if argv.get(at).is_none_or(|a| a != "test") {
+        return None;
+    }
+    let rest = &argv[at + 1..];
+    let (cargo, harness) = match rest.iter().position(|a| a == "--") {
+        Some(dash) => (&rest[..dash], &rest[dash + 1..]),
+        None => (rest, &[][..]),
+    };
+    let mut build = Vec::new();
+    let mut filter = None;
+    let mut words = cargo.iter();
+    while let Some(a) = words.next() {
+        if a == "-q" || a == "--quiet" || a == "--no-fail-fast" {
+            continue;
+        }
+        if a.starts_with('-') {
+            build.push(a.clone());
+            if VALUED.contains(&a.as_str())
+                && let Some(v) = words.next()
+            {
+                build.push(v.clone());
+            }
+        } else {
+            filter = Some(a.clone());
+        }
+    }
+    let targets = if build.iter().any(|a| TARGETS.contains(&a.as_str())) {
+        Vec::new()
+    } else {
+        vec!["--tests".to_string()]
+    };
+    let mut kept = Vec::new();
+    let mut ignored = Vec::new();
+    let mut words = harness.iter();
+    while let Some(a) = words.next() {
+        let name = a.split('=').next().unwrap_or(a);
+        let value = (!a.contains('=') && HARNESS_VALUED.contains(&name))
+            .then(|| words.next())
+            .flatten();
+        if a == "-q" || a == "--quiet" || name == "--format" {
+            continue;
+        }
+        if a == "--ignored" || a == "--include-ignored" {
+            ignored.push(a.clone());
+        }
+        kept.push(a.clone());
+        kept.extend(value.cloned());
+    }
+    Some(CargoTest {
+        program: argv[..at].to_vec(),
+        build,
+        targets,
+        filter,
+        harness: kept,
+        ignored,
     })
+}
+
+impl CargoTest {
+    /// The `+toolchain` the command names, if any.
+    pub(super) fn toolchain(&self) -> Option<&str> {
+        self.program.get(1).map(String::as_str)
+    }
+
+    /// The listing run: every test the user's command runs, none stopping the others.
+    fn listing(&self) -> Vec<String> {
+        let mut argv = self.program.clone();
+        argv.extend(["test".into(), "--no-fail-fast".into()]);
+        argv.extend(self.build.iter().cloned());
+        argv.extend(self.targets.iter().cloned());
+        argv.extend(self.filter.iter().cloned());
+        argv.push("--".into());
+        argv.extend(self.harness.iter().cloned());
+        argv
+    }
+
+    /// One test alone, by its exact name (after `--`: cargo takes one name before it).
+    fn probe(&self, name: &str) -> Vec<String> {
+        let mut argv = self.program.clone();
+        argv.push("test".into());
+        argv.extend(self.build.iter().cloned());
+        argv.extend(self.targets.iter().cloned());
+        argv.extend(["--".into(), "--exact".into()]);
+        argv.extend(self.ignored.iter().cloned());
+        argv.push(name.to_string());
+        argv
+    }
 }
 
 /// The listing run, built with the instrumentation, then each chosen test alone.
 pub(super) async fn trace(
     root: &Path,
     config: &Config,
-    (cargo_args, harness_args): &(Vec<String>, Vec<String>),
+    cargo: &CargoTest,
     (profdata, cov): (PathBuf, PathBuf),
     cancel: &CancellationToken,
 ) -> Result<Vec<TestLines>, LocateError> {
@@ -74,16 +220,10 @@ pub(super) async fn trace(
     // Kept between runs (the locate folder is not): the instrumented build is the cost.
     let target = root.join(".agent-ls").join("locate-target");
     let env = |profile: String| instrumented(&target, &dir.join(profile));
-    let (cargo_args, targets, filters) = user_args(cargo_args, harness_args);
-    let mut listing = words(&["cargo", "test", "--no-fail-fast"]);
-    listing.extend(cargo_args.iter().cloned());
-    listing.extend(targets.iter().cloned());
-    listing.push("--".to_string());
-    listing.extend(filters);
     let (result, output) = coverage_run(
         root,
         config,
-        listing,
+        cargo.listing(),
         env("list-%p-%m.profraw".into()),
         cancel,
     )
@@ -98,13 +238,7 @@ pub(super) async fn trace(
         .tests
         .into_iter()
         .map(|t| Probe {
-            argv: {
-                let mut argv = words(&["cargo", "test"]);
-                argv.extend(cargo_args.iter().cloned());
-                argv.extend(targets.iter().cloned());
-                argv.extend([t.name.clone(), "--".into(), "--exact".into()]);
-                argv
-            },
+            argv: cargo.probe(&t.name),
             // Beside a failing test: in its module.
             group: t
                 .name
@@ -151,35 +285,6 @@ fn instrumented(target: &Path, profile: &Path) -> Vec<(String, String)> {
     ]
 }
 
-fn words(w: &[&str]) -> Vec<String> {
-    w.iter().map(|s| s.to_string()).collect()
-}
-
-/// The user's cargo flags (their targets among them), `--tests` when they pick no target
-/// (else nothing), and the harness's test filters (its flags are the coverage runs' own:
-/// `--exact`, and no `--format` or `--nocapture` that would change the listing).
-fn user_args(
-    cargo_args: &[String],
-    harness_args: &[String],
-) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let cargo: Vec<String> = cargo_args
-        .iter()
-        .filter(|a| *a != "--no-fail-fast" && *a != "-q" && *a != "--quiet")
-        .cloned()
-        .collect();
-    let targets = if cargo.iter().any(|a| TARGETS.contains(&a.as_str())) {
-        Vec::new()
-    } else {
-        vec!["--tests".to_string()]
-    };
-    let filters = harness_args
-        .iter()
-        .filter(|a| !a.starts_with('-'))
-        .cloned()
-        .collect();
-    (cargo, targets, filters)
-}
-
 /// One test the listing run reported: its path in its binary (`cart::tests::bulk`), and
 /// whether it failed.
 #[derive(Debug, PartialEq)]
@@ -217,7 +322,8 @@ fn parse_listing(output: &str) -> Listing {
                 "FAILED" => true,
                 _ => continue,
             };
-            let name = name.trim().to_string();
+            // `test it_panics - should panic ... ok`: the name is before the note.
+            let name = name.trim().trim_end_matches(" - should panic").to_string();
             // The same name in two binaries: one probe runs both, failed if one failed.
             match listing.tests.iter_mut().find(|t| t.name == name) {
                 Some(known) => known.failed |= failed,
@@ -319,6 +425,10 @@ fn parse_lcov(text: &str, root: &Path) -> Lines {
 mod tests {
     use super::*;
 
+    fn words(w: &[&str]) -> Vec<String> {
+        w.iter().map(|s| s.to_string()).collect()
+    }
+
     #[test]
     fn the_listing_names_each_test_and_binary_from_either_stream() {
         // stdout, then stderr, as the run hands them over.
@@ -359,28 +469,73 @@ mod tests {
 
     #[test]
     fn the_users_arguments_keep_their_build_flags_and_filters() {
-        let (cargo, harness) = runner(&words(&[
+        let cargo = runner(&words(&[
             "cargo",
+            "+nightly",
             "test",
+            "-p",
+            "shop",
+            "cart",
             "--features",
             "x",
             "-q",
             "--",
-            "cart",
-            "--nocapture",
+            "--skip",
+            "slow",
+            "--test-threads",
+            "1",
+            "--format",
+            "terse",
+            "--include-ignored",
         ]))
         .unwrap();
         assert_eq!(
-            user_args(&cargo, &harness),
-            (
-                words(&["--features", "x"]),
-                words(&["--tests"]),
-                words(&["cart"])
-            )
+            cargo.listing(),
+            words(&[
+                "cargo",
+                "+nightly",
+                "test",
+                "--no-fail-fast",
+                "-p",
+                "shop",
+                "--features",
+                "x",
+                "--tests",
+                "cart",
+                "--",
+                "--skip",
+                "slow",
+                "--test-threads",
+                "1",
+                "--include-ignored"
+            ])
         );
-        let (cargo, harness) = runner(&words(&["cargo", "test", "--lib"])).unwrap();
-        let (cargo, targets, _) = user_args(&cargo, &harness);
-        assert_eq!((cargo, targets), (words(&["--lib"]), Vec::new()));
+        // The name after `--`: cargo takes one before it, and the user's filter is not it.
+        assert_eq!(
+            cargo.probe("cart::tests::bulk"),
+            words(&[
+                "cargo",
+                "+nightly",
+                "test",
+                "-p",
+                "shop",
+                "--features",
+                "x",
+                "--tests",
+                "--",
+                "--exact",
+                "--include-ignored",
+                "cart::tests::bulk"
+            ])
+        );
+        let lib = runner(&words(&["cargo", "test", "--lib"])).unwrap();
+        assert_eq!(
+            lib.probe("t"),
+            words(&["cargo", "test", "--lib", "--", "--exact", "t"])
+        );
         assert_eq!(runner(&words(&["cargo", "build"])), None);
+        assert_eq!(runner(&words(&["cargo", "+nightly", "build"])), None);
+        let l = parse_listing("test it_panics - should panic ... ok\n");
+        assert_eq!(l.tests[0].name, "it_panics");
     }
 }
