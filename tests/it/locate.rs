@@ -447,6 +447,19 @@ fn a_crash_and_a_warning_in_the_project_beside_a_failing_assertion_still_localis
         "{}",
         prompts[0]
     );
+    // The KeyError's stack passes through price_of: combined with the coverage, it is marked.
+    let price_of = o["suspects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["name"] == "price_of")
+        .unwrap_or_else(|| panic!("{o}"));
+    assert_eq!(price_of["on_path"], true, "{o}");
+    assert!(
+        prompts[0].contains(", on a failing test's stack;"),
+        "{}",
+        prompts[0]
+    );
 }
 
 #[test]

@@ -32,6 +32,9 @@ pub struct Suspect {
     pub passing: u32,
     /// Its lines with the top score, the ones to look at first.
     pub lines: Vec<u32>,
+    /// A failing test's stack passes through it (its traceback names one of its lines).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_path: bool,
 }
 
 /// The `top` most suspicious functions outside the test files (`is_test`), best first, from
@@ -91,6 +94,7 @@ pub fn suspects(
                 failing: 0,
                 passing: 0,
                 lines: Vec::new(),
+                on_path: false,
             });
         // The counts said are the most suspicious line's.
         let better = score > entry.score + 1e-12;
@@ -114,6 +118,21 @@ pub fn suspects(
     let keep = kept(&ranked, top);
     ranked.truncate(keep);
     ranked
+}
+
+/// Combines the ranking with the failing tests' call path: a suspect one of whose lines a
+/// failing test's stack names (`places`, workspace path and line, from the tracebacks) is
+/// marked, and among suspects of equal score it comes first. The coverage score still leads:
+/// the stack says where it broke, and the bug is as often below it, in code the stack has
+/// already left.
+pub fn prefer_on_path(suspects: &mut [Suspect], places: &[(String, u32)]) {
+    for s in suspects.iter_mut() {
+        s.on_path = places
+            .iter()
+            .any(|(p, l)| *p == s.path && s.first <= *l && *l <= s.last);
+    }
+    // Stable: the order within equal scores and equal marks stays the ranking's.
+    suspects.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.on_path.cmp(&a.on_path)));
 }
 
 /// How many of the `ranked` suspects to keep: `top`, and those tied with the last kept (up
@@ -223,7 +242,7 @@ pub fn render(
             format!("`{}`", s.name)
         };
         out.push_str(&format!(
-            "{}. {}:{}-{} {what}: score {:.2}, run by {} failing and {} passing test(s); look at line(s) {}\n",
+            "{}. {}:{}-{} {what}: score {:.2}, run by {} failing and {} passing test(s){}; look at line(s) {}\n",
             i + 1,
             s.path,
             s.first,
@@ -231,6 +250,11 @@ pub fn render(
             s.score,
             s.failing,
             s.passing,
+            if s.on_path {
+                ", on a failing test's stack"
+            } else {
+                ""
+            },
             s.lines
                 .iter()
                 .map(u32::to_string)
@@ -405,5 +429,36 @@ mod tests {
             rust_test_ranges("#![cfg(test)]\nuse super::*;\n\nfn t() {}\n"),
             [(1, 4)]
         );
+    }
+
+    /// Equal scores: the one a failing test's stack passes through comes first, marked; a
+    /// better score stays ahead of it.
+    #[test]
+    fn the_failing_tests_call_path_breaks_a_tie() {
+        let suspect = |name: &str, first: u32, score: f64| Suspect {
+            path: "shop.py".into(),
+            name: name.into(),
+            first,
+            last: first + 2,
+            score,
+            failing: 1,
+            passing: 0,
+            lines: vec![first + 1],
+            on_path: false,
+        };
+        let mut ranked = vec![
+            suspect("best", 1, 1.0),
+            suspect("a", 10, 0.5),
+            suspect("b", 20, 0.5),
+        ];
+        prefer_on_path(
+            &mut ranked,
+            &[("shop.py".into(), 21), ("other.py".into(), 2)],
+        );
+        let names: Vec<&str> = ranked.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["best", "b", "a"]);
+        assert!(ranked[1].on_path && !ranked[0].on_path);
+        let shown = render(&ranked, (1, 1), &|_| None, (40, 200));
+        assert!(shown.contains("2. shop.py:20-22 `b`: score 0.50, run by 1 failing and 0 passing test(s), on a failing test's stack; look at line(s) 21"), "{shown}");
     }
 }

@@ -1224,7 +1224,15 @@ impl Drive<'_> {
         let found = crate::locate::locate(self.root, self.config, self.cancel).await;
         going.map.phases.locate_ms = Some(t.elapsed().as_millis() as u64);
         going.located = Some(match found {
-            Ok(found) => {
+            Ok(mut found) => {
+                // The coverage's ranking, combined with the failing tests' call path.
+                let places: Vec<(String, u32)> =
+                    crate::tests_run::failures_in(self.root, &tests.report)
+                        .iter()
+                        .flat_map(|f| f.location.iter().chain(f.frames.iter()))
+                        .map(|l| (l.file.clone(), l.line))
+                        .collect();
+                agent_ls_core::locate::prefer_on_path(&mut found.suspects, &places);
                 shell.progress(&found.summary());
                 Some(found)
             }
