@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use support::model_server::{ModelServer, Reply, openai_text, openai_tool_call_as};
+use support::model_server::{ModelServer, Reply, conversation, openai_text, openai_tool_call_as};
 
 /// A fetched project: how to get it, where its code is, how its tests run.
 struct Project {
@@ -283,20 +283,6 @@ fn injected(root: &Path, case: &Case) -> Result<(tempfile::TempDir, usize), Stri
     }
     std::fs::write(&path, body).expect("write the bug");
     Ok((ws, at[0] + 1))
-}
-
-/// Everything the request's messages say, as the stand-in model reads it.
-fn conversation(body: &Value) -> String {
-    let mut out = String::new();
-    for m in body["messages"].as_array().into_iter().flatten() {
-        if let Some(c) = m["content"].as_str() {
-            out.push_str(c);
-        }
-        for c in m["tool_calls"].as_array().into_iter().flatten() {
-            out.push_str(c["function"]["arguments"].as_str().unwrap_or(""));
-        }
-    }
-    out
 }
 
 /// The arguments of every tool call the model made so far.

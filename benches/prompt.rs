@@ -11,21 +11,7 @@ mod support;
 
 use serde_json::Value;
 use support::deep;
-use support::model_server::{ModelServer, Reply, openai_text, openai_tool_call_as};
-
-/// Everything the request's messages say, as the stand-in model reads it.
-fn conversation(body: &Value) -> String {
-    let mut out = String::new();
-    for m in body["messages"].as_array().into_iter().flatten() {
-        if let Some(c) = m["content"].as_str() {
-            out.push_str(c);
-        }
-        for c in m["tool_calls"].as_array().into_iter().flatten() {
-            out.push_str(c["function"]["arguments"].as_str().unwrap_or(""));
-        }
-    }
-    out
-}
+use support::model_server::{ModelServer, Reply, conversation, openai_text, openai_tool_call_as};
 
 fn stand_in(body: &Value) -> Reply {
     let said = conversation(body);

@@ -306,6 +306,21 @@ pub fn openai_text_with_bytes(text: &str, bad: &[u8]) -> Reply {
     }
 }
 
+/// Everything a request's messages say, as a stand-in model reads it: each message's text
+/// and the arguments of its tool calls (the benches' scripted models decide from it).
+pub fn conversation(body: &Value) -> String {
+    let mut out = String::new();
+    for m in body["messages"].as_array().into_iter().flatten() {
+        if let Some(c) = m["content"].as_str() {
+            out.push_str(c);
+        }
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            out.push_str(c["function"]["arguments"].as_str().unwrap_or(""));
+        }
+    }
+    out
+}
+
 /// An OpenAI chat stream that says `pieces` and finishes, with usage.
 pub fn openai_text(pieces: &[&str]) -> Reply {
     let mut events: Vec<String> = pieces
