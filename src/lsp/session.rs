@@ -1013,6 +1013,18 @@ impl Session {
         });
     }
 
+    /// Takes the session for putting files back from a checkpoint (a rollback, a rewind):
+    /// refused while a run, an undo or another rollback goes on, or (`missing`) without a
+    /// workspace.
+    fn files_back(&mut self, missing: Refused) -> Result<Connection, Refused> {
+        if let Some(why) = self.busy() {
+            return Err(why);
+        }
+        let connection = self.connection().ok_or(missing)?;
+        self.active = Some(Active::Rollback);
+        Ok(connection)
+    }
+
     /// Starts rolling a run back to its checkpoint; refuses while a run or an undo goes on.
     fn rollback(
         &mut self,
@@ -1020,15 +1032,13 @@ impl Session {
         lock: RunLock,
         reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
     ) {
-        if let Some(why) = self.busy() {
-            let _ = reply.send(Err(why));
-            return;
-        }
-        let Some(connection) = self.connection() else {
-            let _ = reply.send(Err(Refused::NoWorkspace));
-            return;
+        let connection = match self.files_back(Refused::NoWorkspace) {
+            Ok(c) => c,
+            Err(why) => {
+                let _ = reply.send(Err(why));
+                return;
+            }
         };
-        self.active = Some(Active::Rollback);
         rollback::spawn_rollback(rollback::RollbackStart {
             args,
             snapshot: self.snapshot(),
@@ -1103,15 +1113,13 @@ impl Session {
         lock: RunLock,
         reply: oneshot::Sender<Result<serde_json::Value, Refused>>,
     ) {
-        if let Some(why) = self.busy() {
-            let _ = reply.send(Err(why));
-            return;
-        }
-        let Some(connection) = self.connection() else {
-            let _ = reply.send(Err(Refused::NoWorkspaceForRun));
-            return;
+        let connection = match self.files_back(Refused::NoWorkspaceForRun) {
+            Ok(c) => c,
+            Err(why) => {
+                let _ = reply.send(Err(why));
+                return;
+            }
         };
-        self.active = Some(Active::Rollback);
         rewind::spawn_rewind(rewind::RewindStart {
             args,
             snapshot: self.snapshot(),
